@@ -1,0 +1,58 @@
+# pgad — `make install` (as root: installs what is missing), `make demo`, `make test`, `make bench`.
+#
+# The extension's files install through PGXS; the Python package pgad and its dependencies go into a virtual
+# environment built from the Python that plpython3u embeds, at $(PGAD_HOME)/venv. The tests, the demo and the
+# benchmarks run from a second environment, .venv, with the client-side tools (psycopg, pytest, testing.postgresql).
+
+PG_CONFIG ?= $(shell command -v pg_config 2>/dev/null || echo pg_config)
+PGAD_HOME ?= /usr/local/lib/pgad
+PGAD_CACHE ?= /var/cache/pgad
+VENV := $(PGAD_HOME)/venv
+DEV := .venv
+SQL := $(wildcard extension/sql/*.sql)
+
+.PHONY: all install demo test bench clean server-packages python-env extension-files
+
+all: install
+
+# --- install -------------------------------------------------------------------------------------------------------
+install: server-packages
+	@$(MAKE) --no-print-directory python-env extension-files
+
+# The PostgreSQL server, PL/Python and the server headers, from the system's packages when they are missing.
+server-packages:
+	@bash tools/install-server-packages.sh "$(PG_CONFIG)"
+
+# The Python that plpython3u embeds (libpython3.X in plpython3.so) builds the server's environment.
+PLPYTHON = $(shell ldd "$$($(PG_CONFIG) --pkglibdir)/plpython3.so" 2>/dev/null | grep -o 'libpython3\.[0-9]*' | head -1 | sed 's/^lib//')
+
+python-env:
+	@test -n "$(PLPYTHON)" || { echo "pgad: no plpython3.so under $$($(PG_CONFIG) --pkglibdir)"; exit 1; }
+	@test -x $(VENV)/bin/python || $(PLPYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check .
+	@mkdir -p $(PGAD_CACHE) && chown postgres: $(PGAD_CACHE) 2>/dev/null || true
+
+build/%.sql: extension/sql/%.sql
+	@mkdir -p build
+	sed "s|@PGAD_SITE_PACKAGES@|$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')|" $< > $@
+
+extension-files: $(patsubst extension/sql/%,build/%,$(SQL))
+	@$(MAKE) --no-print-directory -f pgxs.mk install PG_CONFIG="$(PG_CONFIG)"
+
+# --- the client side: demo, tests, benchmarks --------------------------------------------------------------------
+$(DEV)/.done: pyproject.toml
+	@test -x $(DEV)/bin/python || $(PLPYTHON) -m venv $(DEV)
+	$(DEV)/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+demo: install $(DEV)/.done
+	$(DEV)/bin/python examples/demo.py
+
+test: install $(DEV)/.done
+	$(DEV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: install $(DEV)/.done
+	$(DEV)/bin/python bench/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf build

@@ -1,0 +1,14 @@
+"""pgad: automatic differentiation and gradient descent inside PostgreSQL.
+
+A call flows: SQL shim (extension/sql) → api.py (arguments) → loader.py (columns into numpy) →
+lang.parser (text → DAG) → lang.forward / lang.reverse (derivative DAG) → backends.py (kernel) →
+descent.py (iterations) → result.
+"""
+import importlib
+import sys
+
+__version__ = '0.1.0'
+
+# The lambda language lives in pgad/lambda/, and `lambda` is a Python keyword: bind it once, here, as pgad.lang.
+lang = importlib.import_module(__name__ + '.lambda')
+sys.modules[__name__ + '.lang'] = lang

@@ -1,0 +1,53 @@
+"""Checking the SQL functions' arguments: each check returns the clean value or raises a PgadError."""
+import json
+import math
+
+from .backends import BACKENDS
+from .errors import PgadError
+from .lang import MODES
+
+
+def weights(text, lam):
+    """The weights jsonb as {name: float}; every weight the lambda reads must be there."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise PgadError('22023', 'weights must be a JSON object of numbers',
+                        detail=f'The weights are {text}.', hint='Write the weights as {"a": 0, "b": 0}.')
+    for name, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise PgadError('22023', f'weight "{name}" must be a number, not {json.dumps(number)}',
+                            hint='Write the weights as {"a": 0, "b": 0}.')
+        if not math.isfinite(float(number)):
+            raise PgadError('22023', f'weight "{name}" is not a finite double precision number')
+    for name in lam.weights:
+        if name not in value:
+            example = json.dumps({**{k: value[k] for k in value}, name: 0})
+            raise PgadError('22023', f'weight "{name}" is not in the weights',
+                            detail='The weights are: ' + (', '.join(f'"{k}"' for k in value) or 'none') + '.',
+                            hint=f'Give every weight the lambda reads a starting value: {example}.')
+    return {name: float(number) for name, number in value.items()}
+
+
+def mode(value):
+    if value not in MODES:
+        raise PgadError('22023', f'unknown mode "{value}"', hint='mode is \'forward\' or \'reverse\'.')
+    return value
+
+
+def backend(value):
+    if value != 'auto' and value not in BACKENDS:
+        raise PgadError('22023', f'unknown backend "{value}"',
+                        hint='backend is ' + ', '.join(f"'{b}'" for b in ['auto', *BACKENDS]) + '.')
+    return value
+
+
+def learning_rate(value):
+    if not (value > 0 and math.isfinite(value)):
+        raise PgadError('22023', f'learning_rate must be a positive number, not {value}')
+    return float(value)
+
+
+def iterations(value):
+    if value < 0:
+        raise PgadError('22023', f'iterations must be 0 or more, not {value}')
+    return int(value)

@@ -1,0 +1,43 @@
+"""Batch gradient descent on loaded columns: w ← w − learning_rate · ∇mean loss, for a number of iterations.
+
+Every iteration is one call of the kernel (loss and gradient fused in one pass over the rows). Between iterations
+the loop lets the server check for interrupts, so statement_timeout and pg_cancel_backend stop it, and reports
+progress on long runs. NaN or infinity in the loss, the gradient or the weights stops it with an error.
+"""
+import time
+
+import numpy as np
+
+from .errors import PgadError
+
+
+def run(kernel, table, weights, learning_rate, iterations, names, interrupts, progress, every=5.0):
+    """(fitted weights, loss at them, iterations run); weights is a float64 vector in the order of names."""
+    w = np.array(weights, dtype=np.float64)
+    started = reported = time.monotonic()
+    for it in range(1, iterations + 1):
+        sums = kernel(table.columns, table.rows, w)
+        check_finite(sums, w, it, names, learning_rate)
+        w = w - learning_rate * (sums[1:] / table.rows)
+        interrupts()
+        now = time.monotonic()
+        if now - reported >= every:
+            progress(f'iteration {it} of {iterations}, loss {sums[0] / table.rows:.6g}, {now - started:.1f} s')
+            reported = now
+    final = kernel(table.columns, table.rows, w)
+    check_finite(final, w, max(iterations, 1), names, learning_rate)
+    return w, final[0] / table.rows, iterations
+
+
+def check_finite(sums, w, it, names, learning_rate):
+    if np.all(np.isfinite(sums)) and np.all(np.isfinite(w)):
+        return
+    what = ('the loss' if not np.isfinite(sums[0]) else
+            f'the gradient by "{names[int(np.argmin(np.isfinite(sums[1:])))]}"' if not np.all(np.isfinite(sums[1:]))
+            else f'weight "{names[int(np.argmin(np.isfinite(w)))]}"')
+    value = 'NaN' if np.isnan(sums).any() or np.isnan(w).any() else 'infinite'
+    if it == 1:
+        raise PgadError('22003', f'{what} is {value} at the starting weights',
+                        hint='Check that the lambda is defined on every row (ln and sqrt of the data, division).')
+    raise PgadError('22003', f'training diverged at iteration {it}: {what} is {value}',
+                    hint=f'Try a smaller learning_rate than {learning_rate:g}.')

@@ -1,0 +1,18 @@
+"""The lambda language: parser → DAG → derivatives.
+
+`lambda` is a Python keyword, so `import pgad.lambda` is a syntax error; pgad/__init__.py binds this package
+once as `pgad.lang`, and the rest of pgad imports it by that name (`from pgad.lang import parser`).
+Every stage is imported here, so pgad.lang.<stage> is the same module object as pgad.lambda.<stage>.
+"""
+from . import rules, dag, parser, forward, reverse, printer  # noqa: F401  (rules first: dag reads its table)
+
+MODES = {'forward': forward.gradient, 'reverse': reverse.gradient}
+
+
+def parse(text):
+    return parser.parse(text)
+
+
+def gradient(lam, weights, mode='reverse'):
+    """{weight: node id of ∂body/∂weight} in lam's graph, by forward or reverse mode."""
+    return MODES[mode](lam.graph, lam.root, weights)

@@ -1,0 +1,173 @@
+"""The expression DAG: every distinct subexpression is one node, built once.
+
+A Graph is a list of nodes in topological order (a node's arguments always come
+before it) and an index that returns the existing node when the same
+(op, args, value) is built again, so primal and derivative code share every
+common subexpression. Building a node also applies the small algebra that keeps
+derivatives readable: constant folding and the identities of 0 and 1.
+
+Expr wraps a node id with Python operators, so derivative rules read as maths:
+`lambda x, y, out: (y, x)`.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import rules
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str           # 'const', 'column', 'weight', or a primitive name from rules.PRIMITIVES
+    args: tuple = ()  # ids of the argument nodes
+    value: object = None  # the number for 'const', the name for 'column' and 'weight'
+
+
+LEAVES = ('const', 'column', 'weight')
+
+
+class Graph:
+    def __init__(self):
+        self.nodes = []
+        self._index = {}
+
+    def expr(self, i):
+        return Expr(self, i)
+
+    def __len__(self):
+        return len(self.nodes)
+
+    def _intern(self, op, args=(), value=None):
+        key = (op, args, value if op != 'const' else (type(value), value))
+        if key not in self._index:
+            self._index[key] = len(self.nodes)
+            self.nodes.append(Node(op, args, value))
+        return self._index[key]
+
+    # leaves
+    def const(self, value):
+        value = bool(value) if isinstance(value, (bool, np.bool_)) else float(value)
+        if value == 0.0 and not isinstance(value, bool):
+            value = 0.0  # one zero: -0.0 and 0.0 are the same node
+        return Expr(self, self._intern('const', (), value))
+
+    def column(self, name):
+        return Expr(self, self._intern('column', (), name))
+
+    def weight(self, name):
+        return Expr(self, self._intern('weight', (), name))
+
+    # primitives, simplified as they are built
+    def apply(self, op, *args):
+        ids = tuple(a.id if isinstance(a, Expr) else self.const(a).id for a in args)
+        return Expr(self, simplify(self, op, ids))
+
+    def type_of(self, i):
+        node = self.nodes[i]
+        if node.op == 'const':
+            return 'b' if isinstance(node.value, bool) else 'n'
+        if node.op in LEAVES:
+            return 'n'
+        return rules.PRIMITIVES[node.op].result
+
+    def ancestors(self, roots):
+        """Ids of every node the roots depend on (the roots included), in topological order."""
+        seen, stack = set(), list(roots)
+        while stack:
+            i = stack.pop()
+            if i not in seen:
+                seen.add(i)
+                stack.extend(self.nodes[i].args)
+        return sorted(seen)
+
+    def depends_on_weights(self):
+        """For every node: does its value change with some weight?"""
+        flags = []
+        for node in self.nodes:
+            flags.append(node.op == 'weight' or any(flags[a] for a in node.args))
+        return flags
+
+    def depends_on_data(self):
+        """For every node: does its value change from row to row?"""
+        flags = []
+        for node in self.nodes:
+            flags.append(node.op == 'column' or any(flags[a] for a in node.args))
+        return flags
+
+
+def simplify(graph, op, ids):
+    """The id of op(ids), after constant folding and the identities of 0 and 1."""
+    nodes = graph.nodes
+    consts = [nodes[i].value if nodes[i].op == 'const' else None for i in ids]
+    if all(c is not None for c in consts) and op in rules.PRIMITIVES:
+        with np.errstate(all='ignore'):
+            return graph.const(rules.PRIMITIVES[op].evaluate(*[np.float64(c) if not isinstance(c, bool)
+                                                             else np.bool_(c) for c in consts])).id
+    is_const = lambda k, v: consts[k] is not None and not isinstance(consts[k], bool) and consts[k] == v  # noqa: E731
+    if op == 'add':
+        if is_const(0, 0): return ids[1]
+        if is_const(1, 0): return ids[0]
+        if consts[0] is not None: ids = (ids[1], ids[0])  # constants last: x + 1
+        if nodes[ids[1]].op == 'neg': return simplify(graph, 'sub', (ids[0], nodes[ids[1]].args[0]))
+    elif op == 'sub':
+        if is_const(1, 0): return ids[0]
+        if is_const(0, 0): return simplify(graph, 'neg', (ids[1],))
+        if ids[0] == ids[1]: return graph.const(0).id
+        if nodes[ids[1]].op == 'neg': return simplify(graph, 'add', (ids[0], nodes[ids[1]].args[0]))
+    elif op == 'mul':
+        if consts[1] is not None and consts[0] is None: ids, consts = (ids[1], ids[0]), [consts[1], consts[0]]  # 2*x
+        if is_const(0, 1): return ids[1]
+        if is_const(0, 0): return ids[0]
+        if is_const(0, -1): return simplify(graph, 'neg', (ids[1],))
+        a, b = nodes[ids[0]], nodes[ids[1]]
+        if a.op == 'neg' and b.op == 'neg': return simplify(graph, 'mul', (a.args[0], b.args[0]))
+        if a.op == 'neg': return simplify(graph, 'neg', (simplify(graph, 'mul', (a.args[0], ids[1])),))
+        if b.op == 'neg': return simplify(graph, 'neg', (simplify(graph, 'mul', (ids[0], b.args[0])),))
+        if a.op == 'const' and b.op == 'mul' and nodes[b.args[0]].op == 'const':  # 2*(3*x) = 6*x
+            return simplify(graph, 'mul', (simplify(graph, 'mul', (ids[0], b.args[0])), b.args[1]))
+        for select, other in ((a, ids[1]), (b, ids[0])):  # CASE WHEN c THEN 1 ELSE 0 END * t: a select, not a product
+            if select.op == 'case' and all(nodes[k].op == 'const' for k in select.args[1:]):
+                c, k1, k2 = select.args
+                return simplify(graph, 'case', (c, simplify(graph, 'mul', (k1, other)),
+                                                simplify(graph, 'mul', (k2, other))))
+    elif op == 'div':
+        if is_const(1, 1): return ids[0]
+        if is_const(0, 0): return ids[0]
+        if nodes[ids[0]].op == 'neg': return simplify(graph, 'neg', (simplify(graph, 'div', (nodes[ids[0]].args[0], ids[1])),))
+    elif op == 'neg':
+        if nodes[ids[0]].op == 'neg': return nodes[ids[0]].args[0]
+    elif op == 'pow':
+        if is_const(1, 1): return ids[0]
+        if is_const(1, 0): return graph.const(1).id
+    elif op == 'case':
+        if consts[0] is not None: return ids[1] if consts[0] else ids[2]
+        if ids[1] == ids[2]: return ids[1]
+    return graph._intern(op, tuple(ids))
+
+
+class Expr:
+    """A node of a Graph, with operators that build new nodes: the language derivative rules are written in."""
+    __slots__ = ('graph', 'id')
+    __array_priority__ = 1000  # numpy scalars on the left defer to Expr's reflected operators
+
+    def __init__(self, graph, id):
+        self.graph, self.id = graph, id
+
+    def __add__(self, other): return self.graph.apply('add', self, other)
+    def __radd__(self, other): return self.graph.apply('add', other, self)
+    def __sub__(self, other): return self.graph.apply('sub', self, other)
+    def __rsub__(self, other): return self.graph.apply('sub', other, self)
+    def __mul__(self, other): return self.graph.apply('mul', self, other)
+    def __rmul__(self, other): return self.graph.apply('mul', other, self)
+    def __truediv__(self, other): return self.graph.apply('div', self, other)
+    def __rtruediv__(self, other): return self.graph.apply('div', other, self)
+    def __pow__(self, other): return self.graph.apply('pow', self, other)
+    def __rpow__(self, other): return self.graph.apply('pow', other, self)
+    def __neg__(self): return self.graph.apply('neg', self)
+    def __gt__(self, other): return self.graph.apply('gt', self, other)
+    def __ge__(self, other): return self.graph.apply('ge', self, other)
+    def __lt__(self, other): return self.graph.apply('lt', self, other)
+    def __le__(self, other): return self.graph.apply('le', self, other)
+
+    def __repr__(self):
+        return f'Expr(#{self.id} {self.graph.nodes[self.id]})'

@@ -1,0 +1,325 @@
+"""The lambda language: text → DAG.
+
+    λ(d, w) <expr>        or        lambda(d, w) <expr>
+
+The body means what the same expression means in PostgreSQL, evaluated in float8: numeric literals are float8,
+`d.col` reads a column of the data row and `w.name` a weight, identifiers fold to lower case unless double-quoted,
+and the operators have PostgreSQL's precedence (lowest first):
+
+    OR  <  AND  <  NOT  <  comparisons (< <= > >= = <> !=, non-associative)  <  + -  <  * /  <  ^  <  unary minus
+
+so -2^2 is 4 and 2^3^2 is 64, as psql shows. A recursive-descent parser, one method per level.
+"""
+import re
+from dataclasses import dataclass, field
+
+from ..errors import PgadError
+from .dag import Graph
+from .rules import PRIMITIVES
+
+# name in the language → (primitive, number of arguments); None means any number ≥ 1 (folded pairwise from the left)
+FUNCTIONS = {
+    'exp': ('exp', 1), 'ln': ('ln', 1), 'log': ('log10', 1), 'sqrt': ('sqrt', 1), 'cbrt': ('cbrt', 1),
+    'abs': ('abs', 1), 'sign': ('sign', 1), 'power': ('pow', 2),
+    'sin': ('sin', 1), 'cos': ('cos', 1), 'tan': ('tan', 1), 'asin': ('asin', 1), 'acos': ('acos', 1),
+    'atan': ('atan', 1), 'atan2': ('atan2', 2), 'sinh': ('sinh', 1), 'cosh': ('cosh', 1), 'tanh': ('tanh', 1),
+    'greatest': ('greatest', None), 'least': ('least', None),
+    'sigmoid': ('sigmoid', 1), 'relu': ('relu', 1), 'softplus': ('softplus', 1),
+}
+# log(b, x), the logarithm of x to base b, is ln(x) / ln(b)
+KEYWORDS = {'case', 'when', 'then', 'else', 'end', 'and', 'or', 'not', 'true', 'false', 'lambda'}
+TYPES = {'n': 'double precision', 'b': 'boolean'}
+COMPARISONS = {'<': 'lt', '<=': 'le', '>': 'gt', '>=': 'ge', '=': 'eq', '<>': 'ne', '!=': 'ne'}
+
+TOKEN = re.compile(r'''
+    (?P<space>\s+|--[^\n]*)
+  | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+  | (?P<quoted>"(?:[^"]|"")*")
+  | (?P<name>[^\W\d]\w*)
+  | (?P<op><=|>=|<>|!=|[-+*/^(),.<>=])
+''', re.VERBOSE)
+
+
+@dataclass
+class Lambda:
+    """A parsed loss: the graph, the node of its body, and what it reads."""
+    text: str
+    graph: Graph
+    root: int
+    row: str                                     # the name of the data parameter (d)
+    params: str                                  # the name of the weights parameter (w)
+    columns: list = field(default_factory=list)  # column names, in order of first use
+    weights: list = field(default_factory=list)  # weight names, in order of first use
+
+
+@dataclass
+class Token:
+    kind: str   # 'number', 'name', 'quoted', 'op', 'end'
+    text: str
+    pos: int    # 0-based offset in the lambda text
+    value: object = None
+
+
+def tokenize(text):
+    tokens, pos = [], 0
+    while pos < len(text):
+        m = TOKEN.match(text, pos)
+        if not m:
+            raise syntax_error(text, pos, text[pos])
+        kind = m.lastgroup
+        if kind == 'quoted':
+            tokens.append(Token('ident', m.group(), pos, m.group()[1:-1].replace('""', '"')))
+        elif kind == 'name':
+            word = m.group()
+            lower = fold(word)
+            tokens.append(Token('keyword' if lower in KEYWORDS else 'ident', word, pos, lower))
+        elif kind != 'space':
+            tokens.append(Token(kind, m.group(), pos, float(m.group()) if kind == 'number' else m.group()))
+        pos = m.end()
+    tokens.append(Token('end', '', len(text)))
+    return tokens
+
+
+def fold(word):
+    """PostgreSQL's identifier folding: ASCII letters to lower case, everything else as written."""
+    return ''.join(c.lower() if 'A' <= c <= 'Z' else c for c in word)
+
+
+def syntax_error(text, pos, near):
+    """PostgreSQL's 'syntax error at or near', with the lambda's line and a caret under the place as DETAIL."""
+    message = f'syntax error at or near "{near}"' if near else 'syntax error at end of input'
+    return PgadError('42601', message, detail=caret(text, pos), position=pos + 1)
+
+
+def caret(text, pos):
+    line = text.split('\n')[text[:pos].count('\n')]
+    return line + '\n' + ' ' * len(text[:pos].split('\n')[-1]) + '^'
+
+
+def parse(text):
+    """Parse a lambda into a Lambda: its DAG and the columns and weights it reads."""
+    return Parser(text).parse_lambda()
+
+
+class Parser:
+    def __init__(self, text):
+        self.text = text
+        self.tokens = tokenize(text)
+        self.i = 0
+        self.graph = Graph()
+
+    # token helpers
+    @property
+    def tok(self):
+        return self.tokens[self.i]
+
+    def advance(self):
+        tok = self.tokens[self.i]
+        self.i += 1
+        return tok
+
+    def at(self, *values):
+        return self.tok.kind in ('op', 'keyword') and self.tok.value in values
+
+    def expect(self, value):
+        if not self.at(value):
+            raise self.error()
+        return self.advance()
+
+    def error(self):
+        return syntax_error(self.text, self.tok.pos, self.tok.text)
+
+    def fail(self, sqlstate, message, token, hint=None):
+        return PgadError(sqlstate, message, detail=caret(self.text, token.pos), hint=hint, position=token.pos + 1)
+
+    # λ(d, w) <expr>
+    def parse_lambda(self):
+        head = self.tok
+        if not (self.at('lambda') or head.kind == 'ident' and head.value == 'λ'):
+            raise self.fail('42601', 'a loss must start with λ(d, w) or lambda(d, w)', head,
+                            hint="Write the loss as a lambda of a data row and the weights, "
+                                 "for example 'λ(d, w) (w.a*d.x + w.b - d.y)^2'.")
+        self.advance()
+        self.expect('(')
+        self.row = self.identifier()
+        self.expect(',')
+        self.params = self.identifier()
+        if self.row == self.params:
+            raise self.fail('42P08', f'the data row and the weights have the same name "{self.row}"',
+                            self.tokens[self.i - 1])
+        self.expect(')')
+        self.columns, self.weights = [], []
+        body = self.expression()
+        if self.tok.kind != 'end':
+            raise self.error()
+        self.require(body, 'n', self.tokens[self.i - 1], 'the body of a lambda must be a number, not a boolean')
+        return Lambda(self.text, self.graph, body.id, self.row, self.params, self.columns, self.weights)
+
+    def identifier(self):
+        if self.tok.kind != 'ident':
+            raise self.error()
+        return self.advance().value
+
+    def require(self, expr, kind, token, message=None):
+        """expr, after checking that it is a number ('n') or a boolean ('b')."""
+        got = self.graph.type_of(expr.id)
+        if got != kind:
+            what = token.text.upper() if token.kind == 'keyword' else token.text
+            raise self.fail('42804', message or f'argument of {what} must be {TYPES[kind]}, not {TYPES[got]}', token)
+        return expr
+
+    def apply(self, op, token, *args):
+        for arg, kind in zip(args, PRIMITIVES[op].args):
+            self.require(arg, kind, token)
+        return self.graph.apply(op, *args)
+
+    # precedence levels, lowest first
+    def expression(self):
+        left = self.conjunction()
+        while self.at('or'):
+            tok = self.advance()
+            left = self.apply('or', tok, left, self.conjunction())
+        return left
+
+    def conjunction(self):
+        left = self.negation()
+        while self.at('and'):
+            tok = self.advance()
+            left = self.apply('and', tok, left, self.negation())
+        return left
+
+    def negation(self):
+        if self.at('not'):
+            tok = self.advance()
+            return self.apply('not', tok, self.negation())
+        return self.comparison()
+
+    def comparison(self):
+        left = self.additive()
+        if self.at(*COMPARISONS):
+            tok = self.advance()
+            left = self.apply(COMPARISONS[tok.value], tok, left, self.additive())
+            if self.at(*COMPARISONS):  # PostgreSQL's comparisons do not chain: a < b < c is an error
+                raise self.error()
+        return left
+
+    def additive(self):
+        left = self.multiplicative()
+        while self.at('+', '-'):
+            tok = self.advance()
+            left = self.apply('add' if tok.value == '+' else 'sub', tok, left, self.multiplicative())
+        return left
+
+    def multiplicative(self):
+        left = self.power()
+        while self.at('*', '/'):
+            tok = self.advance()
+            left = self.apply('mul' if tok.value == '*' else 'div', tok, left, self.power())
+        return left
+
+    def power(self):
+        left = self.unary()
+        while self.at('^'):
+            tok = self.advance()
+            left = self.apply('pow', tok, left, self.unary())
+        return left
+
+    def unary(self):
+        if self.at('-'):
+            tok = self.advance()
+            return self.apply('neg', tok, self.unary())
+        if self.at('+'):
+            tok = self.advance()
+            return self.require(self.unary(), 'n', tok)
+        return self.primary()
+
+    def primary(self):
+        tok = self.tok
+        if tok.kind == 'number':
+            self.advance()
+            return self.graph.const(tok.value)
+        if self.at('('):
+            self.advance()
+            inner = self.expression()
+            self.expect(')')
+            return inner
+        if self.at('true', 'false'):
+            self.advance()
+            return self.graph.const(tok.value == 'true')
+        if self.at('case'):
+            return self.case()
+        if tok.kind == 'ident':
+            self.advance()
+            if self.at('.'):
+                return self.reference(tok)
+            if self.at('('):
+                return self.call(tok)
+            raise self.fail('42703', f'column reference "{tok.value}" needs a row', tok,
+                            hint=f'Write {self.row}.{tok.text} for a column of the data '
+                                 f'or {self.params}.{tok.text} for a weight.')
+        raise self.error()
+
+    def reference(self, owner):
+        self.advance()  # '.'
+        if self.tok.kind not in ('ident', 'keyword'):
+            raise self.error()
+        tok = self.advance()
+        name = tok.value
+        if owner.value == self.row:
+            if name not in self.columns:
+                self.columns.append(name)
+            return self.graph.column(name)
+        if owner.value == self.params:
+            if name not in self.weights:
+                self.weights.append(name)
+            return self.graph.weight(name)
+        raise self.fail('42P01', f'"{owner.value}" is neither the data row "{self.row}" nor the weights '
+                                 f'"{self.params}"', owner,
+                        hint=f'Columns are read as {self.row}.column and weights as {self.params}.name.')
+
+    def call(self, name):
+        self.advance()  # '('
+        args = []
+        if not self.at(')'):
+            args.append(self.expression())
+            while self.at(','):
+                self.advance()
+                args.append(self.expression())
+        self.expect(')')
+        fn = name.value
+        if fn == 'log' and len(args) == 2:  # log(b, x) = ln(x) / ln(b)
+            base, x = args
+            return self.apply('div', name, self.apply('ln', name, x), self.apply('ln', name, base))
+        op, arity = FUNCTIONS.get(fn, (None, 0))
+        if op is None or not args or arity not in (None, len(args)):
+            types = ', '.join(TYPES[self.graph.type_of(a.id)] for a in args)
+            hint = (f'{fn} takes {arity or "one or more"} argument{"s" if arity != 1 else ""}.' if op else
+                    'The lambda language has the functions ' + ', '.join(sorted(FUNCTIONS)) + ', and log(b, x).')
+            raise self.fail('42883', f'function {fn}({types}) does not exist', name, hint=hint)
+        if arity is not None:
+            return self.apply(op, name, *args)
+        result = self.require(args[0], 'n', name)
+        for extra in args[1:]:  # greatest(a, b, c) = greatest(greatest(a, b), c): the first extreme wins
+            result = self.apply(op, name, result, extra)
+        return result
+
+    def case(self):
+        start = self.advance()  # CASE
+        if not self.at('when'):
+            raise self.fail('0A000', 'only the searched CASE WHEN condition THEN … form is supported', self.tok)
+        arms = []
+        while self.at('when'):
+            when = self.advance()
+            condition = self.require(self.expression(), 'b', when, 'argument of CASE/WHEN must be type boolean')
+            self.expect('then')
+            arms.append((condition, self.require(self.expression(), 'n', when, 'CASE results must be double '
+                                                                              'precision')))
+        if not self.at('else'):
+            raise self.fail('42601', 'CASE needs an ELSE: every row must have a value', self.tok,
+                            hint='Add ELSE 0 (or another value) before END.')
+        self.advance()
+        result = self.require(self.expression(), 'n', start, 'CASE results must be double precision')
+        self.expect('end')
+        for condition, value in reversed(arms):
+            result = self.graph.apply('case', condition, value, result)
+        return result

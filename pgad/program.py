@@ -1,0 +1,35 @@
+"""A loss and its gradient as one DAG, ready for a backend: the differentiation stage.
+
+build() parses the lambda, differentiates it by forward or reverse mode into the same graph, and returns a
+Program whose outputs are the loss and ∂loss/∂w for each weight, in the order of `weights`. Programs are cached
+per backend process: a second call with the same lambda, weights and mode parses and differentiates nothing.
+"""
+import functools
+from dataclasses import dataclass
+
+from . import lang
+from .lang.parser import Lambda
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    lam: Lambda      # the parsed lambda; its graph also holds the derivative nodes
+    outputs: tuple   # node ids: the loss of one row, then (with a gradient) its derivative by each weight
+    weights: tuple   # the weights, in the order of the weight vector a kernel is given
+
+    @property
+    def graph(self):
+        return self.lam.graph
+
+    @property
+    def columns(self):
+        """The columns the lambda reads, in the order of the arrays a kernel is given."""
+        return tuple(self.lam.columns)
+
+
+@functools.lru_cache(maxsize=256)
+def build(text, weights, mode='reverse', gradient=True):
+    """The Program for lambda `text` with weight names `weights` (a tuple), by `mode` ('forward' or 'reverse')."""
+    lam = lang.parse(text)
+    grad = lang.gradient(lam, weights, mode) if gradient else {}
+    return Program(lam, (lam.root, *(grad[w] for w in weights if gradient)), tuple(weights))
