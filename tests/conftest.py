@@ -1,0 +1,38 @@
+"""One real PostgreSQL cluster for the whole test session (testing.postgresql, started by the tests themselves),
+with pgad installed by `make install` and a fresh database per test module."""
+import uuid
+
+import psycopg
+import pytest
+
+from pgad.throwaway import Cluster
+
+
+@pytest.fixture(scope='session')
+def cluster():
+    with Cluster() as pg:
+        yield pg
+
+
+@pytest.fixture(scope='module')
+def dbname(cluster):
+    name = 'pgad_' + uuid.uuid4().hex[:8]
+    with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE {name}')
+    with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
+        db.execute('CREATE EXTENSION pgad CASCADE')
+    yield name
+
+
+@pytest.fixture
+def db(cluster, dbname):
+    """A connection in autocommit mode to the module's database, where pgad is installed."""
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as conn:
+        yield conn
+
+
+def error_of(db, sql, params=None):
+    """The psycopg error that running sql raises (the test fails if it raises none)."""
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute(sql, params)
+    return caught.value.diag

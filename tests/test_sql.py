@@ -1,0 +1,307 @@
+"""The SQL functions against a real PostgreSQL server: values, training, data handling, and every bad input."""
+import json
+import math
+import threading
+import time
+
+import numpy as np
+import psycopg
+import pytest
+
+from conftest import error_of
+
+LINEAR = 'λ(d, w) (w.a*d.x + w.b - d.y)^2'
+WEIGHTS = {'a': 0.7, 'b': -0.3}
+
+
+@pytest.fixture(scope='module', autouse=True)
+def tables(cluster, dbname):
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute("CREATE TABLE points AS SELECT x::float8 AS x, (2*x + 1 + 0.1*sin(17*x))::float8 AS y "
+                   "FROM generate_series(0, 2, 0.01) AS x")
+        db.execute("CREATE TABLE mixed (i int, s smallint, b bigint, r real, n numeric, f float8, t text, "
+                   "\"Upper\" float8)")
+        db.execute("INSERT INTO mixed SELECT g, g, g, g / 4.0, g / 3.0, g / 7.0, 'row ' || g, g "
+                   "FROM generate_series(1, 50) AS g")
+        db.execute("CREATE TABLE with_nulls AS SELECT * FROM points")
+        db.execute("UPDATE with_nulls SET y = NULL WHERE x < 0.05")
+        db.execute("CREATE VIEW points_view AS SELECT x, y FROM points WHERE x > 1")
+
+
+def scalar(db, sql, params=None):
+    return db.execute(sql, params).fetchone()[0]
+
+
+def test_readme_example(db):
+    weights, loss, iterations = db.execute(
+        "SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x + w.b - d.y)^2', 'SELECT x, y FROM points', "
+        "'{\"a\": 0, \"b\": 0}')").fetchone()
+    assert set(weights) == {'a', 'b'} and iterations == 100 and math.isfinite(loss)
+
+
+# --- primal values against PostgreSQL's own evaluation of the same expression -----------------------------------
+# Each pair: the lambda's body, and the same expression in SQL over `d` (the data) and `w` (one row of weights).
+# Most bodies are SQL already; sigmoid, relu and softplus, which SQL lacks, are spelt out.
+PRIMAL = [
+    ('(w.a*d.x + w.b - d.y)^2', None),
+    ('-w.a^2 + d.x^3^0.5', None),
+    ('d.x/2 - w.b/d.y', None),
+    ('exp(w.a*d.x) + ln(d.y) + log(d.y) + sqrt(d.x + 1) + cbrt(d.x - 1)', None),
+    ('log(2, d.y) * power(d.y, w.a)', 'log(2, d.y::numeric)::float8 * power(d.y, w.a)'),
+    ('abs(d.x - 1) + sign(d.x - 1) + greatest(d.x, w.a, d.y / 3) - least(d.x, w.b)', None),
+    ('sin(d.x) + cos(w.a*d.x) + tan(d.x / 4) + asin(d.x / 3) + acos(d.x / 3) + atan(d.y) + atan2(d.y, w.b)', None),
+    ('sinh(d.x) + cosh(w.a) * tanh(d.y - 2)', None),
+    ('sigmoid(w.a*d.x + w.b) + relu(d.x - 1) + softplus(d.y - 2)',
+     '1/(1 + exp(-(w.a*d.x + w.b))) + greatest(d.x - 1, 0) + ln(1 + exp(d.y - 2))'),
+    ('CASE WHEN d.x > 1 AND NOT d.y < 3 OR d.x = 0 THEN w.a*d.x WHEN d.x <> 0.5 THEN d.y ELSE 7 END', None),
+    ('1/2 + d.x', '0.5 + d.x'),
+]
+
+
+@pytest.mark.parametrize('body, sql', PRIMAL)
+def test_loss_equals_postgres_avg_of_the_same_expression(db, body, sql):
+    weights_row = ', '.join(f'{v}::float8 AS {k}' for k, v in WEIGHTS.items())
+    expected = scalar(db, f"SELECT avg({sql or body}) FROM points AS d, (SELECT {weights_row}) AS w")
+    got = scalar(db, 'SELECT pgad.loss(%s, %s, %s)', ('λ(d, w) ' + body, 'points', json.dumps(WEIGHTS)))
+    assert got == pytest.approx(float(expected), rel=1e-12, abs=1e-300)
+
+
+def test_gradient_has_exactly_the_keys_of_the_weights(db):
+    grad = scalar(db, 'SELECT pgad.gradient(%s, %s, %s)', (LINEAR, 'points', '{"a": 1, "b": 2, "unused": 3}'))
+    assert set(grad) == {'a', 'b', 'unused'} and grad['unused'] == 0
+
+
+@pytest.mark.parametrize('body', [body for body, _ in PRIMAL])
+def test_forward_equals_reverse_from_sql(db, body):
+    args = ('λ(d, w) ' + body, 'points', json.dumps(WEIGHTS))
+    forward = scalar(db, "SELECT pgad.gradient(%s, %s, %s, 'forward', 'python')", args)
+    reverse = scalar(db, "SELECT pgad.gradient(%s, %s, %s, mode => 'reverse')", args)
+    for k in WEIGHTS:
+        assert forward[k] == pytest.approx(reverse[k], rel=1e-10, abs=1e-12)
+
+
+def test_gradient_matches_the_closed_form_for_linear_regression(db):
+    x, y = np.array(db.execute('SELECT x, y FROM points').fetchall()).T
+    a, b = WEIGHTS['a'], WEIGHTS['b']
+    r = a * x + b - y
+    grad = scalar(db, 'SELECT pgad.gradient(%s, %s, %s)', (LINEAR, 'points', json.dumps(WEIGHTS)))
+    assert grad['a'] == pytest.approx(np.mean(2 * r * x), rel=1e-12)
+    assert grad['b'] == pytest.approx(np.mean(2 * r), rel=1e-12)
+
+
+def test_derivatives_are_readable_and_simplified(db):
+    rows = dict(db.execute("SELECT * FROM pgad.derivatives(%s)", (LINEAR,)).fetchall())
+    assert rows == {'a': 'd.x*(2*(w.a*d.x + w.b - d.y))', 'b': '2*(w.a*d.x + w.b - d.y)'}
+
+
+# --- training --------------------------------------------------------------------------------------------------
+def test_gradient_descent_recovers_linear_regression(db):
+    db.execute("CREATE TEMP TABLE lin AS SELECT x1, x2, 3*x1 - 2*x2 + 0.5 + 0.01*(random() - 0.5) AS y FROM "
+               "(SELECT random() AS x1, random() AS x2 FROM generate_series(1, 2000)) AS s")
+    x1, x2, y = np.array(db.execute('SELECT x1, x2, y FROM lin').fetchall()).T
+    expected = np.linalg.lstsq(np.c_[x1, x2, np.ones_like(x1)], y, rcond=None)[0]
+    for mode in ('forward', 'reverse'):
+        weights, loss, iterations = db.execute(
+            "SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x1 + w.b*d.x2 + w.c - d.y)^2', 'lin', "
+            "'{\"a\": 0, \"b\": 0, \"c\": 0}', learning_rate => 0.5, iterations => 5000, mode => %s)",
+            (mode,)).fetchone()
+        assert iterations == 5000
+        assert [weights[k] for k in 'abc'] == pytest.approx(expected, abs=1e-6)
+
+
+def test_gradient_descent_recovers_logistic_regression(db):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 2))
+    p = 1 / (1 + np.exp(-(1.5 * x[:, 0] - 2 * x[:, 1] + 0.3)))
+    y = (rng.random(3000) < p).astype(float)
+    db.execute('CREATE TEMP TABLE logit (x1 float8, x2 float8, y float8)')
+    with db.cursor().copy('COPY logit FROM STDIN') as copy:
+        for row in zip(x[:, 0], x[:, 1], y):
+            copy.write_row(row)
+    # the maximum-likelihood fit, by Newton's method in numpy
+    X, beta = np.c_[x, np.ones(len(x))], np.zeros(3)
+    for _ in range(30):
+        mu = 1 / (1 + np.exp(-X @ beta))
+        beta += np.linalg.solve(X.T @ (X * (mu * (1 - mu))[:, None]), X.T @ (y - mu))
+    weights, loss, _ = db.execute(
+        "SELECT * FROM pgad.gradient_descent('λ(d, w) softplus(w.a*d.x1 + w.b*d.x2 + w.c) - d.y*(w.a*d.x1 + "
+        "w.b*d.x2 + w.c)', 'logit', '{\"a\": 0, \"b\": 0, \"c\": 0}', learning_rate => 2, iterations => 3000)"
+    ).fetchone()
+    assert [weights[k] for k in 'abc'] == pytest.approx(beta, abs=1e-4)
+
+
+def test_zero_iterations_return_the_starting_weights_and_their_loss(db):
+    weights, loss, iterations = db.execute('SELECT * FROM pgad.gradient_descent(%s, %s, %s, iterations => 0)',
+                                           (LINEAR, 'points', json.dumps(WEIGHTS))).fetchone()
+    assert weights == WEIGHTS and iterations == 0
+    assert loss == scalar(db, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, 'points', json.dumps(WEIGHTS)))
+
+
+# --- the data argument -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize('data', ['points', 'public.points', 'SELECT x, y FROM points', 'select * from points',
+                                  'TABLE points', 'WITH p AS (SELECT * FROM points) SELECT x, y FROM p',
+                                  '(SELECT x, y FROM points)'])
+def test_data_is_a_query_or_a_table(db, data):
+    assert scalar(db, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, data, json.dumps(WEIGHTS))) == \
+        pytest.approx(scalar(db, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, 'points', json.dumps(WEIGHTS))), rel=1e-15)
+
+
+def test_values_and_views(db):
+    assert scalar(db, "SELECT pgad.loss('λ(d, w) (d.column1 - w.a)^2', 'VALUES (1), (3)', '{\"a\": 0}')") == 5
+    assert scalar(db, "SELECT pgad.loss(%s, 'points_view', %s)", (LINEAR, json.dumps(WEIGHTS))) == pytest.approx(
+        float(scalar(db, "SELECT avg((0.7*x - 0.3 - y)^2) FROM points WHERE x > 1")), rel=1e-12)
+
+
+def test_every_numeric_type_is_read_as_float8(db):
+    got = scalar(db, "SELECT pgad.loss('λ(d, w) d.i + d.s + d.b + d.r + d.n + d.f + d.\"Upper\"', 'mixed', '{}')")
+    expected = scalar(db, 'SELECT avg(i::float8 + s::float8 + b::float8 + r::float8 + n::float8 + f + "Upper") '
+                          'FROM mixed')
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_rows_with_null_are_skipped_with_a_notice(db):
+    notices = []
+    db.add_notice_handler(lambda d: notices.append(d.message_primary))
+    got = scalar(db, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, 'with_nulls', json.dumps(WEIGHTS)))
+    expected = scalar(db, 'SELECT avg((0.7*x - 0.3 - y)^2) FROM with_nulls')  # avg skips NULL too
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert notices == ['skipped 5 of 201 rows with NULL in "x", "y"']
+
+
+def test_tiny_chunks_give_the_same_answer(db):
+    args = (LINEAR, 'SELECT x, y FROM with_nulls', json.dumps(WEIGHTS))
+    whole = scalar(db, 'SELECT pgad.gradient(%s, %s, %s)', args)
+    db.execute("SET pgad.load_chunk_rows = 7")
+    try:
+        chunked = scalar(db, 'SELECT pgad.gradient(%s, %s, %s)', args)
+        plan = scalar(db, "SELECT count(*) FROM pg_stat_activity")  # the session still works
+    finally:
+        db.execute("RESET pgad.load_chunk_rows")
+    assert plan >= 1
+    assert chunked == pytest.approx(whole, rel=1e-12)
+
+
+def test_a_lambda_that_reads_no_column_averages_over_the_rows(db):
+    assert scalar(db, "SELECT pgad.loss('λ(d, w) (w.a - 3)^2', 'points', '{\"a\": 1}')") == 4
+    assert scalar(db, "SELECT pgad.gradient('λ(d, w) (w.a - 3)^2', 'points', '{\"a\": 1}')") == {'a': -4}
+
+
+# --- bad input: a clear ERROR, and nothing changed -------------------------------------------------------------
+BAD = [
+    # (sql arguments: loss, data, weights, extra named args), sqlstate, words the message must hold
+    (("λ(d, w) (w.a*d.x +", 'points', '{"a": 0}', ''), '42601', 'syntax error at end of input'),
+    (("λ(d, w) w.a * * d.x", 'points', '{"a": 0}', ''), '42601', 'syntax error at or near "*"'),
+    (("(w.a*d.x)^2", 'points', '{"a": 0}', ''), '42601', 'must start with λ(d, w)'),
+    (("λ(d, w) foo(d.x)", 'points', '{"a": 0}', ''), '42883', 'function foo(double precision) does not exist'),
+    (("λ(d, w) w.a*d.z", 'points', '{"a": 0}', ''), '42703', 'column "z" does not exist in the data'),
+    (("λ(d, w) w.a*d.t", 'mixed', '{"a": 0}', ''), '42804', 'column "t" is of type text'),
+    (("λ(d, w) w.c*d.x", 'points', '{"a": 0}', ''), '22023', 'weight "c" is not in the weights'),
+    ((LINEAR, 'points', '[1, 2]', ''), '22023', 'weights must be a JSON object of numbers'),
+    ((LINEAR, 'points', '{"a": "1", "b": 0}', ''), '22023', 'weight "a" must be a number'),
+    ((LINEAR, 'points', '{"a": null, "b": 0}', ''), '22023', 'weight "a" must be a number'),
+    ((LINEAR, 'SELECT x, y FROM points WHERE false', '{"a": 0, "b": 0}', ''), '22000', 'the data has no rows'),
+    ((LINEAR, 'no_such_table', '{"a": 0, "b": 0}', ''), '42P01', 'relation "no_such_table" does not exist'),
+    ((LINEAR, 'points', '{"a": 0, "b": 0}', ', learning_rate => 0'), '22023', 'learning_rate must be a positive'),
+    ((LINEAR, 'points', '{"a": 0, "b": 0}', ', learning_rate => -1'), '22023', 'learning_rate must be a positive'),
+    ((LINEAR, 'points', '{"a": 0, "b": 0}', ', iterations => -1'), '22023', 'iterations must be 0 or more'),
+    ((LINEAR, 'points', '{"a": 0, "b": 0}', ", mode => 'sideways'"), '22023', 'unknown mode "sideways"'),
+    ((LINEAR, 'points', '{"a": 0, "b": 0}', ", backend => 'abacus'"), '22023', 'unknown backend "abacus"'),
+    ((LINEAR, 'points', '{"a": 0, "b": 0}', ', learning_rate => 10'), '22003', 'training diverged at iteration'),
+    (("λ(d, w) ln(d.x - w.a)", 'points', '{"a": 0}', ''), '22003', 'at the starting weights'),
+]
+
+
+@pytest.mark.parametrize('args, sqlstate, words', BAD, ids=[words for _, _, words in BAD])
+def test_bad_input_is_a_clear_error_and_changes_nothing(db, args, sqlstate, words):
+    loss, data, weights, extra = args
+    before = scalar(db, 'SELECT count(*) FROM points')
+    diag = error_of(db, f'SELECT * FROM pgad.gradient_descent(%s, %s, %s{extra})', (loss, data, weights))
+    assert diag.sqlstate == sqlstate
+    assert words in diag.message_primary
+    assert not diag.message_primary.startswith(('plpy', 'spiexceptions'))
+    assert scalar(db, 'SELECT count(*) FROM points') == before
+
+
+def test_errors_carry_detail_and_hint(db):
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.z', 'points', '{\"a\": 0}')")
+    assert diag.message_detail == 'The data has columns: "x", "y".'
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.x +', 'points', '{\"a\": 0}')")
+    assert diag.message_detail == 'λ(d, w) w.a*d.x +\n                 ^'
+    diag = error_of(db, "SELECT pgad.gradient_descent(%s, 'points', '{\"a\": 0, \"b\": 0}', 10)", (LINEAR,))
+    assert diag.message_hint == 'Try a smaller learning_rate than 10.'
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.upper', 'mixed', '{\"a\": 0}')")
+    assert 'd."Name"' in diag.message_hint
+
+
+def test_null_arguments_give_null(db):
+    assert scalar(db, "SELECT pgad.loss(NULL, 'points', '{}')") is None
+    assert db.execute("SELECT * FROM pgad.gradient_descent(%s, 'points', NULL)", (LINEAR,)).fetchone() == \
+        (None, None, None)
+
+
+# --- injection: the lambda, column names and weight keys never become code --------------------------------------
+def test_injection_through_the_lambda_column_names_and_weight_keys_changes_nothing(db):
+    db.execute('CREATE TABLE victim AS SELECT 1 AS x, 2 AS y')
+    evil = 'x"); DROP TABLE victim; --'
+    db.execute(f'CREATE TABLE evil_columns ("{evil.replace(chr(34), chr(34) * 2)}" float8, y float8)')
+    db.execute('INSERT INTO evil_columns VALUES (1, 2), (3, 4)')
+    quoted = evil.replace('"', '""')
+    # a column whose name is SQL: read exactly as a name
+    assert scalar(db, f"""SELECT pgad.loss('λ(d, w) d."{quoted}" * w.a', 'evil_columns', '{{"a": 1}}')""") == 2
+    # SQL in the lambda: a syntax error or an unknown column, never run
+    for loss in ['λ(d, w) d.x); DROP TABLE victim; --', "λ(d, w) d.\"x; DROP TABLE victim\"",
+                 "λ(d, w) __import__('os').system('touch /tmp/pgad-pwned')"]:
+        error_of(db, 'SELECT pgad.loss(%s, %s, %s)', (loss, 'victim', '{}'))
+    # weight keys that look like SQL or Python are only keys
+    key = "a'); DROP TABLE victim; --"
+    got = scalar(db, 'SELECT pgad.gradient(%s, %s, %s)', (f'λ(d, w) w."{key}" * d.x', 'victim', json.dumps({key: 1})))
+    assert got == {key: 1}
+    # a data argument holding a second statement: refused whole
+    error_of(db, 'SELECT pgad.loss(%s, %s, %s)', ('λ(d, w) d.x', 'SELECT x FROM victim) AS v; DROP TABLE victim; '
+                                                  'SELECT * FROM (SELECT 1 AS x', '{}'))
+    error_of(db, 'SELECT pgad.loss(%s, %s, %s)', ('λ(d, w) d.x', 'WITH v AS (DELETE FROM victim RETURNING x) '
+                                                  'SELECT x FROM v', '{}'))
+    assert db.execute('SELECT x, y FROM victim').fetchall() == [(1, 2)]
+
+
+def test_data_runs_with_the_callers_privileges(db, cluster, dbname):
+    db.execute("DROP ROLE IF EXISTS pgad_reader")
+    db.execute("CREATE ROLE pgad_reader LOGIN")
+    db.execute("CREATE TABLE secret AS SELECT 1::float8 AS x")
+    db.execute("GRANT SELECT ON points TO pgad_reader")
+    with psycopg.connect(cluster.conninfo(dbname, user='pgad_reader'), autocommit=True) as reader:
+        assert scalar(reader, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, 'points', json.dumps(WEIGHTS))) > 0
+        diag = error_of(reader, "SELECT pgad.loss('λ(d, w) d.x', 'secret', '{}')")
+        assert diag.sqlstate == '42501'
+
+
+# --- long work is cancellable -----------------------------------------------------------------------------------
+@pytest.fixture(scope='module')
+def big(cluster, dbname):
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute("CREATE TABLE big AS SELECT random() AS x, random() AS y FROM generate_series(1, 300000)")
+    return 'big'
+
+
+def test_statement_timeout_stops_training_within_a_second(db, big):
+    db.execute("SET statement_timeout = '1s'")
+    started = time.monotonic()
+    diag = error_of(db, "SELECT pgad.gradient_descent(%s, 'big', '{\"a\": 0, \"b\": 0}', 0.01, 1000000)",
+                    (LINEAR,))
+    elapsed = time.monotonic() - started
+    assert diag.sqlstate == '57014'
+    assert elapsed < 2.5  # the 1 s timeout, plus at most one iteration and the load
+
+
+def test_pg_cancel_backend_stops_training(db, cluster, dbname, big):
+    pid = scalar(db, 'SELECT pg_backend_pid()')
+
+    def cancel():
+        time.sleep(1.0)
+        with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as other:
+            other.execute('SELECT pg_cancel_backend(%s)', (pid,))
+    threading.Thread(target=cancel).start()
+    started = time.monotonic()
+    diag = error_of(db, "SELECT pgad.gradient_descent(%s, 'big', '{\"a\": 0, \"b\": 0}', 0.01, 1000000)",
+                    (LINEAR,))
+    assert diag.sqlstate == '57014' and time.monotonic() - started < 2.5
