@@ -3,12 +3,12 @@
 The data argument is a query (SELECT, VALUES, WITH, TABLE) or the name of a table or view; it runs with the
 caller's privileges and snapshot. One aggregate query turns the rows into bytes,
     string_agg(float8send(x::float8) || float8send(y::float8), ''::bytea)
-and np.frombuffer reads them as big-endian float8, row after row. Where the planner expects more rows than
-half a chunk (pgad.load_chunk_rows, a setting; unless set, the rows that make 256 MB), the rows are numbered and
-aggregated a chunk at a time, so that no single value nears PostgreSQL's 1 GB limit.
+and np.frombuffer reads them as big-endian float8, row after row. That one aggregate is the fast path (a row
+costs about three times what a plain scan does); when its result would pass PostgreSQL's 1 GB limit on a value,
+the rows are numbered and aggregated a chunk at a time instead, each chunk 256 MB, or pgad.load_chunk_rows rows
+when that setting is set (tests set it to force tiny chunks).
 Rows with NULL in a column the lambda reads are skipped, and a NOTICE says how many.
 """
-import json
 import re
 from dataclasses import dataclass
 
@@ -22,6 +22,8 @@ NUMERIC_TYPES = {21: 'smallint', 23: 'integer', 20: 'bigint', 700: 'real', 701: 
                  1700: 'numeric'}
 QUERY_START = re.compile(r'\s*(\(|select\b|values\b|with\b|table\b)', re.IGNORECASE)
 CHUNK_BYTES = 256 << 20
+TOO_LONG = '54000'  # program_limit_exceeded: a bytea past 1 GB
+AGGREGATE = "SELECT string_agg(b, ''::bytea) AS bytes, count(b) AS rows, count(*) AS total FROM ({}) AS pgad_rows"
 
 
 @dataclass
@@ -39,22 +41,22 @@ def load(data, columns):
         rows = server.query(f'SELECT count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
     row_bytes = ' || '.join(f'float8send(pgad_data.{quote_ident(c)}::float8)' for c in columns)
-    chunk = chunk_rows(len(columns))
-    source = f'SELECT {row_bytes} AS b FROM ({query}\n) AS pgad_data'
-    if estimated_rows(query) > chunk // 2:  # group the rows into chunks, each one bytea well under 1 GB
-        source = (f'SELECT b, (row_number() OVER () - 1) / {chunk} AS chunk FROM ('
-                  f'SELECT {row_bytes} AS b FROM ({query}\n) AS pgad_data) AS pgad_rows')
-    group = ' GROUP BY chunk' if 'AS chunk' in source else ''
-    parts, rows, total = [], 0, 0
-    for part in server.cursor(f"SELECT string_agg(b, ''::bytea) AS bytes, count(b) AS rows, count(*) AS total "
-                              f"FROM ({source}) AS pgad_rows{group}"):
+    rows_sql = f'SELECT {row_bytes} AS b FROM ({query}\n) AS pgad_data'
+    chunk = chunk_rows()
+    parts = None if chunk else server.rows_unless(AGGREGATE.format(rows_sql), TOO_LONG)
+    if parts is None:  # a chunk at a time, each one bytea well under 1 GB
+        chunk = chunk or CHUNK_BYTES // (8 * len(columns))
+        parts = server.cursor(AGGREGATE.format(f'SELECT b, (row_number() OVER () - 1) / {chunk} AS chunk '
+                                               f'FROM ({rows_sql}) AS pgad_rows') + ' GROUP BY chunk')
+    arrays, rows, total = [], 0, 0
+    for part in parts:
         rows, total = rows + part['rows'], total + part['total']
         if part['bytes'] is not None:
-            parts.append(np.frombuffer(part['bytes'], dtype='>f8'))
+            arrays.append(np.frombuffer(part['bytes'], dtype='>f8'))
     if total > rows:
         server.notice(f'skipped {total - rows} of {total} rows with NULL in ' +
                       ', '.join(quote_ident(c) for c in columns))
-    flat = np.concatenate(parts) if parts else np.empty(0, dtype='>f8')
+    flat = np.concatenate(arrays) if arrays else np.empty(0, dtype='>f8')
     matrix = flat.reshape(rows, len(columns))
     return Table([np.ascontiguousarray(matrix[:, k], dtype=np.float64) for k in range(len(columns))], rows,
                  total - rows)
@@ -88,19 +90,15 @@ def check_columns(query, columns):
                                  f'{quote_ident(name)} …, or use a numeric column (smallint to float8, numeric).')
 
 
-def chunk_rows(width):
-    """Rows per chunk: pgad.load_chunk_rows if set, else as many as make 256 MB of float8s."""
+def chunk_rows():
+    """pgad.load_chunk_rows, if set: load the data that many rows at a time."""
     setting = server.query("SELECT current_setting('pgad.load_chunk_rows', true) AS rows")[0]['rows']
+    if not setting:
+        return None
     try:
-        value = int(setting) if setting else CHUNK_BYTES // (8 * width)
+        value = int(setting)
     except ValueError:
         raise PgadError('22023', f'pgad.load_chunk_rows must be a whole number, not "{setting}"') from None
     if value < 1:
         raise PgadError('22023', f'pgad.load_chunk_rows must be 1 or more, not {value}')
     return value
-
-
-def estimated_rows(query):
-    """The planner's estimate of the data's rows: planning only, nothing runs."""
-    plan = server.query(f'EXPLAIN (FORMAT JSON) SELECT 1 FROM ({query}\n) AS pgad_data')[0]['QUERY PLAN']
-    return json.loads(plan)[0]['Plan']['Plan Rows']

@@ -43,6 +43,18 @@ def cursor(sql, batch=1):
         yield from part
 
 
+def rows_unless(sql, sqlstate):
+    """The rows of sql, or None if it fails with sqlstate (in a subtransaction, so the failure leaves no trace)."""
+    p = plpy()
+    try:
+        with p.subtransaction():
+            return list(cursor(sql))
+    except p.SPIError as e:
+        if e.sqlstate == sqlstate:
+            return None
+        raise
+
+
 def describe(sql):
     """(column names, column type oids) of a single SELECT, which runs with LIMIT 0: no rows are read."""
     p = plpy()

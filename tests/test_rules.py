@@ -1,0 +1,508 @@
+"""The derivative rules, in process (no database): every primitive of the lambda language, forward and reverse mode,
+against central finite differences and against autograd; the conventions at non-differentiable points; the parser's
+PostgreSQL semantics; one node per shared subexpression; and the errors (with their SQLSTATEs) that bad lambdas raise.
+
+Adding a function to the lambda language means adding a row to CASES (test_cases_cover_every_primitive checks).
+Everything is float64 with data from np.random.default_rng(0); the tolerances sit next to the assertions.
+"""
+import re
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+import pgad  # noqa: F401  (binds pgad.lang)
+from pgad import backends, program
+from pgad.errors import PgadError
+from pgad.lang import parse, parser, printer, rules
+
+MODES = ('forward', 'reverse')
+WEIGHTS = ('a', 'b')
+W = np.array([0.5, 0.05])  # the weights every case is evaluated at
+
+# The data: x in [0.2, 0.9] (positive, for ln, sqrt and friends), y in ±[0.3, 1.5] (both signs, away from 0),
+# t a 0/1 label. At W, u = w.a*d.y + w.b lies in ±[0.15, 0.8]: both signs, away from 0 (abs, sign, relu, CASE
+# conditions) and inside (-1, 1) (asin, acos). The ties of greatest/least in CASES are at least 0.01 apart.
+N = 40
+_rng = np.random.default_rng(0)
+DATA = {
+    'x': _rng.uniform(0.2, 0.9, N),
+    'y': _rng.choice([-1.0, 1.0], N) * _rng.uniform(0.3, 1.5, N),
+    't': (_rng.uniform(size=N) < 0.5).astype(np.float64),
+}
+
+
+def u(d, w):
+    """w.a*d.y + w.b, the argument most unary cases use."""
+    return w[0] * d['y'] + w[1]
+
+
+def v(d, w):
+    """w.a*d.x + w.b: positive, in [0.15, 0.5] at W."""
+    return w[0] * d['x'] + w[1]
+
+
+def case(name, text, fn):
+    return pytest.param(text, fn, id=name)
+
+
+U = 'w.a*d.y + w.b'
+V = 'w.a*d.x + w.b'
+
+# (lambda text, the same loss per row in autograd.numpy as fn(d, w)); d maps column names to arrays, w = [a, b]
+CASES = [
+    # arithmetic
+    case('add', 'λ(d, w) (w.a + d.x) * (w.b + d.y) + w.a', lambda d, w: (w[0] + d['x']) * (w[1] + d['y']) + w[0]),
+    case('sub', 'λ(d, w) (w.a - d.x) * (d.y - w.b) - w.b', lambda d, w: (w[0] - d['x']) * (d['y'] - w[1]) - w[1]),
+    case('mul', 'λ(d, w) w.a*w.b*d.x*d.y + w.a*w.a*d.x', lambda d, w: w[0] * w[1] * d['x'] * d['y'] + w[0] * w[0] * d['x']),
+    case('div', 'λ(d, w) (w.a + d.y) / (w.b + d.x) + 1/w.a', lambda d, w: (w[0] + d['y']) / (w[1] + d['x']) + 1 / w[0]),
+    case('neg', 'λ(d, w) exp(-w.a*d.x) - w.b*-d.y + -(w.a*d.y)^2',
+         lambda d, w: anp.exp(-w[0] * d['x']) - w[1] * -d['y'] + (-(w[0] * d['y'])) ** 2),
+    case('pow', f'λ(d, w) ({V})^(w.b + d.y)', lambda d, w: v(d, w) ** (w[1] + d['y'])),
+    case('pow-data-base', 'λ(d, w) d.x^w.a * w.b^2', lambda d, w: d['x'] ** w[0] * w[1] ** 2),
+    case('pow-negative-base', 'λ(d, w) (w.a*d.y - w.b)^3 + w.a^-1',
+         lambda d, w: (w[0] * d['y'] - w[1]) ** 3 + w[0] ** -1.0),
+    case('power', 'λ(d, w) power(w.a + d.x, w.b*d.y + 1)', lambda d, w: (w[0] + d['x']) ** (w[1] * d['y'] + 1)),
+    # exponentials and logarithms
+    case('exp', f'λ(d, w) exp({U})', lambda d, w: anp.exp(u(d, w))),
+    case('ln', f'λ(d, w) ln({V})', lambda d, w: anp.log(v(d, w))),
+    case('log10', f'λ(d, w) log({V})', lambda d, w: anp.log10(v(d, w))),
+    case('log-base', 'λ(d, w) log(w.a + 1, w.b + d.x)', lambda d, w: anp.log(w[1] + d['x']) / anp.log(w[0] + 1)),
+    case('log-base-2', f'λ(d, w) log(2, {V})', lambda d, w: anp.log(v(d, w)) / np.log(2)),
+    case('sqrt', f'λ(d, w) sqrt({V})', lambda d, w: anp.sqrt(v(d, w))),
+    case('cbrt', f'λ(d, w) cbrt({U})', lambda d, w: anp.sign(u(d, w)) * anp.abs(u(d, w)) ** (1 / 3)),
+    # sign and magnitude
+    case('abs', f'λ(d, w) abs({U})', lambda d, w: anp.abs(u(d, w))),
+    case('sign', f'λ(d, w) sign({U})*w.a*d.x + w.b', lambda d, w: anp.sign(u(d, w)) * w[0] * d['x'] + w[1]),
+    case('greatest', 'λ(d, w) greatest(w.a*d.y, w.b - d.x)', lambda d, w: anp.maximum(w[0] * d['y'], w[1] - d['x'])),
+    case('greatest-3', 'λ(d, w) greatest(w.a*d.y, w.b - d.x, w.a*w.b*d.x)',
+         lambda d, w: anp.maximum(anp.maximum(w[0] * d['y'], w[1] - d['x']), w[0] * w[1] * d['x'])),
+    case('least', 'λ(d, w) least(w.a*d.y, w.b - d.x)', lambda d, w: anp.minimum(w[0] * d['y'], w[1] - d['x'])),
+    case('least-3', 'λ(d, w) least(w.a*d.y, w.b - d.x, w.a*w.b*d.x)',
+         lambda d, w: anp.minimum(anp.minimum(w[0] * d['y'], w[1] - d['x']), w[0] * w[1] * d['x'])),
+    # trigonometric and hyperbolic
+    case('sin', f'λ(d, w) sin({U})', lambda d, w: anp.sin(u(d, w))),
+    case('cos', f'λ(d, w) cos({U})', lambda d, w: anp.cos(u(d, w))),
+    case('tan', f'λ(d, w) tan({U})', lambda d, w: anp.tan(u(d, w))),
+    case('asin', f'λ(d, w) asin({U})', lambda d, w: anp.arcsin(u(d, w))),
+    case('acos', f'λ(d, w) acos({U})', lambda d, w: anp.arccos(u(d, w))),
+    case('atan', f'λ(d, w) atan({U})', lambda d, w: anp.arctan(u(d, w))),
+    case('atan2', 'λ(d, w) atan2(w.a*d.y + w.b, w.b + d.x)', lambda d, w: anp.arctan2(u(d, w), w[1] + d['x'])),
+    case('sinh', f'λ(d, w) sinh({U})', lambda d, w: anp.sinh(u(d, w))),
+    case('cosh', f'λ(d, w) cosh({U})', lambda d, w: anp.cosh(u(d, w))),
+    case('tanh', f'λ(d, w) tanh({U})', lambda d, w: anp.tanh(u(d, w))),
+    # machine learning
+    case('sigmoid', f'λ(d, w) sigmoid(4*({U}))', lambda d, w: 1 / (1 + anp.exp(-4 * u(d, w)))),
+    case('relu', f'λ(d, w) relu({U})*d.x + w.b*relu(d.y)',
+         lambda d, w: anp.maximum(u(d, w), 0.0) * d['x'] + w[1] * np.maximum(d['y'], 0.0)),
+    case('softplus', f'λ(d, w) softplus(3*({U}))', lambda d, w: anp.logaddexp(0.0, 3 * u(d, w))),
+    # conditions
+    case('case', f'λ(d, w) CASE WHEN {U} > 0 THEN sin(w.a*d.x) ELSE w.b*d.y^2 END',
+         lambda d, w: anp.where(u(d, w) > 0, anp.sin(w[0] * d['x']), w[1] * d['y'] ** 2)),
+    case('case-and-or-not',
+         f'λ(d, w) CASE WHEN d.y > 0 AND NOT d.x < 0.5 THEN w.a*exp(w.b*d.x) '
+         f'WHEN {U} <= 0 OR d.t = 1 THEN w.b*d.y^2 + w.a '
+         f'WHEN d.t <> 1 AND (d.x >= 0.3 OR false) AND d.y != 0 THEN cos(w.a + w.b*d.x) '
+         f'ELSE w.a*w.b END',
+         lambda d, w: anp.where((d['y'] > 0) & ~(d['x'] < 0.5), w[0] * anp.exp(w[1] * d['x']),
+                                anp.where((u(d, w) <= 0) | (d['t'] == 1), w[1] * d['y'] ** 2 + w[0],
+                                          anp.where((d['t'] != 1) & (d['x'] >= 0.3) & (d['y'] != 0),
+                                                    anp.cos(w[0] + w[1] * d['x']), w[0] * w[1] + 0 * d['x'])))),
+    # composite losses
+    case('linear-regression', 'λ(d, w) (w.a*d.x + w.b - d.y)^2', lambda d, w: (w[0] * d['x'] + w[1] - d['y']) ** 2),
+    case('logistic', 'λ(d, w) softplus(w.a*d.x + w.b*d.y) - d.t*(w.a*d.x + w.b*d.y)',
+         lambda d, w: anp.logaddexp(0.0, w[0] * d['x'] + w[1] * d['y']) - d['t'] * (w[0] * d['x'] + w[1] * d['y'])),
+    case('shared-subexpressions',
+         f'λ(d, w) sin({V})*exp(sin({V})) + ln(1 + sin({V})^2)*w.b - sqrt(1 + ({V})^2)',
+         lambda d, w: (anp.sin(v(d, w)) * anp.exp(anp.sin(v(d, w))) + anp.log(1 + anp.sin(v(d, w)) ** 2) * w[1]
+                       - anp.sqrt(1 + v(d, w) ** 2))),
+    case('small-network', 'λ(d, w) (tanh(w.a*d.x + w.b)*w.a + sigmoid(w.b*d.y - w.a) - d.t)^2',
+         lambda d, w: (anp.tanh(w[0] * d['x'] + w[1]) * w[0] + 1 / (1 + anp.exp(-(w[1] * d['y'] - w[0]))) - d['t']) ** 2),
+]
+
+# the primitives that have a derivative: everything whose result is a number (the rest are conditions)
+DIFFERENTIABLE = {name for name, p in rules.PRIMITIVES.items() if p.result == 'n'}
+
+
+def sums(text, mode, w=W, data=DATA, weights=WEIGHTS, rows=None):
+    """What the python kernel returns: [Σ loss, Σ ∂loss/∂w_0, ...] over the rows."""
+    prog = program.build(text, tuple(weights), mode)
+    kernel = backends.compile(prog, 'python')
+    columns = [np.asarray(data[c], dtype=np.float64) for c in prog.columns]
+    rows = len(columns[0]) if rows is None else rows
+    return kernel(columns, rows, np.asarray(w, dtype=np.float64))
+
+
+def gradient_and_differences(text, mode, w=W):
+    """(the kernel's gradient of the mean loss, its central finite differences)."""
+    grad = sums(text, mode, w)[1:] / N
+    fd = np.empty(len(w))
+    for k in range(len(w)):
+        h = 1e-6 * max(1.0, abs(w[k]))
+        step = np.zeros(len(w))
+        step[k] = h
+        fd[k] = (sums(text, mode, w + step)[0] - sums(text, mode, w - step)[0]) / (2 * h * N)
+    return grad, fd
+
+
+def autograd_reference(fn, w=W, data=DATA):
+    """(Σ loss, ∇ Σ loss) by autograd."""
+    data = {k: np.asarray(val) for k, val in data.items()}
+    total = lambda weights: anp.sum(fn(data, weights))  # noqa: E731
+    return float(total(w)), autograd.grad(total)(np.array(w, dtype=np.float64))
+
+
+# --- 1. every primitive, both modes ---------------------------------------------------------------------------------
+
+def test_cases_cover_every_primitive():
+    """Every differentiable primitive is a node of some case, and every function of the language is called."""
+    used = set()
+    for param in CASES:
+        lam = parse(param.values[0])
+        used |= {lam.graph.nodes[i].op for i in lam.graph.ancestors([lam.root])}
+    assert DIFFERENTIABLE - used == set()
+    texts = ' '.join(param.values[0] for param in CASES)
+    missing = [fn for fn in parser.FUNCTIONS if not re.search(rf'\b{fn}\(', texts)]
+    assert missing == []
+    assert re.search(r'\blog\([^,()]+,', texts)  # log(b, x)
+
+
+@pytest.mark.parametrize('text, fn', CASES)
+def test_forward_matches_reverse(text, fn):
+    forward, reverse = sums(text, 'forward'), sums(text, 'reverse')
+    assert np.all(np.isfinite(forward)) and np.all(np.isfinite(reverse))
+    # 1e-10 relative to the largest of loss and gradient: the two modes build different (equivalent) expressions
+    np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-10 * np.max(np.abs(reverse)))
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('text, fn', CASES)
+def test_gradient_matches_finite_differences(text, fn, mode):
+    grad, fd = gradient_and_differences(text, mode)
+    # central differences with h = 1e-6: truncation ~h² and rounding ~1e-16·|loss|/h, both far below 1e-8
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('text, fn', CASES)
+def test_matches_autograd(text, fn, mode):
+    result = sums(text, mode)
+    loss, grad = autograd_reference(fn)
+    # 1e-10 relative: the same functions in float64, evaluated in a different order
+    np.testing.assert_allclose(result[0], loss, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(result[1:], grad, rtol=1e-10, atol=1e-10 * max(1.0, np.max(np.abs(grad))))
+
+
+@pytest.fixture
+def fresh_caches():
+    """Empty program and kernel caches around a test that changes the rules, so no stale program survives it."""
+    program.build.cache_clear()
+    backends.compile.cache_clear()
+    yield
+    program.build.cache_clear()
+    backends.compile.cache_clear()
+
+
+WRONG_RULES = [
+    # sin' = sin instead of cos
+    pytest.param('sin', lambda x, out: rules.sin(x), f'λ(d, w) sin({U})', lambda d, w: anp.sin(u(d, w)), id='sin'),
+    # atan2's two partials swapped
+    pytest.param('atan2', lambda y, x, out: (-y / (x ** 2 + y ** 2), x / (x ** 2 + y ** 2)),
+                 'λ(d, w) atan2(w.a*d.y + w.b, w.b + d.x)', lambda d, w: anp.arctan2(u(d, w), w[1] + d['x']),
+                 id='atan2'),
+]
+
+
+@pytest.mark.parametrize('name, wrong, text, fn', WRONG_RULES)
+def test_a_wrong_rule_fails_the_checks(name, wrong, text, fn, monkeypatch, fresh_caches):
+    """The checks above can fail: with a wrong partial in the table, finite differences and autograd disagree."""
+    with monkeypatch.context() as patch:
+        patch.setitem(rules.PRIMITIVES, name, rules.PRIMITIVES[name]._replace(partials=wrong))
+        for mode in MODES:
+            grad, fd = gradient_and_differences(text, mode)
+            assert not np.allclose(grad, fd, rtol=1e-6, atol=1e-8), mode
+            assert not np.allclose(sums(text, mode)[1:], autograd_reference(fn)[1], rtol=1e-10), mode
+    program.build.cache_clear()
+    backends.compile.cache_clear()
+    for mode in MODES:  # the rule restored, the same checks pass again
+        grad, fd = gradient_and_differences(text, mode)
+        np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+# --- 2. conventions at non-differentiable points -----------------------------------------------------------------
+
+@pytest.mark.parametrize('mode', MODES)
+def test_abs_at_zero(mode):
+    # rows: a - x = 0, 0, -0.7; and |b| at b = 0
+    result = sums('λ(d, w) abs(w.a - d.x) + abs(w.b)', mode, w=[0.3, 0.0], data={'x': [0.3, 0.3, 1.0]})
+    np.testing.assert_array_equal(result[1:], [-1.0, 0.0])  # exact: abs'(0) = sign(0) = 0
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('w', [[0.5, 0.25], [0.0, 0.0], [-1.0, 3.0]])
+def test_sign_has_zero_derivative(mode, w):
+    result = sums('λ(d, w) sign(w.a*d.x - w.b) + sign(w.b)', mode, w=w, data={'x': [0.5, 1.0, -2.0]})
+    np.testing.assert_array_equal(result[1:], [0.0, 0.0])
+
+
+@pytest.mark.parametrize('mode', MODES)
+def test_relu_at_zero(mode):
+    # rows: a - x = 0 (→ 0), 0.2 (→ 1), -0.2 (→ 0); relu(b) at b = 0 (→ 0)
+    result = sums('λ(d, w) relu(w.a - d.x) + relu(w.b)', mode, w=[0.3, 0.0], data={'x': [0.3, 0.1, 0.5]})
+    np.testing.assert_array_equal(result[1:], [1.0, 0.0])
+
+
+TIES = [  # (body, weights a, b, c, gradient): the first argument that attains the extreme takes it all
+    ('greatest(w.a, w.b)', [2, 2, 2], [1, 0, 0]),
+    ('greatest(w.b, w.a)', [2, 2, 2], [0, 1, 0]),
+    ('least(w.a, w.b)', [2, 2, 2], [1, 0, 0]),
+    ('least(w.b, w.a)', [2, 2, 2], [0, 1, 0]),
+    ('greatest(w.a, w.b, w.c)', [2, 2, 2], [1, 0, 0]),
+    ('greatest(w.c, w.b, w.a)', [2, 2, 2], [0, 0, 1]),
+    ('greatest(w.a, w.b, w.c)', [1, 2, 2], [0, 1, 0]),
+    ('least(w.a, w.b, w.c)', [3, 2, 2], [0, 1, 0]),
+    ('least(w.a, w.b, w.c)', [2, 2, 2], [1, 0, 0]),
+    ('greatest(w.a*w.a, w.b*2)', [2, 2, 0], [4, 0, 0]),
+    ('least(2*w.b, w.a*w.a)', [2, 2, 0], [0, 2, 0]),
+]
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('body, w, expected', TIES)
+def test_greatest_and_least_at_ties(body, w, expected, mode):
+    result = sums(f'λ(d, w) {body}', mode, w=w, data={}, weights=('a', 'b', 'c'), rows=1)
+    np.testing.assert_array_equal(result[1:], expected)
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('op, a, expected', [
+    ('>=', 1.0, [3.0, 1.0]),  # at the boundary, the condition holds: the THEN branch's gradient (b, a)
+    ('>', 1.0, [2.0, 6.0]),   # at the boundary, the condition fails: the ELSE branch's gradient (2, 2b)
+    ('>=', 0.5, [2.0, 6.0]),
+    ('>=', 1.5, [3.0, 1.5]),
+])
+def test_case_differentiates_the_branch_taken(op, a, expected, mode):
+    text = f'λ(d, w) CASE WHEN w.a {op} 1 THEN w.a*w.b ELSE 2*w.a + w.b^2 END'
+    result = sums(text, mode, w=[a, 3.0], data={}, rows=1)
+    np.testing.assert_allclose(result[1:], expected, rtol=1e-15)
+
+
+@pytest.mark.parametrize('mode', MODES)
+def test_case_untaken_branch_outside_the_domain(mode):
+    """Where d.x <= 0, ln(d.x) and ln(w.b*d.x) are -inf or NaN, but that branch is not taken: all stays finite."""
+    x = np.array([-1.0, 0.0, 0.5, 2.0])
+    a, b = 0.7, 0.3
+    text = 'λ(d, w) CASE WHEN d.x > 0 THEN w.a*ln(d.x) + ln(w.b*d.x) ELSE w.a*d.x END'
+    result = sums(text, mode, w=[a, b], data={'x': x})
+    assert np.all(np.isfinite(result))
+    taken = x > 0
+    loss = np.sum(a * np.log(x[taken]) + np.log(b * x[taken])) + np.sum(a * x[~taken])
+    expected = [loss, np.sum(np.log(x[taken])) + np.sum(x[~taken]), np.sum(taken) / b]
+    np.testing.assert_allclose(result, expected, rtol=1e-12)
+
+
+NESTED_UNTAKEN = [  # an untaken branch two functions deep, with a row where the inner partial is infinite (d.x = 0)
+    'λ(d, w) CASE WHEN d.x > 0 THEN ln(w.a*d.x)^2 ELSE w.b END',
+    'λ(d, w) CASE WHEN d.x > 0 THEN sqrt(sqrt(w.a*d.x)) ELSE w.b END',
+]
+REVERSE_NAN = pytest.mark.xfail(strict=True, reason=(
+    'pgad bug: reverse mode multiplies the masked adjoint CASE WHEN c THEN ... ELSE 0 END by the partials of the '
+    'untaken branch below it (e.g. d.x*(1/(w.a*d.x)*CASE WHEN d.x > 0 THEN 2*ln(w.a*d.x) ELSE 0 END)); where such a '
+    'partial is infinite (1/0) the product is inf*0 = NaN, so the gradient is NaN although the branch is not taken. '
+    'Forward mode masks at the CASE node and is finite.'))
+
+
+@pytest.mark.parametrize('mode', ['forward', pytest.param('reverse', marks=REVERSE_NAN)])
+@pytest.mark.parametrize('text', NESTED_UNTAKEN)
+def test_case_untaken_nested_branch_outside_the_domain(text, mode):
+    x = np.array([-1.0, 0.0, 0.5, 2.0])
+    result = sums(text, mode, w=[0.7, 0.3], data={'x': x})
+    assert np.all(np.isfinite(result)), result
+    # only the rows where d.x > 0 contribute to ∂/∂a; the other two give ∂/∂b = 1 each
+    taken = x[x > 0]
+    if 'ln' in text:
+        da = np.sum(2 * np.log(0.7 * taken) / 0.7)
+    else:
+        da = np.sum(0.25 * (0.7 * taken) ** -0.75 * taken)
+    np.testing.assert_allclose(result[1:], [da, 2.0], rtol=1e-12)
+
+
+# --- 3. parser semantics ------------------------------------------------------------------------------------------
+
+def value(text, data=None, w=None):
+    """The loss of a lambda over one row (or its columns' rows), without a gradient."""
+    lam = parse(text)
+    prog = program.build(text, tuple(lam.weights), 'reverse', gradient=False)
+    kernel = backends.compile(prog, 'python')
+    data = data or {}
+    columns = [np.asarray(data[c], dtype=np.float64) for c in prog.columns]
+    weights = np.asarray([(w or {})[name] for name in prog.weights], dtype=np.float64)
+    return kernel(columns, 1, weights)[0]
+
+
+@pytest.mark.parametrize('body, expected', [
+    ('-2^2', 4.0),          # unary minus binds tighter than ^, as in PostgreSQL
+    ('2^3^2', 64.0),        # ^ is left-associative
+    ('1/2', 0.5),           # numeric literals are float8
+    ('2 + 3 * 4 ^ 2', 50.0),
+    ('(2 + 3) * 4', 20.0),
+    ('10 - 4 - 3', 3.0),    # - is left-associative
+    ('2 / 4 / 2', 0.25),
+    ('2 * -3', -6.0),
+    ('- - 3', 3.0),
+    ('.5 + 2. + 1e1 + 25E-1', 15.0),
+    ('log(100)', 2.0),       # log(x) is base 10, as in PostgreSQL
+    ('log(2, 8)', 3.0),      # log(b, x)
+    ('power(2, 10)', 1024.0),
+    ('greatest(1, 5, 3) + least(4, -2, 7)', 3.0),
+    # OR < AND < NOT < comparisons
+    ('CASE WHEN true OR false AND false THEN 1 ELSE 0 END', 1.0),
+    ('CASE WHEN NOT 1 > 2 AND 2 > 1 THEN 1 ELSE 0 END', 1.0),
+    ('CASE WHEN NOT false OR true THEN 1 ELSE 0 END', 1.0),
+    ('CASE WHEN 1 + 1 = 2 AND 1 <> 2 AND 1 != 2 AND 1 <= 1 AND 2 >= 1 THEN 1 ELSE 0 END', 1.0),
+    ('CASE WHEN false THEN 1 WHEN 1 < 2 THEN 2 ELSE 3 END', 2.0),  # the first WHEN that holds
+    ('1 -- a comment\n + 2', 3.0),
+])
+def test_constant_expressions(body, expected):
+    assert value(f'λ(d, w) {body}') == pytest.approx(expected, rel=1e-15)
+
+
+def test_unary_minus_on_a_weight():
+    assert value('λ(d, w) -w.a^2', w={'a': 3.0}) == 9.0
+    assert value('λ(d, w) -(w.a^2)', w={'a': 3.0}) == -9.0
+
+
+def test_identifiers_fold_to_lower_case():
+    lam = parse('λ(D, W) d.X * W.A + D.x')
+    assert lam.columns == ['x'] and lam.weights == ['a']
+    assert value('λ(D, W) d.X * W.A', {'x': [2.0]}, {'a': 3.0}) == 6.0
+
+
+def test_quoted_identifiers_keep_case():
+    lam = parse('λ(d, w) d."X" - d.x + w."A" * w.a + d."a ""b"""')
+    assert lam.columns == ['X', 'x', 'a "b"'] and lam.weights == ['A', 'a']
+    assert value('λ(d, w) d."X" - d.x', {'X': [5.0], 'x': [2.0]}) == 3.0
+    assert value('λ("D", w) "D".x', {'x': [4.0]}) == 4.0
+    with pytest.raises(PgadError) as caught:
+        parse('λ("D", w) d.x')  # "D" is not d
+    assert caught.value.sqlstate == '42P01'
+
+
+@pytest.mark.parametrize('text', [
+    'λ(d, w) w.a*d.x',
+    'lambda(d, w) w.a*d.x',
+    'LAMBDA (d, w) w.a*d.x',
+    'lambda(row, theta) theta.a*row.x',
+    'λ(données, poids) poids.a*données.x',
+    'λ ( d , w )  w . a * d . x',
+])
+def test_lambda_heads_and_parameter_names(text):
+    lam = parse(text)
+    assert lam.columns == ['x'] and lam.weights == ['a']
+    assert value(text, {'x': [3.0]}, {'a': 2.0}) == 6.0
+
+
+@pytest.mark.parametrize('text, fn', CASES)
+def test_printer_round_trip(text, fn):
+    """to_lambda's text of the loss and of each derivative parses back to the same values."""
+    lam = parse(text)
+    for mode in MODES:
+        prog = program.build(text, WEIGHTS, mode)
+        expected = sums(text, mode)
+        for k, node in enumerate(prog.outputs):
+            printed = 'λ(d, w) ' + printer.to_lambda(prog.lam, node)
+            again = program.build(printed, WEIGHTS, mode, gradient=False)
+            kernel = backends.compile(again, 'python')
+            got = kernel([DATA[c] for c in again.columns], N, W)[0]
+            np.testing.assert_allclose(got, expected[k], rtol=1e-12, atol=1e-12, err_msg=printed)
+    assert lam.columns  # every case reads the data
+
+
+# --- 4. shared subexpressions -------------------------------------------------------------------------------------
+
+def test_shared_subexpression_is_one_node():
+    lam = parse('λ(d,w) sin(w.a*d.x) + cos(w.a*d.x)')
+    nodes = [lam.graph.nodes[i] for i in lam.graph.ancestors([lam.root])]
+    muls = [n for n in nodes if n.op == 'mul']
+    assert len(muls) == 1
+    (sin,) = [n for n in nodes if n.op == 'sin']
+    (cos,) = [n for n in nodes if n.op == 'cos']
+    assert sin.args == cos.args
+    assert [n.op for n in lam.graph.nodes].count('mul') == 1  # built once, not built twice and deduplicated later
+
+
+def test_derivative_reuses_the_loss_nodes():
+    """The gradient is built in the loss's graph: cos(w.a*d.x) in ∂/∂a is the cos node of the loss itself."""
+    for mode in MODES:
+        program.build.cache_clear()
+        prog = program.build('λ(d,w) sin(w.a*d.x) + cos(w.a*d.x)', ('a',), mode)
+        graph = prog.graph
+        ops = [(n.op, n.args) for n in graph.nodes]
+        assert len(ops) == len(set(ops))  # no node twice
+        loss_nodes = set(graph.ancestors([prog.outputs[0]]))
+        cos_node = next(i for i in loss_nodes if graph.nodes[i].op == 'cos')
+        assert cos_node in graph.ancestors([prog.outputs[1]])
+    program.build.cache_clear()
+
+
+# --- 5. errors ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('text, sqlstate', [
+    ('λ(d, w) w.a*d.x +', '42601'),                                 # trailing operator
+    ('λ(d, w) w.a * * d.x', '42601'),
+    ('λ(d, w) (w.a*d.x', '42601'),                                  # unclosed parenthesis
+    ('λ(d, w) w.a @ d.x', '42601'),                                 # not a token
+    ('λ(d, w) foo(w.a)', '42883'),                                  # unknown function
+    ('λ(d, w) sin(w.a, d.x)', '42883'),                             # wrong number of arguments
+    ('λ(d, w) atan2(w.a)', '42883'),
+    ('λ(d, w) greatest()', '42883'),
+    ('λ(d, w) ln(2, w.a)', '42883'),
+    ('λ(d, w) x * w.a', '42703'),                                   # bare identifier
+    ('λ(d, w) q.x * w.a', '42P01'),                                 # unknown row name
+    ('λ(d, w) w.a > d.x', '42804'),                                 # boolean body
+    ('λ(d, w) sin(w.a > d.x)', '42804'),
+    ('λ(d, w) CASE WHEN w.a THEN 1 ELSE 0 END', '42804'),           # WHEN needs a boolean
+    ('λ(d, w) CASE WHEN NOT w.a THEN 1 ELSE 0 END', '42804'),
+    ('λ(d, w) CASE WHEN w.a > 0 THEN 1 END', '42601'),              # CASE without ELSE
+    ('λ(d, w) CASE WHEN 1 < 2 < 3 THEN w.a ELSE 0 END', '42601'),   # comparisons do not chain
+    ('λ(d, w) CASE WHEN w.a = d.x = 1 THEN w.a ELSE 0 END', '42601'),
+    ('λ(d, d) d.x', '42P08'),                                       # one name for both parameters
+    ('(d, w) w.a*d.x', '42601'),                                    # no λ
+    ('λ(d, w)', '42601'),                                           # no body
+])
+def test_errors(text, sqlstate):
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    assert caught.value.sqlstate == sqlstate, caught.value.message
+    with pytest.raises(PgadError):  # and the same through program.build
+        program.build(text, WEIGHTS, 'reverse')
+
+
+def test_syntax_error_positions():
+    text = 'λ(d, w) w.a*d.x +'
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    error = caught.value
+    assert error.sqlstate == '42601'
+    assert error.message == 'syntax error at end of input'
+    assert error.position == len(text) + 1  # 1-based: just past the end
+    assert error.detail.endswith('\n' + ' ' * len(text) + '^')
+
+    text = 'λ(d, w) w.a * * d.x'
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    assert caught.value.position == text.index('* d') + 1
+    assert caught.value.message == 'syntax error at or near "*"'
+
+    text = 'λ(d, w) CASE WHEN 1 < 2 < 3 THEN w.a ELSE 0 END'
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    assert caught.value.position == text.index('< 3') + 1
+
+
+def test_function_errors_name_the_function():
+    with pytest.raises(PgadError) as caught:
+        parse('λ(d, w) foo(w.a, d.x > 1)')
+    assert caught.value.message == 'function foo(double precision, boolean) does not exist'
+    assert caught.value.position == len('λ(d, w) ') + 1
