@@ -10,5 +10,8 @@ import sys
 __version__ = '0.1.0'
 
 # The lambda language lives in pgad/lambda/, and `lambda` is a Python keyword: bind it once, here, as pgad.lang.
+# Every stage module is registered under both names, so pgad.lang.rules is the very module pgad.lambda.rules.
 lang = importlib.import_module(__name__ + '.lambda')
-sys.modules[__name__ + '.lang'] = lang
+for _name, _module in list(sys.modules.items()):
+    if _name == __name__ + '.lambda' or _name.startswith(__name__ + '.lambda.'):
+        sys.modules[_name.replace('.lambda', '.lang', 1)] = _module

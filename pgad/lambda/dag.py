@@ -125,17 +125,20 @@ def simplify(graph, op, ids):
         if b.op == 'neg': return simplify(graph, 'neg', (simplify(graph, 'mul', (ids[0], b.args[0])),))
         if a.op == 'const' and b.op == 'mul' and nodes[b.args[0]].op == 'const':  # 2*(3*x) = 6*x
             return simplify(graph, 'mul', (simplify(graph, 'mul', (ids[0], b.args[0])), b.args[1]))
-        for select, other in ((a, ids[1]), (b, ids[0])):  # CASE WHEN c THEN 1 ELSE 0 END * t: a select, not a product
-            if select.op == 'case' and all(nodes[k].op == 'const' for k in select.args[1:]):
-                c, k1, k2 = select.args
-                return simplify(graph, 'case', (c, simplify(graph, 'mul', (k1, other)),
-                                                simplify(graph, 'mul', (k2, other))))
+        for select, other in ((a, ids[1]), (b, ids[0])):  # x * CASE WHEN c THEN y ELSE 0 END: a select of x*y
+            if select.op == 'case' and _masks(nodes, select):
+                c, then, other_branch = select.args
+                return simplify(graph, 'case', (c, simplify(graph, 'mul', (other, then)),
+                                                simplify(graph, 'mul', (other, other_branch))))
     elif op == 'div':
         if is_const(1, 1): return ids[0]
         if is_const(0, 0): return ids[0]
         if nodes[ids[0]].op == 'neg': return simplify(graph, 'neg', (simplify(graph, 'div', (nodes[ids[0]].args[0], ids[1])),))
     elif op == 'neg':
         if nodes[ids[0]].op == 'neg': return nodes[ids[0]].args[0]
+        if nodes[ids[0]].op == 'case' and _masks(nodes, nodes[ids[0]]):
+            c, then, other = nodes[ids[0]].args
+            return simplify(graph, 'case', (c, simplify(graph, 'neg', (then,)), simplify(graph, 'neg', (other,))))
     elif op == 'pow':
         if is_const(1, 1): return ids[0]
         if is_const(1, 0): return graph.const(1).id
@@ -143,6 +146,16 @@ def simplify(graph, op, ids):
         if consts[0] is not None: return ids[1] if consts[0] else ids[2]
         if ids[1] == ids[2]: return ids[1]
     return graph._intern(op, tuple(ids))
+
+
+def _masks(nodes, case_node):
+    """Is this CASE a mask — one branch the constant 0, or both branches constants?
+
+    Products with a mask are rewritten as the mask of the product, so the rows a CASE did not take get an exact 0
+    rather than 0 times whatever the untaken branch's derivative is there (inf·0 = NaN under ln, sqrt, /).
+    """
+    branches = [nodes[k] for k in case_node.args[1:]]
+    return any(n.op == 'const' and n.value == 0 for n in branches) or all(n.op == 'const' for n in branches)
 
 
 class Expr:

@@ -68,6 +68,9 @@ def tokenize(text):
             raise syntax_error(text, pos, text[pos])
         kind = m.lastgroup
         if kind == 'quoted':
+            if m.group() == '""':
+                raise PgadError('42601', 'zero-length delimited identifier in lambda', detail=caret(text, pos),
+                                position=pos + 1)
             tokens.append(Token('ident', m.group(), pos, m.group()[1:-1].replace('""', '"')))
         elif kind == 'name':
             word = m.group()

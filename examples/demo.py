@@ -1,0 +1,69 @@
+"""make demo: train a linear and a logistic regression on 1M rows inside PostgreSQL, in forward and reverse mode.
+
+With PGAD_DSN set (a libpq connection string) it uses that server, where pgad must be installable; otherwise it
+starts a throwaway PostgreSQL cluster of its own (temporary directory, own port) and stops it at the end.
+"""
+import contextlib
+import os
+import time
+
+import psycopg
+
+from pgad.throwaway import Cluster
+
+ROWS = int(os.environ.get('PGAD_DEMO_ROWS', 1_000_000))
+GAUSS = 'sqrt(-2*ln(1 - random()))*cos(2*pi()*random())'  # a standard normal, by Box–Muller
+DATASETS = {
+    'linear regression': (
+        'λ(d, w) (w.a*d.x1 + w.b*d.x2 + w.c - d.y)^2',
+        f"""CREATE TABLE linear AS SELECT x1, x2, 3*x1 - 2*x2 + 0.5 + 0.1*z AS y FROM (
+              SELECT {GAUSS} AS x1, {GAUSS} AS x2, {GAUSS} AS z FROM generate_series(1, {ROWS}) AS i) AS s""",
+        'linear', '{"a": 0, "b": 0, "c": 0}', 0.3, 100, 'y = 3·x1 − 2·x2 + 0.5 + noise'),
+    'logistic regression': (
+        'λ(d, w) softplus(w.a*d.x1 + w.b*d.x2 + w.c) - d.label*(w.a*d.x1 + w.b*d.x2 + w.c)',
+        f"""CREATE TABLE logistic AS SELECT x1, x2,
+              (random() < 1/(1 + exp(-(1.5*x1 - 2*x2 + 0.3))))::int AS label FROM (
+              SELECT {GAUSS} AS x1, {GAUSS} AS x2 FROM generate_series(1, {ROWS}) AS i) AS s""",
+        'logistic', '{"a": 0, "b": 0, "c": 0}', 2.0, 200, 'P(label) = sigmoid(1.5·x1 − 2·x2 + 0.3)'),
+}
+
+
+@contextlib.contextmanager
+def server():
+    if os.environ.get('PGAD_DSN'):
+        yield os.environ['PGAD_DSN']
+        return
+    print('starting a throwaway PostgreSQL cluster …')
+    with Cluster() as pg:
+        yield pg.conninfo()
+    print('stopped the throwaway cluster')
+
+
+def main():
+    with server() as dsn, psycopg.connect(dsn, autocommit=True) as db:
+        db.execute('DROP EXTENSION IF EXISTS pgad CASCADE')
+        db.execute('CREATE EXTENSION pgad CASCADE')
+        version = db.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgad'").fetchone()[0]
+        print(f'pgad {version} on {db.execute("SHOW server_version").fetchone()[0]}\n')
+        for title, (loss, create, table, start, rate, iterations, truth) in DATASETS.items():
+            db.execute(f'DROP TABLE IF EXISTS {table}')
+            started = time.perf_counter()
+            db.execute(create)
+            print(f'{title}: {ROWS:,} rows in table {table} ({truth}), made in {time.perf_counter() - started:.1f} s')
+            print(f'  loss  {loss}')
+            for mode in ('forward', 'reverse'):
+                started = time.perf_counter()
+                weights, value, ran = db.execute(
+                    'SELECT * FROM pgad.gradient_descent(%s, %s, %s, learning_rate => %s, iterations => %s, '
+                    'mode => %s)', (loss, table, start, rate, iterations, mode)).fetchone()
+                took = time.perf_counter() - started
+                fitted = ', '.join(f'{k} = {v:.4f}' for k, v in sorted(weights.items()))
+                print(f'  {mode:7}  {fitted}   loss {value:.6f}   {ran} iterations in {took:.2f} s')
+            print()
+        print('derivatives of the linear loss, as pgad.derivatives shows them:')
+        for weight, derivative in db.execute('SELECT * FROM pgad.derivatives(%s)', (DATASETS['linear regression'][0],)):
+            print(f'  ∂/∂{weight} = {derivative}')
+
+
+if __name__ == '__main__':
+    main()
