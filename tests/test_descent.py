@@ -1,0 +1,62 @@
+"""The descent loop on its own (no server): iterations, interrupt checks, progress reports, divergence."""
+import numpy as np
+import pytest
+
+from pgad import backends, descent, program
+from pgad.errors import PgadError
+from pgad.loader import Table
+
+LINEAR = 'λ(d, w) (w.a*d.x + w.b - d.y)^2'
+
+
+def setup(text=LINEAR):
+    prog = program.build(text, ('a', 'b'), 'reverse')
+    x = np.linspace(0, 1, 101)
+    return backends.compile(prog, 'python'), Table([x, 2 * x + 1], 101, 0)
+
+
+def test_descent_converges_and_checks_for_interrupts_every_iteration():
+    kernel, table = setup()
+    checks = []
+    w, loss, ran = descent.run(kernel, table, [0.0, 0.0], 0.5, 3000, ['a', 'b'], lambda: checks.append(1),
+                               lambda message: None)
+    assert w == pytest.approx([2, 1], abs=1e-8) and loss == pytest.approx(0, abs=1e-15) and ran == 3000
+    assert len(checks) == 3000
+
+
+def test_an_interrupt_stops_the_loop():
+    kernel, table = setup()
+
+    class Cancelled(Exception):
+        pass
+
+    def cancel_at_ten(count=[0]):
+        count[0] += 1
+        if count[0] == 10:
+            raise Cancelled
+    with pytest.raises(Cancelled):
+        descent.run(kernel, table, [0.0, 0.0], 0.5, 10 ** 9, ['a', 'b'], cancel_at_ten, lambda message: None)
+
+
+def test_long_runs_report_progress():
+    kernel, table = setup()
+    messages = []
+    descent.run(kernel, table, [0.0, 0.0], 0.5, 50, ['a', 'b'], lambda: None, messages.append, every=0.0)
+    assert len(messages) == 50 and messages[0].startswith('iteration 1 of 50, loss ')
+
+
+def test_divergence_names_the_iteration_and_hints_at_the_learning_rate():
+    kernel, table = setup()
+    with pytest.raises(PgadError) as caught:
+        descent.run(kernel, table, [0.0, 0.0], 100.0, 1000, ['a', 'b'], lambda: None, lambda message: None)
+    assert caught.value.sqlstate == '22003'
+    assert 'training diverged at iteration' in caught.value.message
+    assert caught.value.hint == 'Try a smaller learning_rate than 100.'
+
+
+def test_nan_at_the_start_is_not_called_divergence():
+    prog = program.build('λ(d, w) ln(d.x - w.a)', ('a',), 'reverse')
+    kernel = backends.compile(prog, 'python')
+    with pytest.raises(PgadError) as caught:
+        descent.run(kernel, Table([np.array([0.0, 1.0])], 2, 0), [0.0], 0.1, 10, ['a'], lambda: None, print)
+    assert caught.value.message == 'the loss is infinite at the starting weights'
