@@ -75,7 +75,11 @@ def as_query(data):
 
 def check_columns(query, columns):
     """Every column the lambda reads must be in the data, once, and numeric."""
-    names, types = server.describe(f'SELECT * FROM ({query}\n) AS pgad_data')
+    try:
+        names, types = server.describe(f'SELECT * FROM ({query}\n) AS pgad_data')
+    except server.SPIError as e:  # the data query's own error, with the query shown
+        raise PgadError(e.sqlstate or '42601', e.args[0] if e.args else str(e), detail=f'The data query: {query}',
+                        hint=getattr(e, 'hint', None)) from None
     for name in columns:
         if name not in names:
             raise PgadError('42703', f'column "{name}" does not exist in the data',

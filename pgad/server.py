@@ -14,6 +14,13 @@ def plpy():
     return plpy
 
 
+def __getattr__(name):
+    """server.SPIError is plpy.SPIError, the error of a query the server ran (PEP 562: looked up when used)."""
+    if name == 'SPIError':
+        return plpy().SPIError
+    raise AttributeError(name)
+
+
 def entry(function):
     """A function the SQL shims call: a PgadError leaves it as a PostgreSQL ERROR, and nothing has changed."""
     @functools.wraps(function)

@@ -55,6 +55,7 @@ PRIMAL = [
      '1/(1 + exp(-(w.a*d.x + w.b))) + greatest(d.x - 1, 0) + ln(1 + exp(d.y - 2))'),
     ('CASE WHEN d.x > 1 AND NOT d.y < 3 OR d.x = 0 THEN w.a*d.x WHEN d.x <> 0.5 THEN d.y ELSE 7 END', None),
     ('1/2 + d.x', '0.5 + d.x'),
+    ('CASE WHEN d.x <= 1 OR d.y >= 2.5 AND d.x != 0.25 THEN d.x ELSE -d.y END', None),
 ]
 
 
@@ -231,6 +232,12 @@ def test_errors_carry_detail_and_hint(db):
     assert diag.message_hint == 'Try a smaller learning_rate than 10.'
     diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.upper', 'mixed', '{\"a\": 0}')")
     assert 'd."Name"' in diag.message_hint
+
+
+def test_errors_in_the_data_query_show_the_query(db):
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) d.x', 'SELECT x FROM points WHERE', '{}')")
+    assert diag.sqlstate == '42601' and diag.message_primary.startswith('syntax error')
+    assert diag.message_detail == 'The data query: SELECT x FROM points WHERE'
 
 
 def test_null_arguments_give_null(db):
