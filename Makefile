@@ -30,7 +30,7 @@ python-env:
 	@test -n "$(PLPYTHON)" || { echo "pgad: no plpython3.so under $$($(PG_CONFIG) --pkglibdir)"; exit 1; }
 	@test -x $(VENV)/bin/python || $(PLPYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check .
-	@mkdir -p $(PGAD_CACHE) && chown postgres: $(PGAD_CACHE) 2>/dev/null || true
+	@install -d -m 700 -o postgres -g postgres $(PGAD_CACHE) 2>/dev/null || mkdir -p $(PGAD_CACHE)
 
 build/%.sql: extension/sql/%.sql
 	@mkdir -p build

@@ -1,0 +1,149 @@
+"""Program → LLVM IR: one kernel that loops over the rows and sums the loss and its gradient.
+
+    void kernel(i64 rows, double *weights, double *sums, double *noalias column0, double *noalias column1, …)
+
+Each iteration of the loop reads one row, evaluates every node of the program once (the loss and, fused in the same
+iteration, all partial derivatives: forward mode's tangents or reverse mode's adjoints, as the DAG holds them), and
+adds each output to an accumulator kept in a register. No tape crosses rows: the rows are a map and the sums a
+reduce. The accumulators' additions may be reassociated, so LLVM can vectorise the loop.
+
+EMIT is the LLVM side of the rules table: one line per primitive.
+"""
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..lang.rules import PRIMITIVES
+
+DOUBLE, BOOL, I64 = ir.DoubleType(), ir.IntType(1), ir.IntType(64)
+REDUCE = ('reassoc', 'nsz')  # the sums over rows may be reordered; nothing else is
+
+
+def _const(value):
+    return ir.Constant(DOUBLE, value)
+
+
+class _Emitter:
+    """An IRBuilder with the math the rules need: intrinsics where LLVM has them, libm where it does not."""
+
+    def __init__(self, builder, module):
+        self.b, self.module = builder, module
+
+    def call(self, name, *args):
+        fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(DOUBLE, [DOUBLE] * len(args)),
+                                                          name)
+        return self.b.call(fn, list(args))
+
+    def select(self, c, a, b):
+        return self.b.select(c, a, b)
+
+    def sigmoid(self, x):  # as numpy does it in python_backend: e = exp(-|x|), no overflow either side
+        e = self.call('llvm.exp.f64', self.b.fneg(self.call('llvm.fabs.f64', x)))
+        one_plus = self.b.fadd(_const(1.0), e)
+        return self.select(self.b.fcmp_ordered('>=', x, _const(0.0)), self.b.fdiv(_const(1.0), one_plus),
+                           self.b.fdiv(e, one_plus))
+
+    def softplus(self, x):  # max(x, 0) + log1p(exp(-|x|))
+        e = self.call('llvm.exp.f64', self.b.fneg(self.call('llvm.fabs.f64', x)))
+        positive = self.select(self.b.fcmp_ordered('>', x, _const(0.0)), x, _const(0.0))
+        return self.b.fadd(positive, self.call('log1p', e))
+
+    def sign(self, x):
+        return self.select(self.b.fcmp_ordered('>', x, _const(0.0)), _const(1.0),
+                           self.select(self.b.fcmp_ordered('<', x, _const(0.0)), _const(-1.0), x))
+
+
+EMIT = {
+    'add': lambda e, x, y: e.b.fadd(x, y),
+    'sub': lambda e, x, y: e.b.fsub(x, y),
+    'mul': lambda e, x, y: e.b.fmul(x, y),
+    'div': lambda e, x, y: e.b.fdiv(x, y),
+    'neg': lambda e, x: e.b.fneg(x),
+    'pow': lambda e, x, y: e.call('llvm.pow.f64', x, y),
+    'exp': lambda e, x: e.call('llvm.exp.f64', x),
+    'ln': lambda e, x: e.call('llvm.log.f64', x),
+    'log10': lambda e, x: e.call('llvm.log10.f64', x),
+    'sqrt': lambda e, x: e.call('llvm.sqrt.f64', x),
+    'cbrt': lambda e, x: e.call('cbrt', x),
+    'abs': lambda e, x: e.call('llvm.fabs.f64', x),
+    'sign': lambda e, x: e.sign(x),
+    'greatest': lambda e, x, y: e.select(e.b.fcmp_unordered('>=', x, y), x, y),
+    'least': lambda e, x, y: e.select(e.b.fcmp_unordered('<=', x, y), x, y),
+    'sin': lambda e, x: e.call('llvm.sin.f64', x),
+    'cos': lambda e, x: e.call('llvm.cos.f64', x),
+    'tan': lambda e, x: e.call('tan', x),
+    'asin': lambda e, x: e.call('asin', x),
+    'acos': lambda e, x: e.call('acos', x),
+    'atan': lambda e, x: e.call('atan', x),
+    'atan2': lambda e, y, x: e.call('atan2', y, x),
+    'sinh': lambda e, x: e.call('sinh', x),
+    'cosh': lambda e, x: e.call('cosh', x),
+    'tanh': lambda e, x: e.call('tanh', x),
+    'sigmoid': lambda e, x: e.sigmoid(x),
+    'relu': lambda e, x: e.select(e.b.fcmp_unordered('>', x, _const(0.0)), x, _const(0.0)),
+    'softplus': lambda e, x: e.softplus(x),
+    'case': lambda e, c, a, b: e.select(c, a, b),
+    'lt': lambda e, x, y: e.b.fcmp_ordered('<', x, y),
+    'le': lambda e, x, y: e.b.fcmp_ordered('<=', x, y),
+    'gt': lambda e, x, y: e.b.fcmp_ordered('>', x, y),
+    'ge': lambda e, x, y: e.b.fcmp_ordered('>=', x, y),
+    'eq': lambda e, x, y: e.b.fcmp_ordered('==', x, y),
+    'ne': lambda e, x, y: e.b.fcmp_unordered('!=', x, y),
+    'and': lambda e, x, y: e.b.and_(x, y),
+    'or': lambda e, x, y: e.b.or_(x, y),
+    'not': lambda e, x: e.b.not_(x),
+}
+assert set(EMIT) == set(PRIMITIVES), set(PRIMITIVES) ^ set(EMIT)
+
+NAME = 'pgad_kernel'
+
+
+def kernel_ir(program):
+    """The LLVM IR module (text) of program's kernel, a function named NAME."""
+    module = ir.Module(name='pgad')
+    module.triple = llvm.get_process_triple()
+    columns = len(program.columns)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, DOUBLE.as_pointer(), DOUBLE.as_pointer()] +
+                                             [DOUBLE.as_pointer()] * columns), NAME)
+    rows, weights_ptr, sums_ptr, *column_ptrs = fn.args
+    for arg in column_ptrs:
+        arg.add_attribute('noalias')  # a column is read only through its own pointer
+    entry, loop, done = fn.append_basic_block('entry'), fn.append_basic_block('row'), fn.append_basic_block('done')
+
+    b = ir.IRBuilder(entry)
+    nodes = program.graph.nodes
+    weight_at = {name: k for k, name in enumerate(program.weights)}
+    column_at = {name: k for k, name in enumerate(program.columns)}
+    weight_values = [b.load(b.gep(weights_ptr, [ir.Constant(I64, k)])) for k in range(len(program.weights))]
+    b.cbranch(b.icmp_signed('>', rows, ir.Constant(I64, 0)), loop, done)
+
+    b.position_at_end(loop)
+    i = b.phi(I64, 'i')
+    sums = [b.phi(DOUBLE, f'sum{k}') for k in range(len(program.outputs))]
+    emitter, values = _Emitter(b, module), {}
+    for n in program.graph.ancestors(program.outputs):
+        node = nodes[n]
+        if node.op == 'const':
+            values[n] = ir.Constant(BOOL, int(node.value)) if isinstance(node.value, bool) else _const(node.value)
+        elif node.op == 'column':
+            values[n] = b.load(b.gep(column_ptrs[column_at[node.value]], [i]))
+        elif node.op == 'weight':
+            values[n] = weight_values[weight_at[node.value]]
+        else:
+            values[n] = EMIT[node.op](emitter, *[values[a] for a in node.args])
+    new_sums = [b.fadd(s, values[o], flags=REDUCE) for s, o in zip(sums, program.outputs)]
+    next_i = b.add(i, ir.Constant(I64, 1))
+    b.cbranch(b.icmp_signed('<', next_i, rows), loop, done)
+    i.add_incoming(ir.Constant(I64, 0), entry)
+    i.add_incoming(next_i, loop)
+    for s, new in zip(sums, new_sums):
+        s.add_incoming(_const(0.0), entry)
+        s.add_incoming(new, loop)
+
+    b.position_at_end(done)
+    totals = [b.phi(DOUBLE, f'total{k}') for k in range(len(new_sums))]
+    for k, (total, new) in enumerate(zip(totals, new_sums)):
+        total.add_incoming(_const(0.0), entry)
+        total.add_incoming(new, loop)
+        b.store(total, b.gep(sums_ptr, [ir.Constant(I64, k)]))
+    b.ret_void()
+    return str(module)

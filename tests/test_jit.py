@@ -1,0 +1,72 @@
+"""The LLVM backend against the python reference backend, on every test lambda, in both modes (in process)."""
+import numpy as np
+import pytest
+
+from pgad import backends, program
+from pgad.jit import codegen, compiler
+from pgad.lang import rules
+from test_rules import CASES, DATA, NESTED_UNTAKEN, TIES, W, WEIGHTS
+
+MODES = ('forward', 'reverse')
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(compiler, 'CACHE_DIR', str(tmp_path / 'cache'))
+
+
+def both(text, mode, w=W, data=DATA, weights=WEIGHTS):
+    prog = program.build(text, weights, mode)
+    columns = [np.asarray(data[c], dtype=np.float64) for c in prog.columns]
+    rows = len(next(iter(data.values())))
+    return [backends.compile(prog, b)(columns, rows, np.asarray(w, dtype=np.float64)) for b in ('python', 'llvm')]
+
+
+def test_every_primitive_has_an_llvm_rule():
+    assert set(codegen.EMIT) == set(rules.PRIMITIVES)
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('text, fn', CASES)
+def test_llvm_matches_python(text, fn, mode):
+    python, llvm = both(text, mode)
+    np.testing.assert_allclose(llvm, python, rtol=1e-12, atol=1e-13)  # sums reordered by vectorisation: ~1e-15
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('text', NESTED_UNTAKEN)
+def test_llvm_matches_python_through_untaken_branches(text, mode):
+    data = {'x': np.array([-1.0, 0.0, 0.5, 2.0])}
+    python, llvm = both(text, mode, w=[0.7, 0.3], data=data)
+    assert np.all(np.isfinite(llvm))
+    np.testing.assert_allclose(llvm, python, rtol=1e-12)
+
+
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('body, w, expected', TIES)
+def test_llvm_ties_follow_the_first_argument(body, w, expected, mode):
+    python, llvm = both('λ(d, w) ' + body, mode, w=w, data={'x': np.zeros(3)}, weights=('a', 'b', 'c'))
+    np.testing.assert_allclose(llvm, python, rtol=1e-12)
+
+
+def test_rows_zero_and_one():
+    prog = program.build('λ(d, w) (w.a*d.x - d.y)^2', ('a',), 'reverse')
+    kernel = backends.compile(prog, 'llvm')
+    assert kernel([np.empty(0), np.empty(0)], 0, np.array([1.0])).tolist() == [0.0, 0.0]
+    assert kernel([np.array([2.0]), np.array([1.0])], 1, np.array([1.0])).tolist() == [1.0, 4.0]
+
+
+def test_the_disk_cache_serves_a_second_compile():
+    prog = program.build('λ(d, w) sin(w.a*d.x) + w.b', ('a', 'b'), 'forward')
+    first = compiler.compile(prog)
+    again = compiler.compile(prog)
+    assert not first.cached and again.cached and again.optimized_ir == ''
+    x = np.linspace(0, 1, 1001)
+    assert first.kernel([x], 1001, np.array([0.3, 0.1])).tolist() == again.kernel([x], 1001,
+                                                                                 np.array([0.3, 0.1])).tolist()
+
+
+def test_optimised_linear_regression_is_vectorised():
+    prog = program.build('λ(d, w) (w.a*d.x + w.b - d.y)^2', ('a', 'b'), 'reverse')
+    optimised = compiler.compile(prog).optimized_ir
+    assert '<2 x double>' in optimised or '<4 x double>' in optimised or '<8 x double>' in optimised
