@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from . import arguments, backends, descent, loader, program, server
+from . import arguments, backends, descent, explain as explaining, loader, program, server
 from .errors import PgadError
 from .lang import parse, printer
 
@@ -48,6 +48,11 @@ def derivatives(loss):
     lam = parse(loss)
     prog = program.build(loss, tuple(lam.weights))
     return [(name, printer.to_lambda(prog.lam, node)) for name, node in zip(prog.weights, prog.outputs[1:])]
+
+
+@server.entry
+def explain(loss, mode='reverse'):
+    return explaining.stages(loss, arguments.mode(mode))
 
 
 def _prepare(lam, data, w, mode, backend, gradient=True):

@@ -29,6 +29,17 @@ def to_sql(lam, i, weights, column_sql=lambda name: quote_ident(name)):
                     lambda node: _sql_number(weights[node.value]), _sql_number, {}, SQL_FORMS).text(i)
 
 
+def to_listing(graph, roots):
+    """The DAG under roots, one node a line in topological order: `%7 = mul(%3, %5)`."""
+    lines = []
+    for i in graph.ancestors(roots):
+        node = graph.nodes[i]
+        what = (_number(node.value) if node.op == 'const' else f'{node.op} {_ident(node.value)}'
+                if node.op in ('column', 'weight') else f'{node.op}({", ".join(f"%{a}" for a in node.args)})')
+        lines.append(f'%{i} = {what}' + ('   ← output' if i in roots else ''))
+    return '\n'.join(lines)
+
+
 def quote_ident(name):
     """PostgreSQL's quote_ident: always quoted, so any name is safe to splice into SQL."""
     return '"' + name.replace('"', '""') + '"'

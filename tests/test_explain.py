@@ -1,0 +1,48 @@
+"""pgad.explain and the extension's upgrade path, against a real server."""
+import uuid
+
+import psycopg
+import pytest
+
+from conftest import error_of
+
+STAGES = ['parse', 'differentiate', 'IR generation', 'optimisation', 'machine code']
+
+
+@pytest.mark.parametrize('mode', ['forward', 'reverse'])
+def test_explain_shows_every_stage_with_its_time(db, mode):
+    rows = db.execute("SELECT stage, detail, ms FROM pgad.explain('λ(d, w) (w.a*d.x + w.b - d.y)^2', %s)",
+                      (mode,)).fetchall()
+    assert [stage for stage, _, _ in rows] == STAGES
+    assert all(ms >= 0 for _, _, ms in rows)
+    details = dict((stage, detail) for stage, detail, _ in rows)
+    assert f'{mode} mode' in details['differentiate'] and '∂/∂a = ' in details['differentiate']
+    assert 'define void @"pgad_kernel"' in details['IR generation']
+    assert 'IR instructions after O3' in details['optimisation']
+    assert 'machine instructions' in details['machine code']
+
+
+def test_explain_rejects_bad_input(db):
+    assert error_of(db, "SELECT * FROM pgad.explain('λ(d, w) w.a +')").sqlstate == '42601'
+    assert error_of(db, "SELECT * FROM pgad.explain('λ(d, w) w.a', 'sideways')").sqlstate == '22023'
+
+
+def test_upgrade_from_0_1_0(cluster):
+    name = 'upgrade_' + uuid.uuid4().hex[:8]
+    with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE {name}')
+    with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
+        db.execute("CREATE EXTENSION pgad VERSION '0.1.0' CASCADE")
+        assert db.execute("SELECT to_regprocedure('pgad.explain(text, text)')").fetchone()[0] is None
+        db.execute('ALTER EXTENSION pgad UPDATE')
+        assert db.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgad'").fetchone()[0] == '0.2.0'
+        assert len(db.execute("SELECT * FROM pgad.explain('λ(d, w) w.a*d.x')").fetchall()) == 5
+
+
+def test_llvm_and_python_backends_agree_from_sql(db):
+    args = ('λ(d, w) softplus(w.a*d.x + w.b) - d.x*(w.a*d.x + w.b)',
+            'SELECT x / 100.0 AS x FROM generate_series(1, 1000) AS x', '{"a": 0.3, "b": -0.2}')
+    for mode in ('forward', 'reverse'):
+        llvm = db.execute("SELECT pgad.gradient(%s, %s, %s, %s, 'llvm')", (*args, mode)).fetchone()[0]
+        python = db.execute("SELECT pgad.gradient(%s, %s, %s, %s, 'python')", (*args, mode)).fetchone()[0]
+        assert llvm == pytest.approx(python, rel=1e-12)
