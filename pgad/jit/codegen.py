@@ -97,13 +97,13 @@ assert set(EMIT) == set(PRIMITIVES), set(PRIMITIVES) ^ set(EMIT)
 NAME = 'pgad_kernel'
 
 
-def kernel_ir(program):
-    """The LLVM IR module (text) of program's kernel, a function named NAME."""
+def kernel_ir(program, name=NAME):
+    """The LLVM IR module (text) of program's kernel, a function called name."""
     module = ir.Module(name='pgad')
     module.triple = llvm.get_process_triple()
     columns = len(program.columns)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, DOUBLE.as_pointer(), DOUBLE.as_pointer()] +
-                                             [DOUBLE.as_pointer()] * columns), NAME)
+                                             [DOUBLE.as_pointer()] * columns), name)
     rows, weights_ptr, sums_ptr, *column_ptrs = fn.args
     for arg in column_ptrs:
         arg.add_attribute('noalias')  # a column is read only through its own pointer

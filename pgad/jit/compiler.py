@@ -18,7 +18,9 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from .codegen import NAME, kernel_ir
+from . import codegen
+from ..lang import printer
+from .codegen import kernel_ir
 
 CACHE_DIR = os.environ.get('PGAD_CACHE_DIR', '/var/cache/pgad')
 
@@ -26,8 +28,8 @@ CACHE_DIR = os.environ.get('PGAD_CACHE_DIR', '/var/cache/pgad')
 @dataclass
 class Compiled:
     kernel: object                              # kernel(columns, rows, weights) → sums, as every backend gives
-    ir: str                                     # the IR as generated
-    optimized_ir: str = ''                      # the IR after optimisation ('' when loaded from the disk cache)
+    ir: str = ''                                # the IR as generated ('' when loaded from the disk cache)
+    optimized_ir: str = ''                      # the IR after optimisation (likewise)
     ms: dict = field(default_factory=dict)      # milliseconds per stage: 'IR generation', 'optimisation', …
     cached: bool = False                        # loaded from the disk cache
 
@@ -61,10 +63,19 @@ def optimise(ir_text):
     return module
 
 
-def cache_key(ir_text):
-    tm = target_machine()
-    what = '\n'.join([ir_text, llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)),
-                      llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), str(tm.target_data)])
+@functools.lru_cache(maxsize=None)
+def _toolchain():
+    """What else decides the machine code: pgad's code generator, llvmlite, LLVM, and this CPU."""
+    with open(codegen.__file__, 'rb') as f:
+        generator = hashlib.sha256(f.read()).hexdigest()
+    return '\n'.join([generator, llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)),
+                      llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()])
+
+
+def cache_key(program):
+    """The disk cache's key for program's kernel: its DAG, its column and weight order, and the toolchain."""
+    listing = printer.to_listing(program.graph, program.outputs)
+    what = '\n'.join([listing, repr(program.outputs), repr(program.columns), repr(program.weights), _toolchain()])
     return hashlib.sha256(what.encode()).hexdigest()
 
 
@@ -92,16 +103,16 @@ def compile(program):
     """The Compiled kernel of program: from the disk cache when there, else generated, optimised and cached."""
     ms = {}
     started = time.perf_counter()
-    ir_text = kernel_ir(program)
-    key = cache_key(ir_text)
+    key = cache_key(program)
     name = f'pgad_{key[:24]}'  # one name per kernel: every kernel of the process shares one execution engine
-    ir_text = ir_text.replace(f'@"{NAME}"(', f'@"{name}"(')
-    assert name in ir_text
-    ms['IR generation'] = (time.perf_counter() - started) * 1e3
-    started = time.perf_counter()
     data = _read_cache(key)
-    optimized = ''
-    if data is None:
+    ir_text = optimized = ''
+    if data is not None:
+        ms['cache hit'] = (time.perf_counter() - started) * 1e3
+    else:
+        ir_text = kernel_ir(program, name)
+        ms['IR generation'] = (time.perf_counter() - started) * 1e3
+        started = time.perf_counter()
         module = optimise(ir_text)
         optimized = str(module)
         ms['optimisation'] = (time.perf_counter() - started) * 1e3
@@ -109,8 +120,6 @@ def compile(program):
         data = target_machine().emit_object(module)
         ms['machine code'] = (time.perf_counter() - started) * 1e3
         _write_cache(key, data)
-    else:
-        ms['cache hit'] = (time.perf_counter() - started) * 1e3
     started = time.perf_counter()
     kernel = _load(data, name, len(program.columns), len(program.outputs))
     ms['load'] = (time.perf_counter() - started) * 1e3
