@@ -17,7 +17,7 @@ def loss(loss, data, weights):
     lam = parse(loss)
     w = arguments.weights(weights, lam)
     table, kernel, vector = _prepare(lam, data, w, 'reverse', 'auto', gradient=False)
-    value = kernel(table.columns, table.rows, vector)[0] / table.rows
+    value = descent.evaluate(kernel, table, vector, server.check_interrupts)[0] / table.rows
     descent.check_finite(np.array([value]), vector, 1, list(w), 0)
     return float(value)
 
@@ -27,7 +27,7 @@ def gradient(loss, data, weights, mode='reverse', backend='auto'):
     lam = parse(loss)
     w = arguments.weights(weights, lam)
     table, kernel, vector = _prepare(lam, data, w, arguments.mode(mode), arguments.backend(backend))
-    sums = kernel(table.columns, table.rows, vector)
+    sums = descent.evaluate(kernel, table, vector, server.check_interrupts)
     descent.check_finite(sums, vector, 1, list(w), 0)
     return json.dumps(dict(zip(w, (sums[1:] / table.rows).tolist())))
 

@@ -10,23 +10,42 @@ import numpy as np
 
 from .errors import PgadError
 
+CHUNK_ROWS = 1 << 20  # rows per kernel call on big tables: between calls, the server may cancel
 
-def run(kernel, table, weights, learning_rate, iterations, names, interrupts, progress, every=5.0):
-    """(fitted weights, loss at them, iterations run); weights is a float64 vector in the order of names."""
+
+def run(kernel, table, weights, learning_rate, iterations, names, interrupts, progress, every=5.0, check=0.01):
+    """(fitted weights, loss at them, iterations run); weights is a float64 vector in the order of names.
+
+    interrupts() is called after an iteration once `check` seconds have passed since the last call (an SPI call
+    costs ~10 µs, more than an iteration over a small table), progress(message) every `every` seconds."""
     w = np.array(weights, dtype=np.float64)
-    started = reported = time.monotonic()
+    started = reported = checked = time.monotonic()
     for it in range(1, iterations + 1):
-        sums = kernel(table.columns, table.rows, w)
+        sums = evaluate(kernel, table, w, interrupts)
         check_finite(sums, w, it, names, learning_rate)
         w = w - learning_rate * (sums[1:] / table.rows)
-        interrupts()
         now = time.monotonic()
+        if now - checked >= check:
+            interrupts()
+            checked = now
         if now - reported >= every:
             progress(f'iteration {it} of {iterations}, loss {sums[0] / table.rows:.6g}, {now - started:.1f} s')
             reported = now
-    final = kernel(table.columns, table.rows, w)
+    final = evaluate(kernel, table, w, interrupts)
     check_finite(final, w, max(iterations, 1), names, learning_rate)
     return w, final[0] / table.rows, iterations
+
+
+def evaluate(kernel, table, w, interrupts, chunk=CHUNK_ROWS):
+    """The kernel's sums over all rows, a chunk of rows at a time, checking for interrupts between chunks."""
+    if table.rows <= chunk:
+        return kernel(table.columns, table.rows, w)
+    sums = 0
+    for start in range(0, table.rows, chunk):
+        end = min(start + chunk, table.rows)
+        sums = sums + kernel([c[start:end] for c in table.columns], end - start, w)
+        interrupts()
+    return sums
 
 
 def check_finite(sums, w, it, names, learning_rate):

@@ -19,7 +19,7 @@ def test_descent_converges_and_checks_for_interrupts_every_iteration():
     kernel, table = setup()
     checks = []
     w, loss, ran = descent.run(kernel, table, [0.0, 0.0], 0.5, 3000, ['a', 'b'], lambda: checks.append(1),
-                               lambda message: None)
+                               lambda message: None, check=0.0)
     assert w == pytest.approx([2, 1], abs=1e-8) and loss == pytest.approx(0, abs=1e-15) and ran == 3000
     assert len(checks) == 3000
 
@@ -35,7 +35,8 @@ def test_an_interrupt_stops_the_loop():
         if count[0] == 10:
             raise Cancelled
     with pytest.raises(Cancelled):
-        descent.run(kernel, table, [0.0, 0.0], 0.5, 10 ** 9, ['a', 'b'], cancel_at_ten, lambda message: None)
+        descent.run(kernel, table, [0.0, 0.0], 0.5, 10 ** 9, ['a', 'b'], cancel_at_ten, lambda message: None,
+                    check=0.0)
 
 
 def test_long_runs_report_progress():
@@ -60,3 +61,18 @@ def test_nan_at_the_start_is_not_called_divergence():
     with pytest.raises(PgadError) as caught:
         descent.run(kernel, Table([np.array([0.0, 1.0])], 2, 0), [0.0], 0.1, 10, ['a'], lambda: None, print)
     assert caught.value.message == 'the loss is infinite at the starting weights'
+
+
+@pytest.mark.parametrize('backend', ['python', 'llvm'])
+def test_chunked_evaluation_equals_one_call_and_checks_between_chunks(backend, tmp_path, monkeypatch):
+    from pgad.jit import compiler
+    monkeypatch.setattr(compiler, 'CACHE_DIR', str(tmp_path))
+    prog = program.build('λ(d, w) (w.a*d.x + w.b - d.y)^2 + w.a^2', ('a', 'b'), 'forward')
+    kernel = backends.compile(prog, backend)
+    x = np.random.default_rng(0).random(1000)
+    table = Table([x, 3 * x], 1000, 0)
+    checks = []
+    whole = descent.evaluate(kernel, table, np.array([0.5, 0.1]), lambda: checks.append(1))
+    chunked = descent.evaluate(kernel, table, np.array([0.5, 0.1]), lambda: checks.append(1), chunk=64)
+    assert len(checks) == 16  # one check after each of the 16 chunks, none for the single call
+    np.testing.assert_allclose(chunked, whole, rtol=1e-13)
