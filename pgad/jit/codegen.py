@@ -9,12 +9,24 @@ reduce. The accumulators' additions may be reassociated, so LLVM can vectorise t
 
 EMIT is the LLVM side of the rules table: one line per primitive.
 """
+import ctypes
+import ctypes.util
+import functools
+import re
+
 import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..lang.rules import PRIMITIVES
 
 DOUBLE, BOOL, I64 = ir.DoubleType(), ir.IntType(1), ir.IntType(64)
+# libm functions with vector variants in glibc's libmvec (2.35+), by their number of arguments. The kernel calls
+# them as pgad_libm_exp, pgad_libm_log, … (compiler.py resolves those names to libm): under their own names LLVM would turn the
+# calls into its intrinsics, whose vector forms it scalarises again, and forget the libmvec variants.
+LIBMVEC = {'exp': 1, 'log': 1, 'log10': 1, 'log1p': 1, 'sin': 1, 'cos': 1, 'tan': 1, 'asin': 1, 'acos': 1,
+           'atan': 1, 'sinh': 1, 'cosh': 1, 'tanh': 1, 'cbrt': 1, 'atan2': 2}
+PRIVATE = 'pgad_libm_'
+
 REDUCE = ('reassoc', 'nsz')  # the sums over rows may be reordered; nothing else is
 
 
@@ -23,12 +35,14 @@ def _const(value):
 
 
 class _Emitter:
-    """An IRBuilder with the math the rules need: intrinsics where LLVM has them, libm where it does not."""
+    """An IRBuilder with the math the rules need: LLVM intrinsics for what the CPU does in one instruction (sqrt,
+    fabs), libm for the rest — whose calls vectorise where glibc's libmvec has a vector variant (see vectorised)."""
 
     def __init__(self, builder, module):
         self.b, self.module = builder, module
 
     def call(self, name, *args):
+        name = PRIVATE + name if name in LIBMVEC else name
         fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(DOUBLE, [DOUBLE] * len(args)),
                                                           name)
         return self.b.call(fn, list(args))
@@ -37,13 +51,13 @@ class _Emitter:
         return self.b.select(c, a, b)
 
     def sigmoid(self, x):  # as numpy does it in python_backend: e = exp(-|x|), no overflow either side
-        e = self.call('llvm.exp.f64', self.b.fneg(self.call('llvm.fabs.f64', x)))
+        e = self.call('exp', self.b.fneg(self.call('llvm.fabs.f64', x)))
         one_plus = self.b.fadd(_const(1.0), e)
         return self.select(self.b.fcmp_ordered('>=', x, _const(0.0)), self.b.fdiv(_const(1.0), one_plus),
                            self.b.fdiv(e, one_plus))
 
     def softplus(self, x):  # max(x, 0) + log1p(exp(-|x|))
-        e = self.call('llvm.exp.f64', self.b.fneg(self.call('llvm.fabs.f64', x)))
+        e = self.call('exp', self.b.fneg(self.call('llvm.fabs.f64', x)))
         positive = self.select(self.b.fcmp_ordered('>', x, _const(0.0)), x, _const(0.0))
         return self.b.fadd(positive, self.call('log1p', e))
 
@@ -58,18 +72,18 @@ EMIT = {
     'mul': lambda e, x, y: e.b.fmul(x, y),
     'div': lambda e, x, y: e.b.fdiv(x, y),
     'neg': lambda e, x: e.b.fneg(x),
-    'pow': lambda e, x, y: e.call('llvm.pow.f64', x, y),
-    'exp': lambda e, x: e.call('llvm.exp.f64', x),
-    'ln': lambda e, x: e.call('llvm.log.f64', x),
-    'log10': lambda e, x: e.call('llvm.log10.f64', x),
+    'pow': lambda e, x, y: e.call('llvm.pow.f64', x, y),  # an intrinsic: LLVM turns x^2 into x*x
+    'exp': lambda e, x: e.call('exp', x),
+    'ln': lambda e, x: e.call('log', x),
+    'log10': lambda e, x: e.call('log10', x),
     'sqrt': lambda e, x: e.call('llvm.sqrt.f64', x),
     'cbrt': lambda e, x: e.call('cbrt', x),
     'abs': lambda e, x: e.call('llvm.fabs.f64', x),
     'sign': lambda e, x: e.sign(x),
     'greatest': lambda e, x, y: e.select(e.b.fcmp_unordered('>=', x, y), x, y),
     'least': lambda e, x, y: e.select(e.b.fcmp_unordered('<=', x, y), x, y),
-    'sin': lambda e, x: e.call('llvm.sin.f64', x),
-    'cos': lambda e, x: e.call('llvm.cos.f64', x),
+    'sin': lambda e, x: e.call('sin', x),
+    'cos': lambda e, x: e.call('cos', x),
     'tan': lambda e, x: e.call('tan', x),
     'asin': lambda e, x: e.call('asin', x),
     'acos': lambda e, x: e.call('acos', x),
@@ -146,4 +160,57 @@ def kernel_ir(program, name=NAME):
         total.add_incoming(new, loop)
         b.store(total, b.gep(sums_ptr, [ir.Constant(I64, k)]))
     b.ret_void()
-    return str(module)
+    return vectorised(str(module), vector_widths())
+
+
+
+
+@functools.lru_cache(maxsize=None)
+def link_math():
+    """Make the math the kernels call resolvable in this process: libm's functions under the names the kernels use
+    (pgad_libm_exp, …), and glibc's libmvec. The names of the vector variants libmvec has."""
+    libm = ctypes.CDLL(ctypes.util.find_library('m'))
+    llvm.load_library_permanently(ctypes.util.find_library('m'))
+    for fn in LIBMVEC:
+        llvm.add_symbol(PRIVATE + fn, ctypes.cast(getattr(libm, fn), ctypes.c_void_p).value)
+    if not ctypes.util.find_library('mvec'):
+        return frozenset()
+    llvm.load_library_permanently(ctypes.util.find_library('mvec'))
+    names = {f'_ZGV{isa}N{width}{"v" * arity}_{fn}' for isa, width in (('b', 2), ('d', 4), ('e', 8))
+             for fn, arity in LIBMVEC.items()}
+    return frozenset(name for name in names if llvm.address_of_symbol(name))
+
+
+def vector_widths():
+    """libmvec's variants this CPU can run, as (ISA letter, doubles per call): SSE 2, AVX2 4, AVX-512 8."""
+    features = llvm.get_host_cpu_features()
+    widths = [('b', 2)] if features.get('sse4.2') else []
+    widths += [('d', 4)] if features.get('avx2') and features.get('fma') else []
+    return widths + ([('e', 8)] if features.get('avx512f') else [])
+
+
+def vectorised(ir_text, widths):
+    """ir_text with each libm call marked as having libmvec's vector variants (the `vector-function-abi-variant`
+    attribute), so LLVM's loop vectoriser can call e.g. _ZGVdN4v_exp on 4 rows at once, at whichever width its
+    cost model picks; also pure, so LLVM may hoist and share the calls."""
+    groups, declarations = [], []
+    for k, (fn, arity) in enumerate(sorted(LIBMVEC.items())):
+        call = f'call double @"{PRIVATE}{fn}"('
+        if call not in ir_text:
+            continue
+        group = 1000 + k
+        ir_text = re.sub(re.escape(call) + r'([^)]*)\)', lambda m: m.group(0) + f' #{group}', ir_text)
+        variants = []
+        for isa, width in widths:
+            vector, vtype = f'_ZGV{isa}N{width}{"v" * arity}_{fn}', f'<{width} x double>'
+            if vector not in link_math():
+                continue
+            declarations.append(f'declare {vtype} @{vector}({", ".join([vtype] * arity)})')
+            variants.append(f'_ZGV_LLVM_N{width}{"v" * arity}_{PRIVATE}{fn}({vector})')
+        variant = f'"vector-function-abi-variant"="{",".join(variants)}" ' if variants else ''
+        groups.append(f'attributes #{group} = {{ {variant}memory(none) nounwind }}')
+    used = [d.split('@')[1].split('(')[0] for d in declarations]  # kept alive until the vectoriser has run
+    if used:
+        declarations.append(f'@llvm.compiler.used = appending global [{len(used)} x ptr] '
+                            f'[{", ".join("ptr @" + u for u in used)}], section "llvm.metadata"')
+    return '\n'.join([ir_text, *declarations, *groups, ''])

@@ -7,7 +7,6 @@ compiles nothing. The cache directory is $PGAD_CACHE_DIR, else /var/cache/pgad (
 by the server's OS user); where it cannot be written, kernels are simply compiled again.
 """
 import ctypes
-import ctypes.util
 import functools
 import hashlib
 import os
@@ -44,7 +43,7 @@ def new_target_machine():
     """A target machine of its own, for an execution engine, which takes ownership of it and frees it."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    llvm.load_library_permanently(ctypes.util.find_library('m'))  # cbrt, tan, log1p … for calls the IR makes
+    codegen.link_math()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
                                         opt=3, codemodel='jitdefault', jit=True)
