@@ -11,7 +11,7 @@ VENV := $(PGAD_HOME)/venv
 DEV := .venv
 SQL := $(wildcard extension/sql/*.sql)
 
-.PHONY: all install demo test bench clean server-packages python-env extension-files
+.PHONY: all install demo test bench installcheck clean server-packages python-env extension-files
 
 all: install
 

@@ -37,7 +37,8 @@ def mode(value):
 def backend(value):
     if value != 'auto' and value not in BACKENDS:
         raise PgadError('22023', f'unknown backend "{value}"',
-                        hint='backend is ' + ', '.join(f"'{b}'" for b in ['auto', *BACKENDS]) + '.')
+                        hint='backend is ' + ', '.join(f"'{b}'" for b in ['auto', *BACKENDS][:-1]) +
+                             f" or '{[*BACKENDS][-1]}'.")
     return value
 
 

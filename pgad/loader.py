@@ -23,7 +23,9 @@ NUMERIC_TYPES = {21: 'smallint', 23: 'integer', 20: 'bigint', 700: 'real', 701: 
 QUERY_START = re.compile(r'\s*(\(|select\b|values\b|with\b|table\b)', re.IGNORECASE)
 CHUNK_BYTES = 256 << 20
 TOO_LONG = '54000'  # program_limit_exceeded: a bytea past 1 GB
-AGGREGATE = "SELECT string_agg(b, ''::bytea) AS bytes, count(b) AS rows, count(*) AS total FROM ({}) AS pgad_rows"
+# The rows loaded are the bytes over 8 per column: counting b as well would compute b twice (the planner pulls
+# the subquery up and copies its expression into each aggregate).
+AGGREGATE = "SELECT string_agg(b, ''::bytea) AS bytes, count(*) AS total FROM ({}) AS pgad_rows"
 
 
 @dataclass
@@ -46,17 +48,15 @@ def load(data, columns):
     parts = None if chunk else server.rows_unless(AGGREGATE.format(rows_sql), TOO_LONG)
     if parts is None:  # a chunk at a time, each one bytea well under 1 GB
         chunk = chunk or CHUNK_BYTES // (8 * len(columns))
-        parts = server.cursor(AGGREGATE.format(f'SELECT b, (row_number() OVER () - 1) / {chunk} AS chunk '
-                                               f'FROM ({rows_sql}) AS pgad_rows') + ' GROUP BY chunk')
-    arrays, rows, total = [], 0, 0
-    for part in parts:
-        rows, total = rows + part['rows'], total + part['total']
-        if part['bytes'] is not None:
-            arrays.append(np.frombuffer(part['bytes'], dtype='>f8'))
+        parts = list(server.cursor(AGGREGATE.format(f'SELECT b, (row_number() OVER () - 1) / {chunk} AS chunk '
+                                                    f'FROM ({rows_sql}) AS pgad_rows') + ' GROUP BY chunk'))
+    arrays = [np.frombuffer(part['bytes'], dtype='>f8') for part in parts if part['bytes'] is not None]
+    total = sum(part['total'] for part in parts)
+    flat = arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.empty(0, dtype='>f8')
+    rows = len(flat) // len(columns)
     if total > rows:
         server.notice(f'skipped {total - rows} of {total} rows with NULL in ' +
                       ', '.join(quote_ident(c) for c in columns))
-    flat = np.concatenate(arrays) if arrays else np.empty(0, dtype='>f8')
     matrix = flat.reshape(rows, len(columns))
     return Table([np.ascontiguousarray(matrix[:, k], dtype=np.float64) for k in range(len(columns))], rows,
                  total - rows)
@@ -66,10 +66,14 @@ def as_query(data):
     """The data argument as a query: itself if it is one, else SELECT * FROM the named table or view."""
     if QUERY_START.match(data):
         return data
-    relation = server.query('SELECT to_regclass($1)::text AS relation', [data], ['text'])[0]['relation']
+    hint = 'data is a query (SELECT, VALUES, WITH or TABLE) or the name of a table or view.'
+    try:
+        relation = server.query('SELECT to_regclass($1)::text AS relation', [data], ['text'])[0]['relation']
+    except server.SPIError:  # not even a name: "DELETE FROM t", "x y"
+        raise PgadError('42601', 'data is neither a query nor the name of a table or view',
+                        detail=f'The data: {data}', hint=hint) from None
     if relation is None:
-        raise PgadError('42P01', f'relation "{data}" does not exist',
-                        hint='data is a query (SELECT, VALUES or WITH) or the name of a table or view.')
+        raise PgadError('42P01', f'relation "{data}" does not exist', hint=hint)
     return f'SELECT * FROM {relation}'
 
 

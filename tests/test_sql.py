@@ -202,6 +202,7 @@ BAD = [
     ((LINEAR, 'points', '{"a": null, "b": 0}', ''), '22023', 'weight "a" must be a number'),
     ((LINEAR, 'SELECT x, y FROM points WHERE false', '{"a": 0, "b": 0}', ''), '22000', 'the data has no rows'),
     ((LINEAR, 'no_such_table', '{"a": 0, "b": 0}', ''), '42P01', 'relation "no_such_table" does not exist'),
+    ((LINEAR, 'DELETE FROM points', '{"a": 0, "b": 0}', ''), '42601', 'data is neither a query nor the name'),
     ((LINEAR, 'points', '{"a": 0, "b": 0}', ', learning_rate => 0'), '22023', 'learning_rate must be a positive'),
     ((LINEAR, 'points', '{"a": 0, "b": 0}', ', learning_rate => -1'), '22023', 'learning_rate must be a positive'),
     ((LINEAR, 'points', '{"a": 0, "b": 0}', ', iterations => -1'), '22023', 'iterations must be 0 or more'),

@@ -1,0 +1,60 @@
+-- pgad's SQL surface as psql shows it: results, derivatives, and the errors a user meets.
+-- Run by `make installcheck` (pg_regress) and by tests/test_regress.py against a throwaway cluster.
+CREATE EXTENSION pgad CASCADE;
+SET extra_float_digits = 0;
+\set SHOW_CONTEXT never
+
+CREATE TABLE points AS SELECT x::float8 AS x, (2*x + 1)::float8 AS y FROM generate_series(-10, 10) AS x;
+
+-- the mean loss, and PostgreSQL's own avg of the same expression
+SELECT round(pgad.loss('λ(d, w) (w.a*d.x + w.b - d.y)^2', 'points', '{"a": 1, "b": 0}')::numeric, 9) AS loss,
+       round(avg((1*x + 0 - y)^2)::numeric, 9) AS avg
+FROM points;
+
+-- the gradient, in both modes and both backends
+SELECT mode, backend, key AS weight, round(value::numeric, 9) AS derivative
+FROM (VALUES ('reverse'), ('forward')) AS m(mode), (VALUES ('python'), ('llvm')) AS b(backend),
+     jsonb_each(pgad.gradient('λ(d, w) (w.a*d.x + w.b - d.y)^2', 'points', '{"a": 0, "b": 0}', mode, backend))
+ORDER BY 1, 2, 3;
+
+-- a weight the lambda does not read gets 0
+SELECT key AS weight, round(value::numeric, 9) AS derivative
+FROM jsonb_each(pgad.gradient('lambda(row, theta) (theta.a*row.x - row.y)^2', 'SELECT x, y FROM points',
+                              '{"a": 0, "unused": 7}'));
+
+-- gradient descent recovers y = 2x + 1
+SELECT round((weights->>'a')::numeric, 6) AS a, round((weights->>'b')::numeric, 6) AS b, loss < 1e-12 AS converged,
+       iterations
+FROM pgad.gradient_descent('λ(d, w) (w.a*d.x + w.b - d.y)^2', 'points', '{"a": 0, "b": 0}',
+                           learning_rate => 0.01, iterations => 3000);
+
+-- the derivatives, as expressions
+SELECT * FROM pgad.derivatives('λ(d, w) (w.a*d.x + w.b - d.y)^2');
+SELECT * FROM pgad.derivatives('λ(d, w) softplus(w.a*d.x) - d.y*w.a*d.x');
+SELECT * FROM pgad.derivatives('λ(d, w) CASE WHEN w.a*d.x > 0 THEN ln(w.a*d.x) ELSE 0 END');
+
+-- explain lists its stages
+SELECT stage FROM pgad.explain('λ(d, w) (w.a*d.x - d.y)^2');
+
+-- rows with NULL are skipped, with a NOTICE
+SELECT pgad.loss('λ(d, w) (w.a*d.column1 - d.column2)^2', 'VALUES (1.0, 2.0), (NULL, 1.0), (2.0, NULL)', '{"a": 2}') AS loss;
+
+-- bad input: an ERROR with what is wrong, and nothing changed
+SELECT pgad.loss('λ(d, w) (w.a*d.x + - d.y', 'points', '{"a": 0}');
+SELECT pgad.loss('λ(d, w) w.a*d.z', 'points', '{"a": 0}');
+SELECT pgad.loss('λ(d, w) w.c*d.x', 'points', '{"a": 0, "b": 0}');
+SELECT pgad.loss('λ(d, w) w.a*d.t', 'SELECT x, ''1''::text AS t FROM points', '{"a": 0}');
+SELECT pgad.loss('λ(d, w) w.a*d.x', 'no_such_table', '{"a": 0}');
+SELECT pgad.loss('λ(d, w) w.a*d.x', 'points', '[1, 2]');
+SELECT pgad.loss('λ(d, w) w.a*d.x', 'points', '{"a": "one"}');
+SELECT pgad.loss('λ(d, w) w.a*d.x', 'SELECT x FROM points WHERE false', '{"a": 0}');
+SELECT pgad.gradient('λ(d, w) w.a*d.x', 'points', '{"a": 0}', mode => 'sideways');
+SELECT pgad.gradient('λ(d, w) w.a*d.x', 'points', '{"a": 0}', backend => 'fortran');
+SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x - d.y)^2', 'points', '{"a": 0}', learning_rate => 0);
+SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x - d.y)^2', 'points', '{"a": 0}', iterations => -1);
+SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x - d.y)^2', 'points', '{"a": 0}', learning_rate => 100);
+SELECT pgad.loss('λ(d, w) w.a*d.x', 'DELETE FROM points RETURNING x', '{"a": 0}');
+SELECT count(*) FROM points;
+
+DROP TABLE points;
+DROP EXTENSION pgad;
