@@ -54,5 +54,9 @@ test: install $(DEV)/.done
 bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/run.py $(BENCH_ARGS)
 
+# The pg_regress tests in test/ against the server PGHOST/PGPORT name (make test runs them on a throwaway cluster).
+installcheck:
+	@$(MAKE) --no-print-directory -f pgxs.mk installcheck PG_CONFIG="$(PG_CONFIG)"
+
 clean:
 	rm -rf build
