@@ -11,6 +11,8 @@ Each way runs in a PL/Python function (the path pgad's loader takes: one query t
   per column      string_agg(float8send(y)), string_agg(float8send(x1)), …: one aggregate per column
   row array       string_agg(array_send(ARRAY[y, x1, …])): one array per row
   array_agg       array_send(array_agg(y)), …: one array per column
+  pgad.loss       the whole pgad.loss call on the linear loss (its load, one evaluation)
+  chunked         the same with SET pgad.load_chunk_rows = 65536: the fallback for data past 1 GB
 Timings are printed, never asserted.
 """
 import argparse
@@ -22,7 +24,7 @@ import psycopg
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pgad.throwaway import Cluster  # noqa: E402
 
-WAYS = ['scan', 'send only', 'pgad', 'concat only', 'per column', 'row array', 'array_agg']
+WAYS = ['scan', 'send only', 'concat only', 'pgad', 'per column', 'row array', 'array_agg', 'pgad.loss', 'chunked']
 
 # The queries are built from the fixed column names y, x1..xP only (no user text).
 FUNCTION = r'''
@@ -57,6 +59,15 @@ elif way == 'array_agg':
                        f' FROM {tbl}')[0]
     item = np.dtype([('length', '>i4'), ('value', '>f8')])
     [np.frombuffer(row[f'c{k}'], item, offset=20)['value'].astype(np.float64) for k in range(len(cols))]
+elif way in ('pgad.loss', 'chunked'):
+    plpy.execute('SET pgad.load_chunk_rows = 65536' if way == 'chunked' else 'RESET pgad.load_chunk_rows')
+    start = time.perf_counter()
+    loss = 'λ(d, w) (' + ' + '.join(f'w.w{i}*d.x{i}' for i in range(1, p + 1)) + ' - d.y)^2'
+    weights = '{' + ', '.join(f'"w{i}": 0' for i in range(1, p + 1)) + '}'
+    plpy.execute(plpy.prepare('SELECT pgad.loss($1, $2, $3::jsonb)', ['text', 'text', 'text']), [loss, tbl, weights])
+    elapsed = time.perf_counter() - start
+    plpy.execute('RESET pgad.load_chunk_rows')
+    return elapsed
 return time.perf_counter() - start
 $$;
 '''
@@ -71,7 +82,7 @@ def main():
         db.execute('CREATE EXTENSION pgad CASCADE')
         db.execute(FUNCTION)
         print(f'{args.rows:,} rows; ms, best of 3; ratio to one scan')
-        print(f"{'P':>3} " + ''.join(f'{w:>14}' for w in WAYS))
+        print(f"{'P':>3} " + ''.join(f'{w:>15}' for w in WAYS))
         for p in args.features:
             table = f'load_p{p}'
             xs = ', '.join(f'random()*2 - 1 AS x{i}' for i in range(1, p + 1))
@@ -79,7 +90,7 @@ def main():
             db.execute(f'VACUUM ANALYZE {table}')
             ms = {w: 1e3 * min(db.execute('SELECT load_way(%s, %s, %s)', (w, table, p)).fetchone()[0]
                                for _ in range(3)) for w in WAYS}
-            print(f'{p:>3} ' + ''.join(f'{ms[w]:>8.0f} ({ms[w] / ms["scan"]:3.1f})' for w in WAYS), flush=True)
+            print(f'{p:>3} ' + ''.join(f'{ms[w]:>8.0f} ({ms[w] / ms["scan"]:4.1f})' for w in WAYS), flush=True)
             db.execute(f'DROP TABLE {table}')
 
 
