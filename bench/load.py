@@ -34,6 +34,7 @@ plpy.execute('SELECT pgad._boot()')  # pgad's environment on sys.path: its numpy
 import numpy as np
 cols = ['y'] + [f'x{i}' for i in range(1, p + 1)]
 send = [f'float8send({c})' for c in cols]
+plpy.execute('SET pgad.load_chunk_rows = 65536' if way == 'chunked' else 'RESET pgad.load_chunk_rows')
 start = time.perf_counter()
 if way == 'scan':
     plpy.execute(f"SELECT sum({' + '.join(cols)}) FROM {tbl}")
@@ -60,15 +61,12 @@ elif way == 'array_agg':
     item = np.dtype([('length', '>i4'), ('value', '>f8')])
     [np.frombuffer(row[f'c{k}'], item, offset=20)['value'].astype(np.float64) for k in range(len(cols))]
 elif way in ('pgad.loss', 'chunked'):
-    plpy.execute('SET pgad.load_chunk_rows = 65536' if way == 'chunked' else 'RESET pgad.load_chunk_rows')
-    start = time.perf_counter()
     loss = 'λ(d, w) (' + ' + '.join(f'w.w{i}*d.x{i}' for i in range(1, p + 1)) + ' - d.y)^2'
     weights = '{' + ', '.join(f'"w{i}": 0' for i in range(1, p + 1)) + '}'
     plpy.execute(plpy.prepare('SELECT pgad.loss($1, $2, $3::jsonb)', ['text', 'text', 'text']), [loss, tbl, weights])
-    elapsed = time.perf_counter() - start
-    plpy.execute('RESET pgad.load_chunk_rows')
-    return elapsed
-return time.perf_counter() - start
+elapsed = time.perf_counter() - start
+plpy.execute('RESET pgad.load_chunk_rows')
+return elapsed
 $$;
 '''
 

@@ -406,11 +406,15 @@ class Bench:
         except psycopg.Error as e:
             self.record(ds, 'plain SQL (PL/pgSQL loop)', error=_first_line(e))
             return
+        self.record_capped(ds, 'plain SQL (PL/pgSQL loop)', 'plain SQL', iterations, took, weights)
+
+    def record_capped(self, ds, name, label, iterations, took, weights):
+        """Record a slow contender that ran `iterations` (at most K): its time per iteration × K."""
         per_iteration = took / iterations
-        self.record(ds, 'plain SQL (PL/pgSQL loop)', iterations=iterations, load_s=None, compute_s=per_iteration * K,
-                    ns_per_row_iteration=per_iteration / ds.n * 1e9, end_to_end_s=per_iteration * K,
-                    extrapolated=iterations != K, measured_s=took, weights=weights,
-                    **self.check(ds, 'plain SQL', weights, iterations))
+        self.record(ds, name, iterations=iterations, load_s=None, compute_s=per_iteration * self.K,
+                    ns_per_row_iteration=per_iteration / ds.n * 1e9, end_to_end_s=per_iteration * self.K,
+                    extrapolated=iterations != self.K, measured_s=took, weights=weights,
+                    **self.check(ds, label, weights, iterations))
 
     # --- PL/Python per-row aggregate ---
     def plpython(self, ds):
@@ -431,11 +435,7 @@ class Bench:
         except psycopg.Error as e:
             self.record(ds, 'PL/Python aggregate', error=_first_line(e))
             return
-        per_iteration = took / iterations
-        self.record(ds, 'PL/Python aggregate', iterations=iterations, load_s=None, compute_s=per_iteration * K,
-                    ns_per_row_iteration=per_iteration / ds.n * 1e9, end_to_end_s=per_iteration * K,
-                    extrapolated=iterations != K, measured_s=took, weights=weights,
-                    **self.check(ds, 'PL/Python aggregate', weights, iterations))
+        self.record_capped(ds, 'PL/Python aggregate', 'PL/Python aggregate', iterations, took, weights)
 
     # --- export, then NumPy / PyTorch / JAX ---
     def exported(self, ds):

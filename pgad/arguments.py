@@ -36,9 +36,8 @@ def mode(value):
 
 def backend(value):
     if value != 'auto' and value not in BACKENDS:
-        raise PgadError('22023', f'unknown backend "{value}"',
-                        hint='backend is ' + ', '.join(f"'{b}'" for b in ['auto', *BACKENDS][:-1]) +
-                             f" or '{[*BACKENDS][-1]}'.")
+        *others, last = [f"'{b}'" for b in ['auto', *BACKENDS]]
+        raise PgadError('22023', f'unknown backend "{value}"', hint=f'backend is {", ".join(others)} or {last}.')
     return value
 
 
