@@ -1,8 +1,9 @@
 # pgad — `make install` (as root: installs what is missing), `make demo`, `make test`, `make bench`.
 #
-# The extension's files install through PGXS; the Python package pgad and its dependencies go into a virtual
-# environment built from the Python that plpython3u embeds, at $(PGAD_HOME)/venv. The tests, the demo and the
-# benchmarks run from a second environment, .venv, with the client-side tools (psycopg, pytest, testing.postgresql).
+# The extension's files (the SQL scripts and the one C library, extension/pgad.c) build and install through PGXS;
+# the Python package pgad and its dependencies go into a virtual environment built from the Python that plpython3u
+# embeds, at $(PGAD_HOME)/venv. The tests, the demo and the benchmarks run from a second environment, .venv, with
+# the client-side tools (psycopg, pytest, testing.postgresql).
 
 PG_CONFIG ?= $(shell command -v pg_config 2>/dev/null || echo pg_config)
 PGAD_HOME ?= /usr/local/lib/pgad
@@ -37,7 +38,7 @@ build/%.sql: extension/sql/%.sql
 	sed "s|@PGAD_SITE_PACKAGES@|$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')|" $< > $@
 
 extension-files: $(patsubst extension/sql/%,build/%,$(SQL))
-	@$(MAKE) --no-print-directory -f pgxs.mk install PG_CONFIG="$(PG_CONFIG)"
+	@$(MAKE) --no-print-directory -f pgxs.mk install PG_CONFIG="$(PG_CONFIG)" PGAD_CACHE="$(PGAD_CACHE)"
 
 # --- the client side: demo, tests, benchmarks --------------------------------------------------------------------
 $(DEV)/.done: pyproject.toml
@@ -60,3 +61,4 @@ installcheck:
 
 clean:
 	rm -rf build
+	@$(MAKE) --no-print-directory -f pgxs.mk clean PG_CONFIG="$(PG_CONFIG)"

@@ -1,23 +1,25 @@
 """The backends, by name: each compiles a Program into a kernel(columns, rows, weights) → sums.
 
 'python' is numpy over whole columns (python_backend.py), the reference; 'llvm' is one fused loss-and-gradient
-kernel in machine code (jit/). 'auto' picks llvm. Kernels are cached per backend process, keyed by the program;
-jit/ also keeps compiled object code on disk for the next connection.
+kernel in machine code (jit/). 'auto' picks llvm, except for a lambda too large for the llvm backend to compile
+within its bound (jit/compiler.py), which runs on python. Kernels are cached per backend process, keyed by the
+program; jit/ also keeps compiled object code on disk for the next connection.
 """
 import functools
 
-from . import python_backend
+from . import jit, python_backend
+from .jit.cache import NONE
+
+BACKENDS = {'python': lambda program, cache: python_backend.compile(program), 'llvm': jit.compile}
 
 
-def _llvm(program):
-    from . import jit  # imported when first used: a python-backend call never loads llvmlite
-    return jit.compile(program)
-
-
-BACKENDS = {'python': python_backend.compile, 'llvm': _llvm}
-AUTO = 'llvm'
+def choose(program, backend):
+    """The backend that runs program when `backend` is asked for."""
+    if backend != 'auto':
+        return backend
+    return 'llvm' if jit.fits(program) else 'python'
 
 
 @functools.lru_cache(maxsize=256)
-def compile(program, backend):
-    return BACKENDS[AUTO if backend == 'auto' else backend](program)
+def compile(program, backend, cache=NONE):
+    return BACKENDS[choose(program, backend)](program, cache)

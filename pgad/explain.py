@@ -9,13 +9,15 @@ import time
 
 from . import lang
 from .lang import printer
+from .limits import DEFAULT
 from .program import Program
 
 
-def stages(text, mode):
+def stages(text, mode, limits=DEFAULT):
     """[(stage, detail, ms)] for lambda `text` differentiated by `mode` and compiled by the llvm backend."""
     from .jit import codegen, compiler
     rows = []
+    chars = printer.budget(limits)
 
     def timed(stage, work, detail):
         started = time.perf_counter()
@@ -23,20 +25,23 @@ def stages(text, mode):
         rows.append((stage, detail(result), (time.perf_counter() - started) * 1e3))
         return result
 
-    lam = timed('parse', lambda: lang.parse(text), lambda lam: (
+    lam = timed('parse', lambda: lang.parse(text, limits), lambda lam: (
         f'{len(lam.graph)} nodes; columns: {", ".join(lam.columns) or "none"}; weights: '
-        f'{", ".join(lam.weights) or "none"}\nloss: {printer.to_lambda(lam, lam.root)}'))
+        f'{", ".join(lam.weights) or "none"}\nloss: {printer.to_lambda(lam, lam.root, chars)}'))
     grad = timed('differentiate', lambda: lang.gradient(lam, tuple(lam.weights), mode), lambda grad: (
         f'{mode} mode: {len(lam.graph)} nodes with the derivatives\n' +
-        '\n'.join(f'∂/∂{w} = {printer.to_lambda(lam, node)}' for w, node in grad.items()) +
+        '\n'.join(f'∂/∂{w} = {printer.to_lambda(lam, node, chars)}' for w, node in grad.items()) +
         '\n\n' + printer.to_listing(lam.graph, [lam.root, *grad.values()])))
     program = Program(lam, (lam.root, *grad.values()), tuple(lam.weights))
+    tier = compiler.tier_of(program)
+    if tier is None:
+        raise compiler.too_large(program)
     ir_text = timed('IR generation', lambda: codegen.kernel_ir(program),
                     lambda ir: f'{ir_instructions(ir)} IR instructions\n{ir}')
-    module = timed('optimisation', lambda: compiler.optimise(ir_text),
-                   lambda m: f'{ir_instructions(str(m))} IR instructions after O3 for '
+    module = timed('optimisation', lambda: compiler.optimise(ir_text, tier),
+                   lambda m: f'{ir_instructions(str(m))} IR instructions after {tier.name} for '
                              f'{compiler.llvm.get_host_cpu_name()}\n{m}')
-    timed('machine code', lambda: compiler.target_machine().emit_assembly(module),
+    timed('machine code', lambda: compiler.target_machine(tier.codegen_level).emit_assembly(module),
           lambda asm: f'{machine_instructions(asm)} machine instructions\n{asm}')
     return rows
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from . import lang
 from .lang.parser import Lambda
+from .limits import DEFAULT
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,8 +29,8 @@ class Program:
 
 
 @functools.lru_cache(maxsize=256)
-def build(text, weights, mode='reverse', gradient=True):
+def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT):
     """The Program for lambda `text` with weight names `weights` (a tuple), by `mode` ('forward' or 'reverse')."""
-    lam = lang.parse(text)
+    lam = lang.parse(text, limits)
     grad = lang.gradient(lam, weights, mode) if gradient else {}
     return Program(lam, (lam.root, *(grad[w] for w in weights if gradient)), tuple(weights))

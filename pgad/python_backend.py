@@ -1,35 +1,48 @@
 """The python backend (`backend => 'python'`): numpy over whole column arrays.
 
-The reference every other backend is tested against: each node of the program is one numpy call over all
-rows, using the evaluate column of the rules table, and each output is summed over the rows.
+The reference every other backend is tested against: each node of the program is one numpy call over the rows,
+using the evaluate column of the rules table, and each output is summed over the rows. It also runs the lambdas too
+large for the llvm backend to compile, so its memory is bounded: a node's array is dropped after its last use,
+and the rows go through in blocks small enough that the arrays alive at once take at most BLOCK_BYTES. Between
+nodes it lets the server check for interrupts (limits.tick).
 """
 import numpy as np
 
+from . import limits
 from .lang.rules import PRIMITIVES
+
+BLOCK_BYTES = 64 << 20
 
 
 def compile(program):
     """A kernel(columns, rows, weights) → the sum over the rows of each of program.outputs."""
-    nodes = program.graph.nodes
+    graph, outputs = program.graph, program.outputs
+    order = graph.ancestors(outputs)
     column_at = {name: k for k, name in enumerate(program.columns)}
     weight_at = {name: k for k, name in enumerate(program.weights)}
-    steps = []  # (node id, how to get its value)
-    for i in program.graph.ancestors(program.outputs):
-        node = nodes[i]
+    last_use = {i: len(order) for i in outputs}  # outputs live to the end, to be summed
+    for k, i in enumerate(order):
+        for a in graph.nodes[i].args:
+            last_use[a] = max(last_use.get(a, k), k)
+    steps = []  # (node id, how to get its value, from what, the nodes whose last use this is)
+    for k, i in enumerate(order):
+        node = graph.nodes[i]
+        dead = tuple(a for a in set(node.args) if last_use[a] == k)
         if node.op == 'const':
-            steps.append((i, 'const', node.value))
+            steps.append((i, 'const', node.value, dead))
         elif node.op == 'column':
-            steps.append((i, 'column', column_at[node.value]))
+            steps.append((i, 'column', column_at[node.value], dead))
         elif node.op == 'weight':
-            steps.append((i, 'weight', weight_at[node.value]))
+            steps.append((i, 'weight', weight_at[node.value], dead))
         else:
-            steps.append((i, PRIMITIVES[node.op].evaluate, node.args))
-    outputs = program.outputs
+            steps.append((i, PRIMITIVES[node.op].evaluate, node.args, dead))
+    block = max(1, BLOCK_BYTES // (8 * max(1, _most_alive(order, last_use, graph.depends_on_data()))))
 
-    def kernel(columns, rows, weights):
+    def run(columns, rows, weights):
         values = {}
         with np.errstate(all='ignore'):
-            for i, how, what in steps:
+            for i, how, what, dead in steps:
+                limits.tick()
                 if how == 'const':
                     values[i] = what
                 elif how == 'column':
@@ -38,6 +51,27 @@ def compile(program):
                     values[i] = weights[what]
                 else:
                     values[i] = how(*[values[a] for a in what])
+                for a in dead:
+                    del values[a]
             return np.array([np.sum(values[o]) if np.ndim(values[o]) else values[o] * rows for o in outputs],
                             dtype=np.float64)
+
+    def kernel(columns, rows, weights):
+        if rows <= block:
+            return run(columns, rows, weights)
+        return sum(run([c[start:start + block] for c in columns], min(block, rows - start), weights)
+                   for start in range(0, rows, block))
     return kernel
+
+
+def _most_alive(order, last_use, per_row):
+    """The most arrays of rows alive at once while the nodes are evaluated in order."""
+    alive = most = 0
+    ends = {}
+    for k, i in enumerate(order):
+        if per_row[i]:
+            alive += 1
+            ends[last_use[i]] = ends.get(last_use[i], 0) + 1
+        most = max(most, alive)
+        alive -= ends.pop(k, 0)
+    return most

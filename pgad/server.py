@@ -1,12 +1,20 @@
 """Everything that talks to the PostgreSQL backend through PL/Python's plpy, in one place.
 
-Queries, cursors, NOTICEs, interrupt checks, and the `entry` decorator that turns a PgadError into a
-PostgreSQL ERROR with its SQLSTATE, DETAIL and HINT. plpy exists only inside the server, so it is imported
-when first used: the rest of pgad imports and tests without a server.
+Queries, cursors, NOTICEs and WARNINGs, interrupt checks, pgad's settings, and the `entry` decorator that turns a
+PgadError into a PostgreSQL ERROR with its SQLSTATE, DETAIL and HINT. plpy exists only inside the server, so it is
+imported when first used: the rest of pgad imports and tests without a server.
+
+Every SQL text here and in the stages that call these functions names what it uses schema-qualified
+(pg_catalog.count, OPERATOR(pg_catalog.||), pg_catalog.text), so that nothing on the caller's search_path can stand
+in for it: pgad runs as whoever calls it, superusers included (docs/security.md).
 """
 import functools
+import warnings
 
+from . import limits
 from .errors import PgadError
+
+INTERRUPTED = '57'  # operator intervention: a cancel, a statement_timeout, a shutdown; never reported as another
 
 
 def plpy():
@@ -22,17 +30,47 @@ def __getattr__(name):
 
 
 def entry(function):
-    """A function the SQL shims call: a PgadError leaves it as a PostgreSQL ERROR, and nothing has changed."""
+    """A function the SQL shims call: a PgadError leaves it as a PostgreSQL ERROR, and nothing has changed; Python
+    warnings raised on the way (warnings.warn) are PostgreSQL WARNINGs; limits.tick() checks for interrupts."""
     @functools.wraps(function)
     def call(*args, **kwargs):
+        limits.on_interrupts(check_interrupts)
         try:
-            return function(*args, **kwargs)
-        except PgadError as e:
-            error = e
-        p = plpy()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter('always')
+                try:
+                    return function(*args, **kwargs)
+                except PgadError as e:
+                    error = e
+                finally:
+                    for warning in caught:
+                        plpy().warning(str(warning.message))
+        finally:
+            limits.on_interrupts(None)
         fields = {k: v for k, v in (('detail', error.detail), ('hint', error.hint)) if v}
-        p.error(error.message, sqlstate=error.sqlstate, **fields)
+        plpy().error(error.message, sqlstate=error.sqlstate, **fields)
     return call
+
+
+def interrupted(error):
+    """Is this server error a cancel, a timeout or a shutdown, to be passed on as it is?"""
+    return (getattr(error, 'sqlstate', None) or '').startswith(INTERRUPTED)
+
+
+SETTINGS = ('max_lambda_bytes', 'max_lambda_nodes', 'cache_directory', 'cache_size', 'load_chunk_rows')
+MEMORY_UNITS = {'': 1, 'B': 1, 'kB': 1 << 10, 'MB': 1 << 20, 'GB': 1 << 30, 'TB': 1 << 40}
+
+
+def settings():
+    """pgad's settings (extension/pgad.c defines them), by name without 'pgad.', as SHOW shows them."""
+    row = query('SELECT ' + ', '.join(f"pg_catalog.current_setting('pgad.{name}') AS {name}" for name in SETTINGS))
+    return dict(row[0])
+
+
+def in_bytes(setting):
+    """A memory setting as SHOW shows it ('1MB', '512kB', '100B') in bytes."""
+    number = setting.rstrip('kMGTB')
+    return int(number) * MEMORY_UNITS[setting[len(number):]]
 
 
 def query(sql, args=(), types=()):
@@ -84,3 +122,7 @@ def check_interrupts():
 
 def notice(message):
     plpy().notice(message)
+
+
+def warning(message):
+    plpy().warning(message)

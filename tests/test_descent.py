@@ -64,9 +64,7 @@ def test_nan_at_the_start_is_not_called_divergence():
 
 
 @pytest.mark.parametrize('backend', ['python', 'llvm'])
-def test_chunked_evaluation_equals_one_call_and_checks_between_chunks(backend, tmp_path, monkeypatch):
-    from pgad.jit import compiler
-    monkeypatch.setattr(compiler, 'CACHE_DIR', str(tmp_path))
+def test_chunked_evaluation_equals_one_call_and_checks_between_chunks(backend):
     prog = program.build('λ(d, w) (w.a*d.x + w.b - d.y)^2 + w.a^2', ('a', 'b'), 'forward')
     kernel = backends.compile(prog, backend)
     x = np.random.default_rng(0).random(1000)

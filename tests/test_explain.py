@@ -1,7 +1,4 @@
-"""pgad.explain and the extension's upgrade path, against a real server."""
-import uuid
-
-import psycopg
+"""pgad.explain, against a real server."""
 import pytest
 
 from conftest import error_of
@@ -25,18 +22,6 @@ def test_explain_shows_every_stage_with_its_time(db, mode):
 def test_explain_rejects_bad_input(db):
     assert error_of(db, "SELECT * FROM pgad.explain('λ(d, w) w.a +')").sqlstate == '42601'
     assert error_of(db, "SELECT * FROM pgad.explain('λ(d, w) w.a', 'sideways')").sqlstate == '22023'
-
-
-def test_upgrade_from_0_1_0(cluster):
-    name = 'upgrade_' + uuid.uuid4().hex[:8]
-    with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE {name}')
-    with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
-        db.execute("CREATE EXTENSION pgad VERSION '0.1.0' CASCADE")
-        assert db.execute("SELECT to_regprocedure('pgad.explain(text, text)')").fetchone()[0] is None
-        db.execute('ALTER EXTENSION pgad UPDATE')
-        assert db.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgad'").fetchone()[0] == '0.2.0'
-        assert len(db.execute("SELECT * FROM pgad.explain('λ(d, w) w.a*d.x')").fetchall()) == 5
 
 
 def test_llvm_and_python_backends_agree_from_sql(db):

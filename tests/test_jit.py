@@ -4,15 +4,11 @@ import pytest
 
 from pgad import backends, program
 from pgad.jit import codegen, compiler
+from pgad.jit.cache import DiskCache
 from pgad.lang import rules
 from test_rules import CASES, DATA, NESTED_UNTAKEN, TIES, W, WEIGHTS
 
 MODES = ('forward', 'reverse')
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(compiler, 'CACHE_DIR', str(tmp_path / 'cache'))
 
 
 def both(text, mode, w=W, data=DATA, weights=WEIGHTS):
@@ -56,10 +52,11 @@ def test_rows_zero_and_one():
     assert kernel([np.array([2.0]), np.array([1.0])], 1, np.array([1.0])).tolist() == [1.0, 4.0]
 
 
-def test_the_disk_cache_serves_a_second_compile():
+def test_the_disk_cache_serves_a_second_compile(tmp_path):
     prog = program.build('λ(d, w) sin(w.a*d.x) + w.b', ('a', 'b'), 'forward')
-    first = compiler.compile(prog)
-    again = compiler.compile(prog)
+    cache = DiskCache(str(tmp_path / 'cache'), 1 << 20)
+    first = compiler.compile(prog, cache)
+    again = compiler.compile(prog, cache)
     assert not first.cached and again.cached and again.optimized_ir == ''
     x = np.linspace(0, 1, 1001)
     assert first.kernel([x], 1001, np.array([0.3, 0.1])).tolist() == again.kernel([x], 1001,

@@ -17,7 +17,7 @@ major=$("$pg_config" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 want=()
 [ -x "$("$pg_config" --bindir)/postgres" ] || want+=("postgresql-$major")
 [ -f "$("$pg_config" --pkglibdir)/plpython3.so" ] || want+=("postgresql-plpython3-$major")
-[ -f "$("$pg_config" --pgxs)" ] || want+=("postgresql-server-dev-$major")
+[ -f "$("$pg_config" --includedir-server)/postgres.h" ] || want+=("postgresql-server-dev-$major")
 python=$(ldd "$("$pg_config" --pkglibdir)/plpython3.so" 2>/dev/null | grep -o 'libpython3\.[0-9]*' | head -1 | sed 's/^lib//' || true)
 if [ -n "$python" ] && ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then want+=("$python-venv"); fi
 if [ ${#want[@]} -gt 0 ]; then

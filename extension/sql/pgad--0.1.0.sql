@@ -18,10 +18,10 @@ $$;
 -- Re-raises an error caught by a shim as PostgreSQL's own: PL/Python's "plpy.Error: " prefix dropped.
 CREATE FUNCTION pgad._raise(state text, message text, detail text, hint text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-  message := regexp_replace(message, '^(plpy\.Error|spiexceptions\.\w+|plpy\.SPIError): ', '');
-  IF detail <> '' AND hint <> '' THEN RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail, HINT = hint;
-  ELSIF detail <> '' THEN RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail;
-  ELSIF hint <> '' THEN RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, HINT = hint;
+  message := pg_catalog.regexp_replace(message, '^(plpy\.Error|spiexceptions\.\w+|plpy\.SPIError): ', '');
+  IF detail OPERATOR(pg_catalog.<>) '' AND hint OPERATOR(pg_catalog.<>) '' THEN RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail, HINT = hint;
+  ELSIF detail OPERATOR(pg_catalog.<>) '' THEN RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, DETAIL = detail;
+  ELSIF hint OPERATOR(pg_catalog.<>) '' THEN RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message, HINT = hint;
   ELSE RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
   END IF;
 END $$;

@@ -17,6 +17,7 @@ import re
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from .. import limits
 from ..lang.rules import PRIMITIVES
 
 DOUBLE, BOOL, I64 = ir.DoubleType(), ir.IntType(1), ir.IntType(64)
@@ -135,6 +136,7 @@ def kernel_ir(program, name=NAME):
     sums = [b.phi(DOUBLE, f'sum{k}') for k in range(len(program.outputs))]
     emitter, values = _Emitter(b, module), {}
     for n in program.graph.ancestors(program.outputs):
+        limits.tick()
         node = nodes[n]
         if node.op == 'const':
             values[n] = ir.Constant(BOOL, int(node.value)) if isinstance(node.value, bool) else _const(node.value)

@@ -1,15 +1,19 @@
 """LLVM IR → machine code for this CPU, called through ctypes; compiled kernels cached on disk.
 
-optimise() runs llvmlite's new pass manager at speed level 3 with loop and SLP vectorisation, for the host CPU
-and its features. machine_code() emits an object file, which the disk cache keeps, keyed by the IR, the llvmlite
+optimise() runs llvmlite's new pass manager for the host CPU and its features, and the target machine emits an
+object file, which the disk cache (cache.py) keeps, keyed by the program's DAG, pgad's code generator, the llvmlite
 and LLVM versions and the CPU: a new connection that meets a lambda it has seen before loads the object and
-compiles nothing. The cache directory is $PGAD_CACHE_DIR, else /var/cache/pgad (made by `make install`, owned
-by the server's OS user); where it cannot be written, kernels are simply compiled again.
+compiles nothing.
+
+LLVM's passes run inside the server process and cannot be interrupted, so the optimisation level is chosen by the
+kernel's size: each tier below compiles its largest kernel in about half a second on a 2-core VM (measured in
+docs/security.md), so statement_timeout and pg_cancel_backend act within a second. Loop vectorisation is the
+costly part (it grows much faster than the kernel: 65 outputs took 2 s, 129 outputs 15 s), then O3's scheduling
+of many accumulators. A kernel larger than the last tier is not compiled: 'auto' runs it on the python backend.
 """
 import ctypes
 import functools
 import hashlib
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -17,16 +21,45 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import codegen
+from . import cache as disk, codegen
+from ..errors import PgadError
 from ..lang import printer
 from .codegen import kernel_ir
 
-CACHE_DIR = os.environ.get('PGAD_CACHE_DIR', '/var/cache/pgad')
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    speed_level: int        # the optimisation pipeline's: 3 is O3, 0 is O0
+    vectorise: bool         # loop and SLP vectorisation
+    codegen_level: int      # the target machine's code generation level
+    max_nodes: int          # the largest kernel it compiles: nodes of the DAG under the outputs …
+    max_outputs: int        # … and outputs (accumulators)
+
+
+TIERS = (Tier('O3, vectorised', 3, True, 3, 400, 40),
+         Tier('O3', 3, False, 3, 2500, 300),
+         Tier('O0', 0, False, 0, 8000, 8000))
+
+
+def tier_of(program):
+    """The tier that compiles program within the time an uninterruptible compile may take, or None."""
+    nodes, outputs = len(program.graph.ancestors(program.outputs)), len(program.outputs)
+    return next((t for t in TIERS if nodes <= t.max_nodes and outputs <= t.max_outputs), None)
+
+
+def too_large(program):
+    nodes = len(program.graph.ancestors(program.outputs))
+    return PgadError('54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives',
+                     detail=f'The llvm backend compiles at most {TIERS[-1].max_nodes}: LLVM cannot be interrupted '
+                            'while it compiles, and a larger kernel would take it more than a second.',
+                     hint="Use backend => 'python', or 'auto', which picks it for lambdas this large.")
 
 
 @dataclass
 class Compiled:
     kernel: object                              # kernel(columns, rows, weights) → sums, as every backend gives
+    tier: Tier = TIERS[0]                       # how it was compiled
     ir: str = ''                                # the IR as generated ('' when loaded from the disk cache)
     optimized_ir: str = ''                      # the IR after optimisation (likewise)
     ms: dict = field(default_factory=dict)      # milliseconds per stage: 'IR generation', 'optimisation', …
@@ -34,40 +67,40 @@ class Compiled:
 
 
 @functools.lru_cache(maxsize=None)
-def target_machine():
-    """The host CPU's target machine, for optimising and emitting code (one per process)."""
-    return new_target_machine()
+def target_machine(level=3):
+    """The host CPU's target machine at a code generation level, for optimising and emitting code (one each)."""
+    return new_target_machine(level)
 
 
-def new_target_machine():
+def new_target_machine(level=3):
     """A target machine of its own, for an execution engine, which takes ownership of it and frees it."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     codegen.link_math()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                        opt=3, codemodel='jitdefault', jit=True)
+                                        opt=level, codemodel='jitdefault', jit=True)
 
 
-def optimise(ir_text):
-    """The module of ir_text, optimised in place for this CPU (O3, loop and SLP vectorisation)."""
+def optimise(ir_text, tier=TIERS[0]):
+    """The module of ir_text, optimised in place for this CPU at the tier's level."""
     module = llvm.parse_assembly(ir_text)
     module.verify()
-    tm = target_machine()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    builder = llvm.create_pass_builder(tm, pto)
+    pto = llvm.create_pipeline_tuning_options(speed_level=tier.speed_level)
+    pto.loop_vectorization = pto.slp_vectorization = tier.vectorise
+    builder = llvm.create_pass_builder(target_machine(), pto)
     builder.getModulePassManager().run(module, builder)
     return module
 
 
 @functools.lru_cache(maxsize=None)
 def _toolchain():
-    """What else decides the machine code: pgad's code generator, llvmlite, LLVM, and this CPU."""
-    with open(codegen.__file__, 'rb') as f:
-        generator = hashlib.sha256(f.read()).hexdigest()
-    return '\n'.join([generator, llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)),
+    """What else decides the machine code: pgad's code generator and compiler, llvmlite, LLVM, and this CPU."""
+    sources = hashlib.sha256()
+    for path in (codegen.__file__, __file__):
+        with open(path, 'rb') as f:
+            sources.update(f.read())
+    return '\n'.join([sources.hexdigest(), llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)),
                       llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()])
 
 
@@ -78,33 +111,16 @@ def cache_key(program):
     return hashlib.sha256(what.encode()).hexdigest()
 
 
-def _read_cache(key):
-    try:
-        with open(os.path.join(CACHE_DIR, key + '.o'), 'rb') as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _write_cache(key, data):
-    try:
-        os.makedirs(CACHE_DIR, mode=0o700, exist_ok=True)
-        path = os.path.join(CACHE_DIR, key + '.o')
-        temporary = f'{path}.{os.getpid()}.tmp'
-        with open(temporary, 'wb') as f:
-            f.write(data)
-        os.replace(temporary, path)  # whole or not at all, even with two backends compiling at once
-    except OSError:
-        pass
-
-
-def compile(program):
+def compile(program, cache=disk.NONE):
     """The Compiled kernel of program: from the disk cache when there, else generated, optimised and cached."""
+    tier = tier_of(program)
+    if tier is None:
+        raise too_large(program)
     ms = {}
     started = time.perf_counter()
     key = cache_key(program)
     name = f'pgad_{key[:24]}'  # one name per kernel: every kernel of the process shares one execution engine
-    data = _read_cache(key)
+    data = cache.get(key)
     ir_text = optimized = ''
     if data is not None:
         ms['cache hit'] = (time.perf_counter() - started) * 1e3
@@ -112,17 +128,17 @@ def compile(program):
         ir_text = kernel_ir(program, name)
         ms['IR generation'] = (time.perf_counter() - started) * 1e3
         started = time.perf_counter()
-        module = optimise(ir_text)
+        module = optimise(ir_text, tier)
         optimized = str(module)
         ms['optimisation'] = (time.perf_counter() - started) * 1e3
         started = time.perf_counter()
-        data = target_machine().emit_object(module)
+        data = target_machine(tier.codegen_level).emit_object(module)
         ms['machine code'] = (time.perf_counter() - started) * 1e3
-        _write_cache(key, data)
+        cache.put(key, data)
     started = time.perf_counter()
     kernel = _load(data, name, len(program.columns), len(program.outputs))
     ms['load'] = (time.perf_counter() - started) * 1e3
-    return Compiled(kernel, ir_text, optimized, ms, cached=not optimized)
+    return Compiled(kernel, tier, ir_text, optimized, ms, cached=not optimized)
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,8 +9,7 @@ from . import rules, dag, parser, forward, reverse, printer  # noqa: F401  (rule
 MODES = {'forward': forward.gradient, 'reverse': reverse.gradient}
 
 
-def parse(text):
-    return parser.parse(text)
+parse = parser.parse  # parse(text, limits) → Lambda
 
 
 def gradient(lam, weights, mode='reverse'):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import rules
+from .. import limits
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,10 @@ LEAVES = ('const', 'column', 'weight')
 
 
 class Graph:
-    def __init__(self):
+    def __init__(self, max_nodes=limits.DEFAULT.lambda_nodes):
         self.nodes = []
         self._index = {}
+        self.max_nodes = max_nodes  # pgad.max_lambda_nodes: building one more stops with SQLSTATE 54001
 
     def expr(self, i):
         return Expr(self, i)
@@ -39,7 +41,11 @@ class Graph:
 
     def _intern(self, op, args=(), value=None):
         key = (op, args, value if op != 'const' else (type(value), value))
+        limits.tick()
         if key not in self._index:
+            if len(self.nodes) >= self.max_nodes:
+                raise limits.too_large(f'lambda is too large: more than {self.max_nodes} expression nodes with its '
+                                       'derivatives', 'pgad.max_lambda_nodes', self.max_nodes)
             self._index[key] = len(self.nodes)
             self.nodes.append(Node(op, args, value))
         return self._index[key]

@@ -7,6 +7,7 @@ None and costs nothing. The result is the gradient as DAG nodes, built in the sa
 as the loss, so every subexpression the two share is computed once.
 """
 from . import rules
+from .. import limits
 
 
 def gradient(graph, root, weights):
@@ -17,6 +18,7 @@ def gradient(graph, root, weights):
     result = {}
     for name in weights:
         tangent = {}
+        limits.tick(len(order))
         for i in order:
             node = graph.nodes[i]
             if node.op == 'weight':

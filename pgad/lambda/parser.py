@@ -13,6 +13,7 @@ so -2^2 is 4 and 2^3^2 is 64, as psql shows. A recursive-descent parser, one met
 import re
 from dataclasses import dataclass, field
 
+from .. import limits as bounds
 from ..errors import PgadError
 from .dag import Graph
 from .rules import PRIMITIVES
@@ -29,6 +30,7 @@ FUNCTIONS = {
 # log(b, x), the logarithm of x to base b, is ln(x) / ln(b)
 KEYWORDS = {'case', 'when', 'then', 'else', 'end', 'and', 'or', 'not', 'true', 'false', 'lambda'}
 TYPES = {'n': 'double precision', 'b': 'boolean'}
+NAMEDATALEN = 64  # PostgreSQL's: a column name has at most 63 bytes
 COMPARISONS = {'<': 'lt', '<=': 'le', '>': 'gt', '>=': 'ge', '=': 'eq', '<>': 'ne', '!=': 'ne'}
 
 TOKEN = re.compile(r'''
@@ -63,6 +65,7 @@ class Token:
 def tokenize(text):
     tokens, pos = [], 0
     while pos < len(text):
+        bounds.tick()
         m = TOKEN.match(text, pos)
         if not m:
             raise syntax_error(text, pos, text[pos])
@@ -99,17 +102,18 @@ def caret(text, pos):
     return line + '\n' + ' ' * len(text[:pos].split('\n')[-1]) + '^'
 
 
-def parse(text):
-    """Parse a lambda into a Lambda: its DAG and the columns and weights it reads."""
-    return Parser(text).parse_lambda()
+def parse(text, limits=bounds.DEFAULT):
+    """Parse a lambda into a Lambda: its DAG and the columns and weights it reads, within limits."""
+    bounds.check_text(text, limits)
+    return Parser(text, limits.lambda_nodes).parse_lambda()
 
 
 class Parser:
-    def __init__(self, text):
+    def __init__(self, text, max_nodes=bounds.DEFAULT.lambda_nodes):
         self.text = text
         self.tokens = tokenize(text)
         self.i = 0
-        self.graph = Graph()
+        self.graph = Graph(max_nodes)
 
     # token helpers
     @property
@@ -269,6 +273,10 @@ class Parser:
         tok = self.advance()
         name = tok.value
         if owner.value == self.row:
+            if len(name.encode('utf-8', 'surrogatepass')) >= NAMEDATALEN:
+                raise self.fail('42622', f'column name "{name}" is too long', tok,
+                                hint=f'PostgreSQL column names have at most {NAMEDATALEN - 1} bytes: rename the '
+                                     'column in the data query (SELECT … AS shorter) and in the lambda.')
             if name not in self.columns:
                 self.columns.append(name)
             return self.graph.column(name)

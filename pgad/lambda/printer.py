@@ -1,9 +1,16 @@
-"""DAG → text: the lambda language for people (pgad.derivatives), and plain SQL for PostgreSQL to evaluate.
+"""DAG → text: the lambda language for people (pgad.derivatives, pgad.explain), and a listing of the DAG.
 
 Parentheses are written only where PostgreSQL's precedence needs them, plus around a negative left operand
 of ^ (-x^2 means (-x)^2 in SQL, which reads the other way to most people).
+
+A DAG shares subexpressions and text repeats them, so the text of a derivative can be far longer than the DAG
+(exponentially, for a chain of shared nodes): printing stops past a budget of PRINTED_PER_BYTE times
+pgad.max_lambda_bytes characters, with SQLSTATE 54001.
 """
 import math
+
+from .. import limits as bounds
+from ..errors import PgadError
 
 # op → (symbol, precedence); all binary operators are left-associative, as in PostgreSQL
 INFIX = {'or': ('OR', 1), 'and': ('AND', 2),
@@ -11,28 +18,26 @@ INFIX = {'or': ('OR', 1), 'and': ('AND', 2),
          'add': ('+', 7), 'sub': ('-', 7), 'mul': ('*', 8), 'div': ('/', 8), 'pow': ('^', 9)}
 PREFIX = {'not': ('NOT ', 3), 'neg': ('-', 10)}
 ATOM = 11
-# primitives that SQL spells differently; the rest are SQL functions of the same name
+PRINTED_PER_BYTE = 16
+# primitives the lambda language spells differently; the rest are functions of the same name
 LAMBDA_NAMES = {'log10': 'log'}
-SQL_FORMS = {'log10': 'log({0})', 'sigmoid': '(1/(1 + exp(-({0}))))', 'relu': 'greatest({0}, 0::float8)',
-             'softplus': 'ln(1 + exp({0}))'}
 
 
-def to_lambda(lam, i):
+def budget(limits):
+    """The most characters one printed expression may have, under these limits."""
+    return PRINTED_PER_BYTE * limits.lambda_bytes
+
+
+def to_lambda(lam, i, max_chars=budget(bounds.DEFAULT)):
     """Node i as an expression in the lambda language, reading columns as d.x and weights as w.a."""
-    return _Printer(lam.graph, lambda node: f'{lam.row}.{_ident(node.value)}',
-                    lambda node: f'{lam.params}.{_ident(node.value)}', _number, LAMBDA_NAMES, {}).text(i)
-
-
-def to_sql(lam, i, weights, column_sql=lambda name: quote_ident(name)):
-    """Node i as a float8 SQL expression over the data's columns, with the weights' values written in."""
-    return _Printer(lam.graph, lambda node: column_sql(node.value),
-                    lambda node: _sql_number(weights[node.value]), _sql_number, {}, SQL_FORMS).text(i)
+    return _Printer(lam, max_chars).text(i)
 
 
 def to_listing(graph, roots):
     """The DAG under roots, one node a line in topological order: `%7 = mul(%3, %5)`."""
     lines = []
     for i in graph.ancestors(roots):
+        bounds.tick()
         node = graph.nodes[i]
         what = (_number(node.value) if node.op == 'const' else f'{node.op} {_ident(node.value)}'
                 if node.op in ('column', 'weight') else f'{node.op}({", ".join(f"%{a}" for a in node.args)})')
@@ -59,30 +64,33 @@ def _number(value):
     return text[:-2] if text.endswith('.0') else text
 
 
-def _sql_number(value):
-    if isinstance(value, bool):
-        return _number(value)
-    return f"{_number(abs(value))}::float8" if value >= 0 else f"(-{_number(-value)}::float8)"
-
-
 class _Printer:
-    def __init__(self, graph, column, weight, number, names, forms):
-        self.graph, self.column, self.weight, self.number = graph, column, weight, number
-        self.names, self.forms = names, forms
+    def __init__(self, lam, max_chars):
+        self.lam, self.graph, self.max_chars = lam, lam.graph, max_chars
 
     def text(self, i):
         return self.expr(i)[0]
 
     def expr(self, i):
         """(text, precedence) of node i."""
+        bounds.tick()
+        text, precedence = self._expr(i)
+        if len(text) > self.max_chars:
+            raise PgadError('54001', f'expression is too long to print: more than {self.max_chars} characters',
+                            detail=f'pgad prints at most {PRINTED_PER_BYTE} times pgad.max_lambda_bytes characters '
+                                   'for one expression; its DAG shares subexpressions that its text repeats.',
+                            hint='Write a smaller lambda, or have a superuser raise pgad.max_lambda_bytes.')
+        return text, precedence
+
+    def _expr(self, i):
         node = self.graph.nodes[i]
         if node.op == 'const':
-            text = self.number(node.value)
+            text = _number(node.value)
             return text, PREFIX['neg'][1] if text.startswith('-') else ATOM
         if node.op == 'column':
-            return self.column(node), ATOM
+            return f'{self.lam.row}.{_ident(node.value)}', ATOM
         if node.op == 'weight':
-            return self.weight(node), ATOM
+            return f'{self.lam.params}.{_ident(node.value)}', ATOM
         args = [self.expr(a) for a in node.args]
         if node.op in INFIX:
             symbol, prec = INFIX[node.op]
@@ -100,7 +108,4 @@ class _Printer:
         if node.op == 'case':
             (cond, _), (then, _), (other, _) = args
             return f'CASE WHEN {cond} THEN {then} ELSE {other} END', ATOM
-        texts = [a for a, _ in args]
-        if node.op in self.forms:
-            return self.forms[node.op].format(*texts), ATOM
-        return f'{self.names.get(node.op, node.op)}({", ".join(texts)})', ATOM
+        return f'{LAMBDA_NAMES.get(node.op, node.op)}({", ".join(a for a, _ in args)})', ATOM
