@@ -2,7 +2,8 @@
 
 testing.postgresql starts a cluster in a temporary directory on a free port and removes it afterwards. initdb
 and postgres refuse to run as root, so as root the cluster's directory is given to the `postgres` OS user and
-both programs run as that user through setpriv.
+both programs run as that user through setpriv. Each cluster keeps its compiled kernels in a directory of its own,
+<cluster>/kernels (pgad.cache_directory), so no run sees another's.
 """
 import os
 import pwd
@@ -19,9 +20,11 @@ def _server_program(name):
 
 
 class Cluster(testing.postgresql.Postgresql):
-    """testing.postgresql.Postgresql, with the root case handled and pgad's settings."""
+    """testing.postgresql.Postgresql, with the root case handled and pgad's settings; server_settings are more
+    `-c name=value` settings for the server."""
 
-    def __init__(self, **settings):
+    def __init__(self, server_settings=None, **settings):
+        self.server_settings = server_settings or {}
         settings.setdefault('initdb', _server_program('initdb'))
         settings.setdefault('postgres', _server_program('postgres'))
         settings.setdefault('postgres_args', '-h 127.0.0.1 -F -c logging_collector=off -c shared_buffers=256MB '
@@ -47,8 +50,15 @@ class Cluster(testing.postgresql.Postgresql):
         if result.returncode != 0:
             raise RuntimeError(f'initdb failed: {result.stderr.decode()}')
 
+    @property
+    def kernels(self):
+        """The cluster's pgad.cache_directory."""
+        return os.path.join(self.base_dir, 'kernels')
+
     def get_server_commandline(self):
-        return self._as_server_user(super().get_server_commandline())
+        settings = {'pgad.cache_directory': self.kernels, **self.server_settings}
+        extra = [arg for name, value in settings.items() for arg in ('-c', f'{name}={value}')]
+        return self._as_server_user(super().get_server_commandline() + extra)
 
     def conninfo(self, dbname='test', user='postgres'):
         return f'host=127.0.0.1 port={self.settings["port"]} dbname={dbname} user={user}'

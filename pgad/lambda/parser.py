@@ -155,12 +155,12 @@ class Parser:
             raise self.fail('42P08', f'the data row and the weights have the same name "{self.row}"',
                             self.tokens[self.i - 1])
         self.expect(')')
-        self.columns, self.weights = [], []
+        self.columns, self.weights = {}, {}  # dicts as ordered sets: names in order of first use
         body = self.expression()
         if self.tok.kind != 'end':
             raise self.error()
         self.require(body, 'n', self.tokens[self.i - 1], 'the body of a lambda must be a number, not a boolean')
-        return Lambda(self.text, self.graph, body.id, self.row, self.params, self.columns, self.weights)
+        return Lambda(self.text, self.graph, body.id, self.row, self.params, list(self.columns), list(self.weights))
 
     def identifier(self):
         if self.tok.kind != 'ident':
@@ -277,12 +277,10 @@ class Parser:
                 raise self.fail('42622', f'column name "{name}" is too long', tok,
                                 hint=f'PostgreSQL column names have at most {NAMEDATALEN - 1} bytes: rename the '
                                      'column in the data query (SELECT … AS shorter) and in the lambda.')
-            if name not in self.columns:
-                self.columns.append(name)
+            self.columns.setdefault(name)
             return self.graph.column(name)
         if owner.value == self.params:
-            if name not in self.weights:
-                self.weights.append(name)
+            self.weights.setdefault(name)
             return self.graph.weight(name)
         raise self.fail('42P01', f'"{owner.value}" is neither the data row "{self.row}" nor the weights '
                                  f'"{self.params}"', owner,
