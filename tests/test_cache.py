@@ -1,0 +1,261 @@
+"""The disk cache of compiled kernels verifies and bounds itself (pgad/jit/cache.py, docs/security.md).
+
+In process: every kind of damaged file is refused, removed and compiled again; a directory that someone else could
+write to is not used; the least recently used kernels go past the cap; two processes storing one key never expose
+half a file. On a real server: a damaged file no longer crashes the backend (it took the cluster with it), and
+pgad.cache_size bounds what any role can make the server write.
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+import warnings
+
+import numpy as np
+import psycopg
+import pytest
+
+from pgad import backends, program
+from pgad.jit import cache, compiler
+from pgad.jit.cache import CacheWarning, DiskCache
+
+KEY = 'ab' * 32
+ROOT = pathlib.Path(__file__).parent.parent
+
+
+def kernel_file(directory, key=KEY):
+    return pathlib.Path(directory) / (key + cache.SUFFIX)
+
+
+def damaged(code=b'machine code' * 10):
+    """Each way a file can be wrong, and what unpack says of it."""
+    good = cache.pack(KEY, code)
+    flipped = bytearray(good)
+    flipped[-1] ^= 1
+    return {
+        'empty': (b'', 'shorter than the header'),
+        'truncated header': (good[:40], 'shorter than the header'),
+        'truncated code': (good[:-5], 'bytes of code where the header says'),
+        'corrupted code': (bytes(flipped), 'SHA-256 does not match'),
+        'not a kernel': (b'\x7fELF' + good[4:], 'not a pgad kernel'),
+        'another format': (good[:8] + (cache.FORMAT + 1).to_bytes(4, 'little') + good[12:], 'format'),
+        'another key': (cache.pack('cd' * 32, code), 'stored under another key'),
+    }
+
+
+def test_a_packed_kernel_unpacks_to_itself():
+    assert cache.unpack(KEY, cache.pack(KEY, b'\x90' * 100)) == (b'\x90' * 100, None)
+
+
+@pytest.mark.parametrize('kind', damaged().keys())
+def test_unpack_refuses_every_damaged_file(kind):
+    data, problem = damaged()[kind]
+    code, why = cache.unpack(KEY, data)
+    assert code is None and problem in why
+
+
+@pytest.mark.parametrize('kind', damaged().keys())
+def test_a_damaged_file_is_removed_with_a_warning_and_never_loaded(tmp_path, kind):
+    store = DiskCache(str(tmp_path), 1 << 20)
+    store.get(KEY)  # makes the directory
+    kernel_file(tmp_path).write_bytes(damaged()[kind][0])
+    with pytest.warns(CacheWarning, match='removed the damaged kernel cache file'):
+        assert store.get(KEY) is None
+    assert not kernel_file(tmp_path).exists()
+
+
+@pytest.mark.parametrize('kind', ['empty', 'truncated code', 'corrupted code'])
+def test_a_damaged_kernel_is_compiled_again_and_computes_right(tmp_path, kind):
+    prog = program.build('λ(d, w) (w.a*d.x - exp(d.x))^2', ('a',), 'reverse')
+    store = DiskCache(str(tmp_path), 1 << 20)
+    key = compiler.cache_key(prog)
+    compiler.compile(prog, store)
+    code, _ = cache.unpack(key, kernel_file(tmp_path, key).read_bytes())
+    bad = {'empty': b'', 'truncated code': cache.pack(key, code)[:-len(code) // 2],
+           'corrupted code': cache.pack(key, code)[:-1] + b'\xcc'}[kind]
+    kernel_file(tmp_path, key).write_bytes(bad)
+    with pytest.warns(CacheWarning):
+        again = compiler.compile(prog, store)
+    assert not again.cached and cache.unpack(key, kernel_file(tmp_path, key).read_bytes())[0] == code
+    x = np.linspace(0, 1, 33)
+    np.testing.assert_allclose(again.kernel([x], 33, np.array([0.5])),
+                               backends.compile(prog, 'python')([x], 33, np.array([0.5])), rtol=1e-12)
+
+
+# --- whose directory --------------------------------------------------------------------------------------------
+def test_a_directory_others_can_write_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache, '_warned', set())
+    directory = tmp_path / 'open'
+    directory.mkdir(mode=0o777)
+    directory.chmod(0o777)
+    store = DiskCache(str(directory), 1 << 20)
+    with pytest.warns(CacheWarning, match=r'writable by group or others \(mode 0777\)'):
+        store.put(KEY, b'code')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # once per process, not per call
+        store.put(KEY, b'code')
+        assert store.get(KEY) is None
+    assert list(directory.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='giving a directory to another user needs root')
+def test_a_directory_owned_by_another_user_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache, '_warned', set())
+    directory = tmp_path / 'theirs'
+    directory.mkdir(mode=0o700)
+    os.chown(directory, 65534, 65534)  # nobody
+    with pytest.warns(CacheWarning, match='owned by uid 65534'):
+        DiskCache(str(directory), 1 << 20).put(KEY, b'code')
+    assert list(directory.iterdir()) == []
+
+
+def test_links_are_not_followed(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache, '_warned', set())
+    real = tmp_path / 'real'
+    real.mkdir(mode=0o700)
+    (tmp_path / 'link').symlink_to(real)
+    with pytest.warns(CacheWarning, match='not a directory'):
+        DiskCache(str(tmp_path / 'link'), 1 << 20).put(KEY, b'code')
+    store = DiskCache(str(real), 1 << 20)
+    elsewhere = tmp_path / 'planted'
+    elsewhere.write_bytes(cache.pack(KEY, b'code'))
+    kernel_file(real).symlink_to(elsewhere)
+    with pytest.warns(CacheWarning, match='removed the damaged'):
+        assert store.get(KEY) is None
+    assert elsewhere.exists() and not kernel_file(real).is_symlink()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason='giving a file to another user needs root')
+def test_a_file_owned_by_another_user_is_not_loaded(tmp_path):
+    store = DiskCache(str(tmp_path / 'c'), 1 << 20)
+    store.put(KEY, b'code')
+    os.chown(kernel_file(tmp_path / 'c'), 65534, 65534)
+    with pytest.warns(CacheWarning, match='owned by uid 65534'):
+        assert store.get(KEY) is None
+
+
+# --- bounded ------------------------------------------------------------------------------------------------------
+def test_the_least_recently_used_go_past_the_cap(tmp_path):
+    size = len(cache.pack(KEY, b'x' * 1000))
+    store = DiskCache(str(tmp_path), 3 * size)
+    keys = [f'{k:064x}' for k in range(10)]
+    for k, key in enumerate(keys):
+        store.put(key, b'x' * 1000)
+        os.utime(kernel_file(tmp_path, key), (1e9 + k, 1e9 + k))  # a clear order, whatever the clock's resolution
+        if k == 4:
+            assert store.get(keys[2]) is not None  # used again: now the most recent, and kept
+    kept = sorted(p.name[:64] for p in tmp_path.iterdir())
+    assert kept == sorted([keys[2], keys[8], keys[9]])
+    assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= 3 * size
+
+
+def test_nothing_is_written_to_a_nearly_full_filesystem(tmp_path, monkeypatch):
+    full = os.statvfs_result((4096, 4096, 1000, 10, 10, 0, 0, 0, 0, 255))  # 1 % free
+    monkeypatch.setattr(os, 'fstatvfs', lambda fd: full)
+    DiskCache(str(tmp_path), 1 << 20).put(KEY, b'code')
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cache_of_size_zero_or_no_directory_is_off(tmp_path):
+    for store in (DiskCache(str(tmp_path), 0), DiskCache('', 1 << 20)):
+        store.put(KEY, b'code')
+        assert store.get(KEY) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+WRITER = '''
+import sys, warnings
+sys.path.insert(0, {root!r})
+from pgad.jit.cache import DiskCache
+warnings.simplefilter('error')
+store, code = DiskCache({directory!r}, 1 << 30), bytes(range(256)) * 4000
+for _ in range(150):
+    store.put({key!r}, code)
+    got = store.get({key!r})
+    assert got is None or got == code, 'a half-written file was read'
+'''
+
+
+def test_two_processes_storing_one_key_never_expose_half_a_file(tmp_path):
+    script = WRITER.format(root=str(ROOT), directory=str(tmp_path), key=KEY)
+    writers = [subprocess.Popen([sys.executable, '-c', script], stderr=subprocess.PIPE) for _ in range(2)]
+    assert [(w.wait(), w.stderr.read().decode()) for w in writers] == [(0, ''), (0, '')]
+    assert [p.name for p in tmp_path.iterdir()] == [KEY + cache.SUFFIX]
+    assert cache.unpack(KEY, kernel_file(tmp_path).read_bytes())[0] == bytes(range(256)) * 4000
+
+
+# --- on a real server -------------------------------------------------------------------------------------------
+def kernels(cluster):
+    return sorted(pathlib.Path(cluster.kernels).glob('*' + cache.SUFFIX), key=lambda p: p.stat().st_mtime)
+
+
+def lambda_(salt):
+    return f'λ(d, w) (w.a*d.x + w.b - sin(d.x) + {salt})^2'
+
+
+GRADIENT = "SELECT pgad.gradient(%s, 'SELECT x / 10.0 AS x FROM generate_series(1, 50) AS x', '{\"a\": 1, \"b\": 2}')"
+
+
+def test_a_damaged_cache_file_does_not_crash_the_server(cluster, dbname):
+    salt = uuid.uuid4().int % 10**6
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        started = db.execute('SELECT pg_postmaster_start_time()').fetchone()[0]
+        expected = db.execute(GRADIENT, (lambda_(salt),)).fetchone()[0]
+    for damage in (lambda data: data[:len(data) // 2], lambda data: b'', lambda data: data[:-1] + bytes([data[-1] ^ 1])):
+        newest = kernels(cluster)[-1]
+        newest.write_bytes(damage(newest.read_bytes()))  # as root: the file stays the server's
+        notices = []
+        with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:  # a new backend: it reads the file
+            db.add_notice_handler(lambda diag: notices.append((diag.severity, diag.message_primary)))
+            assert db.execute(GRADIENT, (lambda_(salt),)).fetchone()[0] == expected
+            assert db.execute('SELECT pg_postmaster_start_time()').fetchone()[0] == started
+        assert [severity for severity, message in notices if 'removed the damaged kernel' in message] == ['WARNING']
+
+
+def test_pgad_cache_size_bounds_the_cache(cluster, dbname):
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute("SET pgad.cache_size = '32kB'")
+        for salt in range(40):
+            db.execute(GRADIENT, (lambda_(f'{salt}.{uuid.uuid4().int % 1000}'),))
+            assert sum(p.stat().st_size for p in kernels(cluster)) <= 32 * 1024
+        last = db.execute('SELECT 1').fetchone()
+    assert last == (1,) and len(kernels(cluster)) >= 3  # the cache is used: the newest kernels are in it
+
+
+@pytest.mark.parametrize('owner, mode, problem', [('postgres', 0o777, 'writable by group or others'),
+                                                  ('nobody', 0o755, 'not by the server')])
+def test_the_server_uses_no_directory_others_could_write(cluster, dbname, owner, mode, problem):
+    if os.geteuid() != 0:
+        pytest.skip('giving a directory to another user needs root')
+    directory = pathlib.Path(cluster.base_dir) / f'kernels_{uuid.uuid4().hex[:8]}'  # where the server can look
+    directory.mkdir()
+    shutil.chown(directory, owner)
+    directory.chmod(mode)
+    notices = []
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.add_notice_handler(lambda diag: notices.append(diag.message_primary))
+        db.execute("SELECT set_config('pgad.cache_directory', %s, false)", (str(directory),))
+        first = db.execute(GRADIENT, (lambda_(uuid.uuid4().int % 10**6),)).fetchone()[0]
+        db.execute(GRADIENT, (lambda_(uuid.uuid4().int % 10**6),))
+    assert first['a'] != 0 and list(directory.iterdir()) == []
+    assert len([n for n in notices if problem in n]) == 1  # once per backend
+
+
+def test_two_backends_compiling_one_kernel_store_one_whole_file(cluster, dbname):
+    lam, results = lambda_(uuid.uuid4().int % 10**6), []
+
+    def compute():
+        with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+            results.append(db.execute(GRADIENT, (lam,)).fetchone()[0])
+    threads = [threading.Thread(target=compute) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(results) == 2 and results[0] == results[1]
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:  # a third backend loads the file
+        notices = []
+        db.add_notice_handler(lambda diag: notices.append(diag.message_primary))
+        assert db.execute(GRADIENT, (lam,)).fetchone()[0] == results[0] and notices == []
+    assert not list(pathlib.Path(cluster.kernels).glob('*.tmp'))
