@@ -141,7 +141,8 @@ def test_zero_iterations_return_the_starting_weights_and_their_loss(db):
 # --- the data argument -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize('data', ['points', 'public.points', 'SELECT x, y FROM points', 'select * from points',
                                   'TABLE points', 'WITH p AS (SELECT * FROM points) SELECT x, y FROM p',
-                                  '(SELECT x, y FROM points)'])
+                                  '(SELECT x, y FROM points)', 'SELECT x, y FROM points;', 'TABLE points ;\n\t',
+                                  'SELECT x, y FROM points -- a comment;\n;'])
 def test_data_is_a_query_or_a_table(db, data):
     assert scalar(db, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, data, json.dumps(WEIGHTS))) == \
         pytest.approx(scalar(db, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, 'points', json.dumps(WEIGHTS))), rel=1e-15)
@@ -241,6 +242,16 @@ def test_errors_in_the_data_query_show_the_query(db):
     assert diag.message_detail == 'The data query: SELECT x FROM points WHERE'
 
 
+def test_a_column_name_longer_than_postgresql_allows_is_a_clear_error(db):
+    name = 'x' * 64
+    diag = error_of(db, f"SELECT pgad.loss('λ(d, w) d.{name}', 'points', '{{}}')")
+    assert diag.sqlstate == '42622' and diag.message_primary == f'column name "{name}" is too long'
+    assert 'at most 63 bytes' in diag.message_hint
+    longest = 'é' * 31 + 'x'  # 63 bytes
+    db.execute(f'CREATE TEMP TABLE wide AS SELECT 1::float8 AS "{longest}"')
+    assert scalar(db, f"SELECT pgad.loss('λ(d, w) d.\"{longest}\"', 'wide', '{{}}')") == 1
+
+
 def test_null_arguments_give_null(db):
     assert scalar(db, "SELECT pgad.loss(NULL, 'points', '{}')") is None
     assert db.execute("SELECT * FROM pgad.gradient_descent(%s, 'points', NULL)", (LINEAR,)).fetchone() == \
@@ -283,6 +294,26 @@ def test_data_runs_with_the_callers_privileges(db, cluster, dbname):
         assert diag.sqlstate == '42501'
 
 
+# --- the functions PUBLIC may call ----------------------------------------------------------------------------------
+def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster, dbname):
+    internal = db.execute("SELECT p.oid::regprocedure::text, p.proisstrict, p.proacl::text FROM pg_proc AS p "
+                          "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
+    assert len(internal) == 5
+    assert [(name, strict) for name, strict, _ in internal if not strict] == []
+    assert [(name, acl) for name, _, acl in internal if acl is None or '"=X' in acl or '{=X' in acl or ',=X' in acl] \
+        == []
+    db.execute("DROP ROLE IF EXISTS pgad_outsider")
+    db.execute("CREATE ROLE pgad_outsider LOGIN")
+    calls = ["pgad._loss('λ(d, w) 1', 'SELECT 1', '{}')", "pgad._gradient('λ(d, w) 1', 'SELECT 1', '{}', 'reverse', 'auto')",
+             "pgad._gradient_descent('λ(d, w) 1', 'SELECT 1', '{}', 0.1, 1, 'reverse', 'auto')",
+             "pgad._derivatives('λ(d, w) 1')", "pgad._explain('λ(d, w) 1', 'reverse')"]
+    with psycopg.connect(cluster.conninfo(dbname, user='pgad_outsider'), autocommit=True) as outsider:
+        for call in calls:
+            diag = error_of(outsider, f'SELECT * FROM {call}')
+            assert diag.sqlstate == '42501' and diag.message_primary.startswith('permission denied for function _')
+        assert scalar(outsider, "SELECT pgad.loss('λ(d, w) w.a', 'SELECT 1', '{\"a\": 2}')") == 2  # the public door
+
+
 # --- long work is cancellable -----------------------------------------------------------------------------------
 @pytest.fixture(scope='module')
 def big(cluster, dbname):
@@ -299,6 +330,39 @@ def test_statement_timeout_stops_training_within_a_second(db, big):
     elapsed = time.monotonic() - started
     assert diag.sqlstate == '57014'
     assert elapsed < 2.5  # the 1 s timeout, plus at most one iteration and the load
+
+
+@pytest.mark.parametrize('data', ['big', 'SELECT x, y FROM big'])
+def test_a_cancel_in_any_of_pgads_queries_is_reported_as_itself(cluster, dbname, big, data):
+    """A statement_timeout from 1 ms on lands in each of pgad's own queries in turn (its settings, the data's name
+    and columns, the load, the interrupt checks): every one is reported as the cancel it is, 57014."""
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        scalar(db, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, data, json.dumps(WEIGHTS)))  # imported, compiled
+        states = set()
+        for timeout in range(1, 60, 3):
+            db.execute(f'SET statement_timeout = {timeout}')
+            try:
+                db.execute('SELECT pgad.loss(%s, %s, %s)', (LINEAR, data, json.dumps(WEIGHTS)))
+                states.add(None)
+            except psycopg.Error as e:
+                states.add(e.diag.sqlstate)
+            db.execute('RESET statement_timeout')
+    assert states <= {'57014', None} and '57014' in states
+
+
+@pytest.mark.parametrize('locked, data', [('pg_catalog.pg_class', 'big'), ('big', 'SELECT x, y FROM big')])
+def test_a_timeout_while_pgad_waits_for_a_lock_is_reported_as_itself(cluster, dbname, big, locked, data):
+    """A lock held elsewhere stops pgad in one of its own queries (the data's name, the data's columns) until the
+    statement_timeout: the error is that timeout, not 'data is neither a query nor …' or the data query's error."""
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db, \
+            psycopg.connect(cluster.conninfo(dbname)) as locker:
+        scalar(db, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, data, json.dumps(WEIGHTS)))
+        locker.execute(f'LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE')
+        db.execute('SET statement_timeout = 300')
+        diag = error_of(db, 'SELECT pgad.loss(%s, %s, %s)', (LINEAR, data, json.dumps(WEIGHTS)))
+        locker.rollback()
+    assert (diag.sqlstate, diag.message_primary, diag.message_detail) == \
+        ('57014', 'canceling statement due to statement timeout', None)
 
 
 def test_pg_cancel_backend_stops_training(db, cluster, dbname, big):
