@@ -8,7 +8,6 @@ Writes bench/results/kernels.json and kernels.md. Timings are the best of severa
 """
 import argparse
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import pgad  # noqa: F401
 from pgad import program
 from pgad.explain import ir_instructions, machine_instructions
 from pgad.jit import compiler
+from pgad.jit.cache import DiskCache
 
 RESULTS = pathlib.Path(__file__).parent / 'results'
 
@@ -33,11 +33,12 @@ def losses(p):
 def cache_hit_ms(text, weights, mode, cache):
     """A fresh process loads the same program's kernel from the warm disk cache: what a new connection pays per
     kernel, once LLVM is started in it (cold_start in run.py measures the whole first call)."""
-    code = ('import time, pgad; from pgad import program; from pgad.jit import compiler;'
+    code = ('import time, pgad; from pgad import program; from pgad.jit import compiler, cache;'
             f'p = program.build({text!r}, {weights!r}, {mode!r}); compiler.engine(); compiler._toolchain();'
-            't = time.perf_counter(); c = compiler.compile(p); print((time.perf_counter() - t) * 1e3, c.cached)')
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True,
-                         env={**os.environ, 'PGAD_CACHE_DIR': cache}).stdout.split()
+            f'store = cache.DiskCache({cache.directory!r}, {cache.capacity});'
+            't = time.perf_counter(); c = compiler.compile(p, store);'
+            'print((time.perf_counter() - t) * 1e3, c.cached)')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout.split()
     assert out[1] == 'True', 'the disk cache missed'
     return float(out[0])
 
@@ -56,8 +57,8 @@ def main():
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     rows = []
-    with tempfile.TemporaryDirectory() as cache:
-        compiler.CACHE_DIR = cache
+    with tempfile.TemporaryDirectory() as directory:
+        cache = DiskCache(directory, 1 << 30)
         compiler.compile(program.build('λ(d, w) w.a*d.x', ('a',), 'reverse'))  # LLVM's one-time start, not counted
         for p in args.features:
             columns = [rng.standard_normal(args.rows) for _ in range(p)] + [rng.random(args.rows)]
@@ -71,7 +72,7 @@ def main():
             for kind, text in losses(p).items():
                 for mode in ('forward', 'reverse'):
                     prog = program.build(text, weights, mode)
-                    compiled = compiler.compile(prog)
+                    compiled = compiler.compile(prog, cache)
                     kernel = compiled.kernel
                     kernel(columns, args.rows, w)
                     best = float('inf')

@@ -24,10 +24,8 @@ import json
 import math
 import os
 import platform
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -766,20 +764,11 @@ def server(args):
         yield args.dsn
         return
     from pgad.throwaway import Cluster
-    # A fresh, empty directory for the llvm backend's on-disk kernel cache, so that every run measures the same
-    # thing (the server inherits this environment); removed at the end.
-    cache = tempfile.mkdtemp(prefix='pgad-bench-kernels-')
-    if os.geteuid() == 0:
-        import pwd
-        user = pwd.getpwnam('postgres')
-        os.chown(cache, user.pw_uid, user.pw_gid)
-    os.environ['PGAD_CACHE_DIR'] = cache
-    try:
-        print('starting a throwaway PostgreSQL cluster …', flush=True)
-        with Cluster() as pg:
-            yield pg.conninfo()
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
+    # The cluster keeps compiled kernels in a fresh, empty directory of its own (pgad.cache_directory), so that
+    # every run measures the same thing; it goes with the cluster.
+    print('starting a throwaway PostgreSQL cluster …', flush=True)
+    with Cluster() as pg:
+        yield pg.conninfo()
 
 
 def machine():
