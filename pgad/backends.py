@@ -3,12 +3,12 @@
 'python' is numpy over whole columns (python_backend.py), the reference; 'llvm' is one fused loss-and-gradient
 kernel in machine code (jit/). 'auto' picks llvm, except for a lambda too large for the llvm backend to compile
 within its bound (jit/compiler.py), which runs on python. Kernels are cached per backend process, keyed by the
-program; jit/ also keeps compiled object code on disk for the next connection.
+program (and bounded as the programs are); jit/ also keeps compiled object code on disk for the next connection.
 """
-import functools
-
 from . import jit, python_backend
 from .jit.cache import NONE
+from .memo import bounded_cache
+from .program import CACHED_NODES
 
 BACKENDS = {'python': lambda program, cache: python_backend.compile(program), 'llvm': jit.compile}
 
@@ -20,6 +20,6 @@ def choose(program, backend):
     return 'llvm' if jit.fits(program) else 'python'
 
 
-@functools.lru_cache(maxsize=256)
+@bounded_cache(CACHED_NODES, weight=lambda kernel, args: len(args[0].graph))
 def compile(program, backend, cache=NONE):
     return BACKENDS[choose(program, backend)](program, cache)

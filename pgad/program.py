@@ -2,14 +2,17 @@
 
 build() parses the lambda, differentiates it by forward or reverse mode into the same graph, and returns a
 Program whose outputs are the loss and ∂loss/∂w for each weight, in the order of `weights`. Programs are cached
-per backend process: a second call with the same lambda, weights and mode parses and differentiates nothing.
+per backend process, up to CACHED_NODES nodes in all: a second call with the same lambda, weights and mode parses
+and differentiates nothing.
 """
-import functools
 from dataclasses import dataclass
 
 from . import lang
 from .lang.parser import Lambda
 from .limits import DEFAULT
+from .memo import bounded_cache
+
+CACHED_NODES = 250_000  # about 80 MB of programs in one backend, at most
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,7 +31,7 @@ class Program:
         return tuple(self.lam.columns)
 
 
-@functools.lru_cache(maxsize=256)
+@bounded_cache(CACHED_NODES, weight=lambda program, args: len(program.graph))
 def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT):
     """The Program for lambda `text` with weight names `weights` (a tuple), by `mode` ('forward' or 'reverse')."""
     lam = lang.parse(text, limits)

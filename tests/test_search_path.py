@@ -218,3 +218,30 @@ def test_pgad_data_query_keeps_the_callers_search_path(server, dbname):
         got = db.execute("SELECT pgad.loss('λ(d, w) d.x', 'points', '{}')").fetchone()[0]
         db.execute('RESET search_path')
     assert got == 10
+
+
+def test_a_pgad_schema_another_role_made_first_is_refused(server):
+    """Schema pgad made beforehand by another role would let that role replace pgad's functions (its owner may
+    drop anything in it): CREATE EXTENSION refuses it, and changes nothing."""
+    name = 'squatted_' + uuid.uuid4().hex[:8]
+    with psycopg.connect(server.conninfo('postgres'), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE {name}')
+    with psycopg.connect(server.conninfo(name), autocommit=True) as db:
+        db.execute('DROP ROLE IF EXISTS squatter')
+        db.execute('CREATE ROLE squatter LOGIN')
+        db.execute(f'GRANT CREATE ON DATABASE {name} TO squatter')
+        with psycopg.connect(server.conninfo(name, user='squatter'), autocommit=True) as squatter:
+            squatter.execute('CREATE SCHEMA pgad')
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
+            db.execute('CREATE EXTENSION pgad CASCADE')
+        assert caught.value.diag.message_primary == \
+            'schema "pgad" must be owned by a superuser and writable by its owner alone'
+        assert caught.value.diag.message_detail == 'The schema exists already, owned by role squatter.'
+        assert db.execute("SELECT count(*) FROM pg_extension WHERE extname = 'pgad'").fetchone()[0] == 0
+        db.execute('ALTER SCHEMA pgad OWNER TO postgres')
+        db.execute('GRANT CREATE ON SCHEMA pgad TO squatter')
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            db.execute('CREATE EXTENSION pgad CASCADE')
+        db.execute('REVOKE CREATE ON SCHEMA pgad FROM squatter')
+        db.execute('CREATE EXTENSION pgad CASCADE')
+        assert db.execute("SELECT pgad.loss('λ(d, w) w.a', 'SELECT 1', '{\"a\": 3}')").fetchone()[0] == 3

@@ -33,19 +33,22 @@ class Tier:
     speed_level: int        # the optimisation pipeline's: 3 is O3, 0 is O0
     vectorise: bool         # loop and SLP vectorisation
     codegen_level: int      # the target machine's code generation level
-    max_nodes: int          # the largest kernel it compiles: nodes of the DAG under the outputs …
-    max_outputs: int        # … and outputs (accumulators)
+    max_nodes: int          # the largest kernel it compiles: nodes of the DAG under the outputs,
+    max_outputs: int        # outputs (accumulators),
+    max_product: int        # and the two multiplied (what loop vectorisation's time grows with)
 
 
-TIERS = (Tier('O3, vectorised', 3, True, 3, 400, 40),
-         Tier('O3', 3, False, 3, 2500, 300),
-         Tier('O0', 0, False, 0, 8000, 8000))
+# Measured by bench/compile.py --all-tiers (docs/performance.md): the largest kernel of each tier took 0.2 to 0.5 s
+TIERS = (Tier('O3, vectorised', 3, True, 3, 400, 40, 8_000),
+         Tier('O3', 3, False, 3, 2500, 300, 750_000),
+         Tier('O0', 0, False, 0, 8000, 8000, 64_000_000))
 
 
 def tier_of(program):
     """The tier that compiles program within the time an uninterruptible compile may take, or None."""
     nodes, outputs = len(program.graph.ancestors(program.outputs)), len(program.outputs)
-    return next((t for t in TIERS if nodes <= t.max_nodes and outputs <= t.max_outputs), None)
+    return next((t for t in TIERS if nodes <= t.max_nodes and outputs <= t.max_outputs
+                 and nodes * outputs <= t.max_product), None)
 
 
 def too_large(program):

@@ -1,0 +1,100 @@
+"""How long each stage from lambda to machine code takes as the lambda grows, and why the llvm backend compiles in
+tiers (pgad/jit/compiler.py): LLVM's passes cannot be interrupted, so each tier must compile its largest kernel in
+well under a second on this machine (docs/security.md, docs/performance.md).
+
+    .venv/bin/python bench/compile.py                 # every stage, at the tier pgad picks
+    .venv/bin/python bench/compile.py --all-tiers     # LLVM's optimisation and emission at every tier
+
+Each lambda is compiled in a process of its own (killed after --timeout seconds, reported as '>'); the times are
+one measurement each, in milliseconds. Timings are printed, never asserted.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPES = {  # a family of lambdas by its number of terms k
+    'linear': lambda k: '(' + ' + '.join(f'w.a{i}*d.x{i % 8}' for i in range(k)) + ' - d.y)^2',
+    'logistic': lambda k: (lambda z: f'softplus({z}) - d.y*({z})')(' + '.join(f'w.a{i}*d.x{i % 8}' for i in range(k))),
+    'expsum': lambda k: ' + '.join(f'exp(w.a{i}*d.x{i % 4} - d.y)' for i in range(k)),
+    'poly': lambda k: ' + '.join(f'w.a{i}*d.x^{i % 9 + 1}' for i in range(k)),
+    'sin, one weight': lambda k: ' + '.join(f'sin(w.a*d.x + {i})' for i in range(k)),
+}
+SIZES = [8, 32, 128, 512, 1024, 2048]
+
+ONE = r'''
+import json, sys, time
+sys.path.insert(0, {root!r})
+from pgad import lang, program
+from pgad.jit import codegen, compiler
+text, tiers = {text!r}, {tiers!r}
+times = {{}}
+started = time.perf_counter()
+lam = lang.parse(text)
+times['parse'] = time.perf_counter() - started
+started = time.perf_counter()
+grad = lang.gradient(lam, tuple(lam.weights), 'reverse')
+times['differentiate'] = time.perf_counter() - started
+prog = program.Program(lam, (lam.root, *grad.values()), tuple(lam.weights))
+chosen = compiler.tier_of(prog)
+started = time.perf_counter()
+ir = codegen.kernel_ir(prog)
+times['IR'] = time.perf_counter() - started
+result = dict(nodes=len(prog.graph.ancestors(prog.outputs)), outputs=len(prog.outputs),
+              tier=chosen.name if chosen else 'python', times=times, tiers={{}})
+for tier in [t for t in reversed(compiler.TIERS) if t.name in tiers] if tiers else [chosen] if chosen else []:  # cheapest first
+    started = time.perf_counter()
+    module = compiler.optimise(ir, tier)
+    optimised = time.perf_counter() - started
+    started = time.perf_counter()
+    compiler.target_machine(tier.codegen_level).emit_object(module)
+    result['tiers'][tier.name] = (optimised, time.perf_counter() - started)
+    print(json.dumps(result), flush=True)
+print(json.dumps(result), flush=True)
+'''
+
+
+def measure(text, tiers, timeout):
+    """The last complete line the measuring process printed, and whether it was stopped."""
+    try:
+        out = subprocess.run([sys.executable, '-c', ONE.format(root=ROOT, text=text, tiers=tiers)],
+                             capture_output=True, text=True, timeout=timeout).stdout
+        stopped = False
+    except subprocess.TimeoutExpired as e:
+        out, stopped = (e.stdout or b'').decode(), True
+    lines = [line for line in out.splitlines() if line.startswith('{')]
+    return (json.loads(lines[-1]) if lines else None), stopped
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--all-tiers', action='store_true', help='optimise and emit at every tier, not the chosen')
+    parser.add_argument('--sizes', type=int, nargs='+', default=SIZES, help='terms per lambda')
+    parser.add_argument('--timeout', type=float, default=60)
+    args = parser.parse_args()
+    sys.path.insert(0, ROOT)
+    from pgad.jit.compiler import TIERS
+    tiers = [t.name for t in TIERS] if args.all_tiers else []
+    print('ms; LLVM = optimise + emit, the part that cannot be interrupted')
+    print(f"{'lambda':>16} {'k':>5} {'nodes':>6} {'outs':>5} {'chosen':>15} {'parse':>7} {'diff.':>7} {'IR':>7}  "
+          + ('  '.join(f'{name:>15}' for name in tiers) if tiers else f"{'LLVM':>15}"))
+    for shape, make in SHAPES.items():
+        for k in args.sizes:
+            result, stopped = measure('λ(d, w) ' + make(k), tiers, args.timeout)
+            if result is None:
+                print(f'{shape:>16} {k:>5}  > {args.timeout:.0f} s before any tier', flush=True)
+                continue
+            t = result['times']
+            llvm = [f"{1e3 * sum(result['tiers'][name]):>15.0f}" if name in result['tiers'] else f"{'>':>15}"
+                    for name in (tiers or [result['tier']])]
+            if not tiers and result['tier'] == 'python':
+                llvm = [f"{'-':>15}"]
+            print(f"{shape:>16} {k:>5} {result['nodes']:>6} {result['outputs']:>5} {result['tier']:>15} "
+                  f"{1e3 * t['parse']:>7.0f} {1e3 * t['differentiate']:>7.0f} {1e3 * t['IR']:>7.0f}  "
+                  + '  '.join(llvm), flush=True)
+
+
+if __name__ == '__main__':
+    main()
