@@ -8,7 +8,7 @@ PG_CPPFLAGS = -DPGAD_CACHE_DIRECTORY='"$(PGAD_CACHE)"'
 MODULEDIR = extension
 DATA = extension/pgad.control
 DATA_built = $(wildcard build/*.sql)
-REGRESS = pgad
+REGRESS = pgad security
 REGRESS_OPTS = --inputdir=test --outputdir=$(or $(REGRESS_OUT),test)
 PG_CONFIG ?= pg_config
 # No LLVM bitcode for the server's own JIT to inline (building it would need clang on the machine).

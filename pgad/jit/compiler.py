@@ -6,10 +6,10 @@ and LLVM versions and the CPU: a new connection that meets a lambda it has seen 
 compiles nothing.
 
 LLVM's passes run inside the server process and cannot be interrupted, so the optimisation level is chosen by the
-kernel's size: each tier below compiles its largest kernel in about half a second on a 2-core VM (measured in
-docs/security.md), so statement_timeout and pg_cancel_backend act within a second. Loop vectorisation is the
-costly part (it grows much faster than the kernel: 65 outputs took 2 s, 129 outputs 15 s), then O3's scheduling
-of many accumulators. A kernel larger than the last tier is not compiled: 'auto' runs it on the python backend.
+kernel's size: each tier below compiles its largest kernel in at most about half a second on a 2-core VM
+(docs/security.md), so statement_timeout and pg_cancel_backend act within a second. Loop vectorisation is the
+costly part (it grows much faster than the kernel: 129 outputs took 2.5 s, 129 exp terms 14 s), then O3's
+scheduling of many accumulators. A kernel larger than the last tier is not compiled: 'auto' runs it on python.
 """
 import ctypes
 import functools
@@ -38,7 +38,7 @@ class Tier:
     max_product: int        # and the two multiplied (what loop vectorisation's time grows with)
 
 
-# Measured by bench/compile.py --all-tiers (docs/performance.md): the largest kernel of each tier took 0.2 to 0.5 s
+# Measured by bench/compile.py (docs/security.md): the largest kernels of each tier took 0.3 to 0.6 s of LLVM
 TIERS = (Tier('O3, vectorised', 3, True, 3, 400, 40, 8_000),
          Tier('O3', 3, False, 3, 2500, 300, 750_000),
          Tier('O0', 0, False, 0, 8000, 8000, 64_000_000))

@@ -1,0 +1,44 @@
+-- pgad's limits, settings and privileges as psql shows them (docs/security.md).
+CREATE EXTENSION pgad CASCADE;
+SET extra_float_digits = 0;
+\set SHOW_CONTEXT never
+CREATE TABLE points AS SELECT x::float8 AS x, (2*x + 1)::float8 AS y FROM generate_series(-10, 10) AS x;
+
+-- the settings, once pgad is loaded: limits a superuser changes, and the load's chunk size anyone may
+SELECT pgad.loss('λ(d, w) d.x', 'SELECT x FROM points;', '{}') AS mean_x;
+SELECT name, setting, unit, context FROM pg_settings WHERE name LIKE 'pgad.%' AND name <> 'pgad.cache_directory'
+ORDER BY name;
+
+-- past the limits: 54001, with the limit and the setting named
+SET pgad.max_lambda_bytes = '64B';
+SELECT pgad.loss('λ(d, w) (w.a*d.x + w.b - d.y)^2 + (w.a*d.x + w.b - d.y)^4 + (w.a*d.x + w.b - d.y)^6', 'points',
+                 '{"a": 0, "b": 0}');
+RESET pgad.max_lambda_bytes;
+SET pgad.max_lambda_nodes = 20;
+SELECT pgad.gradient('λ(d, w) (w.a*d.x + w.b - d.y)^2 + (w.a*d.x - d.y)^4', 'points', '{"a": 0, "b": 0}');
+RESET pgad.max_lambda_nodes;
+SELECT pgad.gradient('λ(d, w) ' || string_agg(format('w.a%s*d.y', i), ' + '), 'points',
+                     jsonb_object_agg(format('a%s', i), 0), backend => 'llvm')
+FROM generate_series(1, 4000) AS i;
+SELECT pgad.gradient('λ(d, w) ' || string_agg(format('w.a%s*d.y', i), ' + '), 'points',
+                     jsonb_object_agg(format('a%s', i), 0))->>'a4000' AS "python, under auto"
+FROM generate_series(1, 4000) AS i;
+
+-- a column name longer than PostgreSQL's 63 bytes
+SELECT pgad.loss('λ(d, w) d.' || repeat('x', 64), 'points', '{}');
+
+-- another role: the public functions, yes; the implementations and the limits, no
+CREATE ROLE regress_pgad_user;
+GRANT SELECT ON points TO regress_pgad_user;
+SET ROLE regress_pgad_user;
+SELECT pgad.loss('λ(d, w) d.y', 'points', '{}') AS mean_y;
+SELECT pgad._loss('λ(d, w) d.y', 'points', '{}');
+SET pgad.max_lambda_bytes = '1GB';
+SET pgad.load_chunk_rows = 5;
+SELECT pgad.loss('λ(d, w) d.y', 'points', '{}') AS mean_y_in_chunks;
+RESET ROLE;
+REVOKE SELECT ON points FROM regress_pgad_user;
+DROP ROLE regress_pgad_user;
+
+DROP TABLE points;
+DROP EXTENSION pgad;
