@@ -4,6 +4,7 @@ well under a second on this machine (docs/security.md, docs/performance.md).
 
     .venv/bin/python bench/compile.py                 # every stage, at the tier pgad picks
     .venv/bin/python bench/compile.py --all-tiers     # LLVM's optimisation and emission at every tier
+    .venv/bin/python bench/compile.py --run           # what each tier's kernel costs per row, at P = 8 and 32
 
 Each lambda is compiled in a process of its own (killed after --timeout seconds, reported as '>'); the times are
 one measurement each, in milliseconds. Timings are printed, never asserted.
@@ -68,13 +69,47 @@ def measure(text, tiers, timeout):
     return (json.loads(lines[-1]) if lines else None), stopped
 
 
+def run_times(rows=1_000_000, repeat=7):
+    """ns per row of the linear and logistic kernels at P = 8 and 32, compiled at each tier."""
+    import numpy as np
+    from pgad import program
+    from pgad.jit import codegen, compiler
+    rng = np.random.default_rng(0)
+    print(f'ns per row, {rows:,} rows, best of {repeat}; reverse mode')
+    for p in (8, 32):
+        columns = [rng.standard_normal(rows) for _ in range(p)] + [rng.random(rows)]
+        z = ' + '.join(f'w.w{i}*d.x{i}' for i in range(1, p + 1)) + ' + w.b'
+        for loss, text in (('linear', f'λ(d, w) ({z} - d.y)^2'), ('logistic', f'λ(d, w) softplus({z}) - d.y*({z})')):
+            prog = program.build(text, tuple(f'w{i}' for i in range(1, p + 1)) + ('b',), 'reverse')
+            timed = []
+            for k, tier in enumerate(compiler.TIERS):
+                name = f'pgad_bench_{loss}_{p}_{k}'  # a kernel of its own per tier
+                module = compiler.optimise(codegen.kernel_ir(prog, name), tier)
+                kernel = compiler._load(compiler.target_machine(tier.codegen_level).emit_object(module), name,
+                                        len(prog.columns), len(prog.outputs))
+                weights = np.full(p + 1, 0.01)
+                best = min(_timed(lambda: kernel(columns, rows, weights)) for _ in range(repeat))
+                timed.append(f'{tier.name} {best / rows * 1e9:.1f}')
+            print(f'{loss:>8} P = {p:>2} ({compiler.tier_of(prog).name} chosen): ' + ', '.join(timed), flush=True)
+
+
+def _timed(work):
+    import time
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--all-tiers', action='store_true', help='optimise and emit at every tier, not the chosen')
+    parser.add_argument('--run', action='store_true', help="time each tier's kernel instead")
     parser.add_argument('--sizes', type=int, nargs='+', default=SIZES, help='terms per lambda')
     parser.add_argument('--timeout', type=float, default=60)
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
+    if args.run:
+        return run_times()
     from pgad.jit.compiler import TIERS
     tiers = [t.name for t in TIERS] if args.all_tiers else []
     print('ms; LLVM = optimise + emit, the part that cannot be interrupted')
