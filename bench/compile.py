@@ -72,6 +72,7 @@ def measure(text, tiers, timeout):
 def run_times(rows=1_000_000, repeat=7):
     """ns per row of the linear and logistic kernels at P = 8 and 32, compiled at each tier."""
     import numpy as np
+    from kernels import _timed
     from pgad import program
     from pgad.jit import codegen, compiler
     rng = np.random.default_rng(0)
@@ -91,13 +92,6 @@ def run_times(rows=1_000_000, repeat=7):
                 best = min(_timed(lambda: kernel(columns, rows, weights)) for _ in range(repeat))
                 timed.append(f'{tier.name} {best / rows * 1e9:.1f}')
             print(f'{loss:>8} P = {p:>2} ({compiler.tier_of(prog).name} chosen): ' + ', '.join(timed), flush=True)
-
-
-def _timed(work):
-    import time
-    started = time.perf_counter()
-    work()
-    return time.perf_counter() - started
 
 
 def main():

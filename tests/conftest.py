@@ -14,11 +14,17 @@ def cluster():
         yield pg
 
 
-@pytest.fixture(scope='module')
-def dbname(cluster):
-    name = 'pgad_' + uuid.uuid4().hex[:8]
+def new_database(cluster, prefix='pgad'):
+    """The name of a new, empty database on cluster."""
+    name = f'{prefix}_{uuid.uuid4().hex[:8]}'
     with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE {name}')
+    return name
+
+
+@pytest.fixture(scope='module')
+def dbname(cluster):
+    name = new_database(cluster)
     with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
         db.execute('CREATE EXTENSION pgad CASCADE')
     yield name

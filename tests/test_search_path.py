@@ -10,11 +10,11 @@ included), and each must name its built-ins schema-qualified, so the test also c
 """
 import pathlib
 import re
-import uuid
 
 import psycopg
 import pytest
 
+from conftest import new_database
 from pgad.throwaway import Cluster
 
 ROOT = pathlib.Path(__file__).parent.parent
@@ -106,9 +106,7 @@ def server():
 
 @pytest.fixture(scope='module')
 def dbname(server):
-    name = 'victim_' + uuid.uuid4().hex[:8]
-    with psycopg.connect(server.conninfo('postgres'), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE {name}')
+    name = new_database(server, 'victim')
     with psycopg.connect(server.conninfo(name), autocommit=True) as db:
         db.execute('CREATE EXTENSION pg_stat_statements')
         db.execute('CREATE EXTENSION pgad CASCADE')
@@ -223,9 +221,7 @@ def test_pgad_data_query_keeps_the_callers_search_path(server, dbname):
 def test_a_pgad_schema_another_role_made_first_is_refused(server):
     """Schema pgad made beforehand by another role would let that role replace pgad's functions (its owner may
     drop anything in it): CREATE EXTENSION refuses it, and changes nothing."""
-    name = 'squatted_' + uuid.uuid4().hex[:8]
-    with psycopg.connect(server.conninfo('postgres'), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE {name}')
+    name = new_database(server, 'squatted')
     with psycopg.connect(server.conninfo(name), autocommit=True) as db:
         db.execute('DROP ROLE IF EXISTS squatter')
         db.execute('CREATE ROLE squatter LOGIN')

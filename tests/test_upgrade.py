@@ -1,8 +1,8 @@
 """The extension's upgrade path: every older version, updated, is the fresh install, object for object."""
-import uuid
-
 import psycopg
 import pytest
+
+from conftest import new_database
 
 # Every object of schema pgad as the catalog describes it: functions (signature with defaults, result, language,
 # volatility, strictness, security, privileges, comment, body) and types.
@@ -23,23 +23,20 @@ ORDER BY 1, 2
 """
 
 
-def new_database(cluster):
-    name = 'upgrade_' + uuid.uuid4().hex[:8]
-    with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE {name}')
-    return psycopg.connect(cluster.conninfo(name), autocommit=True)
+def connect_new(cluster):
+    return psycopg.connect(cluster.conninfo(new_database(cluster, 'upgrade')), autocommit=True)
 
 
 @pytest.fixture(scope='module')
 def fresh(cluster):
-    with new_database(cluster) as db:
+    with connect_new(cluster) as db:
         db.execute('CREATE EXTENSION pgad CASCADE')
         return db.execute(CATALOG).fetchall()
 
 
 @pytest.mark.parametrize('version', ['0.1.0', '0.2.0'])
 def test_an_updated_install_is_the_fresh_install(cluster, fresh, version):
-    with new_database(cluster) as db:
+    with connect_new(cluster) as db:
         db.execute(f"CREATE EXTENSION pgad VERSION '{version}' CASCADE")
         db.execute('CREATE TABLE points AS SELECT x::float8 AS x FROM generate_series(1, 3) AS x')
         db.execute("CREATE VIEW fitted AS SELECT pgad.loss('λ(d, w) (w.a*d.x)^2', 'points', '{\"a\": 1}') AS loss")
