@@ -48,9 +48,11 @@ _checked = 0.0
 
 
 def on_interrupts(check):
-    """Have tick() call check() (server.check_interrupts inside the server), or nothing when check is None."""
+    """Have tick() call check() (server.check_interrupts inside the server), or nothing when check is None; returns
+    the check it replaces, for a caller to put back."""
     global _interrupts
-    _interrupts = check
+    replaced, _interrupts = _interrupts, check
+    return replaced
 
 
 def tick(units=1):

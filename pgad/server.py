@@ -34,19 +34,17 @@ def entry(function):
     warnings raised on the way (warnings.warn) are PostgreSQL WARNINGs; limits.tick() checks for interrupts."""
     @functools.wraps(function)
     def call(*args, **kwargs):
-        limits.on_interrupts(check_interrupts)
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter('always')
-                try:
-                    return function(*args, **kwargs)
-                except PgadError as e:
-                    error = e
-                finally:
-                    for warning in caught:
-                        plpy().warning(str(warning.message))
-        finally:
-            limits.on_interrupts(None)
+        outer = limits.on_interrupts(check_interrupts)  # a pgad call inside another's data query gives it back
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            try:
+                return function(*args, **kwargs)
+            except PgadError as e:
+                error = e
+            finally:
+                limits.on_interrupts(outer)
+                for warning in caught:
+                    plpy().warning(str(warning.message))
         fields = {k: v for k, v in (('detail', error.detail), ('hint', error.hint)) if v}
         plpy().error(error.message, sqlstate=error.sqlstate, **fields)
     return call
@@ -123,6 +121,3 @@ def check_interrupts():
 def notice(message):
     plpy().notice(message)
 
-
-def warning(message):
-    plpy().warning(message)
