@@ -45,7 +45,8 @@ ir = codegen.kernel_ir(prog)
 times['IR'] = time.perf_counter() - started
 result = dict(nodes=len(prog.graph.ancestors(prog.outputs)), outputs=len(prog.outputs),
               tier=chosen.name if chosen else 'python', times=times, tiers={{}})
-for tier in [t for t in reversed(compiler.TIERS) if t.name in tiers] if tiers else [chosen] if chosen else []:  # cheapest first
+# every tier asked for, cheapest first; else the chosen one
+for tier in [t for t in reversed(compiler.TIERS) if t.name in tiers] if tiers else [chosen] if chosen else []:
     started = time.perf_counter()
     module = compiler.optimise(ir, tier)
     optimised = time.perf_counter() - started

@@ -204,7 +204,8 @@ def test_a_damaged_cache_file_does_not_crash_the_server(cluster, dbname):
     with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
         started = db.execute('SELECT pg_postmaster_start_time()').fetchone()[0]
         expected = db.execute(GRADIENT, (lambda_(salt),)).fetchone()[0]
-    for damage in (lambda data: data[:len(data) // 2], lambda data: b'', lambda data: data[:-1] + bytes([data[-1] ^ 1])):
+    halved, emptied = (lambda data: data[:len(data) // 2]), (lambda data: b'')
+    for damage in (halved, emptied, lambda data: data[:-1] + bytes([data[-1] ^ 1])):
         newest = kernels(cluster)[-1]
         newest.write_bytes(damage(newest.read_bytes()))  # as root: the file stays the server's
         notices = []

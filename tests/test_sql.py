@@ -304,7 +304,8 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
         == []
     db.execute("DROP ROLE IF EXISTS pgad_outsider")
     db.execute("CREATE ROLE pgad_outsider LOGIN")
-    calls = ["pgad._loss('λ(d, w) 1', 'SELECT 1', '{}')", "pgad._gradient('λ(d, w) 1', 'SELECT 1', '{}', 'reverse', 'auto')",
+    calls = ["pgad._loss('λ(d, w) 1', 'SELECT 1', '{}')",
+             "pgad._gradient('λ(d, w) 1', 'SELECT 1', '{}', 'reverse', 'auto')",
              "pgad._gradient_descent('λ(d, w) 1', 'SELECT 1', '{}', 0.1, 1, 'reverse', 'auto')",
              "pgad._derivatives('λ(d, w) 1')", "pgad._explain('λ(d, w) 1', 'reverse')"]
     with psycopg.connect(cluster.conninfo(dbname, user='pgad_outsider'), autocommit=True) as outsider:
