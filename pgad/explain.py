@@ -33,9 +33,7 @@ def stages(text, mode, limits=DEFAULT):
         '\n'.join(f'∂/∂{w} = {printer.to_lambda(lam, node, chars)}' for w, node in grad.items()) +
         '\n\n' + printer.to_listing(lam.graph, [lam.root, *grad.values()])))
     program = Program(lam, (lam.root, *grad.values()), tuple(lam.weights))
-    tier = compiler.tier_of(program)
-    if tier is None:
-        raise compiler.too_large(program)
+    tier = compiler.required_tier(program)
     ir_text = timed('IR generation', lambda: codegen.kernel_ir(program),
                     lambda ir: f'{ir_instructions(ir)} IR instructions\n{ir}')
     module = timed('optimisation', lambda: compiler.optimise(ir_text, tier),

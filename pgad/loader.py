@@ -53,10 +53,9 @@ def load(data, columns, chunk_rows=0):
         return Table([], rows, 0)
     row_bytes = CONCAT.join(SEND.format(quote_ident(c)) for c in columns)
     rows_sql = f'SELECT {row_bytes} AS b FROM ({query}\n) AS pgad_data'
-    chunk = int(chunk_rows)
-    parts = None if chunk else server.rows_unless(AGGREGATE.format(rows_sql), TOO_LONG)
+    parts = None if chunk_rows else server.rows_unless(AGGREGATE.format(rows_sql), TOO_LONG)
     if parts is None:  # a chunk at a time, each one bytea well under 1 GB
-        chunk = chunk or CHUNK_BYTES // (8 * len(columns))
+        chunk = chunk_rows or CHUNK_BYTES // (8 * len(columns))
         parts = list(server.cursor(AGGREGATE.format(NUMBERED.format(chunk, rows_sql)) + ' GROUP BY chunk'))
     arrays = [np.frombuffer(part['bytes'], dtype='>f8') for part in parts if part['bytes'] is not None]
     total = sum(part['total'] for part in parts)

@@ -13,6 +13,7 @@ has not been checked:
 The cache is bounded: past pgad.cache_size the least recently used files are removed (a hit renews a file's
 time), and nothing is written that would leave less than MIN_FREE of the filesystem free (the WAL may share it).
 """
+import contextlib
 import errno
 import hashlib
 import os
@@ -136,42 +137,44 @@ class DiskCache:
         return None
 
     def _opened(self):
-        return _Directory(self.directory if self.capacity > 0 else '')
+        return _directory(self.directory if self.capacity > 0 else '')
 
 
 NONE = DiskCache('', 0)
 
 
-class _Directory:
-    """`with _Directory(path) as fd`: a descriptor of the cache directory, or None where it must not be used."""
+@contextlib.contextmanager
+def _directory(path):
+    """`with _directory(path) as fd`: a descriptor of the cache directory, or None where it must not be used."""
+    fd = _open_trusted(path) if path else None
+    try:
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
 
-    def __init__(self, path):
-        self.path, self.fd = path, None
 
-    def __enter__(self):
-        if not self.path:
-            return None
+def _open_trusted(path):
+    """A descriptor of directory path, made if missing; None, with one WARNING per process, if it is not trusted."""
+    fd = None
+    try:
         try:
-            try:
-                os.mkdir(self.path, 0o700)
-            except FileExistsError:
-                pass
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            problem = untrusted(os.fstat(self.fd))
-        except OSError as e:
-            problem = 'it is not a directory' if e.errno in (errno.ENOTDIR, errno.ELOOP) else e.strerror or str(e)
-        if problem:
-            self.__exit__()
-            if self.path not in _warned:
-                _warned.add(self.path)
-                warnings.warn(CacheWarning(f'not using the kernel cache directory "{self.path}": {problem}; '
-                                           'kernels are compiled in every connection'))
-        return self.fd
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        problem = untrusted(os.fstat(fd))
+    except OSError as e:
+        problem = 'it is not a directory' if e.errno in (errno.ENOTDIR, errno.ELOOP) else e.strerror or str(e)
+    if not problem:
+        return fd
+    if fd is not None:
+        os.close(fd)
+    if path not in _warned:
+        _warned.add(path)
+        warnings.warn(CacheWarning(f'not using the kernel cache directory "{path}": {problem}; '
+                                   'kernels are compiled in every connection'))
+    return None
 
 
 def untrusted(info):

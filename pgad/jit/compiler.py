@@ -51,7 +51,15 @@ def tier_of(program):
                  and nodes * outputs <= t.max_product), None)
 
 
-def too_large(program):
+def required_tier(program):
+    """tier_of(program), or SQLSTATE 54001 where there is none."""
+    tier = tier_of(program)
+    if tier is None:
+        raise _too_large(program)
+    return tier
+
+
+def _too_large(program):
     nodes = len(program.graph.ancestors(program.outputs))
     return PgadError('54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives',
                      detail=f'The llvm backend compiles at most {TIERS[-1].max_nodes}: LLVM cannot be interrupted '
@@ -116,9 +124,7 @@ def cache_key(program):
 
 def compile(program, cache=disk.NONE):
     """The Compiled kernel of program: from the disk cache when there, else generated, optimised and cached."""
-    tier = tier_of(program)
-    if tier is None:
-        raise too_large(program)
+    tier = required_tier(program)
     ms = {}
     started = time.perf_counter()
     key = cache_key(program)
