@@ -5,6 +5,7 @@ write to is not used; the least recently used kernels go past the cap; two proce
 half a file. On a real server: a damaged file no longer crashes the backend (it took the cluster with it), and
 pgad.cache_size bounds what any role can make the server write.
 """
+import json
 import os
 import pathlib
 import shutil
@@ -83,6 +84,36 @@ def test_a_damaged_kernel_is_compiled_again_and_computes_right(tmp_path, kind):
     x = np.linspace(0, 1, 33)
     np.testing.assert_allclose(again.kernel([x], 33, np.array([0.5])),
                                backends.compile(prog, 'python')([x], 33, np.array([0.5])), rtol=1e-12)
+
+
+COMPILE_AND_RUN = '''
+import json, sys
+sys.path.insert(0, {root!r})
+import numpy as np
+from pgad import program
+from pgad.jit import compiler
+from pgad.jit.cache import DiskCache
+prog = program.build({text!r}, ('a', 'b'), 'reverse')
+compiled = compiler.compile(prog, DiskCache({directory!r}, 1 << 24))
+x = np.linspace(-1, 1, 1001)
+print(json.dumps([compiled.cached, compiled.kernel([x, x * x], 1001, np.array([0.3, -0.2])).tolist()]))
+'''
+
+
+def test_a_kernel_from_the_disk_cache_computes_right_in_another_process(tmp_path):
+    """The second process never compiles: it loads the object code the first one stored, and gets its numbers.
+    (In one process a second load would find the first kernel's symbol, so only another process proves it.)"""
+    text = 'λ(d, w) (w.a*exp(d.x) + w.b*sin(d.y) - d.y)^2'
+    script = COMPILE_AND_RUN.format(root=str(ROOT), text=text, directory=str(tmp_path / 'kernels'))
+    runs = [subprocess.run([sys.executable, '-c', script], capture_output=True, text=True) for _ in range(2)]
+    assert [(run.returncode, run.stderr) for run in runs] == [(0, ''), (0, '')]
+    (first_cached, first), (second_cached, second) = [json.loads(run.stdout) for run in runs]
+    assert (first_cached, second_cached) == (False, True)
+    x = np.linspace(-1, 1, 1001)
+    reference = backends.compile(program.build(text, ('a', 'b'), 'reverse'), 'python')([x, x * x], 1001,
+                                                                                       np.array([0.3, -0.2]))
+    np.testing.assert_allclose(first, reference, rtol=1e-12)
+    np.testing.assert_allclose(second, reference, rtol=1e-12)
 
 
 # --- whose directory --------------------------------------------------------------------------------------------

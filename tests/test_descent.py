@@ -74,3 +74,18 @@ def test_chunked_evaluation_equals_one_call_and_checks_between_chunks(backend):
     chunked = descent.evaluate(kernel, table, np.array([0.5, 0.1]), lambda: checks.append(1), chunk=64)
     assert len(checks) == 16  # one check after each of the 16 chunks, none for the single call
     np.testing.assert_allclose(chunked, whole, rtol=1e-13)
+
+
+@pytest.mark.parametrize('iterations', [0, 1, 2, 7])
+def test_each_step_and_the_loss_returned_as_written_by_hand(iterations):
+    """w ← w − learning_rate · mean gradient, exactly; the loss returned is the loss at the weights returned."""
+    kernel, table = setup()
+    x, y = table.columns
+    w = np.array([0.25, -0.5])
+    for _ in range(iterations):  # the mean squared error's gradient by hand: 2·mean(r·x), 2·mean(r)
+        r = w[0] * x + w[1] - y
+        w = w - 0.3 * np.array([2 * np.mean(r * x), 2 * np.mean(r)])
+    fitted, loss, ran = descent.run(kernel, table, [0.25, -0.5], 0.3, iterations, ['a', 'b'], lambda: None,
+                                    lambda message: None)
+    np.testing.assert_allclose(fitted, w, rtol=1e-13)  # the same float64 sums in another order
+    assert loss == pytest.approx(np.mean((w[0] * x + w[1] - y) ** 2), rel=1e-12) and ran == iterations

@@ -112,6 +112,8 @@ CASES = [
                                 anp.where((u(d, w) <= 0) | (d['t'] == 1), w[1] * d['y'] ** 2 + w[0],
                                           anp.where((d['t'] != 1) & (d['x'] >= 0.3) & (d['y'] != 0),
                                                     anp.cos(w[0] + w[1] * d['x']), w[0] * w[1] + 0 * d['x'])))),
+    case('case-simple', 'λ(d, w) CASE d.t WHEN 1 THEN w.a*exp(w.b*d.x) WHEN 0.5 THEN 0 ELSE w.b*d.y^2 END',
+         lambda d, w: anp.where(d['t'] == 1, w[0] * anp.exp(w[1] * d['x']), w[1] * d['y'] ** 2)),
     # composite losses
     case('linear-regression', 'λ(d, w) (w.a*d.x + w.b - d.y)^2', lambda d, w: (w[0] * d['x'] + w[1] - d['y']) ** 2),
     case('logistic', 'λ(d, w) softplus(w.a*d.x + w.b*d.y) - d.t*(w.a*d.x + w.b*d.y)',
@@ -129,24 +131,25 @@ CASES = [
 DIFFERENTIABLE = {name for name, p in rules.PRIMITIVES.items() if p.result == 'n'}
 
 
-def sums(text, mode, w=W, data=DATA, weights=WEIGHTS, rows=None):
-    """What the python kernel returns: [Σ loss, Σ ∂loss/∂w_0, ...] over the rows."""
+def sums(text, mode, w=W, data=DATA, weights=WEIGHTS, rows=None, backend='python'):
+    """What the backend's kernel returns: [Σ loss, Σ ∂loss/∂w_0, ...] over the rows."""
     prog = program.build(text, tuple(weights), mode)
-    kernel = backends.compile(prog, 'python')
+    kernel = backends.compile(prog, backend)
     columns = [np.asarray(data[c], dtype=np.float64) for c in prog.columns]
     rows = len(columns[0]) if rows is None else rows
     return kernel(columns, rows, np.asarray(w, dtype=np.float64))
 
 
-def gradient_and_differences(text, mode, w=W):
+def gradient_and_differences(text, mode, w=W, backend='python'):
     """(the kernel's gradient of the mean loss, its central finite differences)."""
-    grad = sums(text, mode, w)[1:] / N
+    grad = sums(text, mode, w, backend=backend)[1:] / N
     fd = np.empty(len(w))
     for k in range(len(w)):
         h = 1e-6 * max(1.0, abs(w[k]))
         step = np.zeros(len(w))
         step[k] = h
-        fd[k] = (sums(text, mode, w + step)[0] - sums(text, mode, w - step)[0]) / (2 * h * N)
+        fd[k] = (sums(text, mode, w + step, backend=backend)[0] - sums(text, mode, w - step, backend=backend)[0]) / (
+            2 * h * N)
     return grad, fd
 
 
@@ -180,19 +183,29 @@ def test_forward_matches_reverse(text, fn):
     np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-10 * np.max(np.abs(reverse)))
 
 
+# The weight points every case is checked at: W and two random points within ±10% of it (the data's ranges above
+# keep every case in its domain, away from its kinks, there too).
+POINTS = [W, *(W * np.random.default_rng(seed).uniform(0.9, 1.1, len(W)) for seed in (1, 2))]
+BACKENDS = ('python', 'llvm')
+
+
+@pytest.mark.parametrize('point', range(len(POINTS)))
+@pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('text, fn', CASES)
-def test_gradient_matches_finite_differences(text, fn, mode):
-    grad, fd = gradient_and_differences(text, mode)
+def test_gradient_matches_finite_differences(text, fn, mode, backend, point):
+    grad, fd = gradient_and_differences(text, mode, POINTS[point], backend)
     # central differences with h = 1e-6: truncation ~h² and rounding ~1e-16·|loss|/h, both far below 1e-8
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize('point', range(len(POINTS)))
+@pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('text, fn', CASES)
-def test_matches_autograd(text, fn, mode):
-    result = sums(text, mode)
-    loss, grad = autograd_reference(fn)
+def test_matches_autograd(text, fn, mode, backend, point):
+    result = sums(text, mode, POINTS[point], backend=backend)
+    loss, grad = autograd_reference(fn, POINTS[point])
     # 1e-10 relative: the same functions in float64, evaluated in a different order
     np.testing.assert_allclose(result[0], loss, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(result[1:], grad, rtol=1e-10, atol=1e-10 * max(1.0, np.max(np.abs(grad))))
@@ -369,6 +382,8 @@ def value(text, data=None, w=None):
     ('CASE WHEN NOT false OR true THEN 1 ELSE 0 END', 1.0),
     ('CASE WHEN 1 + 1 = 2 AND 1 <> 2 AND 1 != 2 AND 1 <= 1 AND 2 >= 1 THEN 1 ELSE 0 END', 1.0),
     ('CASE WHEN false THEN 1 WHEN 1 < 2 THEN 2 ELSE 3 END', 2.0),  # the first WHEN that holds
+    ('CASE 2 WHEN 1 THEN 10 WHEN 2 THEN 20 WHEN 2 THEN 30 ELSE 40 END', 20.0),  # simple CASE: the first equal value
+    ('CASE 1 + 1 WHEN 3 THEN 10 ELSE 40 END', 40.0),
     ('1 -- a comment\n + 2', 3.0),
 ])
 def test_constant_expressions(body, expected):
@@ -472,6 +487,12 @@ def test_derivative_reuses_the_loss_nodes():
     ('λ(d, w) CASE WHEN w.a THEN 1 ELSE 0 END', '42804'),           # WHEN needs a boolean
     ('λ(d, w) CASE WHEN NOT w.a THEN 1 ELSE 0 END', '42804'),
     ('λ(d, w) CASE WHEN w.a > 0 THEN 1 END', '42601'),              # CASE without ELSE
+    ('λ(d, w) CASE d.x WHEN 1 THEN w.a END', '42601'),              # simple CASE without ELSE
+    ('λ(d, w) CASE d.x THEN w.a ELSE 0 END', '42601'),              # no WHEN
+    ('λ(d, w) CASE d.x > 0 WHEN true THEN w.a ELSE 0 END', '42804'),  # the operand is a number
+    ('λ(d, w) CASE d.x WHEN d.x > 0 THEN w.a ELSE 0 END', '42804'),   # and so is each value
+    ('λ(d, w) d."" * w.a', '42601'),                                # the empty identifier
+    ('λ("", w) w.a', '42601'),
     ('λ(d, w) CASE WHEN 1 < 2 < 3 THEN w.a ELSE 0 END', '42601'),   # comparisons do not chain
     ('λ(d, w) CASE WHEN w.a = d.x = 1 THEN w.a ELSE 0 END', '42601'),
     ('λ(d, d) d.x', '42P08'),                                       # one name for both parameters

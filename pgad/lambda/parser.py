@@ -313,13 +313,20 @@ class Parser:
         return result
 
     def case(self):
+        """CASE WHEN c THEN a … ELSE b END, or the simple form CASE x WHEN v THEN a … ELSE b END (WHEN x = v)."""
         start = self.advance()  # CASE
+        operand = None if self.at('when') else self.require(self.expression(), 'n', start,
+                                                            'CASE operand must be double precision')
         if not self.at('when'):
-            raise self.fail('0A000', 'only the searched CASE WHEN condition THEN … form is supported', self.tok)
+            raise self.error()
         arms = []
         while self.at('when'):
             when = self.advance()
-            condition = self.require(self.expression(), 'b', when, 'argument of CASE/WHEN must be type boolean')
+            if operand is None:
+                condition = self.require(self.expression(), 'b', when, 'argument of CASE/WHEN must be type boolean')
+            else:
+                condition = self.apply('eq', when, operand, self.require(self.expression(), 'n', when,
+                                                                         'CASE/WHEN value must be double precision'))
             self.expect('then')
             arms.append((condition, self.require(self.expression(), 'n', when, 'CASE results must be double '
                                                                               'precision')))

@@ -9,7 +9,9 @@ Forward mode (forward.py), reverse mode (reverse.py) and every backend read this
 language is a row here, a name in parser.FUNCTIONS, and a row in tests/test_rules.py.
 
 Conventions at non-differentiable points: abs'(0) = sign'(x) = relu'(0) = 0; greatest and least follow the first
-argument that attains the extreme; CASE differentiates the branch taken.
+argument that attains the extreme; CASE differentiates the branch taken. At the boundaries of pow the limits are
+written out: ∂(x^y)/∂y = 0 where x = 0 (0^y is 0 for every y > 0, where out·ln(x) would be 0·(−∞) = NaN), and
+∂(x^y)/∂x = 0 where y = 0 (x^0 is 1, where y·x^(y−1) would be 0·∞ at x = 0).
 """
 import math
 from collections import namedtuple
@@ -30,7 +32,7 @@ def call(name):
     return lambda *args: args[0].graph.apply(name, *args)
 
 
-exp, ln, sqrt, sin, cos, sign, sigmoid, case = map(call, 'exp ln sqrt sin cos sign sigmoid case'.split())
+exp, ln, sqrt, sin, cos, sign, sigmoid, case, eq = map(call, 'exp ln sqrt sin cos sign sigmoid case eq'.split())
 cosh, sinh = call('cosh'), call('sinh')
 
 
@@ -45,7 +47,8 @@ primitive('sub', 'nn->n', np.subtract, lambda x, y, out: (1, -1))
 primitive('mul', 'nn->n', np.multiply, lambda x, y, out: (y, x))
 primitive('div', 'nn->n', np.divide, lambda x, y, out: (1 / y, -out / y))
 primitive('neg', 'n->n', np.negative, lambda x, out: -1)
-primitive('pow', 'nn->n', np.power, lambda x, y, out: (y * x ** (y - 1), out * ln(x)))
+primitive('pow', 'nn->n', np.power,
+          lambda x, y, out: (case(eq(y, 0), 0, y * x ** (y - 1)), case(eq(x, 0), 0, out * ln(x))))
 # exponentials and logarithms
 primitive('exp', 'n->n', np.exp, lambda x, out: out)
 primitive('ln', 'n->n', np.log, lambda x, out: 1 / x)
