@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import arguments, backends, descent, explain as explaining, loader, program, server
+from . import arguments, backends, descent, domain, explain as explaining, loader, program, server
 from .errors import PgadError
 from .jit.cache import DiskCache
 from .lang import parse, printer
@@ -35,9 +35,9 @@ def loss(loss, data, weights):
     config = settings()
     lam = parse(loss, config.limits)
     w = arguments.weights(weights, lam)
-    table, kernel, vector = _prepare(lam, data, w, 'reverse', 'auto', config, gradient=False)
+    prog, table, kernel, vector = _prepare(lam, data, w, 'reverse', 'auto', config, gradient=False)
     value = descent.evaluate(kernel, table, vector, server.check_interrupts)[0] / table.rows
-    descent.check_finite(np.array([value]), vector, 1, list(w), 0)
+    descent.check_finite(np.array([value]), vector, 1, list(w), 0, _why(prog, table))
     return float(value)
 
 
@@ -46,9 +46,9 @@ def gradient(loss, data, weights, mode='reverse', backend='auto'):
     config = settings()
     lam = parse(loss, config.limits)
     w = arguments.weights(weights, lam)
-    table, kernel, vector = _prepare(lam, data, w, arguments.mode(mode), arguments.backend(backend), config)
+    prog, table, kernel, vector = _prepare(lam, data, w, arguments.mode(mode), arguments.backend(backend), config)
     sums = descent.evaluate(kernel, table, vector, server.check_interrupts)
-    descent.check_finite(sums, vector, 1, list(w), 0)
+    descent.check_finite(sums, vector, 1, list(w), 0, _why(prog, table))
     return json.dumps(dict(zip(w, (sums[1:] / table.rows).tolist())))
 
 
@@ -58,9 +58,9 @@ def gradient_descent(loss, data, weights, learning_rate=0.05, iterations=100, mo
     lam = parse(loss, config.limits)
     w = arguments.weights(weights, lam)
     learning_rate, iterations = arguments.learning_rate(learning_rate), arguments.iterations(iterations)
-    table, kernel, vector = _prepare(lam, data, w, arguments.mode(mode), arguments.backend(backend), config)
+    prog, table, kernel, vector = _prepare(lam, data, w, arguments.mode(mode), arguments.backend(backend), config)
     fitted, value, ran = descent.run(kernel, table, vector, learning_rate, iterations, list(w),
-                                     server.check_interrupts, server.notice)
+                                     server.check_interrupts, server.notice, why=_why(prog, table))
     return json.dumps(dict(zip(w, fitted.tolist()))), float(value), ran
 
 
@@ -79,7 +79,7 @@ def explain(loss, mode='reverse'):
 
 
 def _prepare(lam, data, w, mode, backend, config, gradient=True):
-    """(loaded table, compiled kernel, weight vector) for one call."""
+    """(program, loaded table, compiled kernel, weight vector) for one call."""
     names = tuple(w)
     prog = program.build(lam.text, names, mode, gradient, config.limits)
     kernel = backends.compile(prog, backend, config.cache)
@@ -88,4 +88,9 @@ def _prepare(lam, data, w, mode, backend, config, gradient=True):
         raise PgadError('22000', 'the data has no rows' if not table.skipped else
                         f'every row of the data has NULL in a column the lambda reads ({table.skipped} rows)',
                         hint='data must have at least one row to average the loss over.')
-    return table, kernel, np.array([w[k] for k in names], dtype=np.float64)
+    return prog, table, kernel, np.array([w[k] for k in names], dtype=np.float64)
+
+
+def _why(prog, table):
+    """What explains a sum that is not finite at the starting weights: the operation and the row (domain.py)."""
+    return lambda w, output: domain.diagnose(prog, table, w, output)

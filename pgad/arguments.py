@@ -17,8 +17,9 @@ def weights(text, lam):
         if isinstance(number, bool) or not isinstance(number, (int, float)):
             raise PgadError('22023', f'weight "{name}" must be a number, not {json.dumps(number)}',
                             hint='Write the weights as {"a": 0, "b": 0}.')
-        if not math.isfinite(float(number)):
-            raise PgadError('22023', f'weight "{name}" is not a finite double precision number')
+        if not math.isfinite(_float(number)):
+            raise PgadError('22023', f'weight "{name}" is not a finite double precision number',
+                            detail=f'It is {json.dumps(number)[:40]}{"…" if len(json.dumps(number)) > 40 else ""}.')
     for name in lam.weights:
         if name not in value:
             example = json.dumps({**{k: value[k] for k in value}, name: 0})
@@ -26,6 +27,14 @@ def weights(text, lam):
                             detail='The weights are: ' + (', '.join(f'"{k}"' for k in value) or 'none') + '.',
                             hint=f'Give every weight the lambda reads a starting value: {example}.')
     return {name: float(number) for name, number in value.items()}
+
+
+def _float(number):
+    """number as a float8; infinity for an integer past float8's range (jsonb writes 1e400 as 1 and 400 zeros)."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf
 
 
 def mode(value):

@@ -13,16 +13,18 @@ from .errors import PgadError
 CHUNK_ROWS = 1 << 20  # rows per kernel call on big tables: between calls, the server may cancel
 
 
-def run(kernel, table, weights, learning_rate, iterations, names, interrupts, progress, every=5.0, check=0.01):
+def run(kernel, table, weights, learning_rate, iterations, names, interrupts, progress, every=5.0, check=0.01,
+        why=None):
     """(fitted weights, loss at them, iterations run); weights is a float64 vector in the order of names.
 
     interrupts() is called after an iteration once `check` seconds have passed since the last call (an SPI call
-    costs ~10 µs, more than an iteration over a small table), progress(message) every `every` seconds."""
+    costs ~10 µs, more than an iteration over a small table), progress(message) every `every` seconds; why(w, k),
+    if given, explains a sum k that is not finite at the starting weights (check_finite)."""
     w = np.array(weights, dtype=np.float64)
     started = reported = checked = time.monotonic()
     for it in range(1, iterations + 1):
         sums = evaluate(kernel, table, w, interrupts)
-        check_finite(sums, w, it, names, learning_rate)
+        check_finite(sums, w, it, names, learning_rate, why)
         w = w - learning_rate * (sums[1:] / table.rows)
         now = time.monotonic()
         if now - checked >= check:
@@ -32,7 +34,7 @@ def run(kernel, table, weights, learning_rate, iterations, names, interrupts, pr
             progress(f'iteration {it} of {iterations}, loss {sums[0] / table.rows:.6g}, {now - started:.1f} s')
             reported = now
     final = evaluate(kernel, table, w, interrupts)
-    check_finite(final, w, max(iterations, 1), names, learning_rate)
+    check_finite(final, w, max(iterations, 1), names, learning_rate, why)
     return w, final[0] / table.rows, iterations
 
 
@@ -48,9 +50,15 @@ def evaluate(kernel, table, w, interrupts, chunk=CHUNK_ROWS):
     return sums
 
 
-def check_finite(sums, w, it, names, learning_rate):
+def check_finite(sums, w, it, names, learning_rate, why=None):
+    """An error unless the sums and the weights are finite; at the starting weights (it = 1), why(w, k) may name
+    the operation that made sum k not finite (domain.diagnose)."""
     if np.all(np.isfinite(sums)) and np.all(np.isfinite(w)):
         return
+    if it == 1 and why is not None and np.all(np.isfinite(w)):
+        explained = why(w, int(np.argmin(np.isfinite(sums))))
+        if explained is not None:
+            raise explained
     what = ('the loss' if not np.isfinite(sums[0]) else
             f'the gradient by "{names[int(np.argmin(np.isfinite(sums[1:])))]}"' if not np.all(np.isfinite(sums[1:]))
             else f'weight "{names[int(np.argmin(np.isfinite(w)))]}"')

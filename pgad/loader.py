@@ -8,7 +8,8 @@ query turns the rows into bytes,
 big-endian float8, row after row. That one aggregate is the fast path (a row costs about three times what a plain
 scan does); when its result would pass PostgreSQL's 1 GB limit on a value, the rows are numbered and aggregated a
 chunk at a time instead, each chunk 256 MB, or pgad.load_chunk_rows rows when that setting is set (tests set it to
-force tiny chunks). Rows with NULL in a column the lambda reads are skipped, and a NOTICE says how many.
+force tiny chunks; a DEBUG2 message says how many parts the load took). Rows with NULL in a column the lambda reads
+are skipped, and a NOTICE says how many.
 """
 import re
 import string
@@ -61,6 +62,7 @@ def load(data, columns, chunk_rows=0):
     total = sum(part['total'] for part in parts)
     flat = arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.empty(0, dtype='>f8')
     rows = len(flat) // len(columns)
+    server.debug(f'pgad: loaded {rows} rows of {len(columns)} columns in {len(parts)} part{"s" * (len(parts) != 1)}')
     if total > rows:
         server.notice(f'skipped {total - rows} of {total} rows with NULL in ' +
                       ', '.join(quote_ident(c) for c in columns))

@@ -121,3 +121,7 @@ def check_interrupts():
 def notice(message):
     plpy().notice(message)
 
+
+def debug(message):
+    plpy().debug(message)
+

@@ -4,8 +4,9 @@ Each row of BOUNDARIES is one lambda over one row of data, at one point where a 
 domain, a kink, or the end of float8's range: 0 for sqrt, cbrt, ln, pow, abs, sign, relu and division; ±709 and
 beyond for exp, softplus, sigmoid and cosh; ±1 for asin and acos; the axes for atan2. The expected loss and
 gradient are written out by hand (the comment says how), so that both backends are checked against numbers no backend
-computed. tests/test_sql.py evaluates the same rows in PostgreSQL: where PostgreSQL computes a value pgad.loss
-returns the same one, and where PostgreSQL raises an error (ln(0), 0^-1, exp(710)) pgad raises one with its SQLSTATE.
+computed. tests/test_sql.py evaluates the same rows in PostgreSQL: where PostgreSQL computes a finite value pgad.loss
+returns the same one, and where PostgreSQL raises an error (ln(0), 0^-1, exp(710)) pgad raises one with its SQLSTATE
+(but exp's underflow: PostgreSQL refuses exp(−746), pgad takes IEEE's 0, which sigmoid and softplus rely on).
 """
 import math
 
@@ -64,7 +65,7 @@ BOUNDARIES = [
     boundary('exp-minus-746', 'exp(w.a)', {'a': -746.0}, 0.0, 0.0, [0.0], postgres='22003'),  # PG: underflow
     # softplus(x) = ln(1 + e^x) = x + ln(1 + e^−x): x beyond 709 stays finite; its derivative is sigmoid
     boundary('softplus-800', 'softplus(w.a)', {'a': 800.0}, 0.0, 800.0, [1.0],
-             sql='greatest(w.a, 0) + ln(1 + exp(-abs(w.a)))'),
+             sql='greatest(w.a, 0) + ln(1 + exp(-abs(w.a)))', postgres='22003'),  # PG: exp(-800) underflows
     boundary('softplus-710', 'softplus(w.a)', {'a': 710.0}, 0.0, 710.0, [1.0],
              sql='greatest(w.a, 0) + ln(1 + exp(-abs(w.a)))'),
     boundary('softplus-minus-700', 'softplus(w.a)', {'a': -700.0}, 0.0, math.exp(-700), [math.exp(-700)],
@@ -72,13 +73,15 @@ BOUNDARIES = [
     boundary('softplus-zero', 'softplus(w.a)', {'a': 0.0}, 0.0, math.log(2), [0.5],
              sql='greatest(w.a, 0) + ln(1 + exp(-abs(w.a)))'),
     # sigmoid(x) = 1/(1 + e^−x): 1 and 0 at ±800 without overflow, σ' = σ(1 − σ) = 0 there; σ(−700) ≈ e^−700
-    boundary('sigmoid-800', 'sigmoid(w.a)', {'a': 800.0}, 0.0, 1.0, [0.0], sql='1 / (1 + exp(-w.a))'),
-    boundary('sigmoid-minus-800', 'sigmoid(w.a)', {'a': -800.0}, 0.0, 0.0, [0.0], sql='exp(w.a) / (1 + exp(w.a))'),
+    boundary('sigmoid-800', 'sigmoid(w.a)', {'a': 800.0}, 0.0, 1.0, [0.0], sql='1 / (1 + exp(-w.a))',
+             postgres='22003'),
+    boundary('sigmoid-minus-800', 'sigmoid(w.a)', {'a': -800.0}, 0.0, 0.0, [0.0], sql='exp(w.a) / (1 + exp(w.a))',
+             postgres='22003'),
     boundary('sigmoid-minus-700', 'sigmoid(w.a)', {'a': -700.0}, 0.0, math.exp(-700), [math.exp(-700)],
              sql='exp(w.a) / (1 + exp(w.a))'),
     boundary('sigmoid-zero', 'sigmoid(w.a)', {'a': 0.0}, 0.0, 0.5, [0.25], sql='1 / (1 + exp(-w.a))'),
     boundary('tanh-800', 'tanh(w.a)', {'a': 800.0}, 0.0, 1.0, [0.0]),
-    boundary('cosh-800', 'cosh(w.a)', {'a': 800.0}, 0.0, INF, [INF], postgres='22003'),
+    boundary('cosh-800', 'cosh(w.a)', {'a': 800.0}, 0.0, INF, [INF]),  # PostgreSQL's cosh gives Infinity
     # asin and acos at ±1: the value is the end of the range, the derivative ±∞; beyond ±1 no value
     boundary('asin-one', 'asin(w.a)', {'a': 1.0}, 0.0, PI / 2, [INF]),
     boundary('asin-minus-one', 'asin(w.a)', {'a': -1.0}, 0.0, -PI / 2, [INF]),

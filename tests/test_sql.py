@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from conftest import error_of
+from test_boundaries import BOUNDARIES
 
 LINEAR = 'λ(d, w) (w.a*d.x + w.b - d.y)^2'
 WEIGHTS = {'a': 0.7, 'b': -0.3}
@@ -36,7 +37,27 @@ def test_readme_example(db):
     weights, loss, iterations = db.execute(
         "SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x + w.b - d.y)^2', 'SELECT x, y FROM points', "
         "'{\"a\": 0, \"b\": 0}')").fetchone()
-    assert set(weights) == {'a', 'b'} and iterations == 100 and math.isfinite(loss)
+    assert iterations == 100
+    # 100 steps of w ← w − 0.05·∇mean((a·x + b − y)²) from 0, by hand in numpy, and the loss at the result
+    x, y = np.array(db.execute('SELECT x, y FROM points').fetchall()).T
+    w = np.zeros(2)
+    for _ in range(100):
+        r = w[0] * x + w[1] - y
+        w = w - 0.05 * np.array([2 * np.mean(r * x), 2 * np.mean(r)])
+    assert weights == pytest.approx({'a': w[0], 'b': w[1]}, rel=1e-12)
+    assert loss == pytest.approx(np.mean((w[0] * x + w[1] - y) ** 2), rel=1e-12)
+
+
+def test_rows_with_null_count_for_nothing(db):
+    """loss, gradient and gradient_descent over data with NULL rows equal the same calls without those rows."""
+    with_nulls, without = 'with_nulls', 'SELECT x, y FROM with_nulls WHERE y IS NOT NULL'
+    for function in ('loss', 'gradient'):
+        got, expected = [scalar(db, f'SELECT pgad.{function}(%s, %s, %s)', (LINEAR, data, json.dumps(WEIGHTS)))
+                         for data in (with_nulls, without)]
+        assert got == pytest.approx(expected, rel=1e-14), function
+    got, expected = [db.execute('SELECT * FROM pgad.gradient_descent(%s, %s, %s, iterations => 3)',
+                                (LINEAR, data, json.dumps(WEIGHTS))).fetchone() for data in (with_nulls, without)]
+    assert got[0] == pytest.approx(expected[0], rel=1e-14) and got[1:] == pytest.approx(expected[1:], rel=1e-14)
 
 
 # --- primal values against PostgreSQL's own evaluation of the same expression -----------------------------------
@@ -171,15 +192,20 @@ def test_rows_with_null_are_skipped_with_a_notice(db):
 
 
 def test_tiny_chunks_give_the_same_answer(db):
+    """pgad.load_chunk_rows = 7 loads the 201 rows in 29 chunks (DEBUG2 says so) and changes no result."""
     args = (LINEAR, 'SELECT x, y FROM with_nulls', json.dumps(WEIGHTS))
-    whole = scalar(db, 'SELECT pgad.gradient(%s, %s, %s)', args)
-    db.execute("SET pgad.load_chunk_rows = 7")
+    messages = []
+    db.add_notice_handler(lambda d: messages.append(d.message_primary))
+    db.execute("SET client_min_messages = debug2")
     try:
+        whole = scalar(db, 'SELECT pgad.gradient(%s, %s, %s)', args)
+        db.execute("SET pgad.load_chunk_rows = 7")
         chunked = scalar(db, 'SELECT pgad.gradient(%s, %s, %s)', args)
-        plan = scalar(db, "SELECT count(*) FROM pg_stat_activity")  # the session still works
     finally:
         db.execute("RESET pgad.load_chunk_rows")
-    assert plan >= 1
+        db.execute("RESET client_min_messages")
+    loads = [m for m in messages if m.startswith('pgad: loaded')]
+    assert loads == ['pgad: loaded 196 rows of 2 columns in 1 part', 'pgad: loaded 196 rows of 2 columns in 29 parts']
     assert chunked == pytest.approx(whole, rel=1e-12)
 
 
@@ -210,7 +236,12 @@ BAD = [
     ((LINEAR, 'points', '{"a": 0, "b": 0}', ", mode => 'sideways'"), '22023', 'unknown mode "sideways"'),
     ((LINEAR, 'points', '{"a": 0, "b": 0}', ", backend => 'abacus'"), '22023', 'unknown backend "abacus"'),
     ((LINEAR, 'points', '{"a": 0, "b": 0}', ', learning_rate => 10'), '22003', 'training diverged at iteration'),
-    (("λ(d, w) ln(d.x - w.a)", 'points', '{"a": 0}', ''), '22003', 'at the starting weights'),
+    (("λ(d, w) ln(d.x - w.a)", 'points', '{"a": 0}', ''), '2201E', 'cannot take logarithm of zero'),
+    (("λ(d, w) ln(d.x - w.a)", 'points', '{"a": 1}', ''), '2201E', 'cannot take logarithm of a negative number'),
+    (("λ(d, w) sqrt(w.a*d.x)", 'points', '{"a": 0}', ''), '22003', 'the gradient by "a" is infinite at the start'),
+    ((LINEAR, 'points', '{"a": 1e400, "b": 0}', ''), '22023', 'weight "a" is not a finite double precision'),
+    ((LINEAR, 'points', '{"a": -1e309, "b": 0}', ''), '22023', 'weight "a" is not a finite double precision'),
+    (('λ(d, w) d."" * w.a', 'points', '{"a": 0}', ''), '42601', 'zero-length delimited identifier'),
 ]
 
 
@@ -268,18 +299,19 @@ def test_injection_through_the_lambda_column_names_and_weight_keys_changes_nothi
     # a column whose name is SQL: read exactly as a name
     assert scalar(db, f"""SELECT pgad.loss('λ(d, w) d."{quoted}" * w.a', 'evil_columns', '{{"a": 1}}')""") == 2
     # SQL in the lambda: a syntax error or an unknown column, never run
-    for loss in ['λ(d, w) d.x); DROP TABLE victim; --', "λ(d, w) d.\"x; DROP TABLE victim\"",
-                 "λ(d, w) __import__('os').system('touch /tmp/pgad-pwned')"]:
-        error_of(db, 'SELECT pgad.loss(%s, %s, %s)', (loss, 'victim', '{}'))
+    for loss, sqlstate in [('λ(d, w) d.x); DROP TABLE victim; --', '42601'),
+                           ("λ(d, w) d.\"x; DROP TABLE victim\"", '42703'),
+                           ("λ(d, w) __import__('os').system('touch /tmp/pgad-pwned')", '42601')]:
+        assert error_of(db, 'SELECT pgad.loss(%s, %s, %s)', (loss, 'victim', '{}')).sqlstate == sqlstate, loss
     # weight keys that look like SQL or Python are only keys
     key = "a'); DROP TABLE victim; --"
     got = scalar(db, 'SELECT pgad.gradient(%s, %s, %s)', (f'λ(d, w) w."{key}" * d.x', 'victim', json.dumps({key: 1})))
     assert got == {key: 1}
     # a data argument holding a second statement: refused whole
-    error_of(db, 'SELECT pgad.loss(%s, %s, %s)', ('λ(d, w) d.x', 'SELECT x FROM victim) AS v; DROP TABLE victim; '
-                                                  'SELECT * FROM (SELECT 1 AS x', '{}'))
-    error_of(db, 'SELECT pgad.loss(%s, %s, %s)', ('λ(d, w) d.x', 'WITH v AS (DELETE FROM victim RETURNING x) '
-                                                  'SELECT x FROM v', '{}'))
+    assert error_of(db, 'SELECT pgad.loss(%s, %s, %s)', ('λ(d, w) d.x', 'SELECT x FROM victim) AS v; DROP TABLE '
+                    'victim; SELECT * FROM (SELECT 1 AS x', '{}')).sqlstate == '42P11'  # one SELECT only
+    assert error_of(db, 'SELECT pgad.loss(%s, %s, %s)', ('λ(d, w) d.x', 'WITH v AS (DELETE FROM victim RETURNING x) '
+                                                         'SELECT x FROM v', '{}')).sqlstate == '0A000'
     assert db.execute('SELECT x, y FROM victim').fetchall() == [(1, 2)]
 
 
@@ -378,3 +410,52 @@ def test_pg_cancel_backend_stops_training(db, cluster, dbname, big):
     diag = error_of(db, "SELECT pgad.gradient_descent(%s, 'big', '{\"a\": 0, \"b\": 0}', 0.01, 1000000)",
                     (LINEAR,))
     assert diag.sqlstate == '57014' and time.monotonic() - started < 2.5
+
+
+# --- boundaries: pgad against PostgreSQL's own evaluation, at the points of tests/test_boundaries.py ----------------
+def outcome(db, sql, params):
+    """('value', the number) or ('error', SQLSTATE, message) of one query, in a savepoint."""
+    try:
+        with db.transaction():
+            return ('value', scalar(db, sql, params))
+    except psycopg.Error as e:
+        return ('error', e.diag.sqlstate, e.diag.message_primary)
+
+
+@pytest.mark.parametrize('body, w, x, loss, grad, sql, postgres', BOUNDARIES)
+def test_boundary_against_postgres(db, body, w, x, loss, grad, sql, postgres):
+    """Where PostgreSQL computes the expression, pgad.loss gives its value; where PostgreSQL raises an error, so does
+    pgad, with PostgreSQL's SQLSTATE — except exp's underflow, which pgad leaves at 0 (IEEE) where PostgreSQL
+    refuses. pgad.gradient gives the gradient by hand, or a 22003 error where that is not finite."""
+    row = 'SELECT %s::float8 AS x'
+    weights = ', '.join(f'%s::float8 AS {name}' for name in w)
+    theirs = outcome(db, f'SELECT {sql or body} FROM ({row}) AS d, (SELECT {weights}) AS w', [x, *w.values()])
+    args = (f'λ(d, w) {body}', f'SELECT {x!r}::float8 AS x', json.dumps(w))
+    ours = outcome(db, 'SELECT pgad.loss(%s, %s, %s)', args)
+    if theirs[0] == 'value' and not math.isfinite(theirs[1]):  # no loss to train on: an error
+        assert postgres is None and ours == ('error', '22003', 'value out of range: overflow')
+    elif theirs[0] == 'value':
+        assert postgres is None and ours[0] == 'value'
+        assert ours[1] == pytest.approx(theirs[1], rel=1e-12, abs=1e-300)
+    elif math.isfinite(loss):  # PostgreSQL's exp underflows to an error, pgad's to 0
+        assert theirs[1:] == (postgres, 'value out of range: underflow') and ours == ('value', loss)
+    else:
+        assert theirs[1] == postgres and ours == theirs
+    gradient = outcome(db, 'SELECT pgad.gradient(%s, %s, %s)', args)
+    if math.isfinite(loss) and all(map(math.isfinite, grad)):
+        assert gradient[0] == 'value' and gradient[1] == pytest.approx(dict(zip(w, grad)), rel=1e-14)
+    elif math.isfinite(loss):
+        assert gradient[:2] == ('error', '22003') and gradient[2].startswith('the gradient by')
+    else:
+        assert gradient == ours  # the loss's error first
+
+
+def test_a_domain_error_names_the_operation_and_the_row(db):
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) (w.a*d.x - ln(d.x - 1))^2', 'points', '{\"a\": 1}')")
+    assert (diag.sqlstate, diag.message_primary) == ('2201E', 'cannot take logarithm of a negative number')
+    assert diag.message_detail == 'The lambda computes ln(d.x - 1) = NaN where d.x = 0, at the starting weights.'
+    diag = error_of(db, "SELECT * FROM pgad.gradient_descent('λ(d, w) sqrt(w.a*d.x + 1)', 'points', '{\"a\": -1}')")
+    assert (diag.sqlstate, diag.message_primary) == ('2201F', 'cannot take square root of a negative number')
+    diag = error_of(db, "SELECT pgad.gradient('λ(d, w) sqrt(w.a*d.x)', 'points', '{\"a\": 0}')")
+    assert (diag.sqlstate, diag.message_primary) == ('22003', 'the gradient by "a" is infinite at the starting weights')
+    assert diag.message_detail == 'The first value that is infinite: 0.5/sqrt(w.a*d.x) = Infinity where w.a = 0, d.x = 0.'
