@@ -11,8 +11,8 @@ PL/Python would inside a function:
 - subtransaction(): a SAVEPOINT; every call above runs in one too, as PL/Python runs each SPI call, so a failed
   query leaves the transaction usable;
 - SPIError: any psycopg error, with .sqlstate, .detail, .hint and the message as args[0];
-- notice/warning: recorded in .messages as (level, text), with the server's own NOTICEs; error(): raises Error
-  carrying sqlstate, detail and hint, where PL/Python would raise the ERROR.
+- debug/log/info/notice/warning: recorded in .messages as (level, text), with the server's own NOTICEs;
+- error(): raises Error, carrying sqlstate, detail and hint, where PL/Python would raise the ERROR.
 Only the plpy API is adapted: every query runs on the real server. `queries` records [sql, rows returned] for
 every statement a caller ran, rows fetched through a cursor included.
 """
@@ -140,11 +140,11 @@ class Plpy:
             self.conn.execute(f'DECLARE {name} NO SCROLL CURSOR FOR {query}', binary=True)
         return Cursor(self, name, record)
 
-    def notice(self, message):
-        self.messages.append(('NOTICE', str(message)))
+    def _message(level):
+        return lambda self, message: self.messages.append((level, str(message)))
 
-    def warning(self, message):
-        self.messages.append(('WARNING', str(message)))
+    debug, log, info, notice, warning = _message('DEBUG'), _message('LOG'), _message('INFO'), _message('NOTICE'), \
+        _message('WARNING')
 
     def error(self, message, sqlstate=None, detail=None, hint=None):
         raise Error(str(message), sqlstate, detail, hint)

@@ -21,8 +21,8 @@ NULL_ROWS = 5
 def xy(cluster, dbname):
     """(x, y) of table points, 50 rows; with_nulls is points with NULL_ROWS rows more that have NULL in x or y."""
     with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
-        db.execute("CREATE TABLE points AS SELECT g / 25.0::float8 AS x, (2 * g / 25.0 + 1 + 0.1 * sin(17 * g))::float8 "
-                   "AS y FROM generate_series(1, 50) AS g")
+        db.execute("CREATE TABLE points AS SELECT g / 25.0::float8 AS x, "
+                   "(2 * g / 25.0 + 1 + 0.1 * sin(17 * g))::float8 AS y FROM generate_series(1, 50) AS g")
         db.execute("CREATE TABLE with_nulls AS SELECT * FROM points")
         db.execute("INSERT INTO with_nulls VALUES (NULL, 1), (1, NULL), (NULL, NULL), (2, NULL), (NULL, 3)")
         db.execute("CREATE TABLE mixed (s smallint, i int, b bigint, r real, n numeric, f float8, t text, "
@@ -77,7 +77,7 @@ def test_loss_and_gradient_equal_the_closed_form(plpy, xy, mode, backend):
     grad = json.loads(api.gradient(LINEAR, 'points', json.dumps(W), mode, backend))
     assert list(grad) == ['a', 'b']
     assert [grad['a'], grad['b']] == pytest.approx(mse_gradient(x, y, **W), rel=1e-12)
-    assert plpy.messages == []
+    assert [m for m in plpy.messages if m[0] in ('NOTICE', 'WARNING')] == []
 
 
 def test_null_rows_are_skipped_and_not_counted(plpy):
@@ -154,10 +154,22 @@ def test_non_finite_starting_weights_are_refused(plpy, value):
         assert (error.sqlstate, error.message) == ('22023', 'weight "a" is not a finite double precision number')
 
 
-@pytest.mark.xfail(strict=True, reason='float(huge int) raises OverflowError: an internal error, not a clean ERROR')
 def test_a_weight_past_double_precision_is_refused(plpy):
-    """jsonb takes a 400-digit integer; json.loads makes it an int that float() cannot convert."""
-    assert fails(api.loss, LINEAR, 'points', '{"a": 1' + '0' * 400 + ', "b": 0}').sqlstate == '22023'
+    """jsonb takes a 400-digit integer (and writes 1e400 so); json.loads makes it an int that float() overflows."""
+    error = fails(api.loss, LINEAR, 'points', '{"a": 1' + '0' * 400 + ', "b": 0}')
+    assert (error.sqlstate, error.message) == ('22023', 'weight "a" is not a finite double precision number')
+
+
+@pytest.mark.parametrize('weights, message', [
+    ('{"a": "1", "b": 0}', 'weight "a" must be a number, not "1"'),
+    ('{"a": true, "b": 0}', 'weight "a" must be a number, not true'),
+    ('{"a": null, "b": 0}', 'weight "a" must be a number, not null'),
+    ('[0, 0]', 'weights must be a JSON object of numbers'),
+    ('{"a": 0}', 'weight "b" is not in the weights'),
+])
+def test_weights_that_are_not_numbers_are_refused(plpy, weights, message):
+    error = fails(api.gradient, LINEAR, 'points', weights)
+    assert (error.sqlstate, error.message) == ('22023', message)
 
 
 # --- settings --------------------------------------------------------------------------------------------------
@@ -224,7 +236,7 @@ def test_explain(plpy):
     rows = api.explain(LINEAR, 'forward')
     assert [stage for stage, _, _ in rows] == ['parse', 'differentiate', 'IR generation', 'optimisation',
                                                'machine code']
-    assert rows[0][1].startswith('5 nodes; columns: x, y; weights: a, b\nloss: ') or 'columns: x, y' in rows[0][1]
+    assert 'columns: x, y; weights: a, b' in rows[0][1]
     assert rows[1][1].startswith('forward mode:') and all(ms >= 0 for _, _, ms in rows)
     assert fails(api.explain, LINEAR, 'sideways').sqlstate == '22023'
 
