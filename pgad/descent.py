@@ -25,7 +25,8 @@ def run(kernel, table, weights, learning_rate, iterations, names, interrupts, pr
     for it in range(1, iterations + 1):
         sums = evaluate(kernel, table, w, interrupts)
         check_finite(sums, w, it, names, learning_rate, why)
-        w = w - learning_rate * (sums[1:] / table.rows)
+        with np.errstate(over='ignore', invalid='ignore'):  # an overflow is divergence, found on the next check
+            w = w - learning_rate * (sums[1:] / table.rows)
         now = time.monotonic()
         if now - checked >= check:
             interrupts()
@@ -33,8 +34,8 @@ def run(kernel, table, weights, learning_rate, iterations, names, interrupts, pr
         if now - reported >= every:
             progress(f'iteration {it} of {iterations}, loss {sums[0] / table.rows:.6g}, {now - started:.1f} s')
             reported = now
-    final = evaluate(kernel, table, w, interrupts)
-    check_finite(final, w, max(iterations, 1), names, learning_rate, why)
+    final = evaluate(kernel, table, w, interrupts)  # the loss at the weights of the last step: iteration n + 1's
+    check_finite(final, w, iterations + 1, names, learning_rate, why)
     return w, final[0] / table.rows, iterations
 
 

@@ -89,3 +89,31 @@ def test_each_step_and_the_loss_returned_as_written_by_hand(iterations):
                                     lambda message: None)
     np.testing.assert_allclose(fitted, w, rtol=1e-13)  # the same float64 sums in another order
     assert loss == pytest.approx(np.mean((w[0] * x + w[1] - y) ** 2), rel=1e-12) and ran == iterations
+
+
+def test_divergence_in_the_last_step_is_divergence_not_a_bad_start():
+    """One step that overflows the weights: the evaluation after it names iteration 2, not the starting weights."""
+    kernel, table = setup()
+    with pytest.raises(PgadError) as caught:
+        descent.run(kernel, table, [0.0, 0.0], 1e308, 1, ['a', 'b'], lambda: None, lambda message: None)
+    assert caught.value.message.startswith('training diverged at iteration 2: ')
+    assert caught.value.hint == 'Try a smaller learning_rate than 1e+308.'
+
+
+def test_progress_reports_the_mean_loss_of_the_iteration():
+    kernel, table = setup()
+    messages = []
+    descent.run(kernel, table, [0.0, 0.0], 0.5, 2, ['a', 'b'], lambda: None, messages.append, every=0.0)
+    x, y = table.columns
+    first = np.mean(y ** 2)  # at w = 0
+    assert messages[0].startswith(f'iteration 1 of 2, loss {first:.6g}, 0.')
+
+
+def test_a_table_past_one_chunk_checks_for_interrupts_between_chunks():
+    prog = program.build(LINEAR, ('a', 'b'), 'reverse')
+    x = np.linspace(0, 1, descent.CHUNK_ROWS + 1)
+    checks = []
+    w, loss, _ = descent.run(backends.compile(prog, 'python'), Table([x, 2 * x + 1], len(x), 0), [0.0, 0.0], 0.5, 1,
+                             ['a', 'b'], lambda: checks.append(1), lambda message: None, check=1e9)
+    assert len(checks) == 4  # two chunks in the one iteration, two in the final evaluation
+    assert loss == pytest.approx(np.mean((w[0] * x + w[1] - 2 * x - 1) ** 2), rel=1e-12)
