@@ -1,5 +1,6 @@
 """One real PostgreSQL cluster for the whole test session (testing.postgresql, started by the tests themselves),
 with pgad installed by `make install` and a fresh database per test module."""
+import os
 import uuid
 
 import psycopg
@@ -8,8 +9,23 @@ import pytest
 from pgad.throwaway import Cluster
 
 
+class Running:
+    """A cluster that is already running on 127.0.0.1 at port (make mutation starts one for all its test processes)."""
+
+    def __init__(self, port):
+        self.settings = {'port': port}
+
+    def conninfo(self, dbname='test', user='postgres'):
+        return f'host=127.0.0.1 port={self.settings["port"]} dbname={dbname} user={user}'
+
+
 @pytest.fixture(scope='session')
 def cluster():
+    """The session's cluster: a new one, or with PGAD_TEST_PORT set, the one running there (its tests' databases
+    are dropped after them)."""
+    if os.environ.get('PGAD_TEST_PORT'):
+        yield Running(int(os.environ['PGAD_TEST_PORT']))
+        return
     with Cluster() as pg:
         yield pg
 
@@ -28,6 +44,9 @@ def dbname(cluster):
     with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
         db.execute('CREATE EXTENSION pgad CASCADE')
     yield name
+    if isinstance(cluster, Running):  # a cluster that outlives the session keeps no database of it
+        with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
 
 
 @pytest.fixture
