@@ -181,11 +181,9 @@ class Expr:
     def __truediv__(self, other): return self.graph.apply('div', self, other)
     def __rtruediv__(self, other): return self.graph.apply('div', other, self)
     def __pow__(self, other): return self.graph.apply('pow', self, other)
-    def __rpow__(self, other): return self.graph.apply('pow', other, self)
     def __neg__(self): return self.graph.apply('neg', self)
     def __gt__(self, other): return self.graph.apply('gt', self, other)
     def __ge__(self, other): return self.graph.apply('ge', self, other)
-    def __lt__(self, other): return self.graph.apply('lt', self, other)
     def __le__(self, other): return self.graph.apply('le', self, other)
 
     def __repr__(self):
