@@ -197,6 +197,160 @@ def test_a_cache_of_size_zero_or_no_directory_is_off(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_kernel_is_written_only_where_min_free_stays_free(tmp_path, monkeypatch):
+    """The file's own bytes count: 4096 bytes above MIN_FREE (5 % of 1000 blocks of 4096) take a 4096-byte file
+    (code + the 88-byte header) and not one byte more. Exact: integers."""
+    disk = os.statvfs_result((4096, 4096, 1000, 51, 51, 0, 0, 0, 0, 255))  # 51 blocks free, 50 are MIN_FREE
+    monkeypatch.setattr(os, 'fstatvfs', lambda fd: disk)
+    assert cache.HEADER.size == 88
+    store = DiskCache(str(tmp_path), 1 << 20)
+    store.put(KEY, b'x' * (4096 - 88 + 1))
+    assert list(tmp_path.iterdir()) == []
+    store.put(KEY, b'x' * (4096 - 88))
+    assert store.get(KEY) == b'x' * (4096 - 88)
+
+
+def test_the_warning_names_the_damaged_file_by_its_full_path(tmp_path):
+    store = DiskCache(str(tmp_path), 1 << 20)
+    kernel_file(tmp_path).write_bytes(b'')
+    with pytest.warns(CacheWarning) as caught:
+        assert store.get(KEY) is None
+    assert [str(w.message) for w in caught] == [
+        f'removed the damaged kernel cache file "{kernel_file(tmp_path)}": 0 bytes, shorter than the header; '
+        'compiling the kernel again']
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    """A FIFO planted under a kernel's name is opened without blocking, refused as not a regular file, and removed
+    (within 10 s; it is instant)."""
+    store = DiskCache(str(tmp_path), 1 << 20)
+    os.mkfifo(kernel_file(tmp_path), 0o600)
+    got = {}
+
+    def read():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            got['code'] = store.get(KEY)
+        got['warnings'] = [str(w.message) for w in caught]
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    try:
+        assert not reader.is_alive(), 'get() blocked opening a FIFO'
+    finally:
+        if reader.is_alive():  # let it go: a writer opening the FIFO unblocks the reader's open
+            os.close(os.open(kernel_file(tmp_path), os.O_WRONLY | os.O_NONBLOCK))
+            reader.join(10)
+    assert got == {'code': None, 'warnings': [f'removed the damaged kernel cache file "{kernel_file(tmp_path)}": '
+                                              'not a regular file; compiling the kernel again']}
+    assert not kernel_file(tmp_path).exists()
+
+
+def test_a_file_of_max_file_bytes_is_read_and_a_larger_one_is_not(tmp_path, monkeypatch):
+    store = DiskCache(str(tmp_path), 1 << 20)
+    store.put(KEY, b'code' * 100)
+    size = kernel_file(tmp_path).stat().st_size
+    monkeypatch.setattr(cache, 'MAX_FILE', size)
+    assert store.get(KEY) == b'code' * 100
+    monkeypatch.setattr(cache, 'MAX_FILE', size - 1)
+    with pytest.warns(CacheWarning) as caught:
+        assert store.get(KEY) is None
+    assert [str(w.message) for w in caught] == [
+        f'removed the damaged kernel cache file "{kernel_file(tmp_path)}": {size} bytes, more than any kernel; '
+        'compiling the kernel again']
+
+
+def test_a_directory_that_cannot_be_used_is_named_with_the_reason(tmp_path, monkeypatch):
+    """The WARNING's whole text: a regular file is 'not a directory' (and is left as it is); a missing parent is
+    the OS's reason."""
+    monkeypatch.setattr(cache, '_warned', set())
+    plain = tmp_path / 'plain'
+    plain.write_bytes(b'not a directory')
+    missing = tmp_path / 'missing' / 'kernels'
+    for path, problem in ((plain, 'it is not a directory'), (missing, 'No such file or directory')):
+        store = DiskCache(str(path), 1 << 20)
+        with pytest.warns(CacheWarning) as caught:
+            store.put(KEY, b'code')
+            assert store.get(KEY) is None
+        assert [str(w.message) for w in caught] == [
+            f'not using the kernel cache directory "{path}": {problem}; kernels are compiled in every connection']
+    assert plain.read_bytes() == b'not a directory' and not missing.parent.exists()
+
+
+def test_a_new_directory_is_private_whatever_the_umask(tmp_path):
+    umask = os.umask(0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('error')
+            store = DiskCache(str(tmp_path / 'kernels'), 1 << 20)
+            store.put(KEY, b'code')
+            assert store.get(KEY) == b'code'
+    finally:
+        os.umask(umask)
+    assert (tmp_path / 'kernels').stat().st_mode & 0o7777 == 0o700
+
+
+def test_stale_temporary_files_are_removed_and_others_kept(tmp_path, monkeypatch):
+    """A writer's temporary file more than STALE_SECONDS old is removed when a kernel is stored; one exactly that
+    old, or younger, may still be written, and is kept (the clock is fixed, so the boundary is exact)."""
+    now = 2e9
+    monkeypatch.setattr(cache.time, 'time', lambda: now)
+    ages = {'.stale.1.2.tmp': cache.STALE_SECONDS + 1, '.boundary.1.2.tmp': cache.STALE_SECONDS,
+            '.fresh.1.2.tmp': 10, 'other.TMP': cache.STALE_SECONDS + 1}
+    for name, age in ages.items():
+        (tmp_path / name).write_bytes(b'half a kernel')
+        os.utime(tmp_path / name, (now - age, now - age))
+    DiskCache(str(tmp_path), 1 << 20).put(KEY, b'code')
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(['.boundary.1.2.tmp', '.fresh.1.2.tmp',
+                                                                 'other.TMP', KEY + cache.SUFFIX])
+
+
+def test_a_smaller_cap_evicts_down_to_it_in_one_store(tmp_path):
+    """pgad.cache_size lowered: the next store removes as many of the least recently used as it takes."""
+    size = len(cache.pack(KEY, b'x' * 1000))
+    keys = [f'{k:064x}' for k in range(6)]
+    for k, key in enumerate(keys[:5]):
+        DiskCache(str(tmp_path), 100 * size).put(key, b'x' * 1000)
+        os.utime(kernel_file(tmp_path, key), (1e9 + k, 1e9 + k))
+    DiskCache(str(tmp_path), 2 * size).put(keys[5], b'x' * 1000)
+    assert sorted(p.name[:64] for p in tmp_path.iterdir()) == [keys[4], keys[5]]
+
+
+def test_a_link_in_the_directory_is_sized_as_a_link(tmp_path):
+    """A symbolic link to a large file elsewhere counts as the link, not the file: it does not evict kernels."""
+    directory, size = tmp_path / 'kernels', len(cache.pack(KEY, b'x' * 1000))
+    store = DiskCache(str(directory), 3 * size)
+    store.get(KEY)  # makes the directory
+    big = tmp_path / 'big'
+    big.write_bytes(b'\0' * (100 * size))
+    os.utime(big, (4e9, 4e9))  # newer than any kernel
+    kernel_file(directory, 'ef' * 32).symlink_to(big)
+    store.put(KEY, b'x' * 1000)
+    assert store.get(KEY) == b'x' * 1000
+    assert big.stat().st_size == 100 * size
+
+
+def test_a_file_that_vanishes_during_eviction_does_not_stop_it(tmp_path, monkeypatch):
+    """Another backend may remove a file between listing the directory and reading its size: that file is skipped,
+    and the rest are still evicted down to the cap."""
+    size = len(cache.pack(KEY, b'x' * 1000))
+    keys = [f'{k:064x}' for k in range(5)]
+    for k, key in enumerate(keys[:4]):
+        DiskCache(str(tmp_path), 100 * size).put(key, b'x' * 1000)
+        os.utime(kernel_file(tmp_path, key), (1e9 + k, 1e9 + k))
+    scandir = os.scandir
+
+    def vanishing_first(fd):
+        entries = sorted(scandir(fd), key=lambda e: e.name != keys[0] + cache.SUFFIX)
+        os.unlink(entries[0].name, dir_fd=fd)  # listed, then gone
+        yield from entries
+
+    monkeypatch.setattr(os, 'scandir', vanishing_first)
+    DiskCache(str(tmp_path), 2 * size).put(keys[4], b'x' * 1000)
+    assert sorted(p.name[:64] for p in tmp_path.iterdir()) == [keys[3], keys[4]]
+
+
 WRITER = '''
 import sys, warnings
 sys.path.insert(0, {root!r})

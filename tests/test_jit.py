@@ -67,3 +67,10 @@ def test_optimised_linear_regression_is_vectorised():
     prog = program.build('λ(d, w) (w.a*d.x + w.b - d.y)^2', ('a', 'b'), 'reverse')
     optimised = compiler.compile(prog).optimized_ir
     assert '<2 x double>' in optimised or '<4 x double>' in optimised or '<8 x double>' in optimised
+
+
+def test_auto_runs_on_llvm_what_llvm_compiles_and_the_rest_on_python(monkeypatch):
+    prog = program.build('λ(d, w) (w.a*d.x - d.y)^2', ('a',), 'reverse')
+    assert backends.choose(prog, 'auto') == 'llvm'
+    monkeypatch.setattr(compiler, 'TIERS', ())  # no tier compiles it: as a lambda past every tier's bound
+    assert backends.choose(prog, 'auto') == 'python'

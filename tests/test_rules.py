@@ -534,3 +534,68 @@ def test_function_errors_name_the_function():
         parse('λ(d, w) foo(w.a, d.x > 1)')
     assert caught.value.message == 'function foo(double precision, boolean) does not exist'
     assert caught.value.position == len('λ(d, w) ') + 1
+
+
+def test_error_detail_is_the_line_with_a_caret_and_the_hint_is_kept():
+    """DETAIL is the lambda's line where the error is (not the whole text, not the first line) and a caret under
+    the place; HINT is passed through. Exact strings."""
+    with pytest.raises(PgadError) as caught:
+        parse('λ(d, w)\n  w.a * * d.x')  # the tokenizer's syntax error, on the second line
+    error = caught.value
+    assert (error.message, error.detail, error.hint, error.position) == (
+        'syntax error at or near "*"', '  w.a * * d.x\n        ^', None, 17)
+    with pytest.raises(PgadError) as caught:
+        parse('λ(d, w) x * w.a\n + d.y')  # the parser's error, with a hint, on the first of two lines
+    error = caught.value
+    assert (error.sqlstate, error.message, error.detail, error.hint, error.position) == (
+        '42703', 'column reference "x" needs a row', 'λ(d, w) x * w.a\n        ^',
+        'Write d.x for a column of the data or w.x for a weight.', 9)
+
+
+def test_printed_names_double_their_quotes():
+    """A name with a double quote prints as PostgreSQL quotes it, so the printed derivative parses back."""
+    prog = program.build('λ(d, w) w."q""r" * d."a ""b"""', ('q"r',), 'reverse')
+    assert [printer.to_lambda(prog.lam, node) for node in prog.outputs] == ['w."q""r"*d."a ""b"""', 'd."a ""b"""']
+    assert printer.quote_ident('say "hi"') == '"say ""hi"""'
+
+
+@pytest.mark.parametrize('text, message, position', [
+    ('λ(d, w) CASE d.x > 0 WHEN true THEN w.a ELSE 0 END', 'CASE operand must be double precision', 9),
+    ('λ(d, w) CASE WHEN w.a THEN 1 ELSE 0 END', 'argument of CASE/WHEN must be type boolean', 14),
+    ('λ(d, w) CASE d.x WHEN d.x > 0 THEN w.a ELSE 0 END', 'CASE/WHEN value must be double precision', 18),
+    ('λ(d, w) CASE WHEN d.x > 0 THEN d.x > 1 ELSE 0 END', 'CASE results must be double precision', 14),
+    ('λ(d, w) CASE WHEN d.x > 0 THEN 1 ELSE d.x > 1 END', 'CASE results must be double precision', 9),
+])
+def test_case_type_errors_say_what_postgresql_says(text, message, position):
+    """PostgreSQL's own messages for a CASE of the wrong types (SQLSTATE 42804), word for word, at CASE or WHEN."""
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    assert (caught.value.sqlstate, caught.value.message, caught.value.position) == ('42804', message, position)
+
+
+def test_case_without_else_says_what_to_add():
+    with pytest.raises(PgadError) as caught:
+        parse('λ(d, w) CASE WHEN w.a > 0 THEN 1 END')
+    error = caught.value
+    assert (error.sqlstate, error.message, error.hint, error.position) == (
+        '42601', 'CASE needs an ELSE: every row must have a value', 'Add ELSE 0 (or another value) before END.', 34)
+
+
+def test_a_negative_constant_prints_in_parentheses_under_a_power():
+    """-2 is a unary minus in the printed text, so (-2)^w.a keeps its parentheses (-2^w.a would be -(2^w.a))."""
+    lam = parse('λ(d, w) (-2)^w.a + w.a*(-3)')
+    assert printer.to_lambda(lam, lam.root) == '(-2)^w.a + -3*w.a'
+
+
+def test_printing_stops_past_max_chars_with_54001():
+    """A text of exactly max_chars prints; one character more is SQLSTATE 54001, with its DETAIL and HINT."""
+    lam = parse('λ(d, w) w.a + d.x')
+    assert printer.to_lambda(lam, lam.root, max_chars=9) == 'w.a + d.x'
+    with pytest.raises(PgadError) as caught:
+        printer.to_lambda(lam, lam.root, max_chars=8)
+    error = caught.value
+    assert (error.sqlstate, error.message, error.detail, error.hint) == (
+        '54001', 'expression is too long to print: more than 8 characters',
+        f'pgad prints at most {printer.PRINTED_PER_BYTE} times pgad.max_lambda_bytes characters for one expression; '
+        'its DAG shares subexpressions that its text repeats.',
+        'Write a smaller lambda, or have a superuser raise pgad.max_lambda_bytes.')
