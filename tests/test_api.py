@@ -4,6 +4,7 @@ weights and the loader's edge cases."""
 import json
 import math
 import sys
+import time
 
 import numpy as np
 import psycopg
@@ -247,3 +248,115 @@ def test_data_that_is_several_statements_runs_none_of_them(plpy):
     with pytest.raises((Error, plpy.SPIError)):
         api.loss(LINEAR, data, json.dumps(W))
     assert plpy.execute('SELECT count(*) AS n FROM points')[0]['n'] == 50
+
+
+# --- what the survivors of mutation testing showed untested ---------------------------------------------------
+def test_a_lambda_that_reads_no_column_averages_over_every_row(plpy):
+    """A lambda of the weights alone loads no column: the rows are counted (NULLs too, since no column is read)."""
+    constant = 'λ(d, w) (w.a - 3)^2'
+    assert api.loss(constant, 'points', '{"a": 1}') == 4.0
+    assert json.loads(api.gradient(constant, 'points', '{"a": 1}')) == {'a': -4.0}
+    assert loader.load('points', []) == loader.Table([], 50, 0)
+    assert loader.load('with_nulls', []) == loader.Table([], 50 + NULL_ROWS, 0)
+    assert plpy.notices() == []
+    error = fails(api.loss, constant, 'empty', '{"a": 1}')
+    assert (error.sqlstate, error.message) == ('22000', 'the data has no rows')
+
+
+def test_the_load_reports_its_rows_and_parts_in_a_debug_message(plpy):
+    def loaded():
+        messages = [text for level, text in plpy.messages if level == 'DEBUG' and text.startswith('pgad: loaded')]
+        plpy.messages.clear()
+        return messages
+    assert loader.load('points', ['x', 'y']).rows == 50
+    assert loaded() == ['pgad: loaded 50 rows of 2 columns in 1 part']
+    assert loader.load('points', ['x', 'y'], 7).rows == 50
+    assert loaded() == ['pgad: loaded 50 rows of 2 columns in 8 parts']
+    two = loader.load('points', ['y'], 25)  # two parts: both are read, not just the first
+    assert (two.rows, np.sort(two.columns[0]).tolist()) == (50, np.sort(loader.load('points', ['y']).columns[0])
+                                                            .tolist())
+    assert loaded()[0] == 'pgad: loaded 50 rows of 1 columns in 2 parts'
+
+
+DATA_HINT = 'data is a query (SELECT, VALUES, WITH or TABLE) or the name of a table or view.'
+
+
+@pytest.mark.parametrize('lam, data, error', [
+    (LINEAR, 'empty', ('22000', 'the data has no rows', None,
+                       'data must have at least one row to average the loss over.')),
+    (LINEAR, 'DELETE FROM points', ('42601', 'data is neither a query nor the name of a table or view',
+                                    'The data: DELETE FROM points', DATA_HINT)),
+    (LINEAR, 'no_such_table', ('42P01', 'relation "no_such_table" does not exist', None, DATA_HINT)),
+    ('λ(d, w) (w.a*d.x + w.b - d.nope)^2', 'points', ('42703', 'column "nope" does not exist in the data',
+                                                     'The data has columns: "x", "y".', None)),
+    ('λ(d, w) w.a*d.upper', 'mixed', ('42703', 'column "upper" does not exist in the data',
+                                      'The data has columns: "s", "i", "b", "r", "n", "f", "t", "Upper".',
+                                      'Column names fold to lower case; write d."Name" for a mixed-case column.')),
+    ('λ(d, w) w.a*d.t', 'mixed', ('42804', 'column "t" is of type text, not a number', None,
+                                  'Cast it in the data query, for example SELECT "t"::float8 AS "t" …, or use a '
+                                  'numeric column (smallint to float8, numeric).')),
+    (LINEAR, 'SELECT lower(1) AS x, 1 AS y', ('42883', 'function lower(integer) does not exist',
+                                              'The data query: SELECT lower(1) AS x, 1 AS y',
+                                              'No function matches the given name and argument types. You might '
+                                              'need to add explicit type casts.')),
+])
+def test_bad_data_errors_in_full(plpy, lam, data, error):
+    """Each field of the loader's errors, exactly; the data query's own HINT is passed on."""
+    caught = fails(api.loss, lam, data, json.dumps(W))
+    assert (caught.sqlstate, caught.message, caught.detail, caught.hint) == error
+
+
+def test_a_cancel_while_the_data_is_read_is_passed_on_as_it_is(plpy, monkeypatch):
+    """57014 from the data query (statement_timeout while it is planned) or from the name's lookup is not turned
+    into a data error: it leaves pgad as the server raised it."""
+    plpy.execute("CREATE FUNCTION pg_temp.slow() RETURNS float8 IMMUTABLE LANGUAGE plpgsql "
+                 "AS 'BEGIN PERFORM pg_catalog.pg_sleep(2); RETURN 1; END'")
+    plpy.execute("SET statement_timeout = '50ms'")
+    with pytest.raises(plpy.SPIError) as caught:  # the planner folds slow() while describing the query
+        api.loss(LINEAR, 'SELECT pg_temp.slow() AS x, 1 AS y', json.dumps(W))
+    assert caught.value.sqlstate == '57014'
+    plpy.execute('RESET statement_timeout')
+    query = server.query
+
+    def cancelled(sql, *args):
+        if sql == loader.RELATION:
+            raise plpy.SPIError('canceling statement due to user request', '57014')
+        return query(sql, *args)
+    monkeypatch.setattr(server, 'query', cancelled)
+    with pytest.raises(plpy.SPIError) as caught:
+        api.loss(LINEAR, 'points', json.dumps(W))
+    assert caught.value.sqlstate == '57014'
+
+
+def test_max_lambda_nodes_bounds_the_derivatives_too(plpy):
+    """LINEAR parses into 9 nodes and 19 with both derivatives: at 16 (the least the setting takes) the loss is computed, its gradient is not."""
+    plpy.conn.execute('SET pgad.max_lambda_nodes = 16')
+    assert api.settings().limits.lambda_nodes == 16
+    assert api.loss(LINEAR, 'points', json.dumps(W)) > 0
+    for call in (api.gradient, lambda *a: api.gradient_descent(*a, 0.1, 1)):
+        error = fails(call, LINEAR, 'points', json.dumps(W))
+        assert (error.sqlstate, error.message, error.detail) == (
+            '54001', 'lambda is too large: more than 16 expression nodes with its derivatives',
+            'The limit, pgad.max_lambda_nodes, is 16.')
+
+
+def test_kernels_are_kept_in_pgad_cache_directory(plpy, tmp_path):
+    directory = tmp_path / 'kernels'
+    directory.mkdir(mode=0o700)
+    plpy.conn.execute(f"SET pgad.cache_directory = '{directory}'")
+    unique = f'λ(d, w) (w.a*d.x + w.b - d.y + {time.time_ns() % 10 ** 9})^2'  # compiled by no earlier test
+    api.gradient(unique, 'points', json.dumps(W), 'reverse', 'llvm')
+    assert [p.suffix for p in directory.iterdir() if not p.name.startswith('.')] == ['.kernel']
+
+
+def test_a_domain_error_names_the_operation_and_the_row(plpy):
+    """ln of a negative number at the starting weights: PostgreSQL's own SQLSTATE and message, the row in DETAIL,
+    from every call that evaluates the lambda (gradient_descent with 0 iterations too)."""
+    expected = ('2201E', 'cannot take logarithm of a negative number',
+                'The lambda computes ln(d.x - 1) = NaN where d.x = 0.04, at the starting weights.',
+                'Keep the data and the starting weights inside the domain of every function, or guard the '
+                'expression with CASE WHEN.')
+    for call in (api.loss, api.gradient, lambda *a: api.gradient_descent(*a, 0.1, 0),
+                 lambda *a: api.gradient_descent(*a, 0.1, 3)):
+        error = fails(call, 'λ(d, w) w.a*ln(d.x - 1)', 'points', '{"a": 1}')
+        assert (error.sqlstate, error.message, error.detail, error.hint) == expected

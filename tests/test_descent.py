@@ -117,3 +117,66 @@ def test_a_table_past_one_chunk_checks_for_interrupts_between_chunks():
                              ['a', 'b'], lambda: checks.append(1), lambda message: None, check=1e9)
     assert len(checks) == 4  # two chunks in the one iteration, two in the final evaluation
     assert loss == pytest.approx(np.mean((w[0] * x + w[1] - 2 * x - 1) ** 2), rel=1e-12)
+
+
+class Clock:
+    """time.monotonic for descent.py: each call one second later than the last, from 100 s."""
+    def __init__(self):
+        self.now = 99.0
+
+    def monotonic(self):
+        self.now += 1.0
+        return self.now
+
+
+def clocked_run(monkeypatch, **timing):
+    monkeypatch.setattr(descent, 'time', Clock())
+    kernel, table = setup()
+    checks, messages = [], []
+    descent.run(kernel, table, [0.0, 0.0], 0.1, 12, ['a', 'b'], lambda: checks.append(1), messages.append,
+                **timing)
+    return len(checks), [m.split(',')[0] for m in messages], messages
+
+
+def test_interrupts_and_progress_come_every_so_many_seconds(monkeypatch):
+    """One clock second per iteration: checks when `check` seconds have passed (>=), reports every `every`."""
+    checks, reported, messages = clocked_run(monkeypatch, check=2.0, every=3.0)
+    assert checks == 6 and reported == ['iteration 3 of 12', 'iteration 6 of 12', 'iteration 9 of 12',
+                                         'iteration 12 of 12']
+    assert messages[0].endswith(', 3.0 s')  # seconds since the start
+
+
+def test_by_default_interrupts_are_checked_every_iteration_and_progress_every_5_seconds(monkeypatch):
+    checks, reported, _ = clocked_run(monkeypatch)
+    assert checks == 12 and reported == ['iteration 5 of 12', 'iteration 10 of 12']
+
+
+@pytest.mark.parametrize('names, iterations, message', [
+    (('a', 'b'), 3, 'the gradient by "a" is infinite at the starting weights'),
+    (('b', 'a'), 3, 'the gradient by "a" is infinite at the starting weights'),
+    (('b', 'a'), 0, 'the gradient by "a" is infinite at the starting weights'),
+])
+def test_a_gradient_that_is_not_finite_where_the_loss_is_is_named(names, iterations, message):
+    """sqrt(w.a) at a = 0: loss 0, gradient by a infinite; the weight named is the one whose gradient it is."""
+    prog = program.build('λ(d, w) sqrt(w.a) + w.b^2 + d.x', names, 'reverse')
+    with pytest.raises(PgadError) as caught, np.errstate(divide='ignore'):
+        descent.run(backends.compile(prog, 'python'), Table([np.array([1.0, 2.0])], 2, 0), [0.0, 0.0], 0.1,
+                    iterations, list(names), lambda: None, lambda message: None)
+    assert caught.value.message == message
+
+
+def test_a_loss_that_is_not_finite_is_named_before_a_finite_gradient():
+    prog = program.build('λ(d, w) ln(d.x) + w.a', ('a',), 'reverse')
+    with pytest.raises(PgadError) as caught, np.errstate(divide='ignore'):
+        descent.run(backends.compile(prog, 'python'), Table([np.array([0.0, 1.0])], 2, 0), [0.0], 0.1, 3, ['a'],
+                    lambda: None, lambda message: None)
+    assert caught.value.message == 'the loss is infinite at the starting weights'
+
+
+def test_a_weight_that_overflows_under_a_finite_loss_is_named():
+    """1e300·tanh(w.a): one step of 1e10 takes a to -inf, where the loss (-1e300) and the gradient (0) are finite."""
+    prog = program.build('λ(d, w) 1e300*tanh(w.a) + w.b^2 + d.x', ('b', 'a'), 'reverse')
+    with pytest.raises(PgadError) as caught:
+        descent.run(backends.compile(prog, 'python'), Table([np.array([1.0])], 1, 0), [0.0, 0.0], 1e10, 1,
+                    ['b', 'a'], lambda: None, lambda message: None)
+    assert caught.value.message == 'training diverged at iteration 2: weight "a" is infinite'
