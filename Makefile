@@ -12,7 +12,7 @@ VENV := $(PGAD_HOME)/venv
 DEV := .venv
 SQL := $(wildcard extension/sql/*.sql)
 
-.PHONY: all install demo test bench installcheck clean server-packages python-env extension-files
+.PHONY: all install demo test bench mutation installcheck clean server-packages python-env extension-files
 
 all: install
 
@@ -54,6 +54,12 @@ test: install $(DEV)/.done
 
 bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/run.py $(BENCH_ARGS)
+
+# Mutation testing with mutmut over the in-process tests (no server; not in CI): tools/mutation.sh, whose header
+# lists its settings (MUTATION_JOBS, MUTATION_FRESH, MUTMUT_ARGS, RULES_ARGS); mutmut's own in pyproject.toml.
+mutation: install $(DEV)/.done
+	$(DEV)/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,mutation]'
+	DEV=$(DEV) bash tools/mutation.sh
 
 # The pg_regress tests in test/ against the server PGHOST/PGPORT name (make test runs them on a throwaway cluster).
 installcheck:
