@@ -32,17 +32,19 @@ def kernel_file(directory, key=KEY):
 
 
 def damaged(code=b'machine code' * 10):
-    """Each way a file can be wrong, and what unpack says of it."""
+    """Each way a file can be wrong, and the reason unpack gives for it (in the warning when the file is removed)."""
     good = cache.pack(KEY, code)
     flipped = bytearray(good)
     flipped[-1] ^= 1
     return {
-        'empty': (b'', 'shorter than the header'),
-        'truncated header': (good[:40], 'shorter than the header'),
-        'truncated code': (good[:-5], 'bytes of code where the header says'),
-        'corrupted code': (bytes(flipped), 'SHA-256 does not match'),
+        'empty': (b'', '0 bytes, shorter than the header'),
+        'truncated header': (good[:40], '40 bytes, shorter than the header'),
+        'header only': (good[:cache.HEADER.size], '0 bytes of code where the header says 120'),
+        'truncated code': (good[:-5], '115 bytes of code where the header says 120'),
+        'corrupted code': (bytes(flipped), 'its SHA-256 does not match'),
         'not a kernel': (b'\x7fELF' + good[4:], 'not a pgad kernel'),
-        'another format': (good[:8] + (cache.FORMAT + 1).to_bytes(4, 'little') + good[12:], 'format'),
+        'another format': (good[:8] + (cache.FORMAT + 1).to_bytes(4, 'little') + good[12:],
+                           f'format {cache.FORMAT + 1}, not {cache.FORMAT}'),
         'another key': (cache.pack('cd' * 32, code), 'stored under another key'),
     }
 
@@ -54,8 +56,7 @@ def test_a_packed_kernel_unpacks_to_itself():
 @pytest.mark.parametrize('kind', damaged().keys())
 def test_unpack_refuses_every_damaged_file(kind):
     data, problem = damaged()[kind]
-    code, why = cache.unpack(KEY, data)
-    assert code is None and problem in why
+    assert cache.unpack(KEY, data) == (None, problem)
 
 
 @pytest.mark.parametrize('kind', damaged().keys())

@@ -180,3 +180,25 @@ def test_a_weight_that_overflows_under_a_finite_loss_is_named():
         descent.run(backends.compile(prog, 'python'), Table([np.array([1.0])], 1, 0), [0.0, 0.0], 1e10, 1,
                     ['b', 'a'], lambda: None, lambda message: None)
     assert caught.value.message == 'training diverged at iteration 2: weight "a" is infinite'
+
+
+@pytest.mark.parametrize('x, message', [
+    (0.0, 'the loss is infinite at the starting weights'),  # ln 0 = -inf
+    (-1.0, 'the loss is NaN at the starting weights'),  # ln -1 = NaN; the weights are finite
+])
+def test_a_sum_not_finite_at_the_starting_weights_is_22003_with_the_hint_at_the_lambda(x, message):
+    prog = program.build('λ(d, w) ln(d.x - w.a)', ('a',), 'reverse')
+    with pytest.raises(PgadError) as caught, np.errstate(divide='ignore', invalid='ignore'):
+        descent.run(backends.compile(prog, 'python'), Table([np.array([x, 1.0])], 2, 0), [0.0], 0.1, 10, ['a'],
+                    lambda: None, lambda message: None)
+    assert (caught.value.sqlstate, caught.value.message, caught.value.hint) == (
+        '22003', message, 'Check that the lambda is defined on every row (ln and sqrt of the data, division).')
+
+
+@pytest.mark.parametrize('chunk, checks', [(101, 0), (100, 2)])
+def test_a_table_of_exactly_one_chunk_is_one_call_without_interrupt_checks(chunk, checks):
+    kernel, table = setup()
+    called = []
+    sums = descent.evaluate(kernel, table, np.array([0.5, 0.1]), lambda: called.append(1), chunk=chunk)
+    assert len(called) == checks
+    np.testing.assert_allclose(sums, kernel(table.columns, table.rows, np.array([0.5, 0.1])), rtol=1e-13)

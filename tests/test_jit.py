@@ -69,6 +69,15 @@ def test_optimised_linear_regression_is_vectorised():
     assert '<2 x double>' in optimised or '<4 x double>' in optimised or '<8 x double>' in optimised
 
 
+@pytest.mark.skipif(not codegen.link_math() or not codegen.vector_widths(), reason='no libmvec variant this CPU runs')
+def test_libm_calls_are_vectorised_with_libmvec():
+    """exp under its private name (docs/design.md): the loop vectoriser calls libmvec's variant on several rows."""
+    prog = program.build('λ(d, w) exp(w.a*d.x)', ('a',), 'reverse')
+    optimised = compiler.compile(prog).optimized_ir
+    assert '@pgad_libm_exp(' in optimised or '@"pgad_libm_exp"(' in optimised
+    assert any(f'@_ZGV{isa}N{width}v_exp(' in optimised for isa, width in codegen.vector_widths())
+
+
 def test_auto_runs_on_llvm_what_llvm_compiles_and_the_rest_on_python(monkeypatch):
     prog = program.build('λ(d, w) (w.a*d.x - d.y)^2', ('a',), 'reverse')
     assert backends.choose(prog, 'auto') == 'llvm'
