@@ -599,3 +599,70 @@ def test_printing_stops_past_max_chars_with_54001():
         f'pgad prints at most {printer.PRINTED_PER_BYTE} times pgad.max_lambda_bytes characters for one expression; '
         'its DAG shares subexpressions that its text repeats.',
         'Write a smaller lambda, or have a superuser raise pgad.max_lambda_bytes.')
+
+
+_FUNCTIONS_HINT = ('The lambda language has the functions ' + ', '.join(sorted(parser.FUNCTIONS)) + ', and log(b, x).')
+
+
+@pytest.mark.parametrize('text, sqlstate, message, hint', [
+    ('λ(d, w) foo(w.a)', '42883', 'function foo(double precision) does not exist', _FUNCTIONS_HINT),
+    ('λ(d, w) sin(w.a, d.x)', '42883', 'function sin(double precision, double precision) does not exist',
+     'sin takes 1 argument.'),
+    ('λ(d, w) atan2(w.a)', '42883', 'function atan2(double precision) does not exist', 'atan2 takes 2 arguments.'),
+    ('λ(d, w) greatest()', '42883', 'function greatest() does not exist', 'greatest takes one or more arguments.'),
+    ('λ(d, w) greatest(d.x > 0, w.a)', '42804', 'argument of greatest must be double precision, not boolean', None),
+    ('λ(d, w) least(w.a, d.x > 0)', '42804', 'argument of least must be double precision, not boolean', None),
+    ('λ(d, w) log(2, d.x > 0)', '42804', 'argument of log must be double precision, not boolean', None),
+    ('λ(d, w) log(d.x > 0, 2)', '42804', 'argument of log must be double precision, not boolean', None),
+])
+def test_function_errors_say_what_the_function_takes(text, sqlstate, message, hint):
+    """A call of an unknown function, with the wrong number of arguments or of the wrong type: exact message and
+    HINT, at the function's name."""
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    error = caught.value
+    assert (error.sqlstate, error.message, error.hint, error.position) == (sqlstate, message, hint, 9)
+
+
+def test_column_and_weight_names_can_be_keywords_and_have_63_bytes():
+    """After the dot any word is a name, keywords too (d.end, w.case); a column name has at most NAMEDATALEN - 1 =
+    63 bytes, as in PostgreSQL, and one of 64 is SQLSTATE 42622 at the name."""
+    lam = parse('λ(d, w) w.case*d.end')
+    assert (lam.columns, lam.weights) == (['end'], ['case'])
+    assert parse(f'λ(d, w) w.a*d.{"é" * 31}x').columns == ['é' * 31 + 'x']  # 63 bytes
+    name = 'é' * 32  # 64 bytes
+    with pytest.raises(PgadError) as caught:
+        parse(f'λ(d, w) w.a*d.{name}')
+    error = caught.value
+    assert (error.sqlstate, error.message, error.position) == ('42622', f'column name "{name}" is too long', 15)
+    assert error.hint.startswith('PostgreSQL column names have at most 63 bytes')
+
+
+@pytest.mark.parametrize('text, printed', [
+    # a CASE with a constant 0 branch, or only constant branches, is a mask: products and negations go inside it
+    ('λ(d, w) d.y*CASE WHEN d.x > 0.5 THEN 0 ELSE w.a END',
+     ['CASE WHEN d.x > 0.5 THEN 0 ELSE d.y*w.a END', 'CASE WHEN d.x > 0.5 THEN 0 ELSE d.y END', '0']),
+    ('λ(d, w) d.y*CASE WHEN d.x > 0.5 THEN 2 ELSE 3 END*w.a',
+     ['CASE WHEN d.x > 0.5 THEN 2*d.y ELSE 3*d.y END*w.a', 'CASE WHEN d.x > 0.5 THEN 2*d.y ELSE 3*d.y END', '0']),
+    # any other CASE is not: the product stays outside
+    ('λ(d, w) d.y*CASE WHEN d.x > 0.5 THEN w.a ELSE w.b END',
+     ['d.y*CASE WHEN d.x > 0.5 THEN w.a ELSE w.b END', 'CASE WHEN d.x > 0.5 THEN d.y ELSE 0 END',
+      'CASE WHEN d.x > 0.5 THEN 0 ELSE d.y END']),
+    ('λ(d, w) -CASE WHEN d.x > 0.5 THEN w.a ELSE w.b END',
+     ['-CASE WHEN d.x > 0.5 THEN w.a ELSE w.b END', 'CASE WHEN d.x > 0.5 THEN -1 ELSE 0 END',
+      'CASE WHEN d.x > 0.5 THEN 0 ELSE -1 END']),
+    ('λ(d, w) d.y*CASE WHEN d.x > 0.5 THEN w.a ELSE 2 END',
+     ['d.y*CASE WHEN d.x > 0.5 THEN w.a ELSE 2 END', 'CASE WHEN d.x > 0.5 THEN d.y ELSE 0 END', '0']),
+])
+def test_products_go_inside_a_masking_case(text, printed):
+    """The printed loss and derivatives (exact text) show which CASEs the DAG treats as masks."""
+    prog = program.build(text, WEIGHTS, 'reverse')
+    assert [printer.to_lambda(prog.lam, node) for node in prog.outputs] == printed
+
+
+def test_prefix_operators_print_without_needless_parentheses():
+    """NOT NOT c and -CASE … END print as written: a prefix operator parenthesizes only an argument that binds less."""
+    for text in ('CASE WHEN NOT NOT d.x > 0 THEN w.a ELSE 0 END', '-CASE WHEN d.x > 0 THEN w.a ELSE w.b END',
+                 'CASE WHEN NOT (NOT d.x > 0 OR d.y > 0) THEN w.a ELSE 0 END'):
+        lam = parse(f'λ(d, w) {text}')
+        assert printer.to_lambda(lam, lam.root) == text
