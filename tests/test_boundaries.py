@@ -94,6 +94,11 @@ BOUNDARIES = [
     boundary('atan2-positive-y-axis', 'atan2(w.y, w.x)', {'y': 2.0, 'x': 0.0}, 0.0, PI / 2, [0.0, -0.5]),
     boundary('atan2-origin', 'atan2(w.y, w.x)', {'y': 0.0, 'x': 0.0}, 0.0, 0.0, [NAN, NAN]),
     boundary('atan-far', 'atan(w.a)', {'a': 1e300}, 0.0, PI / 2, [0.0]),  # 1/(1 + 1e600) = 0
+    # comparisons at a tie: d.x = w.a, so <, > and <> are false and <=, >=, = true (the branch taken, its gradient)
+    *(boundary(f'{name}-tie', f'CASE WHEN d.x {op} w.a THEN 3*w.a ELSE 5*w.a END', {'a': 0.5}, 0.5,
+               (3 if holds else 5) * 0.5, [3.0 if holds else 5.0])
+      for name, op, holds in [('lt', '<', False), ('le', '<=', True), ('gt', '>', False), ('ge', '>=', True),
+                              ('eq', '=', True), ('ne', '<>', False)]),
 ]
 
 
