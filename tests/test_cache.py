@@ -5,6 +5,8 @@ write to is not used; the least recently used kernels go past the cap; two proce
 half a file. On a real server: a damaged file no longer crashes the backend (it took the cluster with it), and
 pgad.cache_size bounds what any role can make the server write.
 """
+import dataclasses
+import errno
 import json
 import os
 import pathlib
@@ -22,6 +24,7 @@ import pytest
 from pgad import backends, program
 from pgad.jit import cache, compiler
 from pgad.jit.cache import CacheWarning, DiskCache
+from pgad.lang import printer
 
 KEY = 'ab' * 32
 ROOT = pathlib.Path(__file__).parent.parent
@@ -115,6 +118,36 @@ def test_a_kernel_from_the_disk_cache_computes_right_in_another_process(tmp_path
                                                                                        np.array([0.3, -0.2]))
     np.testing.assert_allclose(first, reference, rtol=1e-12)
     np.testing.assert_allclose(second, reference, rtol=1e-12)
+
+
+KEYED = 'λ(d, w) w.a*d.x + w.b*exp(d.y)'
+
+
+def same_dag_other_order(part):
+    """Two programs with one DAG that differ only in the order of their outputs, columns or weights."""
+    prog = program.build(KEYED, ('a', 'b'), 'reverse')
+    if part == 'outputs':
+        return prog, program.Program(prog.lam, (prog.outputs[0], *prog.outputs[:0:-1]), prog.weights)
+    if part == 'columns':
+        return prog, program.Program(dataclasses.replace(prog.lam, columns=prog.lam.columns[::-1]), prog.outputs,
+                                     prog.weights)
+    # the loss alone (no gradient outputs), reading the weight vector as (a, b) or as (b, a)
+    return program.build(KEYED, ('a', 'b'), gradient=False), program.build(KEYED, ('b', 'a'), gradient=False)
+
+
+@pytest.mark.parametrize('part', ['outputs', 'columns', 'weights'])
+def test_the_cache_key_covers_the_order_of_outputs_columns_and_weights(tmp_path, part):
+    """A kernel takes its columns and weights and writes its sums in the program's order, so two programs with one
+    DAG in another order must not share a kernel (on disk or loaded): each computes its own numbers."""
+    first, second = same_dag_other_order(part)
+    assert printer.to_listing(first.graph, first.outputs) == printer.to_listing(second.graph, second.outputs)
+    assert compiler.cache_key(first) != compiler.cache_key(second)
+    store = DiskCache(str(tmp_path), 1 << 20)
+    x, y, w = np.linspace(-1, 1, 17), np.linspace(0, 2, 17), np.array([0.3, -0.7])
+    for prog in (first, second):
+        columns = [{'x': x, 'y': y}[c] for c in prog.columns]
+        np.testing.assert_allclose(compiler.compile(prog, store).kernel(columns, 17, w),
+                                   backends.compile(prog, 'python')(columns, 17, w), rtol=1e-12)  # ~1e-16 apart
 
 
 # --- whose directory --------------------------------------------------------------------------------------------
@@ -279,7 +312,7 @@ def test_a_directory_that_cannot_be_used_is_named_with_the_reason(tmp_path, monk
     assert plain.read_bytes() == b'not a directory' and not missing.parent.exists()
 
 
-def test_a_new_directory_is_private_whatever_the_umask(tmp_path):
+def test_a_new_directory_and_its_kernels_are_private_whatever_the_umask(tmp_path):
     umask = os.umask(0)
     try:
         with warnings.catch_warnings():
@@ -290,6 +323,31 @@ def test_a_new_directory_is_private_whatever_the_umask(tmp_path):
     finally:
         os.umask(umask)
     assert (tmp_path / 'kernels').stat().st_mode & 0o7777 == 0o700
+    assert kernel_file(tmp_path / 'kernels').stat().st_mode & 0o7777 == 0o600
+
+
+def test_a_write_that_fails_leaves_nothing_behind(tmp_path, monkeypatch):
+    """An error while the kernel is written (here fsync's EIO) stores nothing and leaves no temporary file behind;
+    put returns quietly, and the kernel is compiled again next time."""
+    def failing(fd):
+        raise OSError(errno.EIO, 'Input/output error')
+    store = DiskCache(str(tmp_path), 1 << 20)
+    monkeypatch.setattr(cache.os, 'fsync', failing)
+    store.put(KEY, b'code')
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == [] and store.get(KEY) is None
+
+
+def test_a_link_planted_at_the_temporary_name_is_not_followed(tmp_path, monkeypatch):
+    """The temporary file is created exclusively, never through a link: a link already at its name (the clock is
+    fixed, so the name is known) fails the store and is removed, and the file it points to is not written."""
+    monkeypatch.setattr(cache.time, 'monotonic_ns', lambda: 42)
+    directory, victim = tmp_path / 'kernels', tmp_path / 'victim'
+    directory.mkdir(mode=0o700)
+    victim.write_bytes(b'not a kernel')
+    (directory / f'.{KEY}.{os.getpid()}.42.tmp').symlink_to(victim)
+    DiskCache(str(directory), 1 << 20).put(KEY, b'code')
+    assert victim.read_bytes() == b'not a kernel' and list(directory.iterdir()) == []
 
 
 def test_stale_temporary_files_are_removed_and_others_kept(tmp_path, monkeypatch):

@@ -1,4 +1,6 @@
 """The LLVM backend against the python reference backend, on every test lambda, in both modes (in process)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -68,6 +70,17 @@ def test_optimised_linear_regression_is_vectorised():
     optimised = compiler.compile(prog).optimized_ir
     assert '<2 x double>' in optimised or '<4 x double>' in optimised or '<8 x double>' in optimised
 
+
+def test_a_kernel_past_the_vectorised_tier_is_compiled_without_vectorisation():
+    """42 outputs is past the first tier's 40: compile optimises at that kernel's tier, O3 without loop and SLP
+    vectorisation (vectorising many accumulators is what takes LLVM seconds, docs/security.md), so its optimised IR
+    computes on no vectors (the libmvec declarations aside)."""
+    names = tuple(f'a{i}' for i in range(41))
+    text = 'λ(d, w) ' + ' + '.join(f'w.{n}*sin(d.x + {i})' for i, n in enumerate(names))
+    prog = program.build(text, names, 'reverse')
+    assert compiler.tier_of(prog).name == 'O3'
+    optimised = compiler.compile(prog).optimized_ir.splitlines()
+    assert [line for line in optimised if re.search(r'<\d+ x double>', line) and not line.startswith('declare')] == []
 
 @pytest.mark.skipif(not codegen.link_math() or not codegen.vector_widths(), reason='no libmvec variant this CPU runs')
 def test_libm_calls_are_vectorised_with_libmvec():

@@ -7,6 +7,7 @@ Everything is float64 with data from np.random.default_rng(0); the tolerances si
 """
 import re
 import sys
+import warnings
 
 import autograd
 import autograd.numpy as anp
@@ -16,6 +17,7 @@ import pytest
 import pgad  # noqa: F401  (binds pgad.lang)
 from pgad import backends, program, python_backend
 from pgad.errors import PgadError
+from pgad.limits import Limits
 from pgad.lang import parse, parser, printer, rules
 
 MODES = ('forward', 'reverse')
@@ -587,6 +589,73 @@ def test_a_negative_constant_prints_in_parentheses_under_a_power():
     assert printer.to_lambda(lam, lam.root) == '(-2)^w.a + -3*w.a'
 
 
+@pytest.mark.parametrize('body, printed', [
+    ('CASE WHEN d.x > 0 AND true THEN w.a ELSE 0 END', 'CASE WHEN d.x > 0 AND TRUE THEN w.a ELSE 0 END'),
+    ('CASE WHEN false OR d.x > 0 THEN w.a ELSE 0 END', 'CASE WHEN FALSE OR d.x > 0 THEN w.a ELSE 0 END'),
+    ('w.a + 1e999', "w.a + 'Infinity'"),       # 1e999 overflows float8 to infinity, as in PostgreSQL
+    ('w.a*(0 - 1e999)', "-'Infinity'*w.a"),
+    ('w.a + 0*1e999', "w.a + 'NaN'"),
+])
+def test_boolean_and_non_finite_constants_print_as_postgresql_writes_them(body, printed):
+    """TRUE, FALSE, 'Infinity', -'Infinity' and 'NaN', exact text (pgad.derivatives and pgad.explain print these)."""
+    lam = parse(f'λ(d, w) {body}')
+    assert printer.to_lambda(lam, lam.root) == printed
+
+@pytest.mark.parametrize('body, printed', [
+    ('w.a + 0', 'w.a'), ('0 + w.a', 'w.a'), ('w.a - 0', 'w.a'),      # the identities of 0
+    ('0 - w.a', '-w.a'), ('w.a - w.a', '0'),
+    ('1 + w.a', 'w.a + 1'), ('w.a + 1', 'w.a + 1'),                  # a constant term goes last
+    ('w.a + -d.x', 'w.a - d.x'), ('w.a - -d.x', 'w.a + d.x'),        # adding a negation is subtracting
+    ('-d.x + w.a', '-d.x + w.a'),
+    ('1*w.a', 'w.a'), ('w.a*1', 'w.a'), ('w.a*0', '0'),              # the identities of 1 and 0
+    ('-1*w.a', '-w.a'), ('w.a*-1', '-w.a'), ('w.a*2', '2*w.a'),      # a constant factor goes first
+    ('-w.a*-d.x', 'w.a*d.x'), ('-w.a*d.x', '-(w.a*d.x)'), ('w.a*-d.x', '-(w.a*d.x)'),  # a negation goes outside
+    ('2*(3*w.a)', '6*w.a'), ('2*(w.a*d.x)', '2*(w.a*d.x)'),          # constant factors multiply
+    ('w.a/1', 'w.a'), ('w.a/2', 'w.a/2'), ('0/w.a', '0'),
+    ('-w.a/d.x', '-(w.a/d.x)'), ('w.a/-d.x', 'w.a/(-d.x)'),
+    ('- - w.a', 'w.a'),
+    ('-CASE WHEN d.x > 0 THEN w.a ELSE 0 END', 'CASE WHEN d.x > 0 THEN -w.a ELSE 0 END'),  # inside a mask
+    ('w.a^1', 'w.a'), ('w.a^0', '1'), ('w.a^2', 'w.a^2'),
+    ('CASE WHEN true THEN w.a ELSE w.b END', 'w.a'), ('CASE WHEN false THEN w.a ELSE w.b END', 'w.b'),
+    ('CASE WHEN d.x > 0 THEN w.a ELSE w.a END', 'w.a'),
+])
+def test_arithmetic_simplifies_as_it_is_built(body, printed):
+    """The DAG's rules for +, -, *, /, ^ and CASE, seen in the printed text (exact; pgad.derivatives prints
+    derivatives so)."""
+    lam = parse(f'λ(d, w) {body}')
+    assert printer.to_lambda(lam, lam.root) == printed
+
+
+def test_a_product_of_two_negations_builds_no_node_it_does_not_use():
+    """-a*-b is a*b straight away, not -(-(a*b)) by way of an unused -(a*b): pgad.explain prints the number of
+    nodes and the listing, and every node counts towards pgad.max_lambda_nodes."""
+    lam = parse('λ(d, w) -w.a*-d.x + d.y')
+    assert len(lam.graph) == 7  # w.a, -w.a, d.x, -d.x, w.a*d.x, d.y, the sum
+    assert printer.to_listing(lam.graph, [lam.root]) == (
+        '%0 = weight a\n%2 = column x\n%4 = mul(%0, %2)\n%5 = column y\n%6 = add(%4, %5)   ← output')
+
+def test_max_lambda_nodes_is_the_most_nodes_a_lambda_may_have():
+    """(w.a*d.x + w.b - d.y)^2 is 9 nodes: it parses under a limit of 9, and under 8 is SQLSTATE 54001
+    with the setting named in DETAIL and HINT (exact strings)."""
+    text = 'λ(d, w) (w.a*d.x + w.b - d.y)^2'
+    assert len(parse(text, Limits(lambda_nodes=9)).graph) == 9
+    with pytest.raises(PgadError) as caught:
+        parse(text, Limits(lambda_nodes=8))
+    error = caught.value
+    assert (error.sqlstate, error.message, error.detail, error.hint) == (
+        '54001', 'lambda is too large: more than 8 expression nodes with its derivatives',
+        'The limit, pgad.max_lambda_nodes, is 8.', 'Write a smaller lambda, or have a superuser raise '
+                                                   'pgad.max_lambda_nodes.')
+
+def test_folding_constants_outside_the_domain_warns_nothing():
+    """1/0, ln(0), sqrt(-1), an overflow and 0/0 fold to ±Infinity and NaN without a numpy RuntimeWarning (the
+    server passes every Python warning on to the client as a PostgreSQL WARNING)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        lam = parse('λ(d, w) w.a + 1/0 + ln(0) + sqrt(-1) + 1e308*10 + 0/0')
+    assert [str(w.message) for w in caught] == []
+    assert printer.to_lambda(lam, lam.root) == "w.a + 'Infinity' + (-'Infinity') + 'NaN' + 'Infinity' + 'NaN'"
+
 def test_printing_stops_past_max_chars_with_54001():
     """A text of exactly max_chars prints; one character more is SQLSTATE 54001, with its DETAIL and HINT."""
     lam = parse('λ(d, w) w.a + d.x')
@@ -624,6 +693,52 @@ def test_function_errors_say_what_the_function_takes(text, sqlstate, message, hi
     assert (error.sqlstate, error.message, error.hint, error.position) == (sqlstate, message, hint, 9)
 
 
+@pytest.mark.parametrize('body, message, position', [
+    ('CASE WHEN d.x or d.x > 0 THEN w.a ELSE 0 END', 'argument of OR must be boolean, not double precision', 23),
+    ('CASE WHEN d.x > 0 and w.a THEN w.a ELSE 0 END', 'argument of AND must be boolean, not double precision', 27),
+    ('CASE WHEN not d.x THEN w.a ELSE 0 END', 'argument of NOT must be boolean, not double precision', 19),
+    ('w.a + (d.x > 0)', 'argument of + must be double precision, not boolean', 13),    # and each operator's
+    ('w.a * (d.x > 0)', 'argument of * must be double precision, not boolean', 13),
+    ('w.a ^ (d.x > 0)', 'argument of ^ must be double precision, not boolean', 13),
+    ('CASE WHEN w.a < (d.x > 0) THEN 1 ELSE 0 END', 'argument of < must be double precision, not boolean', 23),
+    ('-(d.x > 0)', 'argument of - must be double precision, not boolean', 9),
+    ('+(d.x > 0)', 'argument of + must be double precision, not boolean', 9),
+])
+def test_an_argument_of_the_wrong_type_names_the_operator(body, message, position):
+    """SQLSTATE 42804 at the operator, a keyword named in upper case however it is written; exact message and
+    position."""
+    with pytest.raises(PgadError) as caught:
+        parse(f'λ(d, w) {body}')
+    error = caught.value
+    assert (error.sqlstate, error.message, error.hint, error.position) == ('42804', message, None, position)
+
+HEAD_HINT = "Write the loss as a lambda of a data row and the weights, for example 'λ(d, w) (w.a*d.x + w.b - d.y)^2'."
+
+
+@pytest.mark.parametrize('text, sqlstate, message, hint, position', [
+    ('(d, w) w.a*d.x', '42601', 'a loss must start with λ(d, w) or lambda(d, w)', HEAD_HINT, 1),
+    ('μ(d, w) w.a', '42601', 'a loss must start with λ(d, w) or lambda(d, w)', HEAD_HINT, 1),
+    ('λ(d, d) d.x', '42P08', 'the data row and the weights have the same name "d"', None, 6),
+])
+def test_a_wrong_lambda_head_says_what_to_write(text, sqlstate, message, hint, position):
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    error = caught.value
+    assert (error.sqlstate, error.message, error.hint, error.position) == (sqlstate, message, hint, position)
+
+@pytest.mark.parametrize('text, sqlstate, message, position', [
+    ('λ(d, w) w.a @ d.x', '42601', 'syntax error at or near "@"', 13),                 # not a token
+    ('λ(d, w) d."" * w.a', '42601', 'zero-length delimited identifier in lambda', 11),
+    ('λ(d, w) w.a > d.x', '42804', 'the body of a lambda must be a number, not a boolean', 17),  # at its last token
+])
+def test_errors_say_what_and_where(text, sqlstate, message, position):
+    """Exact message, position (1-based) and DETAIL: the line with a caret under the place."""
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    error = caught.value
+    assert (error.sqlstate, error.message, error.detail, error.position) == (
+        sqlstate, message, text + '\n' + ' ' * (position - 1) + '^', position)
+
 def test_column_and_weight_names_can_be_keywords_and_have_63_bytes():
     """After the dot any word is a name, keywords too (d.end, w.case); a column name has at most NAMEDATALEN - 1 =
     63 bytes, as in PostgreSQL, and one of 64 is SQLSTATE 42622 at the name."""
@@ -635,7 +750,19 @@ def test_column_and_weight_names_can_be_keywords_and_have_63_bytes():
         parse(f'λ(d, w) w.a*d.{name}')
     error = caught.value
     assert (error.sqlstate, error.message, error.position) == ('42622', f'column name "{name}" is too long', 15)
-    assert error.hint.startswith('PostgreSQL column names have at most 63 bytes')
+    assert error.hint == ('PostgreSQL column names have at most 63 bytes: rename the column in the data query '
+                          '(SELECT … AS shorter) and in the lambda.')
+
+
+def test_an_unknown_row_name_says_which_names_there_are():
+    """q.x where the parameters are (d, w): SQLSTATE 42P01 at q, naming both parameters; exact strings."""
+    with pytest.raises(PgadError) as caught:
+        parse('λ(row, theta) theta.a*q.x')
+    error = caught.value
+    assert (error.sqlstate, error.message, error.detail, error.hint, error.position) == (
+        '42P01', '"q" is neither the data row "row" nor the weights "theta"',
+        'λ(row, theta) theta.a*q.x\n' + ' ' * 22 + '^',
+        'Columns are read as row.column and weights as theta.name.', 23)
 
 
 @pytest.mark.parametrize('text, printed', [
