@@ -25,7 +25,7 @@ def run(kernel, table, weights, learning_rate, iterations, names, interrupts, pr
     for it in range(1, iterations + 1):
         sums = evaluate(kernel, table, w, interrupts)
         check_finite(sums, w, it, names, learning_rate, why)
-        with np.errstate(over='ignore', invalid='ignore'):  # an overflow is divergence, found on the next check
+        with np.errstate(over='ignore'):  # an overflow is divergence, found on the next check (w and sums are finite)
             w = w - learning_rate * (sums[1:] / table.rows)
         now = time.monotonic()
         if now - checked >= check:

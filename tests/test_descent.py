@@ -1,4 +1,6 @@
 """The descent loop on its own (no server): iterations, interrupt checks, progress reports, divergence."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -94,7 +96,8 @@ def test_each_step_and_the_loss_returned_as_written_by_hand(iterations):
 def test_divergence_in_the_last_step_is_divergence_not_a_bad_start():
     """One step that overflows the weights: the evaluation after it names iteration 2, not the starting weights."""
     kernel, table = setup()
-    with pytest.raises(PgadError) as caught:
+    with pytest.raises(PgadError) as caught, warnings.catch_warnings():
+        warnings.simplefilter('error')  # no numpy RuntimeWarning: the server would show it as a WARNING
         descent.run(kernel, table, [0.0, 0.0], 1e308, 1, ['a', 'b'], lambda: None, lambda message: None)
     assert caught.value.message.startswith('training diverged at iteration 2: ')
     assert caught.value.hint == 'Try a smaller learning_rate than 1e+308.'

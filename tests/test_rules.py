@@ -793,3 +793,12 @@ def test_prefix_operators_print_without_needless_parentheses():
                  'CASE WHEN NOT (NOT d.x > 0 OR d.y > 0) THEN w.a ELSE 0 END'):
         lam = parse(f'λ(d, w) {text}')
         assert printer.to_lambda(lam, lam.root) == text
+
+
+def test_the_empty_identifier_is_postgresqls_error_at_its_place():
+    text = 'λ(d, w) d."" * w.a'
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    error = caught.value
+    assert (error.sqlstate, error.message) == ('42601', 'zero-length delimited identifier in lambda')
+    assert error.position == text.index('""') + 1 and error.detail == text + '\n' + ' ' * text.index('""') + '^'
