@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from pgad import backends, program
+from pgad.errors import PgadError
 from pgad.jit import codegen, compiler
 from pgad.jit.cache import DiskCache
 from pgad.lang import rules
@@ -96,3 +97,21 @@ def test_auto_runs_on_llvm_what_llvm_compiles_and_the_rest_on_python(monkeypatch
     assert backends.choose(prog, 'auto') == 'llvm'
     monkeypatch.setattr(compiler, 'TIERS', ())  # no tier compiles it: as a lambda past every tier's bound
     assert backends.choose(prog, 'auto') == 'python'
+
+
+def test_a_tier_takes_kernels_up_to_its_limits_inclusive(monkeypatch):
+    """tier_of compares with <=: a kernel of exactly a tier's nodes, outputs and product is that tier's; one more
+    of any is not, and then required_tier says 54001 with the kernel's size."""
+    import dataclasses
+    prog = program.build('λ(d, w) (w.a*d.x + w.b - d.y)^2', ('a', 'b'), 'reverse')
+    nodes, outputs = len(prog.graph.ancestors(prog.outputs)), len(prog.outputs)
+    exact = compiler.Tier('exact', 3, True, 3, nodes, outputs, nodes * outputs)
+    monkeypatch.setattr(compiler, 'TIERS', (exact,))
+    assert compiler.tier_of(prog) is exact
+    for smaller in ({'max_nodes': nodes - 1}, {'max_outputs': outputs - 1}, {'max_product': nodes * outputs - 1}):
+        monkeypatch.setattr(compiler, 'TIERS', (dataclasses.replace(exact, **smaller),))
+        assert compiler.tier_of(prog) is None, smaller
+        with pytest.raises(PgadError) as caught:
+            compiler.required_tier(prog)
+        assert (caught.value.sqlstate, caught.value.message) == (
+            '54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives')

@@ -802,3 +802,10 @@ def test_the_empty_identifier_is_postgresqls_error_at_its_place():
     error = caught.value
     assert (error.sqlstate, error.message) == ('42601', 'zero-length delimited identifier in lambda')
     assert error.position == text.index('""') + 1 and error.detail == text + '\n' + ' ' * text.index('""') + '^'
+
+
+def test_the_listing_shows_every_node_once_in_order():
+    """printer.to_listing, as pgad.explain shows the DAG: constants as numbers, leaves by name, the output marked."""
+    lam = parse('λ(d, w) 2*w.a + d.x')
+    assert printer.to_listing(lam.graph, [lam.root]).split('\n') == [
+        '%0 = 2', '%1 = weight a', '%2 = mul(%0, %1)', '%3 = column x', '%4 = add(%2, %3)   ← output']
