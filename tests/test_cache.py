@@ -224,8 +224,10 @@ def test_nothing_is_written_to_a_nearly_full_filesystem(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_cache_of_size_zero_or_no_directory_is_off(tmp_path):
-    for store in (DiskCache(str(tmp_path), 0), DiskCache('', 1 << 20)):
+def test_a_cache_of_size_zero_or_no_directory_is_off(tmp_path, monkeypatch):
+    """Off: no directory made, neither the one named nor one relative to the working directory."""
+    monkeypatch.chdir(tmp_path)
+    for store in (DiskCache(str(tmp_path / 'cache'), 0), DiskCache('', 1 << 20)):
         store.put(KEY, b'code')
         assert store.get(KEY) is None
     assert list(tmp_path.iterdir()) == []

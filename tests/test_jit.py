@@ -67,9 +67,11 @@ def test_the_disk_cache_serves_a_second_compile(tmp_path):
 
 
 def test_optimised_linear_regression_is_vectorised():
+    """The loop vectoriser sums several rows at once (a vector accumulator reduced after the loop), which the sums'
+    reassoc flags allow; without them LLVM only packs the two sums of one row into a vector (SLP)."""
     prog = program.build('λ(d, w) (w.a*d.x + w.b - d.y)^2', ('a', 'b'), 'reverse')
     optimised = compiler.compile(prog).optimized_ir
-    assert '<2 x double>' in optimised or '<4 x double>' in optimised or '<8 x double>' in optimised
+    assert re.search(r'call [^@]*@llvm\.vector\.reduce\.fadd\.v\d+f64\(', optimised)
 
 
 def test_a_kernel_past_the_vectorised_tier_is_compiled_without_vectorisation():
@@ -85,11 +87,52 @@ def test_a_kernel_past_the_vectorised_tier_is_compiled_without_vectorisation():
 
 @pytest.mark.skipif(not codegen.link_math() or not codegen.vector_widths(), reason='no libmvec variant this CPU runs')
 def test_libm_calls_are_vectorised_with_libmvec():
-    """exp under its private name (docs/design.md): the loop vectoriser calls libmvec's variant on several rows."""
+    """exp under its private name (docs/design.md): the loop vectoriser calls libmvec's variant on several rows.
+    A call, not the declaration: the variants are declared (and kept) whether or not the vectoriser uses them."""
     prog = program.build('λ(d, w) exp(w.a*d.x)', ('a',), 'reverse')
     optimised = compiler.compile(prog).optimized_ir
-    assert '@pgad_libm_exp(' in optimised or '@"pgad_libm_exp"(' in optimised
-    assert any(f'@_ZGV{isa}N{width}v_exp(' in optimised for isa, width in codegen.vector_widths())
+    assert re.search(r'call [^@]*@"?pgad_libm_exp"?\(', optimised)  # the loop's remainder, row by row
+    assert any(re.search(rf'call [^@]*@_ZGV{isa}N{width}v_exp\(', optimised) for isa, width in codegen.vector_widths())
+
+
+@pytest.mark.parametrize('features, widths', [
+    ({}, []),
+    ({'sse4.2': True}, [('b', 2)]),
+    ({'sse4.2': True, 'avx2': True}, [('b', 2)]),  # libmvec's AVX2 variants use FMA too
+    ({'sse4.2': True, 'fma': True}, [('b', 2)]),
+    ({'sse4.2': True, 'avx2': True, 'fma': True}, [('b', 2), ('d', 4)]),
+    ({'avx2': True, 'fma': True}, [('d', 4)]),
+    ({'sse4.2': True, 'avx2': True, 'fma': True, 'avx512f': True}, [('b', 2), ('d', 4), ('e', 8)]),
+    ({'sse4.2': False, 'avx2': False, 'fma': False, 'avx512f': False}, []),
+])
+def test_vector_widths_are_the_libmvec_variants_the_cpu_runs(monkeypatch, features, widths):
+    """glibc's x86-64 vector ABI: ISA letter b (SSE4, 2 doubles), d (AVX2 with FMA, 4), e (AVX-512, 8)."""
+    monkeypatch.setattr(codegen.llvm, 'get_host_cpu_features', lambda: features)
+    assert codegen.vector_widths() == widths
+
+
+CALL = 'define void @k(double %x) {\n  %r = call double @"pgad_libm_exp"(double %x)\n  ret void\n}\n'
+
+
+@pytest.mark.skipif(not {'_ZGVbN2v_exp', '_ZGVdN4v_exp'} <= codegen.link_math(), reason='no libmvec')
+def test_vectorised_names_every_variant_the_cpu_runs_and_libmvec_has():
+    """The call is tagged with an attribute group listing each variant; a width libmvec lacks is skipped, not the
+    rest; each variant is declared and kept alive until the vectoriser has run."""
+    text = codegen.vectorised(CALL, [('z', 16), ('b', 2), ('d', 4)])
+    group = text.split('call double @"pgad_libm_exp"(double %x) #')[1].split('\n')[0]
+    assert f'attributes #{group} = {{ "vector-function-abi-variant"="_ZGV_LLVM_N2v_pgad_libm_exp(_ZGVbN2v_exp),' \
+           f'_ZGV_LLVM_N4v_pgad_libm_exp(_ZGVdN4v_exp)" memory(none) nounwind }}' in text
+    assert 'declare <2 x double> @_ZGVbN2v_exp(<2 x double>)' in text
+    assert 'declare <4 x double> @_ZGVdN4v_exp(<4 x double>)' in text
+    assert '@llvm.compiler.used = appending global [2 x ptr] [ptr @_ZGVbN2v_exp, ptr @_ZGVdN4v_exp]' in text
+    assert '_ZGVz' not in text
+
+
+def test_vectorised_without_variants_marks_the_call_pure_only():
+    text = codegen.vectorised(CALL, [])
+    group = text.split('call double @"pgad_libm_exp"(double %x) #')[1].split('\n')[0]
+    assert f'attributes #{group} = {{ memory(none) nounwind }}' in text
+    assert 'vector-function-abi-variant' not in text and 'declare' not in text and 'compiler.used' not in text
 
 
 def test_auto_runs_on_llvm_what_llvm_compiles_and_the_rest_on_python(monkeypatch):
@@ -113,5 +156,8 @@ def test_a_tier_takes_kernels_up_to_its_limits_inclusive(monkeypatch):
         assert compiler.tier_of(prog) is None, smaller
         with pytest.raises(PgadError) as caught:
             compiler.required_tier(prog)
-        assert (caught.value.sqlstate, caught.value.message) == (
-            '54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives')
+        assert (caught.value.sqlstate, caught.value.message, caught.value.detail, caught.value.hint) == (
+            '54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives',
+            f'The llvm backend compiles at most {compiler.TIERS[-1].max_nodes}: LLVM cannot be interrupted while it '
+            'compiles, and a larger kernel would take it more than a second.',
+            "Use backend => 'python', or 'auto', which picks it for lambdas this large.")

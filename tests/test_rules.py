@@ -106,7 +106,7 @@ CASES = [
     case('case', f'λ(d, w) CASE WHEN {U} > 0 THEN sin(w.a*d.x) ELSE w.b*d.y^2 END',
          lambda d, w: anp.where(u(d, w) > 0, anp.sin(w[0] * d['x']), w[1] * d['y'] ** 2)),
     case('case-and-or-not',
-         f'λ(d, w) CASE WHEN d.y > 0 AND NOT d.x < 0.5 THEN w.a*exp(w.b*d.x) '
+         f'λ(d, w) CASE WHEN d.y > 0 AND NOT d.x < 0.5 AND true THEN w.a*exp(w.b*d.x) '
          f'WHEN {U} <= 0 OR d.t = 1 THEN w.b*d.y^2 + w.a '
          f'WHEN d.t <> 1 AND (d.x >= 0.3 OR false) AND d.y != 0 THEN cos(w.a + w.b*d.x) '
          f'ELSE w.a*w.b END',
@@ -403,6 +403,12 @@ def test_identifiers_fold_to_lower_case():
     assert value('λ(D, W) d.X * W.A', {'x': [2.0]}, {'a': 3.0}) == 6.0
 
 
+def test_only_ascii_letters_fold():
+    """As PostgreSQL folds an unquoted name in a multibyte encoding: A to Z, the ends included, and nothing else."""
+    lam = parse('λ(d, w) w.ÀZY * d.ÉAb_9')
+    assert lam.weights == ['Àzy'] and lam.columns == ['Éab_9']
+
+
 def test_quoted_identifiers_keep_case():
     lam = parse('λ(d, w) d."X" - d.x + w."A" * w.a + d."a ""b"""')
     assert lam.columns == ['X', 'x', 'a "b"'] and lam.weights == ['A', 'a']
@@ -529,6 +535,11 @@ def test_syntax_error_positions():
     with pytest.raises(PgadError) as caught:
         parse(text)
     assert caught.value.position == text.index('< 3') + 1
+
+    text = 'λ(d, w) d.x "y z"'  # near a quoted identifier: its text as written, quotes included
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    assert (caught.value.message, caught.value.position) == ('syntax error at or near ""y z""', text.index('"') + 1)
 
 
 def test_function_errors_name_the_function():
