@@ -2,17 +2,20 @@
 
 The data argument is a query (SELECT, VALUES, WITH, TABLE; a trailing semicolon is dropped) or the name of a table
 or view; it runs with the caller's privileges, snapshot and search_path (it is the caller's text). One aggregate
-query turns the rows into bytes,
-    string_agg(float8send(x::float8) || float8send(y::float8), ''::bytea)
-(every name in it schema-qualified, as in all SQL pgad builds: docs/security.md), and np.frombuffer reads them as
-big-endian float8, row after row. That one aggregate is the fast path (a row costs about three times what a plain
-scan does); when its result would pass PostgreSQL's 1 GB limit on a value, the rows are numbered and aggregated a
-chunk at a time instead, each chunk 256 MB, or pgad.load_chunk_rows rows when that setting is set (tests set it to
-force tiny chunks; a DEBUG2 message says how many parts the load took). Rows with NULL in a column the lambda reads
-are skipped, and a NOTICE says how many.
+query packs the rows with pgad's native aggregate (extension/pgad.c),
+    SELECT pgad.pack(c0, c1) FROM (SELECT x::float8 AS c0, y::float8 AS c1 FROM (<data>) AS pgad_data) AS pgad_rows
+(every name in it schema-qualified, as in all SQL pgad builds: docs/security.md), which skips and counts the rows
+with a NULL and gives a bytea: a header, then each column's values as native float8, which numpy reads in place.
+PostgreSQL may run it in parallel workers. That one aggregate is the fast path; when its result would pass
+PostgreSQL's 1 GB limit on a value (SQLSTATE 54000), the rows are numbered and packed a chunk at a time instead,
+each chunk 256 MB, or pgad.load_chunk_rows rows when that setting is set (tests set it to force tiny chunks; a
+DEBUG2 message says how many parts the load took). A function takes at most 100 arguments, so a lambda reading
+more than 99 columns packs them in several aggregates over the rows with no NULL. Rows with NULL in a column the
+lambda reads are skipped, and a NOTICE says how many.
 """
 import re
 import string
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,14 +30,14 @@ QUERY_START = re.compile(r'\s*(\(|select\b|values\b|with\b|table\b)', re.IGNOREC
 TRAILING = string.whitespace + ';'  # dropped from the end of a query (str.rstrip: linear, unlike a regex)
 CHUNK_BYTES = 256 << 20
 TOO_LONG = '54000'  # program_limit_exceeded: a bytea past 1 GB
-# The rows loaded are the bytes over 8 per column: counting b as well would compute b twice (the planner pulls
-# the subquery up and copies its expression into each aggregate).
-AGGREGATE = ("SELECT pg_catalog.string_agg(b, ''::pg_catalog.bytea) AS bytes, pg_catalog.count(*) AS total "
-             "FROM ({}) AS pgad_rows")
-SEND = 'pg_catalog.float8send(pgad_data.{}::pg_catalog.float8)'
-CONCAT = ' OPERATOR(pg_catalog.||) '
-NUMBERED = ('SELECT b, (pg_catalog.row_number() OVER () OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog./) {} AS chunk '
-            'FROM ({}) AS pgad_rows')
+PACK_COLUMNS = 99   # a function's arguments (100) less the aggregate's state
+# pgad.pack's bytea: magic "PGPK", columns, rows packed, rows skipped for a NULL; then the columns, native float8.
+HEADER = struct.Struct('=IIqq')
+MAGIC = 0x4b504750
+ROWS = 'SELECT {} FROM ({}\n) AS pgad_data'
+VALUE = 'pgad_data.{}::pg_catalog.float8 AS c{}'
+NUMBERED = ('SELECT *, (pg_catalog.row_number() OVER () OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog./) {} '
+            'AS pgad_chunk FROM ({}) AS pgad_rows')
 
 
 @dataclass
@@ -52,23 +55,57 @@ def load(data, columns, chunk_rows=0):
     if not columns:
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
-    row_bytes = CONCAT.join(SEND.format(quote_ident(c)) for c in columns)
-    rows_sql = f'SELECT {row_bytes} AS b FROM ({query}\n) AS pgad_data'
-    parts = None if chunk_rows else server.rows_unless(AGGREGATE.format(rows_sql), TOO_LONG)
+    rows_sql = ROWS.format(', '.join(VALUE.format(quote_ident(c), k) for k, c in enumerate(columns)), query)
+    packs = aggregate(len(columns))
+    parts = None if chunk_rows else server.rows_unless(f'SELECT {packs} FROM ({rows_sql}) AS pgad_rows', TOO_LONG)
     if parts is None:  # a chunk at a time, each one bytea well under 1 GB
         chunk = chunk_rows or CHUNK_BYTES // (8 * len(columns))
-        parts = list(server.cursor(AGGREGATE.format(NUMBERED.format(chunk, rows_sql)) + ' GROUP BY chunk'))
-    arrays = [np.frombuffer(part['bytes'], dtype='>f8') for part in parts if part['bytes'] is not None]
-    total = sum(part['total'] for part in parts)
-    flat = arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.empty(0, dtype='>f8')
-    rows = len(flat) // len(columns)
+        parts = list(server.cursor(f'SELECT {packs} FROM ({NUMBERED.format(chunk, rows_sql)}) AS pgad_rows '
+                                   'GROUP BY pgad_rows.pgad_chunk'))
+    loaded = [unpack(part, len(columns)) for part in parts]
+    rows, skipped = sum(part[1] for part in loaded), sum(part[2] for part in loaded)
     server.debug(f'pgad: loaded {rows} rows of {len(columns)} columns in {len(parts)} part{"s" * (len(parts) != 1)}')
-    if total > rows:
-        server.notice(f'skipped {total - rows} of {total} rows with NULL in ' +
+    if skipped:
+        server.notice(f'skipped {skipped} of {rows + skipped} rows with NULL in ' +
                       ', '.join(quote_ident(c) for c in columns))
-    matrix = flat.reshape(rows, len(columns))
-    return Table([np.ascontiguousarray(matrix[:, k], dtype=np.float64) for k in range(len(columns))], rows,
-                 total - rows)
+    if len(loaded) == 1:
+        return Table(loaded[0][0], rows, skipped)
+    return Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded]) for k in range(len(columns))],
+                 rows, skipped)
+
+
+def aggregate(count):
+    """The select list that packs columns c0 … c{count - 1}: pgad.pack of them all; past PACK_COLUMNS, one
+    pgad.pack per PACK_COLUMNS over the rows with no NULL, and the count of all rows."""
+    names = [f'pgad_rows.c{k}' for k in range(count)]
+    if count <= PACK_COLUMNS:
+        return f'pgad.pack({", ".join(names)}) AS p0'
+    complete = f' FILTER (WHERE ROW({", ".join(names)}) IS NOT NULL)'
+    return ', '.join([f'pgad.pack({", ".join(names[k:k + PACK_COLUMNS])}){complete} AS p{k // PACK_COLUMNS}'
+                      for k in range(0, count, PACK_COLUMNS)] + ['pg_catalog.count(*) AS total'])
+
+
+def unpack(part, count):
+    """(count columns, rows, rows skipped) of one row of the aggregate: numpy views of pgad.pack's bytes."""
+    columns, rows, skipped = [], None, 0
+    for k in range(0, count, PACK_COLUMNS):
+        packed = part[f'p{k // PACK_COLUMNS}']
+        width = min(PACK_COLUMNS, count - k)
+        if packed is None:  # no row at all
+            columns += [np.empty(0)] * width
+            rows = 0
+            continue
+        magic, stored, n, skipped = HEADER.unpack_from(packed)
+        if magic != MAGIC or stored != width or len(packed) != HEADER.size + 8 * width * n or rows not in (None, n):
+            raise PgadError('XX000', 'pgad.pack returned a malformed result',
+                            detail=f'{len(packed)} bytes, header {(magic, stored, n, skipped)}, '
+                                   f'for {width} columns.')
+        flat = np.frombuffer(packed, dtype=np.float64, count=width * n, offset=HEADER.size)
+        columns += [flat[j * n:(j + 1) * n] for j in range(width)]
+        rows = n
+    if 'total' in part:
+        skipped = part['total'] - rows
+    return columns, rows, skipped
 
 
 # The schema-qualified name of the relation a name (resolved on the caller's search_path) stands for.

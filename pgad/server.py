@@ -87,11 +87,12 @@ def cursor(sql, batch=1):
 
 
 def rows_unless(sql, sqlstate):
-    """The rows of sql, or None if it fails with sqlstate (in a subtransaction, so the failure leaves no trace)."""
+    """The rows of sql, or None if it fails with sqlstate (in a subtransaction, so the failure leaves no trace).
+    Not through a cursor: PostgreSQL plans a cursor's query without parallel workers."""
     p = plpy()
     try:
         with p.subtransaction():
-            return list(cursor(sql))
+            return list(p.execute(sql))
     except p.SPIError as e:
         if e.sqlstate == sqlstate:
             return None

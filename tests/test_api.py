@@ -121,7 +121,7 @@ def test_descent_in_forward_mode_on_python_is_the_same_descent(plpy, xy):
 
 # --- the load, in chunks ---------------------------------------------------------------------------------------
 def chunk_queries(plpy):
-    return [(sql, rows) for sql, rows in plpy.queries if sql.endswith(' GROUP BY chunk')]
+    return [(sql, rows) for sql, rows in plpy.queries if sql.endswith(' GROUP BY pgad_rows.pgad_chunk')]
 
 
 def test_load_chunk_rows_loads_in_chunks_of_that_many_rows(plpy, xy):
@@ -130,7 +130,7 @@ def test_load_chunk_rows_loads_in_chunks_of_that_many_rows(plpy, xy):
     weights = json.dumps(W)
     whole = api.loss(LINEAR, 'points', weights), json.loads(api.gradient(LINEAR, 'points', weights))
     assert chunk_queries(plpy) == []
-    assert [rows for sql, rows in plpy.queries if 'string_agg' in sql] == [1, 1]
+    assert [rows for sql, rows in plpy.queries if 'pgad.pack(' in sql] == [1, 1]
     plpy.conn.execute('SET pgad.load_chunk_rows = 7')
     assert api.settings().chunk_rows == 7
     plpy.queries.clear()
@@ -138,7 +138,7 @@ def test_load_chunk_rows_loads_in_chunks_of_that_many_rows(plpy, xy):
     assert chunked[0] == pytest.approx(whole[0], rel=1e-12)
     assert [chunked[1][k] for k in W] == pytest.approx([whole[1][k] for k in W], rel=1e-12)
     chunks = chunk_queries(plpy)
-    assert len(chunks) == 2 and all(' 7 AS chunk' in sql and rows == math.ceil(50 / 7) for sql, rows in chunks)
+    assert len(chunks) == 2 and all(' 7 AS pgad_chunk' in sql and rows == math.ceil(50 / 7) for sql, rows in chunks)
     table = loader.load('points', ['x', 'y'], 7)
     assert (table.rows, table.skipped) == (50, 0)
     order = np.argsort(table.columns[0])
