@@ -39,6 +39,12 @@ SELECT stage FROM pgad.explain('λ(d, w) (w.a*d.x - d.y)^2');
 -- rows with NULL are skipped, with a NOTICE
 SELECT pgad.loss('λ(d, w) (w.a*d.column1 - d.column2)^2', 'VALUES (1.0, 2.0), (NULL, 1.0), (2.0, NULL)', '{"a": 2}') AS loss;
 
+-- the packing aggregate: header (magic, columns, rows, skipped) and the columns, native float8
+SELECT pg_catalog.length(pgad.pack(x, y)) AS bytes, pg_catalog.substr(pgad.pack(x, y), 1, 24) AS header
+FROM (VALUES (1::float8, 2::float8), (3, NULL), (5, 6)) AS t(x, y);
+SELECT pgad.pack(x) IS NULL AS no_rows FROM points WHERE false;
+SELECT pgad.pack(1);
+
 -- bad input: an ERROR with what is wrong, and nothing changed
 SELECT pgad.loss('λ(d, w) (w.a*d.x + - d.y', 'points', '{"a": 0}');
 SELECT pgad.loss('λ(d, w) w.a*d.z', 'points', '{"a": 0}');
