@@ -225,13 +225,16 @@ pack_new(int columns, int64 capacity)
 	return state;
 }
 
-/* Room for at least rows rows, in context (the aggregate's): the capacity doubles, each column is moved once. */
+/*
+ * Room for at least rows rows: the capacity doubles. The array grows in place where it can (repalloc of a large
+ * chunk is realloc, which moves the pages rather than copying them), and the columns after the first move up to
+ * their new places, the last first.
+ */
 static void
-pack_reserve(PackState *state, int64 rows, MemoryContext context)
+pack_reserve(PackState *state, int64 rows)
 {
 	int64		max_rows = pack_max_rows(state->columns);
 	int64		capacity = state->capacity;
-	float8	   *values;
 	int			k;
 
 	if (rows <= capacity)
@@ -240,11 +243,9 @@ pack_reserve(PackState *state, int64 rows, MemoryContext context)
 		pack_too_large(max_rows, state->columns);
 	while (capacity < rows)
 		capacity = Min(capacity * 2, max_rows);
-	values = MemoryContextAlloc(context, sizeof(float8) * state->columns * capacity);
-	for (k = 0; k < state->columns; k++)
-		memcpy(values + k * capacity, state->values + k * state->capacity, sizeof(float8) * state->rows);
-	pfree(state->values);
-	state->values = values;
+	state->values = repalloc(state->values, sizeof(float8) * state->columns * capacity);
+	for (k = state->columns - 1; k > 0; k--)
+		memmove(state->values + k * capacity, state->values + k * state->capacity, sizeof(float8) * state->rows);
 	state->capacity = capacity;
 }
 
@@ -286,7 +287,7 @@ pgad_pack_step(PG_FUNCTION_ARGS)
 			PG_RETURN_POINTER(state);
 		}
 	if (state->rows == state->capacity)
-		pack_reserve(state, state->rows + 1, context);
+		pack_reserve(state, state->rows + 1);
 	for (k = 0; k < columns; k++)
 		state->values[k * state->capacity + state->rows] = PG_GETARG_FLOAT8(k + 1);
 	state->rows++;
@@ -324,7 +325,7 @@ pgad_pack_combine(PG_FUNCTION_ARGS)
 	}
 	if (state1->columns != state2->columns)
 		elog(ERROR, "pgad.pack combining states of %d and %d columns", state1->columns, state2->columns);
-	pack_reserve(state1, state1->rows + state2->rows, context);
+	pack_reserve(state1, state1->rows + state2->rows);
 	for (k = 0; k < state1->columns; k++)
 		memcpy(state1->values + k * state1->capacity + state1->rows, state2->values + k * state2->capacity,
 			   sizeof(float8) * state2->rows);
