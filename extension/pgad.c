@@ -213,15 +213,15 @@ pack_too_large(int64 rows, int columns)
 			 errhint("Pack the rows in chunks, as pgad's loader does.")));
 }
 
-/* A state with room for capacity rows, in the current memory context. */
+/* A state with room for capacity rows, in context. */
 static PackState *
-pack_new(int columns, int64 capacity)
+pack_new(int columns, int64 capacity, MemoryContext context)
 {
-	PackState  *state = palloc0(sizeof(PackState));
+	PackState  *state = MemoryContextAllocZero(context, sizeof(PackState));
 
 	state->columns = columns;
 	state->capacity = Max(capacity, 1);
-	state->values = palloc(sizeof(float8) * columns * state->capacity);
+	state->values = MemoryContextAlloc(context, sizeof(float8) * columns * state->capacity);
 	return state;
 }
 
@@ -275,10 +275,7 @@ pgad_pack_step(PG_FUNCTION_ARGS)
 						 errmsg("argument %d of pgad.pack is of type %s, not double precision", k,
 								format_type_be(get_fn_expr_argtype(fcinfo->flinfo, k))),
 						 errhint("Cast it: pgad.pack(x::float8, ...).")));
-		state = (PackState *) MemoryContextAllocZero(context, sizeof(PackState));
-		state->columns = columns;
-		state->capacity = PACK_FIRST_ROWS;
-		state->values = MemoryContextAlloc(context, sizeof(float8) * columns * PACK_FIRST_ROWS);
+		state = pack_new(columns, PACK_FIRST_ROWS, context);
 	}
 	for (k = 1; k <= columns; k++)
 		if (PG_ARGISNULL(k))
@@ -304,7 +301,6 @@ Datum
 pgad_pack_combine(PG_FUNCTION_ARGS)
 {
 	MemoryContext context;
-	MemoryContext old;
 	PackState  *state1 = PG_ARGISNULL(0) ? NULL : (PackState *) PG_GETARG_POINTER(0);
 	PackState  *state2 = PG_ARGISNULL(1) ? NULL : (PackState *) PG_GETARG_POINTER(1);
 	int			k;
@@ -318,11 +314,7 @@ pgad_pack_combine(PG_FUNCTION_ARGS)
 		PG_RETURN_POINTER(state1);
 	}
 	if (state1 == NULL)
-	{
-		old = MemoryContextSwitchTo(context);
-		state1 = pack_new(state2->columns, state2->rows);
-		MemoryContextSwitchTo(old);
-	}
+		state1 = pack_new(state2->columns, state2->rows, context);
 	if (state1->columns != state2->columns)
 		elog(ERROR, "pgad.pack combining states of %d and %d columns", state1->columns, state2->columns);
 	pack_reserve(state1, state1->rows + state2->rows);
@@ -379,7 +371,7 @@ pgad_pack_deserialize(PG_FUNCTION_ARGS)
 		header.rows < 0 || header.skipped < 0 || header.rows > pack_max_rows(header.columns) ||
 		size != sizeof(PackHeader) + sizeof(float8) * header.columns * header.rows)
 		elog(ERROR, "invalid pgad.pack state");
-	state = pack_new(header.columns, header.rows);
+	state = pack_new(header.columns, header.rows, CurrentMemoryContext);
 	state->rows = header.rows;
 	state->skipped = header.skipped;
 	for (k = 0; k < state->columns; k++)
