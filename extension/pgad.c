@@ -28,10 +28,13 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 
 PG_MODULE_MAGIC;
 
@@ -78,30 +81,44 @@ _PG_init(void)
 	MarkGUCPrefixReserved("pgad");
 }
 
+/* The oid of function name(argtypes) in schema namespace: pgad's own functions, never found on a search_path. */
+static Oid
+pgad_function(const char *name, const oidvector *argtypes, Oid namespace)
+{
+	Oid			fn = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum(name),
+									 PointerGetDatum(argtypes), ObjectIdGetDatum(namespace));
+
+	if (!OidIsValid(fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("pgad's implementation function \"%s\" does not exist", name),
+				 errhint("The extension's objects were changed by hand: DROP EXTENSION pgad and CREATE it again.")));
+	return fn;
+}
+
 /*
- * The oid of pgad._f, the implementation of the public function fn = pgad.f: same schema, same argument types.
+ * The oid of the implementation of function fn, in fn's schema: fn's name with prefix added in front and suffix
+ * taken off its end, and the argument types argtypes, or fn's own when NULL.
  */
 static Oid
-implementation_of(Oid fn)
+implementation_of(Oid fn, const char *prefix, const char *suffix, const oidvector *argtypes)
 {
 	HeapTuple	tuple;
 	Form_pg_proc proc;
 	char		name[NAMEDATALEN];
 	Oid			implementation;
+	int			length;
 
 	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for function %u", fn);
 	proc = (Form_pg_proc) GETSTRUCT(tuple);
-	snprintf(name, sizeof(name), "_%s", NameStr(proc->proname));
-	implementation = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum(name),
-									 PointerGetDatum(&proc->proargtypes), ObjectIdGetDatum(proc->pronamespace));
+	length = strlen(NameStr(proc->proname)) - strlen(suffix);
+	if (length < 0 || strcmp(NameStr(proc->proname) + length, suffix) != 0)
+		elog(ERROR, "function %s does not end in %s", NameStr(proc->proname), suffix);
+	snprintf(name, sizeof(name), "%s%.*s", prefix, length, NameStr(proc->proname));
+	implementation = pgad_function(name, argtypes != NULL ? argtypes : &proc->proargtypes, proc->pronamespace);
 	ReleaseSysCache(tuple);
-	if (!OidIsValid(implementation))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("pgad's implementation function \"%s\" does not exist", name),
-				 errhint("The extension's objects were changed by hand: DROP EXTENSION pgad and CREATE it again.")));
 	return implementation;
 }
 
@@ -130,6 +147,25 @@ rethrow_plainly(MemoryContext context)
 	ReThrowError(error);
 }
 
+/* FunctionCallInvoke(call), with an error pgad raised on purpose re-thrown plainly. */
+static Datum
+call_plainly(FunctionCallInfo call)
+{
+	MemoryContext context = CurrentMemoryContext;
+	Datum		result = (Datum) 0;
+
+	PG_TRY();
+	{
+		result = FunctionCallInvoke(call);
+	}
+	PG_CATCH();
+	{
+		rethrow_plainly(context);
+	}
+	PG_END_TRY();
+	return result;
+}
+
 PG_FUNCTION_INFO_V1(pgad_call);
 
 /*
@@ -140,29 +176,21 @@ Datum
 pgad_call(PG_FUNCTION_ARGS)
 {
 	FmgrInfo   *implementation = (FmgrInfo *) fcinfo->flinfo->fn_extra;
-	MemoryContext context = CurrentMemoryContext;
 	LOCAL_FCINFO(call, FUNC_MAX_ARGS);
-	Datum		result = (Datum) 0;
+	Datum		result;
 
 	if (implementation == NULL)
 	{
 		implementation = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(FmgrInfo));
-		fmgr_info_cxt(implementation_of(fcinfo->flinfo->fn_oid), implementation, fcinfo->flinfo->fn_mcxt);
+		fmgr_info_cxt(implementation_of(fcinfo->flinfo->fn_oid, "_", "", NULL), implementation,
+					  fcinfo->flinfo->fn_mcxt);
 		implementation->fn_expr = fcinfo->flinfo->fn_expr;
 		fcinfo->flinfo->fn_extra = implementation;
 	}
 	InitFunctionCallInfoData(*call, implementation, PG_NARGS(), PG_GET_COLLATION(), fcinfo->context,
 							 fcinfo->resultinfo);
 	memcpy(call->args, fcinfo->args, PG_NARGS() * sizeof(NullableDatum));
-	PG_TRY();
-	{
-		result = FunctionCallInvoke(call);
-	}
-	PG_CATCH();
-	{
-		rethrow_plainly(context);
-	}
-	PG_END_TRY();
+	result = call_plainly(call);
 	fcinfo->isnull = call->isnull;
 	return result;
 }
@@ -200,6 +228,8 @@ typedef struct PackState
 static int64
 pack_max_rows(int columns)
 {
+	if (columns == 0)			/* a lambda that reads no column (pgad.loss_agg below) */
+		return PG_INT64_MAX / 2;
 	return (int64) ((MaxAllocSize - VARHDRSZ - sizeof(PackHeader)) / (sizeof(float8) * columns));
 }
 
@@ -247,6 +277,66 @@ pack_reserve(PackState *state, int64 rows)
 	for (k = state->columns - 1; k > 0; k--)
 		memmove(state->values + k * capacity, state->values + k * state->capacity, sizeof(float8) * state->rows);
 	state->capacity = capacity;
+}
+
+/* into with from's rows appended. */
+static void
+pack_append(PackState *into, const PackState *from)
+{
+	int			k;
+
+	if (into->columns != from->columns)
+		elog(ERROR, "pgad.pack combining states of %d and %d columns", into->columns, from->columns);
+	pack_reserve(into, into->rows + from->rows);
+	for (k = 0; k < into->columns; k++)
+		memcpy(into->values + k * into->capacity + into->rows, from->values + k * from->capacity,
+			   sizeof(float8) * from->rows);
+	into->rows += from->rows;
+	into->skipped += from->skipped;
+}
+
+/* The bytes pack_write writes: PackHeader, then each column's rows. */
+static Size
+pack_size(const PackState *state)
+{
+	return sizeof(PackHeader) + sizeof(float8) * state->columns * state->rows;
+}
+
+static void
+pack_write(const PackState *state, char *out)
+{
+	PackHeader	header = {PACK_MAGIC, (uint32) state->columns, state->rows, state->skipped};
+	int			k;
+
+	memcpy(out, &header, sizeof(PackHeader));
+	out += sizeof(PackHeader);
+	for (k = 0; k < state->columns; k++)
+		memcpy(out + sizeof(float8) * state->rows * k, state->values + k * state->capacity,
+			   sizeof(float8) * state->rows);
+}
+
+/* The state that the first size bytes at data begin with (pack_write's bytes; more may follow), in context. */
+static PackState *
+pack_read(const char *data, Size size, MemoryContext context)
+{
+	PackHeader	header;
+	PackState  *state;
+	int			k;
+
+	if (size < sizeof(PackHeader))
+		elog(ERROR, "pgad.pack state of %zu bytes, shorter than its header", size);
+	memcpy(&header, data, sizeof(PackHeader));
+	if (header.magic != PACK_MAGIC || header.columns > MaxHeapAttributeNumber || header.rows < 0 || header.skipped < 0 ||
+		header.rows > pack_max_rows(header.columns) ||
+		size < sizeof(PackHeader) + sizeof(float8) * header.columns * header.rows)
+		elog(ERROR, "invalid pgad.pack state");
+	state = pack_new(header.columns, header.rows, context);
+	state->rows = header.rows;
+	state->skipped = header.skipped;
+	for (k = 0; k < state->columns; k++)
+		memcpy(state->values + k * state->capacity, data + sizeof(PackHeader) + sizeof(float8) * header.rows * k,
+			   sizeof(float8) * header.rows);
+	return state;
 }
 
 PG_FUNCTION_INFO_V1(pgad_pack_step);
@@ -303,7 +393,6 @@ pgad_pack_combine(PG_FUNCTION_ARGS)
 	MemoryContext context;
 	PackState  *state1 = PG_ARGISNULL(0) ? NULL : (PackState *) PG_GETARG_POINTER(0);
 	PackState  *state2 = PG_ARGISNULL(1) ? NULL : (PackState *) PG_GETARG_POINTER(1);
-	int			k;
 
 	if (!AggCheckCallContext(fcinfo, &context))
 		elog(ERROR, "pgad_pack_combine called in non-aggregate context");
@@ -315,14 +404,7 @@ pgad_pack_combine(PG_FUNCTION_ARGS)
 	}
 	if (state1 == NULL)
 		state1 = pack_new(state2->columns, state2->rows, context);
-	if (state1->columns != state2->columns)
-		elog(ERROR, "pgad.pack combining states of %d and %d columns", state1->columns, state2->columns);
-	pack_reserve(state1, state1->rows + state2->rows);
-	for (k = 0; k < state1->columns; k++)
-		memcpy(state1->values + k * state1->capacity + state1->rows, state2->values + k * state2->capacity,
-			   sizeof(float8) * state2->rows);
-	state1->rows += state2->rows;
-	state1->skipped += state2->skipped;
+	pack_append(state1, state2);
 	PG_RETURN_POINTER(state1);
 }
 
@@ -336,17 +418,11 @@ Datum
 pgad_pack_bytes(PG_FUNCTION_ARGS)
 {
 	PackState  *state = (PackState *) PG_GETARG_POINTER(0);
-	Size		size = VARHDRSZ + sizeof(PackHeader) + sizeof(float8) * state->columns * state->rows;
+	Size		size = VARHDRSZ + pack_size(state);
 	bytea	   *result = palloc(size);
-	PackHeader	header = {PACK_MAGIC, (uint32) state->columns, state->rows, state->skipped};
-	char	   *out = VARDATA(result) + sizeof(PackHeader);
-	int			k;
 
 	SET_VARSIZE(result, size);
-	memcpy(VARDATA(result), &header, sizeof(PackHeader));
-	for (k = 0; k < state->columns; k++)
-		memcpy(out + sizeof(float8) * state->rows * k, state->values + k * state->capacity,
-			   sizeof(float8) * state->rows);
+	pack_write(state, VARDATA(result));
 	PG_RETURN_BYTEA_P(result);
 }
 
@@ -358,25 +434,523 @@ pgad_pack_deserialize(PG_FUNCTION_ARGS)
 {
 	bytea	   *bytes = PG_GETARG_BYTEA_PP(0);
 	Size		size = VARSIZE_ANY_EXHDR(bytes);
-	PackHeader	header;
 	PackState  *state;
-	int			k;
 
 	if (!AggCheckCallContext(fcinfo, NULL))
 		elog(ERROR, "pgad_pack_deserialize called in non-aggregate context");
-	if (size < sizeof(PackHeader))
-		elog(ERROR, "pgad.pack state of %zu bytes, shorter than its header", size);
-	memcpy(&header, VARDATA_ANY(bytes), sizeof(PackHeader));
-	if (header.magic != PACK_MAGIC || header.columns < 1 || header.columns >= FUNC_MAX_ARGS ||
-		header.rows < 0 || header.skipped < 0 || header.rows > pack_max_rows(header.columns) ||
-		size != sizeof(PackHeader) + sizeof(float8) * header.columns * header.rows)
+	state = pack_read(VARDATA_ANY(bytes), size, CurrentMemoryContext);
+	if (pack_size(state) != size)
 		elog(ERROR, "invalid pgad.pack state");
-	state = pack_new(header.columns, header.rows, CurrentMemoryContext);
-	state->rows = header.rows;
-	state->skipped = header.skipped;
-	for (k = 0; k < state->columns; k++)
-		memcpy(state->values + k * state->capacity,
-			   VARDATA_ANY(bytes) + sizeof(PackHeader) + sizeof(float8) * header.rows * k,
-			   sizeof(float8) * header.rows);
 	PG_RETURN_POINTER(state);
+}
+
+/*
+ * 4. The aggregates pgad.loss_agg, pgad.gradient_agg and pgad.gradient_descent_agg(loss, weights, row[, options]),
+ *    whose row argument is a whole-row reference of the data. The transition function packs, as pgad.pack does,
+ *    the values of the columns the lambda reads, converted to float8 as a cast would convert them. Which columns
+ *    those are is the parser's business: at a query's first row, and again when the lambda or the row type
+ *    changes, it asks pgad._lambda_columns (PL/Python, no queries; it runs in parallel workers too), which checks
+ *    them with the functions' own errors. The state holds the group's packed rows, its loss, weights and options
+ *    (the same in every row of the group), and serialises to bytes that carry all of them, so partial states
+ *    cross from parallel workers. The final function hands the packed columns to the PL/Python implementation
+ *    pgad._<aggregate> (api.py), which differentiates, compiles and trains as the functions do.
+ */
+#define LAMBDA_MAGIC	0x414c4750	/* "PGLA" */
+
+/* How to read a row for a lambda: kept for the whole query in the transition function's fn_extra. */
+typedef struct RowReader
+{
+	MemoryContext context;		/* holds this reader; deleted when a new one replaces it */
+	uint64		generation;		/* the how-many-th reader of this call site */
+	text	   *loss;			/* the lambda it reads for */
+	Oid			rowtype;		/* the row type and typmod it reads */
+	int32		rowtypmod;
+	TupleDesc	tupdesc;
+	int			columns;		/* the columns the lambda reads, in the lambda's order: */
+	AttrNumber *attnums;		/* their attribute numbers */
+	Oid		   *types;			/* their types (one of the six numeric types) */
+	ArrayType  *names;			/* their names, a text[] */
+	float8	   *values;			/* one row's values */
+} RowReader;
+
+typedef struct LambdaState
+{
+	PackState  *pack;			/* the rows, from the group's first row that is not NULL; else NULL */
+	int64		null_rows;		/* rows that were NULL as a whole (an outer join's missing side) */
+	ArrayType  *names;			/* the columns packed, a text[] (with pack) */
+	uint64		generation;		/* the reader the group's loss was last checked against */
+	text	   *loss;			/* the group's lambda, weights and options (NULL when not given) */
+	struct varlena *weights;
+	struct varlena *options;
+} LambdaState;
+
+typedef struct LambdaHeader
+{
+	uint32		magic;
+	uint32		packed;			/* 1 when the pack and the names follow */
+	int64		null_rows;
+} LambdaHeader;
+
+/* The aggregate being computed, for messages: "pgad.gradient_agg". */
+static char *
+aggregate_name(FunctionCallInfo fcinfo)
+{
+	Aggref	   *aggref = AggGetAggref(fcinfo);
+
+	if (aggref == NULL)
+		return pstrdup("pgad's aggregate");
+	return psprintf("pgad.%s", get_func_name(aggref->aggfnoid));
+}
+
+static struct varlena *
+varlena_copy(struct varlena *value, MemoryContext context)
+{
+	struct varlena *copy = MemoryContextAlloc(context, VARSIZE_ANY(value));
+
+	memcpy(copy, value, VARSIZE_ANY(value));
+	return copy;
+}
+
+static bool
+varlena_equal(struct varlena *a, struct varlena *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * A reader of rows like row for the lambda loss: pgad._lambda_columns(loss, the row's column names, their types)
+ * gives the positions of the columns the lambda reads, or the error that the functions give for them.
+ */
+static RowReader *
+row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 generation)
+{
+	MemoryContext context = AllocSetContextCreate(fcinfo->flinfo->fn_mcxt, "pgad row reader",
+												  ALLOCSET_SMALL_SIZES);
+	RowReader  *reader = MemoryContextAllocZero(context, sizeof(RowReader));
+	TupleDesc	tupdesc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(row), HeapTupleHeaderGetTypMod(row));
+	Datum	   *names = palloc(sizeof(Datum) * Max(tupdesc->natts, 1));
+	Datum	   *types = palloc(sizeof(Datum) * Max(tupdesc->natts, 1));
+	AttrNumber *attnums = palloc(sizeof(AttrNumber) * Max(tupdesc->natts, 1));
+	Oid			argtypes[3] = {TEXTOID, TEXTARRAYOID, OIDARRAYOID};
+	FmgrInfo	columns_of;
+	ArrayType  *positions;
+	Datum	   *chosen;
+	int			count = 0;
+	int			k;
+
+	LOCAL_FCINFO(call, 3);
+
+	for (k = 0; k < tupdesc->natts; k++)
+	{
+		Form_pg_attribute attribute = TupleDescAttr(tupdesc, k);
+
+		if (attribute->attisdropped)
+			continue;
+		names[count] = CStringGetTextDatum(NameStr(attribute->attname));
+		types[count] = ObjectIdGetDatum(attribute->atttypid);
+		attnums[count++] = attribute->attnum;
+	}
+	fmgr_info(pgad_function("_lambda_columns", buildoidvector(argtypes, 3),
+							get_func_namespace(fcinfo->flinfo->fn_oid)), &columns_of);
+	InitFunctionCallInfoData(*call, &columns_of, 3, InvalidOid, NULL, NULL);
+	call->args[0].value = PointerGetDatum(loss);
+	call->args[1].value = PointerGetDatum(construct_array(names, count, TEXTOID, -1, false, TYPALIGN_INT));
+	call->args[2].value = PointerGetDatum(construct_array(types, count, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
+	call->args[0].isnull = call->args[1].isnull = call->args[2].isnull = false;
+	positions = DatumGetArrayTypeP(call_plainly(call));
+	if (call->isnull || ARR_NDIM(positions) > 1 || ARR_HASNULL(positions) || ARR_ELEMTYPE(positions) != INT4OID)
+		elog(ERROR, "pgad._lambda_columns returned no int4[] of positions");
+
+	reader->context = context;
+	reader->generation = generation;
+	reader->loss = (text *) varlena_copy((struct varlena *) loss, context);
+	reader->rowtype = HeapTupleHeaderGetTypeId(row);
+	reader->rowtypmod = HeapTupleHeaderGetTypMod(row);
+	reader->tupdesc = CreateTupleDescCopy(tupdesc);	/* in fn_mcxt: attcacheoff is set as rows are read */
+	reader->columns = ArrayGetNItems(ARR_NDIM(positions), ARR_DIMS(positions));
+	reader->attnums = MemoryContextAlloc(context, sizeof(AttrNumber) * Max(reader->columns, 1));
+	reader->types = MemoryContextAlloc(context, sizeof(Oid) * Max(reader->columns, 1));
+	reader->values = MemoryContextAlloc(context, sizeof(float8) * Max(reader->columns, 1));
+	chosen = palloc(sizeof(Datum) * Max(reader->columns, 1));
+	for (k = 0; k < reader->columns; k++)
+	{
+		int			position = ((int32 *) ARR_DATA_PTR(positions))[k];
+
+		if (position < 1 || position > count)
+			elog(ERROR, "pgad._lambda_columns returned position %d of %d columns", position, count);
+		reader->attnums[k] = attnums[position - 1];
+		reader->types[k] = DatumGetObjectId(types[position - 1]);
+		chosen[k] = names[position - 1];
+	}
+	reader->names = (ArrayType *) varlena_copy((struct varlena *) construct_array(chosen, reader->columns, TEXTOID,
+																				   -1, false, TYPALIGN_INT),
+											   context);
+	ReleaseTupleDesc(tupdesc);
+	return reader;
+}
+
+/* One value as float8, as value::float8 would give it. */
+static inline float8
+as_float8(Datum value, Oid type)
+{
+	switch (type)
+	{
+		case FLOAT8OID:
+			return DatumGetFloat8(value);
+		case FLOAT4OID:
+			return (float8) DatumGetFloat4(value);
+		case INT2OID:
+			return (float8) DatumGetInt16(value);
+		case INT4OID:
+			return (float8) DatumGetInt32(value);
+		case INT8OID:
+			return (float8) DatumGetInt64(value);
+		case NUMERICOID:
+			return DatumGetFloat8(DirectFunctionCall1(numeric_float8, value));
+	}
+	elog(ERROR, "pgad cannot read a value of type %u as float8", type);
+	return 0;
+}
+
+/* Raised when a row of a group has another loss, weights or options than the group's first row. */
+static void
+differs_in_group(FunctionCallInfo fcinfo, const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("%s's %s differ between rows of the same group", aggregate_name(fcinfo), what),
+			 errhint("Give every row of a group the same %s: a constant, or a column the query groups by.", what)));
+}
+
+static void
+same_in_group(FunctionCallInfo fcinfo, int argument, struct varlena *group, const char *what)
+{
+	struct varlena *value = PG_ARGISNULL(argument) ? NULL : PG_GETARG_VARLENA_PP(argument);
+
+	if (!varlena_equal(value, group))
+		differs_in_group(fcinfo, what);
+}
+
+PG_FUNCTION_INFO_V1(pgad_lambda_step);
+
+/*
+ * The transition function: (state internal, loss text, weights jsonb, row anyelement[, options jsonb]) → state.
+ * A row whose loss or weights is NULL is ignored, as an aggregate ignores a NULL argument; a row that is NULL as a
+ * whole, or NULL in a column the lambda reads, is skipped and counted.
+ */
+Datum
+pgad_lambda_step(PG_FUNCTION_ARGS)
+{
+	MemoryContext context;
+	LambdaState *state = PG_ARGISNULL(0) ? NULL : (LambdaState *) PG_GETARG_POINTER(0);
+	RowReader  *reader = (RowReader *) fcinfo->flinfo->fn_extra;
+	bool		with_options = PG_NARGS() > 4;
+	HeapTupleHeader row;
+	HeapTupleData tuple;
+	int			k;
+
+	if (!AggCheckCallContext(fcinfo, &context))
+		elog(ERROR, "pgad_lambda_step called in non-aggregate context");
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+	{
+		if (state == NULL)
+			PG_RETURN_NULL();
+		PG_RETURN_POINTER(state);
+	}
+	if (state == NULL)
+	{
+		Oid			type = get_fn_expr_argtype(fcinfo->flinfo, 3);
+
+		if (!type_is_rowtype(type))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("the row argument of %s is of type %s, not a row", aggregate_name(fcinfo),
+							format_type_be(type)),
+					 errhint("Pass the whole row of the data: %s(loss, weights, t) FROM your_table AS t.",
+							 aggregate_name(fcinfo))));
+		state = MemoryContextAllocZero(context, sizeof(LambdaState));
+		state->loss = (text *) varlena_copy(PG_GETARG_VARLENA_PP(1), context);
+		state->weights = varlena_copy(PG_GETARG_VARLENA_PP(2), context);
+		if (with_options && !PG_ARGISNULL(4))
+			state->options = varlena_copy(PG_GETARG_VARLENA_PP(4), context);
+	}
+	else
+	{
+		/* A constant is the same in every row: checked once, when the group began. */
+		if (!get_fn_expr_arg_stable(fcinfo->flinfo, 1))
+			same_in_group(fcinfo, 1, (struct varlena *) state->loss, "loss");
+		if (!get_fn_expr_arg_stable(fcinfo->flinfo, 2))
+			same_in_group(fcinfo, 2, state->weights, "weights");
+		if (with_options && !get_fn_expr_arg_stable(fcinfo->flinfo, 4))
+			same_in_group(fcinfo, 4, state->options, "options");
+	}
+	if (PG_ARGISNULL(3))
+	{
+		state->null_rows++;
+		PG_RETURN_POINTER(state);
+	}
+	row = PG_GETARG_HEAPTUPLEHEADER(3);
+	if (reader == NULL || reader->rowtype != HeapTupleHeaderGetTypeId(row) ||
+		reader->rowtypmod != HeapTupleHeaderGetTypMod(row) ||
+		(state->generation != reader->generation &&
+		 !varlena_equal((struct varlena *) reader->loss, (struct varlena *) state->loss)))
+	{
+		RowReader  *replaced = reader;
+
+		reader = row_reader(fcinfo, state->loss, row, replaced == NULL ? 1 : replaced->generation + 1);
+		fcinfo->flinfo->fn_extra = reader;
+		if (replaced != NULL)
+		{
+			FreeTupleDesc(replaced->tupdesc);
+			MemoryContextDelete(replaced->context);
+		}
+	}
+	state->generation = reader->generation;
+	if (state->pack == NULL)
+	{
+		state->pack = pack_new(reader->columns, PACK_FIRST_ROWS, context);
+		state->names = (ArrayType *) varlena_copy((struct varlena *) reader->names, context);
+	}
+	else if (state->pack->columns != reader->columns)
+		elog(ERROR, "%s read %d columns of one row and %d of another", aggregate_name(fcinfo),
+			 state->pack->columns, reader->columns);
+
+	tuple.t_len = HeapTupleHeaderGetDatumLength(row);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = row;
+	for (k = 0; k < reader->columns; k++)
+	{
+		bool		isnull;
+		Datum		value = heap_getattr(&tuple, reader->attnums[k], reader->tupdesc, &isnull);
+
+		if (isnull)
+		{
+			state->pack->skipped++;
+			PG_RETURN_POINTER(state);
+		}
+		reader->values[k] = as_float8(value, reader->types[k]);
+	}
+	if (state->pack->rows == state->pack->capacity)
+		pack_reserve(state->pack, state->pack->rows + 1);
+	for (k = 0; k < reader->columns; k++)
+		state->pack->values[k * state->pack->capacity + state->pack->rows] = reader->values[k];
+	state->pack->rows++;
+	PG_RETURN_POINTER(state);
+}
+
+/* A copy of state in context. */
+static LambdaState *
+lambda_copy(const LambdaState *state, MemoryContext context)
+{
+	LambdaState *copy = MemoryContextAllocZero(context, sizeof(LambdaState));
+
+	copy->null_rows = state->null_rows;
+	copy->loss = (text *) varlena_copy((struct varlena *) state->loss, context);
+	copy->weights = varlena_copy(state->weights, context);
+	copy->options = state->options == NULL ? NULL : varlena_copy(state->options, context);
+	if (state->pack != NULL)
+	{
+		copy->pack = pack_new(state->pack->columns, state->pack->rows, context);
+		pack_append(copy->pack, state->pack);
+		copy->names = (ArrayType *) varlena_copy((struct varlena *) state->names, context);
+	}
+	return copy;
+}
+
+PG_FUNCTION_INFO_V1(pgad_lambda_combine);
+
+/* The combine function: state1 with state2's rows appended; both must be of the same loss, weights and options. */
+Datum
+pgad_lambda_combine(PG_FUNCTION_ARGS)
+{
+	MemoryContext context;
+	LambdaState *state1 = PG_ARGISNULL(0) ? NULL : (LambdaState *) PG_GETARG_POINTER(0);
+	LambdaState *state2 = PG_ARGISNULL(1) ? NULL : (LambdaState *) PG_GETARG_POINTER(1);
+
+	if (!AggCheckCallContext(fcinfo, &context))
+		elog(ERROR, "pgad_lambda_combine called in non-aggregate context");
+	if (state2 == NULL)
+	{
+		if (state1 == NULL)
+			PG_RETURN_NULL();
+		PG_RETURN_POINTER(state1);
+	}
+	if (state1 == NULL)
+		PG_RETURN_POINTER(lambda_copy(state2, context));
+	if (!varlena_equal((struct varlena *) state1->loss, (struct varlena *) state2->loss))
+		differs_in_group(fcinfo, "loss");
+	if (!varlena_equal(state1->weights, state2->weights))
+		differs_in_group(fcinfo, "weights");
+	if (!varlena_equal(state1->options, state2->options))
+		differs_in_group(fcinfo, "options");
+	state1->null_rows += state2->null_rows;
+	if (state2->pack != NULL && state1->pack == NULL)
+	{
+		state1->pack = pack_new(state2->pack->columns, state2->pack->rows, context);
+		state1->names = (ArrayType *) varlena_copy((struct varlena *) state2->names, context);
+	}
+	if (state2->pack != NULL)
+		pack_append(state1->pack, state2->pack);
+	PG_RETURN_POINTER(state1);
+}
+
+/* The serial form: LambdaHeader; the pack and the names when there is a pack; the loss, weights and options. */
+static Size
+varlena_size(struct varlena *value)
+{
+	return sizeof(int32) + (value == NULL ? 0 : VARSIZE_ANY(value));
+}
+
+static char *
+varlena_write(struct varlena *value, char *out)
+{
+	int32		size = value == NULL ? -1 : (int32) VARSIZE_ANY(value);
+
+	memcpy(out, &size, sizeof(int32));
+	if (value != NULL)
+		memcpy(out + sizeof(int32), value, size);
+	return out + sizeof(int32) + Max(size, 0);
+}
+
+/* The varlena at *in (advanced past it), of at most the bytes left before end, copied into context. */
+static struct varlena *
+varlena_read(const char **in, const char *end, bool may_be_null, MemoryContext context)
+{
+	int32		size;
+	struct varlena *value;
+
+	if (end - *in < (ptrdiff_t) sizeof(int32))
+		elog(ERROR, "invalid pgad aggregate state");
+	memcpy(&size, *in, sizeof(int32));
+	*in += sizeof(int32);
+	if (size == -1 && may_be_null)
+		return NULL;
+	if (size < VARHDRSZ || size > end - *in)
+		elog(ERROR, "invalid pgad aggregate state");
+	value = MemoryContextAlloc(context, size);
+	memcpy(value, *in, size);
+	if (VARATT_IS_EXTENDED(value) || VARSIZE(value) != (Size) size)
+		elog(ERROR, "invalid pgad aggregate state");
+	*in += size;
+	return value;
+}
+
+PG_FUNCTION_INFO_V1(pgad_lambda_serialize);
+
+Datum
+pgad_lambda_serialize(PG_FUNCTION_ARGS)
+{
+	LambdaState *state = (LambdaState *) PG_GETARG_POINTER(0);
+	LambdaHeader header = {LAMBDA_MAGIC, state->pack != NULL, state->null_rows};
+	Size		size = VARHDRSZ + sizeof(LambdaHeader) + varlena_size((struct varlena *) state->loss) +
+		varlena_size(state->weights) + varlena_size(state->options);
+	bytea	   *result;
+	char	   *out;
+
+	if (state->pack != NULL)
+		size += pack_size(state->pack) + varlena_size((struct varlena *) state->names);
+	if (size > MaxAllocSize)
+		pack_too_large(pack_max_rows(state->pack->columns), state->pack->columns);
+	result = palloc(size);
+	SET_VARSIZE(result, size);
+	out = VARDATA(result);
+	memcpy(out, &header, sizeof(LambdaHeader));
+	out += sizeof(LambdaHeader);
+	if (state->pack != NULL)
+	{
+		pack_write(state->pack, out);
+		out = varlena_write((struct varlena *) state->names, out + pack_size(state->pack));
+	}
+	out = varlena_write((struct varlena *) state->loss, out);
+	out = varlena_write(state->weights, out);
+	varlena_write(state->options, out);
+	PG_RETURN_BYTEA_P(result);
+}
+
+PG_FUNCTION_INFO_V1(pgad_lambda_deserialize);
+
+Datum
+pgad_lambda_deserialize(PG_FUNCTION_ARGS)
+{
+	bytea	   *bytes = PG_GETARG_BYTEA_PP(0);
+	const char *in = VARDATA_ANY(bytes);
+	const char *end = in + VARSIZE_ANY_EXHDR(bytes);
+	LambdaHeader header;
+	LambdaState *state;
+
+	if (!AggCheckCallContext(fcinfo, NULL))
+		elog(ERROR, "pgad_lambda_deserialize called in non-aggregate context");
+	if (end - in < (ptrdiff_t) sizeof(LambdaHeader))
+		elog(ERROR, "invalid pgad aggregate state");
+	memcpy(&header, in, sizeof(LambdaHeader));
+	in += sizeof(LambdaHeader);
+	if (header.magic != LAMBDA_MAGIC || header.packed > 1 || header.null_rows < 0)
+		elog(ERROR, "invalid pgad aggregate state");
+	state = palloc0(sizeof(LambdaState));
+	state->null_rows = header.null_rows;
+	if (header.packed)
+	{
+		state->pack = pack_read(in, end - in, CurrentMemoryContext);
+		in += pack_size(state->pack);
+		state->names = (ArrayType *) varlena_read(&in, end, false, CurrentMemoryContext);
+		if (ARR_NDIM(state->names) > 1 || ARR_ELEMTYPE(state->names) != TEXTOID || ARR_HASNULL(state->names) ||
+			ArrayGetNItems(ARR_NDIM(state->names), ARR_DIMS(state->names)) != state->pack->columns)
+			elog(ERROR, "invalid pgad aggregate state");
+	}
+	state->loss = (text *) varlena_read(&in, end, false, CurrentMemoryContext);
+	state->weights = varlena_read(&in, end, false, CurrentMemoryContext);
+	state->options = varlena_read(&in, end, true, CurrentMemoryContext);
+	if (in != end)
+		elog(ERROR, "invalid pgad aggregate state");
+	PG_RETURN_POINTER(state);
+}
+
+PG_FUNCTION_INFO_V1(pgad_lambda_final);
+
+/*
+ * The final function of pgad.f_agg, pgad._f_agg_final(internal): pgad._f_agg(packed bytea, columns text[],
+ * loss text, weights jsonb, options jsonb), whose packed bytea is pgad.pack's (with no column when no row was
+ * packed). STRICT: a group with no rows gives NULL without a call.
+ */
+Datum
+pgad_lambda_final(PG_FUNCTION_ARGS)
+{
+	LambdaState *state = (LambdaState *) PG_GETARG_POINTER(0);
+	FmgrInfo   *implementation = (FmgrInfo *) fcinfo->flinfo->fn_extra;
+	PackState	nothing = {0, 0, 0, 0, NULL};
+	PackState  *pack = state->pack != NULL ? state->pack : &nothing;
+	Size		size = VARHDRSZ + pack_size(pack);
+	bytea	   *packed = palloc(size);
+	Datum		result;
+
+	LOCAL_FCINFO(call, 5);
+
+	if (implementation == NULL)
+	{
+		Oid			argtypes[5] = {BYTEAOID, TEXTARRAYOID, TEXTOID, JSONBOID, JSONBOID};
+
+		implementation = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(FmgrInfo));
+		fmgr_info_cxt(implementation_of(fcinfo->flinfo->fn_oid, "", "_final", buildoidvector(argtypes, 5)),
+					  implementation, fcinfo->flinfo->fn_mcxt);
+		fcinfo->flinfo->fn_extra = implementation;
+	}
+	SET_VARSIZE(packed, size);
+	pack_write(pack, VARDATA(packed));
+	((PackHeader *) VARDATA(packed))->skipped += state->null_rows;
+	InitFunctionCallInfoData(*call, implementation, 5, InvalidOid, NULL, NULL);
+	call->args[0].value = PointerGetDatum(packed);
+	call->args[1].value = state->names != NULL ? PointerGetDatum(state->names) :
+		PointerGetDatum(construct_empty_array(TEXTOID));
+	call->args[2].value = PointerGetDatum(state->loss);
+	call->args[3].value = PointerGetDatum(state->weights);
+	call->args[4].value = PointerGetDatum(state->options);
+	call->args[0].isnull = call->args[1].isnull = call->args[2].isnull = call->args[3].isnull = false;
+	call->args[4].isnull = state->options == NULL;
+	result = call_plainly(call);
+	fcinfo->isnull = call->isnull;
+	return result;
 }

@@ -60,3 +60,32 @@ def iterations(value):
     if value < 0:
         raise PgadError('22023', f'iterations must be 0 or more, not {value}')
     return int(value)
+
+
+# The options of the aggregates, with the functions' defaults: each is checked as the function's argument is.
+OPTIONS = {'learning_rate': (0.05, (int, float), 'a number'), 'iterations': (100, int, 'an integer'),
+           'mode': ('reverse', str, 'a string'), 'backend': ('auto', str, 'a string')}
+INT4_MAX = 2**31 - 1
+
+
+def options(text, aggregate, names):
+    """An aggregate's options jsonb (or None: no options) as {name: value} for each of names, defaults filled in."""
+    value = {} if text is None else json.loads(text)
+    example = '{' + ', '.join(f'"{n}": {json.dumps(OPTIONS[n][0])}' for n in names) + '}'
+    if not isinstance(value, dict):
+        raise PgadError('22023', 'options must be a JSON object', detail=f'The options are {text}.',
+                        hint=f'Write the options as {example}.' if names else f'{aggregate} takes no options.')
+    for name, given in value.items():
+        if name not in names:
+            raise PgadError('22023', f'unknown option "{name}" of {aggregate}',
+                            hint=f'The options are {", ".join(names)}.' if names else f'{aggregate} takes no options.')
+        kind = OPTIONS[name][1]
+        if isinstance(given, bool) or not isinstance(given, kind) or (name == 'iterations' and given > INT4_MAX):
+            raise PgadError('22023', f'option "{name}" must be {OPTIONS[name][2]}, not {json.dumps(given)[:40]}',
+                            hint=f'Write the options as {example}.')
+    given = {name: value.get(name, OPTIONS[name][0]) for name in names}
+    for name, check in (('learning_rate', learning_rate), ('iterations', iterations), ('mode', mode),
+                        ('backend', backend)):
+        if name in given:
+            given[name] = check(given[name])
+    return given

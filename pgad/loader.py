@@ -65,13 +65,18 @@ def load(data, columns, chunk_rows=0):
     loaded = [unpack(part, len(columns)) for part in parts]
     rows, skipped = sum(part[1] for part in loaded), sum(part[2] for part in loaded)
     server.debug(f'pgad: loaded {rows} rows of {len(columns)} columns in {len(parts)} part{"s" * (len(parts) != 1)}')
-    if skipped:
-        server.notice(f'skipped {skipped} of {rows + skipped} rows with NULL in ' +
-                      ', '.join(quote_ident(c) for c in columns))
     if len(loaded) == 1:
-        return Table(loaded[0][0], rows, skipped)
-    return Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded]) for k in range(len(columns))],
-                 rows, skipped)
+        return skipping(Table(loaded[0][0], rows, skipped), columns)
+    return skipping(Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded])
+                           for k in range(len(columns))], rows, skipped), columns)
+
+
+def skipping(table, columns):
+    """The table, after a NOTICE of the rows it skipped for a NULL in the columns (if any)."""
+    if table.skipped:
+        server.notice(f'skipped {table.skipped} of {table.rows + table.skipped} rows with NULL in ' +
+                      ', '.join(quote_ident(c) for c in columns))
+    return table
 
 
 def aggregate(count):
@@ -89,23 +94,26 @@ def unpack(part, count):
     """(count columns, rows, rows skipped) of one row of the aggregate: numpy views of pgad.pack's bytes."""
     columns, rows, skipped = [], None, 0
     for k in range(0, count, PACK_COLUMNS):
-        packed = part[f'p{k // PACK_COLUMNS}']
-        width = min(PACK_COLUMNS, count - k)
-        if packed is None:  # no row at all
-            columns += [np.empty(0)] * width
-            rows = 0
-            continue
-        magic, stored, n, skipped = HEADER.unpack_from(packed)
-        if magic != MAGIC or stored != width or len(packed) != HEADER.size + 8 * width * n or rows not in (None, n):
+        values, n, skipped = read(part[f'p{k // PACK_COLUMNS}'], min(PACK_COLUMNS, count - k))
+        if rows not in (None, n):
             raise PgadError('XX000', 'pgad.pack returned a malformed result',
-                            detail=f'{len(packed)} bytes, header {(magic, stored, n, skipped)}, '
-                                   f'for {width} columns.')
-        flat = np.frombuffer(packed, dtype=np.float64, count=width * n, offset=HEADER.size)
-        columns += [flat[j * n:(j + 1) * n] for j in range(width)]
-        rows = n
+                            detail=f'{n} rows in one part and {rows} in another.')
+        columns, rows = columns + values, n
     if 'total' in part:
         skipped = part['total'] - rows
     return columns, rows, skipped
+
+
+def read(packed, width):
+    """(width columns, rows, rows skipped) of one pgad.pack bytea, or of None (no row at all)."""
+    if packed is None:
+        return [np.empty(0)] * width, 0, 0
+    magic, stored, n, skipped = HEADER.unpack_from(packed)
+    if magic != MAGIC or stored != width or len(packed) != HEADER.size + 8 * width * n:
+        raise PgadError('XX000', 'pgad.pack returned a malformed result',
+                        detail=f'{len(packed)} bytes, header {(magic, stored, n, skipped)}, for {width} columns.')
+    flat = np.frombuffer(packed, dtype=np.float64, count=width * n, offset=HEADER.size)
+    return [flat[j * n:(j + 1) * n] for j in range(width)], n, skipped
 
 
 # The schema-qualified name of the relation a name (resolved on the caller's search_path) stands for.
@@ -141,16 +149,34 @@ def check_columns(query, columns):
             raise
         raise PgadError(e.sqlstate or '42601', e.args[0] if e.args else str(e), detail=f'The data query: {query}',
                         hint=getattr(e, 'hint', None)) from None
+    return positions(columns, names, types)
+
+
+def positions(columns, names, types):
+    """The position in names of each column the lambda reads (names and type oids of the data's columns), or the
+    error for the first that is not there or not a number."""
+    found = []
     for name in columns:
         if name not in names:
             raise PgadError('42703', f'column "{name}" does not exist in the data',
                             detail='The data has columns: ' + ', '.join(quote_ident(n) for n in names) + '.',
                             hint='Column names fold to lower case; write d."Name" for a mixed-case column.'
                             if name.lower() in [n.lower() for n in names] else None)
-        oid = types[names.index(name)]
+        found.append(names.index(name))
+        oid = types[found[-1]]
         if oid not in NUMERIC_TYPES:
             type_name = server.query('SELECT pg_catalog.format_type($1, NULL::pg_catalog.int4) AS t', [oid],
                                      ['pg_catalog.oid'])[0]['t']
             raise PgadError('42804', f'column "{name}" is of type {type_name}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '
                                  f'{quote_ident(name)} …, or use a numeric column (smallint to float8, numeric).')
+    return found
+
+
+def packed(data, names, columns):
+    """A Table of `columns` from the bytes an aggregate packed (pgad.pack's form) of the data's columns `names`."""
+    _, stored, rows, skipped = HEADER.unpack_from(data)
+    if rows == 0:  # no row packed; with no row read at all, no column either
+        return skipping(Table([np.empty(0) for _ in columns], 0, skipped), columns)
+    values, rows, skipped = read(data, len(names))
+    return skipping(Table([values[names.index(c)] for c in columns], rows, skipped), columns)
