@@ -28,6 +28,7 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -521,8 +522,8 @@ varlena_equal(struct varlena *a, struct varlena *b)
 }
 
 /*
- * A reader of rows like row for the lambda loss: pgad._lambda_columns(loss, the row's column names, their types)
- * gives the positions of the columns the lambda reads, or the error that the functions give for them.
+ * A reader of rows like row for the lambda loss: pgad._lambda_columns(loss, the row's column names, the names of
+ * their types) gives the positions of the columns the lambda reads, or the error that the functions give for them.
  */
 static RowReader *
 row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 generation)
@@ -533,8 +534,9 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 	TupleDesc	tupdesc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(row), HeapTupleHeaderGetTypMod(row));
 	Datum	   *names = palloc(sizeof(Datum) * Max(tupdesc->natts, 1));
 	Datum	   *types = palloc(sizeof(Datum) * Max(tupdesc->natts, 1));
+	Oid		   *oids = palloc(sizeof(Oid) * Max(tupdesc->natts, 1));
 	AttrNumber *attnums = palloc(sizeof(AttrNumber) * Max(tupdesc->natts, 1));
-	Oid			argtypes[3] = {TEXTOID, TEXTARRAYOID, OIDARRAYOID};
+	Oid			argtypes[3] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID};
 	FmgrInfo	columns_of;
 	ArrayType  *positions;
 	Datum	   *chosen;
@@ -550,7 +552,8 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 		if (attribute->attisdropped)
 			continue;
 		names[count] = CStringGetTextDatum(NameStr(attribute->attname));
-		types[count] = ObjectIdGetDatum(attribute->atttypid);
+		types[count] = CStringGetTextDatum(format_type_be(attribute->atttypid));
+		oids[count] = attribute->atttypid;
 		attnums[count++] = attribute->attnum;
 	}
 	fmgr_info(pgad_function("_lambda_columns", buildoidvector(argtypes, 3),
@@ -558,7 +561,7 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 	InitFunctionCallInfoData(*call, &columns_of, 3, InvalidOid, NULL, NULL);
 	call->args[0].value = PointerGetDatum(loss);
 	call->args[1].value = PointerGetDatum(construct_array(names, count, TEXTOID, -1, false, TYPALIGN_INT));
-	call->args[2].value = PointerGetDatum(construct_array(types, count, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
+	call->args[2].value = PointerGetDatum(construct_array(types, count, TEXTOID, -1, false, TYPALIGN_INT));
 	call->args[0].isnull = call->args[1].isnull = call->args[2].isnull = false;
 	positions = DatumGetArrayTypeP(call_plainly(call));
 	if (call->isnull || ARR_NDIM(positions) > 1 || ARR_HASNULL(positions) || ARR_ELEMTYPE(positions) != INT4OID)
@@ -582,7 +585,7 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 		if (position < 1 || position > count)
 			elog(ERROR, "pgad._lambda_columns returned position %d of %d columns", position, count);
 		reader->attnums[k] = attnums[position - 1];
-		reader->types[k] = DatumGetObjectId(types[position - 1]);
+		reader->types[k] = oids[position - 1];
 		chosen[k] = names[position - 1];
 	}
 	reader->names = (ArrayType *) varlena_copy((struct varlena *) construct_array(chosen, reader->columns, TEXTOID,
@@ -953,4 +956,55 @@ pgad_lambda_final(PG_FUNCTION_ARGS)
 	result = call_plainly(call);
 	fcinfo->isnull = call->isnull;
 	return result;
+}
+
+/*
+ * 5. Two doors from pgad's Python back into the server that run no query, so that they work in parallel mode,
+ *    where PL/Python runs none (each plpy.execute is a subtransaction, which parallel mode forbids): the
+ *    aggregates' transition function runs in parallel workers, and their final function in a leader that is in
+ *    parallel mode. pgad/server.py calls them with ctypes, by name among the backend's symbols (PostgreSQL loads
+ *    pgad.so with RTLD_GLOBAL), never from a file.
+ */
+extern PGDLLEXPORT int pgad_check_interrupts(char *sqlstate, char *message, int size);
+extern PGDLLEXPORT char *pgad_setting(const char *name);
+
+/*
+ * CHECK_FOR_INTERRUPTS, with the error it raises (a cancel, a statement_timeout) caught and handed back rather than
+ * thrown across Python's frames: its SQLSTATE (5 characters) and its message (at most size bytes, with the NUL)
+ * into the caller's buffers, and 1; 0 when nothing is pending. Python then raises the same error, which aborts the
+ * transaction as the original would have. A termination (FATAL) exits the backend here, as it would anywhere.
+ */
+int
+pgad_check_interrupts(char *sqlstate, char *message, int size)
+{
+	MemoryContext context = CurrentMemoryContext;
+	volatile int interrupted = 0;
+
+	if (!INTERRUPTS_PENDING_CONDITION())
+		return 0;
+	PG_TRY();
+	{
+		CHECK_FOR_INTERRUPTS();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(context);
+		error = CopyErrorData();
+		FlushErrorState();
+		strlcpy(sqlstate, unpack_sql_state(error->sqlerrcode), 6);
+		strlcpy(message, error->message != NULL ? error->message : "", size);
+		FreeErrorData(error);
+		interrupted = 1;
+	}
+	PG_END_TRY();
+	return interrupted;
+}
+
+/* A setting as SHOW shows it (palloc'd in the current memory context), or NULL when there is none of that name. */
+char *
+pgad_setting(const char *name)
+{
+	return GetConfigOptionByName(name, NULL, true);
 }

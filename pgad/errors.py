@@ -1,4 +1,4 @@
-"""The one exception pgad raises for bad input; the SQL shim turns it into a PostgreSQL ERROR.
+"""The exception pgad raises for bad input, and the one for an interrupt; the SQL shim turns them into ERRORs.
 
 Messages follow PostgreSQL's style: lower case, the offending name in double quotes, a DETAIL where the
 context helps (the lambda with a caret under a syntax error) and a HINT where there is something to do.
@@ -13,3 +13,11 @@ class PgadError(Exception):
 
     def __str__(self):
         return self.message
+
+
+class Interrupted(Exception):
+    """A cancel, a statement_timeout: the server's own error, caught in C (server.check_interrupts) and raised again
+    as it was. Not a PgadError, so that no handler of bad input takes it for one."""
+    def __init__(self, sqlstate, message):
+        super().__init__(message)
+        self.sqlstate, self.message, self.detail, self.hint = sqlstate, message, None, None

@@ -149,12 +149,19 @@ def check_columns(query, columns):
             raise
         raise PgadError(e.sqlstate or '42601', e.args[0] if e.args else str(e), detail=f'The data query: {query}',
                         hint=getattr(e, 'hint', None)) from None
-    return positions(columns, names, types)
+    read = {names.index(c) for c in columns if c in names}
+    return positions(columns, names, [NUMERIC_TYPES.get(oid) or (type_name(oid) if k in read else '')
+                                      for k, oid in enumerate(types)])
+
+
+def type_name(oid):
+    return server.query('SELECT pg_catalog.format_type($1, NULL::pg_catalog.int4) AS t', [oid],
+                        ['pg_catalog.oid'])[0]['t']
 
 
 def positions(columns, names, types):
-    """The position in names of each column the lambda reads (names and type oids of the data's columns), or the
-    error for the first that is not there or not a number."""
+    """The position in names of each column the lambda reads (names and types: the data's columns, and the names
+    of their types), or the error for the first that is not there or not a number."""
     found = []
     for name in columns:
         if name not in names:
@@ -163,11 +170,8 @@ def positions(columns, names, types):
                             hint='Column names fold to lower case; write d."Name" for a mixed-case column.'
                             if name.lower() in [n.lower() for n in names] else None)
         found.append(names.index(name))
-        oid = types[found[-1]]
-        if oid not in NUMERIC_TYPES:
-            type_name = server.query('SELECT pg_catalog.format_type($1, NULL::pg_catalog.int4) AS t', [oid],
-                                     ['pg_catalog.oid'])[0]['t']
-            raise PgadError('42804', f'column "{name}" is of type {type_name}, not a number',
+        if types[found[-1]] not in NUMERIC_TYPES.values():
+            raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '
                                  f'{quote_ident(name)} …, or use a numeric column (smallint to float8, numeric).')
     return found
@@ -175,7 +179,7 @@ def positions(columns, names, types):
 
 def packed(data, names, columns):
     """A Table of `columns` from the bytes an aggregate packed (pgad.pack's form) of the data's columns `names`."""
-    _, stored, rows, skipped = HEADER.unpack_from(data)
+    rows, skipped = HEADER.unpack_from(data)[2:]
     if rows == 0:  # no row packed; with no row read at all, no column either
         return skipping(Table([np.empty(0) for _ in columns], 0, skipped), columns)
     values, rows, skipped = read(data, len(names))

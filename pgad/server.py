@@ -8,11 +8,12 @@ Every SQL text here and in the stages that call these functions names what it us
 (pg_catalog.count, OPERATOR(pg_catalog.||), pg_catalog.text), so that nothing on the caller's search_path can stand
 in for it: pgad runs as whoever calls it, superusers included (docs/security.md).
 """
+import ctypes
 import functools
 import warnings
 
 from . import limits
-from .errors import PgadError
+from .errors import Interrupted, PgadError
 
 INTERRUPTED = '57'  # operator intervention: a cancel, a statement_timeout, a shutdown; never reported as another
 
@@ -39,7 +40,7 @@ def entry(function):
             warnings.simplefilter('always')
             try:
                 return function(*args, **kwargs)
-            except PgadError as e:
+            except (PgadError, Interrupted) as e:
                 error = e
             finally:
                 limits.on_interrupts(outer)
@@ -61,8 +62,28 @@ MEMORY_UNITS = {'': 1, 'B': 1, 'kB': 1 << 10, 'MB': 1 << 20, 'GB': 1 << 30, 'TB'
 
 def settings():
     """pgad's settings (extension/pgad.c defines them), by name without 'pgad.', as SHOW shows them."""
+    library = native()
+    if library is not None:
+        return {name: library.pgad_setting(f'pgad.{name}'.encode()).decode() for name in SETTINGS}
     row = query('SELECT ' + ', '.join(f"pg_catalog.current_setting('pgad.{name}') AS {name}" for name in SETTINGS))
     return dict(row[0])
+
+
+_native = []
+
+
+def native():
+    """pgad.so's functions for Python (extension/pgad.c, part 5), found among the backend's global symbols; None
+    outside the server (the in-process tests), where queries stand in for them."""
+    if not _native:
+        library = ctypes.PyDLL(None)
+        try:
+            library.pgad_setting.restype, library.pgad_setting.argtypes = ctypes.c_char_p, [ctypes.c_char_p]
+            library.pgad_check_interrupts.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+        except AttributeError:
+            library = None
+        _native.append(library)
+    return _native[0]
 
 
 def in_bytes(setting):
@@ -108,11 +129,20 @@ def describe(sql):
 
 
 _check = None
+MESSAGE_BYTES = 1000
 
 
 def check_interrupts():
-    """Let the server act on statement_timeout and pg_cancel_backend: any SPI call checks for interrupts."""
+    """Let the server act on statement_timeout and pg_cancel_backend: its error, if one is pending, is raised as
+    Interrupted (through pgad.so, which needs no query and so works in parallel mode; outside the server any SPI
+    call checks)."""
     global _check
+    library = native()
+    if library is not None:
+        sqlstate, message = ctypes.create_string_buffer(6), ctypes.create_string_buffer(MESSAGE_BYTES)
+        if library.pgad_check_interrupts(sqlstate, message, MESSAGE_BYTES):
+            raise Interrupted(sqlstate.value.decode(), message.value.decode(errors='replace'))
+        return
     p = plpy()
     if _check is None:
         _check = p.prepare('SELECT')

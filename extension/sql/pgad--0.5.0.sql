@@ -146,7 +146,7 @@ REVOKE ALL ON FUNCTION pgad._pack_step(pg_catalog.internal, VARIADIC "any"),
 -- whose row is a whole-row reference of the data (docs/sql.md). The transition function (extension/pgad.c) packs the
 -- columns the lambda reads, as pgad.pack does, asking pgad._lambda_columns which they are; the final function
 -- hands them to pgad._<aggregate>, which trains as the functions do. Parallel safe: the state serialises.
-CREATE FUNCTION pgad._lambda_columns(loss pg_catalog.text, names pg_catalog.text[], types pg_catalog.oid[])
+CREATE FUNCTION pgad._lambda_columns(loss pg_catalog.text, names pg_catalog.text[], types pg_catalog.text[])
 RETURNS pg_catalog.int4[] LANGUAGE plpython3u STABLE STRICT PARALLEL SAFE AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
@@ -236,7 +236,7 @@ CREATE AGGREGATE pgad.gradient_descent_agg(loss pg_catalog.text, weights pg_cata
 COMMENT ON AGGREGATE pgad.gradient_descent_agg(pg_catalog.text, pg_catalog.jsonb, anyelement, pg_catalog.jsonb) IS
     'batch gradient descent over the group''s rows; options: learning_rate, iterations, mode, backend';
 
-REVOKE ALL ON FUNCTION pgad._lambda_columns(pg_catalog.text, pg_catalog.text[], pg_catalog.oid[]),
+REVOKE ALL ON FUNCTION pgad._lambda_columns(pg_catalog.text, pg_catalog.text[], pg_catalog.text[]),
   pgad._loss_agg(pg_catalog.bytea, pg_catalog.text[], pg_catalog.text, pg_catalog.jsonb, pg_catalog.jsonb),
   pgad._gradient_agg(pg_catalog.bytea, pg_catalog.text[], pg_catalog.text, pg_catalog.jsonb, pg_catalog.jsonb),
   pgad._gradient_descent_agg(pg_catalog.bytea, pg_catalog.text[], pg_catalog.text, pg_catalog.jsonb,
