@@ -89,9 +89,13 @@ CALLS = [
     ("SET pgad.load_chunk_rows = 7", ()),
     ("SELECT pgad.gradient(%s, 'points', %s)", (LINEAR, '{"a": 1, "b": 0}')),
     ("RESET pgad.load_chunk_rows", ()),
+    ("SELECT pgad.gradient_agg(%s, %s, p) FROM points AS p", (LINEAR, '{"a": 1, "b": 0}')),
+    ("SELECT (pgad.gradient_descent_agg(%s, %s, p, '{\"iterations\": 5}')).loss FROM with_nulls AS p",
+     (LINEAR, '{"a": 0, "b": 0}')),
 ]
 FAILING = [  # the error paths, whose queries must be safe too
     ("SELECT pgad.loss('λ(d, w) d.t', 'labels', '{}')", ()),
+    ("SELECT pgad.loss_agg('λ(d, w) d.t', '{}', l) FROM labels AS l", ()),
     ("SELECT pgad.loss('λ(d, w) d.x', 'no_such_table', '{}')", ()),
     ("SELECT pgad.loss('λ(d, w) d.x', 'DELETE FROM points', '{}')", ()),
 ]
@@ -198,11 +202,12 @@ def test_every_statement_pgad_ran_is_qualified(server, dbname):
             with pytest.raises(psycopg.Error):
                 db.execute(sql, args)
         ran = [q for q, in db.execute('SELECT query FROM pg_stat_statements WHERE NOT toplevel').fetchall()]
-    assert len(ran) >= 8  # the settings, the data's columns, the loads, the interrupt checks
+    assert len(ran) >= 8  # the data's columns, the loads (settings and interrupt checks are read in C)
     assert {q: unqualified(q) for q in ran if unqualified(q)} == {}
 
 
-@pytest.mark.parametrize('script', ['pgad--0.4.0.sql', 'pgad--0.2.0--0.3.0.sql', 'pgad--0.3.0--0.4.0.sql'])
+@pytest.mark.parametrize('script', ['pgad--0.5.0.sql', 'pgad--0.2.0--0.3.0.sql', 'pgad--0.3.0--0.4.0.sql',
+                                    'pgad--0.4.0--0.5.0.sql'])
 def test_every_statement_of_the_scripts_is_qualified(script):
     parts = (ROOT / 'extension' / 'sql' / script).read_text().split('$$')
     sql = ' '.join(part for k, part in enumerate(parts) if k % 2 == 0 or not part.startswith('\nimport'))

@@ -5,7 +5,8 @@ import pytest
 from conftest import new_database
 
 # Every object of schema pgad as the catalog describes it: functions (signature with defaults, result, language,
-# volatility, strictness, security, privileges, comment, body) and types.
+# volatility, strictness, security, privileges, comment, body), aggregates (support functions, state, parallel
+# safety) and types.
 CATALOG = """
 SELECT 'function' AS kind, p.proname || '(' || pg_get_function_arguments(p.oid) || ')' AS name,
        concat_ws(' | ', pg_get_function_result(p.oid), l.lanname, p.provolatile, p.proisstrict, p.prosecdef,
@@ -17,6 +18,12 @@ SELECT 'type', t.typname, format_type(t.oid, NULL) || ' ' || coalesce((
          SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
          FROM pg_attribute AS a WHERE a.attrelid = t.typrelid AND a.attnum > 0), '')
 FROM pg_type AS t WHERE t.typnamespace = 'pgad'::regnamespace AND t.typtype = 'c'
+UNION ALL
+SELECT 'aggregate', a.aggfnoid::regprocedure::text,
+       concat_ws(' | ', a.aggtransfn::regprocedure, a.aggfinalfn::regprocedure, a.aggcombinefn::regprocedure,
+                 a.aggserialfn::regprocedure, a.aggdeserialfn::regprocedure, a.aggtranstype::regtype,
+                 a.aggfinalmodify, p.proparallel)
+FROM pg_aggregate AS a JOIN pg_proc AS p ON p.oid = a.aggfnoid WHERE p.pronamespace = 'pgad'::regnamespace
 UNION ALL
 SELECT 'schema', nspname, nspacl::text FROM pg_namespace WHERE nspname = 'pgad'
 ORDER BY 1, 2
@@ -34,7 +41,7 @@ def fresh(cluster):
         return db.execute(CATALOG).fetchall()
 
 
-@pytest.mark.parametrize('version', ['0.1.0', '0.2.0', '0.3.0'])
+@pytest.mark.parametrize('version', ['0.1.0', '0.2.0', '0.3.0', '0.4.0'])
 def test_an_updated_install_is_the_fresh_install(cluster, fresh, version):
     with connect_new(cluster) as db:
         db.execute(f"CREATE EXTENSION pgad VERSION '{version}' CASCADE")
