@@ -528,6 +528,7 @@ varlena_equal(struct varlena *a, struct varlena *b)
 static RowReader *
 row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 generation)
 {
+	MemoryContext caller = CurrentMemoryContext;
 	MemoryContext context = AllocSetContextCreate(fcinfo->flinfo->fn_mcxt, "pgad row reader",
 												  ALLOCSET_SMALL_SIZES);
 	RowReader  *reader = MemoryContextAllocZero(context, sizeof(RowReader));
@@ -572,7 +573,9 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 	reader->loss = (text *) varlena_copy((struct varlena *) loss, context);
 	reader->rowtype = HeapTupleHeaderGetTypeId(row);
 	reader->rowtypmod = HeapTupleHeaderGetTypMod(row);
-	reader->tupdesc = CreateTupleDescCopy(tupdesc);	/* in fn_mcxt: attcacheoff is set as rows are read */
+	MemoryContextSwitchTo(context);
+	reader->tupdesc = CreateTupleDescCopy(tupdesc);	/* our own: attcacheoff is set as rows are read */
+	MemoryContextSwitchTo(caller);
 	reader->columns = ArrayGetNItems(ARR_NDIM(positions), ARR_DIMS(positions));
 	reader->attnums = MemoryContextAlloc(context, sizeof(AttrNumber) * Max(reader->columns, 1));
 	reader->types = MemoryContextAlloc(context, sizeof(Oid) * Max(reader->columns, 1));
@@ -706,10 +709,7 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 		reader = row_reader(fcinfo, state->loss, row, replaced == NULL ? 1 : replaced->generation + 1);
 		fcinfo->flinfo->fn_extra = reader;
 		if (replaced != NULL)
-		{
-			FreeTupleDesc(replaced->tupdesc);
 			MemoryContextDelete(replaced->context);
-		}
 	}
 	state->generation = reader->generation;
 	if (state->pack == NULL)
