@@ -1,6 +1,6 @@
 """Where pgad's load time goes: pgad.pack (the native packing aggregate), serial and with 2 parallel workers,
 against pgad 0.3's string_agg load and one plain scan of the same table, timed side by side on one throwaway
-cluster, with the whole pgad.loss and a 100-iteration pgad.gradient_descent.
+cluster, with the whole pgad.loss and a 100-iteration pgad.gradient_descent, and the same two as aggregates.
 
     .venv/bin/python bench/load.py [--rows 1000000] [--features 2 8] [--repeats 3]
 
@@ -13,6 +13,9 @@ are interleaved, and each figure is the best of the repeats. "∥2" is the same 
   pgad.loss       the whole pgad.loss call on the linear loss (its load, one evaluation)
   descent 100     pgad.gradient_descent of the linear loss, 100 iterations, llvm (its load, 100 kernel calls)
   chunked         pgad.loss with SET pgad.load_chunk_rows = 65536: the fallback for data past 1 GB
+  whole row       SELECT count(t) FROM the table AS t: what the executor pays to make each row one value
+  loss_agg        the aggregate pgad.loss_agg(loss, weights, t) FROM the table AS t: the same number as pgad.loss
+  descent_agg 100 pgad.gradient_descent_agg(…, t, options) with descent 100's options
 Timings are printed, never asserted.
 """
 import argparse
@@ -25,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pgad.throwaway import Cluster  # noqa: E402
 
 WAYS = ['scan', 'scan ∥2', 'string_agg', 'pack', 'pack ∥2', 'pgad.loss', 'pgad.loss ∥2', 'descent 100',
-        'descent 100 ∥2', 'chunked']
+        'descent 100 ∥2', 'chunked', 'whole row', 'loss_agg', 'loss_agg ∥2', 'descent_agg 100', 'descent_agg 100 ∥2']
 
 # The queries are built from the fixed column names y, x1..xP only (no user text).
 FUNCTION = r'''
@@ -40,7 +43,9 @@ weights = '{' + ', '.join(f'"w{i}": 0' for i in range(1, p + 1)) + '}'
 plpy.execute('SET pgad.load_chunk_rows = 65536' if way == 'chunked' else 'RESET pgad.load_chunk_rows')
 plpy.execute('SET max_parallel_workers_per_gather = ' + ('2' if way.endswith('∥2') else '0'))
 start = time.perf_counter()
-if way.startswith('scan'):
+if way == 'whole row':
+    plpy.execute(f'SELECT count(t) FROM {tbl} AS t')
+elif way.startswith('scan'):
     plpy.execute(f"SELECT sum({' + '.join(cols)}) FROM {tbl}")
 elif way == 'string_agg':
     row = plpy.execute(f"SELECT string_agg({' || '.join(send)}, ''::bytea) AS b FROM {tbl}")[0]
@@ -56,6 +61,13 @@ elif way.startswith('pgad.loss') or way == 'chunked':
 elif way.startswith('descent 100'):
     plpy.execute(plpy.prepare("SELECT * FROM pgad.gradient_descent($1, $2, $3::jsonb, 0.01, 100, 'reverse', 'llvm')",
                               ['text', 'text', 'text']), [loss, tbl, weights])
+elif way.startswith('loss_agg'):
+    plpy.execute(plpy.prepare(f'SELECT pgad.loss_agg($1, $2::jsonb, t) FROM {tbl} AS t', ['text', 'text']),
+                 [loss, weights])
+elif way.startswith('descent_agg 100'):
+    plpy.execute(plpy.prepare(f'SELECT pgad.gradient_descent_agg($1, $2::jsonb, t, $3::jsonb) FROM {tbl} AS t',
+                              ['text', 'text', 'text']),
+                 [loss, weights, '{"learning_rate": 0.01, "iterations": 100, "backend": "llvm"}'])
 elapsed = time.perf_counter() - start
 plpy.execute('RESET pgad.load_chunk_rows')
 plpy.execute('RESET max_parallel_workers_per_gather')

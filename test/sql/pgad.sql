@@ -45,6 +45,23 @@ FROM (VALUES (1::float8, 2::float8), (3, NULL), (5, 6)) AS t(x, y);
 SELECT pgad.pack(x) IS NULL AS no_rows FROM points WHERE false;
 SELECT pgad.pack(1);
 
+-- the aggregates: one fit per group of a GROUP BY, the functions' numbers, NULL for an empty group
+CREATE TABLE regions AS SELECT r, x::float8 AS x, (r*x + 1)::numeric AS y
+FROM generate_series(1, 3) AS r, generate_series(-5, 5) AS x;
+SELECT r, round(pgad.loss_agg('λ(d, w) (w.a*d.x + w.b - d.y)^2', '{"a": 1, "b": 0}', t)::numeric, 9) AS loss,
+       pgad.gradient_agg('λ(d, w) (w.a*d.x + w.b - d.y)^2', '{"a": 1, "b": 0}', t) AS gradient
+FROM regions AS t GROUP BY r ORDER BY r;
+SELECT r, round(((fit).weights->>'a')::numeric, 6) AS a, round(((fit).weights->>'b')::numeric, 6) AS b,
+       (fit).iterations
+FROM (SELECT r, pgad.gradient_descent_agg('λ(d, w) (w.a*d.x + w.b - d.y)^2', '{"a": 0, "b": 0}', t,
+                                          '{"learning_rate": 0.02, "iterations": 2000}') AS fit
+      FROM regions AS t GROUP BY r) AS fits ORDER BY r;
+SELECT r, pgad.loss_agg('λ(d, w) (w.a*d.x - d.y)^2', '{"a": 1}', t) FILTER (WHERE x > 100) AS nothing
+FROM regions AS t GROUP BY r ORDER BY r;
+SELECT pgad.loss_agg('λ(d, w) w.a*d.z', '{"a": 0}', t) FROM regions AS t;
+SELECT pgad.gradient_descent_agg('λ(d, w) w.a*d.x', '{"a": 0}', t, '{"rate": 1}') FROM regions AS t;
+SELECT pgad.loss_agg('λ(d, w) w.a*d.x', '{"a": 0}', t.x) FROM regions AS t;
+
 -- bad input: an ERROR with what is wrong, and nothing changed
 SELECT pgad.loss('λ(d, w) (w.a*d.x + - d.y', 'points', '{"a": 0}');
 SELECT pgad.loss('λ(d, w) w.a*d.z', 'points', '{"a": 0}');
