@@ -239,9 +239,9 @@ pack_too_large(int64 rows, int columns)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			 errmsg("pgad.pack cannot pack more than " INT64_FORMAT " rows of %d columns", rows, columns),
+			 errmsg("pgad cannot pack more than " INT64_FORMAT " rows of %d columns in one value", rows, columns),
 			 errdetail("The packed rows would pass 1 GB, the largest value PostgreSQL stores."),
-			 errhint("Pack the rows in chunks, as pgad's loader does.")));
+			 errhint("Pack the rows in chunks, as pgad's functions do; an aggregate's group must fit in one.")));
 }
 
 /* A state with room for capacity rows, in context. */
@@ -574,7 +574,7 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 	reader->rowtype = HeapTupleHeaderGetTypeId(row);
 	reader->rowtypmod = HeapTupleHeaderGetTypMod(row);
 	MemoryContextSwitchTo(context);
-	reader->tupdesc = CreateTupleDescCopy(tupdesc);	/* our own: attcacheoff is set as rows are read */
+	reader->tupdesc = lookup_rowtype_tupdesc_copy(reader->rowtype, reader->rowtypmod);	/* with missing values */
 	MemoryContextSwitchTo(caller);
 	reader->columns = ArrayGetNItems(ARR_NDIM(positions), ARR_DIMS(positions));
 	reader->attnums = MemoryContextAlloc(context, sizeof(AttrNumber) * Max(reader->columns, 1));
@@ -678,10 +678,11 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 					 errhint("Pass the whole row of the data: %s(loss, weights, t) FROM your_table AS t.",
 							 aggregate_name(fcinfo))));
 		state = MemoryContextAllocZero(context, sizeof(LambdaState));
-		state->loss = (text *) varlena_copy(PG_GETARG_VARLENA_PP(1), context);
-		state->weights = varlena_copy(PG_GETARG_VARLENA_PP(2), context);
+		/* Kept with a 4-byte header (PG_GETARG_VARLENA_P), as the serial form expects. */
+		state->loss = (text *) varlena_copy(PG_GETARG_VARLENA_P(1), context);
+		state->weights = varlena_copy(PG_GETARG_VARLENA_P(2), context);
 		if (with_options && !PG_ARGISNULL(4))
-			state->options = varlena_copy(PG_GETARG_VARLENA_PP(4), context);
+			state->options = varlena_copy(PG_GETARG_VARLENA_P(4), context);
 	}
 	else
 	{
@@ -857,7 +858,10 @@ pgad_lambda_serialize(PG_FUNCTION_ARGS)
 	if (state->pack != NULL)
 		size += pack_size(state->pack) + varlena_size((struct varlena *) state->names);
 	if (size > MaxAllocSize)
-		pack_too_large(pack_max_rows(state->pack->columns), state->pack->columns);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a parallel worker's rows for a pgad aggregate pass 1 GB, the largest value PostgreSQL stores"),
+				 errhint("Run the query with fewer rows per group, or with max_parallel_workers_per_gather = 0.")));
 	result = palloc(size);
 	SET_VARSIZE(result, size);
 	out = VARDATA(result);

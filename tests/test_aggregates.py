@@ -243,3 +243,18 @@ def test_the_same_errors_in_a_parallel_worker(db):
         db.execute(setting)
     diag = error_of(db, "SELECT pgad.loss_agg('λ(d, w) d.z', '{}', t) FROM sales AS t")
     assert diag.sqlstate == '42703' and diag.message_primary == 'column "z" does not exist in the data'
+
+
+def test_a_loss_and_weights_from_columns_cross_from_parallel_workers(db):
+    """Values read from a table (short varlena headers) in the state that workers serialise."""
+    db.execute('DROP TABLE IF EXISTS modelled')
+    db.execute('CREATE TABLE modelled AS SELECT *, %s::text AS loss, %s::jsonb AS weights FROM sales', (LINEAR, START))
+    db.execute('ANALYZE modelled')
+    query = 'SELECT pgad.gradient_agg(t.loss, t.weights, t) FROM modelled AS t WHERE t.x > 1'
+    serial = scalar(db, query)
+    for setting in PARALLEL + ['SET parallel_leader_participation = off']:
+        db.execute(setting)
+    assert 'Partial' in '\n'.join(r[0] for r in rows(db, 'EXPLAIN (COSTS OFF) ' + query))
+    assert close(scalar(db, query), serial, 1e-9)
+    assert close(serial, scalar(db, 'SELECT pgad.gradient(%s, \'SELECT * FROM sales WHERE x > 1\', %s)',
+                                (LINEAR, START)))
