@@ -480,6 +480,7 @@ typedef struct LambdaState
 	int64		null_rows;		/* rows that were NULL as a whole (an outer join's missing side) */
 	ArrayType  *names;			/* the columns packed, a text[] (with pack) */
 	uint64		generation;		/* the reader the group's loss was last checked against */
+	bool		varying;		/* whether loss, weights or options may vary by row (are not constants) */
 	text	   *loss;			/* the group's lambda, weights and options (NULL when not given) */
 	struct varlena *weights;
 	struct varlena *options;
@@ -683,15 +684,15 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 		state->weights = varlena_copy(PG_GETARG_VARLENA_P(2), context);
 		if (with_options && !PG_ARGISNULL(4))
 			state->options = varlena_copy(PG_GETARG_VARLENA_P(4), context);
+		/* A constant is the same in every row: only the others are compared with the group's first row. */
+		state->varying = !get_fn_expr_arg_stable(fcinfo->flinfo, 1) || !get_fn_expr_arg_stable(fcinfo->flinfo, 2) ||
+			(with_options && !get_fn_expr_arg_stable(fcinfo->flinfo, 4));
 	}
-	else
+	else if (state->varying)
 	{
-		/* A constant is the same in every row: checked once, when the group began. */
-		if (!get_fn_expr_arg_stable(fcinfo->flinfo, 1))
-			same_in_group(fcinfo, 1, (struct varlena *) state->loss, "loss");
-		if (!get_fn_expr_arg_stable(fcinfo->flinfo, 2))
-			same_in_group(fcinfo, 2, state->weights, "weights");
-		if (with_options && !get_fn_expr_arg_stable(fcinfo->flinfo, 4))
+		same_in_group(fcinfo, 1, (struct varlena *) state->loss, "loss");
+		same_in_group(fcinfo, 2, state->weights, "weights");
+		if (with_options)
 			same_in_group(fcinfo, 4, state->options, "options");
 	}
 	if (PG_ARGISNULL(3))
@@ -753,6 +754,7 @@ lambda_copy(const LambdaState *state, MemoryContext context)
 	LambdaState *copy = MemoryContextAllocZero(context, sizeof(LambdaState));
 
 	copy->null_rows = state->null_rows;
+	copy->varying = state->varying;
 	copy->loss = (text *) varlena_copy((struct varlena *) state->loss, context);
 	copy->weights = varlena_copy(state->weights, context);
 	copy->options = state->options == NULL ? NULL : varlena_copy(state->options, context);
