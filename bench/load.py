@@ -86,7 +86,7 @@ def main():
         db.execute('CREATE EXTENSION pgad CASCADE')
         db.execute(FUNCTION)
         print(f'{args.rows:,} rows; ms, best of {args.repeats}, interleaved; (ratio to one serial scan)')
-        print(f"{'P':>3} " + ''.join(f'{w:>17}' for w in WAYS))
+        print(f"{'P':>3} " + ''.join(f'{w:>19}' for w in WAYS))
         for p in args.features:
             table = f'load_p{p}'
             xs = ', '.join(f'random()*2 - 1 AS x{i}' for i in range(1, p + 1))
@@ -97,7 +97,7 @@ def main():
             for _ in range(args.repeats):
                 for w in WAYS:
                     ms[w] = min(ms[w], 1e3 * db.execute('SELECT load_way(%s, %s, %s)', (w, table, p)).fetchone()[0])
-            print(f'{p:>3} ' + ''.join(f'{ms[w]:>10.0f} ({ms[w] / ms["scan"]:4.1f})' for w in WAYS), flush=True)
+            print(f'{p:>3} ' + ''.join(f'{ms[w]:>12.0f} ({ms[w] / ms["scan"]:4.1f})' for w in WAYS), flush=True)
             db.execute(f'DROP TABLE {table}')
 
 
