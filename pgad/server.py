@@ -74,14 +74,15 @@ _native = []
 
 def native():
     """pgad.so's functions for Python (extension/pgad.c, part 5), found among the backend's global symbols; None
-    outside the server (the in-process tests), where queries stand in for them."""
+    outside the server (the in-process tests), where queries stand in for them, and in a backend that has not loaded
+    pgad.so yet (a superuser calling an implementation directly): not remembered, so a later call finds it."""
     if not _native:
         library = ctypes.PyDLL(None)
         try:
             library.pgad_setting.restype, library.pgad_setting.argtypes = ctypes.c_char_p, [ctypes.c_char_p]
             library.pgad_check_interrupts.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
         except AttributeError:
-            library = None
+            return None
         _native.append(library)
     return _native[0]
 

@@ -258,3 +258,14 @@ def test_a_loss_and_weights_from_columns_cross_from_parallel_workers(db):
     assert close(scalar(db, query), serial, 1e-9)
     assert close(serial, scalar(db, 'SELECT pgad.gradient(%s, \'SELECT * FROM sales WHERE x > 1\', %s)',
                                 (LINEAR, START)))
+
+
+def test_a_parallel_aggregate_after_an_implementation_ran_before_pgad_so_was_loaded(cluster, dbname):
+    """A superuser's direct call of an implementation runs pgad's Python before pgad.so is loaded (and fails: pgad's
+    settings are not defined yet); the aggregate that follows must still find pgad.so's doors."""
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        assert error_of(db, "SELECT * FROM pgad._derivatives('λ(d, w) w.a*2')").sqlstate == '42704'
+        assert rows(db, "SELECT * FROM pgad.derivatives('λ(d, w) w.a*2')") == [('a', '2')]
+        for setting in PARALLEL + ['SET parallel_leader_participation = off']:
+            db.execute(setting)
+        assert scalar(db, 'SELECT pgad.loss_agg(%s, %s, t) FROM sales AS t', (LINEAR, START)) > 0
