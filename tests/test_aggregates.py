@@ -27,6 +27,11 @@ def tables(cluster, dbname):
         db.execute("INSERT INTO mixed SELECT g % 2, g, g * 3, g * 5, g / 4.0, g / 3.0, g / 7.0, 'row ' || g, g "
                    "FROM generate_series(1, 60) AS g")
         db.execute("ALTER TABLE mixed DROP COLUMN dropped")
+        db.execute("ANALYZE mixed")
+        db.execute("CREATE TABLE typed AS SELECT g % 2 AS region, g::int2 AS s, g * 3 AS i, g::int8 * 5 AS b, "
+                   "(g / 4.0)::real AS r, CASE WHEN g % 7 = 0 THEN NULL ELSE g / 3.0 END AS n "
+                   "FROM generate_series(1, 3000) AS g")
+        db.execute("ANALYZE typed")
         db.execute("CREATE TABLE starts (region text PRIMARY KEY, weights jsonb)")
         db.execute("""INSERT INTO starts VALUES ('north', '{"a": 1, "b": 0}'), ('south', '{"a": 0, "b": 1}')""")
 
@@ -269,3 +274,24 @@ def test_a_parallel_aggregate_after_an_implementation_ran_before_pgad_so_was_loa
         for setting in PARALLEL + ['SET parallel_leader_participation = off']:
             db.execute(setting)
         assert scalar(db, 'SELECT pgad.loss_agg(%s, %s, t) FROM sales AS t', (LINEAR, START)) > 0
+
+
+@pytest.mark.parametrize('query', [
+    # no column read: states of no column cross from the workers
+    "SELECT region, pgad.loss_agg('λ(d, w) (w.a - 3)^2', '{\"a\": 1}', t) FROM sales AS t GROUP BY region",
+    # whole rows NULL (an outer join's missing side) and a group whose every row is skipped
+    "SELECT s.x > 28, pgad.gradient_agg('λ(d, w) (w.a*d.x + w.b - d.y)^2', '{\"a\": 1, \"b\": 0}', t) "
+    "FROM sales AS s LEFT JOIN (SELECT * FROM sales WHERE x > 29) AS t ON t.x = s.x GROUP BY s.x > 28",
+    # every numeric type, and NULLs in some rows
+    "SELECT m.region, pgad.gradient_agg('λ(d, w) (w.a*d.s + w.b*d.i - d.b)^2 + w.a*d.r*d.n', "
+    "'{\"a\": 1, \"b\": 0}', m) FROM typed AS m GROUP BY m.region",
+])
+def test_the_edges_of_the_state_cross_from_parallel_workers(db, query):
+    serial = sorted(rows(db, query), key=str)
+    for setting in PARALLEL + ['SET parallel_leader_participation = off']:
+        db.execute(setting)
+    assert 'Partial' in '\n'.join(r[0] for r in rows(db, 'EXPLAIN (COSTS OFF) ' + query))
+    parallel = sorted(rows(db, query), key=str)
+    assert [r[0] for r in parallel] == [r[0] for r in serial]
+    for got, want in zip(parallel, serial):
+        assert (got[1] is None and want[1] is None) or close(got[1], want[1], 1e-9)
