@@ -360,3 +360,67 @@ def test_a_domain_error_names_the_operation_and_the_row(plpy):
                  lambda *a: api.gradient_descent(*a, 0.1, 3)):
         error = fails(call, 'λ(d, w) w.a*ln(d.x - 1)', 'points', '{"a": 1}')
         assert (error.sqlstate, error.message, error.detail, error.hint) == expected
+
+
+# --- the aggregates' Python: the packed rows the C transition function hands over -------------------------------
+def packed(plpy, sql):
+    return bytes(next(iter(plpy.conn.execute(sql).fetchone().values())))
+
+
+def test_the_aggregates_give_the_functions_numbers_on_the_packed_rows(plpy, xy):
+    """The names say which packed column is which: packed as (y, x), read as the lambda's (x, y)."""
+    rows, weights = packed(plpy, 'SELECT pgad.pack(y, x) FROM with_nulls'), json.dumps(W)
+    assert api.loss_agg(rows, ['y', 'x'], LINEAR, weights) == pytest.approx(mse(*xy, **W), rel=1e-12)
+    gradient = json.loads(api.gradient_agg(rows, ['y', 'x'], LINEAR, weights, '{"mode": "forward"}'))
+    assert [gradient[k] for k in W] == pytest.approx(mse_gradient(*xy, **W), rel=1e-12)
+    fit, loss, ran = api.gradient_descent_agg(rows, ['y', 'x'], LINEAR, weights, '{"learning_rate": 0.1}')
+    assert [json.loads(fit)[k] for k in W] == pytest.approx(numpy_descent(*xy, list(W.values()), 0.1, 100), rel=1e-9)
+    assert ran == 100 and loss == pytest.approx(mse(*xy, *json.loads(fit).values()), rel=1e-9)
+    assert plpy.notices() == [f'skipped {NULL_ROWS} of {50 + NULL_ROWS} rows with NULL in "x", "y"'] * 3
+
+
+def test_an_aggregate_with_no_row_to_average_over_gives_none(plpy):
+    rows = packed(plpy, 'SELECT pgad.pack(x::float8, y) FROM all_null')
+    assert api.gradient_agg(rows, ['x', 'y'], LINEAR, json.dumps(W)) is None
+    nothing = loader.HEADER.pack(loader.MAGIC, 0, 0, 2)  # no row read at all: no column either, 2 NULL rows
+    assert api.loss_agg(nothing, [], LINEAR, json.dumps(W)) is None
+    assert plpy.notices() == ['skipped 3 of 3 rows with NULL in "x", "y"', 'skipped 2 of 2 rows with NULL in "x", "y"']
+
+
+@pytest.mark.parametrize('aggregate, options, message, hint', [
+    (api.loss_agg, '{"mode": "forward"}', 'unknown option "mode" of pgad.loss_agg', 'pgad.loss_agg takes no options.'),
+    (api.gradient_agg, '{"iterations": 5}', 'unknown option "iterations" of pgad.gradient_agg',
+     'The options are mode, backend.'),
+    (api.gradient_descent_agg, '[1]', 'options must be a JSON object',
+     'Write the options as {"learning_rate": 0.05, "iterations": 100, "mode": "reverse", "backend": "auto"}.'),
+    (api.gradient_descent_agg, '{"learning_rate": true}', 'option "learning_rate" must be a number, not true', None),
+    (api.gradient_descent_agg, '{"iterations": 1.5}', 'option "iterations" must be an integer, not 1.5', None),
+    (api.gradient_descent_agg, '{"iterations": 2147483648}',
+     'option "iterations" must be an integer, not 2147483648', None),
+    (api.gradient_descent_agg, '{"iterations": -1}', 'iterations must be 0 or more, not -1', None),
+    (api.gradient_agg, '{"mode": 1}', 'option "mode" must be a string, not 1', None),
+    (api.gradient_agg, '{"backend": "fortran"}', 'unknown backend "fortran"', None),
+])
+def test_an_aggregates_bad_options_are_refused(plpy, aggregate, options, message, hint):
+    error = fails(aggregate, packed(plpy, 'SELECT pgad.pack(x, y) FROM points'), ['x', 'y'], LINEAR, json.dumps(W),
+                  options)
+    assert (error.sqlstate, error.message) == ('22023', message)
+    assert hint is None or error.hint == hint
+
+
+def test_an_aggregates_options_default_to_the_functions_arguments(plpy):
+    rows, weights = packed(plpy, 'SELECT pgad.pack(x, y) FROM points'), json.dumps(W)
+    assert api.gradient_descent_agg(rows, ['x', 'y'], LINEAR, weights) == \
+        api.gradient_descent_agg(rows, ['x', 'y'], LINEAR, weights, '{"learning_rate": 0.05, "iterations": 100}') == \
+        api.gradient_descent(LINEAR, 'points', weights)
+
+
+def test_lambda_columns_finds_each_column_by_name_or_gives_the_functions_error(plpy):
+    names, types = ['t', 'y', 'x'], ['text', 'numeric', 'smallint']
+    assert api.lambda_columns(LINEAR, names, types) == [3, 2]
+    assert api.lambda_columns('λ(d, w) w.a', names, types) == []
+    error = fails(api.lambda_columns, 'λ(d, w) d.z', names, types)
+    assert (error.sqlstate, error.message, error.detail) == \
+        ('42703', 'column "z" does not exist in the data', 'The data has columns: "t", "y", "x".')
+    error = fails(api.lambda_columns, 'λ(d, w) d.t', names, types)
+    assert (error.sqlstate, error.message) == ('42804', 'column "t" is of type text, not a number')
