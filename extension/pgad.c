@@ -540,6 +540,7 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 	AttrNumber *attnums = palloc(sizeof(AttrNumber) * Max(tupdesc->natts, 1));
 	Oid			argtypes[3] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID};
 	FmgrInfo	columns_of;
+	Datum		result;
 	ArrayType  *positions;
 	Datum	   *chosen;
 	int			count = 0;
@@ -565,8 +566,11 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 	call->args[1].value = PointerGetDatum(construct_array(names, count, TEXTOID, -1, false, TYPALIGN_INT));
 	call->args[2].value = PointerGetDatum(construct_array(types, count, TEXTOID, -1, false, TYPALIGN_INT));
 	call->args[0].isnull = call->args[1].isnull = call->args[2].isnull = false;
-	positions = DatumGetArrayTypeP(call_plainly(call));
-	if (call->isnull || ARR_NDIM(positions) > 1 || ARR_HASNULL(positions) || ARR_ELEMTYPE(positions) != INT4OID)
+	result = call_plainly(call);
+	if (call->isnull)
+		elog(ERROR, "pgad._lambda_columns returned NULL");
+	positions = DatumGetArrayTypeP(result);
+	if (ARR_NDIM(positions) > 1 || ARR_HASNULL(positions) || ARR_ELEMTYPE(positions) != INT4OID)
 		elog(ERROR, "pgad._lambda_columns returned no int4[] of positions");
 
 	reader->context = context;
@@ -628,7 +632,8 @@ differs_in_group(FunctionCallInfo fcinfo, const char *what)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("%s's %s differ between rows of the same group", aggregate_name(fcinfo), what),
+			 errmsg("the %s of %s %s between rows of the same group", what, aggregate_name(fcinfo),
+					strcmp(what, "loss") == 0 ? "differs" : "differ"),
 			 errhint("Give every row of a group the same %s: a constant, or a column the query groups by.", what)));
 }
 

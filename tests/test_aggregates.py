@@ -227,9 +227,9 @@ def test_a_null_loss_or_weights_is_ignored(db):
     ("SELECT pgad.loss_agg('λ(d, w) w.a*d.x', '{\"a\": 1}', t.x) FROM sales AS t", '42804',
      'the row argument of pgad.loss_agg is of type double precision, not a row'),
     ("SELECT pgad.loss_agg(CASE WHEN x < 1 THEN 'λ(d, w) d.x' ELSE 'λ(d, w) d.y' END, '{}', t) FROM sales AS t",
-     '22023', "pgad.loss_agg's loss differ between rows of the same group"),
+     '22023', 'the loss of pgad.loss_agg differs between rows of the same group'),
     ("SELECT pgad.loss_agg('λ(d, w) w.a*d.x', pg_catalog.jsonb_build_object('a', x), t) FROM sales AS t", '22023',
-     "pgad.loss_agg's weights differ between rows of the same group"),
+     'the weights of pgad.loss_agg differ between rows of the same group'),
 ])
 def test_bad_input_gets_the_functions_error(db, sql, sqlstate, message):
     diag = error_of(db, sql)
