@@ -84,8 +84,9 @@ def options(text, aggregate, names):
             raise PgadError('22023', f'option "{name}" must be {OPTIONS[name][2]}, not {json.dumps(given)[:40]}',
                             hint=f'Write the options as {example}.')
     given = {name: value.get(name, OPTIONS[name][0]) for name in names}
-    for name, check in (('learning_rate', learning_rate), ('iterations', iterations), ('mode', mode),
-                        ('backend', backend)):
+    # learning_rate as a float8 first: jsonb writes 1e400 as an integer of 401 digits
+    for name, check in (('learning_rate', lambda v: learning_rate(_float(v))), ('iterations', iterations),
+                        ('mode', mode), ('backend', backend)):
         if name in given:
             given[name] = check(given[name])
     return given
