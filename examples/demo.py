@@ -1,4 +1,5 @@
-"""make demo: train a linear and a logistic regression on 1M rows inside PostgreSQL, in forward and reverse mode.
+"""make demo: train a linear and a logistic regression on 1M rows inside PostgreSQL, in forward and reverse mode,
+then one linear model per group of rows with the aggregate pgad.gradient_descent_agg.
 
 With PGAD_DSN set (a libpq connection string) it uses that server, where pgad must be installable; otherwise it
 starts a throwaway PostgreSQL cluster of its own (temporary directory, own port) and stops it at the end.
@@ -60,6 +61,18 @@ def main():
                 fitted = ', '.join(f'{k} = {v:.4f}' for k, v in sorted(weights.items()))
                 print(f'  {mode:7}  {fitted}   loss {value:.6f}   {ran} iterations in {took:.2f} s')
             print()
+        print('one model per group, as an aggregate: pgad.gradient_descent_agg(loss, weights, t) … GROUP BY')
+        loss, _, table, start, rate, iterations, _ = DATASETS['linear regression']
+        started = time.perf_counter()
+        fits = db.execute('SELECT positive, (fit).weights, (fit).loss, (fit).iterations FROM ('
+                          'SELECT x1 > 0 AS positive, pgad.gradient_descent_agg(%s, %s, t, %s) AS fit '
+                          f'FROM {table} AS t GROUP BY x1 > 0) AS fits ORDER BY positive',
+                          (loss, start, f'{{"learning_rate": {rate}, "iterations": {iterations}}}')).fetchall()
+        took = time.perf_counter() - started
+        for positive, weights, value, ran in fits:
+            fitted = ', '.join(f'{k} = {v:.4f}' for k, v in sorted(weights.items()))
+            print(f'  x1 {">" if positive else "≤"} 0   {fitted}   loss {value:.6f}   {ran} iterations')
+        print(f'  both groups in {took:.2f} s\n')
         print('derivatives of the linear loss, as pgad.derivatives shows them:')
         for weight, derivative in db.execute('SELECT * FROM pgad.derivatives(%s)', (DATASETS['linear regression'][0],)):
             print(f'  ∂/∂{weight} = {derivative}')
