@@ -148,7 +148,7 @@ def check_columns(query, columns):
         if server.interrupted(e):
             raise
         raise PgadError(e.sqlstate or '42601', e.args[0] if e.args else str(e), detail=f'The data query: {query}',
-                        hint=getattr(e, 'hint', None)) from None
+                        hint=server.hint_of(e)) from None
     read = {names.index(c) for c in columns if c in names}
     return positions(columns, names, [NUMERIC_TYPES.get(oid) or (type_name(oid) if k in read else '')
                                       for k, oid in enumerate(types)])

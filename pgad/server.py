@@ -51,6 +51,13 @@ def entry(function):
     return call
 
 
+def hint_of(error):
+    """The HINT of a server error that PL/Python raised: plpy.SPIError keeps it in .spidata, (sqlerrcode, detail,
+    hint, query, position, …)."""
+    spidata = getattr(error, 'spidata', None) or ()
+    return spidata[2] if len(spidata) > 2 else None
+
+
 def interrupted(error):
     """Is this server error a cancel, a timeout or a shutdown, to be passed on as it is?"""
     return (getattr(error, 'sqlstate', None) or '').startswith(INTERRUPTED)

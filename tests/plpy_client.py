@@ -25,9 +25,12 @@ from psycopg.rows import dict_row
 
 
 class SPIError(Exception):
+    """As PL/Python's plpy.SPIError: .sqlstate, and DETAIL and HINT only in .spidata (sqlerrcode, detail, hint,
+    query, position, schema, table, column, datatype, constraint)."""
     def __init__(self, message, sqlstate=None, detail=None, hint=None):
         super().__init__(message)
-        self.sqlstate, self.detail, self.hint = sqlstate, detail, hint
+        self.sqlstate = sqlstate
+        self.spidata = (0, detail, hint, None, 0, None, None, None, None, None)
 
 
 class Error(Exception):

@@ -5,12 +5,14 @@ import json
 import math
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import psycopg
 import pytest
 
-from pgad import api, loader, server
+from pgad import api, descent, loader, server
+from pgad.errors import Interrupted, PgadError
 from plpy_client import Error, Plpy
 
 LINEAR = 'λ(d, w) (w.a*d.x + w.b - d.y)^2'
@@ -424,3 +426,180 @@ def test_lambda_columns_finds_each_column_by_name_or_gives_the_functions_error(p
         ('42703', 'column "z" does not exist in the data', 'The data has columns: "t", "y", "x".')
     error = fails(api.lambda_columns, 'λ(d, w) d.t', names, types)
     assert (error.sqlstate, error.message) == ('42804', 'column "t" is of type text, not a number')
+
+
+# --- the loader's and the API's edges (mutation survivors) ---
+WIDE = 100  # columns: one pgad.pack of PACK_COLUMNS (99) and one of the rest, and the count of all rows
+
+
+@pytest.fixture
+def wide(plpy):
+    """A table of 6 rows and 100 float8 columns v0 … v99, v<k> of row g = 1000 g + k; row 3 has NULL in v5 (the
+    first pack's), row 4 in v99 (the second's): the rows with no NULL are 1, 2, 5 and 6."""
+    columns = ', '.join(f"CASE WHEN (g, {k}) IN ((3, 5), (4, 99)) THEN NULL ELSE 1000 * g + {k} END::float8 AS v{k}"
+                        for k in range(WIDE))
+    plpy.execute(f'CREATE TEMP TABLE wide AS SELECT g, {columns} FROM generate_series(1, 6) AS g')
+    return [f'v{k}' for k in range(WIDE)]
+
+
+WIDE_ROWS = [1, 2, 5, 6]
+
+
+def values(*numbers):
+    """numbers as pgad.pack stores them: native float8."""
+    return np.array(numbers, dtype=np.float64).tobytes()
+
+
+def test_more_than_99_columns_load_in_several_packs(plpy, wide):
+    """The rows with a NULL in any column are skipped in every pack; the count of all rows gives the skipped."""
+    notice = 'skipped 2 of 6 rows with NULL in ' + ', '.join(f'"{name}"' for name in wide)
+    table = loader.load('wide', wide)
+    assert (table.rows, table.skipped) == (4, 2)
+    assert [column.tolist() for column in table.columns] == [[1000.0 * g + k for g in WIDE_ROWS] for k in range(WIDE)]
+    assert plpy.notices() == [notice]
+    # in chunks of 2 rows (ordered by g): the second chunk, rows 3 and 4, has no row with no NULL
+    chunked = loader.load('SELECT * FROM wide ORDER BY g', wide, 2)
+    assert (chunked.rows, chunked.skipped) == (4, 2)
+    order = np.argsort(chunked.columns[0])
+    assert [column[order].tolist() for column in chunked.columns] == [[1000.0 * g + k for g in WIDE_ROWS]
+                                                                      for k in range(WIDE)]
+    assert plpy.notices() == [notice] * 2
+    total = ' + '.join(f'd.{name}' for name in wide)
+    assert api.loss(f'λ(d, w) w.a*({total})', 'wide', '{"a": 1}') == sum(1000 * g * WIDE + 4950 for g in WIDE_ROWS) / 4
+
+
+def test_unpack_reads_each_pack_and_refuses_packs_of_different_row_counts():
+    """100 columns: p0 packs 99 of them, p1 the last; the rows skipped are the count of all rows less those packed."""
+    first = loader.HEADER.pack(loader.MAGIC, 99, 2, 0) + np.arange(2.0 * 99).tobytes()
+    second = loader.HEADER.pack(loader.MAGIC, 1, 2, 0) + values(-1, -2)
+    columns, rows, skipped = loader.unpack({'p0': first, 'p1': second, 'total': 5}, 100)
+    assert ([c.tolist() for c in columns], rows, skipped) == ([[2.0 * k, 2.0 * k + 1] for k in range(99)] +
+                                                              [[-1, -2]], 2, 3)
+    with pytest.raises(PgadError) as caught:
+        loader.unpack({'p0': first, 'p1': loader.HEADER.pack(loader.MAGIC, 1, 3, 0) + values(1, 2, 3), 'total': 3},
+                      100)
+    assert (caught.value.sqlstate, caught.value.message, caught.value.detail) == (
+        'XX000', 'pgad.pack returned a malformed result', '3 rows in one part and 2 in another.')
+
+
+@pytest.mark.parametrize('packed, detail', [
+    (loader.HEADER.pack(0x12345678, 2, 1, 0) + values(1, 2), '40 bytes, header (305419896, 2, 1, 0), for 2 columns.'),
+    (loader.HEADER.pack(loader.MAGIC, 1, 2, 0) + values(1, 2),
+     f'40 bytes, header ({loader.MAGIC}, 1, 2, 0), for 2 columns.'),
+    (loader.HEADER.pack(loader.MAGIC, 2, 1, 0) + values(1, 2, 3),
+     f'48 bytes, header ({loader.MAGIC}, 2, 1, 0), for 2 columns.'),
+    (loader.HEADER.pack(loader.MAGIC, 2, 2, 7) + values(1, 2, 3),
+     f'48 bytes, header ({loader.MAGIC}, 2, 2, 7), for 2 columns.'),
+], ids=['magic', 'columns', 'too long', 'too short'])
+def test_read_refuses_bytes_that_are_not_a_pack_of_its_columns(packed, detail):
+    """A wrong magic, a wrong number of columns (the length right for the columns asked for), too many bytes, too
+    few: each is an internal error, with the bytes' header in DETAIL."""
+    with pytest.raises(PgadError) as caught:
+        loader.read(packed, 2)
+    assert (caught.value.sqlstate, caught.value.message, caught.value.detail) == (
+        'XX000', 'pgad.pack returned a malformed result', detail)
+
+
+def test_read_gives_the_columns_of_a_pack_or_of_no_row():
+    columns, rows, skipped = loader.read(loader.HEADER.pack(loader.MAGIC, 2, 3, 4) + values(1, 2, 3, 4, 5, 6), 2)
+    assert ([c.tolist() for c in columns], rows, skipped) == ([[1, 2, 3], [4, 5, 6]], 3, 4)
+    assert all(c.dtype == np.float64 for c in columns)
+    columns, rows, skipped = loader.read(None, 2)  # pgad.pack of no row at all is NULL
+    assert ([c.tolist() for c in columns], rows, skipped) == ([[], []], 0, 0)
+
+
+def test_no_row_loads_as_empty_columns(plpy):
+    """A table with no row (pgad.pack gives NULL), and the bytes of an aggregate's group that read no row at all."""
+    for table in (loader.load('empty', ['x', 'y']),
+                  loader.packed(loader.HEADER.pack(loader.MAGIC, 0, 0, 2), [], ['x', 'y'])):
+        assert ([c.tolist() for c in table.columns], table.rows) == ([[], []], 0)
+
+
+def test_a_chunked_load_skips_rows_with_null_in_every_chunk(plpy, xy):
+    table = loader.load('with_nulls', ['x', 'y'], 7)
+    assert (table.rows, table.skipped) == (50, NULL_ROWS)
+    order = np.argsort(table.columns[0])
+    assert np.array_equal(table.columns[0][order], xy[0]) and np.array_equal(table.columns[1][order], xy[1])
+    assert plpy.notices() == [f'skipped {NULL_ROWS} of {50 + NULL_ROWS} rows with NULL in "x", "y"']
+
+
+def test_a_load_past_1_gb_in_one_value_is_packed_in_chunks_of_256_mb(plpy, xy, monkeypatch):
+    """When the one aggregate fails with 54000 (pgad.pack's error past 1 GB), the load packs the rows in chunks of
+    256 MB: 16777216 rows of 2 columns, here all in one chunk."""
+    execute = plpy.execute
+
+    def too_large(query, *args):
+        if isinstance(query, str) and query.startswith('SELECT pgad.pack(') and 'pgad_chunk' not in query:
+            raise plpy.SPIError('pgad cannot pack more than 67108864 rows of 2 columns in one value', '54000')
+        return execute(query, *args)
+    monkeypatch.setattr(plpy, 'execute', too_large)
+    plpy.messages.clear()
+    table = loader.load('with_nulls', ['x', 'y'])
+    assert (table.rows, table.skipped) == (50, NULL_ROWS)
+    order = np.argsort(table.columns[0])
+    assert np.array_equal(table.columns[0][order], xy[0]) and np.array_equal(table.columns[1][order], xy[1])
+    assert [(' 16777216 AS pgad_chunk' in sql, rows) for sql, rows in chunk_queries(plpy)] == [(True, 1)]
+    assert [text for level, text in plpy.messages if level == 'DEBUG'] == [
+        'pgad: loaded 50 rows of 2 columns in 1 part']
+
+
+def test_a_sum_that_overflows_over_the_rows_names_the_weight(plpy):
+    """Every row's derivative is finite (1e308), their sum is not: no row is to blame, the error names the weight."""
+    data = 'SELECT 1e308::float8 AS x FROM pg_catalog.generate_series(1, 2)'
+    for call in (api.gradient, lambda *a: api.gradient_descent(*a, 0.1, 3)):
+        error = fails(call, 'λ(d, w) w.a*d.x', data, '{"a": 0}')
+        assert (error.sqlstate, error.message, error.hint) == (
+            '22003', 'the gradient by "a" is infinite at the starting weights',
+            'Check that the lambda is defined on every row (ln and sqrt of the data, division).')
+
+
+def test_a_cancel_stops_the_pass_over_more_rows_than_a_kernel_call_takes(plpy, monkeypatch):
+    """Past descent.CHUNK_ROWS rows the kernel runs a chunk at a time, the server checking for a cancel between
+    chunks: in loss, gradient and gradient_descent alike."""
+    plpy.execute(f'CREATE TEMP TABLE many AS SELECT g::float8 AS x FROM generate_series(1, {descent.CHUNK_ROWS + 1}) '
+                 'AS g')
+    load = loader.load
+
+    def loaded(*args):  # the server cancels once the rows are loaded
+        table = load(*args)
+        patch.setattr(server, 'check_interrupts', cancel)
+        return table
+
+    def cancel():
+        raise Interrupted('57014', 'canceling statement due to user request')
+    for call in (api.loss, api.gradient, lambda *a: api.gradient_descent(*a, 0.1, 1)):
+        with monkeypatch.context() as patch:
+            patch.setattr(loader, 'load', loaded)
+            error = fails(call, 'λ(d, w) (w.a*d.x)^2', 'many', '{"a": 1}')
+        assert (error.sqlstate, error.message) == ('57014', 'canceling statement due to user request')
+
+
+def test_a_long_descent_reports_its_progress(plpy, xy, monkeypatch):
+    """Every 5 seconds (here 10 s pass at each clock reading) a NOTICE gives the iteration and the loss at its start."""
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(descent, 'time', SimpleNamespace(monotonic=lambda: next(clock)))
+    api.gradient_descent(LINEAR, 'points', json.dumps(W), 0.1, 2)
+    first = numpy_descent(*xy, list(W.values()), 0.1, 1)
+    assert plpy.notices() == [f'iteration 1 of 2, loss {mse(*xy, **W):.6g}, 10.0 s',
+                              f'iteration 2 of 2, loss {mse(*xy, *first):.6g}, 20.0 s']
+
+
+def test_a_lambda_past_the_limits_is_reported_before_the_weights(plpy):
+    """The lambda (19 nodes) is parsed within pgad.max_lambda_nodes before the weights (not an object) are read."""
+    plpy.conn.execute('SET pgad.max_lambda_nodes = 16')
+    error = fails(api.loss, 'λ(d, w) (w.a*d.x + w.b - d.y)^2 + (w.b*d.y + w.a*w.a - d.x*d.x)^3 + sin(w.b)', 'points',
+                  '[]')
+    assert (error.sqlstate, error.message) == ('54001', 'lambda is too large: more than 16 expression nodes with its '
+                                                        'derivatives')
+
+
+@pytest.mark.parametrize('sqlstate, reported', [('42703', '42703'), (None, '42601')])
+def test_the_data_querys_error_as_plpython_raises_it(plpy, monkeypatch, sqlstate, reported):
+    """PL/Python's SPIError keeps DETAIL and HINT in .spidata (plpy_client's too): the data query's error is
+    reported with its SQLSTATE (42601 if it has none) and message, with the query in DETAIL."""
+    def describe(sql):
+        raise plpy.SPIError('column "z" does not exist', sqlstate)
+    monkeypatch.setattr(server, 'describe', describe)
+    error = fails(api.loss, LINEAR, 'SELECT 1 AS x, 2 AS y', json.dumps(W))
+    assert (error.sqlstate, error.message, error.detail) == (reported, 'column "z" does not exist',
+                                                             'The data query: SELECT 1 AS x, 2 AS y')

@@ -467,3 +467,11 @@ def test_a_domain_error_names_the_operation_and_the_row(db):
     diag = error_of(db, "SELECT pgad.gradient('λ(d, w) sqrt(w.a*d.x)', 'points', '{\"a\": 0}')")
     assert (diag.sqlstate, diag.message_primary) == ('22003', 'the gradient by "a" is infinite at the starting weights')
     assert diag.message_detail == 'The first value that is infinite: 0.5/sqrt(w.a*d.x) = Infinity where w.a = 0, d.x = 0.'
+
+
+def test_the_data_querys_error_keeps_its_hint_in_the_server(db):
+    """PL/Python keeps a query error's DETAIL and HINT in SPIError.spidata: the HINT reaches the caller."""
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.x', 'SELECT lower(1) AS x', '{\"a\": 1}')")
+    assert (diag.sqlstate, diag.message_primary, diag.message_detail) == \
+        ('42883', 'function lower(integer) does not exist', 'The data query: SELECT lower(1) AS x')
+    assert diag.message_hint.startswith('No function matches the given name and argument types.')
