@@ -296,6 +296,29 @@ pack_append(PackState *into, const PackState *from)
 	into->skipped += from->skipped;
 }
 
+/* A copy of state in context. */
+static PackState *
+pack_copy(const PackState *state, MemoryContext context)
+{
+	PackState  *copy = pack_new(state->columns, state->rows, context);
+
+	pack_append(copy, state);
+	return copy;
+}
+
+/* One row appended: values[k] to column k. */
+static inline void
+pack_add_row(PackState *state, const float8 *values)
+{
+	int			k;
+
+	if (state->rows == state->capacity)
+		pack_reserve(state, state->rows + 1);
+	for (k = 0; k < state->columns; k++)
+		state->values[k * state->capacity + state->rows] = values[k];
+	state->rows++;
+}
+
 /* The bytes pack_write writes: PackHeader, then each column's rows. */
 static Size
 pack_size(const PackState *state)
@@ -303,10 +326,11 @@ pack_size(const PackState *state)
 	return sizeof(PackHeader) + sizeof(float8) * state->columns * state->rows;
 }
 
+/* more_skipped is added to the header's count of rows skipped (the aggregates' rows that were NULL as a whole). */
 static void
-pack_write(const PackState *state, char *out)
+pack_write(const PackState *state, int64 more_skipped, char *out)
 {
-	PackHeader	header = {PACK_MAGIC, (uint32) state->columns, state->rows, state->skipped};
+	PackHeader	header = {PACK_MAGIC, (uint32) state->columns, state->rows, state->skipped + more_skipped};
 	int			k;
 
 	memcpy(out, &header, sizeof(PackHeader));
@@ -314,6 +338,18 @@ pack_write(const PackState *state, char *out)
 	for (k = 0; k < state->columns; k++)
 		memcpy(out + sizeof(float8) * state->rows * k, state->values + k * state->capacity,
 			   sizeof(float8) * state->rows);
+}
+
+/* pack_write's bytes as a bytea. */
+static bytea *
+pack_bytea(const PackState *state, int64 more_skipped)
+{
+	Size		size = VARHDRSZ + pack_size(state);
+	bytea	   *result = palloc(size);
+
+	SET_VARSIZE(result, size);
+	pack_write(state, more_skipped, VARDATA(result));
+	return result;
 }
 
 /* The state that the first size bytes at data begin with (pack_write's bytes; more may follow), in context. */
@@ -349,6 +385,7 @@ pgad_pack_step(PG_FUNCTION_ARGS)
 	MemoryContext context;
 	PackState  *state = PG_ARGISNULL(0) ? NULL : (PackState *) PG_GETARG_POINTER(0);
 	int			columns = PG_NARGS() - 1;
+	float8		values[FUNC_MAX_ARGS];
 	int			k;
 
 	if (!AggCheckCallContext(fcinfo, &context))
@@ -368,17 +405,16 @@ pgad_pack_step(PG_FUNCTION_ARGS)
 						 errhint("Cast it: pgad.pack(x::float8, ...).")));
 		state = pack_new(columns, PACK_FIRST_ROWS, context);
 	}
-	for (k = 1; k <= columns; k++)
-		if (PG_ARGISNULL(k))
+	for (k = 0; k < columns; k++)
+	{
+		if (PG_ARGISNULL(k + 1))
 		{
 			state->skipped++;
 			PG_RETURN_POINTER(state);
 		}
-	if (state->rows == state->capacity)
-		pack_reserve(state, state->rows + 1);
-	for (k = 0; k < columns; k++)
-		state->values[k * state->capacity + state->rows] = PG_GETARG_FLOAT8(k + 1);
-	state->rows++;
+		values[k] = PG_GETARG_FLOAT8(k + 1);
+	}
+	pack_add_row(state, values);
 	PG_RETURN_POINTER(state);
 }
 
@@ -404,7 +440,7 @@ pgad_pack_combine(PG_FUNCTION_ARGS)
 		PG_RETURN_POINTER(state1);
 	}
 	if (state1 == NULL)
-		state1 = pack_new(state2->columns, state2->rows, context);
+		PG_RETURN_POINTER(pack_copy(state2, context));
 	pack_append(state1, state2);
 	PG_RETURN_POINTER(state1);
 }
@@ -418,13 +454,7 @@ PG_FUNCTION_INFO_V1(pgad_pack_bytes);
 Datum
 pgad_pack_bytes(PG_FUNCTION_ARGS)
 {
-	PackState  *state = (PackState *) PG_GETARG_POINTER(0);
-	Size		size = VARHDRSZ + pack_size(state);
-	bytea	   *result = palloc(size);
-
-	SET_VARSIZE(result, size);
-	pack_write(state, VARDATA(result));
-	PG_RETURN_BYTEA_P(result);
+	PG_RETURN_BYTEA_P(pack_bytea((PackState *) PG_GETARG_POINTER(0), 0));
 }
 
 PG_FUNCTION_INFO_V1(pgad_pack_deserialize);
@@ -744,11 +774,7 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 		}
 		reader->values[k] = as_float8(value, reader->types[k]);
 	}
-	if (state->pack->rows == state->pack->capacity)
-		pack_reserve(state->pack, state->pack->rows + 1);
-	for (k = 0; k < reader->columns; k++)
-		state->pack->values[k * state->pack->capacity + state->pack->rows] = reader->values[k];
-	state->pack->rows++;
+	pack_add_row(state->pack, reader->values);
 	PG_RETURN_POINTER(state);
 }
 
@@ -765,8 +791,7 @@ lambda_copy(const LambdaState *state, MemoryContext context)
 	copy->options = state->options == NULL ? NULL : varlena_copy(state->options, context);
 	if (state->pack != NULL)
 	{
-		copy->pack = pack_new(state->pack->columns, state->pack->rows, context);
-		pack_append(copy->pack, state->pack);
+		copy->pack = pack_copy(state->pack, context);
 		copy->names = (ArrayType *) varlena_copy((struct varlena *) state->names, context);
 	}
 	return copy;
@@ -801,10 +826,10 @@ pgad_lambda_combine(PG_FUNCTION_ARGS)
 	state1->null_rows += state2->null_rows;
 	if (state2->pack != NULL && state1->pack == NULL)
 	{
-		state1->pack = pack_new(state2->pack->columns, state2->pack->rows, context);
+		state1->pack = pack_copy(state2->pack, context);
 		state1->names = (ArrayType *) varlena_copy((struct varlena *) state2->names, context);
 	}
-	if (state2->pack != NULL)
+	else if (state2->pack != NULL)
 		pack_append(state1->pack, state2->pack);
 	PG_RETURN_POINTER(state1);
 }
@@ -876,7 +901,7 @@ pgad_lambda_serialize(PG_FUNCTION_ARGS)
 	out += sizeof(LambdaHeader);
 	if (state->pack != NULL)
 	{
-		pack_write(state->pack, out);
+		pack_write(state->pack, 0, out);
 		out = varlena_write((struct varlena *) state->names, out + pack_size(state->pack));
 	}
 	out = varlena_write((struct varlena *) state->loss, out);
@@ -936,9 +961,7 @@ pgad_lambda_final(PG_FUNCTION_ARGS)
 	LambdaState *state = (LambdaState *) PG_GETARG_POINTER(0);
 	FmgrInfo   *implementation = (FmgrInfo *) fcinfo->flinfo->fn_extra;
 	PackState	nothing = {0, 0, 0, 0, NULL};
-	PackState  *pack = state->pack != NULL ? state->pack : &nothing;
-	Size		size = VARHDRSZ + pack_size(pack);
-	bytea	   *packed = palloc(size);
+	bytea	   *packed = pack_bytea(state->pack != NULL ? state->pack : &nothing, state->null_rows);
 	Datum		result;
 
 	LOCAL_FCINFO(call, 5);
@@ -952,9 +975,6 @@ pgad_lambda_final(PG_FUNCTION_ARGS)
 					  implementation, fcinfo->flinfo->fn_mcxt);
 		fcinfo->flinfo->fn_extra = implementation;
 	}
-	SET_VARSIZE(packed, size);
-	pack_write(pack, VARDATA(packed));
-	((PackHeader *) VARDATA(packed))->skipped += state->null_rows;
 	InitFunctionCallInfoData(*call, implementation, 5, InvalidOid, NULL, NULL);
 	call->args[0].value = PointerGetDatum(packed);
 	call->args[1].value = state->names != NULL ? PointerGetDatum(state->names) :

@@ -149,8 +149,8 @@ def check_columns(query, columns):
             raise
         raise PgadError(e.sqlstate or '42601', e.args[0] if e.args else str(e), detail=f'The data query: {query}',
                         hint=server.hint_of(e)) from None
-    read = {names.index(c) for c in columns if c in names}
-    return positions(columns, names, [NUMERIC_TYPES.get(oid) or (type_name(oid) if k in read else '')
+    used = {names.index(c) for c in columns if c in names}  # only these need a type name looked up
+    return positions(columns, names, [NUMERIC_TYPES.get(oid) or (type_name(oid) if k in used else '')
                                       for k, oid in enumerate(types)])
 
 
