@@ -55,6 +55,7 @@ test: install $(DEV)/.done
 bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/run.py $(BENCH_ARGS)
 	$(DEV)/bin/python bench/load.py
+	$(DEV)/bin/python bench/models.py
 
 # Mutation testing with mutmut over the in-process tests (no server; not in CI): tools/mutation.sh, whose header
 # lists its settings (MUTATION_JOBS, MUTATION_FRESH, MUTMUT_ARGS, RULES_ARGS); mutmut's own in pyproject.toml.

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import arguments, backends, descent, domain, explain as explaining, loader, program, server
+from . import (arguments, backends, catalog, descent, domain, explain as explaining, loader, objective, program,
+               server, standardize as standardizing)
 from .errors import PgadError
 from .jit.cache import DiskCache
 from .lang import parse, printer
@@ -78,6 +79,94 @@ def gradient_descent_agg(packed, columns, loss, weights, options=None):
     given = arguments.options(options, 'pgad.gradient_descent_agg', ('learning_rate', 'iterations', 'mode', 'backend'))
     call = _prepare(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'])
     return None if call is None else _descend(call, given['learning_rate'], given['iterations'])
+
+
+# pgad.train and pgad.drop_model: the model and its loss make one objective lambda (objective.py), trained as the
+# functions train, per group with group_by (the data loaded once: loader.load_groups), by the optimizer asked for
+# (descent.fit), on standardised columns with standardize (standardize.py); catalog.py stores the fits and writes
+# the scoring function.
+REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'learning_rate', 'iterations', 'mode', 'backend', 'optimizer',
+            'batch_size', 'tolerance', 'l1', 'l2', 'standardize', 'label', 'progress_every')
+
+
+@server.entry
+def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, mode='reverse', backend='auto',
+          optimizer='gd', batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
+          standardize=False, label='y', group_by=None, progress_every=0):
+    given = dict(locals())
+    for argument in REQUIRED:
+        if given[argument] is None:
+            raise PgadError('22004', f'argument "{argument}" of pgad.train must not be NULL')
+    name = arguments.model_name(name)
+    config = settings()
+    goal = objective.build(model, loss, label, config.limits)
+    w = arguments.weights(weights, goal.model)
+    names = list(w)
+    options = dict(learning_rate=arguments.learning_rate(learning_rate), iterations=arguments.iterations(iterations),
+                   mode=arguments.mode(mode), backend=arguments.backend(backend),
+                   optimizer=arguments.optimizer(optimizer), batch_size=arguments.positive('batch_size', batch_size),
+                   seed=None if seed is None else arguments.non_negative('seed', seed),
+                   tolerance=arguments.non_negative('tolerance', tolerance),
+                   l1=arguments.penalty('l1', l1, optimizer), l2=arguments.penalty('l2', l2, optimizer),
+                   regularize=arguments.regularize(regularize, names), standardize=bool(standardize),
+                   label=label, group_by=arguments.group_by(group_by),
+                   progress_every=int(arguments.non_negative('progress_every', progress_every)))
+    plan = standardizing.plan(goal.model) if standardize else None
+    for column in goal.loss_columns if standardize else ():
+        if column in goal.columns:
+            raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
+                            hint='Train without standardize, or give the loss a column of its own.')
+    catalog.check_can_store(name)
+    prog = program.build(goal.text, tuple(names), options['mode'], True, config.limits)
+    kernel = backends.compile(prog, options['backend'], config.cache)
+    groups = options['group_by']
+    if groups:
+        group_types, parts = loader.load_groups(data, list(prog.columns), groups)
+    else:
+        group_types, parts = [], [loader.Group(None, None, _loading(data)(list(prog.columns), config))]
+    penalty = descent.Penalty(options['l1'], options['l2'],
+                              np.array([float(options['regularize'] is None or n in options['regularize'])
+                                        for n in names]))
+    rows, fits = [], []
+    for part in parts:
+        where = f'model "{name}"' + (f', group {part.key}' if part.key else '')
+        if part.table.rows == 0:
+            server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
+            continue
+        clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
+                              options['iterations'], every_iterations=options['progress_every'])
+        fitted, fit = _fit(prog, kernel, part.table, w, plan, options, penalty, clock)
+        fits.append((part.values, fitted))
+        rows.append(dict(name=name, group_key=part.key, model=model, loss=loss, weights=json.dumps(fitted),
+                         final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
+                         iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
+                         training_time=fit.seconds))
+    if not rows:
+        raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
+    scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits))
+    return catalog.store(scoring, rows, fits)
+
+
+def _fit(prog, kernel, table, start, plan, options, penalty, clock):
+    """({weight: fitted value}, descent.Fit) of one table (a group's) from the weights start, on standardised
+    columns when plan is not None."""
+    names = list(prog.weights)
+    if plan is not None:
+        columns = dict(zip(prog.columns, table.columns))
+        mean, std = standardizing.moments(plan, columns)
+        table = loader.Table([standardizing.scale(columns[c], mean[c], std[c]) if c in plan.columns else columns[c]
+                              for c in prog.columns], table.rows, table.skipped)
+        start = standardizing.forward(plan, start, mean, std)
+    fit = descent.fit(kernel, table, [start[n] for n in names], names, options['optimizer'],
+                      options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
+                      options['tolerance'], penalty, clock, why=lambda w, output: domain.diagnose(prog, table, w, output))
+    fitted = dict(zip(names, fit.weights.tolist()))
+    return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit
+
+
+@server.entry
+def drop_model(name):
+    catalog.drop(name)
 
 
 @server.entry

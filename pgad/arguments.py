@@ -1,10 +1,12 @@
 """Checking the SQL functions' arguments: each check returns the clean value or raises a PgadError."""
 import json
 import math
+import re
 
+from . import descent
 from .backends import BACKENDS
 from .errors import PgadError
-from .lang import MODES
+from .lang import MODES, parser
 
 
 def weights(text, lam):
@@ -90,3 +92,77 @@ def options(text, aggregate, names):
         if name in given:
             given[name] = check(given[name])
     return given
+
+
+# pgad.train's own arguments.
+NAMEDATALEN = 64
+IDENTIFIER = re.compile(r'\s*(?:"((?:[^"]|"")+)"|([^\W\d]\w*))\s*(,|$)')
+
+
+def model_name(value):
+    """A model's name: also its scoring function's name in pgad_models, always quoted there."""
+    if not value or len(value.encode()) >= NAMEDATALEN:
+        raise PgadError('42602', f'invalid model name "{value}"',
+                        detail=f'A model name has 1 to {NAMEDATALEN - 1} bytes, as a PostgreSQL name does.',
+                        hint='The name is also the name of the model\'s scoring function, pgad_models."<name>".')
+    return value
+
+
+def group_by(text):
+    """The group_by column list, 'region, "Year"', as column names: folded to lower case unless double-quoted."""
+    if text is None:
+        return []
+    names, pos = [], 0
+    while pos < len(text) or not names:
+        m = IDENTIFIER.match(text, pos)
+        if not m or m.end() == pos or m.group(3) and m.end() == len(text):
+            raise PgadError('42601', 'group_by must be a list of column names', detail=f'group_by is {text}',
+                            hint="Write group_by => 'region' or group_by => 'region, year'.")
+        names.append(m.group(1).replace('""', '"') if m.group(1) else parser.fold(m.group(2)))
+        pos = m.end()
+    if len(set(names)) != len(names):
+        raise PgadError('42701', 'a column appears twice in group_by', detail=f'group_by is {text}')
+    return names
+
+
+def optimizer(value):
+    if value not in descent.OPTIMIZERS:
+        *others, last = [f"'{o}'" for o in descent.OPTIMIZERS]
+        raise PgadError('22023', f'unknown optimizer "{value}"', hint=f'optimizer is {", ".join(others)} or {last}.')
+    return value
+
+
+def positive(name, value):
+    if value is None or value <= 0:
+        raise PgadError('22023', f'{name} must be a positive integer, not {value}')
+    return int(value)
+
+
+def non_negative(name, value):
+    if value is None or not (value >= 0 and math.isfinite(value)):
+        raise PgadError('22023', f'{name} must be 0 or a positive number, not {value}')
+    return value
+
+
+def penalty(name, value, optimizer):
+    """l1 or l2: 0 or more; L-BFGS, a method for smooth objectives, takes no l1."""
+    value = non_negative(name, value)
+    if name == 'l1' and value and optimizer == 'lbfgs':
+        raise PgadError('22023', 'optimizer "lbfgs" does not take l1', detail='|w| is not differentiable at 0.',
+                        hint="Use l2 with lbfgs, or l1 with optimizer 'gd', 'sgd', 'momentum' or 'adam'.")
+    return float(value)
+
+
+def regularize(text, names):
+    """The weights l1 and l2 apply to: None for every weight, else the names of a JSON array of weight names."""
+    if text is None:
+        return None
+    value = json.loads(text)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PgadError('22023', 'regularize must be a JSON array of weight names', detail=f'regularize is {text}.',
+                        hint='Write regularize => \'["a", "b"]\', or leave it out to regularise every weight.')
+    for name in value:
+        if name not in names:
+            raise PgadError('22023', f'weight "{name}" of regularize is not a weight of the model',
+                            detail='The model\'s weights are: ' + ', '.join(f'"{n}"' for n in names) + '.')
+    return value

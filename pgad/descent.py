@@ -1,42 +1,275 @@
-"""Batch gradient descent on loaded columns: w ← w − learning_rate · ∇mean loss, for a number of iterations.
+"""The training loops on loaded columns: pgad.gradient_descent's batch gradient descent and pgad.train's optimizers.
 
-Every iteration is one call of the kernel (loss and gradient fused in one pass over the rows). Between iterations
-the loop lets the server check for interrupts, so statement_timeout and pg_cancel_backend stop it, and reports
-progress on long runs. NaN or infinity in the loss, the gradient or the weights stops it with an error.
+Every step is one call of the kernel (loss and gradient fused in one pass over the rows it is given): over all the
+rows for 'gd' and 'lbfgs', over a mini-batch of a shuffled copy of the columns for 'sgd', 'momentum' and 'adam'.
+Python runs per step, never per row. Between steps the loop lets the server check for interrupts, so
+statement_timeout and pg_cancel_backend stop it, and reports progress. NaN or infinity in the loss, the gradient or
+the weights stops it with an error.
+
+The objective is the mean loss over the rows plus l2·Σ w² and l1·Σ |w| over the weights the penalty's mask names.
+l2 is a term of the gradient; l1 is applied as a proximal step (soft thresholding by the step's size, so that a
+weight that l1 drives to zero stays exactly 0), which L-BFGS, a method for smooth objectives, does not take.
 """
 import time
+from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import PgadError
 
 CHUNK_ROWS = 1 << 20  # rows per kernel call on big tables: between calls, the server may cancel
+OPTIMIZERS = ('gd', 'sgd', 'momentum', 'adam', 'lbfgs')
+MINI_BATCH = ('sgd', 'momentum', 'adam')  # the ones that step once per mini-batch of batch_size shuffled rows
+BETA = 0.9                                # momentum's
+BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8  # Adam's, as in its paper and every framework
+MEMORY = 10                               # L-BFGS's curvature pairs
+ARMIJO = 1e-4                             # the line search's sufficient decrease
+HALVINGS = 60                             # the line search's steps, each half the last, before it gives up
 
 
-def run(kernel, table, weights, learning_rate, iterations, names, interrupts, progress, every=5.0, check=0.01,
+@dataclass
+class Fit:
+    weights: np.ndarray  # the fitted weights, in the order of names
+    loss: float          # the objective at them
+    history: list        # the objective after each iteration (epoch), history[-1] == loss
+    iterations: int      # the iterations run: fewer than asked when tolerance (or L-BFGS) stopped early
+    seconds: float       # how long the loop took
+
+
+# --- the step rules: w, the gradient g → the next w and the size of the step each weight took (for l1) ---------
+class Plain:
+    """gd and sgd: w ← w − learning_rate·g."""
+    def __init__(self, learning_rate, n):
+        self.rate = learning_rate
+
+    def step(self, w, g):
+        return w - self.rate * g, self.rate
+
+
+class Momentum:
+    """Heavy-ball momentum: v ← β·v + g, w ← w − learning_rate·v."""
+    def __init__(self, learning_rate, n):
+        self.rate, self.v = learning_rate, np.zeros(n)
+
+    def step(self, w, g):
+        self.v = BETA * self.v + g
+        return w - self.rate * self.v, self.rate
+
+
+class Adam:
+    """Adam: steps of learning_rate·m̂/(√v̂ + ε), m and v the moving averages of g and g², bias-corrected."""
+    def __init__(self, learning_rate, n):
+        self.rate, self.m, self.v, self.t = learning_rate, np.zeros(n), np.zeros(n), 0
+
+    def step(self, w, g):
+        self.t += 1
+        self.m = BETA1 * self.m + (1 - BETA1) * g
+        self.v = BETA2 * self.v + (1 - BETA2) * g * g
+        size = self.rate / (np.sqrt(self.v / (1 - BETA2 ** self.t)) + EPSILON)
+        return w - size * (self.m / (1 - BETA1 ** self.t)), size
+
+
+STEPS = {'gd': Plain, 'sgd': Plain, 'momentum': Momentum, 'adam': Adam}
+
+
+@dataclass
+class Penalty:
+    """l2·Σ w² + l1·Σ |w| over the weights mask names (1.0 for those, 0.0 for the others)."""
+    l1: float = 0.0
+    l2: float = 0.0
+    mask: np.ndarray = None
+
+    def value(self, w):
+        if not (self.l1 or self.l2):
+            return 0.0
+        return float(self.l2 * np.sum(self.mask * w * w) + self.l1 * np.sum(self.mask * np.abs(w)))
+
+    def gradient(self, g, w):
+        """g plus the l2 term's gradient (l1's is a proximal step: shrink)."""
+        return g + 2 * self.l2 * self.mask * w if self.l2 else g
+
+    def shrink(self, w, size):
+        """The proximal step of l1 after a step of `size`: soft thresholding towards 0."""
+        if not self.l1:
+            return w
+        shrunk = np.sign(w) * np.maximum(np.abs(w) - size * self.l1, 0.0)
+        return np.where(self.mask > 0, shrunk, w)
+
+
+class Clock:
+    """Interrupt checks every `check` seconds, and progress(message) every `every` seconds, or every
+    `every_iterations` iterations when that is more than 0; the rows the kernel ran, for rows/s."""
+    def __init__(self, interrupts, progress, iterations, every=1.0, check=0.01, every_iterations=0):
+        self.interrupts, self.progress, self.iterations = interrupts, progress, iterations
+        self.every, self.check, self.every_iterations = every, check, every_iterations
+        self.started = self.reported = self.checked = time.monotonic()
+        self.rows = 0
+
+    def poll(self, now=None):
+        """Between kernel calls: check for interrupts once `check` seconds have passed since the last check."""
+        now = time.monotonic() if now is None else now
+        if now - self.checked >= self.check:
+            self.interrupts()
+            self.checked = now
+        return now
+
+    def iteration(self, it, loss):
+        """After iteration it, whose loss is loss: the check, and a progress report when one is due."""
+        now = self.poll()
+        due = it % self.every_iterations == 0 if self.every_iterations > 0 else now - self.reported >= self.every
+        if due:
+            seconds = now - self.started
+            rate = f'{self.rows / seconds:.0f}' if seconds > 0 else '-'
+            self.progress(f'iteration {it} of {self.iterations}, loss {loss:.6g}, {seconds:.1f} s, {rate} rows/s')
+            self.reported = now
+
+    def seconds(self):
+        return time.monotonic() - self.started
+
+
+def run(kernel, table, weights, learning_rate, iterations, names, interrupts, progress, every=1.0, check=0.01,
         why=None):
-    """(fitted weights, loss at them, iterations run); weights is a float64 vector in the order of names.
+    """pgad.gradient_descent's loop, fit's 'gd': (fitted weights, loss at them, iterations run)."""
+    fitted = fit(kernel, table, weights, names, 'gd', learning_rate, iterations,
+                 clock=Clock(interrupts, progress, iterations, every, check), why=why)
+    return fitted.weights, fitted.loss, fitted.iterations
 
-    interrupts() is called after an iteration once `check` seconds have passed since the last call (an SPI call
-    costs ~10 µs, more than an iteration over a small table), progress(message) every `every` seconds; why(w, k),
-    if given, explains a sum k that is not finite at the starting weights (check_finite)."""
+
+def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, iterations=100, batch_size=256, seed=None,
+        tolerance=0.0, penalty=Penalty(), clock=None, why=None):
+    """The Fit of the kernel's objective over table from weights (a vector in the order of names) by optimizer.
+
+    tolerance > 0 stops after an iteration that improved the objective by less than tolerance relative to the one
+    before; clock (a Clock) checks interrupts and reports progress; why(w, k), if given, explains a sum k that is
+    not finite at the starting weights (check_finite)."""
     w = np.array(weights, dtype=np.float64)
-    started = reported = checked = time.monotonic()
+    if penalty.mask is None:
+        penalty = Penalty(penalty.l1, penalty.l2, np.ones(len(w)))
+    clock = clock or Clock(lambda: None, lambda message: None, iterations)
+    if optimizer == 'lbfgs':
+        return _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
+    rule = STEPS[optimizer](learning_rate, len(w))
+    if optimizer in MINI_BATCH and batch_size < table.rows:
+        return _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batch_size,
+                             np.random.default_rng(seed), tolerance, penalty, clock, why)
+    return _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why)
+
+
+def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why):
+    """One step per iteration over all the rows. The objective at the weights of step k is known when iteration
+    k + 1 evaluates there, so the history runs one behind, and the last entry is an evaluation after the loop."""
+    history = []
     for it in range(1, iterations + 1):
-        sums = evaluate(kernel, table, w, interrupts)
+        sums = evaluate(kernel, table, w, clock.interrupts)
         check_finite(sums, w, it, names, learning_rate, why)
-        with np.errstate(over='ignore'):  # an overflow is divergence, found on the next check (w and sums are finite)
-            w = w - learning_rate * (sums[1:] / table.rows)
-        now = time.monotonic()
-        if now - checked >= check:
-            interrupts()
-            checked = now
-        if now - reported >= every:
-            progress(f'iteration {it} of {iterations}, loss {sums[0] / table.rows:.6g}, {now - started:.1f} s')
-            reported = now
-    final = evaluate(kernel, table, w, interrupts)  # the loss at the weights of the last step: iteration n + 1's
+        loss = sums[0] / table.rows + penalty.value(w)
+        if it > 1:
+            history.append(loss)
+            if stalled(history, tolerance):
+                return Fit(w, loss, history, it - 1, clock.seconds())
+        with np.errstate(over='ignore'):  # an overflow is divergence, found on the next check (w, sums are finite)
+            w, size = rule.step(w, penalty.gradient(sums[1:] / table.rows, w))
+            w = penalty.shrink(w, size)
+        clock.rows += table.rows
+        clock.iteration(it, loss)
+    final = evaluate(kernel, table, w, clock.interrupts)  # the loss at the weights of the last step: iteration n + 1's
     check_finite(final, w, iterations + 1, names, learning_rate, why)
-    return w, final[0] / table.rows, iterations
+    loss = final[0] / table.rows + penalty.value(w)
+    return Fit(w, loss, history + [loss] if iterations else [], iterations, clock.seconds())
+
+
+def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batch_size, rng, tolerance, penalty,
+                  clock, why):
+    """Epochs of mini-batch steps: each epoch shuffles the rows (one gather per column) and steps once per slice
+    of batch_size rows. An epoch's history entry is the mean of its mini-batches' losses as training met them;
+    the last entry is the objective at the fitted weights."""
+    history, rows, ran = [], table.rows, 0
+    for epoch in range(1, iterations + 1):
+        order = rng.permutation(rows)
+        shuffled = [column[order] for column in table.columns]
+        total = 0.0
+        for start in range(0, rows, batch_size):
+            end = min(start + batch_size, rows)
+            sums = kernel([column[start:end] for column in shuffled], end - start, w)
+            check_finite(sums, w, epoch, names, learning_rate, why, at_start=epoch == 1 and start == 0)
+            total += sums[0]
+            with np.errstate(over='ignore'):
+                w, size = rule.step(w, penalty.gradient(sums[1:] / (end - start), w))
+                w = penalty.shrink(w, size)
+            clock.rows += end - start
+            clock.poll()
+        ran = epoch
+        history.append(total / rows + penalty.value(w))
+        clock.iteration(epoch, history[-1])
+        if stalled(history, tolerance):
+            break
+    final = evaluate(kernel, table, w, clock.interrupts)
+    check_finite(final, w, ran + 1, names, learning_rate, why)
+    loss = final[0] / rows + penalty.value(w)
+    return Fit(w, loss, history[:-1] + [loss] if history else [], ran, clock.seconds())
+
+
+def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
+    """L-BFGS (two-loop recursion over the last MEMORY pairs) with a backtracking line search for the Armijo
+    condition; it stops early where no step along its direction lowers the objective: the optimum, to the precision
+    of the sums."""
+    def objective(at):
+        sums = evaluate(kernel, table, at, clock.interrupts)
+        clock.rows += table.rows
+        return sums, sums[0] / table.rows + penalty.value(at), penalty.gradient(sums[1:] / table.rows, at)
+
+    sums, f, g = objective(w)
+    check_finite(sums, w, 1, names, 0.0, why)
+    pairs, history = deque(maxlen=MEMORY), []
+    for it in range(1, iterations + 1):
+        d = -_two_loop(g, pairs)
+        if not d @ g < 0:  # not a descent direction (or NaN): start again from the gradient
+            pairs.clear()
+            d = -g
+        slope = d @ g
+        t = 1.0 if pairs else 1.0 / max(1.0, float(np.sqrt(g @ g)))
+        for _ in range(HALVINGS):
+            with np.errstate(over='ignore', invalid='ignore'):
+                step = w + t * d
+                new_sums, new_f, new_g = objective(step)
+            if np.isfinite(new_f) and np.all(np.isfinite(new_sums)) and new_f <= f + ARMIJO * t * slope:
+                break
+            t /= 2
+        else:
+            break  # no step lowers the objective
+        if not new_f < f:
+            break  # the objective no longer changes: the optimum, to the precision of the sums
+        s, y = step - w, new_g - g
+        if s @ y > 1e-12 * np.sqrt((s @ s) * (y @ y)):  # curvature, as the update needs it
+            pairs.append((s, y, 1.0 / (s @ y)))
+        w, f, g = step, new_f, new_g
+        history.append(f)
+        clock.iteration(it, f)
+        if stalled(history, tolerance) or not np.any(g):
+            break
+    check_finite(np.array([f, *g]), w, len(history) + 1, names, 0.0, why)
+    return Fit(w, f, history, len(history), clock.seconds())
+
+
+def _two_loop(g, pairs):
+    """The L-BFGS approximation of the inverse Hessian times g, from the curvature pairs (s, y, 1/(s·y))."""
+    q, alphas = g.copy(), []
+    for s, y, rho in reversed(pairs):
+        alpha = rho * (s @ q)
+        q -= alpha * y
+        alphas.append(alpha)
+    if pairs:
+        s, y, _ = pairs[-1]
+        q *= (s @ y) / (y @ y)
+    for (s, y, rho), alpha in zip(pairs, reversed(alphas)):
+        q += s * (alpha - rho * (y @ q))
+    return q
+
+
+def stalled(history, tolerance):
+    """Did the last iteration improve the objective by less than tolerance, relative to the one before?"""
+    return tolerance > 0 and len(history) > 1 and history[-2] - history[-1] < tolerance * abs(history[-2])
 
 
 def evaluate(kernel, table, w, interrupts, chunk=CHUNK_ROWS):
@@ -51,12 +284,13 @@ def evaluate(kernel, table, w, interrupts, chunk=CHUNK_ROWS):
     return sums
 
 
-def check_finite(sums, w, it, names, learning_rate, why=None):
-    """An error unless the sums and the weights are finite; at the starting weights (it = 1), why(w, k) may name
-    the operation that made sum k not finite (domain.diagnose)."""
+def check_finite(sums, w, it, names, learning_rate, why=None, at_start=None):
+    """An error unless the sums and the weights are finite; at the starting weights (it = 1, unless at_start says
+    otherwise), why(w, k) may name the operation that made sum k not finite (domain.diagnose)."""
     if np.all(np.isfinite(sums)) and np.all(np.isfinite(w)):
         return
-    if it == 1 and why is not None and np.all(np.isfinite(w)):
+    at_start = it == 1 if at_start is None else at_start
+    if at_start and why is not None and np.all(np.isfinite(w)):
         explained = why(w, int(np.argmin(np.isfinite(sums))))
         if explained is not None:
             raise explained
@@ -64,7 +298,7 @@ def check_finite(sums, w, it, names, learning_rate, why=None):
             f'the gradient by "{names[int(np.argmin(np.isfinite(sums[1:])))]}"' if not np.all(np.isfinite(sums[1:]))
             else f'weight "{names[int(np.argmin(np.isfinite(w)))]}"')
     value = 'NaN' if np.isnan(sums).any() or np.isnan(w).any() else 'infinite'
-    if it == 1:
+    if at_start:
         raise PgadError('22003', f'{what} is {value} at the starting weights',
                         hint='Check that the lambda is defined on every row (ln and sqrt of the data, division).')
     raise PgadError('22003', f'training diverged at iteration {it}: {what} is {value}',

@@ -71,6 +71,64 @@ def load(data, columns, chunk_rows=0):
                            for k in range(len(columns))], rows, skipped), columns)
 
 
+@dataclass
+class Group:
+    key: str        # the group's key as a jsonb text, {"region": "north"}: what pgad.models stores
+    values: list    # each group column's value as to_jsonb writes it ('"north"', '2020'), None for NULL
+    table: Table
+
+
+GROUPED = ('SELECT {keys} AS pgad_key, {values}, {packs} FROM (SELECT {groups}, {columns} FROM ({query}\n) AS pgad_data) '
+           'AS pgad_rows GROUP BY {by} ORDER BY {by}')
+# The schema-qualified name of a type, and its category (A: array, C: composite, P: pseudo-type).
+TYPE = ('SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) \'.\' OPERATOR(pg_catalog.||) '
+        'pg_catalog.quote_ident(t.typname) AS name, t.typcategory AS category FROM pg_catalog.pg_type AS t '
+        'JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) t.typnamespace '
+        'WHERE t.oid OPERATOR(pg_catalog.=) $1')
+
+
+def load_groups(data, columns, group_by):
+    """(the group columns' type names, one Group per distinct value of the group_by columns, in their order): the
+    data loaded once, by one GROUP BY query whose every group packs its own rows with pgad.pack."""
+    query = as_query(data)
+    names, types = check_columns(query, columns)
+    group_types = []
+    for name in group_by:
+        if name not in names:
+            raise PgadError('42703', f'column "{name}" of group_by does not exist in the data',
+                            detail='The data has columns: ' + ', '.join(quote_ident(n) for n in names) + '.')
+        found = server.query(TYPE, [types[names.index(name)]], ['pg_catalog.oid'])[0]
+        if found['category'] in ('A', 'C', 'P'):
+            raise PgadError('0A000', f'column "{name}" of group_by is of type {found["name"]}: pgad groups by '
+                                     'scalar columns only', hint='Group by a column of a scalar type (text, an integer, '
+                                                                 'a date, …), or cast it in the data query.')
+        group_types.append(found['name'])
+    sql = GROUPED.format(
+        keys='pg_catalog.jsonb_build_object(' + ', '.join(f'${k + 1}::pg_catalog.text, pgad_rows.g{k}'
+                                                         for k in range(len(group_by))) + ')::pg_catalog.text',
+        values=', '.join(f'pg_catalog.to_jsonb(pgad_rows.g{k})::pg_catalog.text AS g{k}' for k in range(len(group_by))),
+        packs=aggregate(len(columns)) if columns else 'pg_catalog.count(*) AS total', query=query,
+        groups=', '.join(f'pgad_data.{quote_ident(g)} AS g{k}' for k, g in enumerate(group_by)),
+        columns=', '.join([VALUE.format(quote_ident(c), k) for k, c in enumerate(columns)] or ['0 AS pgad_none']),
+        by=', '.join(f'pgad_rows.g{k}' for k in range(len(group_by))))
+    try:
+        parts = server.query(sql, list(group_by), ['pg_catalog.text'] * len(group_by))
+    except server.SPIError as e:
+        if e.sqlstate != TOO_LONG:
+            raise
+        raise PgadError(TOO_LONG, 'a group of the data is too large to load: its columns pass 1 GB packed',
+                        hint='Group by more columns, or train on fewer rows.') from None
+    groups = []
+    for part in parts:
+        if columns:
+            values, rows, skipped = unpack(part, len(columns))
+        else:
+            values, rows, skipped = [], part['total'], 0
+        groups.append(Group(part['pgad_key'], [part[f'g{k}'] for k in range(len(group_by))],
+                            skipping(Table(values, rows, skipped), columns)))
+    return group_types, groups
+
+
 def skipping(table, columns):
     """The table, after a NOTICE of the rows it skipped for a NULL in the columns (if any)."""
     if table.skipped:
@@ -141,7 +199,7 @@ def as_query(data):
 
 
 def check_columns(query, columns):
-    """Every column the lambda reads must be in the data, once, and numeric."""
+    """The data's (column names, type oids); every column the lambda reads must be in it, and numeric."""
     try:
         names, types = server.describe(f'SELECT * FROM ({query}\n) AS pgad_data')
     except server.SPIError as e:  # the data query's own error, with the query shown
@@ -150,8 +208,9 @@ def check_columns(query, columns):
         raise PgadError(e.sqlstate or '42601', e.args[0] if e.args else str(e), detail=f'The data query: {query}',
                         hint=server.hint_of(e)) from None
     used = {names.index(c) for c in columns if c in names}  # only these need a type name looked up
-    return positions(columns, names, [NUMERIC_TYPES.get(oid) or (type_name(oid) if k in used else '')
-                                      for k, oid in enumerate(types)])
+    positions(columns, names, [NUMERIC_TYPES.get(oid) or (type_name(oid) if k in used else '')
+                               for k, oid in enumerate(types)])
+    return names, types
 
 
 def type_name(oid):

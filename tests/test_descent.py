@@ -146,12 +146,13 @@ def test_interrupts_and_progress_come_every_so_many_seconds(monkeypatch):
     checks, reported, messages = clocked_run(monkeypatch, check=2.0, every=3.0)
     assert checks == 6 and reported == ['iteration 3 of 12', 'iteration 6 of 12', 'iteration 9 of 12',
                                          'iteration 12 of 12']
-    assert messages[0].endswith(', 3.0 s')  # seconds since the start
+    assert ', 3.0 s, ' in messages[0] and messages[0].endswith(' rows/s')  # seconds since the start, rows/s
 
 
-def test_by_default_interrupts_are_checked_every_iteration_and_progress_every_5_seconds(monkeypatch):
-    checks, reported, _ = clocked_run(monkeypatch)
-    assert checks == 12 and reported == ['iteration 5 of 12', 'iteration 10 of 12']
+def test_by_default_interrupts_are_checked_every_iteration_and_progress_every_second(monkeypatch):
+    checks, reported, messages = clocked_run(monkeypatch)
+    assert checks == 12 and reported == [f'iteration {k} of 12' for k in range(1, 13)]
+    assert messages[2].endswith(', 3.0 s, 101 rows/s')  # 3 iterations of 101 rows in 3 clock seconds
 
 
 @pytest.mark.parametrize('names, iterations, message', [

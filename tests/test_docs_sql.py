@@ -12,25 +12,27 @@ from conftest import Running, new_database
 
 SQL_MD = pathlib.Path(__file__).parent.parent / 'docs' / 'sql.md'
 SECTION = '## The aggregates: pgad.loss_agg, pgad.gradient_agg, pgad.gradient_descent_agg'
+MODELS = '## Models: pgad.train, pgad.models, pgad_models, pgad.drop_model'
 
 
-def section_sql():
-    """The ```sql blocks of the aggregates' section of docs/sql.md, in order."""
+def section_sql(section=SECTION):
+    """The ```sql blocks of a section of docs/sql.md, in order."""
     text = SQL_MD.read_text()
-    start = text.index(SECTION)
-    end = text.find('\n## ', start + len(SECTION))
+    start = text.index(section)
+    end = text.find('\n## ', start + len(section))
     blocks = re.findall(r'^```sql\n(.*?)^```', text[start:end if end != -1 else len(text)], re.DOTALL | re.MULTILINE)
     assert blocks, 'the section has no ```sql block'
     return '\n'.join(blocks)
 
 
-def test_the_aggregates_examples_run_in_psql(cluster, tmp_path):
+def run_in_psql(cluster, tmp_path, sql):
+    """psql's run of sql in a fresh database with pgad: (returncode, stdout, stderr)."""
     name = new_database(cluster, 'docs_sql')
     try:
         with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
             db.execute('CREATE EXTENSION pgad CASCADE')
-        script = tmp_path / 'aggregates.sql'
-        script.write_text(section_sql())
+        script = tmp_path / 'section.sql'
+        script.write_text(sql)
         result = subprocess.run(['psql', '-X', '-v', 'ON_ERROR_STOP=1', '-h', '127.0.0.1', '-p',
                                  str(cluster.settings['port']), '-U', 'postgres', '-d', name, '-f', str(script)],
                                 capture_output=True, text=True)
@@ -38,6 +40,11 @@ def test_the_aggregates_examples_run_in_psql(cluster, tmp_path):
         if isinstance(cluster, Running):  # a cluster that outlives the session keeps no database of it
             with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
+    return result
+
+
+def test_the_aggregates_examples_run_in_psql(cluster, tmp_path):
+    result = run_in_psql(cluster, tmp_path, section_sql())
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert all(region in out for region in ('north', 'south', 'east', 'west'))
@@ -56,3 +63,15 @@ def test_the_aggregates_examples_run_in_psql(cluster, tmp_path):
     # the outer join's missing rows, and the subquery's rows with NULL, are skipped with the functions' NOTICE
     assert 'skipped 1 of 1 rows with NULL in "x", "y"' in result.stderr
     assert len(re.findall(r'NOTICE:  skipped \d+ of 16 rows with NULL in "x", "y"', result.stderr)) == 3
+
+
+def test_the_models_examples_run_in_psql(cluster, tmp_path):
+    result = run_in_psql(cluster, tmp_path, section_sql(MODELS))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    # the linear model finds price = 100·sqft + 20·rooms + 7 (+ 30 in the north, 0.5·sin(id)); west scores NULL
+    weights = json.loads(re.search(r'^ prices +\| (\{.*?\}) ', out, re.M).group(1))
+    assert weights['a'] == pytest.approx(100, abs=1) and weights['b'] == pytest.approx(20, abs=1)
+    assert re.search(r'^ west +\| *$', out, re.M)
+    assert re.search(r'^ north +\| +29[67]\.\d$', out, re.M)  # 100·2 + 20·3 + 7 + 30, to the noise
+    assert 'model "robust": iteration 100 of 300' in result.stderr

@@ -92,12 +92,20 @@ CALLS = [
     ("SELECT pgad.gradient_agg(%s, %s, p) FROM points AS p", (LINEAR, '{"a": 1, "b": 0}')),
     ("SELECT (pgad.gradient_descent_agg(%s, %s, p, '{\"iterations\": 5}')).loss FROM with_nulls AS p",
      (LINEAR, '{"a": 0, "b": 0}')),
+    ("SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x + w.b', 'squared', 'points', %s, iterations => 5)",
+     ('{"a": 0, "b": 0}',)),
+    ("SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x + w.b', 'λ(p, d) abs(p - d.y)', 'with_nulls', %s, "
+     "optimizer => 'lbfgs', iterations => 5, group_by => 'y')", ('{"a": 0, "b": 0}',)),
+    ("SELECT pgad_models.line(y, x) FROM points", ()),
+    ("SELECT pgad.drop_model('line')", ()),
 ]
 FAILING = [  # the error paths, whose queries must be safe too
     ("SELECT pgad.loss('λ(d, w) d.t', 'labels', '{}')", ()),
     ("SELECT pgad.loss_agg('λ(d, w) d.t', '{}', l) FROM labels AS l", ()),
     ("SELECT pgad.loss('λ(d, w) d.x', 'no_such_table', '{}')", ()),
     ("SELECT pgad.loss('λ(d, w) d.x', 'DELETE FROM points', '{}')", ()),
+    ("SELECT pgad.drop_model('no_such_model')", ()),
+    ("SELECT pgad.train('x', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', group_by => 'z')", ()),
 ]
 
 
@@ -166,7 +174,7 @@ def test_the_shadows_work_when_called_unqualified(server, dbname):
 # --- every statement pgad ran, and every statement of its install and upgrade scripts, names its built-ins --------
 SQL_WORDS = {'SELECT', 'FROM', 'AS', 'OVER', 'IN', 'VALUES', 'AND', 'OR', 'NOT', 'EXISTS', 'JOIN', 'ON', 'WHERE',
              'LIMIT', 'GROUP', 'BY', 'ORDER', 'CASE', 'WHEN', 'THEN', 'ELSE', 'END', 'TABLE', 'WITH', 'ROW', 'ARRAY',
-             'COALESCE', 'NULLIF', 'GREATEST', 'LEAST', 'USING', 'INTO'}
+             'COALESCE', 'NULLIF', 'GREATEST', 'LEAST', 'USING', 'INTO', 'CHECK', 'DISTINCT', 'RETURN'}
 
 
 def unqualified(sql):
@@ -206,8 +214,8 @@ def test_every_statement_pgad_ran_is_qualified(server, dbname):
     assert {q: unqualified(q) for q in ran if unqualified(q)} == {}
 
 
-@pytest.mark.parametrize('script', ['pgad--0.5.0.sql', 'pgad--0.2.0--0.3.0.sql', 'pgad--0.3.0--0.4.0.sql',
-                                    'pgad--0.4.0--0.5.0.sql'])
+@pytest.mark.parametrize('script', ['pgad--0.6.0.sql', 'pgad--0.2.0--0.3.0.sql', 'pgad--0.3.0--0.4.0.sql',
+                                    'pgad--0.4.0--0.5.0.sql', 'pgad--0.5.0--0.6.0.sql'])
 def test_every_statement_of_the_scripts_is_qualified(script):
     parts = (ROOT / 'extension' / 'sql' / script).read_text().split('$$')
     sql = ' '.join(part for k, part in enumerate(parts) if k % 2 == 0 or not part.startswith('\nimport'))

@@ -52,6 +52,7 @@ class Lambda:
     params: str                                  # the name of the weights parameter (w)
     columns: list = field(default_factory=list)  # column names, in order of first use
     weights: list = field(default_factory=list)  # weight names, in order of first use
+    own: list = None                             # a loss's: the columns it reads itself (parse_loss)
 
 
 @dataclass
@@ -108,12 +109,21 @@ def parse(text, limits=bounds.DEFAULT):
     return Parser(text, limits.lambda_nodes).parse_lambda()
 
 
+def parse_loss(text, model, limits=bounds.DEFAULT):
+    """Parse a loss `λ(p, d) <expr>` of a model's prediction p and the data row d into the model's graph: a Lambda
+    with the model's row, weights and graph whose body is the loss of one row (pgad.train's objective). The loss
+    reads columns (d.y) but no weight; p is the model's body."""
+    bounds.check_text(text, limits)
+    return Parser(text, graph=model.graph).parse_loss(model)
+
+
 class Parser:
-    def __init__(self, text, max_nodes=bounds.DEFAULT.lambda_nodes):
+    def __init__(self, text, max_nodes=bounds.DEFAULT.lambda_nodes, graph=None):
         self.text = text
         self.tokens = tokenize(text)
         self.i = 0
-        self.graph = Graph(max_nodes)
+        self.graph = Graph(max_nodes) if graph is None else graph
+        self.value = None  # a loss's name for the prediction (p), read as a bare name
 
     # token helpers
     @property
@@ -141,26 +151,45 @@ class Parser:
 
     # λ(d, w) <expr>
     def parse_lambda(self):
-        head = self.tok
-        if not (self.at('lambda') or head.kind == 'ident' and head.value == 'λ'):
-            raise self.fail('42601', 'a loss must start with λ(d, w) or lambda(d, w)', head,
-                            hint="Write the loss as a lambda of a data row and the weights, "
-                                 "for example 'λ(d, w) (w.a*d.x + w.b - d.y)^2'.")
+        self.row, self.params = self.head('a loss must start with λ(d, w) or lambda(d, w)',
+                                          "Write the loss as a lambda of a data row and the weights, "
+                                          "for example 'λ(d, w) (w.a*d.x + w.b - d.y)^2'.", 'weights')
+        self.columns, self.weights = {}, {}  # dicts as ordered sets: names in order of first use
+        return Lambda(self.text, self.graph, self.body().id, self.row, self.params, list(self.columns),
+                      list(self.weights))
+
+    # λ(p, d) <expr>, over a model's graph
+    def parse_loss(self, model):
+        self.value, self.row = self.head('a loss must start with λ(p, d) or lambda(p, d)',
+                                         "Write the loss as a lambda of the prediction and a data row, for example "
+                                         "'λ(p, d) (p - d.y)^2', or name one: 'squared', 'absolute', 'logistic' or "
+                                         "'hinge'.", 'prediction')
+        self.params, self.prediction = None, model.root
+        self.columns, self.weights = {}, dict.fromkeys(model.weights)
+        body = self.body()
+        return Lambda(self.text, self.graph, body.id, model.row, model.params,
+                      list(dict.fromkeys([*model.columns, *self.columns])), list(self.weights), list(self.columns))
+
+    def head(self, message, hint, second):
+        """The names of the two parameters of `λ(a, b)`."""
+        if not (self.at('lambda') or self.tok.kind == 'ident' and self.tok.value == 'λ'):
+            raise self.fail('42601', message, self.tok, hint=hint)
         self.advance()
         self.expect('(')
-        self.row = self.identifier()
+        first = self.identifier()
         self.expect(',')
-        self.params = self.identifier()
-        if self.row == self.params:
-            raise self.fail('42P08', f'the data row and the weights have the same name "{self.row}"',
+        other = self.identifier()
+        if first == other:
+            raise self.fail('42P08', f'the data row and the {second} have the same name "{first}"',
                             self.tokens[self.i - 1])
         self.expect(')')
-        self.columns, self.weights = {}, {}  # dicts as ordered sets: names in order of first use
+        return first, other
+
+    def body(self):
         body = self.expression()
         if self.tok.kind != 'end':
             raise self.error()
-        self.require(body, 'n', self.tokens[self.i - 1], 'the body of a lambda must be a number, not a boolean')
-        return Lambda(self.text, self.graph, body.id, self.row, self.params, list(self.columns), list(self.weights))
+        return self.require(body, 'n', self.tokens[self.i - 1], 'the body of a lambda must be a number, not a boolean')
 
     def identifier(self):
         if self.tok.kind != 'ident':
@@ -261,9 +290,12 @@ class Parser:
                 return self.reference(tok)
             if self.at('('):
                 return self.call(tok)
+            if tok.value == self.value:
+                return self.graph.expr(self.prediction)
             raise self.fail('42703', f'column reference "{tok.value}" needs a row', tok,
-                            hint=f'Write {self.row}.{tok.text} for a column of the data '
-                                 f'or {self.params}.{tok.text} for a weight.')
+                            hint=f'Write {self.row}.{tok.text} for a column of the data ' +
+                                 (f'or {self.params}.{tok.text} for a weight.' if self.value is None else
+                                  f'or {self.value} for the prediction.'))
         raise self.error()
 
     def reference(self, owner):
@@ -282,6 +314,13 @@ class Parser:
         if owner.value == self.params:
             self.weights.setdefault(name)
             return self.graph.weight(name)
+        if owner.value == self.value:
+            raise self.fail('42809', f'"{owner.value}" is the prediction, a number: it has no field "{name}"', owner,
+                            hint=f'Read columns of the data as {self.row}.{tok.text}.')
+        if self.value is not None:
+            raise self.fail('42P01', f'"{owner.value}" is not the data row "{self.row}"', owner,
+                            hint=f'A loss reads columns as {self.row}.column and the prediction as {self.value}; '
+                                 'the weights are the model\'s.')
         raise self.fail('42P01', f'"{owner.value}" is neither the data row "{self.row}" nor the weights '
                                  f'"{self.params}"', owner,
                         hint=f'Columns are read as {self.row}.column and weights as {self.params}.name.')

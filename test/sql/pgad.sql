@@ -62,6 +62,24 @@ SELECT pgad.loss_agg('λ(d, w) w.a*d.z', '{"a": 0}', t) FROM regions AS t;
 SELECT pgad.gradient_descent_agg('λ(d, w) w.a*d.x', '{"a": 0}', t, '{"rate": 1}') FROM regions AS t;
 SELECT pgad.loss_agg('λ(d, w) w.a*d.x', '{"a": 0}', t.x) FROM regions AS t;
 
+-- pgad.train: a model in pgad.models, scored by its SQL function pgad_models.<name>, then dropped
+SELECT name, group_key, round((weights->>'a')::numeric, 6) AS a, round((weights->>'b')::numeric, 6) AS b,
+       round(final_loss::numeric, 9) AS loss, scoring_function
+FROM pgad.train('line', 'λ(d, w) w.a*d.x + w.b', 'squared', 'points', '{"a": 0, "b": 0}', optimizer => 'lbfgs');
+SELECT x, round(pgad_models.line(x)::numeric, 6) AS predicted FROM points WHERE x BETWEEN 1 AND 3 ORDER BY x;
+SELECT name, group_key, round((weights->>'a')::numeric, 6) AS a, round((weights->>'b')::numeric, 6) AS b,
+       scoring_function
+FROM pgad.train('by_region', 'λ(d, w) w.a*d.x + w.b', 'squared', 'regions', '{"a": 0, "b": 0}',
+                optimizer => 'lbfgs', group_by => 'r')
+ORDER BY group_key::text;
+SELECT r, round(pgad_models.by_region(r, 10)::numeric, 6) AS at_10 FROM generate_series(0, 4) AS r ORDER BY r;
+SELECT pgad.drop_model('line'), pgad.drop_model('by_region');
+SELECT count(*) FROM pgad.models;
+SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x', 'squared', 'points', '{"a": 0}', optimizer => 'newton');
+SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x', 'quadratic', 'points', '{"a": 0}');
+SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x', 'squared', 'regions', '{"a": 0}', group_by => 'region');
+SELECT pgad.drop_model('line');
+
 -- bad input: an ERROR with what is wrong, and nothing changed
 SELECT pgad.loss('λ(d, w) (w.a*d.x + - d.y', 'points', '{"a": 0}');
 SELECT pgad.loss('λ(d, w) w.a*d.z', 'points', '{"a": 0}');

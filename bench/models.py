@@ -1,0 +1,148 @@
+"""pgad.train's models: what scoring with a generated function costs, and how the optimizers compare.
+
+    .venv/bin/python bench/models.py [--rows 1000000] [--features 8] [--repeats 5]
+
+On one throwaway cluster, in one connection (so connection start and first-call imports do not count), with
+max_parallel_workers_per_gather = 0, best of the repeats, the contenders interleaved:
+
+Scoring, SELECT sum(<prediction>) FROM a table of --rows rows:
+  scan             SELECT sum(x1): the yardstick
+  hand linear      the linear model written by hand in SQL with the fitted weights as constants
+  pgad linear      pgad_models.<linear model>(x1, …, xP), the generated function
+  hand sigmoid     1/(1 + exp(-(<linear>))), the usual hand-written logistic prediction
+  pgad sigmoid     pgad_models.<model λ(d, w) sigmoid(…)>: its body is the stable two-branch form
+  hand 10 groups   CASE g WHEN 0 THEN <linear with group 0's weights> … END, written by hand
+  pgad 10 groups   pgad_models.<grouped model>(g, x1, …, xP)
+
+Optimizers, logistic regression on the same rows (labels drawn through a sigmoid): each pgad optimizer's time to
+train and its final loss against the optimum, which IRLS (Newton's method, MADlib's default for logregr_train) finds
+in NumPy on the exported rows (its time includes the COPY export). Timings are printed, never asserted.
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import psycopg
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pgad.throwaway import Cluster  # noqa: E402
+
+
+def best(db, sql, repeats):
+    """The best wall time of sql over the repeats, in ms (the first run warms the caches and is not counted)."""
+    db.execute(sql)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        db.execute(sql).fetchall()
+        times.append(time.perf_counter() - start)
+    return 1e3 * min(times)
+
+
+def linear(weights, p):
+    return ' + '.join(f'{weights[f"w{i}"]!r}*x{i}' for i in range(1, p + 1)) + f' + {weights["b"]!r}'
+
+
+def train(db, name, model, loss, data, p, **options):
+    weights = '{' + ', '.join(f'"w{i}": 0' for i in range(1, p + 1)) + ', "b": 0}'
+    args = ''.join(f', {k} => %({k})s' for k in options)
+    start = time.perf_counter()
+    rows = db.execute(f'SELECT weights, final_loss, iterations FROM pgad.train(%(name)s, %(model)s, %(loss)s, '
+                      f'%(data)s, %(weights)s{args})',
+                      dict(name=name, model=model, loss=loss, data=data, weights=weights, **options)).fetchall()
+    return rows, time.perf_counter() - start
+
+
+def irls(X, y, iterations=50):
+    """Newton's method for the mean logistic loss (IRLS): the optimum, to machine precision."""
+    w = np.zeros(X.shape[1])
+    for _ in range(iterations):
+        p = 1 / (1 + np.exp(-(X @ w)))
+        step = np.linalg.solve(X.T @ (X * (p * (1 - p))[:, None]), X.T @ (p - y))
+        w -= step
+        if np.max(np.abs(step)) < 1e-12:
+            break
+    z = X @ w
+    return w, float(np.mean(np.logaddexp(0, z) - y * z))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--rows', type=int, default=1_000_000)
+    parser.add_argument('--features', type=int, default=8)
+    parser.add_argument('--repeats', type=int, default=5)
+    args = parser.parse_args()
+    p, n = args.features, args.rows
+    xs = [f'x{i}' for i in range(1, p + 1)]
+    z = ' + '.join(f'w.w{i}*d.x{i}' for i in range(1, p + 1)) + ' + w.b'
+    with Cluster() as pg, psycopg.connect(pg.conninfo(), autocommit=True) as db:
+        db.execute('CREATE EXTENSION pgad CASCADE')
+        db.execute('SET max_parallel_workers_per_gather = 0')
+        db.execute('SELECT setseed(0.5)')
+        db.execute(f'CREATE TABLE rows AS SELECT g % 10 AS g, {", ".join(f"random()*2 - 1 AS {x}" for x in xs)} '
+                   f'FROM generate_series(1, {n}) AS g')
+        truth = ' + '.join(f'{(-1) ** i * i / p:.3f}*{x}' for i, x in enumerate(xs, 1))
+        db.execute(f'ALTER TABLE rows ADD COLUMN y float8, ADD COLUMN label float8')
+        db.execute(f'UPDATE rows SET y = {truth} + 0.5 + 0.1*(random() - 0.5), '
+                   f'label = (random() < 1/(1 + exp(-({truth} + 0.5))))::int')
+        db.execute('VACUUM ANALYZE rows')
+        print(f'{n:,} rows, P = {p}; ms, best of {args.repeats}, interleaved, one connection, serial plans')
+
+        [(lin, _, _)], _ = train(db, 'bench_linear', f'λ(d, w) {z}', 'squared', 'rows', p, optimizer='lbfgs',
+                                 iterations=50)
+        [(sig, _, _)], _ = train(db, 'bench_sigmoid', f'λ(d, w) sigmoid({z})', 'λ(p, d) (p - d.label)^2', 'rows', p,
+                                 optimizer='lbfgs', iterations=20)
+        grouped, _ = train(db, 'bench_groups', f'λ(d, w) {z}', 'squared', 'rows', p, optimizer='lbfgs',
+                           iterations=50, group_by='g')
+        by_group = db.execute("SELECT (group_key->>'g')::int, weights FROM pgad.models WHERE name = 'bench_groups' "
+                              "ORDER BY 1").fetchall()
+        cases = ' '.join(f'WHEN {k} THEN {linear(w, p)}' for k, w in by_group)
+        columns = ', '.join(xs)
+        queries = {
+            'scan': 'SELECT sum(x1) FROM rows',
+            'hand linear': f'SELECT sum({linear(lin, p)}) FROM rows',
+            'pgad linear': f'SELECT sum(pgad_models.bench_linear({columns})) FROM rows',
+            'hand sigmoid': f'SELECT sum(1/(1 + exp(-({linear(sig, p)})))) FROM rows',
+            'pgad sigmoid': f'SELECT sum(pgad_models.bench_sigmoid({columns})) FROM rows',
+            'hand 10 groups': f'SELECT sum(CASE g {cases} END) FROM rows',
+            'pgad 10 groups': f'SELECT sum(pgad_models.bench_groups(g, {columns})) FROM rows',
+        }
+        ms = {name: math.inf for name in queries}
+        for _ in range(args.repeats):
+            for name, sql in queries.items():
+                ms[name] = min(ms[name], best(db, sql, 1))
+        print('\nscoring: ms (ratio to the scan)')
+        for name in queries:
+            print(f'  {name:<16} {ms[name]:8.0f} ({ms[name] / ms["scan"]:.2f})')
+        for a, b in (('pgad linear', 'hand linear'), ('pgad sigmoid', 'hand sigmoid'),
+                     ('pgad 10 groups', 'hand 10 groups')):
+            print(f'  {a} / {b}: {ms[a] / ms[b]:.2f}')
+
+        start = time.perf_counter()
+        with db.cursor().copy(f'COPY (SELECT {columns}, label FROM rows) TO STDOUT (FORMAT CSV)') as copy:
+            text = b''.join(bytes(block) for block in copy)
+        data = np.loadtxt(text.decode().splitlines(), delimiter=',')
+        X = np.column_stack([data[:, :p], np.ones(n)])
+        w_star, optimum = irls(X, data[:, p])
+        irls_s = time.perf_counter() - start
+        print(f'\nlogistic regression: seconds, and the final loss over the optimum (IRLS: {optimum:.9f})')
+        print(f'  {"IRLS (NumPy, export included)":<34} {irls_s:7.2f}  0')
+        for name, options in (('lbfgs', dict(optimizer='lbfgs', iterations=100, tolerance=1e-12)),
+                              ('gd, 200 iterations, rate 2', dict(optimizer='gd', iterations=200, learning_rate=2)),
+                              ('adam, 20 epochs of 4096 rows', dict(optimizer='adam', iterations=20,
+                                                                    batch_size=4096, learning_rate=0.01, seed=1)),
+                              ('sgd, 5 epochs of 256 rows', dict(optimizer='sgd', iterations=5, batch_size=256,
+                                                                 learning_rate=0.5, seed=1))):
+            seconds = math.inf
+            for _ in range(min(args.repeats, 2)):
+                [(_, loss, ran)], took = train(db, 'bench_logistic', f'λ(d, w) {z}', 'logistic', 'rows', p,
+                                               label='label', **options)
+                seconds = min(seconds, took)
+            print(f'  {name:<34} {seconds:7.2f}  {loss - optimum:.2e} ({ran} iterations)')
+
+
+if __name__ == '__main__':
+    main()

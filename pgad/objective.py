@@ -1,0 +1,54 @@
+"""A model and a loss → the objective of one row, as a lambda: pgad.train's stage before the program.
+
+The model is a prediction lambda `λ(d, w) <expr>`; the loss is a lambda `λ(p, d) <expr>` of the prediction p and
+the row d, or one of the named losses below over the label column. The objective of a row is loss(model(d, w), d),
+built in the model's DAG (parser.parse_loss) and printed back as a lambda `λ(d, w) …` (printer.to_lambda): the text
+the program, the kernel cache and every backend take, as for pgad.gradient_descent. Nothing of the user's text is
+pasted: the objective is printed from its DAG.
+"""
+import re
+from dataclasses import dataclass
+
+from .errors import PgadError
+from .lang import parser, printer
+from .lang.rules import call
+
+abs_, relu, softplus = call('abs'), call('relu'), call('softplus')
+
+# name → the loss of prediction p and label y, as a DAG expression
+LOSSES = {
+    'squared': lambda p, y: (p - y) ** 2,
+    'absolute': lambda p, y: abs_(p - y),
+    'logistic': lambda p, y: softplus(p) - y * p,  # labels 0/1: −(y·ln σ(p) + (1−y)·ln(1−σ(p))), stable for any p
+    'hinge': lambda p, y: relu(1 - y * p),          # labels −1/1
+}
+
+
+LAMBDA = re.compile(r'\s*(λ|lambda\b)', re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Objective:
+    model: parser.Lambda   # the prediction lambda, parsed (its graph also holds the loss)
+    text: str              # the objective of one row, λ(d, w) loss(model(d, w), d)
+    columns: tuple         # the columns the model reads, in order of first use (the scoring function's arguments)
+    loss_columns: tuple    # the columns the loss reads itself (the label)
+
+
+def build(model_text, loss, label, limits):
+    """The Objective of the model lambda under loss (a lambda text or a name in LOSSES), label naming the label
+    column of a named loss."""
+    model = parser.parse(model_text, limits)
+    if loss in LOSSES:
+        graph = model.graph
+        body = LOSSES[loss](graph.expr(model.root), graph.column(label)).id
+        lam = parser.Lambda(loss, graph, body, model.row, model.params, list(dict.fromkeys([*model.columns, label])),
+                            list(model.weights), [label])
+    elif LAMBDA.match(loss):
+        lam = parser.parse_loss(loss, model, limits)
+    else:
+        raise PgadError('22023', f'unknown loss "{loss}"',
+                        hint="loss is 'squared', 'absolute', 'logistic', 'hinge' or a lambda λ(p, d) of the "
+                             "prediction p and the row d, for example 'λ(p, d) (p - d.y)^2'.")
+    text = f'λ({model.row}, {model.params}) ' + printer.to_lambda(lam, lam.root, printer.budget(limits))
+    return Objective(model, text, tuple(model.columns), tuple(lam.own))
