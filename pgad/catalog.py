@@ -21,9 +21,9 @@ from .errors import PgadError
 from .lang import printer, sql
 
 SCHEMA = 'pgad_models'
-INSERT = ('INSERT INTO pgad.models AS m (name, group_key, model, loss, weights, final_loss, loss_history, iterations, '
+INSERT = ('INSERT INTO pgad.models (name, group_key, model, loss, weights, final_loss, loss_history, iterations, '
           'options, data, rows, training_time, scoring_function) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '
-          'pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13) RETURNING m.*')
+          'pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13) RETURNING models.*')
 INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.text', 'pg_catalog.jsonb',
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
                 'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.text']

@@ -182,32 +182,32 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
 def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batch_size, rng, tolerance, penalty,
                   clock, why):
     """Epochs of mini-batch steps: each epoch shuffles the rows (one gather per column) and steps once per slice
-    of batch_size rows. An epoch's history entry is the mean of its mini-batches' losses as training met them;
-    the last entry is the objective at the fitted weights."""
-    history, rows, ran = [], table.rows, 0
+    of batch_size rows; then one pass over all the rows gives the objective at the epoch's weights, for the
+    history, the tolerance and the progress report (a pass costs less than an epoch's many kernel calls)."""
+    rows, history = table.rows, []
     for epoch in range(1, iterations + 1):
         order = rng.permutation(rows)
         shuffled = [column[order] for column in table.columns]
-        total = 0.0
         for start in range(0, rows, batch_size):
             end = min(start + batch_size, rows)
             sums = kernel([column[start:end] for column in shuffled], end - start, w)
             check_finite(sums, w, epoch, names, learning_rate, why, at_start=epoch == 1 and start == 0)
-            total += sums[0]
             with np.errstate(over='ignore'):
                 w, size = rule.step(w, penalty.gradient(sums[1:] / (end - start), w))
                 w = penalty.shrink(w, size)
             clock.rows += end - start
             clock.poll()
-        ran = epoch
-        history.append(total / rows + penalty.value(w))
+        sums = evaluate(kernel, table, w, clock.interrupts)
+        check_finite(sums, w, epoch + 1, names, learning_rate, why)
+        history.append(sums[0] / rows + penalty.value(w))
         clock.iteration(epoch, history[-1])
         if stalled(history, tolerance):
             break
-    final = evaluate(kernel, table, w, clock.interrupts)
-    check_finite(final, w, ran + 1, names, learning_rate, why)
-    loss = final[0] / rows + penalty.value(w)
-    return Fit(w, loss, history[:-1] + [loss] if history else [], ran, clock.seconds())
+    if not history:  # no epoch: the objective at the starting weights
+        sums = evaluate(kernel, table, w, clock.interrupts)
+        check_finite(sums, w, 1, names, learning_rate, why)
+        return Fit(w, sums[0] / rows + penalty.value(w), [], 0, clock.seconds())
+    return Fit(w, history[-1], history, len(history), clock.seconds())
 
 
 def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why):

@@ -575,13 +575,15 @@ def test_a_cancel_stops_the_pass_over_more_rows_than_a_kernel_call_takes(plpy, m
 
 
 def test_a_long_descent_reports_its_progress(plpy, xy, monkeypatch):
-    """Every 5 seconds (here 10 s pass at each clock reading) a NOTICE gives the iteration and the loss at its start."""
+    """Every second (here 10 s pass at each clock reading) a NOTICE gives the iteration, the loss at its start, the
+    seconds since the start and the rows a second."""
     clock = iter(range(0, 1000, 10))
     monkeypatch.setattr(descent, 'time', SimpleNamespace(monotonic=lambda: next(clock)))
     api.gradient_descent(LINEAR, 'points', json.dumps(W), 0.1, 2)
     first = numpy_descent(*xy, list(W.values()), 0.1, 1)
-    assert plpy.notices() == [f'iteration 1 of 2, loss {mse(*xy, **W):.6g}, 10.0 s',
-                              f'iteration 2 of 2, loss {mse(*xy, *first):.6g}, 20.0 s']
+    rows = len(xy[0])
+    assert plpy.notices() == [f'iteration 1 of 2, loss {mse(*xy, **W):.6g}, 10.0 s, {rows / 10:.0f} rows/s',
+                              f'iteration 2 of 2, loss {mse(*xy, *first):.6g}, 20.0 s, {rows / 10:.0f} rows/s']
 
 
 def test_a_lambda_past_the_limits_is_reported_before_the_weights(plpy):

@@ -329,14 +329,14 @@ def test_data_runs_with_the_callers_privileges(db, cluster, dbname):
 # --- the functions PUBLIC may call ----------------------------------------------------------------------------------
 def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster, dbname):
     # Not strict: the transition and combine functions (a NULL state, a NULL argument), the aggregates' final
-    # implementations (options NULL when not given).
+    # implementations (options NULL when not given), pgad.train's (seed, regularize and group_by NULL by default).
     internal = db.execute("SELECT p.oid::regprocedure::text, p.proisstrict OR p.proname ~ '^_(pack_step|pack_combine|"
-                          "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg)$', "
+                          "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train)$', "
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
-    # column finder and their eight support functions
-    assert len(internal) == 21
+    # column finder and their eight support functions, pgad.train's and pgad.drop_model's
+    assert len(internal) == 23
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     assert [(name, acl) for name, _, acl in internal if acl is None or '"=X' in acl or '{=X' in acl or ',=X' in acl] \
         == []
@@ -347,7 +347,9 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
              "pgad._gradient_descent('λ(d, w) 1', 'SELECT 1', '{}', 0.1, 1, 'reverse', 'auto')",
              "pgad._derivatives('λ(d, w) 1')", "pgad._explain('λ(d, w) 1', 'reverse')",
              "pgad._lambda_columns('λ(d, w) d.x', '{x}', '{integer}')",
-             "pgad._loss_agg('\\x', '{}', 'λ(d, w) 1', '{}', NULL)"]
+             "pgad._loss_agg('\\x', '{}', 'λ(d, w) 1', '{}', NULL)",
+             "pgad._train('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', 0.1, 1, 'reverse', 'auto', "
+             "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0)", "pgad._drop_model('m')"]
     with psycopg.connect(cluster.conninfo(dbname, user='pgad_outsider'), autocommit=True) as outsider:
         for call in calls:
             diag = error_of(outsider, f'SELECT * FROM {call}')

@@ -172,6 +172,11 @@ def _load(object_code, name, columns, outputs):
     def kernel(column_arrays, rows, weights):
         w = np.ascontiguousarray(weights, dtype=np.float64)
         sums = np.zeros(outputs, dtype=np.float64)
-        function(rows, w.ctypes.data, sums.ctypes.data, *[c.ctypes.data for c in column_arrays])
+        # the machine code reads `rows` float64s in a row from each column's address: a strided view is copied
+        # (the loader's and descent's columns are contiguous already, and pass through as they are)
+        arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in column_arrays]
+        if any(len(a) < rows for a in arrays):
+            raise ValueError(f'a column has fewer than {rows} rows')
+        function(rows, w.ctypes.data, sums.ctypes.data, *[a.ctypes.data for a in arrays])
         return sums
     return kernel
