@@ -1,5 +1,6 @@
 """make demo: train a linear and a logistic regression on 1M rows inside PostgreSQL, in forward and reverse mode,
-then one linear model per group of rows with the aggregate pgad.gradient_descent_agg.
+then one linear model per group of rows with the aggregate pgad.gradient_descent_agg, then named models with
+pgad.train (by L-BFGS, one per group, with its progress NOTICEs), scored in plain SQL by the functions it generates.
 
 With PGAD_DSN set (a libpq connection string) it uses that server, where pgad must be installable; otherwise it
 starts a throwaway PostgreSQL cluster of its own (temporary directory, own port) and stops it at the end.
@@ -73,9 +74,42 @@ def main():
             fitted = ', '.join(f'{k} = {v:.4f}' for k, v in sorted(weights.items()))
             print(f'  x1 {">" if positive else "≤"} 0   {fitted}   loss {value:.6f}   {ran} iterations')
         print(f'  both groups in {took:.2f} s\n')
+        named_models(db)
         print('derivatives of the linear loss, as pgad.derivatives shows them:')
         for weight, derivative in db.execute('SELECT * FROM pgad.derivatives(%s)', (DATASETS['linear regression'][0],)):
             print(f'  ∂/∂{weight} = {derivative}')
+
+
+def named_models(db):
+    """pgad.train: a stored logistic model scored by pgad_models.churn, and one linear model per sign of x1."""
+    print('named models: pgad.train stores them in pgad.models and writes each a scoring function in pgad_models')
+    db.add_notice_handler(lambda notice: print(f'  NOTICE: {notice.message_primary}'))
+    started = time.perf_counter()
+    weights, iterations, loss = db.execute(
+        "SELECT weights, iterations, final_loss FROM pgad.train('churn', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', "
+        "'logistic', 'logistic', '{\"a\": 0, \"b\": 0, \"c\": 0}', label => 'label', optimizer => 'lbfgs', "
+        "iterations => 50, progress_every => 5)").fetchone()
+    took = time.perf_counter() - started
+    fitted = ', '.join(f'{k} = {v:.4f}' for k, v in sorted(weights.items()))
+    print(f'  churn (logistic, lbfgs)  {fitted}   loss {loss:.6f}   {iterations} iterations in {took:.2f} s')
+    started = time.perf_counter()
+    accuracy = db.execute('SELECT avg(((pgad_models.churn(x1, x2) > 0)::int = label)::int) FROM logistic').fetchone()[0]
+    print(f'  SELECT avg(((pgad_models.churn(x1, x2) > 0)::int = label)::int) FROM logistic  →  accuracy '
+          f'{accuracy:.4f}, in {time.perf_counter() - started:.2f} s')
+    started = time.perf_counter()
+    fits = db.execute("SELECT group_key, weights FROM pgad.train('by_sign', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', "
+                      "'squared', 'SELECT x1, x2, y, x1 > 0 AS positive FROM linear', "
+                      "'{\"a\": 0, \"b\": 0, \"c\": 0}', optimizer => 'lbfgs', group_by => 'positive') "
+                      "ORDER BY group_key::text").fetchall()
+    took = time.perf_counter() - started
+    for key, weights in fits:
+        print(f'  by_sign {key}  ' + ', '.join(f'{k} = {v:.4f}' for k, v in sorted(weights.items())))
+    print(f'  both groups in {took:.2f} s; scored by pgad_models.by_sign(positive, x1, x2):')
+    for row in db.execute('SELECT x1 > 0 AS positive, round(avg(abs(pgad_models.by_sign(x1 > 0, x1, x2) - y))::numeric, '
+                          '4) AS mean_abs_error FROM linear GROUP BY 1 ORDER BY 1'):
+        print(f'    positive = {row[0]}: mean absolute error {row[1]}')
+    print(db.execute("SELECT string_agg(name || coalesce(' ' || group_key::text, ''), ', ' ORDER BY name, "
+                     "group_key::text) FROM pgad.models").fetchone()[0].join(('  pgad.models: ', '\n')))
 
 
 if __name__ == '__main__':

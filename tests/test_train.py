@@ -323,3 +323,18 @@ def test_pg_dump_and_restore_keep_the_models(db, cluster, dbname):
         copy.execute("SELECT pgad.drop_model('dumped')")
     with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
         admin.execute(f'DROP DATABASE {restored} WITH (FORCE)')
+
+
+def test_statement_timeout_stops_training_and_stores_nothing(db):
+    """A mini-batch of one row is 200,000 kernel calls an epoch: the loop checks for interrupts between them."""
+    db.execute('CREATE TABLE IF NOT EXISTS many AS SELECT random() AS x, random() AS y FROM generate_series(1, 200000)')
+    db.execute("SET statement_timeout = '1s'")
+    try:
+        e = error_of(db, "SELECT pgad.train('slow', 'λ(d, w) w.a*d.x + w.b + w.c*sin(d.x)', 'squared', 'many', "
+                         "'{\"a\": 0, \"b\": 0, \"c\": 0}', optimizer => 'sgd', batch_size => 1, "
+                         "iterations => 100000000, learning_rate => 1e-9)")
+    finally:
+        db.execute('RESET statement_timeout')
+    assert e.sqlstate == '57014' and e.message_primary == 'canceling statement due to statement timeout'
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'slow'").fetchone()[0] == 0
+    assert db.execute("SELECT to_regproc('pgad_models.slow')").fetchone()[0] is None
