@@ -16,7 +16,12 @@ Scoring, SELECT sum(<prediction>) FROM a table of --rows rows:
 
 Optimizers, logistic regression on the same rows (labels drawn through a sigmoid): each pgad optimizer's time to
 train and its final loss against the optimum, which IRLS (Newton's method, MADlib's default for logregr_train) finds
-in NumPy on the exported rows (its time includes the COPY export). Timings are printed, never asserted.
+in NumPy on the exported rows (its time includes the COPY export).
+
+The peers' shape, 1M rows of 2 features and an intercept (shared/peers.md measured MADlib's linregr_train and
+logregr_train and psql-autodiff's gradient_descent_l4 on it): pgad.train by lbfgs to convergence for the linear and
+the logistic model, and 100 iterations of batch gd at rate 0.5 (psql-autodiff's run). Timings are printed, never
+asserted.
 """
 import argparse
 import math
@@ -29,6 +34,9 @@ import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pgad.throwaway import Cluster  # noqa: E402
+import run  # noqa: E402  (bench/run.py, beside this file: its parser of COPY's binary format)
+
+run.np = np  # run.py imports numpy in its main(), after installing its own contenders' packages
 
 
 def best(db, sql, repeats):
@@ -122,14 +130,19 @@ def main():
             print(f'  {a} / {b}: {ms[a] / ms[b]:.2f}')
 
         start = time.perf_counter()
-        with db.cursor().copy(f'COPY (SELECT {columns}, label FROM rows) TO STDOUT (FORMAT CSV)') as copy:
-            text = b''.join(bytes(block) for block in copy)
-        data = np.loadtxt(text.decode().splitlines(), delimiter=',')
+        data = bytearray()
+        with db.cursor().copy(f'COPY (SELECT {columns}, label FROM rows) TO STDOUT (FORMAT BINARY)') as copy:
+            for block in copy:
+                data += block
+        data = run.parse_binary_copy(data, p + 1)
         X = np.column_stack([data[:, :p], np.ones(n)])
+        export_s = time.perf_counter() - start
+        start = time.perf_counter()
         w_star, optimum = irls(X, data[:, p])
         irls_s = time.perf_counter() - start
         print(f'\nlogistic regression: seconds, and the final loss over the optimum (IRLS: {optimum:.9f})')
-        print(f'  {"IRLS (NumPy, export included)":<34} {irls_s:7.2f}  0')
+        print(f'  {"export (COPY BINARY → NumPy)":<34} {export_s:7.2f}')
+        print(f'  {"IRLS in NumPy, after the export":<34} {irls_s:7.2f}  0')
         for name, options in (('lbfgs', dict(optimizer='lbfgs', iterations=100, tolerance=1e-12)),
                               ('gd, 200 iterations, rate 2', dict(optimizer='gd', iterations=200, learning_rate=2)),
                               ('adam, 20 epochs of 4096 rows', dict(optimizer='adam', iterations=20,
@@ -142,6 +155,30 @@ def main():
                                                label='label', **options)
                 seconds = min(seconds, took)
             print(f'  {name:<34} {seconds:7.2f}  {loss - optimum:.2e} ({ran} iterations)')
+        peers(db, n, args.repeats)
+
+
+def peers(db, n, repeats):
+    """pgad.train on the shape of shared/peers.md's runs: n rows, x1 and x2, a linear and a logistic label."""
+    db.execute('SELECT setseed(0.25)')
+    db.execute(f'CREATE TABLE two AS SELECT random()*2 - 1 AS x1, random()*2 - 1 AS x2 FROM generate_series(1, {n})')
+    db.execute('ALTER TABLE two ADD COLUMN y float8, ADD COLUMN label float8')
+    db.execute('UPDATE two SET y = 3*x1 - 2*x2 + 0.5 + 0.1*(random() - 0.5), '
+               'label = (random() < 1/(1 + exp(-(1.5*x1 - 2*x2 + 0.3))))::int')
+    db.execute('VACUUM ANALYZE two')
+    model = 'λ(d, w) w.w1*d.x1 + w.w2*d.x2 + w.b'
+    runs = {'linear, lbfgs to convergence': ('squared', dict(optimizer='lbfgs', iterations=100)),
+            'linear, gd 100 iterations, rate 0.5': ('squared', dict(optimizer='gd', iterations=100, learning_rate=0.5)),
+            'logistic, lbfgs to convergence': ('logistic', dict(optimizer='lbfgs', iterations=100, label='label'))}
+    seconds = {name: math.inf for name in runs}
+    ran = {}
+    for _ in range(repeats):  # interleaved
+        for name, (loss, options) in runs.items():
+            [(_, _, ran[name])], took = train(db, 'bench_peer', model, loss, 'two', 2, **options)
+            seconds[name] = min(seconds[name], took)
+    print(f'\nthe peers\' shape, {n:,} rows, 2 features + intercept: seconds, best of {repeats}')
+    for name in runs:
+        print(f'  {name:<38} {seconds[name]:6.2f}  ({ran[name]} iterations)')
 
 
 if __name__ == '__main__':
