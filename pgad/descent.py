@@ -99,7 +99,8 @@ class Penalty:
 
 class Clock:
     """Interrupt checks every `check` seconds, and progress(message) every `every` seconds, or every
-    `every_iterations` iterations when that is more than 0; the rows the kernel ran, for rows/s."""
+    `every_iterations` iterations when that is more than 0; the rows the kernel ran in the iterations reported
+    (every call's, mini-batches, line search and epoch-end passes alike), for rows/s."""
     def __init__(self, interrupts, progress, iterations, every=1.0, check=0.01, every_iterations=0):
         self.interrupts, self.progress, self.iterations = interrupts, progress, iterations
         self.every, self.check, self.every_iterations = every, check, every_iterations
@@ -199,6 +200,7 @@ def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batc
             clock.poll()
         sums = evaluate(kernel, table, w, clock.interrupts)
         check_finite(sums, w, epoch + 1, names, learning_rate, why)
+        clock.rows += rows
         history.append(sums[0] / rows + penalty.value(w))
         clock.iteration(epoch, history[-1])
         if stalled(history, tolerance):

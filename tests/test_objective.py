@@ -1,4 +1,6 @@
 """The objective stage on its own (no server): model and loss → one lambda, and the loss lambda's parse errors."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -25,6 +27,7 @@ def test_the_objective_is_the_loss_of_the_prediction(loss, text):
 def test_the_columns_the_model_reads_come_first_and_the_loss_keeps_its_own():
     goal = objective.build('λ(d, w) w.b*d.rooms + w.a*d.sqft', 'λ(p, d) (p - d.price)^2 * d.rooms', 'y', DEFAULT)
     assert goal.columns == ('rooms', 'sqft') and goal.loss_columns == ('price', 'rooms')
+    assert goal.model.columns == ['rooms', 'sqft'] and goal.model.weights == ['b', 'a']  # the model, parsed
     assert objective.build(MODEL, 'squared', 'Price', DEFAULT).text.endswith('- d."Price")^2')
 
 
@@ -53,6 +56,38 @@ def test_a_bad_loss_is_a_clear_error(loss, sqlstate, message):
     with pytest.raises(PgadError) as caught:
         objective.build(MODEL, loss, 'y', DEFAULT)
     assert (caught.value.sqlstate, caught.value.message) == (sqlstate, message)
+
+
+def test_an_unknown_loss_hints_at_the_names_and_the_lambda():
+    with pytest.raises(PgadError) as caught:
+        objective.build(MODEL, 'quadratic', 'y', DEFAULT)
+    assert caught.value.hint == ("loss is 'squared', 'absolute', 'logistic', 'hinge' or a lambda λ(p, d) of the "
+                                 "prediction p and the row d, for example 'λ(p, d) (p - d.y)^2'.")
+
+
+@pytest.mark.parametrize('model, loss', [
+    ('λ(d, w) ' + ' + '.join(f'w.a{k}*d.x' for k in range(30)), 'squared'),  # the model past the limit
+    (MODEL, 'λ(p, d) ' + ' + '.join(f'(p - d.y{k})^2' for k in range(30))),  # the loss past it
+    (MODEL, 'λ(p, d) (p - d.y)^2' + ' ' * 2000),  # the loss's text past pgad.max_lambda_bytes
+])
+def test_the_limits_bound_the_model_and_the_loss(model, loss):
+    small = replace(DEFAULT, lambda_nodes=60, lambda_bytes=1000)
+    with pytest.raises(PgadError) as caught:
+        objective.build(model, loss, 'y', small)
+    assert caught.value.sqlstate == '54001'
+
+
+def test_the_objective_printed_is_bounded_too():
+    """A loss that reads p 40 times prints the model 40 times: past 16 characters a byte of pgad.max_lambda_bytes,
+    although each text and the DAG are small."""
+    model = 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c*d.x3 + w.e*d.x4 + w.f'
+    loss = 'λ(p, d) ' + '*'.join(['p'] * 40)
+    small = replace(DEFAULT, lambda_bytes=100)
+    assert len(model.encode()) < 100 and len(loss) < 100
+    with pytest.raises(PgadError) as caught:
+        objective.build(model, loss, 'y', small)
+    assert caught.value.sqlstate == '54001'
+    assert objective.build(model, loss, 'y', replace(DEFAULT, lambda_bytes=1000)).text.count('w.a*d.x1') == 40
 
 
 def test_a_bare_name_in_a_loss_hints_at_the_row_and_the_prediction():

@@ -204,3 +204,77 @@ def test_the_llvm_kernel_trains_as_the_python_one(optimizer):
     reference = descent.fit(kernel(), table, np.zeros(4), NAMES, optimizer, **options)
     np.testing.assert_allclose(ours.weights, reference.weights, rtol=1e-9, atol=1e-12)
     assert ours.iterations == reference.iterations
+
+
+@pytest.mark.parametrize('optimizer, options', [
+    ('gd', dict()), ('sgd', dict(batch_size=64, seed=1)), ('adam', dict(batch_size=64, seed=1)), ('lbfgs', dict()),
+])
+def test_rows_per_second_counts_every_row_the_kernel_ran(optimizer, options):
+    table, _ = regression()
+    spy = Spy(kernel())
+    clock = descent.Clock(lambda: None, lambda message: None, 4)
+    result = descent.fit(spy, table, np.zeros(4), NAMES, optimizer, 0.05, 4, clock=clock, **options)
+    after_the_loop = table.rows if optimizer == 'gd' else 0  # gd's last evaluation comes after its last report
+    assert clock.rows == sum(spy.rows) - after_the_loop > 0
+    assert result.seconds >= 0
+
+
+@pytest.mark.parametrize('optimizer', ['momentum', 'adam'])
+def test_each_step_as_written_by_hand(optimizer):
+    """Three full-batch steps of heavy-ball momentum and of Adam (bias-corrected), with l2 on a, by hand."""
+    table, a = regression()
+    y, n, lam, rate = table.columns[3], table.rows, 0.1, 0.05
+    mask = np.array([1.0, 0.0, 0.0, 0.0])
+    w, m, v, history = np.zeros(4), np.zeros(4), np.zeros(4), []
+    for t in range(1, 4):
+        g = 2 * a.T @ (a @ w - y) / n + 2 * lam * mask * w
+        if optimizer == 'momentum':
+            m = 0.9 * m + g
+            w = w - rate * m
+        else:
+            m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+            w = w - rate * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+        history.append(np.mean((a @ w - y) ** 2) + lam * w[0] ** 2)
+    result = fit(table, optimizer, learning_rate=rate, iterations=3, batch_size=n,
+                 penalty=descent.Penalty(0.0, lam, mask))
+    np.testing.assert_allclose(result.weights, w, rtol=1e-12)
+    np.testing.assert_allclose(result.history, history, rtol=1e-12)
+
+
+def test_lbfgs_converges_superlinearly_and_every_step_lowers_the_objective():
+    table, _ = regression()
+    result = fit(table, 'lbfgs', iterations=1000)
+    assert result.iterations <= 12  # 4 weights, a quadratic: a handful of quasi-Newton steps
+    assert all(later < earlier for earlier, later in zip(result.history, result.history[1:]))
+
+
+class Explained(Exception):
+    sqlstate = 'XX000'
+
+
+@pytest.mark.parametrize('optimizer, options', [
+    ('lbfgs', dict()), ('sgd', dict(batch_size=2, seed=0)), ('gd', dict()),
+])
+def test_a_loss_not_finite_at_the_start_is_explained_by_why(optimizer, options):
+    """ln(d.x − w.a) at x = 0: every loop asks why() at the starting weights, and says 'at the starting weights'."""
+    prog = program.build('λ(d, w) ln(d.x - w.a)', ('a',))
+    table = Table([np.array([0.0, 1.0, 2.0, 3.0])], 4, 0)
+    asked = []
+    with pytest.raises(Explained), np.errstate(divide='ignore'):
+        descent.fit(backends.compile(prog, 'python'), table, [0.0], ['a'], optimizer, 0.1, 5, **options,
+                    why=lambda w, k: asked.append((w.tolist(), k)) or Explained())
+    assert asked == [([0.0], 0)]
+    with pytest.raises(Exception) as caught, np.errstate(divide='ignore'):
+        descent.fit(backends.compile(prog, 'python'), table, [0.0], ['a'], optimizer, 0.1, 5, **options)
+    assert (caught.value.sqlstate, caught.value.message) == ('22003', 'the loss is infinite at the starting weights')
+
+
+def test_divergence_in_a_later_mini_batch_names_the_epoch_and_the_learning_rate():
+    """(w.b·d.x)² at x = 1e150: the first batch is finite (1e300) and its step sends b to −1e300, where the next
+    batch's loss overflows: divergence in epoch 1, not a bad start."""
+    prog = program.build('λ(d, w) (w.b*d.x)^2', ('b',))
+    table = Table([np.full(8, 1e150)], 8, 0)
+    with pytest.raises(Exception) as caught, np.errstate(over='ignore', invalid='ignore'):
+        descent.fit(backends.compile(prog, 'python'), table, [1.0], ['b'], 'sgd', 0.5, 3, batch_size=2, seed=0)
+    assert caught.value.message == 'training diverged at iteration 1: the loss is infinite'
+    assert caught.value.hint == 'Try a smaller learning_rate than 0.5.'

@@ -15,6 +15,8 @@ MODELS = {
     'a layer of tanh': 'λ(d, w) w.o1*tanh(w.a1*d.x + w.b1*d.y + w.c1) + w.o2*tanh(w.a2*d.x + w.b2*d.y + w.c2) + w.o',
     'no intercept': 'λ(d, w) w.a*d.x + w.b*d.y',
     'one form shared': 'λ(d, w) (w.a*d.x + w.b*d.y + w.c) * sigmoid(w.a*d.x + w.b*d.y + w.c)',
+    'a unary minus': 'λ(d, w) -(w.a*d.x) + w.b*d.y - (-w.c)',
+    'a term without a column': 'λ(d, w) w.d*sin(w.e) + w.a*d.x + w.f*cos(w.g) + w.b*d.y + w.c',
 }
 
 
@@ -43,12 +45,17 @@ def test_forward_weights_over_standardised_columns_are_the_same_model(name):
     assert back == pytest.approx(weights, rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.parametrize('name', MODELS)
+def test_every_column_is_centred_where_its_forms_have_an_intercept(name):
+    assert standardize.plan(parse(MODELS[name])).centred == (set() if name == 'no intercept' else {'x', 'y'})
+
+
 def test_the_scaled_columns_have_mean_0_and_deviation_1_where_an_intercept_takes_the_mean():
     lam = parse(MODELS['linear'])
-    columns = {'x': np.array([1.0, 2.0, 3.0, 6.0]), 'y': np.array([5.0, 5.0, 5.0, 5.0])}
+    columns = {'x': np.array([0.25, 0.5, 0.75, 1.5]), 'y': np.array([5.0, 5.0, 5.0, 5.0])}
     plan = standardize.plan(lam)
     mean, std = standardize.moments(plan, columns)
-    assert plan.centred == {'x', 'y'} and mean == {'x': 3.0, 'y': 5.0}
+    assert plan.centred == {'x', 'y'} and mean == {'x': 0.75, 'y': 5.0}
     assert std == {'x': pytest.approx(np.std(columns['x'])), 'y': 1.0}  # a constant column is not divided by 0
     z = standardize.scale(columns['x'], mean['x'], std['x'])
     assert np.mean(z) == pytest.approx(0, abs=1e-15) and np.std(z) == pytest.approx(1)
@@ -76,6 +83,7 @@ def test_the_plan_names_each_form_its_terms_and_intercept():
     ('λ(d, w) w.a*d.x + w.b*d.y + d.y + w.c', 'y'),  # a column outside a term
     ('λ(d, w) w.a*d.x + w.b*ln(d.y) + w.c', 'y'),  # a function of the column
     ('λ(d, w) w.a*(d.x + 1) + w.c', 'x'),
+    ('λ(d, w) d.x', 'x'),                          # the column alone, with no weight
 ])
 def test_a_model_not_linear_in_a_column_is_refused_naming_it(text, column):
     with pytest.raises(PgadError) as caught:
@@ -83,3 +91,6 @@ def test_a_model_not_linear_in_a_column_is_refused_naming_it(text, column):
     assert (caught.value.sqlstate, caught.value.message) == (
         '0A000', f'standardize => true needs a model linear in column "{column}"')
     assert caught.value.hint == 'Train without standardize, or scale the column in the data query.'
+    assert caught.value.detail == ('With standardize, every column the model reads must enter it only as '
+                                   'w.a*d.column, a weight of its own for each term, in sums that may hold an '
+                                   'intercept weight.')
