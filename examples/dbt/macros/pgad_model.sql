@@ -28,7 +28,7 @@
   {%- set train_options = {
       'learning_rate': 'float8', 'iterations': 'int4', 'mode': 'text', 'backend': 'text', 'optimizer': 'text',
       'batch_size': 'int4', 'seed': 'int8', 'tolerance': 'float8', 'l1': 'float8', 'l2': 'float8',
-      'regularize': 'jsonb', 'standardize': 'boolean', 'label': 'text', 'group_by': 'text', 'progress_every': 'int4',
+      'regularize': 'jsonb', 'standardize': 'bool', 'label': 'text', 'group_by': 'text', 'progress_every': 'int4',
   } -%}
 
   {%- set arguments = [
@@ -112,8 +112,9 @@
 {%- endmacro %}
 
 
-{#- value as a PostgreSQL literal of type: its text quoted as quote_literal quotes it (quotes doubled; backslashes
-    doubled behind E when there are any), so any value reads back as itself. A dict or list is written as JSON. -#}
+{#- value as a PostgreSQL literal of type pg_catalog.<type>: its text quoted as quote_literal quotes it (quotes
+    doubled; backslashes doubled behind E when there are any), so any value reads back as itself. A dict or list is
+    written as JSON. -#}
 {% macro pgad_literal(value, type) -%}
   {%- if value is boolean -%}
     {%- set text = 'true' if value else 'false' -%}
@@ -123,5 +124,5 @@
     {%- set text = value | string -%}
   {%- endif -%}
   {%- set quoted = "'" ~ text.replace("'", "''").replace('\\', '\\\\') ~ "'" -%}
-  {{- ('E' if '\\' in text else '') ~ quoted ~ '::' ~ type -}}
+  {{- ('E' if '\\' in text else '') ~ quoted ~ '::pg_catalog.' ~ type -}}
 {%- endmacro %}
