@@ -59,10 +59,20 @@ def check_can_store(name):
         raise PgadError('42501', f'permission denied for schema {SCHEMA}',
                         detail=f'pgad.train creates the model\'s scoring function {function_name(name)}.',
                         hint=f'A superuser or the schema\'s owner can GRANT CREATE ON SCHEMA {SCHEMA} TO the role.')
-    others = [r['owner'] for r in server.query(OWNERS, [name], ['pg_catalog.text'])]
-    if others and others != [current_user()] and not server.query(SUPERUSER)[0]['rolsuper']:
+    others = owners(name)
+    if others and not may_change(others):
         raise PgadError('42501', f'model "{name}" belongs to role "{others[0]}"',
                         hint='Train it under another name, or ask that role (or a superuser) to drop it.')
+
+
+def owners(name):
+    """The roles that trained the rows of model `name` (none when there is no such model)."""
+    return [r['owner'] for r in server.query(OWNERS, [name], ['pg_catalog.text'])]
+
+
+def may_change(owners):
+    """May the caller replace or drop a model with these owners: it trained them all, or it is a superuser."""
+    return owners == [current_user()] or server.query(SUPERUSER)[0]['rolsuper']
 
 
 def current_user():
@@ -149,12 +159,12 @@ def functions(name, identity=None):
 
 def drop(name):
     """Drop model `name`: its rows in pgad.models and its scoring function."""
-    owners = [r['owner'] for r in server.query(OWNERS, [name], ['pg_catalog.text'])]
-    if not owners:
+    found = owners(name)
+    if not found:
         raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
-    if owners != [current_user()] and not server.query(SUPERUSER)[0]['rolsuper']:
+    if not may_change(found):
         raise PgadError('42501', f'must be the role that trained model "{name}" to drop it',
-                        detail=f'Model "{name}" belongs to role "{owners[0]}".')
+                        detail=f'Model "{name}" belongs to role "{found[0]}".')
     for found in functions(name):
         server.query(f'DROP FUNCTION {found["signature"]}')
     server.query(DELETE, [name], ['pg_catalog.text'])

@@ -151,7 +151,7 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     if optimizer == 'lbfgs':
         return _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
     rule = STEPS[optimizer](learning_rate, len(w))
-    if optimizer in MINI_BATCH and batch_size < table.rows:
+    if optimizer in MINI_BATCH and batch_size < table.rows and iterations > 0:
         return _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batch_size,
                              np.random.default_rng(seed), tolerance, penalty, clock, why)
     return _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why)
@@ -169,9 +169,7 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
             history.append(loss)
             if stalled(history, tolerance):
                 return Fit(w, loss, history, it - 1, clock.seconds())
-        with np.errstate(over='ignore'):  # an overflow is divergence, found on the next check (w, sums are finite)
-            w, size = rule.step(w, penalty.gradient(sums[1:] / table.rows, w))
-            w = penalty.shrink(w, size)
+        w = _step(rule, penalty, w, sums, table.rows)
         clock.rows += table.rows
         clock.iteration(it, loss)
     final = evaluate(kernel, table, w, clock.interrupts)  # the loss at the weights of the last step: iteration n + 1's
@@ -182,7 +180,7 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
 
 def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batch_size, rng, tolerance, penalty,
                   clock, why):
-    """Epochs of mini-batch steps: each epoch shuffles the rows (one gather per column) and steps once per slice
+    """Epochs (one at least) of mini-batch steps: each epoch shuffles the rows (one gather per column) and steps once per slice
     of batch_size rows; then one pass over all the rows gives the objective at the epoch's weights, for the
     history, the tolerance and the progress report (a pass costs less than an epoch's many kernel calls)."""
     rows, history = table.rows, []
@@ -193,9 +191,7 @@ def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batc
             end = min(start + batch_size, rows)
             sums = kernel([column[start:end] for column in shuffled], end - start, w)
             check_finite(sums, w, epoch, names, learning_rate, why, at_start=epoch == 1 and start == 0)
-            with np.errstate(over='ignore'):
-                w, size = rule.step(w, penalty.gradient(sums[1:] / (end - start), w))
-                w = penalty.shrink(w, size)
+            w = _step(rule, penalty, w, sums, end - start)
             clock.rows += end - start
             clock.poll()
         sums = evaluate(kernel, table, w, clock.interrupts)
@@ -205,11 +201,15 @@ def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batc
         clock.iteration(epoch, history[-1])
         if stalled(history, tolerance):
             break
-    if not history:  # no epoch: the objective at the starting weights
-        sums = evaluate(kernel, table, w, clock.interrupts)
-        check_finite(sums, w, 1, names, learning_rate, why)
-        return Fit(w, sums[0] / rows + penalty.value(w), [], 0, clock.seconds())
     return Fit(w, history[-1], history, len(history), clock.seconds())
+
+
+def _step(rule, penalty, w, sums, rows):
+    """The weights after one step of rule from w, given the kernel's sums over `rows` rows: the mean gradient with
+    l2's term, then l1's proximal shrink."""
+    with np.errstate(over='ignore'):  # an overflow is divergence, found on the next check (w, sums are finite)
+        w, size = rule.step(w, penalty.gradient(sums[1:] / rows, w))
+        return penalty.shrink(w, size)
 
 
 def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
