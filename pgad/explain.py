@@ -30,7 +30,7 @@ def stages(text, mode, limits=DEFAULT):
         f'{", ".join(lam.weights) or "none"}\nloss: {printer.to_lambda(lam, lam.root, chars)}'))
     grad = timed('differentiate', lambda: lang.gradient(lam, tuple(lam.weights), mode), lambda grad: (
         f'{mode} mode: {len(lam.graph)} nodes with the derivatives\n' +
-        '\n'.join(f'∂/∂{w} = {printer.to_lambda(lam, node, chars)}' for w, node in grad.items()) +
+        '\n'.join(f'∂/∂{w} = {text}' for w, text in zip(grad, printer.to_lambdas(lam, list(grad.values()), chars))) +
         '\n\n' + printer.to_listing(lam.graph, [lam.root, *grad.values()])))
     program = Program(lam, (lam.root, *grad.values()), tuple(lam.weights))
     tier = compiler.required_tier(program)

@@ -3,7 +3,7 @@
 build() parses the lambda, differentiates it by forward or reverse mode into the same graph, and returns a
 Program whose outputs are the loss and ∂loss/∂w for each weight, in the order of `weights`. Programs are cached
 per backend process, up to CACHED_NODES nodes in all: a second call with the same lambda, weights and mode parses
-and differentiates nothing.
+and differentiates nothing. Parsed lambdas are cached too (parsed), and copied before differentiating into them.
 """
 from dataclasses import dataclass
 
@@ -31,9 +31,16 @@ class Program:
         return tuple(self.lam.columns)
 
 
+@bounded_cache(CACHED_NODES, weight=lambda lam, args: len(lam.graph))
+def parsed(text, limits=DEFAULT):
+    """Lambda `text`, parsed once per backend process: a call checks its weights against it and build() copies it,
+    so a 20,000-term lambda is parsed once, not once per stage. Read it; never add nodes to its graph."""
+    return lang.parse(text, limits)
+
+
 @bounded_cache(CACHED_NODES, weight=lambda program, args: len(program.graph))
 def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT):
     """The Program for lambda `text` with weight names `weights` (a tuple), by `mode` ('forward' or 'reverse')."""
-    lam = lang.parse(text, limits)
+    lam = parsed(text, limits).copy()
     grad = lang.gradient(lam, weights, mode) if gradient else {}
     return Program(lam, (lam.root, *(grad[w] for w in weights if gradient)), tuple(weights))

@@ -603,14 +603,33 @@ def test_a_negative_constant_prints_in_parentheses_under_a_power():
 @pytest.mark.parametrize('body, printed', [
     ('CASE WHEN d.x > 0 AND true THEN w.a ELSE 0 END', 'CASE WHEN d.x > 0 AND TRUE THEN w.a ELSE 0 END'),
     ('CASE WHEN false OR d.x > 0 THEN w.a ELSE 0 END', 'CASE WHEN FALSE OR d.x > 0 THEN w.a ELSE 0 END'),
-    ('w.a + 1e999', "w.a + 'Infinity'"),       # 1e999 overflows float8 to infinity, as in PostgreSQL
-    ('w.a*(0 - 1e999)', "-'Infinity'*w.a"),
-    ('w.a + 0*1e999', "w.a + 'NaN'"),
+    ('w.a + 1e308*10', "w.a + 'Infinity'"),    # the product overflows float8 to infinity
+    ('w.a*(0 - 1e308*10)', "-'Infinity'*w.a"),
+    ('w.a + 0*(1e308*10)', "w.a + 'NaN'"),
 ])
 def test_boolean_and_non_finite_constants_print_as_postgresql_writes_them(body, printed):
     """TRUE, FALSE, 'Infinity', -'Infinity' and 'NaN', exact text (pgad.derivatives and pgad.explain print these)."""
     lam = parse(f'λ(d, w) {body}')
     assert printer.to_lambda(lam, lam.root) == printed
+
+
+@pytest.mark.parametrize('literal, value', [('1e308', 1e308), ('2e-320', 2e-320), ('0e999', 0.0), ('0.000e-999', 0.0),
+                                            ('1.7976931348623157e308', 1.7976931348623157e308)])
+def test_a_literal_float8_holds_is_its_value(literal, value):
+    """float8 holds the largest double and subnormals (2e-320), as PostgreSQL's float8in does; zero is zero."""
+    lam = parse(f'λ(d, w) {literal}')
+    assert lam.graph.nodes[lam.root].value == value
+
+
+@pytest.mark.parametrize('literal', ['1e400', '1e309', '1e-400', '1e-324', '00.10e-999'])
+def test_a_literal_past_float8_is_out_of_range_as_in_postgresql(literal):
+    """`SELECT '1e400'::float8` and `'1e-400'::float8` are 22003 in psql: a literal that overflows to infinity or
+    underflows to zero (with a nonzero digit) is an error, not a silent Infinity or 0, with the place shown."""
+    with pytest.raises(PgadError) as caught:
+        parse(f'λ(d, w) w.a + {literal}')
+    assert (caught.value.sqlstate, caught.value.message) == (
+        '22003', f'"{literal}" is out of range for type double precision')
+    assert caught.value.position == len('λ(d, w) w.a + ') + 1 and caught.value.detail.endswith('^')
 
 @pytest.mark.parametrize('body, printed', [
     ('w.a + 0', 'w.a'), ('0 + w.a', 'w.a'), ('w.a - 0', 'w.a'),      # the identities of 0
@@ -676,8 +695,8 @@ def test_printing_stops_past_max_chars_with_54001():
     error = caught.value
     assert (error.sqlstate, error.message, error.detail, error.hint) == (
         '54001', 'expression is too long to print: more than 8 characters',
-        f'pgad prints at most {printer.PRINTED_PER_BYTE} times pgad.max_lambda_bytes characters for one expression; '
-        'its DAG shares subexpressions that its text repeats.',
+        f'pgad prints at most {printer.PRINTED_PER_BYTE} times pgad.max_lambda_bytes characters in one call; '
+        'the DAG shares subexpressions that the text repeats.',
         'Write a smaller lambda, or have a superuser raise pgad.max_lambda_bytes.')
 
 

@@ -33,6 +33,12 @@ class Graph:
         self._index = {}
         self.max_nodes = max_nodes  # pgad.max_lambda_nodes: building one more stops with SQLSTATE 54001
 
+    def copy(self):
+        """A graph with the same nodes, to grow apart from this one."""
+        other = Graph(self.max_nodes)
+        other.nodes, other._index = list(self.nodes), dict(self._index)
+        return other
+
     def expr(self, i):
         return Expr(self, i)
 
@@ -131,11 +137,10 @@ def simplify(graph, op, ids):
         if b.op == 'neg': return simplify(graph, 'neg', (simplify(graph, 'mul', (ids[0], b.args[0])),))
         if a.op == 'const' and b.op == 'mul' and nodes[b.args[0]].op == 'const':  # 2*(3*x) = 6*x
             return simplify(graph, 'mul', (simplify(graph, 'mul', (ids[0], b.args[0])), b.args[1]))
-        for select, other in ((a, ids[1]), (b, ids[0])):  # x * CASE WHEN c THEN y ELSE 0 END: a select of x*y
-            if select.op == 'case' and _masks(nodes, select):
-                c, then, other_branch = select.args
-                return simplify(graph, 'case', (c, simplify(graph, 'mul', (other, then)),
-                                                simplify(graph, 'mul', (other, other_branch))))
+        masks = [(k, ids[1 - k]) for k in (1, 0) if nodes[ids[k]].op == 'case' and _masks(nodes, nodes[ids[k]])]
+        if masks:  # x * CASE WHEN c THEN y ELSE 0 END: a select of x*y, into a mask of constants first
+            select, other = min(masks, key=lambda m: not _constant(nodes, nodes[ids[m[0]]]))
+            return _through_mask(graph, ids[select], lambda branch: simplify(graph, 'mul', (other, branch)))
     elif op == 'div':
         if is_const(1, 1): return ids[0]
         if is_const(0, 0): return ids[0]
@@ -143,14 +148,25 @@ def simplify(graph, op, ids):
     elif op == 'neg':
         if nodes[ids[0]].op == 'neg': return nodes[ids[0]].args[0]
         if nodes[ids[0]].op == 'case' and _masks(nodes, nodes[ids[0]]):
-            c, then, other = nodes[ids[0]].args
-            return simplify(graph, 'case', (c, simplify(graph, 'neg', (then,)), simplify(graph, 'neg', (other,))))
+            return _through_mask(graph, ids[0], lambda branch: simplify(graph, 'neg', (branch,)))
     elif op == 'pow':
         if is_const(1, 1): return ids[0]
         if is_const(1, 0): return graph.const(1).id
+    elif op in ('and', 'or'):
+        if ids[0] == ids[1]: return ids[0]  # x AND x is x
     elif op == 'case':
         if consts[0] is not None: return ids[1] if consts[0] else ids[2]
         if ids[1] == ids[2]: return ids[1]
+        then, other = nodes[ids[1]], nodes[ids[2]]
+        if then.op == 'case' and then.args[0] == ids[0]:  # the same condition inside: its THEN is taken
+            return simplify(graph, 'case', (ids[0], then.args[1], ids[2]))
+        if other.op == 'case' and other.args[0] == ids[0]:  # … or its ELSE
+            return simplify(graph, 'case', (ids[0], ids[1], other.args[2]))
+        # masks in masks flatten: their chains stay one deep
+        if is_const(2, 0) and then.op == 'case' and _zero(nodes, then.args[2]):  # CASE WHEN a AND b THEN y ELSE 0
+            return simplify(graph, 'case', (simplify(graph, 'and', (ids[0], then.args[0])), then.args[1], ids[2]))
+        if is_const(1, 0) and other.op == 'case' and _zero(nodes, other.args[1]):  # CASE WHEN a OR b THEN 0 ELSE y
+            return simplify(graph, 'case', (simplify(graph, 'or', (ids[0], other.args[0])), ids[1], other.args[2]))
     return graph._intern(op, tuple(ids))
 
 
@@ -162,6 +178,37 @@ def _masks(nodes, case_node):
     """
     branches = [nodes[k] for k in case_node.args[1:]]
     return any(n.op == 'const' and n.value == 0 for n in branches) or all(n.op == 'const' for n in branches)
+
+
+def _zero(nodes, i):
+    return nodes[i].op == 'const' and not isinstance(nodes[i].value, bool) and nodes[i].value == 0
+
+
+def _constant(nodes, case_node):
+    """Are both branches of this CASE constants?"""
+    return all(nodes[k].op == 'const' for k in case_node.args[1:])
+
+
+def _through_mask(graph, i, apply):
+    """The mask at node i with apply(branch) in place of its branches: down the chain of masks inside masks (the
+    branch that is not the constant 0, to the first branch that is no mask, or a mask of constants), then built back
+    up, without recursion: a CASE nested thousands deep is a chain thousands long."""
+    nodes, levels = graph.nodes, []  # (condition, the chain goes on in THEN, the other branch applied)
+    while True:
+        node = nodes[i]
+        if not (node.op == 'case' and _masks(nodes, node)):
+            result = apply(i)
+            break
+        c, then, other = node.args
+        if _constant(nodes, node):
+            result = simplify(graph, 'case', (c, apply(then), apply(other)))
+            break
+        on = not (nodes[then].op == 'const' and nodes[then].value == 0)
+        levels.append((c, on, apply(other if on else then)))
+        i = then if on else other
+    for c, on, fixed in reversed(levels):
+        result = simplify(graph, 'case', (c, result, fixed) if on else (c, fixed, result))
+    return result
 
 
 class Expr:

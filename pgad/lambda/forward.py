@@ -1,10 +1,14 @@
-"""Forward mode: tangent propagation through the DAG, one tangent per weight.
+"""Forward mode: tangent propagation through the DAG, all weights' tangents in one sweep.
 
-For every weight w, walk the nodes in topological order and give each the tangent
+Walk the nodes in topological order and give each the tangent vector
     t(node) = sum over its arguments a of  ∂node/∂a · t(a)
-with t(w) = 1 and t(anything else a leaf) = 0. A tangent that is structurally zero is
-None and costs nothing. The result is the gradient as DAG nodes, built in the same graph
-as the loss, so every subexpression the two share is computed once.
+where t(w) is 1 in w's own place, and a tangent is sparse: {weight: DAG node}, a weight whose tangent is
+structurally zero left out (it costs nothing). For each weight the sum is taken over the arguments in order, so each
+component is the node that one tangent pass per weight would build. A node's tangent is dropped after its last use,
+and an argument used for the last time with ∂node/∂a = 1 hands its tangent on instead of being copied: along a
+chain of + (a sum of n terms, each with weights of its own) the work is linear, where a pass per weight, or a copy
+per node, would be quadratic. The result is the gradient as DAG nodes, in the same graph as the loss, so every
+subexpression the two share is computed once.
 """
 from . import rules
 from .. import limits
@@ -14,24 +18,43 @@ def gradient(graph, root, weights):
     """{weight name: node id of ∂root/∂weight}, for every name in weights."""
     order = graph.ancestors([root])
     live = graph.depends_on_weights()
-    partials = {i: rules.partials(graph, i) for i in order if live[i] and graph.nodes[i].op != 'weight'}
-    result = {}
-    for name in weights:
-        tangent = {}
-        limits.tick(len(order))
-        for i in order:
-            node = graph.nodes[i]
-            if node.op == 'weight':
-                tangent[i] = graph.const(1) if node.value == name else None
-            elif i in partials:
-                tangent[i] = _sum(p * tangent[a] for a, p in zip(node.args, partials[i])
-                                  if p is not None and tangent.get(a) is not None)
-        result[name] = (tangent.get(root) or graph.const(0)).id
-    return result
+    wanted = set(weights)
+    uses = {}  # of each live node, by the nodes still to visit
+    for i in order:
+        if live[i]:
+            for a in graph.nodes[i].args:
+                if live[a]:
+                    uses[a] = uses.get(a, 0) + 1
+    tangent = {}
+    for i in order:
+        node = graph.nodes[i]
+        limits.tick()
+        if not live[i]:
+            continue
+        if node.op == 'weight':
+            tangent[i] = {node.value: graph.const(1)} if node.value in wanted else {}
+            continue
+        total = None
+        for a, p in zip(node.args, rules.partials(graph, i)):
+            if not live[a]:
+                continue
+            uses[a] -= 1
+            t = tangent.pop(a) if uses[a] == 0 else tangent[a]
+            if p is None or not t:
+                continue
+            if total is None and uses[a] == 0 and _one(graph, p):
+                total = t  # its last use, times 1: handed on
+                continue
+            total = {} if total is None else total
+            limits.tick(len(t))
+            for name, v in t.items():
+                term = p * v
+                total[name] = total[name] + term if name in total else term
+        tangent[i] = total or {}
+    found = tangent.get(root, {})
+    return {name: (found[name] if name in found else graph.const(0)).id for name in weights}
 
 
-def _sum(terms):
-    total = None
-    for term in terms:
-        total = term if total is None else total + term
-    return total
+def _one(graph, p):
+    node = graph.nodes[p.id]
+    return node.op == 'const' and not isinstance(node.value, bool) and node.value == 1

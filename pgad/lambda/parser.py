@@ -8,14 +8,20 @@ and the operators have PostgreSQL's precedence (lowest first):
 
     OR  <  AND  <  NOT  <  comparisons (< <= > >= = <> !=, non-associative)  <  + -  <  * /  <  ^  <  unary minus
 
-so -2^2 is 4 and 2^3^2 is 64, as psql shows. A recursive-descent parser, one method per level.
+so -2^2 is 4 and 2^3^2 is 64, as psql shows. A recursive-descent parser, one method per level, that does not
+recurse in Python: each method is a generator that yields the generator of a sub-expression it needs and is sent
+that sub-expression's value back (`left = yield self.power()`), and Parser.run drives them from a list, so the
+nesting depth costs a list entry, not an interpreter frame. Nesting deeper than MAX_DEPTH levels (parentheses,
+function calls, CASE, prefix operators inside one another) is SQLSTATE 54001, as PostgreSQL's own parser stops
+at its max_stack_depth.
 """
+import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import limits as bounds
 from ..errors import PgadError
-from .dag import Graph
+from .dag import Expr, Graph
 from .rules import PRIMITIVES
 
 # name in the language → (primitive, number of arguments); None means any number ≥ 1 (folded pairwise from the left)
@@ -33,13 +39,16 @@ TYPES = {'n': 'double precision', 'b': 'boolean'}
 NAMEDATALEN = 64  # PostgreSQL's: a column name has at most 63 bytes
 COMPARISONS = {'<': 'lt', '<=': 'le', '>': 'gt', '>=': 'ge', '=': 'eq', '<>': 'ne', '!=': 'ne'}
 
+MAX_DEPTH = 10_000  # levels of parentheses, calls, CASE and prefix operators inside one another
 TOKEN = re.compile(r'''
     (?P<space>\s+|--[^\n]*)
   | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
   | (?P<quoted>"(?:[^"]|"")*")
   | (?P<name>[^\W\d]\w*)
   | (?P<op><=|>=|<>|!=|[-+*/^(),.<>=])
-''', re.VERBOSE)
+  | (?P<bad>.)
+''', re.VERBOSE | re.DOTALL)
+MANTISSA = re.compile(r'[1-9]')  # a literal with a nonzero digit before its exponent is not zero
 
 
 @dataclass
@@ -54,6 +63,10 @@ class Lambda:
     weights: list = field(default_factory=list)  # weight names, in order of first use
     own: list = None                             # a loss's: the columns it reads itself (parse_loss)
 
+    def copy(self):
+        """The same Lambda over a copy of its graph, to add derivative nodes to."""
+        return replace(self, graph=self.graph.copy(), columns=list(self.columns), weights=list(self.weights))
+
 
 @dataclass
 class Token:
@@ -64,31 +77,44 @@ class Token:
 
 
 def tokenize(text):
-    tokens, pos = [], 0
-    while pos < len(text):
-        bounds.tick()
-        m = TOKEN.match(text, pos)
-        if not m:
-            raise syntax_error(text, pos, text[pos])
-        kind = m.lastgroup
-        if kind == 'quoted':
-            if m.group() == '""':
-                raise PgadError('42601', 'zero-length delimited identifier in lambda', detail=caret(text, pos),
-                                position=pos + 1)
-            tokens.append(Token('ident', m.group(), pos, m.group()[1:-1].replace('""', '"')))
-        elif kind == 'name':
-            word = m.group()
+    tokens = []
+    for m in TOKEN.finditer(text):
+        kind, word, pos = m.lastgroup, m.group(), m.start()
+        if kind == 'space':
+            continue
+        if kind == 'name':
             lower = fold(word)
             tokens.append(Token('keyword' if lower in KEYWORDS else 'ident', word, pos, lower))
-        elif kind != 'space':
-            tokens.append(Token(kind, m.group(), pos, float(m.group()) if kind == 'number' else m.group()))
-        pos = m.end()
+        elif kind == 'number':
+            tokens.append(Token(kind, word, pos, number(text, word, pos)))
+        elif kind == 'op':
+            tokens.append(Token(kind, word, pos, word))
+        elif kind == 'quoted':
+            if word == '""':
+                raise PgadError('42601', 'zero-length delimited identifier in lambda', detail=caret(text, pos),
+                                position=pos + 1)
+            tokens.append(Token('ident', word, pos, word[1:-1].replace('""', '"')))
+        else:
+            raise syntax_error(text, pos, word)
+        if len(tokens) % bounds.TICKS == 0:
+            bounds.tick(bounds.TICKS)
     tokens.append(Token('end', '', len(text)))
     return tokens
 
 
+def number(text, word, pos):
+    """A numeric literal's float8, or PostgreSQL's error for one that float8 cannot hold (1e400, 1e-400)."""
+    value = float(word)
+    if math.isinf(value) or value == 0.0 and MANTISSA.search(re.split('[eE]', word)[0]):
+        raise PgadError('22003', f'"{word}" is out of range for type double precision', detail=caret(text, pos),
+                        position=pos + 1)
+    return value
+
+
 def fold(word):
     """PostgreSQL's identifier folding: ASCII letters to lower case, everything else as written."""
+    if word.isascii():
+        return word.lower()
     return ''.join(c.lower() if 'A' <= c <= 'Z' else c for c in word)
 
 
@@ -122,8 +148,34 @@ class Parser:
         self.text = text
         self.tokens = tokenize(text)
         self.i = 0
+        self.depth = 0
         self.graph = Graph(max_nodes) if graph is None else graph
         self.value = None  # a loss's name for the prediction (p), read as a bare name
+
+    def run(self, parsing):
+        """The value of the generator `parsing`: every generator it yields runs first, and its value is sent back."""
+        stack, value = [parsing], None
+        while stack:
+            try:
+                inner = stack[-1].send(value)
+            except StopIteration as done:
+                stack.pop()
+                value = done.value
+            else:
+                if type(inner) is Expr:  # operand() had the value at once: no generator to run
+                    value = inner
+                else:
+                    stack.append(inner)
+                    value = None
+        return value
+
+    def nest(self):
+        """One more level of nesting at the current token: past MAX_DEPTH, SQLSTATE 54001."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail('54001', 'lambda expression is too deeply nested', self.tok,
+                            hint=f'pgad parses at most {MAX_DEPTH} levels of parentheses, function calls, CASE and '
+                                 'prefix operators inside one another; a long chain of + or * needs none.')
 
     # token helpers
     @property
@@ -136,7 +188,8 @@ class Parser:
         return tok
 
     def at(self, *values):
-        return self.tok.kind in ('op', 'keyword') and self.tok.value in values
+        tok = self.tokens[self.i]
+        return (tok.kind == 'op' or tok.kind == 'keyword') and tok.value in values
 
     def expect(self, value):
         if not self.at(value):
@@ -186,7 +239,7 @@ class Parser:
         return first, other
 
     def body(self):
-        body = self.expression()
+        body = self.run(self.expression())
         if self.tok.kind != 'end':
             raise self.error()
         return self.require(body, 'n', self.tokens[self.i - 1], 'the body of a lambda must be a number, not a boolean')
@@ -209,93 +262,110 @@ class Parser:
             self.require(arg, kind, token)
         return self.graph.apply(op, *args)
 
-    # precedence levels, lowest first
+    # precedence levels, lowest first; each a generator that Parser.run drives
     def expression(self):
-        left = self.conjunction()
+        left = yield self.conjunction()
         while self.at('or'):
             tok = self.advance()
-            left = self.apply('or', tok, left, self.conjunction())
+            left = self.apply('or', tok, left, (yield self.conjunction()))
         return left
 
     def conjunction(self):
-        left = self.negation()
+        left = yield self.negation()
         while self.at('and'):
             tok = self.advance()
-            left = self.apply('and', tok, left, self.negation())
+            left = self.apply('and', tok, left, (yield self.negation()))
         return left
 
     def negation(self):
         if self.at('not'):
             tok = self.advance()
-            return self.apply('not', tok, self.negation())
-        return self.comparison()
+            self.nest()
+            inner = yield self.negation()
+            self.depth -= 1
+            return self.apply('not', tok, inner)
+        return (yield self.comparison())
 
     def comparison(self):
-        left = self.additive()
+        left = yield self.additive()
         if self.at(*COMPARISONS):
             tok = self.advance()
-            left = self.apply(COMPARISONS[tok.value], tok, left, self.additive())
+            left = self.apply(COMPARISONS[tok.value], tok, left, (yield self.additive()))
             if self.at(*COMPARISONS):  # PostgreSQL's comparisons do not chain: a < b < c is an error
                 raise self.error()
         return left
 
     def additive(self):
-        left = self.multiplicative()
+        left = yield self.multiplicative()
         while self.at('+', '-'):
             tok = self.advance()
-            left = self.apply('add' if tok.value == '+' else 'sub', tok, left, self.multiplicative())
+            left = self.apply('add' if tok.value == '+' else 'sub', tok, left, (yield self.multiplicative()))
         return left
 
     def multiplicative(self):
-        left = self.power()
+        left = yield self.power()
         while self.at('*', '/'):
             tok = self.advance()
-            left = self.apply('mul' if tok.value == '*' else 'div', tok, left, self.power())
+            left = self.apply('mul' if tok.value == '*' else 'div', tok, left, (yield self.power()))
         return left
 
     def power(self):
-        left = self.unary()
+        left = yield self.operand()
         while self.at('^'):
             tok = self.advance()
-            left = self.apply('pow', tok, left, self.unary())
+            left = self.apply('pow', tok, left, (yield self.operand()))
         return left
 
+    def operand(self):
+        """A number or a reference (d.x, w.a) at once, the commonest operands; anything else, the unary generator."""
+        tok = self.tokens[self.i]
+        if tok.kind == 'number':
+            self.i += 1
+            return self.graph.const(tok.value)
+        following = self.tokens[self.i + 1] if tok.kind == 'ident' else None  # an ident is never the last token
+        if following is not None and following.kind == 'op' and following.value == '.':
+            self.i += 1
+            return self.reference(tok)
+        return self.unary()
+
     def unary(self):
-        if self.at('-'):
+        if self.at('-', '+'):
             tok = self.advance()
-            return self.apply('neg', tok, self.unary())
-        if self.at('+'):
-            tok = self.advance()
-            return self.require(self.unary(), 'n', tok)
-        return self.primary()
+            self.nest()
+            inner = yield self.unary()
+            self.depth -= 1
+            return self.apply('neg', tok, inner) if tok.value == '-' else self.require(inner, 'n', tok)
+        return (yield self.primary())
 
     def primary(self):
         tok = self.tok
         if tok.kind == 'number':
             self.advance()
             return self.graph.const(tok.value)
-        if self.at('('):
-            self.advance()
-            inner = self.expression()
-            self.expect(')')
-            return inner
-        if self.at('true', 'false'):
-            self.advance()
-            return self.graph.const(tok.value == 'true')
-        if self.at('case'):
-            return self.case()
         if tok.kind == 'ident':
             self.advance()
             if self.at('.'):
                 return self.reference(tok)
             if self.at('('):
-                return self.call(tok)
+                return (yield self.call(tok))
             if tok.value == self.value:
                 return self.graph.expr(self.prediction)
             raise self.fail('42703', f'column reference "{tok.value}" needs a row', tok,
                             hint=f'Write {self.row}.{tok.text} for a column of the data ' +
                                  (f'or {self.params}.{tok.text} for a weight.' if self.value is None else
                                   f'or {self.value} for the prediction.'))
+        if self.at('('):
+            self.advance()
+            self.nest()
+            inner = yield self.expression()
+            self.expect(')')
+            self.depth -= 1
+            return inner
+        if self.at('true', 'false'):
+            self.advance()
+            return self.graph.const(tok.value == 'true')
+        if self.at('case'):
+            return (yield self.case())
         raise self.error()
 
     def reference(self, owner):
@@ -327,13 +397,15 @@ class Parser:
 
     def call(self, name):
         self.advance()  # '('
+        self.nest()
         args = []
         if not self.at(')'):
-            args.append(self.expression())
+            args.append((yield self.expression()))
             while self.at(','):
                 self.advance()
-                args.append(self.expression())
+                args.append((yield self.expression()))
         self.expect(')')
+        self.depth -= 1
         fn = name.value
         if fn == 'log' and len(args) == 2:  # log(b, x) = ln(x) / ln(b)
             base, x = args
@@ -354,7 +426,8 @@ class Parser:
     def case(self):
         """CASE WHEN c THEN a … ELSE b END, or the simple form CASE x WHEN v THEN a … ELSE b END (WHEN x = v)."""
         start = self.advance()  # CASE
-        operand = None if self.at('when') else self.require(self.expression(), 'n', start,
+        self.nest()
+        operand = None if self.at('when') else self.require((yield self.expression()), 'n', start,
                                                             'CASE operand must be double precision')
         if not self.at('when'):
             raise self.error()
@@ -362,19 +435,21 @@ class Parser:
         while self.at('when'):
             when = self.advance()
             if operand is None:
-                condition = self.require(self.expression(), 'b', when, 'argument of CASE/WHEN must be type boolean')
+                condition = self.require((yield self.expression()), 'b', when,
+                                         'argument of CASE/WHEN must be type boolean')
             else:
-                condition = self.apply('eq', when, operand, self.require(self.expression(), 'n', when,
+                condition = self.apply('eq', when, operand, self.require((yield self.expression()), 'n', when,
                                                                          'CASE/WHEN value must be double precision'))
             self.expect('then')
-            arms.append((condition, self.require(self.expression(), 'n', when, 'CASE results must be double '
-                                                                              'precision')))
+            arms.append((condition, self.require((yield self.expression()), 'n', when,
+                                                 'CASE results must be double precision')))
         if not self.at('else'):
             raise self.fail('42601', 'CASE needs an ELSE: every row must have a value', self.tok,
                             hint='Add ELSE 0 (or another value) before END.')
         self.advance()
-        result = self.require(self.expression(), 'n', start, 'CASE results must be double precision')
+        result = self.require((yield self.expression()), 'n', start, 'CASE results must be double precision')
         self.expect('end')
+        self.depth -= 1
         for condition, value in reversed(arms):
             result = self.graph.apply('case', condition, value, result)
         return result

@@ -30,7 +30,13 @@ def budget(limits):
 
 def to_lambda(lam, i, max_chars=budget(bounds.DEFAULT)):
     """Node i as an expression in the lambda language, reading columns as d.x and weights as w.a."""
-    return _Printer(lam, max_chars).text(i)
+    return to_lambdas(lam, [i], max_chars)[0]
+
+
+def to_lambdas(lam, roots, max_chars=budget(bounds.DEFAULT)):
+    """Each of the nodes roots as to_lambda prints it, max_chars the budget of all of them together (pgad.derivatives
+    prints a derivative per weight: each may repeat the same long subexpression)."""
+    return _Printer(lam, max_chars).texts(roots)
 
 
 def to_listing(graph, roots):
@@ -65,47 +71,96 @@ def _number(value):
 
 
 class _Printer:
+    """Prints in two passes, neither recursive, both linear: in topological order, each node's template (its text
+    with its arguments' places, the parentheses decided from their precedence) and its length; then the text spelt
+    out from the root. A long chain of + is as deep as it is long, and building each node's text from its arguments'
+    would copy that chain quadratically."""
+
     def __init__(self, lam, max_chars):
         self.lam, self.graph, self.max_chars = lam, lam.graph, max_chars
 
-    def text(self, i):
-        return self.expr(i)[0]
+    def texts(self, roots):
+        templates, precedence, length = {}, {}, {}
+        for i in self.graph.ancestors(roots):
+            bounds.tick()
+            templates[i], precedence[i] = self._template(i, precedence)
+            length[i] = sum(len(p) if isinstance(p, str) else length[p] for p in templates[i])
+            if length[i] > self.max_chars:
+                raise self.too_long()
+        if sum(length[i] for i in roots) > self.max_chars:
+            raise self.too_long()
+        return spell(templates, roots)
 
-    def expr(self, i):
-        """(text, precedence) of node i."""
-        bounds.tick()
-        text, precedence = self._expr(i)
-        if len(text) > self.max_chars:
-            raise PgadError('54001', f'expression is too long to print: more than {self.max_chars} characters',
-                            detail=f'pgad prints at most {PRINTED_PER_BYTE} times pgad.max_lambda_bytes characters '
-                                   'for one expression; its DAG shares subexpressions that its text repeats.',
-                            hint='Write a smaller lambda, or have a superuser raise pgad.max_lambda_bytes.')
-        return text, precedence
+    def too_long(self):
+        return PgadError('54001', f'expression is too long to print: more than {self.max_chars} characters',
+                         detail=f'pgad prints at most {PRINTED_PER_BYTE} times pgad.max_lambda_bytes characters in '
+                                'one call; the DAG shares subexpressions that the text repeats.',
+                         hint='Write a smaller lambda, or have a superuser raise pgad.max_lambda_bytes.')
 
-    def _expr(self, i):
+    def _template(self, i, precedence):
+        """(node i's text as a list of strings and its arguments' ids, its precedence)."""
         node = self.graph.nodes[i]
         if node.op == 'const':
             text = _number(node.value)
-            return text, PREFIX['neg'][1] if text.startswith('-') else ATOM
+            return [text], PREFIX['neg'][1] if text.startswith('-') else ATOM
         if node.op == 'column':
-            return f'{self.lam.row}.{_ident(node.value)}', ATOM
+            return [f'{self.lam.row}.{_ident(node.value)}'], ATOM
         if node.op == 'weight':
-            return f'{self.lam.params}.{_ident(node.value)}', ATOM
-        args = [self.expr(a) for a in node.args]
+            return [f'{self.lam.params}.{_ident(node.value)}'], ATOM
         if node.op in INFIX:
             symbol, prec = INFIX[node.op]
-            (left, lp), (right, rp) = args
-            if lp < prec or (node.op == 'pow' and lp == PREFIX['neg'][1]):
-                left = f'({left})'
-            if rp <= prec or rp == PREFIX['neg'][1]:
-                right = f'({right})'
+            left, right = node.args
+            lp, rp = precedence[left], precedence[right]
+            left = ['(', left, ')'] if lp < prec or (node.op == 'pow' and lp == PREFIX['neg'][1]) else [left]
+            right = ['(', right, ')'] if rp <= prec or rp == PREFIX['neg'][1] else [right]
             space = ' ' if prec < 8 else ''
-            return f'{left}{space}{symbol}{space}{right}', prec
+            return [*left, f'{space}{symbol}{space}', *right], prec
         if node.op in PREFIX:
             symbol, prec = PREFIX[node.op]
-            (arg, ap), = args
-            return f'{symbol}({arg})' if ap < prec or ap == PREFIX['neg'][1] and symbol == '-' else symbol + arg, prec
+            arg, = node.args
+            ap = precedence[arg]
+            return ([f'{symbol}(', arg, ')'] if ap < prec or ap == PREFIX['neg'][1] and symbol == '-' else
+                    [symbol, arg]), prec
         if node.op == 'case':
-            (cond, _), (then, _), (other, _) = args
-            return f'CASE WHEN {cond} THEN {then} ELSE {other} END', ATOM
-        return f'{LAMBDA_NAMES.get(node.op, node.op)}({", ".join(a for a, _ in args)})', ATOM
+            condition, then, other = node.args
+            return ['CASE WHEN ', condition, ' THEN ', then, ' ELSE ', other, ' END'], ATOM
+        parts = [f'{LAMBDA_NAMES.get(node.op, node.op)}(']
+        for k, a in enumerate(node.args):
+            parts += [', ', a] if k else [a]
+        return [*parts, ')'], ATOM
+
+
+def spell(templates, roots):
+    """The text of each node of roots: its template with each argument's id replaced by that argument's text, depth
+    first without recursion. The text of a node that several templates (or roots) hold is joined once and then
+    reused: each such text is part of a result, so this costs the results' length again at most, and copies it in C,
+    not part by part."""
+    uses = {}
+    for part in [*roots, *(p for template in templates.values() for p in template)]:
+        if not isinstance(part, str):
+            uses[part] = uses.get(part, 0) + 1
+    done = {}
+    for root in roots:
+        if root in done:
+            continue
+        out, stack = [], [(root, 0, 0)]
+        while stack:
+            i, k, start = stack.pop()
+            template = templates[i]
+            if k == len(template):
+                if uses[i] > 1:
+                    done[i] = ''.join(out[start:])
+                    del out[start:]
+                    out.append(done[i])
+                continue
+            stack.append((i, k + 1, start))
+            part = template[k]
+            if isinstance(part, str):
+                out.append(part)
+            elif part in done:
+                out.append(done[part])
+            else:
+                bounds.tick()
+                stack.append((part, 0, len(out)))
+        done[root] = ''.join(out)
+    return [done[root] for root in roots]
