@@ -12,7 +12,7 @@ VENV := $(PGAD_HOME)/venv
 DEV := .venv
 SQL := $(wildcard extension/sql/*.sql)
 
-.PHONY: all install demo test bench mutation installcheck clean server-packages python-env extension-files
+.PHONY: all install demo test bench fuzz mutation installcheck clean server-packages python-env extension-files
 
 all: install
 
@@ -56,6 +56,13 @@ bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/run.py $(BENCH_ARGS)
 	$(DEV)/bin/python bench/load.py
 	$(DEV)/bin/python bench/models.py
+	$(DEV)/bin/python bench/sizes.py
+
+# The lambda-language fuzzer: a million generated and mutated lambdas through the parser, both modes and the python
+# backend on every core, a sample against PostgreSQL and through pgad's SQL (bench/fuzz.py; FUZZ_ARGS: --inputs,
+# --seed, --jobs, --sql). docs/testing.md, "Fuzzing".
+fuzz: install $(DEV)/.done
+	$(DEV)/bin/python bench/fuzz.py $(FUZZ_ARGS)
 
 # Mutation testing with mutmut over the in-process tests (no server; not in CI): tools/mutation.sh, whose header
 # lists its settings (MUTATION_JOBS, MUTATION_FRESH, MUTMUT_ARGS, RULES_ARGS); mutmut's own in pyproject.toml.

@@ -23,6 +23,7 @@
 
 #include <limits.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "access/htup_details.h"
 #include "catalog/pg_proc.h"
@@ -48,8 +49,26 @@ static int	max_lambda_nodes = 100000;
 static char *cache_directory = NULL;
 static int	cache_size_kb = 256 * 1024;
 static int	load_chunk_rows = 0;
+static int	memory_limit_kb = 1024 * 1024;
 
 void		_PG_init(void);
+
+/*
+ * pgad.memory_limit's default: a quarter of the machine's physical memory (1 GB where the system does not say),
+ * within the setting's range.
+ */
+static int
+default_memory_limit_kb(void)
+{
+	long		pages = sysconf(_SC_PHYS_PAGES);
+	long		page_size = sysconf(_SC_PAGESIZE);
+	int64		kb;
+
+	if (pages <= 0 || page_size <= 0)
+		return 1024 * 1024;
+	kb = (int64) pages * page_size / 4 / 1024;
+	return (int) Min(Max(kb, 1024), INT_MAX);
+}
 
 void
 _PG_init(void)
@@ -79,6 +98,13 @@ _PG_init(void)
 							NULL,
 							&load_chunk_rows, 0, 0, INT_MAX,
 							PGC_USERSET, 0, NULL, NULL, NULL);
+	memory_limit_kb = default_memory_limit_kb();
+	DefineCustomIntVariable("pgad.memory_limit",
+							"The most memory one pgad call may take for its data; by default a quarter of the "
+							"machine's physical memory.",
+							"Data that would need more stops while it is packed, with SQLSTATE 53200.",
+							&memory_limit_kb, memory_limit_kb, 1024, INT_MAX,
+							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgad");
 }
 
@@ -204,9 +230,19 @@ pgad_call(PG_FUNCTION_ARGS)
  *    growth. PARALLEL SAFE: the serial form is the same bytea, and combining two states appends the second's rows.
  *    The bytea is at most 1 GB, PostgreSQL's limit on a value: a state that would pass it stops with SQLSTATE
  *    54000 as soon as it does, and the loader then packs the rows a chunk at a time (pgad/loader.py).
+ *
+ *    A call holds its data's packed bytes about PACK_COPIES times over at its peak (measured: docs/security.md):
+ *    while the query that packs them ends, the state (up to twice the rows, for the doubling), the bytea it gives
+ *    and the copy of that in the query's result; later the Python bytes (numpy reads them in place), a
+ *    standardised copy and the shuffled copies of a mini-batch optimizer. So that a call stays within
+ *    pgad.memory_limit, a state holds at most pgad.memory_limit / PACK_COPIES of packed bytes, and pgad.pack's rows
+ *    in one query (every group's, every chunk's) at most that in all: the row past it stops the query with
+ *    SQLSTATE 53200 before anything grows. Each parallel worker counts its own rows, and the leader its rows and
+ *    those it combines; the loader gives the error its final form, with the data's own size (pgad/loader.py).
  */
 #define PACK_MAGIC		0x4b504750	/* "PGPK", as the first four bytes read on a little-endian machine */
 #define PACK_FIRST_ROWS 256
+#define PACK_COPIES		4
 
 typedef struct PackHeader
 {
@@ -244,6 +280,36 @@ pack_too_large(int64 rows, int columns)
 			 errhint("Pack the rows in chunks, as pgad's functions do; an aggregate's group must fit in one.")));
 }
 
+/* The most rows of so many columns that pgad.memory_limit lets a call pack. */
+static int64
+pack_limit_rows(int columns)
+{
+	if (columns == 0)
+		return PG_INT64_MAX / 2;
+	return (int64) memory_limit_kb * 1024 / (PACK_COPIES * sizeof(float8) * columns);
+}
+
+/* "2.5 MB", "640 MB": bytes as the memory limit's messages give them (pgad/loader.py's megabytes). */
+static char *
+megabytes(double bytes)
+{
+	double		mb = bytes / (1024.0 * 1024.0);
+
+	return mb < 10 ? psprintf("%.1f MB", mb) : psprintf("%.0f MB", mb);
+}
+
+static void
+pack_over_limit(int64 rows, int columns)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("the data needs more than pgad.memory_limit (%s)", megabytes(memory_limit_kb * 1024.0)),
+			 errdetail("Packing stopped at row " INT64_FORMAT " of %d columns, 8 bytes a value, held up to %d times "
+					   "over while a call loads and trains.", rows, columns, PACK_COPIES),
+			 errhint("Train on a sample of the data (TABLESAMPLE, WHERE or LIMIT in its query), or have a superuser "
+					 "raise pgad.memory_limit.")));
+}
+
 /* A state with room for capacity rows, in context. */
 static PackState *
 pack_new(int columns, int64 capacity, MemoryContext context)
@@ -270,8 +336,11 @@ pack_reserve(PackState *state, int64 rows)
 
 	if (rows <= capacity)
 		return;
+	if (rows > pack_limit_rows(state->columns))
+		pack_over_limit(rows, state->columns);
 	if (rows > max_rows)
 		pack_too_large(max_rows, state->columns);
+	max_rows = Min(max_rows, pack_limit_rows(state->columns));
 	while (capacity < rows)
 		capacity = Min(capacity * 2, max_rows);
 	state->values = repalloc(state->values, sizeof(float8) * state->columns * capacity);
@@ -304,6 +373,32 @@ pack_copy(const PackState *state, MemoryContext context)
 
 	pack_append(copy, state);
 	return copy;
+}
+
+/* A new state, with room for a first few rows (fewer where pgad.memory_limit allows fewer), in context. */
+static PackState *
+pack_first(int columns, MemoryContext context)
+{
+	return pack_new(columns, Min(PACK_FIRST_ROWS, pack_limit_rows(columns)), context);
+}
+
+/*
+ * rows more rows of so many columns packed by the aggregate call fcinfo is of, in this query and this process,
+ * counted in its fn_extra: the error once they pass what pgad.memory_limit allows all of them together.
+ */
+static void
+pack_count(FunctionCallInfo fcinfo, int64 rows, int columns)
+{
+	int64	   *packed = (int64 *) fcinfo->flinfo->fn_extra;
+
+	if (packed == NULL)
+	{
+		packed = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(int64));
+		fcinfo->flinfo->fn_extra = packed;
+	}
+	*packed += rows;
+	if (*packed * columns > (int64) memory_limit_kb * 1024 / (PACK_COPIES * sizeof(float8)))	/* no division a row */
+		pack_over_limit(*packed, columns);
 }
 
 /* One row appended: values[k] to column k. */
@@ -403,7 +498,7 @@ pgad_pack_step(PG_FUNCTION_ARGS)
 						 errmsg("argument %d of pgad.pack is of type %s, not double precision", k,
 								format_type_be(get_fn_expr_argtype(fcinfo->flinfo, k))),
 						 errhint("Cast it: pgad.pack(x::float8, ...).")));
-		state = pack_new(columns, PACK_FIRST_ROWS, context);
+		state = pack_first(columns, context);
 	}
 	for (k = 0; k < columns; k++)
 	{
@@ -414,6 +509,7 @@ pgad_pack_step(PG_FUNCTION_ARGS)
 		}
 		values[k] = PG_GETARG_FLOAT8(k + 1);
 	}
+	pack_count(fcinfo, 1, columns);
 	pack_add_row(state, values);
 	PG_RETURN_POINTER(state);
 }
@@ -439,6 +535,7 @@ pgad_pack_combine(PG_FUNCTION_ARGS)
 			PG_RETURN_NULL();
 		PG_RETURN_POINTER(state1);
 	}
+	pack_count(fcinfo, state2->rows, state2->columns);
 	if (state1 == NULL)
 		PG_RETURN_POINTER(pack_copy(state2, context));
 	pack_append(state1, state2);
@@ -751,7 +848,7 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 	state->generation = reader->generation;
 	if (state->pack == NULL)
 	{
-		state->pack = pack_new(reader->columns, PACK_FIRST_ROWS, context);
+		state->pack = pack_first(reader->columns, context);
 		state->names = (ArrayType *) varlena_copy((struct varlena *) reader->names, context);
 	}
 	else if (state->pack->columns != reader->columns)

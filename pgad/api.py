@@ -1,7 +1,7 @@
 """The SQL functions, one Python function each; extension/sql's shims call these and nothing else.
 
 Each takes the SQL arguments as PL/Python gives them (text, jsonb as text, float8, int), reads pgad's settings
-(the limits, the kernel cache, the load's chunk size), and walks the stages:
+(the limits, the kernel cache, the load's chunk size and memory), and walks the stages:
 arguments → program (parse, differentiate) → backend kernel → loader → descent → result.
 """
 import json
@@ -13,7 +13,7 @@ from . import (arguments, backends, catalog, descent, domain, explain as explain
                server, standardize as standardizing)
 from .errors import PgadError
 from .jit.cache import DiskCache
-from .lang import parse, printer
+from .lang import printer
 from .limits import Limits
 
 
@@ -22,13 +22,15 @@ class Settings:
     limits: Limits      # pgad.max_lambda_bytes, pgad.max_lambda_nodes
     cache: DiskCache    # pgad.cache_directory, pgad.cache_size
     chunk_rows: int     # pgad.load_chunk_rows
+    memory_limit: int   # pgad.memory_limit, in bytes
 
 
 def settings():
     """pgad's settings, as this call sees them."""
     s = server.settings()
     return Settings(Limits(server.in_bytes(s['max_lambda_bytes']), int(s['max_lambda_nodes'])),
-                    DiskCache(s['cache_directory'], server.in_bytes(s['cache_size'])), int(s['load_chunk_rows']))
+                    DiskCache(s['cache_directory'], server.in_bytes(s['cache_size'])), int(s['load_chunk_rows']),
+                    server.in_bytes(s['memory_limit']))
 
 
 @server.entry
@@ -56,7 +58,7 @@ def gradient_descent(loss, data, weights, learning_rate=0.05, iterations=100, mo
 def lambda_columns(loss, names, types):
     """The position (from 1) in a row, whose column names and type oids are names and types, of each column the
     lambda reads: the error for one that is not there or not a number is the functions' own."""
-    lam = parse(loss, settings().limits)
+    lam = program.parsed(loss, settings().limits)
     return [k + 1 for k in loader.positions(lam.columns, names, types)]
 
 
@@ -121,7 +123,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     kernel = backends.compile(prog, options['backend'], config.cache)
     groups = options['group_by']
     if groups:
-        group_types, parts = loader.load_groups(data, list(prog.columns), groups)
+        group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit)
     else:
         group_types, parts = [], [loader.Group(None, None, _loading(data)(list(prog.columns), config))]
     penalty = descent.Penalty(options['l1'], options['l2'],
@@ -134,7 +136,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
             server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
             continue
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
-                              options['iterations'], every_iterations=options['progress_every'])
+                              options['iterations'], every_iterations=options['progress_every'],
+                              warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
         fitted, fit = _fit(prog, kernel, part.table, w, plan, options, penalty, clock)
         fits.append((part.values, fitted))
         rows.append(dict(name=name, group_key=part.key, model=model, loss=loss, weights=json.dumps(fitted),
@@ -172,10 +175,8 @@ def drop_model(name):
 @server.entry
 def derivatives(loss):
     limits = settings().limits
-    lam = parse(loss, limits)
-    prog = program.build(loss, tuple(lam.weights), limits=limits)
-    return [(name, printer.to_lambda(prog.lam, node, printer.budget(limits)))
-            for name, node in zip(prog.weights, prog.outputs[1:])]
+    prog = program.build(loss, tuple(program.parsed(loss, limits).weights), limits=limits)
+    return list(zip(prog.weights, printer.to_lambdas(prog.lam, prog.outputs[1:], printer.budget(limits))))
 
 
 @server.entry
@@ -203,7 +204,7 @@ class Call:
 def _loading(data):
     """How a function loads its columns: the data query's, packed by pgad.pack (loader.py). No row is an error."""
     def load(columns, config):
-        table = loader.load(data, columns, config.chunk_rows)
+        table = loader.load(data, columns, config.chunk_rows, config.memory_limit)
         if table.rows == 0:
             raise PgadError('22000', 'the data has no rows' if not table.skipped else
                             f'every row of the data has NULL in a column the lambda reads ({table.skipped} rows)',
@@ -225,7 +226,7 @@ def _prepare(loss, weights, load, mode='reverse', backend='auto', gradient=True,
     load gives none. The arguments are checked in order (a function's first bad argument is the one reported),
     `checked` ones by arguments' function of their name."""
     config = settings()
-    lam = parse(loss, config.limits)
+    lam = program.parsed(loss, config.limits)
     w = arguments.weights(weights, lam)
     for name, value in checked.items():
         getattr(arguments, name)(value)
@@ -250,5 +251,5 @@ def _gradient(call):
 
 def _descend(call, learning_rate, iterations):
     fitted, value, ran = descent.run(call.kernel, call.table, call.vector, learning_rate, iterations, call.names,
-                                     server.check_interrupts, server.notice, why=call.why)
+                                     server.check_interrupts, server.notice, why=call.why, warning=server.warning)
     return json.dumps(dict(zip(call.names, fitted.tolist()))), float(value), ran

@@ -4,13 +4,15 @@ Every step is one call of the kernel (loss and gradient fused in one pass over t
 rows for 'gd' and 'lbfgs', over a mini-batch of a shuffled copy of the columns for 'sgd', 'momentum' and 'adam'.
 Python runs per step, never per row. Between steps the loop lets the server check for interrupts, so
 statement_timeout and pg_cancel_backend stop it, and reports progress. NaN or infinity in the loss, the gradient or
-the weights stops it with an error.
+the weights stops it with an error. A loss that stays finite but grows past GROWTH times its starting value's
+magnitude gets one WARNING per fit (Divergence), and the training goes on.
 
 The objective is the mean loss over the rows plus l2·Σ w² and l1·Σ |w| over the weights the penalty's mask names.
 l2 is a term of the gradient; l1 is applied as a proximal step (soft thresholding by the step's size, so that a
 weight that l1 drives to zero stays exactly 0), which L-BFGS, a method for smooth objectives, does not take.
 """
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass
 
@@ -26,6 +28,7 @@ BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8  # Adam's, as in its paper and every fr
 MEMORY = 10                               # L-BFGS's curvature pairs
 ARMIJO = 1e-4                             # the line search's sufficient decrease
 HALVINGS = 60                             # the line search's steps, each half the last, before it gives up
+GROWTH = 1e6                              # a rise of the loss past GROWTH·|starting loss| is divergence: a WARNING
 
 
 @dataclass
@@ -97,12 +100,26 @@ class Penalty:
         return np.where(self.mask > 0, shrunk, w)
 
 
+class DivergenceWarning(UserWarning):
+    """A loss that grows by orders of magnitude; hint says what to do (server.entry shows the message alone)."""
+    def __init__(self, message, hint):
+        super().__init__(message)
+        self.hint = hint
+
+
+def python_warning(message, hint):
+    """Clock's warning outside the server: a Python warning (DivergenceWarning)."""
+    warnings.warn(DivergenceWarning(message, hint), stacklevel=2)
+
+
 class Clock:
     """Interrupt checks every `check` seconds, and progress(message) every `every` seconds, or every
     `every_iterations` iterations when that is more than 0; the rows the kernel ran in the iterations reported
-    (every call's, mini-batches, line search and epoch-end passes alike), for rows/s."""
-    def __init__(self, interrupts, progress, iterations, every=1.0, check=0.01, every_iterations=0):
+    (every call's, mini-batches, line search and epoch-end passes alike), for rows/s; warning(message, hint) for a
+    loss that diverges (Divergence)."""
+    def __init__(self, interrupts, progress, iterations, every=1.0, check=0.01, every_iterations=0, warning=None):
         self.interrupts, self.progress, self.iterations = interrupts, progress, iterations
+        self.warning = warning or python_warning
         self.every, self.check, self.every_iterations = every, check, every_iterations
         self.started = self.reported = self.checked = time.monotonic()
         self.rows = 0
@@ -130,10 +147,10 @@ class Clock:
 
 
 def run(kernel, table, weights, learning_rate, iterations, names, interrupts, progress, every=1.0, check=0.01,
-        why=None):
+        why=None, warning=None):
     """pgad.gradient_descent's loop, fit's 'gd': (fitted weights, loss at them, iterations run)."""
     fitted = fit(kernel, table, weights, names, 'gd', learning_rate, iterations,
-                 clock=Clock(interrupts, progress, iterations, every, check), why=why)
+                 clock=Clock(interrupts, progress, iterations, every, check, warning=warning), why=why)
     return fitted.weights, fitted.loss, fitted.iterations
 
 
@@ -142,8 +159,8 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     """The Fit of the kernel's objective over table from weights (a vector in the order of names) by optimizer.
 
     tolerance > 0 stops after an iteration that improved the objective by less than tolerance relative to the one
-    before; clock (a Clock) checks interrupts and reports progress; why(w, k), if given, explains a sum k that is
-    not finite at the starting weights (check_finite)."""
+    before; clock (a Clock) checks interrupts, reports progress and warns of divergence (Divergence); why(w, k), if
+    given, explains a sum k that is not finite at the starting weights (check_finite)."""
     w = np.array(weights, dtype=np.float64)
     if penalty.mask is None:
         penalty = Penalty(penalty.l1, penalty.l2, np.ones(len(w)))
@@ -160,11 +177,12 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
 def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why):
     """One step per iteration over all the rows. The objective at the weights of step k is known when iteration
     k + 1 evaluates there, so the history runs one behind, and the last entry is an evaluation after the loop."""
-    history = []
+    history, divergence = [], Divergence(learning_rate, clock.warning)
     for it in range(1, iterations + 1):
         sums = evaluate(kernel, table, w, clock.interrupts)
         check_finite(sums, w, it, names, learning_rate, why)
         loss = sums[0] / table.rows + penalty.value(w)
+        divergence.see(loss, it)
         if it > 1:
             history.append(loss)
             if stalled(history, tolerance):
@@ -175,6 +193,7 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
     final = evaluate(kernel, table, w, clock.interrupts)  # the loss at the weights of the last step: iteration n + 1's
     check_finite(final, w, iterations + 1, names, learning_rate, why)
     loss = final[0] / table.rows + penalty.value(w)
+    divergence.see(loss, iterations + 1)
     return Fit(w, loss, history + [loss] if iterations else [], iterations, clock.seconds())
 
 
@@ -182,8 +201,9 @@ def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batc
                   clock, why):
     """Epochs (one at least) of mini-batch steps: each epoch shuffles the rows (one gather per column) and steps once per slice
     of batch_size rows; then one pass over all the rows gives the objective at the epoch's weights, for the
-    history, the tolerance and the progress report (a pass costs less than an epoch's many kernel calls)."""
-    rows, history = table.rows, []
+    history, the tolerance and the progress report (a pass costs less than an epoch's many kernel calls). The
+    first mini-batch's loss stands for the starting loss, to watch for divergence."""
+    rows, history, divergence = table.rows, [], Divergence(learning_rate, clock.warning)
     for epoch in range(1, iterations + 1):
         order = rng.permutation(rows)
         shuffled = [column[order] for column in table.columns]
@@ -191,6 +211,8 @@ def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batc
             end = min(start + batch_size, rows)
             sums = kernel([column[start:end] for column in shuffled], end - start, w)
             check_finite(sums, w, epoch, names, learning_rate, why, at_start=epoch == 1 and start == 0)
+            if epoch == 1 and start == 0:
+                divergence.see(sums[0] / (end - start) + penalty.value(w), 1)
             w = _step(rule, penalty, w, sums, end - start)
             clock.rows += end - start
             clock.poll()
@@ -198,6 +220,7 @@ def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batc
         check_finite(sums, w, epoch + 1, names, learning_rate, why)
         clock.rows += rows
         history.append(sums[0] / rows + penalty.value(w))
+        divergence.see(history[-1], epoch)
         clock.iteration(epoch, history[-1])
         if stalled(history, tolerance):
             break
@@ -215,7 +238,7 @@ def _step(rule, penalty, w, sums, rows):
 def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
     """L-BFGS (two-loop recursion over the last MEMORY pairs) with a backtracking line search for the Armijo
     condition; it stops early where no step along its direction lowers the objective: the optimum, to the precision
-    of the sums."""
+    of the sums. Its objective never rises, so it never warns of divergence."""
     def objective(at):
         sums = evaluate(kernel, table, at, clock.interrupts)
         clock.rows += table.rows
@@ -267,6 +290,23 @@ def _two_loop(g, pairs):
     for (s, y, rho), alpha in zip(pairs, reversed(alphas)):
         q += s * (alpha - rho * (y @ q))
     return q
+
+
+class Divergence:
+    """Watches the loss of one fit: the first loss seen is the starting one; the first later loss that exceeds it by
+    more than GROWTH times its magnitude (six orders of magnitude) gets warning(message, hint), once. A start of
+    exactly 0 has no magnitude to grow from, and gets none. NaN and infinity are check_finite's: errors."""
+    def __init__(self, learning_rate, warning):
+        self.rate, self.warning, self.start, self.warned = learning_rate, warning, None, False
+
+    def see(self, loss, it):
+        """The loss at iteration it (as the progress report numbers them)."""
+        if self.start is None:
+            self.start = loss
+        elif not self.warned and self.start and loss - self.start > GROWTH * abs(self.start):
+            self.warned = True
+            self.warning(f'the loss grew from {self.start:.6g} to {loss:.6g} by iteration {it}: gradient descent is '
+                         'diverging', f'Try a smaller learning_rate than {self.rate:g}.')
 
 
 def stalled(history, tolerance):

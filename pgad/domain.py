@@ -103,7 +103,7 @@ def _origin(graph, values, row, i):
         node = graph.nodes[i]
         args = node.args
         if node.op == 'case':
-            args = (args[1],) if bool(np.broadcast_to(values[args[0]], (row + 1,))[row]) else (args[2],)
+            args = (args[1],) if _at(values[args[0]], row) else (args[2],)
         bad = [a for a in args if graph.type_of(a) == 'n' and not math.isfinite(_at(values[a], row))]
         if not bad:
             return i

@@ -12,6 +12,12 @@ each chunk 256 MB, or pgad.load_chunk_rows rows when that setting is set (tests 
 DEBUG2 message says how many parts the load took). A function takes at most 100 arguments, so a lambda reading
 more than 99 columns packs them in several aggregates over the rows with no NULL. Rows with NULL in a column the
 lambda reads are skipped, and a NOTICE says how many.
+
+pgad.memory_limit bounds what a call holds: its rows times its columns times 8 bytes, COPIES times over (measured:
+docs/security.md). pgad.pack stops the query at the row that passes it (SQLSTATE 53200, extension/pgad.c), before
+its state grows; the loader then counts the rows the data has, with no NULL in the columns read, and reports how
+much the whole data would need. A lambda reading more than 99 columns, whose several aggregates each see only their
+own columns, counts the rows first.
 """
 import re
 import string
@@ -30,6 +36,8 @@ QUERY_START = re.compile(r'\s*(\(|select\b|values\b|with\b|table\b)', re.IGNOREC
 TRAILING = string.whitespace + ';'  # dropped from the end of a query (str.rstrip: linear, unlike a regex)
 CHUNK_BYTES = 256 << 20
 TOO_LONG = '54000'  # program_limit_exceeded: a bytea past 1 GB
+OUT_OF_MEMORY = '53200'  # pgad.pack past pgad.memory_limit
+COPIES = 4          # how many times over a call holds its packed rows at most: extension/pgad.c's PACK_COPIES
 PACK_COLUMNS = 99   # a function's arguments (100) less the aggregate's state
 # pgad.pack's bytea: magic "PGPK", columns, rows packed, rows skipped for a NULL; then the columns, native float8.
 HEADER = struct.Struct('=IIqq')
@@ -47,21 +55,30 @@ class Table:
     skipped: int    # rows skipped for NULL
 
 
-def load(data, columns, chunk_rows=0):
+def load(data, columns, chunk_rows=0, memory_limit=None):
     """Load `columns` (names, exactly as the data spells them) of the data into a Table; chunk_rows, when not 0,
-    loads it that many rows at a time (pgad.load_chunk_rows)."""
+    loads it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it."""
     query = as_query(data)
     check_columns(query, columns)
     if not columns:
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
+    if len(columns) > PACK_COLUMNS and memory_limit is not None:
+        within(memory_limit, count(query, columns), columns)
     rows_sql = ROWS.format(', '.join(VALUE.format(quote_ident(c), k) for k, c in enumerate(columns)), query)
     packs = aggregate(len(columns))
-    parts = None if chunk_rows else server.rows_unless(f'SELECT {packs} FROM ({rows_sql}) AS pgad_rows', TOO_LONG)
-    if parts is None:  # a chunk at a time, each one bytea well under 1 GB
-        chunk = chunk_rows or CHUNK_BYTES // (8 * len(columns))
-        parts = list(server.cursor(f'SELECT {packs} FROM ({NUMBERED.format(chunk, rows_sql)}) AS pgad_rows '
-                                   'GROUP BY pgad_rows.pgad_chunk'))
+    try:
+        parts = None if chunk_rows else server.rows_unless(f'SELECT {packs} FROM ({rows_sql}) AS pgad_rows',
+                                                           TOO_LONG)
+        if parts is None:  # a chunk at a time, each one bytea well under 1 GB
+            chunk = chunk_rows or CHUNK_BYTES // (8 * len(columns))
+            parts = list(server.cursor(f'SELECT {packs} FROM ({NUMBERED.format(chunk, rows_sql)}) AS pgad_rows '
+                                       'GROUP BY pgad_rows.pgad_chunk'))
+    except server.SPIError as e:
+        if e.sqlstate != OUT_OF_MEMORY or memory_limit is None:
+            raise
+        within(memory_limit, count(query, columns), columns)
+        raise  # the data fits after all (it changed since): pgad.pack's own error
     loaded = [unpack(part, len(columns)) for part in parts]
     rows, skipped = sum(part[1] for part in loaded), sum(part[2] for part in loaded)
     server.debug(f'pgad: loaded {rows} rows of {len(columns)} columns in {len(parts)} part{"s" * (len(parts) != 1)}')
@@ -87,11 +104,14 @@ TYPE = ('SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) \'.\' 
         'WHERE t.oid OPERATOR(pg_catalog.=) $1')
 
 
-def load_groups(data, columns, group_by):
+def load_groups(data, columns, group_by, memory_limit=None):
     """(the group columns' type names, one Group per distinct value of the group_by columns, in their order): the
-    data loaded once, by one GROUP BY query whose every group packs its own rows with pgad.pack."""
+    data loaded once, by one GROUP BY query whose every group packs its own rows with pgad.pack; memory_limit
+    (bytes) bounds all the groups together."""
     query = as_query(data)
     names, types = check_columns(query, columns)
+    if len(columns) > PACK_COLUMNS and memory_limit is not None:
+        within(memory_limit, count(query, columns), columns)
     group_types = []
     for name in group_by:
         if name not in names:
@@ -114,6 +134,8 @@ def load_groups(data, columns, group_by):
     try:
         parts = server.query(sql, list(group_by), ['pg_catalog.text'] * len(group_by))
     except server.SPIError as e:
+        if e.sqlstate == OUT_OF_MEMORY and memory_limit is not None:
+            within(memory_limit, count(query, columns), columns)
         if e.sqlstate != TOO_LONG:
             raise
         raise PgadError(TOO_LONG, 'a group of the data is too large to load: its columns pass 1 GB packed',
@@ -127,6 +149,33 @@ def load_groups(data, columns, group_by):
         groups.append(Group(part['pgad_key'], [part[f'g{k}'] for k in range(len(group_by))],
                             skipping(Table(values, rows, skipped), columns)))
     return group_types, groups
+
+
+COMPLETE = 'SELECT pg_catalog.count(*) AS rows FROM ({}\n) AS pgad_data WHERE ROW({}) IS NOT NULL'
+
+
+def count(query, columns):
+    """The rows of the data that have no NULL in the columns: those a load packs."""
+    names = ', '.join(f'pgad_data.{quote_ident(c)}' for c in columns)
+    return server.query(COMPLETE.format(query, names))[0]['rows']
+
+
+def megabytes(size):
+    """'2.5 MB', '640 MB': a size in bytes as the memory limit's messages give it (as extension/pgad.c does)."""
+    mb = size / (1 << 20)
+    return f'{mb:.1f} MB' if mb < 10 else f'{mb:.0f} MB'
+
+
+def within(memory_limit, rows, columns):
+    """The error if `rows` rows of `columns` need more than memory_limit bytes, COPIES times over."""
+    needed = rows * len(columns) * 8 * COPIES
+    if needed > memory_limit:
+        raise PgadError(OUT_OF_MEMORY, f'the data needs {megabytes(needed)}, more than pgad.memory_limit '
+                                       f'({megabytes(memory_limit)})',
+                        detail=f'{rows} rows of {len(columns)} columns, 8 bytes a value, held up to {COPIES} times '
+                               'over while the call loads and trains.',
+                        hint='Train on a sample of the data (TABLESAMPLE, WHERE or LIMIT in its query), or have a '
+                             'superuser raise pgad.memory_limit.')
 
 
 def skipping(table, columns):

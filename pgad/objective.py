@@ -50,5 +50,5 @@ def build(model_text, loss, label, limits):
         raise PgadError('22023', f'unknown loss "{loss}"',
                         hint="loss is 'squared', 'absolute', 'logistic', 'hinge' or a lambda λ(p, d) of the "
                              "prediction p and the row d, for example 'λ(p, d) (p - d.y)^2'.")
-    text = f'λ({model.row}, {model.params}) ' + printer.to_lambda(lam, lam.root, printer.budget(limits))
+    text = f'λ({printer.parameter(model.row)}, {printer.parameter(model.params)}) ' + printer.to_lambda(lam, lam.root, printer.budget(limits))
     return Objective(model, text, tuple(model.columns), tuple(lam.own))

@@ -32,7 +32,12 @@ def __getattr__(name):
 
 def entry(function):
     """A function the SQL shims call: a PgadError leaves it as a PostgreSQL ERROR, and nothing has changed; Python
-    warnings raised on the way (warnings.warn) are PostgreSQL WARNINGs; limits.tick() checks for interrupts."""
+    warnings raised on the way (warnings.warn) are PostgreSQL WARNINGs; limits.tick() checks for interrupts.
+
+    An error of the server's (from_server: the data query's own, a cancel) leaves with its own SQLSTATE. Any
+    other Python exception is a bug in pgad: it leaves as `internal error in pgad` (XX000, PostgreSQL's
+    internal_error) with the exception in DETAIL, so that the user sees no Python exception name as the message and
+    has something to report; running out of memory is PostgreSQL's `out of memory` (53200)."""
     @functools.wraps(function)
     def call(*args, **kwargs):
         outer = limits.on_interrupts(check_interrupts)  # a pgad call inside another's data query gives it back
@@ -42,6 +47,10 @@ def entry(function):
                 return function(*args, **kwargs)
             except (PgadError, Interrupted) as e:
                 error = e
+            except Exception as e:  # noqa: BLE001 (every other exception: reported, never as its Python name)
+                if from_server(e):
+                    raise
+                error = unexpected(e, function.__name__)
             finally:
                 limits.on_interrupts(outer)
                 for warning in caught:
@@ -49,6 +58,30 @@ def entry(function):
         fields = {k: v for k, v in (('detail', error.detail), ('hint', error.hint)) if v}
         plpy().error(error.message, sqlstate=error.sqlstate, **fields)
     return call
+
+
+def from_server(exception):
+    """Is this the server's own error, raised through PL/Python: a query's (plpy.SPIError), or one that a plpy call
+    such as plpy.notice met (plpy.Error: a cancel that lands while a NOTICE is sent)? It keeps its SQLSTATE."""
+    p = plpy()
+    return isinstance(exception, (p.SPIError, p.Error, getattr(p, 'Fatal', p.Error)))
+
+
+def unexpected(exception, where):
+    """The PgadError that a Python exception other than a PgadError becomes when it leaves pgad.<where>."""
+    detail = f'{type(exception).__name__} in pgad.{where}: {exception}'[:MESSAGE_BYTES]
+    if isinstance(exception, MemoryError):
+        return PgadError('53200', 'out of memory', detail=detail,
+                         hint='Train on fewer rows or a smaller lambda, or lower pgad.memory_limit so that pgad '
+                              'refuses such data before loading it.')
+    return PgadError('XX000', 'internal error in pgad', detail=detail,
+                     hint='This is a bug in pgad: please report it with the call that raised it.')
+
+
+def warning(message, hint=None):
+    """A WARNING, with its HINT, sent at once (a Python warning, warnings.warn, reaches the client as the call
+    ends, without a HINT)."""
+    plpy().warning(message, **({'hint': hint} if hint else {}))
 
 
 def hint_of(error):
@@ -63,7 +96,7 @@ def interrupted(error):
     return (getattr(error, 'sqlstate', None) or '').startswith(INTERRUPTED)
 
 
-SETTINGS = ('max_lambda_bytes', 'max_lambda_nodes', 'cache_directory', 'cache_size', 'load_chunk_rows')
+SETTINGS = ('max_lambda_bytes', 'max_lambda_nodes', 'cache_directory', 'cache_size', 'load_chunk_rows', 'memory_limit')
 MEMORY_UNITS = {'': 1, 'B': 1, 'kB': 1 << 10, 'MB': 1 << 20, 'GB': 1 << 30, 'TB': 1 << 40}
 
 

@@ -11,7 +11,8 @@ PL/Python would inside a function:
 - subtransaction(): a SAVEPOINT; every call above runs in one too, as PL/Python runs each SPI call, so a failed
   query leaves the transaction usable;
 - SPIError: any psycopg error, with .sqlstate, .detail, .hint and the message as args[0];
-- debug/log/info/notice/warning: recorded in .messages as (level, text), with the server's own NOTICEs;
+- debug/log/info/notice/warning: recorded in .messages as (level, text), with the server's own NOTICEs (a HINT or
+  DETAIL keyword is taken and not recorded);
 - error(): raises Error, carrying sqlstate, detail and hint, where PL/Python would raise the ERROR.
 Only the plpy API is adapted: every query runs on the real server. `queries` records [sql, rows returned] for
 every statement a caller ran, rows fetched through a cursor included.
@@ -144,7 +145,7 @@ class Plpy:
         return Cursor(self, name, record)
 
     def _message(level):
-        return lambda self, message: self.messages.append((level, str(message)))
+        return lambda self, message, **fields: self.messages.append((level, str(message)))
 
     debug, log, info, notice, warning = _message('DEBUG'), _message('LOG'), _message('INFO'), _message('NOTICE'), \
         _message('WARNING')

@@ -7,7 +7,9 @@ pgad.cache_size bounds what any role can make the server write.
 """
 import dataclasses
 import errno
+import hashlib
 import json
+import multiprocessing
 import os
 import pathlib
 import shutil
@@ -431,6 +433,67 @@ def test_two_processes_storing_one_key_never_expose_half_a_file(tmp_path):
     assert [(w.wait(), w.stderr.read().decode()) for w in writers] == [(0, ''), (0, '')]
     assert [p.name for p in tmp_path.iterdir()] == [KEY + cache.SUFFIX]
     assert cache.unpack(KEY, kernel_file(tmp_path).read_bytes())[0] == bytes(range(256)) * 4000
+
+
+def code_of(key, writer, round_):
+    """The code writer stores under key in round_: its own length, and bytes that say whose it is throughout."""
+    stamp = f'{key}:{writer}:{round_}:'.encode()
+    return stamp + hashlib.sha256(stamp).digest() * (3000 + 97 * writer)
+
+
+def whole(key, code):
+    """Is code exactly what some writer stored under key (code_of), not parts of two or a part of one?"""
+    stored_key, writer, round_, _ = code.split(b':', 3)
+    return stored_key.decode() == key and code == code_of(key, int(writer), int(round_))
+
+
+def store_and_load(directory, capacity, keys, writer, rounds, start, results):
+    """One of the processes: `rounds` times, store this writer's kernel under each key, then load each key;
+    results gets (loads that found a whole kernel, loads that found none, loads that found anything else,
+    the warnings)."""
+    try:
+        store, found, missing, wrong = DiskCache(directory, capacity), 0, 0, []
+        start.wait()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            for round_ in range(rounds):
+                for key in keys:
+                    store.put(key, code_of(key, writer, round_))
+                for key in keys:
+                    code = store.get(key)
+                    if code is None:
+                        missing += 1
+                    elif whole(key, code):
+                        found += 1
+                    else:
+                        wrong.append(code[:80])
+        results.put((found, missing, wrong, [str(w.message) for w in caught]))
+    except BaseException as e:
+        results.put((0, 0, [repr(e)], []))
+
+
+@pytest.mark.parametrize('keys, capacity', [
+    (1, 1 << 30),  # one key, nothing evicted: every load finds a whole kernel
+    (2, 150_000),  # two keys in room for one: every store evicts the other key's file while others read it
+])
+def test_processes_storing_and_loading_one_key_at_once_load_only_whole_kernels(tmp_path, keys, capacity):
+    """As the test above, with more writers, each storing code of its own, and evictions: four processes store and
+    load the same keys at once, 150 times each; each load finds no kernel or one that a writer stored whole (of that
+    writer's length, its bytes all its own), and no file is ever found damaged (no WARNING): a file appears under its
+    name only whole (write, fsync, rename). Writing the file in place fails this test (0-byte and short files)."""
+    context, processes, rounds = multiprocessing.get_context('fork'), 4, 150
+    start, results = context.Barrier(processes), context.Queue()
+    names = [f'{k:064x}' for k in range(keys)]
+    workers = [context.Process(target=store_and_load, args=(str(tmp_path), capacity, names, k, rounds, start,
+                                                            results)) for k in range(processes)]
+    [w.start() for w in workers]
+    outcomes = [results.get(timeout=120) for _ in workers]
+    [w.join() for w in workers]
+    found = sum(o[0] for o in outcomes)
+    assert [(o[2], o[3]) for o in outcomes] == [([], [])] * processes  # nothing half-written, no damaged file
+    assert found + sum(o[1] for o in outcomes) == processes * rounds * keys
+    assert found == processes * rounds if keys == 1 else found > 0
+    assert not list(tmp_path.glob('*.tmp'))
 
 
 # --- on a real server -------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def test_long_runs_report_progress():
 
 def test_divergence_names_the_iteration_and_hints_at_the_learning_rate():
     kernel, table = setup()
-    with pytest.raises(PgadError) as caught:
+    with pytest.raises(PgadError) as caught, pytest.warns(descent.DivergenceWarning):  # the warning, on the way
         descent.run(kernel, table, [0.0, 0.0], 100.0, 1000, ['a', 'b'], lambda: None, lambda message: None)
     assert caught.value.sqlstate == '22003'
     assert 'training diverged at iteration' in caught.value.message
@@ -206,3 +206,111 @@ def test_a_table_of_exactly_one_chunk_is_one_call_without_interrupt_checks(chunk
     sums = descent.evaluate(kernel, table, np.array([0.5, 0.1]), lambda: called.append(1), chunk=chunk)
     assert len(called) == checks
     np.testing.assert_allclose(sums, kernel(table.columns, table.rows, np.array([0.5, 0.1])), rtol=1e-13)
+
+
+# --- a finite loss that grows by orders of magnitude: one WARNING (Divergence), and the training goes on ---------
+class Losses:
+    """A kernel whose mean loss over the rows it is given is the next of losses (the last repeats), and whose
+    gradient cancels l2's term: the weights stay where they start, and the objective is the loss + l2·Σw²."""
+    def __init__(self, *losses, l2=0.0):
+        self.losses, self.l2, self.calls = list(losses), l2, 0
+
+    def __call__(self, columns, rows, w):
+        loss = self.losses[min(self.calls, len(self.losses) - 1)]
+        self.calls += 1
+        return np.array([loss * rows, *(-2 * self.l2 * w * rows)])
+
+
+def warned(kernel, rows=1, optimizer='gd', iterations=5, learning_rate=0.25, **options):
+    """The (message, hint) pairs of the divergence warnings of one fit of kernel over `rows` rows from w = 1."""
+    warnings_ = []
+    clock = descent.Clock(lambda: None, lambda message: None, iterations,
+                          warning=lambda message, hint: warnings_.append((message, hint)))
+    descent.fit(kernel, Table([np.zeros(rows)], rows, 0), [1.0], ['a'], optimizer, learning_rate, iterations,
+                clock=clock, **options)
+    return warnings_
+
+
+PAST = np.nextafter(2000002.0, np.inf)  # the first loss past 2 + 10⁶·2
+
+
+@pytest.mark.parametrize('optimizer', ['gd', 'momentum', 'adam'])
+def test_a_loss_past_a_million_times_the_start_warns_once_naming_the_iteration(optimizer):
+    """Full batches: the loss at iteration k is the progress report's (the weights after k − 1 steps)."""
+    assert warned(Losses(2.0, 2000002.0, PAST, 1e9, 1e12), optimizer=optimizer) == [(
+        'the loss grew from 2 to 2e+06 by iteration 3: gradient descent is diverging',
+        'Try a smaller learning_rate than 0.25.')]
+
+
+@pytest.mark.parametrize('start, boundary', [(2.0, 2000002.0), (-2.0, 1999998.0), (0.5, 500000.5)])
+def test_a_rise_of_exactly_a_million_times_the_start_is_not_divergence(start, boundary):
+    """The rule is loss − start > GROWTH·|start|: the boundary itself does not warn, the next float does; a start
+    below 0 grows by its magnitude."""
+    assert warned(Losses(start, boundary)) == []
+    past = np.nextafter(boundary, np.inf)
+    assert warned(Losses(start, boundary, past)) == [
+        (f'the loss grew from {start:g} to {past:.6g} by iteration 3: gradient descent is diverging',
+         'Try a smaller learning_rate than 0.25.')]
+
+
+def test_a_loss_that_starts_at_zero_never_warns():
+    assert warned(Losses(0.0, 1e300)) == []
+
+
+def test_a_loss_that_falls_never_warns():
+    assert warned(Losses(2.0, -1e300)) == []
+
+
+@pytest.mark.parametrize('iterations, message', [
+    (2, 'the loss grew from 2 to 2e+06 by iteration 3: gradient descent is diverging'),  # the evaluation after
+    (1, None),                                                                            # the loop: iteration n + 1
+    (0, None),
+])
+def test_the_loss_after_the_last_step_is_watched_too(iterations, message):
+    assert warned(Losses(2.0, 3.0, PAST), iterations=iterations) == (
+        [(message, 'Try a smaller learning_rate than 0.25.')] if message else [])
+
+
+@pytest.mark.parametrize('optimizer', ['sgd', 'momentum', 'adam'])
+def test_mini_batches_start_from_the_first_batch_and_watch_each_epochs_objective(optimizer):
+    """Four rows in batches of two: per epoch two batches, then the objective over all the rows. The start is the
+    first batch's loss plus l2's term (w = 1, l2 = 1: 1 + 1 = 2); later batches' losses are not watched."""
+    kernel = Losses(1.0, 1e9, 2000001.0, 1e9, 1.0, PAST - 1, 1e12, l2=1.0)
+    assert warned(kernel, rows=4, optimizer=optimizer, iterations=3, batch_size=2, seed=0,
+                  penalty=descent.Penalty(0.0, 1.0)) == [(
+                      'the loss grew from 2 to 2e+06 by iteration 2: gradient descent is diverging',
+                      'Try a smaller learning_rate than 0.25.')]
+
+
+def test_the_start_of_mini_batches_is_the_first_batch_only():
+    """A first batch of loss 10⁹ in a later epoch is not a start: the epochs' objectives stay within bounds."""
+    assert warned(Losses(1.0, 1.0, 1.0, 1e9, 1.0, 1.0), rows=4, optimizer='sgd', iterations=2, batch_size=2,
+                  seed=0) == []
+
+
+def test_lbfgs_never_warns():
+    """Its line search takes no step that raises the objective."""
+    assert warned(Losses(2.0, 1e12), optimizer='lbfgs') == []
+
+
+def test_divergence_warns_first_as_the_progress_report_numbers_it_then_stays_an_error():
+    """A real descent that blows up: the warning names the first iteration whose reported loss is past a million
+    times the first; the loss goes on to overflow, which is still the 22003 error."""
+    kernel, table = setup()
+    messages, warnings_ = [], []
+    with pytest.raises(PgadError) as caught:
+        descent.run(kernel, table, [0.0, 0.0], 3.0, 1000, ['a', 'b'], lambda: None, messages.append, every=0.0,
+                    warning=lambda message, hint: warnings_.append((message, hint)))
+    assert caught.value.sqlstate == '22003' and 'training diverged at iteration' in caught.value.message
+    losses = [float(m.split(', ')[1].removeprefix('loss ')) for m in messages]
+    k = next(k for k, loss in enumerate(losses) if loss - losses[0] > 1e6 * losses[0])
+    assert k > 1 and warnings_ == [(f'the loss grew from {losses[0]:.6g} to {losses[k]:.6g} by iteration {k + 1}: '
+                                    'gradient descent is diverging', 'Try a smaller learning_rate than 3.')]
+
+
+def test_outside_the_server_the_warning_is_a_python_warning_with_its_hint():
+    with pytest.warns(descent.DivergenceWarning) as caught:
+        descent.fit(Losses(2.0, 1e7), Table([np.zeros(1)], 1, 0), [1.0], ['a'], 'gd', 0.5, 3)
+    assert [(str(w.message), w.message.hint) for w in caught] == [
+        ('the loss grew from 2 to 1e+07 by iteration 2: gradient descent is diverging',
+         'Try a smaller learning_rate than 0.5.')]

@@ -130,7 +130,7 @@ def test_the_settings_exist_once_pgad_is_loaded(db):
     db.execute("SELECT pgad.loss('λ(d, w) d.x', 'few', '{}')")
     shown = dict(db.execute("SELECT name, setting FROM pg_settings WHERE name LIKE 'pgad.%'").fetchall())
     assert set(shown) == {'pgad.max_lambda_bytes', 'pgad.max_lambda_nodes', 'pgad.cache_directory',
-                          'pgad.cache_size', 'pgad.load_chunk_rows'}
+                          'pgad.cache_size', 'pgad.load_chunk_rows', 'pgad.memory_limit'}
     contexts = dict(db.execute("SELECT name, context FROM pg_settings WHERE name LIKE 'pgad.%'").fetchall())
     assert {n for n, c in contexts.items() if c == 'superuser'} == set(shown) - {'pgad.load_chunk_rows'}
 

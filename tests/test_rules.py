@@ -633,18 +633,18 @@ def test_a_literal_past_float8_is_out_of_range_as_in_postgresql(literal):
 
 @pytest.mark.parametrize('body, printed', [
     ('w.a + 0', 'w.a'), ('0 + w.a', 'w.a'), ('w.a - 0', 'w.a'),      # the identities of 0
-    ('0 - w.a', '-w.a'), ('w.a - w.a', '0'),
+    ('0 - w.a', '-w.a'), ('w.a - w.a', 'w.a - w.a'),                 # NaN - NaN is NaN: kept as written
     ('1 + w.a', 'w.a + 1'), ('w.a + 1', 'w.a + 1'),                  # a constant term goes last
     ('w.a + -d.x', 'w.a - d.x'), ('w.a - -d.x', 'w.a + d.x'),        # adding a negation is subtracting
     ('-d.x + w.a', '-d.x + w.a'),
-    ('1*w.a', 'w.a'), ('w.a*1', 'w.a'), ('w.a*0', '0'),              # the identities of 1 and 0
+    ('1*w.a', 'w.a'), ('w.a*1', 'w.a'), ('w.a*0', '0*w.a'),          # the identity of 1; NaN*0 is NaN
     ('-1*w.a', '-w.a'), ('w.a*-1', '-w.a'), ('w.a*2', '2*w.a'),      # a constant factor goes first
     ('-w.a*-d.x', 'w.a*d.x'), ('-w.a*d.x', '-(w.a*d.x)'), ('w.a*-d.x', '-(w.a*d.x)'),  # a negation goes outside
     ('2*(3*w.a)', '6*w.a'), ('2*(w.a*d.x)', '2*(w.a*d.x)'),          # constant factors multiply
-    ('w.a/1', 'w.a'), ('w.a/2', 'w.a/2'), ('0/w.a', '0'),
+    ('w.a/1', 'w.a'), ('w.a/2', 'w.a/2'), ('0/w.a', '0/w.a'),
     ('-w.a/d.x', '-(w.a/d.x)'), ('w.a/-d.x', 'w.a/(-d.x)'),
     ('- - w.a', 'w.a'),
-    ('-CASE WHEN d.x > 0 THEN w.a ELSE 0 END', 'CASE WHEN d.x > 0 THEN -w.a ELSE 0 END'),  # inside a mask
+    ('-CASE WHEN d.x > 0 THEN w.a ELSE 0 END', '-CASE WHEN d.x > 0 THEN w.a ELSE 0 END'),  # derivatives only
     ('w.a^1', 'w.a'), ('w.a^0', '1'), ('w.a^2', 'w.a^2'),
     ('CASE WHEN true THEN w.a ELSE w.b END', 'w.a'), ('CASE WHEN false THEN w.a ELSE w.b END', 'w.b'),
     ('CASE WHEN d.x > 0 THEN w.a ELSE w.a END', 'w.a'),
@@ -654,6 +654,22 @@ def test_arithmetic_simplifies_as_it_is_built(body, printed):
     derivatives so)."""
     lam = parse(f'λ(d, w) {body}')
     assert printer.to_lambda(lam, lam.root) == printed
+
+
+def test_derivatives_drop_what_the_users_text_keeps():
+    """x*0, 0/x and x - x are 0, and a negation or product goes inside a mask, in the graph derivatives are built in;
+    while parsing (Graph.exact) they stay, because x may be NaN or infinite there: ln(w.a)*0 at w.a = -1 is NaN."""
+    lam = parse('λ(d, w) ln(w.a)*0 + 0/w.a + (w.a - w.a) - CASE WHEN d.x > 0 THEN w.a ELSE 0 END')
+    assert printer.to_lambda(lam, lam.root) == \
+        '0*ln(w.a) + 0/w.a + (w.a - w.a) - CASE WHEN d.x > 0 THEN w.a ELSE 0 END'
+    copied = lam.copy()
+    graph = copied.graph
+    a, x = graph.weight('a'), graph.column('x')
+    mask = graph.apply('case', graph.apply('gt', x, 0), a, 0)
+    assert [graph.nodes[e.id] for e in (a*0, 0/a, a - a)] == [graph.nodes[graph.const(0).id]] * 3
+    assert printer.to_lambda(copied, (-mask).id) == 'CASE WHEN d.x > 0 THEN -w.a ELSE 0 END'
+    sums = python_backend.compile(program.Program(lam, (lam.root,), ('a',)))([np.array([1.0])], 1, np.array([-1.0]))
+    assert np.isnan(sums[0])
 
 
 def test_a_product_of_two_negations_builds_no_node_it_does_not_use():
@@ -796,11 +812,12 @@ def test_an_unknown_row_name_says_which_names_there_are():
 
 
 @pytest.mark.parametrize('text, printed', [
-    # a CASE with a constant 0 branch, or only constant branches, is a mask: products and negations go inside it
+    # a CASE with a constant 0 branch, or only constant branches, is a mask: products and negations in the derivatives
+    # go inside it (the loss stays as written: Graph.exact)
     ('λ(d, w) d.y*CASE WHEN d.x > 0.5 THEN 0 ELSE w.a END',
-     ['CASE WHEN d.x > 0.5 THEN 0 ELSE d.y*w.a END', 'CASE WHEN d.x > 0.5 THEN 0 ELSE d.y END', '0']),
+     ['d.y*CASE WHEN d.x > 0.5 THEN 0 ELSE w.a END', 'CASE WHEN d.x > 0.5 THEN 0 ELSE d.y END', '0']),
     ('λ(d, w) d.y*CASE WHEN d.x > 0.5 THEN 2 ELSE 3 END*w.a',
-     ['CASE WHEN d.x > 0.5 THEN 2*d.y ELSE 3*d.y END*w.a', 'CASE WHEN d.x > 0.5 THEN 2*d.y ELSE 3*d.y END', '0']),
+     ['d.y*CASE WHEN d.x > 0.5 THEN 2 ELSE 3 END*w.a', 'd.y*CASE WHEN d.x > 0.5 THEN 2 ELSE 3 END', '0']),
     # any other CASE is not: the product stays outside
     ('λ(d, w) d.y*CASE WHEN d.x > 0.5 THEN w.a ELSE w.b END',
      ['d.y*CASE WHEN d.x > 0.5 THEN w.a ELSE w.b END', 'CASE WHEN d.x > 0.5 THEN d.y ELSE 0 END',

@@ -4,11 +4,14 @@ A Graph is a list of nodes in topological order (a node's arguments always come
 before it) and an index that returns the existing node when the same
 (op, args, value) is built again, so primal and derivative code share every
 common subexpression. Building a node also applies the small algebra that keeps
-derivatives readable: constant folding and the identities of 0 and 1.
+derivatives readable: constant folding and the identities of 0 and 1. While the parser
+builds the user's expression (Graph.exact) the rules that would turn a NaN or an infinity
+into a number are off: ln(w.a)*0 at w.a = -1 is NaN, as PostgreSQL's ln(-1) is an error.
 
 Expr wraps a node id with Python operators, so derivative rules read as maths:
 `lambda x, y, out: (y, x)`.
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,11 +35,12 @@ class Graph:
         self.nodes = []
         self._index = {}
         self.max_nodes = max_nodes  # pgad.max_lambda_nodes: building one more stops with SQLSTATE 54001
+        self.exact = False  # the parser's: no rule that turns a NaN or an infinity into a number (x*0, 0/x, x - x)
 
     def copy(self):
         """A graph with the same nodes, to grow apart from this one."""
         other = Graph(self.max_nodes)
-        other.nodes, other._index = list(self.nodes), dict(self._index)
+        other.nodes, other._index, other.exact = list(self.nodes), dict(self._index), self.exact
         return other
 
     def expr(self, i):
@@ -46,7 +50,7 @@ class Graph:
         return len(self.nodes)
 
     def _intern(self, op, args=(), value=None):
-        key = (op, args, value if op != 'const' else (type(value), value))
+        key = (op, args, value if op != 'const' else (type(value), value, math.copysign(1, value)))  # -0 is not 0
         limits.tick()
         if key not in self._index:
             if len(self.nodes) >= self.max_nodes:
@@ -59,8 +63,8 @@ class Graph:
     # leaves
     def const(self, value):
         value = bool(value) if isinstance(value, (bool, np.bool_)) else float(value)
-        if value == 0.0 and not isinstance(value, bool):
-            value = 0.0  # one zero: -0.0 and 0.0 are the same node
+        if value == 0.0 and not isinstance(value, bool) and not self.exact:
+            value = 0.0  # a derivative's zero has no sign; the user's -0 keeps it (atan2(-0, -1) is -pi)
         return Expr(self, self._intern('const', (), value))
 
     def column(self, name):
@@ -124,12 +128,12 @@ def simplify(graph, op, ids):
     elif op == 'sub':
         if is_const(1, 0): return ids[0]
         if is_const(0, 0): return simplify(graph, 'neg', (ids[1],))
-        if ids[0] == ids[1]: return graph.const(0).id
+        if ids[0] == ids[1] and not graph.exact: return graph.const(0).id  # NaN - NaN is NaN
         if nodes[ids[1]].op == 'neg': return simplify(graph, 'add', (ids[0], nodes[ids[1]].args[0]))
     elif op == 'mul':
         if consts[1] is not None and consts[0] is None: ids, consts = (ids[1], ids[0]), [consts[1], consts[0]]  # 2*x
         if is_const(0, 1): return ids[1]
-        if is_const(0, 0): return ids[0]
+        if is_const(0, 0) and not graph.exact: return ids[0]  # NaN*0 is NaN
         if is_const(0, -1): return simplify(graph, 'neg', (ids[1],))
         a, b = nodes[ids[0]], nodes[ids[1]]
         if a.op == 'neg' and b.op == 'neg': return simplify(graph, 'mul', (a.args[0], b.args[0]))
@@ -138,16 +142,16 @@ def simplify(graph, op, ids):
         if a.op == 'const' and b.op == 'mul' and nodes[b.args[0]].op == 'const':  # 2*(3*x) = 6*x
             return simplify(graph, 'mul', (simplify(graph, 'mul', (ids[0], b.args[0])), b.args[1]))
         masks = [(k, ids[1 - k]) for k in (1, 0) if nodes[ids[k]].op == 'case' and _masks(nodes, nodes[ids[k]])]
-        if masks:  # x * CASE WHEN c THEN y ELSE 0 END: a select of x*y, into a mask of constants first
+        if masks and not graph.exact:  # x * CASE WHEN c THEN y ELSE 0 END: a select of x*y, into a mask of constants first
             select, other = min(masks, key=lambda m: not _constant(nodes, nodes[ids[m[0]]]))
             return _through_mask(graph, ids[select], lambda branch: simplify(graph, 'mul', (other, branch)))
     elif op == 'div':
         if is_const(1, 1): return ids[0]
-        if is_const(0, 0): return ids[0]
+        if is_const(0, 0) and not graph.exact: return ids[0]  # 0/NaN is NaN
         if nodes[ids[0]].op == 'neg': return simplify(graph, 'neg', (simplify(graph, 'div', (nodes[ids[0]].args[0], ids[1])),))
     elif op == 'neg':
         if nodes[ids[0]].op == 'neg': return nodes[ids[0]].args[0]
-        if nodes[ids[0]].op == 'case' and _masks(nodes, nodes[ids[0]]):
+        if nodes[ids[0]].op == 'case' and _masks(nodes, nodes[ids[0]]) and not graph.exact:
             return _through_mask(graph, ids[0], lambda branch: simplify(graph, 'neg', (branch,)))
     elif op == 'pow':
         if is_const(1, 1): return ids[0]

@@ -41,13 +41,17 @@ COMPARISONS = {'<': 'lt', '<=': 'le', '>': 'gt', '>=': 'ge', '=': 'eq', '<>': 'n
 
 MAX_DEPTH = 10_000  # levels of parentheses, calls, CASE and prefix operators inside one another
 TOKEN = re.compile(r'''
-    (?P<space>\s+|--[^\n]*)
-  | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
-  | (?P<quoted>"(?:[^"]|"")*")
-  | (?P<name>[^\W\d]\w*)
-  | (?P<op><=|>=|<>|!=|[-+*/^(),.<>=])
-  | (?P<bad>.)
+    (?:\s+|--[^\n]*)*                  # space and comments before a token, in the same match
+    (?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+     | (?P<quoted>"(?:[^"]|"")*")
+     | (?P<string>'(?:[^']|'')*')
+     | (?P<name>[^\W\d]\w*)
+     | (?P<op><=|>=|<>|!=|[-+*/^(),.<>=])
+     | (?P<bad>.)
+    )?
 ''', re.VERBOSE | re.DOTALL)
+FLOAT8_TEXT = re.compile(r'\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)\s*', re.IGNORECASE)
+NON_FINITE = {'inf', 'infinity', 'nan'}
 MANTISSA = re.compile(r'[1-9]')  # a literal with a nonzero digit before its exponent is not zero
 
 
@@ -79,16 +83,19 @@ class Token:
 def tokenize(text):
     tokens = []
     for m in TOKEN.finditer(text):
-        kind, word, pos = m.lastgroup, m.group(), m.start()
-        if kind == 'space':
+        kind = m.lastgroup
+        if kind is None:  # space at the end
             continue
+        word, pos = m.group(kind), m.start(kind)
         if kind == 'name':
             lower = fold(word)
             tokens.append(Token('keyword' if lower in KEYWORDS else 'ident', word, pos, lower))
-        elif kind == 'number':
-            tokens.append(Token(kind, word, pos, number(text, word, pos)))
         elif kind == 'op':
             tokens.append(Token(kind, word, pos, word))
+        elif kind == 'number':
+            tokens.append(Token(kind, word, pos, number(text, word, pos)))
+        elif kind == 'string':  # '1.5', 'Infinity', '-Infinity', 'NaN': a float8 as PostgreSQL reads one
+            tokens.append(Token('number', word, pos, quoted_number(text, word, pos)))
         elif kind == 'quoted':
             if word == '""':
                 raise PgadError('42601', 'zero-length delimited identifier in lambda', detail=caret(text, pos),
@@ -100,6 +107,16 @@ def tokenize(text):
             bounds.tick(bounds.TICKS)
     tokens.append(Token('end', '', len(text)))
     return tokens
+
+
+def quoted_number(text, word, pos):
+    """A quoted literal as float8in reads it: a number, or Infinity, -Infinity, NaN (in any case, 'inf' too)."""
+    inner = word[1:-1].replace("''", "'")
+    if not FLOAT8_TEXT.fullmatch(inner):
+        raise PgadError('22P02', f'invalid input syntax for type double precision: "{inner}"', detail=caret(text, pos),
+                        position=pos + 1)
+    body = inner.strip()
+    return float(body) if body.lstrip('+-').lower() in NON_FINITE else number(text, body.lstrip('+'), pos)
 
 
 def number(text, word, pos):
@@ -239,7 +256,11 @@ class Parser:
         return first, other
 
     def body(self):
-        body = self.run(self.expression())
+        exact, self.graph.exact = self.graph.exact, True  # the user's x*0 is NaN where x is: no rule hides it
+        try:
+            body = self.run(self.expression())
+        finally:
+            self.graph.exact = exact
         if self.tok.kind != 'end':
             raise self.error()
         return self.require(body, 'n', self.tokens[self.i - 1], 'the body of a lambda must be a number, not a boolean')

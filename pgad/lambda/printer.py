@@ -11,6 +11,7 @@ import math
 
 from .. import limits as bounds
 from ..errors import PgadError
+from .parser import KEYWORDS
 
 # op → (symbol, precedence); all binary operators are left-associative, as in PostgreSQL
 INFIX = {'or': ('OR', 1), 'and': ('AND', 2),
@@ -61,6 +62,11 @@ def _ident(name):
     return name if plain else quote_ident(name)
 
 
+def parameter(name):
+    """A lambda's parameter name as the parser reads it back: quoted where it is not a plain name, or a keyword."""
+    return quote_ident(name) if name in KEYWORDS else _ident(name)
+
+
 def _number(value):
     if isinstance(value, bool):
         return 'TRUE' if value else 'FALSE'
@@ -104,9 +110,9 @@ class _Printer:
             text = _number(node.value)
             return [text], PREFIX['neg'][1] if text.startswith('-') else ATOM
         if node.op == 'column':
-            return [f'{self.lam.row}.{_ident(node.value)}'], ATOM
+            return [f'{parameter(self.lam.row)}.{_ident(node.value)}'], ATOM
         if node.op == 'weight':
-            return [f'{self.lam.params}.{_ident(node.value)}'], ATOM
+            return [f'{parameter(self.lam.params)}.{_ident(node.value)}'], ATOM
         if node.op in INFIX:
             symbol, prec = INFIX[node.op]
             left, right = node.args
