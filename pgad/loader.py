@@ -63,8 +63,8 @@ def load(data, columns, chunk_rows=0, memory_limit=None):
     if not columns:
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
-    if len(columns) > PACK_COLUMNS and memory_limit is not None:
-        within(memory_limit, count(query, columns), columns)
+    if len(columns) > PACK_COLUMNS:
+        check_memory(memory_limit, query, columns)
     rows_sql = ROWS.format(', '.join(VALUE.format(quote_ident(c), k) for k, c in enumerate(columns)), query)
     packs = aggregate(len(columns))
     try:
@@ -75,10 +75,9 @@ def load(data, columns, chunk_rows=0, memory_limit=None):
             parts = list(server.cursor(f'SELECT {packs} FROM ({NUMBERED.format(chunk, rows_sql)}) AS pgad_rows '
                                        'GROUP BY pgad_rows.pgad_chunk'))
     except server.SPIError as e:
-        if e.sqlstate != OUT_OF_MEMORY or memory_limit is None:
-            raise
-        within(memory_limit, count(query, columns), columns)
-        raise  # the data fits after all (it changed since): pgad.pack's own error
+        if e.sqlstate == OUT_OF_MEMORY:
+            check_memory(memory_limit, query, columns)
+        raise  # not pgad.pack's limit, or the data fits after all (it changed since): the error as it is
     loaded = [unpack(part, len(columns)) for part in parts]
     rows, skipped = sum(part[1] for part in loaded), sum(part[2] for part in loaded)
     server.debug(f'pgad: loaded {rows} rows of {len(columns)} columns in {len(parts)} part{"s" * (len(parts) != 1)}')
@@ -110,8 +109,8 @@ def load_groups(data, columns, group_by, memory_limit=None):
     (bytes) bounds all the groups together."""
     query = as_query(data)
     names, types = check_columns(query, columns)
-    if len(columns) > PACK_COLUMNS and memory_limit is not None:
-        within(memory_limit, count(query, columns), columns)
+    if len(columns) > PACK_COLUMNS:
+        check_memory(memory_limit, query, columns)
     group_types = []
     for name in group_by:
         if name not in names:
@@ -134,8 +133,8 @@ def load_groups(data, columns, group_by, memory_limit=None):
     try:
         parts = server.query(sql, list(group_by), ['pg_catalog.text'] * len(group_by))
     except server.SPIError as e:
-        if e.sqlstate == OUT_OF_MEMORY and memory_limit is not None:
-            within(memory_limit, count(query, columns), columns)
+        if e.sqlstate == OUT_OF_MEMORY:
+            check_memory(memory_limit, query, columns)
         if e.sqlstate != TOO_LONG:
             raise
         raise PgadError(TOO_LONG, 'a group of the data is too large to load: its columns pass 1 GB packed',
@@ -166,8 +165,12 @@ def megabytes(size):
     return f'{mb:.1f} MB' if mb < 10 else f'{mb:.0f} MB'
 
 
-def within(memory_limit, rows, columns):
-    """The error if `rows` rows of `columns` need more than memory_limit bytes, COPIES times over."""
+def check_memory(memory_limit, query, columns):
+    """The error if the data's rows (count) of `columns` need more than memory_limit bytes, COPIES times over;
+    nothing when memory_limit is None (no limit)."""
+    if memory_limit is None:
+        return
+    rows = count(query, columns)
     needed = rows * len(columns) * 8 * COPIES
     if needed > memory_limit:
         raise PgadError(OUT_OF_MEMORY, f'the data needs {megabytes(needed)}, more than pgad.memory_limit '

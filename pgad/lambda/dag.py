@@ -180,8 +180,7 @@ def _masks(nodes, case_node):
     Products with a mask are rewritten as the mask of the product, so the rows a CASE did not take get an exact 0
     rather than 0 times whatever the untaken branch's derivative is there (inf·0 = NaN under ln, sqrt, /).
     """
-    branches = [nodes[k] for k in case_node.args[1:]]
-    return any(n.op == 'const' and n.value == 0 for n in branches) or all(n.op == 'const' for n in branches)
+    return any(_zero(nodes, k) for k in case_node.args[1:]) or _constant(nodes, case_node)
 
 
 def _zero(nodes, i):
@@ -207,7 +206,7 @@ def _through_mask(graph, i, apply):
         if _constant(nodes, node):
             result = simplify(graph, 'case', (c, apply(then), apply(other)))
             break
-        on = not (nodes[then].op == 'const' and nodes[then].value == 0)
+        on = not _zero(nodes, then)
         levels.append((c, on, apply(other if on else then)))
         i = then if on else other
     for c, on, fixed in reversed(levels):
