@@ -1,4 +1,5 @@
 # pgad — `make install` (as root: installs what is missing), `make demo`, `make test`, `make bench`.
+# `make install CUDA=1` adds the cuda backend (numba-cuda and the CUDA libraries); `make test` and `make bench` do.
 #
 # The extension's files (the SQL scripts and the one C library, extension/pgad.c) build and install through PGXS;
 # the Python package pgad and its dependencies go into a virtual environment built from the Python that plpython3u
@@ -18,7 +19,7 @@ all: install
 
 # --- install -------------------------------------------------------------------------------------------------------
 install: server-packages
-	@$(MAKE) --no-print-directory python-env extension-files
+	@$(MAKE) --no-print-directory python-env extension-files CUDA=$(CUDA)
 
 # The PostgreSQL server, PL/Python and the server headers, from the system's packages when they are missing.
 server-packages:
@@ -30,7 +31,7 @@ PLPYTHON = $(shell ldd "$$($(PG_CONFIG) --pkglibdir)/plpython3.so" 2>/dev/null |
 python-env:
 	@test -n "$(PLPYTHON)" || { echo "pgad: no plpython3.so under $$($(PG_CONFIG) --pkglibdir)"; exit 1; }
 	@test -x $(VENV)/bin/python || $(PLPYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --disable-pip-version-check .
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check '.$(if $(CUDA),[cuda])'
 	@install -d -m 700 -o postgres -g postgres $(PGAD_CACHE) 2>/dev/null || mkdir -p $(PGAD_CACHE)
 
 build/%.sql: extension/sql/%.sql
@@ -45,6 +46,9 @@ $(DEV)/.done: pyproject.toml
 	@test -x $(DEV)/bin/python || $(PLPYTHON) -m venv $(DEV)
 	$(DEV)/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
+
+# The tests run the cuda backend on numba's CUDA simulator (no GPU needed), in the server too.
+test bench: CUDA = 1
 
 demo: install $(DEV)/.done
 	$(DEV)/bin/python examples/demo.py

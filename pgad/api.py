@@ -39,13 +39,15 @@ def loss(loss, data, weights):
 
 
 @server.entry
-def gradient(loss, data, weights, mode='reverse', backend='auto'):
-    return _gradient(_prepare(loss, weights, _loading(data), mode, backend))
+def gradient(loss, data, weights, mode='reverse', backend='auto', dtype='float64'):
+    return _gradient(_prepare(loss, weights, _loading(data), mode, backend, dtype))
 
 
 @server.entry
-def gradient_descent(loss, data, weights, learning_rate=0.05, iterations=100, mode='reverse', backend='auto'):
-    call = _prepare(loss, weights, _loading(data), mode, backend, learning_rate=learning_rate, iterations=iterations)
+def gradient_descent(loss, data, weights, learning_rate=0.05, iterations=100, mode='reverse', backend='auto',
+                     dtype='float64'):
+    call = _prepare(loss, weights, _loading(data), mode, backend, dtype, learning_rate=learning_rate,
+                    iterations=iterations)
     return _descend(call, arguments.learning_rate(learning_rate), arguments.iterations(iterations))
 
 
@@ -71,15 +73,16 @@ def loss_agg(packed, columns, loss, weights, options=None):
 
 @server.entry
 def gradient_agg(packed, columns, loss, weights, options=None):
-    given = arguments.options(options, 'pgad.gradient_agg', ('mode', 'backend'))
-    call = _prepare(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'])
+    given = arguments.options(options, 'pgad.gradient_agg', ('mode', 'backend', 'dtype'))
+    call = _prepare(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'], given['dtype'])
     return None if call is None else _gradient(call)
 
 
 @server.entry
 def gradient_descent_agg(packed, columns, loss, weights, options=None):
-    given = arguments.options(options, 'pgad.gradient_descent_agg', ('learning_rate', 'iterations', 'mode', 'backend'))
-    call = _prepare(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'])
+    given = arguments.options(options, 'pgad.gradient_descent_agg',
+                              ('learning_rate', 'iterations', 'mode', 'backend', 'dtype'))
+    call = _prepare(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'], given['dtype'])
     return None if call is None else _descend(call, given['learning_rate'], given['iterations'])
 
 
@@ -88,13 +91,13 @@ def gradient_descent_agg(packed, columns, loss, weights, options=None):
 # (descent.fit), on standardised columns with standardize (standardize.py); catalog.py stores the fits and writes
 # the scoring function.
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'learning_rate', 'iterations', 'mode', 'backend', 'optimizer',
-            'batch_size', 'tolerance', 'l1', 'l2', 'standardize', 'label', 'progress_every')
+            'batch_size', 'tolerance', 'l1', 'l2', 'standardize', 'label', 'progress_every', 'dtype')
 
 
 @server.entry
 def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, mode='reverse', backend='auto',
           optimizer='gd', batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
-          standardize=False, label='y', group_by=None, progress_every=0):
+          standardize=False, label='y', group_by=None, progress_every=0, dtype='float64'):
     given = dict(locals())
     for argument in REQUIRED:
         if given[argument] is None:
@@ -112,7 +115,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                    l1=arguments.penalty('l1', l1, optimizer), l2=arguments.penalty('l2', l2, optimizer),
                    regularize=arguments.regularize(regularize, names), standardize=bool(standardize),
                    label=label, group_by=arguments.group_by(group_by),
-                   progress_every=int(arguments.non_negative('progress_every', progress_every)))
+                   progress_every=int(arguments.non_negative('progress_every', progress_every)),
+                   dtype=arguments.dtype(dtype, arguments.backend(backend)))
     plan = standardizing.plan(goal.model) if standardize else None
     for column in goal.loss_columns if standardize else ():
         if column in goal.columns:
@@ -120,7 +124,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name)
     prog = program.build(goal.text, tuple(names), options['mode'], True, config.limits)
-    kernel = backends.compile(prog, options['backend'], config.cache)
+    _kernel(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
     groups = options['group_by']
     if groups:
         group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit)
@@ -138,6 +142,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                               options['iterations'], every_iterations=options['progress_every'],
                               warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
+        step_rows = part.table.rows if options['optimizer'] not in descent.MINI_BATCH else options['batch_size']
+        kernel = _kernel(prog, options['backend'], options['dtype'], config, min(step_rows, part.table.rows))
         fitted, fit = _fit(prog, kernel, part.table, w, plan, options, penalty, clock)
         fits.append((part.values, fitted))
         rows.append(dict(name=name, group_key=part.key, model=model, loss=loss, weights=json.dumps(fitted),
@@ -180,8 +186,13 @@ def derivatives(loss):
 
 
 @server.entry
-def explain(loss, mode='reverse'):
-    return explaining.stages(loss, arguments.mode(mode), settings().limits)
+def explain(loss, mode='reverse', backend='auto', rows=None):
+    if loss is None or mode is None or backend is None:
+        return []  # pgad.explain is not STRICT (rows is NULL unless given): a NULL elsewhere gives no rows, as STRICT
+    backend = arguments.backend(backend)
+    if rows is not None and rows < 0:
+        raise PgadError('22023', f'rows must be 0 or more, not {rows}')
+    return explaining.stages(loss, arguments.mode(mode), settings().limits, backend, rows)
 
 
 @dataclass(frozen=True)
@@ -221,7 +232,7 @@ def _unpacking(packed, names):
     return load
 
 
-def _prepare(loss, weights, load, mode='reverse', backend='auto', gradient=True, **checked):
+def _prepare(loss, weights, load, mode='reverse', backend='auto', dtype='float64', gradient=True, **checked):
     """The Call for the lambda text loss at the weights jsonb, its data from load(columns, settings); None when
     load gives none. The arguments are checked in order (a function's first bad argument is the one reported),
     `checked` ones by arguments' function of their name."""
@@ -231,10 +242,20 @@ def _prepare(loss, weights, load, mode='reverse', backend='auto', gradient=True,
     for name, value in checked.items():
         getattr(arguments, name)(value)
     mode, backend = arguments.mode(mode), arguments.backend(backend)
+    precision = arguments.dtype(dtype, backend)
     prog = program.build(lam.text, tuple(w), mode, gradient, config.limits)
-    kernel = backends.compile(prog, backend, config.cache)
+    _kernel(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
     table = load(list(prog.columns), config)
-    return None if table is None else Call(prog, table, kernel, np.array(list(w.values()), dtype=np.float64))
+    if table is None:
+        return None
+    kernel = _kernel(prog, backend, precision, config, table.rows)
+    return Call(prog, table, kernel, np.array(list(w.values()), dtype=np.float64))
+
+
+def _kernel(prog, backend, precision, config, rows=None):
+    """prog's kernel on the backend asked for ('auto': chosen for steps over `rows` rows; None, not known yet)."""
+    chosen = backends.choose(prog, backend, rows)
+    return backends.compile(prog, chosen, config.cache, precision if chosen == 'cuda' else 'float64')
 
 
 def _loss(call):

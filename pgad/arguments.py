@@ -52,6 +52,20 @@ def backend(value):
     return value
 
 
+PRECISIONS = ('float64', 'float32')
+
+
+def dtype(value, backend='auto'):
+    """The precision the cuda backend computes in (dtype: SQL reserves the word precision); float32 is the cuda
+    backend's alone ('auto' uses it where it picks cuda: the python and llvm backends compute in float64)."""
+    if value not in PRECISIONS:
+        raise PgadError('22023', f'unknown dtype "{value}"', hint="dtype is 'float64' or 'float32'.")
+    if value == 'float32' and backend not in ('cuda', 'auto'):
+        raise PgadError('22023', f'dtype "float32" is not available on backend "{backend}"',
+                        hint="The python and llvm backends compute in float64: use backend => 'cuda' for float32.")
+    return value
+
+
 def learning_rate(value):
     if not (value > 0 and math.isfinite(value)):
         raise PgadError('22023', f'learning_rate must be a positive number, not {value}')
@@ -66,7 +80,8 @@ def iterations(value):
 
 # The options of the aggregates, with the functions' defaults: each is checked as the function's argument is.
 OPTIONS = {'learning_rate': (0.05, (int, float), 'a number'), 'iterations': (100, int, 'an integer'),
-           'mode': ('reverse', str, 'a string'), 'backend': ('auto', str, 'a string')}
+           'mode': ('reverse', str, 'a string'), 'backend': ('auto', str, 'a string'),
+           'dtype': ('float64', str, 'a string')}
 INT4_MAX = 2**31 - 1
 
 
@@ -91,6 +106,8 @@ def options(text, aggregate, names):
                         ('mode', mode), ('backend', backend)):
         if name in given:
             given[name] = check(given[name])
+    if 'dtype' in given:
+        given['dtype'] = dtype(given['dtype'], given.get('backend', 'auto'))
     return given
 
 

@@ -1,25 +1,36 @@
 """The backends, by name: each compiles a Program into a kernel(columns, rows, weights) → sums.
 
 'python' is numpy over whole columns (python_backend.py), the reference; 'llvm' is one fused loss-and-gradient
-kernel in machine code (jit/). 'auto' picks llvm, except for a lambda too large for the llvm backend to compile
-within its bound (jit/compiler.py), which runs on python. Kernels are cached per backend process, keyed by the
-program (and bounded as the programs are); jit/ also keeps compiled object code on disk for the next connection.
+kernel in machine code (jit/); 'cuda' is the same kernel on an NVIDIA GPU, generated for numba-cuda (gpu/).
+'auto' picks cuda where a GPU is present and the data has at least GPU_ROWS rows (with a kernel the cuda backend
+compiles), else llvm, except for a lambda too large for the llvm backend to compile within its bound
+(jit/compiler.py), which runs on python. Kernels are cached per backend process, keyed by the program (its DAG and
+mode) and the precision (and bounded as the programs are); jit/ also keeps compiled object code on disk for the
+next connection. The python and llvm backends compute in float64; cuda in float64 or float32.
 """
-from . import jit, python_backend
+from . import gpu, jit, python_backend
 from .jit.cache import NONE
 from .memo import bounded_cache
 from .program import CACHED_NODES
 
-BACKENDS = {'python': lambda program, cache: python_backend.compile(program), 'llvm': jit.compile}
+BACKENDS = {'python': lambda program, cache, precision: python_backend.compile(program),
+            'llvm': lambda program, cache, precision: jit.compile(program, cache),
+            'cuda': lambda program, cache, precision: gpu.compile(program, precision)}
+# The rows from which 'auto' runs on a GPU that is there: below, a step's fixed cost on the GPU (a launch and two
+# copies of the weights and sums, about 30 µs) outweighs its speed (bench/gpu.py, docs/performance.md).
+GPU_ROWS = 100_000
 
 
-def choose(program, backend):
-    """The backend that runs program when `backend` is asked for."""
+def choose(program, backend, rows=None):
+    """The backend that runs program when `backend` is asked for, over `rows` rows a step (None: not known yet)."""
     if backend != 'auto':
         return backend
+    if rows is not None and rows >= GPU_ROWS and gpu.fits(program) and gpu.present():
+        return 'cuda'
     return 'llvm' if jit.fits(program) else 'python'
 
 
 @bounded_cache(CACHED_NODES, weight=lambda kernel, args: len(args[0].graph))
-def compile(program, backend, cache=NONE):
-    return BACKENDS[choose(program, backend)](program, cache)
+def compile(program, backend, cache=NONE, precision='float64'):
+    """The kernel of program on backend ('auto': as choose gives it with the rows unknown), cached per process."""
+    return BACKENDS[choose(program, backend)](program, cache, precision)

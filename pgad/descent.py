@@ -14,7 +14,7 @@ weight that l1 drives to zero stays exactly 0), which L-BFGS, a method for smoot
 import time
 import warnings
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -165,13 +165,22 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     if penalty.mask is None:
         penalty = Penalty(penalty.l1, penalty.l2, np.ones(len(w)))
     clock = clock or Clock(lambda: None, lambda message: None, iterations)
+    placed = place(kernel, table)
     if optimizer == 'lbfgs':
-        return _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
+        return _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why)
     rule = STEPS[optimizer](learning_rate, len(w))
     if optimizer in MINI_BATCH and batch_size < table.rows and iterations > 0:
-        return _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batch_size,
+        return _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iterations, batch_size,
                              np.random.default_rng(seed), tolerance, penalty, clock, why)
-    return _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why)
+    return _full_batches(kernel, placed, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why)
+
+
+def place(kernel, table):
+    """table with its columns where the kernel reads them: copied to the GPU once for the whole fit by a cuda
+    kernel (kernel.place), the arrays themselves for the others."""
+    if not hasattr(kernel, 'place'):
+        return table
+    return replace(table, columns=kernel.place(table.columns))
 
 
 def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why):
@@ -197,10 +206,11 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
     return Fit(w, loss, history + [loss] if iterations else [], iterations, clock.seconds())
 
 
-def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batch_size, rng, tolerance, penalty,
-                  clock, why):
-    """Epochs (one at least) of mini-batch steps: each epoch shuffles the rows (one gather per column) and steps once per slice
-    of batch_size rows; then one pass over all the rows gives the objective at the epoch's weights, for the
+def _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iterations, batch_size, rng, tolerance,
+                  penalty, clock, why):
+    """Epochs (one at least) of mini-batch steps: each epoch shuffles the rows (one gather per column of table) and
+    steps once per slice of batch_size rows; then one pass over all the rows (placed) gives the objective at the
+    epoch's weights, for the
     history, the tolerance and the progress report (a pass costs less than an epoch's many kernel calls). The
     first mini-batch's loss stands for the starting loss, to watch for divergence."""
     rows, history, divergence = table.rows, [], Divergence(learning_rate, clock.warning)
@@ -216,7 +226,7 @@ def _mini_batches(kernel, table, w, names, rule, learning_rate, iterations, batc
             w = _step(rule, penalty, w, sums, end - start)
             clock.rows += end - start
             clock.poll()
-        sums = evaluate(kernel, table, w, clock.interrupts)
+        sums = evaluate(kernel, placed, w, clock.interrupts)
         check_finite(sums, w, epoch + 1, names, learning_rate, why)
         clock.rows += rows
         history.append(sums[0] / rows + penalty.value(w))
@@ -315,8 +325,9 @@ def stalled(history, tolerance):
 
 
 def evaluate(kernel, table, w, interrupts, chunk=CHUNK_ROWS):
-    """The kernel's sums over all rows, a chunk of rows at a time, checking for interrupts between chunks."""
-    if table.rows <= chunk:
+    """The kernel's sums over all rows, a chunk of rows at a time, checking for interrupts between chunks; in one
+    call for a kernel that says it takes them whole (kernel.whole: a GPU's pass over 1e8 rows takes milliseconds)."""
+    if table.rows <= chunk or getattr(kernel, 'whole', False):
         return kernel(table.columns, table.rows, w)
     sums = 0
     for start in range(0, table.rows, chunk):

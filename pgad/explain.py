@@ -1,28 +1,29 @@
 """pgad.explain: every stage of turning a lambda into machine code, with what it made and the time it took.
 
-One row per stage — parse, differentiate, IR generation, optimisation, machine code — so forward and reverse
+One row per stage — parse, differentiate, backend (which one runs, and why), then the backend's: for llvm IR
+generation, optimisation, machine code; for cuda kernel source, PTX, compilation — so forward and reverse
 mode can be compared as the Umbra paper compares them: the derivative DAG, the LLVM IR before and after
 optimisation, instruction counts, and the milliseconds each stage took. Nothing is taken from a cache here.
 """
 import re
 import time
 
-from . import lang
+from . import backends, gpu, lang
 from .lang import printer
 from .limits import DEFAULT
 from .program import Program
 
 
-def stages(text, mode, limits=DEFAULT):
-    """[(stage, detail, ms)] for lambda `text` differentiated by `mode` and compiled by the llvm backend."""
-    from .jit import codegen, compiler
-    rows = []
+def stages(text, mode, limits=DEFAULT, backend='auto', rows=None):
+    """[(stage, detail, ms)] for lambda `text` differentiated by `mode` and compiled by the backend that `backend`
+    gives for `rows` rows (None: not known, the CPU's choice)."""
+    rows_out = []
     chars = printer.budget(limits)
 
     def timed(stage, work, detail):
         started = time.perf_counter()
         result = work()
-        rows.append((stage, detail(result), (time.perf_counter() - started) * 1e3))
+        rows_out.append((stage, detail(result), (time.perf_counter() - started) * 1e3))
         return result
 
     lam = timed('parse', lambda: lang.parse(text, limits), lambda lam: (
@@ -33,6 +34,25 @@ def stages(text, mode, limits=DEFAULT):
         '\n'.join(f'∂/∂{w} = {text}' for w, text in zip(grad, printer.to_lambdas(lam, list(grad.values()), chars))) +
         '\n\n' + printer.to_listing(lam.graph, [lam.root, *grad.values()])))
     program = Program(lam, (lam.root, *grad.values()), tuple(lam.weights))
+    chosen = timed('backend', lambda: backends.choose(program, backend, rows),
+                   lambda chosen: _why(program, backend, rows, chosen))
+    {'llvm': _llvm, 'cuda': _cuda, 'python': lambda program, timed: None}[chosen](program, timed)
+    return rows_out
+
+
+def _why(program, backend, rows, chosen):
+    """The backend row's detail: which backend runs, and why."""
+    if backend != 'auto':
+        return f'{chosen}: asked for'
+    gpu_rule = (f'cuda from {backends.GPU_ROWS} rows on a GPU' if gpu.fits(program) else
+                'not cuda: the kernel is too large for it')
+    where = 'a GPU is there' if gpu.present() else 'no GPU is there'
+    return (f'{chosen}: auto, for {"rows not given" if rows is None else f"{rows} rows"}; {where} ({gpu_rule}, '
+            f'else llvm, or python for a kernel too large for llvm)')
+
+
+def _llvm(program, timed):
+    from .jit import codegen, compiler
     tier = compiler.required_tier(program)
     ir_text = timed('IR generation', lambda: codegen.kernel_ir(program),
                     lambda ir: f'{ir_instructions(ir)} IR instructions\n{ir}')
@@ -41,7 +61,32 @@ def stages(text, mode, limits=DEFAULT):
                              f'{compiler.llvm.get_host_cpu_name()}\n{m}')
     timed('machine code', lambda: compiler.target_machine(tier.codegen_level).emit_assembly(module),
           lambda asm: f'{machine_instructions(asm)} machine instructions\n{asm}')
-    return rows
+
+
+def _cuda(program, timed):
+    """The cuda backend's stages: the kernel's source, its PTX (numba's NVVM, for this GPU or, with none, for
+    compute capability 8.0), and numba's compilation for this GPU where there is one."""
+    from .gpu import codegen as gpu_codegen, compiler as gpu_compiler
+    module = gpu_compiler.cuda()
+    error = gpu_compiler.too_large(program)
+    if error:
+        raise error
+    timed('kernel source', lambda: gpu_codegen.kernel_source(program, gpu_compiler.THREADS)[0],
+          lambda source: f'{len(source.splitlines())} lines of Python for numba-cuda\n{source}')
+    on_gpu = module.is_available()
+    if gpu_compiler.simulated():
+        timed('PTX', lambda: None, lambda _: 'none: numba\'s CUDA simulator runs the source in Python')
+    else:
+        cc = module.get_current_device().compute_capability if on_gpu else (8, 0)
+        timed('PTX', lambda: gpu_compiler.ptx(program, cc), lambda ptx: (
+            f'{ptx_instructions(ptx)} PTX instructions for sm_{cc[0]}{cc[1]}\n{ptx}'))
+    if on_gpu:
+        timed('compilation', lambda: gpu_compiler.compile(program), lambda compiled: (
+            f'numba-cuda for {gpu_compiler.device_name(module)}: ' +
+            ', '.join(f'{stage} {ms:.1f} ms' for stage, ms in compiled.ms.items())))
+    else:
+        timed('compilation', lambda: None, lambda _: f'none: no CUDA GPU is available to the server '
+                                                     f'({module.cuda_error() or "no GPU found"})')
 
 
 def ir_instructions(ir_text):
@@ -54,3 +99,9 @@ def ir_instructions(ir_text):
 def machine_instructions(asm):
     return sum(1 for line in asm.splitlines()
                if line.startswith('\t') and not line.lstrip().startswith(('.', '#')) and line.strip())
+
+
+def ptx_instructions(ptx):
+    """Instructions in PTX text: the lines inside a function's body that end with a semicolon and are no directive."""
+    return sum(1 for line in ptx.splitlines()
+               if line.startswith('\t') and line.rstrip().endswith(';') and not line.lstrip().startswith(('.', '//')))

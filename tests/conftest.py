@@ -1,7 +1,14 @@
 """One real PostgreSQL cluster for the whole test session (testing.postgresql, started by the tests themselves),
-with pgad installed by `make install` and a fresh database per test module."""
+with pgad installed by `make install` and a fresh database per test module.
+
+Without an NVIDIA GPU the cuda backend runs on numba's CUDA simulator, in the tests and in every server they start:
+NUMBA_ENABLE_CUDASIM is set here, before anything imports numba, and the servers inherit it. With a GPU (its
+driver's /dev/nvidiactl) the same tests run on it."""
 import os
 import uuid
+
+GPU = os.path.exists('/dev/nvidiactl')
+os.environ.setdefault('NUMBA_ENABLE_CUDASIM', '0' if GPU else '1')
 
 import psycopg
 import pytest

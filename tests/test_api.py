@@ -237,7 +237,7 @@ def test_derivatives(plpy):
 
 def test_explain(plpy):
     rows = api.explain(LINEAR, 'forward')
-    assert [stage for stage, _, _ in rows] == ['parse', 'differentiate', 'IR generation', 'optimisation',
+    assert [stage for stage, _, _ in rows] == ['parse', 'differentiate', 'backend', 'IR generation', 'optimisation',
                                                'machine code']
     assert 'columns: x, y; weights: a, b' in rows[0][1]
     assert rows[1][1].startswith('forward mode:') and all(ms >= 0 for _, _, ms in rows)
@@ -392,9 +392,9 @@ def test_an_aggregate_with_no_row_to_average_over_gives_none(plpy):
 @pytest.mark.parametrize('aggregate, options, message, hint', [
     (api.loss_agg, '{"mode": "forward"}', 'unknown option "mode" of pgad.loss_agg', 'pgad.loss_agg takes no options.'),
     (api.gradient_agg, '{"iterations": 5}', 'unknown option "iterations" of pgad.gradient_agg',
-     'The options are mode, backend.'),
+     'The options are mode, backend, dtype.'),
     (api.gradient_descent_agg, '[1]', 'options must be a JSON object',
-     'Write the options as {"learning_rate": 0.05, "iterations": 100, "mode": "reverse", "backend": "auto"}.'),
+     'Write the options as {"learning_rate": 0.05, "iterations": 100, "mode": "reverse", "backend": "auto", "dtype": "float64"}.'),
     (api.gradient_descent_agg, '{"learning_rate": true}', 'option "learning_rate" must be a number, not true', None),
     (api.gradient_descent_agg, '{"iterations": 1.5}', 'option "iterations" must be an integer, not 1.5', None),
     (api.gradient_descent_agg, '{"iterations": 2147483648}',

@@ -64,7 +64,7 @@ def test_a_positive_learning_rate_is_a_float(value, expected):
 
 @pytest.mark.parametrize('check, value, message, hint', [
     (arguments.mode, 'sideways', 'unknown mode "sideways"', "mode is 'forward' or 'reverse'."),
-    (arguments.backend, 'abacus', 'unknown backend "abacus"', "backend is 'auto', 'python' or 'llvm'."),
+    (arguments.backend, 'abacus', 'unknown backend "abacus"', "backend is 'auto', 'python', 'llvm' or 'cuda'."),
     (arguments.learning_rate, 0.0, 'learning_rate must be a positive number, not 0.0', None),
     (arguments.learning_rate, -1.0, 'learning_rate must be a positive number, not -1.0', None),
     (arguments.learning_rate, float('inf'), 'learning_rate must be a positive number, not inf', None),
@@ -80,6 +80,8 @@ def test_bad_arguments_are_refused(check, value, message, hint):
     ('{"learning_rate": 1, "iterations": 2147483647}', ALL_OPTIONS,
      {'learning_rate': 1.0, 'iterations': 2147483647, 'mode': 'reverse', 'backend': 'auto'}),
     ('{"mode": "forward", "backend": "llvm"}', ('mode', 'backend'), {'mode': 'forward', 'backend': 'llvm'}),
+    (None, ('backend', 'dtype'), {'backend': 'auto', 'dtype': 'float64'}),
+    ('{"backend": "cuda", "dtype": "float32"}', ('backend', 'dtype'), {'backend': 'cuda', 'dtype': 'float32'}),
 ])
 def test_options_are_filled_in_with_the_defaults(text, names, expected):
     assert arguments.options(text, 'pgad.gradient_descent_agg', names) == expected
@@ -104,7 +106,13 @@ def test_options_are_filled_in_with_the_defaults(text, names, expected):
     ('{"mode": "sideways"}', 'pgad.gradient_agg', ('mode', 'backend'), 'unknown mode "sideways"', None,
      "mode is 'forward' or 'reverse'."),
     ('{"backend": "abacus"}', 'pgad.gradient_agg', ('mode', 'backend'), 'unknown backend "abacus"', None,
-     "backend is 'auto', 'python' or 'llvm'."),
+     "backend is 'auto', 'python', 'llvm' or 'cuda'."),
+    # dtype float32 is the cuda backend's (and auto's, where it picks cuda)
+    ('{"backend": "llvm", "dtype": "float32"}', 'pgad.gradient_agg', ('backend', 'dtype'),
+     'dtype "float32" is not available on backend "llvm"', None,
+     "The python and llvm backends compute in float64: use backend => 'cuda' for float32."),
+    ('{"dtype": "half"}', 'pgad.gradient_agg', ('backend', 'dtype'), 'unknown dtype "half"', None,
+     "dtype is 'float64' or 'float32'."),
 ])
 def test_bad_options_are_refused(text, aggregate, names, message, detail, hint):
     assert refusal(arguments.options, text, aggregate, names) == ('22023', message, detail, hint)

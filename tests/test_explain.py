@@ -3,7 +3,7 @@ import pytest
 
 from conftest import error_of
 
-STAGES = ['parse', 'differentiate', 'IR generation', 'optimisation', 'machine code']
+STAGES = ['parse', 'differentiate', 'backend', 'IR generation', 'optimisation', 'machine code']
 
 
 @pytest.mark.parametrize('mode', ['forward', 'reverse'])
@@ -17,6 +17,7 @@ def test_explain_shows_every_stage_with_its_time(db, mode):
     assert 'define void @"pgad_kernel"' in details['IR generation']
     assert 'IR instructions after O3' in details['optimisation']
     assert 'machine instructions' in details['machine code']
+    assert details['backend'].startswith('llvm: auto, for rows not given;')
 
 
 def test_explain_rejects_bad_input(db):

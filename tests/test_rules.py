@@ -5,6 +5,7 @@ PostgreSQL semantics; one node per shared subexpression; and the errors (with th
 Adding a function to the lambda language means adding a row to CASES (test_cases_cover_every_primitive checks).
 Everything is float64 with data from np.random.default_rng(0); the tolerances sit next to the assertions.
 """
+import os
 import re
 import sys
 import warnings
@@ -188,11 +189,14 @@ def test_forward_matches_reverse(text, fn):
 # The weight points every case is checked at: W and two random points within ±10% of it (the data's ranges above
 # keep every case in its domain, away from its kinks, there too).
 POINTS = [W, *(W * np.random.default_rng(seed).uniform(0.9, 1.1, len(W)) for seed in (1, 2))]
-BACKENDS = ('python', 'llvm')
+BACKENDS = ('python', 'llvm', 'cuda')
+# The cuda backend runs on numba's CUDA simulator where there is no GPU (conftest.py), some 0.1 s a kernel call:
+# there it is checked at W alone (and against the python backend at 1e-12 on every case: test_gpu.py).
+POINT_BACKEND = [(point, backend) for backend in BACKENDS for point in range(len(POINTS))
+                 if backend != 'cuda' or point == 0 or os.environ.get('NUMBA_ENABLE_CUDASIM') != '1']
 
 
-@pytest.mark.parametrize('point', range(len(POINTS)))
-@pytest.mark.parametrize('backend', BACKENDS)
+@pytest.mark.parametrize('point, backend', POINT_BACKEND)
 @pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('text, fn', CASES)
 def test_gradient_matches_finite_differences(text, fn, mode, backend, point):
@@ -201,8 +205,7 @@ def test_gradient_matches_finite_differences(text, fn, mode, backend, point):
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize('point', range(len(POINTS)))
-@pytest.mark.parametrize('backend', BACKENDS)
+@pytest.mark.parametrize('point, backend', POINT_BACKEND)
 @pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('text, fn', CASES)
 def test_matches_autograd(text, fn, mode, backend, point):

@@ -296,6 +296,27 @@ def test_null_arguments_give_null(db):
     assert scalar(db, "SELECT pgad.loss(NULL, 'points', '{}')") is None
     assert db.execute("SELECT * FROM pgad.gradient_descent(%s, 'points', NULL)", (LINEAR,)).fetchone() == \
         (None, None, None)
+    assert scalar(db, """SELECT pgad.gradient(%s, 'points', '{}', dtype => NULL)""", (LINEAR,)) is None
+    # pgad.explain is not STRICT (rows is NULL unless given): a NULL loss, mode or backend gives no rows, as STRICT
+    for args in ['NULL', "%s, NULL", "%s, 'reverse', NULL", "%s, NULL, 'auto', 10"]:
+        assert db.execute(f'SELECT * FROM pgad.explain({args})', (LINEAR,) * args.count('%s')).fetchall() == []
+
+
+def test_dtype_reaches_the_python_side(db):
+    """gradient, gradient_descent and train pass dtype on: float32 is the cuda backend's, refused on llvm."""
+    weights = json.dumps(WEIGHTS)
+    for sql, args in [("SELECT pgad.gradient(%s, 'points', %s, 'reverse', 'llvm', 'float32')", (LINEAR, weights)),
+                      ("""SELECT pgad.gradient_descent(%s, 'points', %s, backend => 'llvm',
+                          dtype => 'float32')""", (LINEAR, weights)),
+                      ("""SELECT pgad.train('p32', 'λ(d, w) w.a*d.x + w.b', 'squared', 'points', %s, backend => 'llvm',
+                          dtype => 'float32')""", (weights,))]:
+        diag = error_of(db, sql, args)
+        assert (diag.sqlstate, diag.message_primary) == \
+            ('22023', 'dtype "float32" is not available on backend "llvm"'), sql
+    assert error_of(db, """SELECT pgad.gradient(%s, 'points', %s, dtype => 'float16')""",
+                    (LINEAR, weights)).message_primary == 'unknown dtype "float16"'
+    assert scalar(db, """SELECT pgad.gradient(%s, 'points', %s, dtype => 'float64')""", (LINEAR, weights)) == \
+        scalar(db, "SELECT pgad.gradient(%s, 'points', %s)", (LINEAR, weights))
 
 
 # --- injection: the lambda, column names and weight keys never become code --------------------------------------
@@ -338,9 +359,10 @@ def test_data_runs_with_the_callers_privileges(db, cluster, dbname):
 # --- the functions PUBLIC may call ----------------------------------------------------------------------------------
 def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster, dbname):
     # Not strict: the transition and combine functions (a NULL state, a NULL argument), the aggregates' final
-    # implementations (options NULL when not given), pgad.train's (seed, regularize and group_by NULL by default).
+    # implementations (options NULL when not given), pgad.train's (seed, regularize and group_by NULL by default),
+    # pgad.explain's (rows NULL by default).
     internal = db.execute("SELECT p.oid::regprocedure::text, p.proisstrict OR p.proname ~ '^_(pack_step|pack_combine|"
-                          "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train)$', "
+                          "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train|explain)$', "
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
@@ -352,13 +374,13 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     db.execute("DROP ROLE IF EXISTS pgad_outsider")
     db.execute("CREATE ROLE pgad_outsider LOGIN")
     calls = ["pgad._loss('λ(d, w) 1', 'SELECT 1', '{}')",
-             "pgad._gradient('λ(d, w) 1', 'SELECT 1', '{}', 'reverse', 'auto')",
-             "pgad._gradient_descent('λ(d, w) 1', 'SELECT 1', '{}', 0.1, 1, 'reverse', 'auto')",
-             "pgad._derivatives('λ(d, w) 1')", "pgad._explain('λ(d, w) 1', 'reverse')",
+             "pgad._gradient('λ(d, w) 1', 'SELECT 1', '{}', 'reverse', 'auto', 'float64')",
+             "pgad._gradient_descent('λ(d, w) 1', 'SELECT 1', '{}', 0.1, 1, 'reverse', 'auto', 'float64')",
+             "pgad._derivatives('λ(d, w) 1')", "pgad._explain('λ(d, w) 1', 'reverse', 'auto', NULL)",
              "pgad._lambda_columns('λ(d, w) d.x', '{x}', '{integer}')",
              "pgad._loss_agg('\\x', '{}', 'λ(d, w) 1', '{}', NULL)",
              "pgad._train('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', 0.1, 1, 'reverse', 'auto', "
-             "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0)", "pgad._drop_model('m')"]
+             "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0, 'float64')", "pgad._drop_model('m')"]
     with psycopg.connect(cluster.conninfo(dbname, user='pgad_outsider'), autocommit=True) as outsider:
         for call in calls:
             diag = error_of(outsider, f'SELECT * FROM {call}')
