@@ -73,7 +73,8 @@ TOLERANCE = {'float64': 1e-9, 'float32': 1e-4}  # relative to torch's float64 lo
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog='Run on a GPU machine from the repository root: python3 bench/gpu.py --out DIR')
     p.add_argument('--quick', action='store_true',
                    help='a smoke test: a few hundred rows, P = 2, 8, 2 repeats of 3 iterations (on the simulator too)')
@@ -97,8 +98,8 @@ def parse_args(argv=None):
     p.add_argument('--device', choices=['cuda', 'cpu'], default='cuda',
                    help="where torch and JAX run (cuda); 'cpu' only to smoke-test their code without a GPU")
     p.add_argument('--budget', type=float, default=420.0, metavar='S',
-                   help='seconds after which the data sets not yet started are skipped (420: the default run takes '
-                        'about 4 minutes on an H100, and a run there is cut off at 10)')
+                   help='seconds after which the data sets not yet started are skipped (420: the default run is '
+                        'planned for 3 to 5 minutes on an H100, and a run there is cut off at 10)')
     p.add_argument('--out', default=os.path.join(ROOT, 'bench', 'results', 'gpu'),
                    help='where results.json and results.md go (bench/results/gpu)')
     args = p.parse_args(argv)
@@ -159,7 +160,7 @@ def column_index(name, p):
 
 
 def truth(p):
-    """The model the labels come from: the pattern of bench/run.py, scaled so that z = β·x has standard deviation 2."""
+    """The model the labels come from: bench/run.py's pattern, scaled so that z = β·x has standard deviation 2."""
     beta = np.array([(-1) ** j * (1 + (j - 1) % 3) / 2 for j in range(1, p + 1)])
     return beta * 2 / np.sqrt(np.sum(beta ** 2))
 
@@ -225,7 +226,7 @@ class Data:
 # --- contenders and timing ------------------------------------------------------------------------------------------
 class Contender:
     """One way to compute a gradient pass. step() starts one (it may return before the device is done), sync() waits
-    for the device, sums() gives [Σ loss, Σ ∂loss/∂w1 … ∂loss/∂b] of the last one as float64 (None: not a gradient)."""
+    for the device, sums() gives [Σ loss, Σ ∂loss/∂w1 … ∂loss/∂b] of the last one as float64 (None: no gradient)."""
 
     def __init__(self, name, step, sync=None, sums=None, precision='float64', where='gpu', bytes_read=None):
         self.name, self.step, self.precision, self.where, self.bytes_read = name, step, precision, where, bytes_read
@@ -272,6 +273,8 @@ class Bench:
         self.torch = self.jax = self.cuda = self.compiler = self.backends = None
         self.sim = False
         self.device = args.device  # where torch and JAX run
+        self.why = {'cuda': 'no cuda backend here', 'llvm': 'no llvm backend here', 'torch': 'no PyTorch here',
+                    'jax': 'no JAX here'}  # why a contender is missing, as setup found it
 
     # -- output --
     def log(self, text):
@@ -324,22 +327,26 @@ class Bench:
                           'the CPU; a smoke test, no figure of it means anything')
         except Exception as e:  # noqa: BLE001 — no numba-cuda, no GPU, no driver: pgad's cuda backend is skipped
             self.cuda = None
+            self.why['cuda'] = first_line(e)
             self.note(f"pgad's cuda backend skipped: {first_line(e)}")
         try:
             from pgad import backends
             self.backends = backends
             self.meta['GPU_ROWS'] = getattr(backends, 'GPU_ROWS', None)
         except Exception as e:  # noqa: BLE001
+            self.why['llvm'] = first_line(e)
             self.note(f'the llvm backend skipped: {first_line(e)}')
 
     def setup_torch(self):
         try:
             import torch
         except ImportError as e:
+            self.why['torch'] = first_line(e)
             self.note(f'PyTorch skipped: {first_line(e)}')
             return
         self.meta['torch'] = torch.__version__
         if self.args.device == 'cuda' and not torch.cuda.is_available():
+            self.why['torch'] = 'torch sees no CUDA GPU'
             self.note(f'PyTorch skipped: torch {torch.__version__} sees no CUDA GPU (torch.cuda.is_available() is '
                       'False); --device cpu runs it on the CPU, as a smoke test only')
             return
@@ -359,11 +366,13 @@ class Bench:
             import jax.numpy as jnp
             backend = jax.default_backend()
         except Exception as e:  # noqa: BLE001 — ImportError, or a jaxlib that cannot start
+            self.why['jax'] = first_line(e)
             self.note(f'JAX skipped: {first_line(e)}')
             return
         self.meta['jax'] = jax.__version__
         self.meta['jax backend'] = backend
         if self.args.device == 'cuda' and backend != 'gpu':
+            self.why['jax'] = f'JAX\'s backend is {backend!r}, not a GPU'
             self.note(f'JAX skipped: its backend is {backend!r}, not a GPU (jax[cuda12] brings the GPU one)')
             return
         self.jax, self.jnp = jax, jnp
@@ -676,19 +685,19 @@ class Bench:
                 self.record(kind, p, n, name, skipped=first_line(e))
                 self.note(f'{where}: {name} skipped: {first_line(e)}')
 
-        no_gpu = None if self.cuda is not None else "no cuda backend here"
-        no_torch = None if torch is not None else 'no PyTorch here'
+        no_gpu = None if self.cuda is not None else self.why['cuda']
+        no_torch = None if torch is not None else self.why['torch']
         add(PGAD64, lambda: self.pgad_contender(PGAD64, data), no_gpu)
         add(PARTIALS, lambda: self.pgad_contender(PARTIALS, data, combine='partials'), no_gpu)
         add(PGAD32, lambda: self.pgad_contender(PGAD32, data, 'float32'),
             no_gpu or (None if with_f32 else 'not enough GPU memory for the float32 copy'))
         add(LLVM, lambda: self.llvm_contender(data),
-            'no llvm backend here' if self.backends is None else
+            self.why['llvm'] if self.backends is None else
             (None if n <= args.cpu_max_rows else f'over --cpu-max-rows ({args.cpu_max_rows:,}): one CPU core'))
         add(EAGER, lambda: self.torch_contender(EAGER, data), no_torch)
         add(COMPILED, lambda: self.torch_contender(COMPILED, data, compiled=True),
             no_torch or (f'torch.compile failed: {self.compile_broken}' if self.compile_broken else None))
-        add(JAX, lambda: self.jax_contender(data), None if self.jax is not None else 'no JAX here')
+        add(JAX, lambda: self.jax_contender(data), None if self.jax is not None else self.why['jax'])
         add(EAGER32, lambda: self.torch_contender(EAGER32, data, 'float32'),
             no_torch or (None if with_f32 else 'not enough GPU memory for the float32 copy'))
         add(FLOOR, lambda: self.floor_contender(data), no_torch)
@@ -733,7 +742,7 @@ class Bench:
             self.log(f'{where}: sums against {diffs["reference"]}\'s, relative: '
                      + ', '.join(f'{name} {d:.1e}' for name, d in diffs.items() if name != 'reference'))
         r = self.find(kind, p, n, PGAD64)
-        if r and r.get('GB_per_s'):
+        if r and r.get('GB_per_s') and peak:
             self.log(f'{where}: pgad f64 {r["GB_per_s"]:,.0f} GB/s = {_fmt(r.get("pct_of_peak"))} % of peak, '
                      f'{_fmt(r.get("x_read_time"))}× the time to read the columns once'
                      + (f'; pgad / torch eager = {r["ratio_to_torch_eager"]:.3f}' if r.get('ratio_to_torch_eager')
@@ -746,7 +755,8 @@ class Bench:
             c.step = c.sums = c.sync = None
             c.__dict__.pop('keep', None)
             c.__dict__.pop('placed', None)
-        del contenders, alive
+        contenders.clear()
+        alive.clear()
         data.free()
         self.release()
 

@@ -10,6 +10,7 @@ machine code for that target: registers, spill stores and loads. The jobs run on
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,8 +21,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def ptxas():
-    import nvidia.cuda_nvcc
-    return os.path.join(list(nvidia.cuda_nvcc.__path__)[0], 'bin', 'ptxas')
+    """The nvcc wheel's ptxas (pgad's cuda extra), or a CUDA toolkit's on the PATH."""
+    try:
+        import nvidia.cuda_nvcc
+        return os.path.join(list(nvidia.cuda_nvcc.__path__)[0], 'bin', 'ptxas')
+    except ImportError:
+        return shutil.which('ptxas') or '/usr/local/cuda/bin/ptxas'
 
 
 def report(job):

@@ -33,7 +33,7 @@ from . import codegen
 THREADS = 256          # a block's threads
 BLOCKS_PER_SM = 8      # blocks per multiprocessor, at most: enough resident warps to hide the memory's latency
 SIMULATED = (4, 2)     # the simulator's threads and blocks: each thread a Python thread; both sums exercised
-MAX_NODES = 3000       # the largest kernel compiled: numba's typing and NVVM took about 1 s for it (docs/security.md)
+MAX_NODES = 500        # the largest kernel compiled: numba's typing and NVVM take about 1 s for it (docs/security.md)
 PRECISIONS = {'float64': np.float64, 'float32': np.float32}
 INSTALL = 'make install CUDA=1 installs numba-cuda and the CUDA libraries into pgad\'s Python environment.'
 
