@@ -116,7 +116,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                    regularize=arguments.regularize(regularize, names), standardize=bool(standardize),
                    label=label, group_by=arguments.group_by(group_by),
                    progress_every=int(arguments.non_negative('progress_every', progress_every)),
-                   dtype=arguments.dtype(dtype, arguments.backend(backend)))
+                   dtype=arguments.dtype(dtype, backend))  # backend checked just above
     plan = standardizing.plan(goal.model) if standardize else None
     for column in goal.loss_columns if standardize else ():
         if column in goal.columns:
@@ -190,8 +190,8 @@ def explain(loss, mode='reverse', backend='auto', rows=None):
     if loss is None or mode is None or backend is None:
         return []  # pgad.explain is not STRICT (rows is NULL unless given): a NULL elsewhere gives no rows, as STRICT
     backend = arguments.backend(backend)
-    if rows is not None and rows < 0:
-        raise PgadError('22023', f'rows must be 0 or more, not {rows}')
+    if rows is not None:
+        arguments.non_negative('rows', rows)
     return explaining.stages(loss, arguments.mode(mode), settings().limits, backend, rows)
 
 

@@ -68,9 +68,7 @@ def _cuda(program, timed):
     compute capability 8.0), and numba's compilation for this GPU where there is one."""
     from .gpu import codegen as gpu_codegen, compiler as gpu_compiler
     module = gpu_compiler.cuda()
-    error = gpu_compiler.too_large(program)
-    if error:
-        raise error
+    gpu_compiler.check_size(program)
     timed('kernel source', lambda: gpu_codegen.kernel_source(program, gpu_compiler.THREADS)[0],
           lambda source: f'{len(source.splitlines())} lines of Python for numba-cuda\n{source}')
     on_gpu = module.is_available()

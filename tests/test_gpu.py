@@ -131,7 +131,7 @@ def test_the_kernel_source_holds_generated_names_only():
         fixed = set(codegen.NAMES) | {codegen.KERNEL, codegen.COMBINE, 'rows', 'io', 'i', 'stride', 't', 'shared',
                                       'half', 'partials', 'k', 'b', 'total', 'range', 'threadIdx', 'blockIdx',
                                       'blockDim', 'x', 'grid', 'gridsize', 'syncthreads', 'atomic', 'add', 'array',
-                                      'shape', 'dtype', 'shape'}
+                                      'shape', 'dtype'}
         assert names - generated - fixed <= {'def', 'while', 'if', 'else', 'not', 'and', 'or', 'for', 'in'}
         assert not [t.string for t in tokens if t.type == tokenize.STRING]
         assert all(float(t.string).is_integer() for t in tokens if t.type == tokenize.NUMBER)  # indices, sizes

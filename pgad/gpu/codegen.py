@@ -116,7 +116,7 @@ GROUP = 16  # outputs summed in shared memory at once: 16 × 256 threads × 8 by
 
 def _block_sum(outputs, weights, threads, combine):
     """The block's tree sum of a0, a1, … in shared memory, GROUP outputs at a time, and thread 0's write of it."""
-    group = min(GROUP, outputs) or 1
+    group = min(GROUP, outputs)
     lines = ['    t = cuda.threadIdx.x',
              f'    shared = cuda.shared.array(shape=({group}, {threads}), dtype=float64)']
     for first in range(0, outputs, group):

@@ -94,7 +94,15 @@ def device():
     return module
 
 
+def check_size(program):
+    """SQLSTATE 54001 where program's kernel is too large to compile within the bound (too_large)."""
+    error = too_large(program)
+    if error:
+        raise error
+
+
 def too_large(program):
+    """The error for a kernel larger than MAX_NODES, or None."""
     nodes = len(program.graph.ancestors(program.outputs))
     if nodes > MAX_NODES:
         return PgadError('54001', f'lambda is too large for the cuda backend: {nodes} nodes with its derivatives',
@@ -135,6 +143,12 @@ def signature(columns, precision, combine='atomic'):
     return f'void({", ".join(arguments(columns, precision, combine))})'
 
 
+def _scope(module, program, threads, precision, combine):
+    """(source, the functions it defines with their globals) of program's kernel."""
+    source, constants = codegen.kernel_source(program, threads, combine)
+    return source, functions(source, namespace(module, precision, constants))
+
+
 def functions(source, names):
     """The Python functions the generated source defines, with names as their globals. The source holds only
     generated identifiers (codegen.py): no user text is executed."""
@@ -152,15 +166,12 @@ class Compiled:
 
 def compile(program, precision='float64', combine='atomic'):
     """The Compiled kernel of program for this GPU (or the simulator), summing in float64 either way."""
-    error = too_large(program)
-    if error:
-        raise error
+    check_size(program)
     module = device()
     sim = simulated()
     threads = SIMULATED[0] if sim else THREADS
     ms, started = {}, time.perf_counter()
-    source, constants = codegen.kernel_source(program, threads, combine)
-    scope = functions(source, namespace(module, precision, constants))
+    source, scope = _scope(module, program, threads, precision, combine)
     ms['source generation'] = (time.perf_counter() - started) * 1e3
     started = time.perf_counter()
     columns = len(program.columns)
@@ -191,8 +202,7 @@ def _blocks(module):
 def ptx(program, cc, precision='float64', combine='atomic'):
     """The kernel's PTX for compute capability cc, e.g. (9, 0): numba's NVVM needs no GPU for this."""
     module = cuda()
-    source, constants = codegen.kernel_source(program, THREADS, combine)
-    scope = functions(source, namespace(module, precision, constants))
+    _, scope = _scope(module, program, THREADS, precision, combine)
     types = f'({", ".join(arguments(len(program.columns), precision, combine))})'
     text, _ = module.compile_ptx(scope[codegen.KERNEL], types, cc=cc)
     return text
