@@ -5,12 +5,14 @@ Each takes the SQL arguments as PL/Python gives them (text, jsonb as text, float
 arguments → program (parse, differentiate) → backend kernel → loader → descent → result.
 """
 import json
+import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import (arguments, backends, catalog, descent, domain, explain as explaining, loader, objective, program,
-               server, standardize as standardizing)
+               server, shards, standardize as standardizing)
 from .errors import PgadError
 from .jit.cache import DiskCache
 from .lang import printer
@@ -35,20 +37,43 @@ def settings():
 
 @server.entry
 def loss(loss, data, weights):
-    return _loss(_prepare(loss, weights, _loading(data), gradient=False))
+    with _prepared(loss, weights, _loading(data), gradient=False) as call:
+        return _loss(call)
 
 
 @server.entry
 def gradient(loss, data, weights, mode='reverse', backend='auto', dtype='float64'):
-    return _gradient(_prepare(loss, weights, _loading(data), mode, backend, dtype))
+    with _prepared(loss, weights, _loading(data), mode, backend, dtype) as call:
+        return _gradient(call)
 
 
 @server.entry
 def gradient_descent(loss, data, weights, learning_rate=0.05, iterations=100, mode='reverse', backend='auto',
                      dtype='float64'):
-    call = _prepare(loss, weights, _loading(data), mode, backend, dtype, learning_rate=learning_rate,
-                    iterations=iterations)
-    return _descend(call, arguments.learning_rate(learning_rate), arguments.iterations(iterations))
+    with _prepared(loss, weights, _loading(data), mode, backend, dtype, learning_rate=learning_rate,
+                   iterations=iterations) as call:
+        return _descend(call, arguments.learning_rate(learning_rate), arguments.iterations(iterations))
+
+
+@server.entry
+def partial_sums(loss, data, names, weights, mode='reverse', backend='auto', dtype='float64'):
+    """A shard's part of a sharded training (shards.py): [rows, loss sum, gradient sums by the weights `names`] of
+    the data at the weights (a float8[] in the order of names, finite or not: the coordinator checks the sums)."""
+    config = settings()
+    lam = program.parsed(loss, config.limits)
+    if len(names) != len(weights) or len(set(names)) != len(names):
+        raise PgadError('22023', f'{len(names)} weight names for {len(weights)} weights',
+                        hint='names and weights are the weight vector\'s names and values, one of each per weight.')
+    arguments.weights(json.dumps(dict.fromkeys(names, 0)), lam)
+    mode, backend = arguments.mode(mode), arguments.backend(backend)
+    precision = arguments.dtype(dtype, backend)
+    prog = program.build(lam.text, tuple(names), mode, True, config.limits)
+    table = shards.loaded(data, list(prog.columns), config.chunk_rows, config.memory_limit)
+    if table.rows == 0:
+        return [0.0] * (1 + len(prog.outputs))
+    kernel = _kernel(prog, backend, precision, config, table.rows)
+    sums = descent.evaluate(kernel, table, np.array(weights, dtype=np.float64), server.check_interrupts)
+    return [float(table.rows), *(float(v) for v in sums)]
 
 
 # The aggregates (extension/pgad.c, part 4): the transition function asks lambda_columns which columns of a row to
@@ -67,23 +92,25 @@ def lambda_columns(loss, names, types):
 @server.entry
 def loss_agg(packed, columns, loss, weights, options=None):
     arguments.options(options, 'pgad.loss_agg', ())
-    call = _prepare(loss, weights, _unpacking(packed, columns), gradient=False)
-    return None if call is None else _loss(call)
+    with _prepared(loss, weights, _unpacking(packed, columns), gradient=False) as call:
+        return None if call is None else _loss(call)
 
 
 @server.entry
 def gradient_agg(packed, columns, loss, weights, options=None):
     given = arguments.options(options, 'pgad.gradient_agg', ('mode', 'backend', 'dtype'))
-    call = _prepare(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'], given['dtype'])
-    return None if call is None else _gradient(call)
+    with _prepared(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'],
+                   given['dtype']) as call:
+        return None if call is None else _gradient(call)
 
 
 @server.entry
 def gradient_descent_agg(packed, columns, loss, weights, options=None):
     given = arguments.options(options, 'pgad.gradient_descent_agg',
                               ('learning_rate', 'iterations', 'mode', 'backend', 'dtype'))
-    call = _prepare(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'], given['dtype'])
-    return None if call is None else _descend(call, given['learning_rate'], given['iterations'])
+    with _prepared(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'],
+                   given['dtype']) as call:
+        return None if call is None else _descend(call, given['learning_rate'], given['iterations'])
 
 
 # pgad.train and pgad.drop_model: the model and its loss make one objective lambda (objective.py), trained as the
@@ -125,35 +152,56 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     catalog.check_can_store(name)
     prog = program.build(goal.text, tuple(names), options['mode'], True, config.limits)
     _kernel(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
-    groups = options['group_by']
-    if groups:
-        group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit)
-    else:
-        group_types, parts = [], [loader.Group(None, None, _loading(data)(list(prog.columns), config))]
+    job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
+    start = np.array([w[n] for n in names], dtype=np.float64)
     penalty = descent.Penalty(options['l1'], options['l2'],
                               np.array([float(options['regularize'] is None or n in options['regularize'])
                                         for n in names]))
-    rows, fits = [], []
-    for part in parts:
-        where = f'model "{name}"' + (f', group {part.key}' if part.key else '')
-        if part.table.rows == 0:
-            server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
-            continue
-        clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
-                              options['iterations'], every_iterations=options['progress_every'],
-                              warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
-        step_rows = part.table.rows if options['optimizer'] not in descent.MINI_BATCH else options['batch_size']
-        kernel = _kernel(prog, options['backend'], options['dtype'], config, min(step_rows, part.table.rows))
-        fitted, fit = _fit(prog, kernel, part.table, w, plan, options, penalty, clock)
-        fits.append((part.values, fitted))
-        rows.append(dict(name=name, group_key=part.key, model=model, loss=loss, weights=json.dumps(fitted),
-                         final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
-                         iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
-                         training_time=fit.seconds))
+    groups = options['group_by']
+    with ExitStack() as stack:
+        if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
+            group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit)
+            parts = [(part, None) for part in parts]
+        else:  # standardize needs the columns here too
+            table, kernel = stack.enter_context(_loading(data, spread=not standardize)(prog, config, job, start))
+            group_types, parts = [], [(loader.Group(None, None, table), kernel)]
+        rows, fits = [], []
+        for part, kernel in parts:
+            where = f'model "{name}"' + (f', group {part.key}' if part.key else '')
+            if part.table.rows == 0:
+                server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
+                continue
+            clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
+                                  options['iterations'], every_iterations=options['progress_every'],
+                                  warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
+            if isinstance(kernel, shards.Sharded):
+                fit_options = _full_batch(options, part.table.rows)
+            else:
+                fit_options = options
+                step_rows = part.table.rows if options['optimizer'] not in descent.MINI_BATCH else options['batch_size']
+                kernel = _kernel(prog, options['backend'], options['dtype'], config, min(step_rows, part.table.rows))
+            fitted, fit = _fit(prog, kernel, part.table, w, plan, fit_options, penalty, clock)
+            fits.append((part.values, fitted))
+            rows.append(dict(name=name, group_key=part.key, model=model, loss=loss, weights=json.dumps(fitted),
+                             final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
+                             iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
+                             training_time=fit.seconds))
     if not rows:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits))
     return catalog.store(scoring, rows, fits)
+
+
+def _full_batch(options, rows):
+    """options for a sharded table, whose shards give full-batch sums only: momentum and adam step once per
+    iteration over all the rows (batch_size is not used); sgd, whose steps are mini-batches of shuffled rows, is an
+    error."""
+    if options['optimizer'] == 'sgd':
+        raise PgadError('0A000', 'optimizer "sgd" cannot train where the rows are sharded',
+                        detail='The shards send sums over all their rows; sgd steps on mini-batches of shuffled rows.',
+                        hint="Use 'gd' (sgd over full batches), 'momentum', 'adam' or 'lbfgs'; or give the data as a "
+                             "query (SELECT * FROM the table) to pull the rows here.")
+    return {**options, 'batch_size': rows}
 
 
 def _fit(prog, kernel, table, start, plan, options, penalty, clock):
@@ -168,7 +216,8 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock):
         start = standardizing.forward(plan, start, mean, std)
     fit = descent.fit(kernel, table, [start[n] for n in names], names, options['optimizer'],
                       options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
-                      options['tolerance'], penalty, clock, why=lambda w, output: domain.diagnose(prog, table, w, output))
+                      options['tolerance'], penalty, clock,
+                      why=lambda w, output: domain.diagnose(prog, _local(kernel, table), w, output))
     fitted = dict(zip(names, fit.weights.tolist()))
     return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit
 
@@ -186,13 +235,20 @@ def derivatives(loss):
 
 
 @server.entry
-def explain(loss, mode='reverse', backend='auto', rows=None):
+def explain(loss, mode='reverse', backend='auto', rows=None, data=None):
     if loss is None or mode is None or backend is None:
-        return []  # pgad.explain is not STRICT (rows is NULL unless given): a NULL elsewhere gives no rows, as STRICT
+        return []  # pgad.explain is not STRICT (rows, data are NULL unless given): a NULL elsewhere gives no rows
     backend = arguments.backend(backend)
     if rows is not None:
         arguments.non_negative('rows', rows)
-    return explaining.stages(loss, arguments.mode(mode), settings().limits, backend, rows)
+    limits = settings().limits
+    found = explaining.stages(loss, arguments.mode(mode), limits, backend, rows)
+    if data is not None:
+        lam = program.parsed(loss, limits)
+        started = time.perf_counter()
+        where = shards.describe(data, lam.columns, len(lam.weights))
+        found.append(('data', where, (time.perf_counter() - started) * 1e3))
+    return found
 
 
 @dataclass(frozen=True)
@@ -209,33 +265,59 @@ class Call:
 
     def why(self, w, output):
         """What explains a sum that is not finite at the starting weights: the operation and the row (domain.py)."""
-        return domain.diagnose(self.prog, self.table, w, output)
+        return domain.diagnose(self.prog, _local(self.kernel, self.table), w, output)
 
 
-def _loading(data):
-    """How a function loads its columns: the data query's, packed by pgad.pack (loader.py). No row is an error."""
-    def load(columns, config):
-        table = loader.load(data, columns, config.chunk_rows, config.memory_limit)
-        if table.rows == 0:
-            raise PgadError('22000', 'the data has no rows' if not table.skipped else
-                            f'every row of the data has NULL in a column the lambda reads ({table.skipped} rows)',
-                            hint='data must have at least one row to average the loss over.')
-        return table
+def _local(kernel, table):
+    """The rows of table that are here: a sharded table's local partitions' (the shards' are not)."""
+    return kernel.table if isinstance(kernel, shards.Sharded) else table
+
+
+def _loading(data, spread=True):
+    """How a function loads its columns: the data query's, packed by pgad.pack (loader.py); or, where the data names
+    a table sharded over postgres_fdw servers (shards.py, unless spread is False), the local partitions' rows and a
+    kernel that adds the shards' sums to theirs, the shards' connections open until the call ends. No row is an
+    error. load(prog, config, job, start) is a context manager giving (table, kernel); start, the starting weights,
+    is where a sharded load's first round counts the rows."""
+    @contextmanager
+    def load(prog, config, job, start):
+        layout = shards.layout(data, prog.columns) if spread else None
+        if layout is None:
+            table = _some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit))
+            yield table, _kernel(prog, job.backend, job.dtype, config, table.rows)
+            return
+        with shards.Shards(layout, job) as remote:
+            here = (loader.load(layout.local_query, list(prog.columns), config.chunk_rows, config.memory_limit)
+                    if layout.local_query else loader.Table([np.empty(0) for _ in prog.columns], 0, 0))
+            kernel = shards.Sharded(_kernel(prog, job.backend, job.dtype, config, here.rows), here, remote,
+                                    len(prog.outputs), server.check_interrupts)
+            rows = int(kernel.round(start)[0])
+            yield _some_rows(loader.Table(here.columns, rows, here.skipped)), kernel
     return load
+
+
+def _some_rows(table):
+    if table.rows == 0:
+        raise PgadError('22000', 'the data has no rows' if not table.skipped else
+                        f'every row of the data has NULL in a column the lambda reads ({table.skipped} rows)',
+                        hint='data must have at least one row to average the loss over.')
+    return table
 
 
 def _unpacking(packed, names):
     """How an aggregate loads its columns: from the rows its transition function packed. No row gives None."""
-    def load(columns, config):
-        table = loader.packed(packed, names, columns)
-        return table if table.rows else None
+    @contextmanager
+    def load(prog, config, job, start):
+        table = loader.packed(packed, names, list(prog.columns))
+        yield (table, _kernel(prog, job.backend, job.dtype, config, table.rows)) if table.rows else (None, None)
     return load
 
 
-def _prepare(loss, weights, load, mode='reverse', backend='auto', dtype='float64', gradient=True, **checked):
-    """The Call for the lambda text loss at the weights jsonb, its data from load(columns, settings); None when
-    load gives none. The arguments are checked in order (a function's first bad argument is the one reported),
-    `checked` ones by arguments' function of their name."""
+@contextmanager
+def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float64', gradient=True, **checked):
+    """The Call for the lambda text loss at the weights jsonb, its data from load (_loading, _unpacking), for the
+    length of a with block; None when load gives none. The arguments are checked in order (a function's first bad
+    argument is the one reported), `checked` ones by arguments' function of their name."""
     config = settings()
     lam = program.parsed(loss, config.limits)
     w = arguments.weights(weights, lam)
@@ -245,11 +327,9 @@ def _prepare(loss, weights, load, mode='reverse', backend='auto', dtype='float64
     precision = arguments.dtype(dtype, backend)
     prog = program.build(lam.text, tuple(w), mode, gradient, config.limits)
     _kernel(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
-    table = load(list(prog.columns), config)
-    if table is None:
-        return None
-    kernel = _kernel(prog, backend, precision, config, table.rows)
-    return Call(prog, table, kernel, np.array(list(w.values()), dtype=np.float64))
+    vector = np.array(list(w.values()), dtype=np.float64)
+    with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector) as (table, kernel):
+        yield None if table is None else Call(prog, table, kernel, vector)
 
 
 def _kernel(prog, backend, precision, config, rows=None):

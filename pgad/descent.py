@@ -123,6 +123,7 @@ class Clock:
         self.every, self.check, self.every_iterations = every, check, every_iterations
         self.started = self.reported = self.checked = time.monotonic()
         self.rows = 0
+        self.at = 1  # the iteration running: the one after the last reported
 
     def poll(self, now=None):
         """Between kernel calls: check for interrupts once `check` seconds have passed since the last check."""
@@ -135,6 +136,7 @@ class Clock:
     def iteration(self, it, loss):
         """After iteration it, whose loss is loss: the check, and a progress report when one is due."""
         now = self.poll()
+        self.at = it + 1
         due = it % self.every_iterations == 0 if self.every_iterations > 0 else now - self.reported >= self.every
         if due:
             seconds = now - self.started
@@ -166,6 +168,8 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
         penalty = Penalty(penalty.l1, penalty.l2, np.ones(len(w)))
     clock = clock or Clock(lambda: None, lambda message: None, iterations)
     placed = place(kernel, table)
+    if hasattr(kernel, 'watch'):  # a sharded table's kernel: its shards' errors name the iteration
+        kernel.watch(clock)
     if optimizer == 'lbfgs':
         return _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why)
     rule = STEPS[optimizer](learning_rate, len(w))
