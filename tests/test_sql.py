@@ -366,8 +366,8 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
-    # column finder and their eight support functions, pgad.train's and pgad.drop_model's
-    assert len(internal) == 23
+    # column finder and their eight support functions, pgad.train's and pgad.drop_model's, pgad.partial_sums's
+    assert len(internal) == 24
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     assert [(name, acl) for name, _, acl in internal if acl is None or '"=X' in acl or '{=X' in acl or ',=X' in acl] \
         == []
@@ -376,7 +376,8 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     calls = ["pgad._loss('λ(d, w) 1', 'SELECT 1', '{}')",
              "pgad._gradient('λ(d, w) 1', 'SELECT 1', '{}', 'reverse', 'auto', 'float64')",
              "pgad._gradient_descent('λ(d, w) 1', 'SELECT 1', '{}', 0.1, 1, 'reverse', 'auto', 'float64')",
-             "pgad._derivatives('λ(d, w) 1')", "pgad._explain('λ(d, w) 1', 'reverse', 'auto', NULL)",
+             "pgad._derivatives('λ(d, w) 1')", "pgad._explain('λ(d, w) 1', 'reverse', 'auto', NULL, NULL)",
+             "pgad._partial_sums('λ(d, w) 1', 'SELECT 1', '{}', '{}', 'reverse', 'auto', 'float64')",
              "pgad._lambda_columns('λ(d, w) d.x', '{x}', '{integer}')",
              "pgad._loss_agg('\\x', '{}', 'λ(d, w) 1', '{}', NULL)",
              "pgad._train('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', 0.1, 1, 'reverse', 'auto', "
