@@ -10,8 +10,8 @@ connection to the coordinator, the best of --repeats, the contenders interleaved
     data-parallel   pgad.gradient_descent(loss, 'sharded_S', …)              the gradient goes to the data
     pulled          pgad.gradient_descent(loss, 'SELECT … FROM sharded_S', …) the rows come to the gradient, once
 
-and for each, the bytes the coordinator's backend read and wrote (its /proc/<pid>/io rchar and wchar: the shards'
-sockets and the client's). Output: a table on stdout and bench/results/shards.json. docs/scaling.md has the figures
+and for each, the bytes that crossed the network (the loopback interface's counter, /proc/net/dev: the servers talk
+over 127.0.0.1). Output: a table on stdout and bench/results/shards.json. docs/scaling.md has the figures
 and the model built from them.
 
     python3 bench/shards.py [--rows 1000000] [--iterations 100] [--repeats 3] [--out DIR]
@@ -73,26 +73,30 @@ def set_up(coordinator, shards, rows):
         db.execute('VACUUM ANALYZE local_one_shard')
 
 
-def io_of(pid):
-    """(bytes read, bytes written) by a backend so far, or None where /proc does not say (another user's process)."""
+def loopback():
+    """Bytes through the loopback interface so far (/proc/net/dev's lo: received, which on lo is also sent): the
+    servers here talk over 127.0.0.1, so this counts what crosses between the coordinator and the shards (and
+    the little the client sends and gets). None where there is no such counter."""
     try:
-        with open(f'/proc/{pid}/io') as f:
-            fields = dict(line.split(': ') for line in f.read().splitlines())
-        return int(fields['rchar']), int(fields['wchar'])
+        with open('/proc/net/dev') as f:
+            for line in f:
+                name, _, fields = line.partition(':')
+                if name.strip() == 'lo':
+                    return int(fields.split()[0])
     except OSError:
-        return None
+        pass
+    return None
 
 
-def run(db, pid, data, iterations):
-    """(seconds, bytes read, bytes written, fitted weights) of one gradient descent on data."""
-    before = io_of(pid)
+def run(db, data, iterations):
+    """(seconds, bytes over the network, fitted weights) of one gradient descent on data."""
+    before = loopback()
     started = time.perf_counter()
     weights, = db.execute('SELECT weights FROM pgad.gradient_descent(%s, %s, %s, 0.5, %s)',
                           (LOSS, data, START, iterations)).fetchone()
     seconds = time.perf_counter() - started
-    after = io_of(pid)
-    moved = (after[0] - before[0], after[1] - before[1]) if before and after else (None, None)
-    return seconds, *moved, weights
+    after = loopback()
+    return seconds, (after - before if before is not None and after is not None else None), weights
 
 
 def main(argv=None):
@@ -117,9 +121,10 @@ def main(argv=None):
         for cluster in clusters.values():
             cluster.stop()
     os.makedirs(args.out, exist_ok=True)
+    text = table(results)  # adds results['derived']
     with open(os.path.join(args.out, 'shards.json'), 'w') as f:
         json.dump(results, f, indent=2)
-    print(table(results))
+    print(text)
 
 
 def measure(coordinator, args):
@@ -130,19 +135,19 @@ def measure(coordinator, args):
         contenders[f'pulled, {s} shard{"s" * (s > 1)}'] = (s, f'SELECT x1, x2, y FROM sharded_{s}', k)
         contenders[f'round trip alone, {s} shard{"s" * (s > 1)}'] = (s, f'tiny_{s}', k)
         contenders[f'setup alone, {s} shard{"s" * (s > 1)}'] = (s, f'sharded_{s}', 0)
+        contenders[f'tiny setup alone, {s} shard{"s" * (s > 1)}'] = (s, f'tiny_{s}', 0)
     contenders['one shard\'s rows, here'] = (0, 'local_one_shard', k)
     best = {}
     with psycopg.connect(coordinator.conninfo(), autocommit=True) as db:
-        pid = db.execute('SELECT pg_backend_pid()').fetchone()[0]
-        run(db, pid, 'tiny_1', 1)  # imports and first compilations: not timed
-        run(db, pid, 'local_one_shard', 1)
+        run(db, 'tiny_1', 1)  # imports and first compilations: not timed
+        run(db, 'local_one_shard', 1)
         for repeat in range(args.repeats):
             for name, (s, data, iterations) in contenders.items():
-                seconds, read, written, weights = run(db, pid, data, iterations)
-                print(f'  {name}: {seconds:.3f} s', flush=True)
+                seconds, moved, weights = run(db, data, iterations)
+                print(f'  {name}: {seconds:.3f} s, {moved} bytes', flush=True)
                 if name not in best or seconds < best[name]['seconds']:
-                    best[name] = dict(shards=s, data=data, iterations=iterations, seconds=seconds, read=read,
-                                      written=written, weights=weights)
+                    best[name] = dict(shards=s, data=data, iterations=iterations, seconds=seconds, bytes=moved,
+                                      weights=weights)
     return dict(rows_per_shard=args.rows, iterations=k, loss=LOSS, repeats=args.repeats, results=best,
                 when=time.strftime('%Y-%m-%d %H:%M:%S'), cpus=os.cpu_count())
 
@@ -150,17 +155,24 @@ def measure(coordinator, args):
 def table(results):
     k = results['iterations']
     lines = [f'{results["rows_per_shard"]} rows a shard, {k} iterations, best of {results["repeats"]}',
-             f'{"contender":32} {"seconds":>8} {"ms a round":>10} {"bytes read":>12} {"read a round":>12}']
+             f'{"contender":32} {"seconds":>8} {"ms a round":>10} {"bytes moved":>12} {"a round":>12}']
     for name, r in results['results'].items():
         rounds = r['iterations'] + 1 if r['iterations'] else 1
-        per = f'{r["read"] / rounds:.0f}' if r['read'] is not None else '-'
+        per = f'{r["bytes"] / rounds:.0f}' if r['bytes'] is not None else '-'
         lines.append(f'{name:32} {r["seconds"]:8.3f} {1e3 * r["seconds"] / rounds:10.2f} '
-                     f'{r["read"] if r["read"] is not None else "-":>12} {per:>12}')
+                     f'{r["bytes"] if r["bytes"] is not None else "-":>12} {per:>12}')
+    derived = results['derived'] = {}
     for s in SHARDS:
         plural = 's' * (s > 1)
-        fast = results['results'][f'data-parallel, {s} shard{plural}']['seconds']
-        slow = results['results'][f'pulled, {s} shard{plural}']['seconds']
-        lines.append(f'{s} shard{plural}: pulled / data-parallel = {slow / fast:.2f}')
+        r = {name.rsplit(', ', 1)[0]: v['seconds'] for name, v in results['results'].items()
+             if name.endswith(f', {s} shard{plural}')}
+        d = derived[s] = dict(ratio=r['pulled'] / r['data-parallel'],
+                              round_trip_ms=1e3 * (r['round trip alone'] - r['tiny setup alone']) / k,
+                              round_ms=1e3 * (r['data-parallel'] - r['setup alone']) / k,
+                              call_setup_ms=1e3 * r['tiny setup alone'], load_setup_ms=1e3 * r['setup alone'])
+        lines.append(f'{s} shard{plural}: pulled / data-parallel = {d["ratio"]:.2f}; a round {d["round_ms"]:.2f} ms, '
+                     f'of which the round trip alone {d["round_trip_ms"]:.2f} ms; a call\'s setup '
+                     f'{d["call_setup_ms"]:.0f} ms (with the first load {d["load_setup_ms"]:.0f} ms)')
     return '\n'.join(lines)
 
 

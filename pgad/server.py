@@ -138,6 +138,22 @@ def query(sql, args=(), types=()):
     return p.execute(p.prepare(sql, list(types)), list(args)) if types else p.execute(sql)
 
 
+_kept = {}
+KEPT_PLANS = 64
+
+
+def repeated(sql, args, types):
+    """query for a statement run many times a call (a sharded training's rounds): its plan is prepared once per
+    session and kept (PostgreSQL replans it if what it names changes, or the search_path)."""
+    p = plpy()
+    key = (sql, tuple(types))
+    if key not in _kept:
+        if len(_kept) >= KEPT_PLANS:
+            _kept.clear()
+        _kept[key] = p.prepare(sql, list(types))
+    return p.execute(_kept[key], list(args))
+
+
 def cursor(sql, batch=1):
     """The rows of sql, fetched `batch` at a time (a single SELECT only: a cursor refuses anything else)."""
     rows = plpy().cursor(sql)

@@ -177,7 +177,7 @@ PREPARE = ('SELECT pg_catalog.format(\'PREPARE ' + STATEMENT + '(pg_catalog.floa
 VERSION = ('SELECT v.version FROM {0}.dblink($1, \'SELECT e.extversion FROM pg_catalog.pg_extension AS e '
            'WHERE e.extname OPERATOR(pg_catalog.=) \'\'pgad\'\'\') AS v(version pg_catalog.text)')
 BEGIN = 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY'
-PAUSE = 0.00005, 0.002  # how long the wait for a shard sleeps between polls: first, and at most (doubling)
+PAUSE = 0.00002, 0.0002  # how long the wait for a shard sleeps between polls: first, and at most (doubling)
 
 
 def array(w):
@@ -206,11 +206,10 @@ class Shards:
         self.busy_sql = f'SELECT {d}.dblink_is_busy($1) AS busy'
         self.result_sql = f'SELECT r.sums FROM {d}.dblink_get_result($1) AS r(sums pg_catalog.float8[])'
 
-    def _call(self, k, sql, args=(), types=None, what=None):
+    def _call(self, k, sql, args=(), what=None):
         """sql with args (the first, connection k's name), as a shard server's failure where it fails."""
         try:
-            return server.query(sql, [self.connections[k], *args],
-                                types or ['pg_catalog.text'] * (1 + len(args)))
+            return server.repeated(sql, [self.connections[k], *args], ['pg_catalog.text'] * (1 + len(args)))
         except server.SPIError as e:
             if server.interrupted(e) and not self._remote(k, e):
                 raise  # this statement's own cancel or timeout, as it is
