@@ -237,6 +237,11 @@ def as_query(data):
     """The data argument as a query: itself if it is one, else SELECT * FROM the named table or view."""
     if QUERY_START.match(data):
         return data.rstrip(TRAILING)
+    return f'SELECT * FROM {relation(data)}'
+
+
+def relation(data):
+    """The schema-qualified, quoted name of the table or view a data argument that is no query names."""
     hint = 'data is a query (SELECT, VALUES, WITH or TABLE) or the name of a table or view.'
     try:
         found = server.query(RELATION, [data], ['pg_catalog.text'])
@@ -247,7 +252,7 @@ def as_query(data):
                         detail=f'The data: {data}', hint=hint) from None
     if not found:
         raise PgadError('42P01', f'relation "{data}" does not exist', hint=hint)
-    return f'SELECT * FROM {found[0]["relation"]}'
+    return found[0]['relation']
 
 
 def check_columns(query, columns):

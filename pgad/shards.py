@@ -81,7 +81,7 @@ def layout(data, columns):
     without one, or one that this path would read differently from the caller's own query (a NOTICE says why)."""
     if loader.QUERY_START.match(data):
         return None
-    relation = loader.as_query(data)[len('SELECT * FROM '):]
+    relation = loader.relation(data)
     leaves = server.query(LEAVES, [relation], ['pg_catalog.text'])
     if not any(leaf['wrapper'] == WRAPPER for leaf in leaves):
         return None
