@@ -5,7 +5,6 @@ Each takes the SQL arguments as PL/Python gives them (text, jsonb as text, float
 arguments → program (parse, differentiate) → backend kernel → loader → descent → result.
 """
 import json
-import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -241,14 +240,7 @@ def explain(loss, mode='reverse', backend='auto', rows=None, data=None):
     backend = arguments.backend(backend)
     if rows is not None:
         arguments.non_negative('rows', rows)
-    limits = settings().limits
-    found = explaining.stages(loss, arguments.mode(mode), limits, backend, rows)
-    if data is not None:
-        lam = program.parsed(loss, limits)
-        started = time.perf_counter()
-        where = shards.describe(data, lam.columns, len(lam.weights))
-        found.append(('data', where, (time.perf_counter() - started) * 1e3))
-    return found
+    return explaining.stages(loss, arguments.mode(mode), settings().limits, backend, rows, data)
 
 
 @dataclass(frozen=True)

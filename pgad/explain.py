@@ -3,20 +3,22 @@
 One row per stage — parse, differentiate, backend (which one runs, and why), then the backend's: for llvm IR
 generation, optimisation, machine code; for cuda kernel source, PTX, compilation — so forward and reverse
 mode can be compared as the Umbra paper compares them: the derivative DAG, the LLVM IR before and after
-optimisation, instruction counts, and the milliseconds each stage took. Nothing is taken from a cache here.
+optimisation, instruction counts, and the milliseconds each stage took. Nothing is taken from a cache here. With
+data, a last row says where the data's rows are computed (shards.describe).
 """
 import re
 import time
 
-from . import backends, gpu, lang
+from . import backends, gpu, lang, shards
 from .lang import printer
 from .limits import DEFAULT
 from .program import Program
 
 
-def stages(text, mode, limits=DEFAULT, backend='auto', rows=None):
+def stages(text, mode, limits=DEFAULT, backend='auto', rows=None, data=None):
     """[(stage, detail, ms)] for lambda `text` differentiated by `mode` and compiled by the backend that `backend`
-    gives for `rows` rows (None: not known, the CPU's choice)."""
+    gives for `rows` rows (None: not known, the CPU's choice); with `data`, a last row of where its rows are
+    computed (shards.describe)."""
     rows_out = []
     chars = printer.budget(limits)
 
@@ -37,6 +39,8 @@ def stages(text, mode, limits=DEFAULT, backend='auto', rows=None):
     chosen = timed('backend', lambda: backends.choose(program, backend, rows),
                    lambda chosen: _why(program, backend, rows, chosen))
     {'llvm': _llvm, 'cuda': _cuda, 'python': lambda program, timed: None}[chosen](program, timed)
+    if data is not None:
+        timed('data', lambda: shards.describe(data, lam.columns, len(lam.weights)), lambda where: where)
     return rows_out
 
 

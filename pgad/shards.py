@@ -140,7 +140,7 @@ FLOAT_CHARS = 24  # the longest text of a float8, -2.2250738585072014e-308
 def round_bytes(weights):
     """(at most the bytes of text a round sends a shard, at most the bytes it receives) for `weights` weights: the
     EXECUTE with the weight vector, and the sums' array (rows, loss, gradient): O(weights), whatever the rows."""
-    sent = len(f"EXECUTE {STATEMENT}('{{}}')") + weights * (FLOAT_CHARS + 1)
+    sent = len(EXECUTE.format('{}')) + weights * (FLOAT_CHARS + 1)
     return sent, 2 + (weights + 2) * (FLOAT_CHARS + 1)
 
 
@@ -171,6 +171,7 @@ class Job:
 
 
 STATEMENT = 'pgad_sums'
+EXECUTE = 'EXECUTE ' + STATEMENT + "('{}')"  # a round's text: its one argument, the weights' array literal
 PREPARE = ('SELECT pg_catalog.format(\'PREPARE ' + STATEMENT + '(pg_catalog.float8[]) AS SELECT pgad.partial_sums(%L, '
            '%L, %L::pg_catalog.text[], $1, %L, %L, %L)\', $1::pg_catalog.text, $2::pg_catalog.text, '
            '$3::pg_catalog.text[], $4::pg_catalog.text, $5::pg_catalog.text, $6::pg_catalog.text) AS sql')
@@ -278,7 +279,7 @@ class Shards:
     def send(self, w):
         """Start a round at the weights w on every shard (they compute at once)."""
         self.rounds += 1
-        statement = f"EXECUTE {STATEMENT}('{array(w)}')"
+        statement = EXECUTE.format(array(w))
         for k in range(len(self.connections)):
             self._call(k, self.send_sql, [statement])
             self.bytes_sent += len(statement)
