@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import (arguments, backends, catalog, descent, domain, explain as explaining, loader, objective, program,
-               server, shards, standardize as standardizing)
+from . import (arguments, backends, catalog, descent, domain, explain as explaining, initial, loader, objective,
+               program, server, shards, standardize as standardizing)
 from .errors import PgadError
 from .jit.cache import DiskCache
-from .lang import printer
+from .lang import printer, vectors
 from .limits import Limits
 
 
@@ -131,6 +131,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     name = arguments.model_name(name)
     config = settings()
     goal = objective.build(model, loss, label, config.limits)
+    vectors.scalars_only(goal.model, 'pgad.train')
     w = arguments.weights(weights, goal.model)
     names = list(w)
     options = dict(learning_rate=arguments.learning_rate(learning_rate), iterations=arguments.iterations(iterations),
@@ -229,8 +230,14 @@ def drop_model(name):
 @server.entry
 def derivatives(loss):
     limits = settings().limits
+    vectors.scalars_only(program.parsed(loss, limits), 'pgad.derivatives')
     prog = program.build(loss, tuple(program.parsed(loss, limits).weights), limits=limits)
     return list(zip(prog.weights, printer.to_lambdas(prog.lam, prog.outputs[1:], printer.budget(limits))))
+
+
+@server.entry
+def init_weights(shapes, scheme='glorot', seed=0):
+    return initial.weights(shapes, scheme, seed, settings().limits)
 
 
 @server.entry
@@ -270,12 +277,14 @@ def _loading(data, spread=True):
     a table sharded over postgres_fdw servers (shards.py, unless spread is False), the local partitions' rows and a
     kernel that adds the shards' sums to theirs, the shards' connections open until the call ends. No row is an
     error. load(prog, config, job, start) is a context manager giving (table, kernel); start, the starting weights,
-    is where a sharded load's first round counts the rows."""
+    is where a sharded load's first round counts the rows. load.lengths(lam) gives the lengths of the array columns
+    the lambda reads (loader.lengths). A lambda with vectors pulls a sharded table's rows."""
     @contextmanager
     def load(prog, config, job, start):
-        layout = shards.layout(data, prog.columns) if spread else None
+        layout = shards.layout(data, prog.columns) if spread and not prog.shaped else None
         if layout is None:
-            table = _some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit))
+            table = _some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit,
+                                           dict(prog.columns_of)))
             yield table, _kernel(prog, job.backend, job.dtype, config, table.rows)
             return
         with shards.Shards(layout, job) as remote:
@@ -285,6 +294,7 @@ def _loading(data, spread=True):
                                     len(prog.outputs), server.check_interrupts)
             rows = int(kernel.round(start)[0])
             yield _some_rows(loader.Table(here.columns, rows, here.skipped)), kernel
+    load.lengths = lambda lam: loader.lengths(data, lam.columns)
     return load
 
 
@@ -302,6 +312,7 @@ def _unpacking(packed, names):
     def load(prog, config, job, start):
         table = loader.packed(packed, names, list(prog.columns))
         yield (table, _kernel(prog, job.backend, job.dtype, config, table.rows)) if table.rows else (None, None)
+    load.lengths = lambda lam: ()  # the aggregates pack numbers: lambda_columns refuses an array column
     return load
 
 
@@ -317,11 +328,22 @@ def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float6
         getattr(arguments, name)(value)
     mode, backend = arguments.mode(mode), arguments.backend(backend)
     precision = arguments.dtype(dtype, backend)
-    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits)
+    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits, _shapes(w, load.lengths(lam)))
     _kernel(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
-    vector = np.array(list(w.values()), dtype=np.float64)
+    vector = _vector(w)
     with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector) as (table, kernel):
         yield None if table is None else Call(prog, table, kernel, vector)
+
+
+def _shapes(w, columns=()):
+    """The vectors.Shapes of the weights (a dict of numbers and arrays, as arguments.weights gives) and of array
+    columns ((name, length), … as loader.lengths gives)."""
+    return vectors.Shapes(tuple((name, v.shape) for name, v in w.items() if np.ndim(v)), tuple(columns))
+
+
+def _vector(w):
+    """The weights as one vector, in the order of a Program's weights: each weight's elements row-major."""
+    return np.concatenate([np.ravel(v) for v in w.values()]).astype(np.float64) if w else np.zeros(0)
 
 
 def _kernel(prog, backend, precision, config, rows=None):
@@ -339,10 +361,10 @@ def _loss(call):
 def _gradient(call):
     sums = descent.evaluate(call.kernel, call.table, call.vector, server.check_interrupts)
     descent.check_finite(sums, call.vector, 1, call.names, 0, call.why)
-    return json.dumps(dict(zip(call.names, (sums[1:] / call.table.rows).tolist())))
+    return json.dumps(call.prog.nest((sums[1:] / call.table.rows).tolist()))
 
 
 def _descend(call, learning_rate, iterations):
     fitted, value, ran = descent.run(call.kernel, call.table, call.vector, learning_rate, iterations, call.names,
                                      server.check_interrupts, server.notice, why=call.why, warning=server.warning)
-    return json.dumps(dict(zip(call.names, fitted.tolist()))), float(value), ran
+    return json.dumps(call.prog.nest(fitted.tolist())), float(value), ran

@@ -3,6 +3,8 @@ import json
 import math
 import re
 
+import numpy as np
+
 from . import descent
 from .backends import BACKENDS
 from .errors import PgadError
@@ -10,25 +12,51 @@ from .lang import MODES, parser
 
 
 def weights(text, lam):
-    """The weights jsonb as {name: float}; every weight the lambda reads must be there."""
+    """The weights jsonb as {name: float, or a float64 array}: a weight is a number, a vector (an array of numbers)
+    or a matrix (an array of rows, each an array of numbers, all of one length, row-major); every weight the lambda
+    reads must be there."""
     value = json.loads(text)
     if not isinstance(value, dict):
         raise PgadError('22023', 'weights must be a JSON object of numbers',
-                        detail=f'The weights are {text}.', hint='Write the weights as {"a": 0, "b": 0}.')
-    for name, number in value.items():
-        if isinstance(number, bool) or not isinstance(number, (int, float)):
-            raise PgadError('22023', f'weight "{name}" must be a number, not {json.dumps(number)}',
-                            hint='Write the weights as {"a": 0, "b": 0}.')
-        if not math.isfinite(_float(number)):
-            raise PgadError('22023', f'weight "{name}" is not a finite double precision number',
-                            detail=f'It is {json.dumps(number)[:40]}{"…" if len(json.dumps(number)) > 40 else ""}.')
+                        detail=f'The weights are {text}.', hint=EXAMPLE)
+    given = {name: _weight(name, v) for name, v in value.items()}
     for name in lam.weights:
         if name not in value:
             example = json.dumps({**{k: value[k] for k in value}, name: 0})
             raise PgadError('22023', f'weight "{name}" is not in the weights',
                             detail='The weights are: ' + (', '.join(f'"{k}"' for k in value) or 'none') + '.',
                             hint=f'Give every weight the lambda reads a starting value: {example}.')
-    return {name: float(number) for name, number in value.items()}
+    return given
+
+
+EXAMPLE = 'Write the weights as {"a": 0, "b": 0}; a vector as [1, 2, 3], a matrix as [[1, 2], [3, 4]] (rows).'
+
+
+def _weight(name, value):
+    """One weight's value: a float, or a float64 array of one or two dimensions."""
+    if isinstance(value, list):
+        rows = [v for v in value if isinstance(v, list)]
+        if rows and (len(rows) != len(value) or len({len(r) for r in rows}) != 1):
+            lengths = [len(v) if isinstance(v, list) else 'a number' for v in value]
+            raise PgadError('22023', f'weight "{name}" must be a matrix whose rows have one length',
+                            detail=f'Its rows have: {", ".join(map(str, lengths[:10]))}{"…" if len(value) > 10 else ""}.',
+                            hint=EXAMPLE)
+        flat = [x for r in rows for x in r] if rows else value
+        if not value or not flat:
+            raise PgadError('22023', f'weight "{name}" is an empty array', hint=EXAMPLE)
+        return np.array([_number(name, x) for x in flat], dtype=np.float64).reshape(
+            (len(value), len(rows[0])) if rows else (len(value),))
+    return _number(name, value)
+
+
+def _number(name, number):
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        raise PgadError('22023', f'weight "{name}" must be a number, not {json.dumps(number)[:40]}',
+                        hint=EXAMPLE)
+    if not math.isfinite(_float(number)):
+        raise PgadError('22023', f'weight "{name}" is not a finite double precision number',
+                        detail=f'It is {json.dumps(number)[:40]}{"…" if len(json.dumps(number)) > 40 else ""}.')
+    return float(number)
 
 
 def _float(number):

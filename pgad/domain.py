@@ -47,6 +47,12 @@ def diagnose(program, table, weights, output):
         return None
     values, row = found
     node = _origin(program.graph, values, row, program.outputs[output])
+    past = _past_the_end(program.graph, node)
+    if past is not None:  # v[i] with i no position of v: the NaN that ends the CASEs of vectors.py's index
+        index, length = past
+        return PgadError('2202E', f'index {_number(_at(values[index], row))} is out of range for a vector of {length}',
+                         detail=f'The lambda computes {_shown(program, index, values, row)}.',
+                         hint=f'Indexes run from 1 to {length}: a 0-based label is written v[d.label + 1].')
     shown = _shown(program, node, values, row)
     op = program.graph.nodes[node].op
     args = [_at(values[a], row) for a in program.graph.nodes[node].args]
@@ -98,7 +104,8 @@ def _number(value):
 
 
 def _origin(graph, values, row, i):
-    """The node below i whose value at row is not finite while its arguments' are (through the branch taken)."""
+    """The node below i whose value at row is not finite while its arguments' are (through the branch taken); the
+    CASE that took it, where that is a constant."""
     while True:
         node = graph.nodes[i]
         args = node.args
@@ -107,7 +114,22 @@ def _origin(graph, values, row, i):
         bad = [a for a in args if graph.type_of(a) == 'n' and not math.isfinite(_at(values[a], row))]
         if not bad:
             return i
+        if graph.nodes[bad[0]].op == 'const' and node.op == 'case':
+            return i
         i = bad[0]
+
+
+def _past_the_end(graph, i):
+    """(the index's node, the vector's length) where node i is the last CASE of an unrolled v[index] — CASE WHEN
+    index = n THEN v[n] ELSE NaN END — else None."""
+    node = graph.nodes[i]
+    if node.op != 'case':
+        return None
+    condition, other = graph.nodes[node.args[0]], graph.nodes[node.args[2]]
+    if condition.op != 'eq' or other.op != 'const' or not math.isnan(other.value):
+        return None
+    length = graph.nodes[condition.args[1]]
+    return (condition.args[0], int(length.value)) if length.op == 'const' else None
 
 
 def _shown(program, node, values, row):

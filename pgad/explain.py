@@ -31,6 +31,7 @@ def stages(text, mode, limits=DEFAULT, backend='auto', rows=None, data=None):
     lam = timed('parse', lambda: lang.parse(text, limits), lambda lam: (
         f'{len(lam.graph)} nodes; columns: {", ".join(lam.columns) or "none"}; weights: '
         f'{", ".join(lam.weights) or "none"}\nloss: {printer.to_lambda(lam, lam.root, chars)}'))
+    lang.vectors.scalars_only(lam, 'pgad.explain')
     grad = timed('differentiate', lambda: lang.gradient(lam, tuple(lam.weights), mode), lambda grad: (
         f'{mode} mode: {len(lam.graph)} nodes with the derivatives\n' +
         '\n'.join(f'∂/∂{w} = {text}' for w, text in zip(grad, printer.to_lambdas(lam, list(grad.values()), chars))) +

@@ -13,6 +13,11 @@ DEBUG2 message says how many parts the load took). A function takes at most 100 
 more than 99 columns packs them in several aggregates over the rows with no NULL. Rows with NULL in a column the
 lambda reads are skipped, and a NOTICE says how many.
 
+A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
+from the data first (every row's must be the same, and a row that differs is an error that names it), and the
+load packs its elements as columns of their own, (pgad_data.pixels)[1] … (pgad_data.pixels)[64]: a NULL array or a
+NULL element skips the row, as a NULL number does.
+
 pgad.memory_limit bounds what a call holds: its rows times its columns times 8 bytes, COPIES times over (measured:
 docs/security.md). pgad.pack stops the query at the row that passes it (SQLSTATE 53200, extension/pgad.c), before
 its state grows; the loader then counts the rows the data has, with no NULL in the columns read, and reports how
@@ -32,6 +37,19 @@ from .lang.printer import quote_ident
 
 NUMERIC_TYPES = {21: 'smallint', 23: 'integer', 20: 'bigint', 700: 'real', 701: 'double precision',
                  1700: 'numeric'}
+ARRAY_TYPES = {1005: 'smallint[]', 1007: 'integer[]', 1016: 'bigint[]', 1021: 'real[]', 1022: 'double precision[]',
+               1231: 'numeric[]'}
+ARRAY_SUBSCRIPT_ERROR = '2202E'
+# Per array column: its shortest and longest arrays, most dimensions, lowest and highest lower bound.
+EXTENT = ('pg_catalog.min(pg_catalog.cardinality({c})) AS lo{k}, pg_catalog.max(pg_catalog.cardinality({c})) AS hi{k}, '
+          'pg_catalog.max(pg_catalog.array_ndims({c})) AS nd{k}, pg_catalog.min(pg_catalog.array_lower({c}, 1)) AS lb{k}, '
+          'pg_catalog.max(pg_catalog.array_lower({c}, 1)) AS ub{k}')
+# The first row (in the data's order) whose array in the column is not one-dimensional from 1 of length $1.
+ODD_ROW = ('SELECT pgad_rows.n, pgad_rows.len, pgad_rows.nd, pgad_rows.lb FROM (SELECT pg_catalog.row_number() OVER () '
+           'AS n, pg_catalog.cardinality({c}) AS len, pg_catalog.array_ndims({c}) AS nd, pg_catalog.array_lower({c}, 1) '
+           'AS lb FROM ({query}\n) AS pgad_data) AS pgad_rows WHERE pgad_rows.len IS NOT NULL AND (pgad_rows.len '
+           'OPERATOR(pg_catalog.<>) $1 OR pgad_rows.nd OPERATOR(pg_catalog.<>) 1 OR pgad_rows.lb OPERATOR(pg_catalog.<>) '
+           '1) ORDER BY pgad_rows.n LIMIT 1')
 QUERY_START = re.compile(r'\s*(\(|select\b|values\b|with\b|table\b)', re.IGNORECASE)
 TRAILING = string.whitespace + ';'  # dropped from the end of a query (str.rstrip: linear, unlike a regex)
 CHUNK_BYTES = 256 << 20
@@ -43,7 +61,7 @@ PACK_COLUMNS = 99   # a function's arguments (100) less the aggregate's state
 HEADER = struct.Struct('=IIqq')
 MAGIC = 0x4b504750
 ROWS = 'SELECT {} FROM ({}\n) AS pgad_data'
-VALUE = 'pgad_data.{}::pg_catalog.float8 AS c{}'
+VALUE = '{}::pg_catalog.float8 AS c{}'
 NUMBERED = ('SELECT *, (pg_catalog.row_number() OVER () OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog./) {} '
             'AS pgad_chunk FROM ({}) AS pgad_rows')
 
@@ -55,17 +73,19 @@ class Table:
     skipped: int    # rows skipped for NULL
 
 
-def load(data, columns, chunk_rows=0, memory_limit=None):
+def load(data, columns, chunk_rows=0, memory_limit=None, elements=None):
     """Load `columns` (names, exactly as the data spells them) of the data into a Table; chunk_rows, when not 0,
-    loads it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it."""
+    loads it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
+    elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index)."""
     query = as_query(data)
-    check_columns(query, columns)
+    elements = elements or {}
+    check_columns(query, _read(columns, elements), {c for c, _ in elements.values()})
     if not columns:
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
     if len(columns) > PACK_COLUMNS:
-        check_memory(memory_limit, query, columns)
-    rows_sql = ROWS.format(', '.join(VALUE.format(quote_ident(c), k) for k, c in enumerate(columns)), query)
+        check_memory(memory_limit, query, columns, elements)
+    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements), k) for k, c in enumerate(columns)), query)
     packs = aggregate(len(columns))
     try:
         parts = None if chunk_rows else server.rows_unless(f'SELECT {packs} FROM ({rows_sql}) AS pgad_rows',
@@ -76,7 +96,7 @@ def load(data, columns, chunk_rows=0, memory_limit=None):
                                        'GROUP BY pgad_rows.pgad_chunk'))
     except server.SPIError as e:
         if e.sqlstate == OUT_OF_MEMORY:
-            check_memory(memory_limit, query, columns)
+            check_memory(memory_limit, query, columns, elements)
         raise  # not pgad.pack's limit, or the data fits after all (it changed since): the error as it is
     loaded = [unpack(part, len(columns)) for part in parts]
     rows, skipped = sum(part[1] for part in loaded), sum(part[2] for part in loaded)
@@ -85,6 +105,65 @@ def load(data, columns, chunk_rows=0, memory_limit=None):
         return skipping(Table(loaded[0][0], rows, skipped), columns)
     return skipping(Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded])
                            for k in range(len(columns))], rows, skipped), columns)
+
+
+def value(column, elements):
+    """The SQL of one column's value in a row of the data: pgad_data.x, or (pgad_data.pixels)[3] for an element."""
+    if column in elements:
+        name, index = elements[column]
+        return f'(pgad_data.{quote_ident(name)})[{int(index)}]'
+    return f'pgad_data.{quote_ident(column)}'
+
+
+def _read(columns, elements):
+    """The data's columns that columns read: an element's array column once, in order of first use."""
+    return list(dict.fromkeys(elements[c][0] if c in elements else c for c in columns))
+
+
+def lengths(data, columns):
+    """((column, length), …) for each of columns (names the lambda reads) that is an array in the data: the
+    length of its arrays, which must be the same in every row (a row whose array has another length, more than one
+    dimension, or starts at another index than 1 is SQLSTATE 2202E, named by its place in the data)."""
+    query = as_query(data)
+    names, types = check_columns(query, [c for c in columns], arrays=set(columns))
+    arrays = [c for c in columns if types[names.index(c)] in ARRAY_TYPES]
+    if not arrays:
+        return ()
+    extents = server.query(f'SELECT {", ".join(EXTENT.format(c=value(c, {}), k=k) for k, c in enumerate(arrays))} '
+                           f'FROM ({query}\n) AS pgad_data')[0]
+    found = []
+    for k, name in enumerate(arrays):
+        lo, hi, nd, lb, ub = (extents[f'{key}{k}'] for key in ('lo', 'hi', 'nd', 'lb', 'ub'))
+        if lo is None:  # NULL in every row: no row to load
+            raise PgadError('22000', f'every row of the data has NULL in column "{name}", which the lambda reads',
+                            hint='data must have at least one row to average the loss over.')
+        if lo != hi or nd != 1 or lb != 1 or ub != 1 or lo == 0:
+            raise _odd_array(query, name)
+        found.append((name, int(lo)))
+    return tuple(found)
+
+
+def _odd_array(query, name):
+    """The error for the first row whose array in column name is not like the first row's."""
+    c = value(name, {})
+    first = server.query(f'SELECT pg_catalog.cardinality({c}) AS len FROM ({query}\n) AS pgad_data WHERE {c} IS NOT NULL '
+                         'LIMIT 1')[0]['len']
+    odd = server.query(ODD_ROW.format(c=c, query=query), [first], ['pg_catalog.int4'])
+    hint = (f'Every row\'s {quote_ident(name)} must be a one-dimensional array of the same length: filter or pad the '
+            'rows that differ in the data query.')
+    if not odd:  # every array is like the first, which is empty
+        return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" holds empty arrays', hint=hint)
+    row, length, dims, lower = (odd[0][k] for k in ('n', 'len', 'nd', 'lb'))
+    if dims != 1:
+        return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has a {dims}-dimensional array in row {row} of the '
+                                                'data', detail='pgad reads a one-dimensional array as a vector.', hint=hint)
+    if lower != 1:
+        return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has an array that starts at index {lower} in row '
+                                                f'{row} of the data', detail='pgad reads arrays indexed from 1.', hint=hint)
+    if first == 0:
+        return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has an empty array in row 1 of the data', hint=hint)
+    return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has arrays of different lengths',
+                     detail=f'The first row\'s array has {first} elements; row {row}\'s has {length}.', hint=hint)
 
 
 @dataclass
@@ -128,7 +207,7 @@ def load_groups(data, columns, group_by, memory_limit=None):
         values=', '.join(f'pg_catalog.to_jsonb(pgad_rows.g{k})::pg_catalog.text AS g{k}' for k in range(len(group_by))),
         packs=aggregate(len(columns)) if columns else 'pg_catalog.count(*) AS total', query=query,
         groups=', '.join(f'pgad_data.{quote_ident(g)} AS g{k}' for k, g in enumerate(group_by)),
-        columns=', '.join([VALUE.format(quote_ident(c), k) for k, c in enumerate(columns)] or ['0 AS pgad_none']),
+        columns=', '.join([VALUE.format(value(c, {}), k) for k, c in enumerate(columns)] or ['0 AS pgad_none']),
         by=', '.join(f'pgad_rows.g{k}' for k in range(len(group_by))))
     try:
         parts = server.query(sql, list(group_by), ['pg_catalog.text'] * len(group_by))
@@ -153,9 +232,9 @@ def load_groups(data, columns, group_by, memory_limit=None):
 COMPLETE = 'SELECT pg_catalog.count(*) AS rows FROM ({}\n) AS pgad_data WHERE ROW({}) IS NOT NULL'
 
 
-def count(query, columns):
+def count(query, columns, elements=None):
     """The rows of the data that have no NULL in the columns: those a load packs."""
-    names = ', '.join(f'pgad_data.{quote_ident(c)}' for c in columns)
+    names = ', '.join(value(c, elements or {}) for c in columns)
     return server.query(COMPLETE.format(query, names))[0]['rows']
 
 
@@ -165,12 +244,12 @@ def megabytes(size):
     return f'{mb:.1f} MB' if mb < 10 else f'{mb:.0f} MB'
 
 
-def check_memory(memory_limit, query, columns):
+def check_memory(memory_limit, query, columns, elements=None):
     """The error if the data's rows (count) of `columns` need more than memory_limit bytes, COPIES times over;
     nothing when memory_limit is None (no limit)."""
     if memory_limit is None:
         return
-    rows = count(query, columns)
+    rows = count(query, columns, elements)
     needed = rows * len(columns) * 8 * COPIES
     if needed > memory_limit:
         raise PgadError(OUT_OF_MEMORY, f'the data needs {megabytes(needed)}, more than pgad.memory_limit '
@@ -255,8 +334,9 @@ def relation(data):
     return found[0]['relation']
 
 
-def check_columns(query, columns):
-    """The data's (column names, type oids); every column the lambda reads must be in it, and numeric."""
+def check_columns(query, columns, arrays=()):
+    """The data's (column names, type oids); every column the lambda reads must be in it, and numeric (or, for the
+    names in arrays, an array of numbers)."""
     try:
         names, types = server.describe(f'SELECT * FROM ({query}\n) AS pgad_data')
     except server.SPIError as e:  # the data query's own error, with the query shown
@@ -266,7 +346,7 @@ def check_columns(query, columns):
                         hint=server.hint_of(e)) from None
     used = {names.index(c) for c in columns if c in names}  # only these need a type name looked up
     positions(columns, names, [NUMERIC_TYPES.get(oid) or (type_name(oid) if k in used else '')
-                               for k, oid in enumerate(types)])
+                               for k, oid in enumerate(types)], arrays)
     return names, types
 
 
@@ -275,9 +355,10 @@ def type_name(oid):
                         ['pg_catalog.oid'])[0]['t']
 
 
-def positions(columns, names, types):
+def positions(columns, names, types, arrays=()):
     """The position in names of each column the lambda reads (names and types: the data's columns, and the names
-    of their types), or the error for the first that is not there or not a number."""
+    of their types), or the error for the first that is not there or not a number (or an array of numbers, for
+    the names in arrays)."""
     found = []
     for name in columns:
         if name not in names:
@@ -286,6 +367,8 @@ def positions(columns, names, types):
                             hint='Column names fold to lower case; write d."Name" for a mixed-case column.'
                             if name.lower() in [n.lower() for n in names] else None)
         found.append(names.index(name))
+        if name in arrays and types[found[-1]] in ARRAY_TYPES.values():
+            continue
         if types[found[-1]] not in NUMERIC_TYPES.values():
             raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '

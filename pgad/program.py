@@ -1,13 +1,17 @@
 """A loss and its gradient as one DAG, ready for a backend: the differentiation stage.
 
-build() parses the lambda, differentiates it by forward or reverse mode into the same graph, and returns a
-Program whose outputs are the loss and ∂loss/∂w for each weight, in the order of `weights`. Programs are cached
+build() parses the lambda, unrolls its vectors and matrices into scalars at the shapes it is given (vectors.py),
+differentiates it by forward or reverse mode into the same graph, and returns a Program whose outputs are the loss
+and ∂loss/∂w for each weight element, in the order of `weights` (each weight's elements row-major). Programs are cached
 per backend process, up to CACHED_NODES nodes in all: a second call with the same lambda, weights and mode parses
 and differentiates nothing. Parsed lambdas are cached too (parsed), and copied before differentiating into them.
 """
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import lang
+from .lang import vectors
 from .lang.parser import Lambda
 from .limits import DEFAULT
 from .memo import bounded_cache
@@ -19,7 +23,23 @@ CACHED_NODES = 250_000  # about 80 MB of programs in one backend, at most
 class Program:
     lam: Lambda      # the parsed lambda; its graph also holds the derivative nodes
     outputs: tuple   # node ids: the loss of one row, then (with a gradient) its derivative by each weight
-    weights: tuple   # the weights, in the order of the weight vector a kernel is given
+    weights: tuple   # the weights' elements, in the order of the weight vector a kernel is given
+    shapes: tuple = ()  # each weight's (name, shape), in order: () a number, (n,) a vector, (m, n) a matrix
+    columns_of: tuple = ()  # ((element column 'pixels[3]', (column, 3)), …) for each float8[] column's elements
+
+    def nest(self, vector):
+        """{weight: number, or nested lists row-major} of a vector in the order of weights: what a jsonb shows."""
+        out, at = {}, 0
+        for name, shape in self.shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            out[name] = vector[at] if not shape else np.asarray(vector[at:at + size]).reshape(shape).tolist()
+            at += size
+        return out
+
+    @property
+    def shaped(self):
+        """Does a weight have a shape, or a column hold arrays?"""
+        return bool(self.columns_of) or any(shape for _, shape in self.shapes)
 
     @property
     def graph(self):
@@ -39,8 +59,19 @@ def parsed(text, limits=DEFAULT):
 
 
 @bounded_cache(CACHED_NODES, weight=lambda program, args: len(program.graph))
-def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT):
-    """The Program for lambda `text` with weight names `weights` (a tuple), by `mode` ('forward' or 'reverse')."""
-    lam = parsed(text, limits).copy()
-    grad = lang.gradient(lam, weights, mode) if gradient else {}
-    return Program(lam, (lam.root, *(grad[w] for w in weights if gradient)), tuple(weights))
+def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT, shapes=vectors.Shapes()):
+    """The Program for lambda `text` with weight names `weights` (a tuple), by `mode` ('forward' or 'reverse'),
+    at `shapes` (a vectors.Shapes: those of the weights that are vectors or matrices, the lengths of float8[]
+    columns)."""
+    lam = parsed(text, limits)
+    weight_shape = dict(shapes.weights)
+    shaped = tuple((w, tuple(weight_shape.get(w, ()))) for w in weights)
+    if shapes or vectors.needed(lam):
+        lam = vectors.unroll(lam, shapes, limits)
+    else:
+        lam = lam.copy()
+    flat = tuple(e for w, shape in shaped for e in vectors.elements(w, shape))
+    grad = lang.gradient(lam, flat, mode) if gradient else {}
+    lengths = dict(shapes.columns)
+    columns_of = tuple((e, (c, k + 1)) for c in lengths for k, e in enumerate(vectors.elements(c, (lengths[c],))))
+    return Program(lam, (lam.root, *(grad[w] for w in flat if gradient)), flat, shaped, columns_of)

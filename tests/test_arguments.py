@@ -1,5 +1,6 @@
 """The argument checks of pgad.arguments on their own (no server): the value each returns, and each refusal's
 SQLSTATE, message, detail and hint, word for word."""
+import numpy as np
 import pytest
 
 from pgad import arguments
@@ -8,7 +9,8 @@ from pgad.lang import parse
 
 ALL_OPTIONS = ('learning_rate', 'iterations', 'mode', 'backend')
 ALL_EXAMPLE = 'Write the options as {"learning_rate": 0.05, "iterations": 100, "mode": "reverse", "backend": "auto"}.'
-WEIGHTS_HINT = 'Write the weights as {"a": 0, "b": 0}.'
+WEIGHTS_HINT = ('Write the weights as {"a": 0, "b": 0}; a vector as [1, 2, 3], a matrix as [[1, 2], [3, 4]] '
+                '(rows).')
 PAST_FLOAT8 = '1' + '0' * 400  # jsonb writes 1e400 as this integer
 
 
@@ -29,6 +31,12 @@ def test_weights_are_floats(text, lam, expected):
     assert weights == expected and all(type(v) is float for v in weights.values())
 
 
+def test_vector_and_matrix_weights_are_arrays():
+    weights = arguments.weights('{"m": [[1, 2, 3], [4, 5, 6]], "v": [0.5, -1], "c": 2}', parse('λ(d, w) w.c'))
+    assert weights['m'].shape == (2, 3) and weights['m'][1, 0] == 4.0 and weights['m'].dtype == np.float64
+    assert weights['v'].tolist() == [0.5, -1.0] and weights['c'] == 2.0
+
+
 @pytest.mark.parametrize('text, lam, message, detail, hint', [
     ('[1, 2]', 'λ(d, w) w.a*d.x + w.b', 'weights must be a JSON object of numbers', 'The weights are [1, 2].',
      WEIGHTS_HINT),
@@ -44,6 +52,17 @@ def test_weights_are_floats(text, lam, expected):
      'Give every weight the lambda reads a starting value: {"a": 0.5, "c": 1, "b": 0}.'),
     ('{}', 'λ(d, w) w.a*d.x', 'weight "a" is not in the weights', 'The weights are: none.',
      'Give every weight the lambda reads a starting value: {"a": 0}.'),
+    # vectors and matrices
+    ('{"a": []}', 'λ(d, w) w.a*d.x', 'weight "a" is an empty array', None, WEIGHTS_HINT),
+    ('{"a": [[]]}', 'λ(d, w) w.a*d.x', 'weight "a" is an empty array', None, WEIGHTS_HINT),
+    ('{"a": [1, "2"]}', 'λ(d, w) w.a*d.x', 'weight "a" must be a number, not "2"', None, WEIGHTS_HINT),
+    ('{"a": [[1, 2], [3]]}', 'λ(d, w) w.a*d.x', 'weight "a" must be a matrix whose rows have one length',
+     'Its rows have: 2, 1.', WEIGHTS_HINT),
+    ('{"a": [[1, 2], 3]}', 'λ(d, w) w.a*d.x', 'weight "a" must be a matrix whose rows have one length',
+     'Its rows have: 2, a number.', WEIGHTS_HINT),
+    ('{"a": [[[1]]]}', 'λ(d, w) w.a*d.x', 'weight "a" must be a number, not [1]', None, WEIGHTS_HINT),
+    ('{"a": [1, 1e400]}', 'λ(d, w) w.a*d.x', 'weight "a" is not a finite double precision number', 'It is Infinity.',
+     None),
 ])
 def test_bad_weights_are_refused(text, lam, message, detail, hint):
     assert refusal(arguments.weights, text, parse(lam)) == ('22023', message, detail, hint)

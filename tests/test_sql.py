@@ -366,8 +366,9 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
-    # column finder and their eight support functions, pgad.train's and pgad.drop_model's, pgad.partial_sums's
-    assert len(internal) == 24
+    # column finder and their eight support functions, pgad.train's and pgad.drop_model's, pgad.partial_sums's,
+    # pgad.init_weights's
+    assert len(internal) == 25
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     assert [(name, acl) for name, _, acl in internal if acl is None or '"=X' in acl or '{=X' in acl or ',=X' in acl] \
         == []
@@ -381,7 +382,8 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
              "pgad._lambda_columns('λ(d, w) d.x', '{x}', '{integer}')",
              "pgad._loss_agg('\\x', '{}', 'λ(d, w) 1', '{}', NULL)",
              "pgad._train('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', 0.1, 1, 'reverse', 'auto', "
-             "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0, 'float64')", "pgad._drop_model('m')"]
+             "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0, 'float64')", "pgad._drop_model('m')",
+             "pgad._init_weights('{}', 'glorot', 0)"]
     with psycopg.connect(cluster.conninfo(dbname, user='pgad_outsider'), autocommit=True) as outsider:
         for call in calls:
             diag = error_of(outsider, f'SELECT * FROM {call}')

@@ -22,7 +22,8 @@ from .. import limits
 
 @dataclass(frozen=True)
 class Node:
-    op: str           # 'const', 'column', 'weight', or a primitive name from rules.PRIMITIVES
+    op: str           # 'const', 'column', 'weight', a primitive name from rules.PRIMITIVES or an operation's from
+                      # rules.OPERATIONS (before vectors.py unrolls it)
     args: tuple = ()  # ids of the argument nodes
     value: object = None  # the number for 'const', the name for 'column' and 'weight'
 
@@ -82,7 +83,7 @@ class Graph:
         node = self.nodes[i]
         if node.op == 'const':
             return 'b' if isinstance(node.value, bool) else 'n'
-        if node.op in LEAVES:
+        if node.op in LEAVES or node.op in rules.OPERATIONS:
             return 'n'
         return rules.PRIMITIVES[node.op].result
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from .. import limits as bounds
 from ..errors import PgadError
 from .dag import Expr, Graph
-from .rules import PRIMITIVES
+from .rules import OPERATIONS, PRIMITIVES
 
 # name in the language → (primitive, number of arguments); None means any number ≥ 1 (folded pairwise from the left)
 FUNCTIONS = {
@@ -32,11 +32,13 @@ FUNCTIONS = {
     'atan': ('atan', 1), 'atan2': ('atan2', 2), 'sinh': ('sinh', 1), 'cosh': ('cosh', 1), 'tanh': ('tanh', 1),
     'greatest': ('greatest', None), 'least': ('least', None),
     'sigmoid': ('sigmoid', 1), 'relu': ('relu', 1), 'softplus': ('softplus', 1),
+    'sum': ('sum', 1), 'dot': ('dot', 2), 'softmax': ('softmax', 1), 'logsumexp': ('logsumexp', 1),
 }
 # log(b, x), the logarithm of x to base b, is ln(x) / ln(b)
 KEYWORDS = {'case', 'when', 'then', 'else', 'end', 'and', 'or', 'not', 'true', 'false', 'lambda'}
 TYPES = {'n': 'double precision', 'b': 'boolean'}
 NAMEDATALEN = 64  # PostgreSQL's: a column name has at most 63 bytes
+MULTIPLICATIVE = {'*': 'mul', '/': 'div', '@': 'matmul'}
 COMPARISONS = {'<': 'lt', '<=': 'le', '>': 'gt', '>=': 'ge', '=': 'eq', '<>': 'ne', '!=': 'ne'}
 
 MAX_DEPTH = 10_000  # levels of parentheses, calls, CASE and prefix operators inside one another
@@ -46,7 +48,7 @@ TOKEN = re.compile(r'''
      | (?P<quoted>"(?:[^"]|"")*")
      | (?P<string>'(?:[^']|'')*')
      | (?P<name>[^\W\d]\w*)
-     | (?P<op><=|>=|<>|!=|[-+*/^(),.<>=])
+     | (?P<op><=|>=|<>|!=|[-+*/^(),.<>=@\[\]])
      | (?P<bad>.)
     )?
 ''', re.VERBOSE | re.DOTALL)
@@ -66,6 +68,7 @@ class Lambda:
     columns: list = field(default_factory=list)  # column names, in order of first use
     weights: list = field(default_factory=list)  # weight names, in order of first use
     own: list = None                             # a loss's: the columns it reads itself (parse_loss)
+    places: dict = field(default_factory=dict)   # node id → offset in text of the operator that built it first
 
     def copy(self):
         """The same Lambda over a copy of its graph, to add derivative nodes to."""
@@ -168,6 +171,7 @@ class Parser:
         self.depth = 0
         self.graph = Graph(max_nodes) if graph is None else graph
         self.value = None  # a loss's name for the prediction (p), read as a bare name
+        self.places = {}   # node id → offset of the operator that built it first (vectors.py's shape errors)
 
     def run(self, parsing):
         """The value of the generator `parsing`: every generator it yields runs first, and its value is sent back."""
@@ -226,7 +230,7 @@ class Parser:
                                           "for example 'λ(d, w) (w.a*d.x + w.b - d.y)^2'.", 'weights')
         self.columns, self.weights = {}, {}  # dicts as ordered sets: names in order of first use
         return Lambda(self.text, self.graph, self.body().id, self.row, self.params, list(self.columns),
-                      list(self.weights))
+                      list(self.weights), places=self.places)
 
     # λ(p, d) <expr>, over a model's graph
     def parse_loss(self, model):
@@ -238,7 +242,8 @@ class Parser:
         self.columns, self.weights = {}, dict.fromkeys(model.weights)
         body = self.body()
         return Lambda(self.text, self.graph, body.id, model.row, model.params,
-                      list(dict.fromkeys([*model.columns, *self.columns])), list(self.weights), list(self.columns))
+                      list(dict.fromkeys([*model.columns, *self.columns])), list(self.weights), list(self.columns),
+                      {**model.places, **self.places})
 
     def head(self, message, hint, second):
         """The names of the two parameters of `λ(a, b)`."""
@@ -279,9 +284,12 @@ class Parser:
         return expr
 
     def apply(self, op, token, *args):
-        for arg, kind in zip(args, PRIMITIVES[op].args):
+        kinds = (PRIMITIVES[op] if op in PRIMITIVES else OPERATIONS[op]).args
+        for arg, kind in zip(args, kinds if kinds != '*' else 'n' * len(args)):
             self.require(arg, kind, token)
-        return self.graph.apply(op, *args)
+        result = self.graph.apply(op, *args)
+        self.places.setdefault(result.id, token.pos)
+        return result
 
     # precedence levels, lowest first; each a generator that Parser.run drives
     def expression(self):
@@ -325,9 +333,9 @@ class Parser:
 
     def multiplicative(self):
         left = yield self.power()
-        while self.at('*', '/'):
+        while self.at('*', '/', '@'):
             tok = self.advance()
-            left = self.apply('mul' if tok.value == '*' else 'div', tok, left, (yield self.power()))
+            left = self.apply(MULTIPLICATIVE[tok.value], tok, left, (yield self.power()))
         return left
 
     def power(self):
@@ -346,7 +354,8 @@ class Parser:
         following = self.tokens[self.i + 1] if tok.kind == 'ident' else None  # an ident is never the last token
         if following is not None and following.kind == 'op' and following.value == '.':
             self.i += 1
-            return self.reference(tok)
+            found = self.reference(tok)
+            return found if not self.at('[') else self.subscripts(found)
         return self.unary()
 
     def unary(self):
@@ -359,6 +368,20 @@ class Parser:
         return (yield self.primary())
 
     def primary(self):
+        return (yield self.subscripts((yield self.atom())))
+
+    def subscripts(self, value):
+        """value[i][j]…: indexing, 1-based as in PostgreSQL arrays, binds tighter than any operator."""
+        while self.at('['):
+            tok = self.advance()
+            self.nest()
+            index = yield self.expression()
+            self.expect(']')
+            self.depth -= 1
+            value = self.apply('index', tok, value, index)
+        return value
+
+    def atom(self):
         tok = self.tok
         if tok.kind == 'number':
             self.advance()
@@ -387,6 +410,16 @@ class Parser:
             return self.graph.const(tok.value == 'true')
         if self.at('case'):
             return (yield self.case())
+        if self.at('['):  # a vector [a, b, c]
+            self.advance()
+            self.nest()
+            items = [(yield self.expression())]
+            while self.at(','):
+                self.advance()
+                items.append((yield self.expression()))
+            self.expect(']')
+            self.depth -= 1
+            return self.apply('stack', tok, *items)
         raise self.error()
 
     def reference(self, owner):

@@ -16,7 +16,7 @@ from .parser import KEYWORDS
 # op → (symbol, precedence); all binary operators are left-associative, as in PostgreSQL
 INFIX = {'or': ('OR', 1), 'and': ('AND', 2),
          'lt': ('<', 5), 'le': ('<=', 5), 'gt': ('>', 5), 'ge': ('>=', 5), 'eq': ('=', 5), 'ne': ('<>', 5),
-         'add': ('+', 7), 'sub': ('-', 7), 'mul': ('*', 8), 'div': ('/', 8), 'pow': ('^', 9)}
+         'add': ('+', 7), 'sub': ('-', 7), 'mul': ('*', 8), 'div': ('/', 8), 'matmul': ('@', 8), 'pow': ('^', 9)}
 PREFIX = {'not': ('NOT ', 3), 'neg': ('-', 10)}
 ATOM = 11
 PRINTED_PER_BYTE = 16
@@ -119,7 +119,7 @@ class _Printer:
             lp, rp = precedence[left], precedence[right]
             left = ['(', left, ')'] if lp < prec or (node.op == 'pow' and lp == PREFIX['neg'][1]) else [left]
             right = ['(', right, ')'] if rp <= prec or rp == PREFIX['neg'][1] else [right]
-            space = ' ' if prec < 8 else ''
+            space = ' ' if prec < 8 or node.op == 'matmul' else ''
             return [*left, f'{space}{symbol}{space}', *right], prec
         if node.op in PREFIX:
             symbol, prec = PREFIX[node.op]
@@ -130,6 +130,14 @@ class _Printer:
         if node.op == 'case':
             condition, then, other = node.args
             return ['CASE WHEN ', condition, ' THEN ', then, ' ELSE ', other, ' END'], ATOM
+        if node.op == 'index':  # v[i], v parenthesised unless an atom
+            v, k = node.args
+            return [*([v] if precedence[v] == ATOM else ['(', v, ')']), '[', k, ']'], ATOM
+        if node.op == 'stack':  # [a, b, c]
+            parts = ['[']
+            for k, a in enumerate(node.args):
+                parts += [', ', a] if k else [a]
+            return [*parts, ']'], ATOM
         parts = [f'{LAMBDA_NAMES.get(node.op, node.op)}(']
         for k, a in enumerate(node.args):
             parts += [', ', a] if k else [a]

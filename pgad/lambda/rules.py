@@ -8,6 +8,11 @@ A row reads `primitive(name, signature, evaluate, partials)`:
 Forward mode (forward.py), reverse mode (reverse.py) and every backend read this table; adding a function to the lambda
 language is a row here, a name in parser.FUNCTIONS, and a row in tests/test_rules.py.
 
+Vector operations (matrix products, sums, softmax, indexing) have rows of their own below, read by
+vectors.py: a shape rule and how the operation unrolls into the scalar primitives above, whose partials then give its
+derivatives in both modes and every backend. Every scalar primitive also applies elementwise to vectors and
+matrices, a scalar operand broadcast.
+
 Conventions at non-differentiable points: abs'(0) = sign'(x) = relu'(0) = 0; greatest and least follow the first
 argument that attains the extreme; CASE differentiates the branch taken. At the boundaries of pow the limits are
 written out: ∂(x^y)/∂y = 0 where x = 0 (0^y is 0 for every y > 0, where out·ln(x) would be 0·(−∞) = NaN), and
@@ -96,3 +101,111 @@ def partials(graph, i):
     result = result if isinstance(result, tuple) else (result,)
     return tuple(None if p is None else p if hasattr(p, 'graph') else graph.const(p) for p in result)
 
+
+
+# Vector operations. A row reads `operation(name, signature, shape, unroll)`: shape(*argument shapes) is the result's
+# shape, or a VectorError naming what does not fit; unroll(*arguments) is the result as scalar nodes (numpy object
+# arrays of Exprs, shape () a scalar), written with the scalar primitives. Shapes are tuples: () a number, (n,) a
+# vector, (m, n) a matrix of m rows. A signature of '*' takes one or more numbers or same-shaped vectors (the
+# vector literal [a, b, c]).
+Operation = namedtuple('Operation', 'name args shape unroll')
+OPERATIONS = {}
+
+
+class VectorError(Exception):
+    """What is wrong with an operation's shapes (vectors.py adds the place in the lambda)."""
+
+
+def operation(name, signature, shape, unroll):
+    OPERATIONS[name] = Operation(name, signature.split('->')[0], shape, unroll)
+
+
+def _product(a, b):  # @: matrix·vector, vector·matrix, matrix·matrix, vector·vector
+    if len(a) in (1, 2) and len(b) in (1, 2) and a[-1] == b[0]:
+        return a[:-1] + b[1:]
+    raise VectorError(f'cannot multiply {describe(a)} by {describe(b)} with @')
+
+
+def _vector(what):
+    def check(a):
+        if len(a) != 1:
+            raise VectorError(f'{what} takes a vector, not {describe(a)}')
+        return ()
+    return check
+
+
+def _same_vectors(a, b):
+    if len(a) != 1 or a != b:
+        raise VectorError(f'dot takes two vectors of the same length, not {describe(a)} and {describe(b)}')
+    return ()
+
+
+def _stack(*shapes):
+    if len(set(shapes)) != 1 or len(shapes[0]) > 1:
+        raise VectorError('the elements of [...] must be numbers, or vectors of one length, not ' +
+                          ', '.join(describe(s) for s in shapes))
+    return (len(shapes),) + shapes[0]
+
+
+def _index(v, i):
+    if not v or i:
+        raise VectorError(f'cannot index {describe(v)} by {describe(i)}')
+    return v[1:]
+
+
+def _matmul(a, b):
+    """a @ b, each element the sum of its products left to right."""
+    rows, cols = (a if a.ndim == 2 else a[None, :]), (b if b.ndim == 2 else b[:, None])
+    out = np.empty((rows.shape[0], cols.shape[1]), dtype=object)
+    for i, j in np.ndindex(*out.shape):
+        out[i, j] = _sum(np.array([x * y for x, y in zip(rows[i], cols[:, j])], dtype=object))
+    return out.reshape(a.shape[:-1] + b.shape[1:])
+
+
+def _sum(v):
+    total = v.flat[0]
+    for x in v.flat[1:]:
+        total = total + x
+    return total
+
+
+def _logsumexp(v):  # m + ln Σ exp(v - m), m the greatest: no overflow
+    top = _greatest(v)
+    return top + ln(_sum(np.array([exp(x - top) for x in v], dtype=object)))
+
+
+def _softmax(v):
+    top = _greatest(v)
+    e = np.array([exp(x - top) for x in v], dtype=object)
+    total = _sum(e)
+    return np.array([x / total for x in e], dtype=object)
+
+
+def _greatest(v):
+    top = v[0]
+    for x in v[1:]:
+        top = top.graph.apply('greatest', top, x)
+    return top
+
+
+def _stacked(items):
+    out = np.empty((len(items),) + items[0].shape, dtype=object)
+    for k, item in enumerate(items):
+        out[k, ...] = item
+    return out
+
+
+def describe(shape):
+    """A shape as the messages name it: 'a number', 'a vector of 3', 'a 20×4 matrix'."""
+    if not shape:
+        return 'a number'
+    return f'a vector of {shape[0]}' if len(shape) == 1 else f'a {"×".join(map(str, shape))} matrix'
+
+
+operation('matmul', 'nn->n', _product, lambda a, b: _matmul(a, b))
+operation('dot', 'nn->n', _same_vectors, lambda a, b: _matmul(a, b))
+operation('sum', 'n->n', lambda v: (), lambda v: np.asarray(_sum(v), dtype=object))
+operation('softmax', 'n->n', _vector('softmax'), _softmax)
+operation('logsumexp', 'n->n', _vector('logsumexp'), lambda v: np.asarray(_logsumexp(v), dtype=object))
+operation('index', 'nn->n', _index, None)  # unrolled by vectors.py: its index may change from row to row
+operation('stack', '*->n', _stack, lambda *items: _stacked(items))

@@ -1,0 +1,149 @@
+"""Vectors and matrices → scalars: the stage between the parsed lambda and its derivatives.
+
+The parser builds a lambda whose operations may take vectors and matrices (w.W1 @ [d.x1, d.x2] + w.b1, softmax,
+v[i]), without knowing any shape: a weight's shape is its value's in the weights jsonb, a column's is its data
+type's (a float8[] column is a vector, its length read from the data). unroll() meets the lambda with those shapes
+and writes it out in scalars — every vector operation as the scalar primitives of its row in rules.OPERATIONS,
+every elementwise one element by element — into a new graph whose weights are the elements ('W1[2][3]', 1-based,
+row-major) and whose columns are a float8[] column's elements ('pixels[5]'). The scalar lambda that comes out is
+what the rest of pgad takes: both modes differentiate it, every backend compiles it, the SQL printers print it.
+Shared subexpressions stay shared: the logits written twice in a cross-entropy are built once.
+
+A shape that does not fit is SQLSTATE 2202E (as PostgreSQL's array errors), naming the operation, both shapes and
+the place in the lambda.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import limits as bounds
+from ..errors import PgadError
+from .dag import Graph
+from .parser import Lambda, caret
+from .rules import OPERATIONS, PRIMITIVES, VectorError, describe
+
+ARRAY_SUBSCRIPT_ERROR = '2202E'
+SYMBOLS = {'add': '+', 'sub': '-', 'mul': '*', 'div': '/', 'pow': '^', 'matmul': '@', 'index': '[]', 'stack': '[...]',
+           'lt': '<', 'le': '<=', 'gt': '>', 'ge': '>=', 'eq': '=', 'ne': '<>', 'and': 'AND', 'or': 'OR',
+           'case': 'CASE', 'neg': '-', 'not': 'NOT'}
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The shapes a lambda meets: of the weights that are not numbers, and the lengths of float8[] columns."""
+    weights: tuple = ()   # ((name, shape), …)
+    columns: tuple = ()   # ((name, length), …)
+
+    def __bool__(self):
+        return bool(self.weights or self.columns)
+
+
+def element(name, index):
+    """The name of one element: 'W1[2][3]' (index 1-based, as PostgreSQL's arrays)."""
+    return name + ''.join(f'[{k}]' for k in index)
+
+
+def elements(name, shape):
+    """The names of a weight's or column's elements, row-major: what a kernel's weight vector holds in turn."""
+    return [element(name, tuple(k + 1 for k in index)) for index in np.ndindex(*shape)] if shape else [name]
+
+
+def needed(lam):
+    """Does lam use a vector operation, so that it must be unrolled even where every weight and column is a number?"""
+    return any(node.op in OPERATIONS for node in lam.graph.nodes)
+
+
+def scalars_only(lam, what):
+    """The error of a function that takes only lambdas of numbers, for one with vector operations."""
+    if needed(lam):
+        raise PgadError('0A000', f'{what} takes no lambda with vector operations',
+                        detail='Vectors and matrices are unrolled at the shapes of the weights and the data.',
+                        hint='Use pgad.gradient or pgad.gradient_descent, which get the shapes with the weights.')
+
+
+def unroll(lam, shapes, limits=bounds.DEFAULT):
+    """The scalar Lambda of lam at these Shapes: its weights and columns the elements', in order of first use."""
+    weight_shape, column_length = dict(shapes.weights), dict(shapes.columns)
+    graph = Graph(limits.lambda_nodes)
+    graph.exact = True  # the user's expression, unrolled: no rule that hides a NaN
+    nodes, values = lam.graph.nodes, {}
+    columns, weights = {}, {}
+    for i in lam.graph.ancestors([lam.root]):
+        node = nodes[i]
+        bounds.tick()
+        if node.op == 'const':
+            values[i] = np.array(graph.const(node.value), dtype=object)
+        elif node.op == 'column':
+            shape = (column_length[node.value],) if node.value in column_length else ()
+            values[i] = _leaves(graph.column, node.value, shape, columns)
+        elif node.op == 'weight':
+            values[i] = _leaves(graph.weight, node.value, weight_shape.get(node.value, ()), weights)
+        else:
+            args = [values[a] for a in node.args]
+            try:
+                values[i] = _apply(graph, node.op, args)
+            except VectorError as e:
+                raise _error(lam, i, str(e)) from None
+    root = values[lam.root]
+    if root.shape:
+        raise _error(lam, lam.root, f'the body of a lambda must be a number, not {describe(root.shape)}',
+                     hint='Sum it with sum(…), or pick an element with […].')
+    return Lambda(lam.text, graph, root[()].id, lam.row, lam.params, list(columns), list(weights),
+                  None if lam.own is None else [c for c in columns if c.split('[')[0] in lam.own])
+
+
+def _leaves(make, name, shape, seen):
+    """The leaves of a column or weight of this shape, as an object array; their names noted in seen, in order."""
+    names = elements(name, shape)
+    seen.update(dict.fromkeys(names))
+    return np.array([make(n) for n in names], dtype=object).reshape(shape)
+
+
+def _apply(graph, op, args):
+    """op of the argument arrays, as an array of scalar nodes."""
+    shapes = [a.shape for a in args]
+    if op in OPERATIONS:
+        OPERATIONS[op].shape(*shapes)  # a VectorError where the shapes do not fit
+        out = _index(graph, *args) if op == 'index' else OPERATIONS[op].unroll(*args)
+        return out if isinstance(out, np.ndarray) else np.array(out, dtype=object)
+    shape = _broadcast(op, shapes)
+    out = np.empty(shape, dtype=object)
+    for index in np.ndindex(*shape):
+        out[index] = graph.apply(op, *[a[index] if a.shape else a[()] for a in args])
+    return out
+
+
+def _broadcast(op, shapes):
+    """The shape of an elementwise op: its arguments' shape, numbers broadcast to it."""
+    shape = max(shapes, key=len)
+    for other in shapes:
+        if other and other != shape:
+            raise VectorError(f'cannot apply {SYMBOLS.get(op, op)} to {" and ".join(describe(s) for s in shapes)}'
+                              if len(shapes) > 1 else f'cannot apply {op} to {describe(other)}')
+    return shape
+
+
+def _index(graph, v, i):
+    """v[i]: the i-th row or element (1-based). A constant i picks it; an i that changes from row to row is a chain
+    of CASEs, NaN where i is no position of v (as the loss's error then says where)."""
+    i = i[()]
+    node = graph.nodes[i.id]
+    n = v.shape[0]
+    if node.op == 'const':
+        k = node.value
+        if not (1 <= k <= n and k == int(k)):
+            raise VectorError(f'index {k:g} is out of range for {describe(v.shape)}')
+        return v[int(k) - 1]
+    out = np.empty(v.shape[1:], dtype=object)
+    for index in np.ndindex(*v.shape[1:]):
+        result = graph.const(float('nan'))
+        for k in range(n, 0, -1):
+            result = graph.apply('case', graph.apply('eq', i, float(k)), v[(k - 1, *index)], result)
+        out[index] = result
+    return out
+
+
+def _error(lam, i, message, hint=None):
+    pos = lam.places.get(i)
+    return PgadError(ARRAY_SUBSCRIPT_ERROR, message, detail=None if pos is None else caret(lam.text, pos), hint=hint,
+                     position=None if pos is None else pos + 1)

@@ -1,0 +1,263 @@
+"""Vectors and matrices in the lambda, in process (no database): every vector operation at random shapes, both modes,
+every backend, against central finite differences and against PyTorch autograd in float64; the python backend
+against the others; the parser's and printer's syntax (@, [a, b], v[i]); and the shape errors, with their place.
+
+Adding a vector operation means a row in rules.OPERATIONS and a row in CASES (test_cases_cover_every_operation).
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import pgad  # noqa: F401  (binds pgad.lang)
+from pgad import backends, program
+from pgad.errors import PgadError
+from pgad.lang import parse, parser, printer, rules, vectors
+
+torch.set_default_dtype(torch.float64)
+MODES = ('forward', 'reverse')
+BACKENDS = ('python', 'llvm', 'cuda')
+N = 30
+_rng = np.random.default_rng(14)
+K = int(_rng.integers(2, 6))   # a random hidden size, and a random array-column length, fixed by the seed
+P = int(_rng.integers(3, 7))
+DATA = {**{f'x{k}': _rng.uniform(-1, 1, N) for k in range(1, 5)},
+        'label': _rng.integers(0, 3, N).astype(np.float64),
+        'pix': _rng.uniform(0, 1, (N, P))}
+X3 = '[d.x1, d.x2, d.x3]'
+
+
+def x(d, *names):
+    """The rows' vector [d.x1, …] as torch, one row per data row."""
+    return torch.stack([d[n] for n in names], 1)
+
+
+def case(name, text, shapes, fn):
+    """(name, lambda text, {weight: shape}, fn(d, w) → the loss per row, in torch)."""
+    return pytest.param(text, shapes, fn, id=name)
+
+
+def ce(z, d):
+    return torch.logsumexp(z, 1) - z.gather(1, d['label'].long()[:, None])[:, 0]
+
+
+MLP = f'(w.w2 @ relu(w.w1 @ {X3} + w.b1) + w.b2)'
+CASES = [
+    case('matrix-vector', f'λ(d, w) sum(tanh(w.m @ {X3} + w.b))', {'m': (K, 3), 'b': (K,)},
+         lambda d, w: torch.tanh(x(d, 'x1', 'x2', 'x3') @ w['m'].T + w['b']).sum(1)),
+    case('vector-matrix', 'λ(d, w) sum(([d.x1, d.x2] @ w.m)^2)', {'m': (2, K)},
+         lambda d, w: ((x(d, 'x1', 'x2') @ w['m']) ** 2).sum(1)),
+    case('matrix-matrix', 'λ(d, w) sum(w.a @ w.b @ [d.x1, d.x2] * d.x3)', {'a': (K, 3), 'b': (3, 2)},
+         lambda d, w: (x(d, 'x1', 'x2') @ (w['a'] @ w['b']).T * d['x3'][:, None]).sum(1)),
+    case('vector-vector', f'λ(d, w) (w.v @ {X3} - d.x4)^2', {'v': (3,)},
+         lambda d, w: (x(d, 'x1', 'x2', 'x3') @ w['v'] - d['x4']) ** 2),
+    case('dot', f'λ(d, w) dot(w.v, {X3}) * dot(w.v, w.v)', {'v': (3,)},
+         lambda d, w: (x(d, 'x1', 'x2', 'x3') @ w['v']) * (w['v'] @ w['v'])),
+    case('sum-of-matrix', 'λ(d, w) sum(w.m * d.x1)^2', {'m': (2, K)},
+         lambda d, w: (w['m'].sum() * d['x1']) ** 2),
+    case('softmax', f'λ(d, w) dot(softmax(w.m @ {X3}), [1, 2, 3, 4, 5][1:{K}])', {'m': (K, 3)}, None),
+    case('logsumexp', 'λ(d, w) logsumexp(w.v * d.x1 + w.u)', {'v': (K,), 'u': (K,)},
+         lambda d, w: torch.logsumexp(d['x1'][:, None] * w['v'] + w['u'], 1)),
+    case('cross-entropy', f'λ(d, w) logsumexp({MLP}) - {MLP}[d.label + 1]',
+         {'w1': (K, 3), 'b1': (K,), 'w2': (3, K), 'b2': (3,)},
+         lambda d, w: ce(torch.relu(x(d, 'x1', 'x2', 'x3') @ w['w1'].T + w['b1']) @ w['w2'].T + w['b2'], d)),
+    case('index', 'λ(d, w) w.m[2][1]*d.x1 + (w.v*d.x2)[K] + w.m[1][2]^2'.replace('K', str(K)),
+         {'m': (2, 2), 'v': (K,)},
+         lambda d, w: w['m'][1, 0] * d['x1'] + w['v'][K - 1] * d['x2'] + w['m'][0, 1] ** 2),
+    case('index-of-row', 'λ(d, w) (softmax(w.v)[d.label + 1] - d.x1)^2', {'v': (3,)},
+         lambda d, w: (torch.softmax(w['v'], 0)[d['label'].long()] - d['x1']) ** 2),
+    case('stack-of-vectors', f'λ(d, w) sum(exp([w.u, w.v, w.u * w.v] @ {X3}))', {'u': (3,), 'v': (3,)},
+         lambda d, w: torch.exp(x(d, 'x1', 'x2', 'x3') @ torch.stack([w['u'], w['v'], w['u'] * w['v']]).T).sum(1)),
+    case('elementwise', f'λ(d, w) sum(sigmoid(w.v) * softplus({X3}) / (1 + w.v^2) - 0.5 * sin(w.v) + sqrt(2 + w.v))',
+         {'v': (3,)},
+         lambda d, w: (torch.sigmoid(w['v']) * torch.nn.functional.softplus(x(d, 'x1', 'x2', 'x3')) / (1 + w['v'] ** 2)
+                       - 0.5 * torch.sin(w['v']) + torch.sqrt(2 + w['v'])).sum(1)),
+    case('case-elementwise', f'λ(d, w) sum(CASE WHEN w.v > 0 THEN w.v ELSE 0.1 * w.v END * {X3})', {'v': (3,)},
+         lambda d, w: (torch.where(w['v'] > 0, w['v'], 0.1 * w['v']) * x(d, 'x1', 'x2', 'x3')).sum(1)),
+    case('array-column', 'λ(d, w) (w.v @ d.pix + w.c - d.x1)^2', {'v': (P,), 'c': ()},
+         lambda d, w: (d['pix'] @ w['v'] + w['c'] - d['x1']) ** 2),
+    case('array-column-elements', 'λ(d, w) (d.pix[2] * w.c - exp(sum(d.pix) / 10))^2', {'c': ()},
+         lambda d, w: (d['pix'][:, 1] * w['c'] - torch.exp(d['pix'].sum(1) / 10)) ** 2),
+]
+# softmax's reference: [1, 2, …, K] written out, and torch's softmax
+CASES[6] = case('softmax', f'λ(d, w) dot(softmax(w.m @ {X3}), [{", ".join(str(k + 1.0) for k in range(K))}])',
+                {'m': (K, 3)},
+                lambda d, w: torch.softmax(x(d, 'x1', 'x2', 'x3') @ w['m'].T, 1) @ torch.arange(1.0, K + 1))
+
+
+def start(shapes, seed=0):
+    """Weights at random, ±1."""
+    rng = np.random.default_rng(seed)
+    return {name: rng.uniform(-1, 1, shape) for name, shape in shapes.items()}
+
+
+def build(text, shapes, mode):
+    lengths = (('pix', P),) if 'd.pix' in text else ()
+    return program.build(text, tuple(shapes), mode, True,
+                         shapes=vectors.Shapes(tuple((n, s) for n, s in shapes.items() if s), lengths))
+
+
+def sums(text, shapes, w, mode='reverse', backend='python'):
+    """[Σ loss, Σ ∂loss/∂element…] over the rows, the weights' elements flat, row-major."""
+    prog = build(text, shapes, mode)
+    elements = dict(prog.columns_of)
+    columns = [DATA[elements[c][0]][:, elements[c][1] - 1] if c in elements else DATA[c] for c in prog.columns]
+    vector = np.concatenate([np.ravel(w[n]) for n in shapes])
+    return backends.compile(prog, backend)(columns, N, vector)
+
+
+def torch_reference(fn, shapes, w):
+    """(Σ loss, ∇ Σ loss flat) by PyTorch autograd, in float64."""
+    tw = {n: torch.tensor(np.asarray(v, dtype=np.float64), requires_grad=True) for n, v in w.items()}
+    d = {k: torch.tensor(v) for k, v in DATA.items()}
+    total = fn(d, tw).sum()
+    grads = torch.autograd.grad(total, [tw[n] for n in shapes], allow_unused=True)
+    return float(total.detach()), np.concatenate([np.zeros(np.prod(shapes[n], dtype=int)) if g is None else
+                                         g.numpy().ravel() for n, g in zip(shapes, grads)])
+
+
+# The cuda backend runs on numba's CUDA simulator without a GPU: slow, so there one mode.
+BACKEND_MODE = [(b, m) for b in BACKENDS for m in MODES
+                if b != 'cuda' or m == 'reverse' or os.environ.get('NUMBA_ENABLE_CUDASIM') != '1']
+
+
+def test_cases_cover_every_operation():
+    used = set()
+    for param in CASES:
+        lam = parse(param.values[0])
+        used |= {lam.graph.nodes[i].op for i in lam.graph.ancestors([lam.root])}
+    assert set(rules.OPERATIONS) - used == set()
+    texts = ' '.join(param.values[0] for param in CASES)
+    assert [fn for fn, (op, _) in parser.FUNCTIONS.items() if op in rules.OPERATIONS and f'{fn}(' not in texts] == []
+
+
+@pytest.mark.parametrize('backend, mode', BACKEND_MODE)
+@pytest.mark.parametrize('text, shapes, fn', CASES)
+def test_matches_torch(text, shapes, fn, backend, mode):
+    w = start(shapes)
+    result = sums(text, shapes, w, mode, backend)
+    loss, grad = torch_reference(fn, shapes, w)
+    # 1e-10 relative: the same functions in float64, summed in a different order
+    np.testing.assert_allclose(result[0], loss, rtol=1e-10)
+    np.testing.assert_allclose(result[1:], grad, rtol=1e-9, atol=1e-10 * max(1.0, np.max(np.abs(grad))))
+
+
+@pytest.mark.parametrize('backend', BACKENDS[:2])
+@pytest.mark.parametrize('text, shapes, fn', CASES)
+def test_matches_finite_differences(text, shapes, fn, backend):
+    """Along a random direction u (autograd's check_grads): (L(w + hu) − L(w − hu)) / 2h against ∇L·u."""
+    w = start(shapes, seed=1)
+    flat = np.concatenate([np.ravel(w[n]) for n in shapes])
+    u = np.random.default_rng(2).normal(size=flat.size)
+    u /= np.linalg.norm(u)
+    h = 1e-6
+
+    def at(vector):
+        out, k = {}, 0
+        for n, s in shapes.items():
+            size = int(np.prod(s, dtype=int))
+            out[n] = vector[k:k + size].reshape(s)
+            k += size
+        return out
+    grad = sums(text, shapes, w, 'reverse', backend)[1:]
+    fd = (sums(text, shapes, at(flat + h * u), 'reverse', backend)[0] -
+          sums(text, shapes, at(flat - h * u), 'reverse', backend)[0]) / (2 * h)
+    # truncation ~h², rounding ~1e-16·|L|/h: 1e-6 relative is far above both
+    np.testing.assert_allclose(grad @ u, fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize('text, shapes, fn', CASES)
+def test_forward_matches_reverse(text, shapes, fn):
+    w = start(shapes)
+    forward, reverse = sums(text, shapes, w, 'forward'), sums(text, shapes, w, 'reverse')
+    np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-10 * np.max(np.abs(reverse)))
+
+
+def test_shared_logits_are_built_once():
+    """The cross-entropy writes the network twice; the DAG holds it once: its nodes are those of writing it once."""
+    shapes = {'w1': (K, 3), 'b1': (K,), 'w2': (3, K), 'b2': (3,)}
+    twice = build(f'λ(d, w) logsumexp({MLP}) - {MLP}[d.label + 1]', shapes, 'reverse')
+    once = build(f'λ(d, w) logsumexp({MLP}) - sum({MLP})', shapes, 'reverse')
+    products = lambda prog: sum(prog.graph.nodes[i].op == 'mul' for i in prog.graph.ancestors([prog.outputs[0]]))  # noqa: E731
+    assert products(twice) == products(once) == 3 * K + K * 3
+
+
+# --- syntax ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('text, shapes, fn', CASES)
+def test_printer_round_trip(text, shapes, fn):
+    """The printer writes vector operations as the parser reads them: printed and parsed again, the same DAG."""
+    lam = parse(text)
+    again = parse('λ(d, w) ' + printer.to_lambda(lam, lam.root))
+    assert len(again.graph) == len(lam.graph) and printer.to_lambda(again, again.root) == printer.to_lambda(
+        lam, lam.root)
+
+
+@pytest.mark.parametrize('body, expected', [
+    ('-w.v[2]', '-w.v[2]'),                         # indexing binds tighter than unary minus
+    ('(w.m @ w.v)[1]', '(w.m @ w.v)[1]'),
+    ('softmax(w.v)[1]^2', 'softmax(w.v)[1]^2'),
+    ('w.m @ w.v * 2', '2*(w.m @ w.v)'),             # @ is as * and /: left to right (constants go first)
+    ('2 * w.m @ w.v', '2*w.m @ w.v'),
+    ('[w.a, 2][1] + [[1, 2], [3, 4]][2][1]', '[w.a, 2][1] + [[1, 2], [3, 4]][2][1]'),
+])
+def test_vector_syntax(body, expected):
+    lam = parse('λ(d, w) ' + body)
+    assert printer.to_lambda(lam, lam.root) == expected
+
+
+@pytest.mark.parametrize('body, value', [
+    ('[w.a, 2][1] + [[1, 2], [3, 4]][2][1]', 1.5 + 3),
+    ('sum([[1, 2], [3, 4]] @ [1, w.a])', 1 + 3 + 1.5 * 6),
+    ('dot([1, 2, 3], [w.a, w.a, 1])', 1.5 * 3 + 3),
+    ('-[1, 2][2]^2', 4),                            # as -2^2 is 4 in PostgreSQL: unary minus first, ^ after
+    ('logsumexp([0, ln(3)])', np.log(4)),
+    ('softmax([0, ln(3)])[2]', 0.75),
+])
+def test_vector_values(body, value):
+    prog = build('λ(d, w) ' + body, {'a': ()}, 'reverse')
+    assert backends.compile(prog, 'python')([], 1, np.array([1.5]))[0] == pytest.approx(value, rel=1e-14)
+
+
+# --- shape errors: SQLSTATE 2202E, the operation, both shapes, the place -----------------------------------------
+
+@pytest.mark.parametrize('body, shapes, message, at', [
+    ('sum(w.m @ [d.x1, d.x2])', {'m': (3, 4)}, 'cannot multiply a 3×4 matrix by a vector of 2 with @', '@'),
+    ('sum(w.v + w.u)', {'v': (3,), 'u': (2,)}, 'cannot apply + to a vector of 3 and a vector of 2', '+'),
+    ('w.v * 2', {'v': (3,)}, 'the body of a lambda must be a number, not a vector of 3', '*'),
+    ('w.v[4]', {'v': (3,)}, 'index 4 is out of range for a vector of 3', '['),
+    ('w.v[1.5]', {'v': (3,)}, 'index 1.5 is out of range for a vector of 3', '['),
+    ('w.a[1]', {'a': ()}, 'cannot index a number by a number', '['),
+    ('logsumexp(w.m)', {'m': (2, 3)}, 'logsumexp takes a vector, not a 2×3 matrix', 'logsumexp'),
+    ('sum(softmax(w.a))', {'a': ()}, 'softmax takes a vector, not a number', 'softmax'),
+    ('dot(w.v, w.u)', {'v': (3,), 'u': (2,)}, 'dot takes two vectors of the same length, not a vector of 3 and a '
+                                               'vector of 2', 'dot'),
+    ('sum([w.v, d.x1])', {'v': (3,)}, 'the elements of [...] must be numbers, or vectors of one length, not a '
+                                      'vector of 3, a number', '['),
+    ('sum(w.v[d.x1 + [1, 2]])', {'v': (3,)}, 'cannot index a vector of 3 by a vector of 2', '['),
+    ('sum(w.a @ w.a)', {'a': ()}, 'cannot multiply a number by a number with @', '@'),
+])
+def test_shape_errors(body, shapes, message, at):
+    text = 'λ(d, w) ' + body
+    with pytest.raises(PgadError) as caught:
+        build(text, shapes, 'reverse')
+    e = caught.value
+    assert (e.sqlstate, e.message) == ('2202E', message)
+    assert text[e.position - 1:].startswith(at), (e.position, at)
+    assert e.detail.splitlines()[1].index('^') == e.position - 1
+
+
+def test_elements_are_named_like_postgresql_subscripts():
+    prog = build('λ(d, w) sum(w.m @ d.pix) + w.c', {'m': (2, P), 'c': ()}, 'reverse')
+    assert prog.weights[:3] == ('m[1][1]', 'm[1][2]', 'm[1][3]') and prog.weights[-1] == 'c'
+    assert prog.columns[:2] == ('pix[1]', 'pix[2]') and dict(prog.columns_of)['pix[2]'] == ('pix', 2)
+    nested = prog.nest(list(range(2 * P + 1)))
+    assert nested == {'m': [list(range(P)), list(range(P, 2 * P))], 'c': 2 * P}
+
+
+def test_a_scalar_lambda_is_not_unrolled():
+    """A lambda of numbers keeps the parser's graph: nothing changes for it."""
+    lam = program.parsed('λ(d, w) (w.a*d.x + w.b - d.y)^2')
+    prog = program.build('λ(d, w) (w.a*d.x + w.b - d.y)^2', ('a', 'b'))
+    assert prog.graph.nodes[:len(lam.graph)] == lam.graph.nodes

@@ -1,0 +1,197 @@
+"""Vectors and matrices through SQL, on a real server: matrix weights in and out of the jsonb, an MLP trained by
+pgad.gradient_descent against the same descent in PyTorch, float8[] columns (NULL arrays, NULL elements, arrays of
+other lengths or dimensions), the aggregates with vector literals, pgad.init_weights, and the errors."""
+import json
+
+import numpy as np
+import psycopg
+import pytest
+import torch
+
+from conftest import error_of
+
+CLASSES = 3
+ROWS = 90
+
+
+@pytest.fixture(scope='module')
+def tables(cluster, dbname):
+    """blobs: 90 rows of three Gaussian blobs in x1, x2, x3 with label 0..2, and the same as a float8[] column x;
+    arrays: rows with arrays of every kind a float8[] column can hold."""
+    rng = np.random.default_rng(3)
+    label = np.arange(ROWS) % CLASSES
+    centres = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.float64)
+    x = centres[label] + rng.normal(0, 0.3, (ROWS, 3))
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute('CREATE TABLE blobs (id int, x1 float8, x2 float8, x3 float8, x float8[], label int)')
+        with db.cursor() as cur:
+            cur.executemany('INSERT INTO blobs VALUES (%s, %s, %s, %s, %s, %s)',
+                            [(k, *map(float, x[k]), list(map(float, x[k])), int(label[k])) for k in range(ROWS)])
+        db.execute('CREATE TABLE arrays (id int, v float8[], i int[], y float8)')
+        db.execute("INSERT INTO arrays VALUES (1, '{1, 2}', '{1, 2}', 1), (2, '{3, 4}', '{3, 4}', 2), "
+                   "(3, NULL, NULL, 3), (4, '{5, NULL}', '{5, NULL}', 4), (5, '{0.5, 0.25}', '{6, 7}', 5)")
+    return x, label
+
+
+MLP = '(w.w2 @ relu(w.w1 @ [d.x1, d.x2, d.x3] + w.b1) + w.b2)'
+CROSS_ENTROPY = f'λ(d, w) logsumexp({MLP}) - {MLP}[d.label + 1]'
+
+
+def start_weights(hidden=5):
+    rng = np.random.default_rng(7)
+    return {'w1': rng.normal(0, 0.5, (hidden, 3)).tolist(), 'b1': [0.0] * hidden,
+            'w2': rng.normal(0, 0.5, (CLASSES, hidden)).tolist(), 'b2': [0.0] * CLASSES}
+
+
+def torch_descent(x, label, weights, learning_rate, iterations):
+    """Full-batch gradient descent on the mean cross-entropy, in PyTorch, float64."""
+    w = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in weights.items()}
+    X, y = torch.tensor(x), torch.tensor(label)
+    for _ in range(iterations):
+        z = torch.relu(X @ w['w1'].T + w['b1']) @ w['w2'].T + w['b2']
+        loss = torch.nn.functional.cross_entropy(z, y)
+        grads = torch.autograd.grad(loss, list(w.values()))
+        with torch.no_grad():
+            for t, g in zip(w.values(), grads):
+                t -= learning_rate * g
+    with torch.no_grad():
+        z = torch.relu(X @ w['w1'].T + w['b1']) @ w['w2'].T + w['b2']
+        return {k: t.detach().numpy() for k, t in w.items()}, float(torch.nn.functional.cross_entropy(z, y)), \
+            float((z.argmax(1) == y).double().mean())
+
+
+@pytest.mark.parametrize('backend', ['python', 'llvm'])
+def test_an_mlp_trains_as_in_pytorch(db, tables, backend):
+    x, label = tables
+    weights = start_weights()
+    fitted, loss, iterations = db.execute(
+        "SELECT (f).weights, (f).loss, (f).iterations FROM pgad.gradient_descent(%s, 'blobs', %s, 0.5, 40, "
+        "backend => %s) AS f", (CROSS_ENTROPY, json.dumps(weights), backend)).fetchone()
+    expected, expected_loss, accuracy = torch_descent(x, label, weights, 0.5, 40)
+    assert iterations == 40 and sorted(fitted) == sorted(weights)
+    for name in weights:
+        assert np.shape(fitted[name]) == np.shape(weights[name])
+        np.testing.assert_allclose(fitted[name], expected[name], rtol=1e-9, atol=1e-12)
+    assert loss == pytest.approx(expected_loss, rel=1e-9) and accuracy > 0.9
+
+
+def test_the_gradient_keeps_the_shapes(db, tables):
+    x, label = tables
+    weights = start_weights(2)
+    grad = db.execute("SELECT pgad.gradient(%s, 'blobs', %s)", (CROSS_ENTROPY, json.dumps(weights))).fetchone()[0]
+    w = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in weights.items()}
+    z = torch.relu(torch.tensor(x) @ w['w1'].T + w['b1']) @ w['w2'].T + w['b2']
+    expected = torch.autograd.grad(torch.nn.functional.cross_entropy(z, torch.tensor(label)), list(w.values()))
+    for name, g in zip(weights, expected):
+        np.testing.assert_allclose(grad[name], g.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_a_float8_array_column_is_a_vector(db, tables):
+    """The same loss over the array column x as over [d.x1, d.x2, d.x3]."""
+    weights = json.dumps({'v': [0.1, 0.2, 0.3], 'c': 0.5})
+    from_array = db.execute("SELECT pgad.loss('λ(d, w) (w.v @ d.x + w.c - d.label)^2', 'blobs', %s)",
+                            (weights,)).fetchone()[0]
+    from_columns = db.execute("SELECT pgad.loss('λ(d, w) (w.v @ [d.x1, d.x2, d.x3] + w.c - d.label)^2', 'blobs', "
+                              "%s)", (weights,)).fetchone()[0]
+    assert from_array == pytest.approx(from_columns, rel=1e-14)
+
+
+def test_null_arrays_and_null_elements_skip_their_rows(db, tables):
+    notices = []
+    db.add_notice_handler(lambda d: notices.append(d.message_primary))
+    loss = db.execute("SELECT pgad.loss('λ(d, w) (w.v @ d.v - d.y)^2', 'arrays', '{\"v\": [1, 0]}')").fetchone()[0]
+    assert loss == pytest.approx(((1 - 1) ** 2 + (3 - 2) ** 2 + (0.5 - 5) ** 2) / 3)
+    assert any('skipped 2 of 5 rows with NULL' in n for n in notices)
+    ints = db.execute("SELECT pgad.loss('λ(d, w) sum(d.i * w.v)', 'SELECT i FROM arrays WHERE id <> 4', "
+                      "'{\"v\": [1, 10]}')").fetchone()[0]
+    assert ints == pytest.approx((21 + 43 + 76) / 3)  # an int[] column is a vector too
+
+
+@pytest.mark.parametrize('data, message, detail', [
+    ("SELECT * FROM (VALUES (ARRAY[1, 2]::float8[]), (ARRAY[3, 4]), (ARRAY[5]), (ARRAY[6])) AS t(v)",
+     'column "v" has arrays of different lengths', "The first row's array has 2 elements; row 3's has 1."),
+    ("SELECT * FROM (VALUES (NULL::float8[]), (ARRAY[1, 2]), (ARRAY[1, 2, 3])) AS t(v)",
+     'column "v" has arrays of different lengths', "The first row's array has 2 elements; row 3's has 3."),
+    ("SELECT * FROM (VALUES (ARRAY[1, 2]::float8[]), (ARRAY[[1, 2], [3, 4]])) AS t(v)",
+     'column "v" has a 2-dimensional array in row 2 of the data', 'pgad reads a one-dimensional array as a vector.'),
+    ("SELECT * FROM (VALUES (ARRAY[1, 2]::float8[]), ('[0:1]={3, 4}')) AS t(v)",
+     'column "v" has an array that starts at index 0 in row 2 of the data', 'pgad reads arrays indexed from 1.'),
+    ("SELECT * FROM (VALUES ('{}'::float8[]), ('{}')) AS t(v)", 'column "v" holds empty arrays', None),
+])
+def test_arrays_of_another_shape_are_named_by_their_row(db, data, message, detail):
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) sum(d.v * w.a)', %s, '{\"a\": 1}')", (data,))
+    assert (diag.sqlstate, diag.message_primary, diag.message_detail) == ('2202E', message, detail)
+    assert diag.message_hint.startswith('Every row\'s "v" must be a one-dimensional array of the same length')
+
+
+def test_every_array_null_is_no_row(db):
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) sum(d.v * w.a)', 'SELECT NULL::float8[] AS v', '{\"a\": 1}')")
+    assert (diag.sqlstate, diag.message_primary) == ('22000', 'every row of the data has NULL in column "v", which '
+                                                               'the lambda reads')
+
+
+def test_shape_errors_point_into_the_lambda(db, tables):
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) sum(w.m @ [d.x1, d.x2])', 'blobs', '{\"m\": [[1, 2, 3]]}')")
+    assert (diag.sqlstate, diag.message_primary) == ('2202E', 'cannot multiply a 1×3 matrix by a vector of 2 with @')
+    assert diag.message_detail == 'λ(d, w) sum(w.m @ [d.x1, d.x2])\n                ^'
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.v @ d.x', 'blobs', '{\"v\": [1, 2]}')")
+    assert diag.message_primary == 'cannot multiply a vector of 2 by a vector of 3 with @'
+
+
+def test_an_index_past_the_vector_is_an_error_that_names_the_row(db, tables):
+    """A row's index outside the vector (label 3 of 3 classes, +1) makes the loss NaN there: the error says so."""
+    diag = error_of(db, "SELECT pgad.loss('λ(d, w) (w.v * d.x1)[d.label + 2]', 'blobs', '{\"v\": [1, 2, 3]}')")
+    assert (diag.sqlstate, diag.message_primary) == ('2202E', 'index 4 is out of range for a vector of 3')
+    assert diag.message_detail == 'The lambda computes d.label + 2 = 4 where d.label = 2.'
+    assert diag.message_hint == 'Indexes run from 1 to 3: a 0-based label is written v[d.label + 1].'
+
+
+def test_the_aggregates_take_vector_literals_and_matrices(db, tables):
+    loss = 'λ(d, w) (w.v @ [d.x1, d.x2, d.x3] - d.label)^2'
+    fitted = db.execute("SELECT (pgad.gradient_descent_agg(%s, '{\"v\": [0, 0, 0]}', b, "
+                        "'{\"iterations\": 3}')).weights FROM blobs AS b", (loss,)).fetchone()[0]
+    direct = db.execute("SELECT (pgad.gradient_descent(%s, 'blobs', '{\"v\": [0, 0, 0]}', 0.05, 3)).weights",
+                        (loss,)).fetchone()[0]
+    np.testing.assert_allclose(fitted['v'], direct['v'], rtol=1e-12)
+    diag = error_of(db, "SELECT pgad.loss_agg('λ(d, w) sum(d.x)', '{}', b) FROM blobs AS b")
+    assert (diag.sqlstate, diag.message_primary) == ('42804', 'column "x" is of type double precision[], not a number')
+
+
+# --- pgad.init_weights ---------------------------------------------------------------------------------------------
+
+def test_init_weights_is_reproducible_and_shaped(db):
+    shapes = '{"w1": [20, 4], "b1": [20], "w2": [3, 20], "b2": 3, "c": []}'
+    first = db.execute('SELECT pgad.init_weights(%s)', (shapes,)).fetchone()[0]
+    again = db.execute("SELECT pgad.init_weights(%s, 'glorot', 0)", (shapes,)).fetchone()[0]
+    other = db.execute("SELECT pgad.init_weights(%s, seed => 1)", (shapes,)).fetchone()[0]
+    assert first == again and first != other
+    assert np.shape(first['w1']) == (20, 4) and np.shape(first['w2']) == (3, 20)
+    assert first['b1'] == [0.0] * 20 and first['b2'] == [0.0] * 3 and first['c'] == 0.0
+    bound = np.sqrt(6 / 24)
+    assert np.all(np.abs(first['w1']) <= bound) and np.std(first['w1']) > bound / 3
+    he = db.execute("SELECT pgad.init_weights('{\"m\": [200, 50]}', 'he')").fetchone()[0]
+    assert np.std(he['m']) == pytest.approx(np.sqrt(2 / 50), rel=0.05)
+    zeros = db.execute("SELECT pgad.init_weights('{\"m\": [2, 2]}', 'zeros')").fetchone()[0]
+    assert zeros == {'m': [[0.0, 0.0], [0.0, 0.0]]}
+
+
+@pytest.mark.parametrize('args, sqlstate, message', [
+    ("'{\"m\": [2, 2]}', 'xavier'", '22023', 'unknown scheme "xavier"'),
+    ("'{\"m\": [2, 2]}', 'glorot', -1", '22023', 'seed must be 0 or a positive integer, not -1'),
+    ("'[2, 2]'", '22023', 'shapes must be a JSON object'),
+    ("'{\"m\": [2, 0]}'", '22023', 'the shape of weight "m" must be [], [n] or [m, n] with positive n and m, not [2, 0]'),
+    ("'{\"m\": [2, 2, 2]}'", '22023', 'the shape of weight "m" must be [], [n] or [m, n] with positive n and m, not '
+                                      '[2, 2, 2]'),
+    ("'{\"m\": \"2\"}'", '22023', 'the shape of weight "m" must be [], [n] or [m, n] with positive n and m, not "2"'),
+    ("'{\"m\": [100000, 100000]}'", '54001', 'the shapes hold more than 100000 numbers'),
+])
+def test_init_weights_errors(db, args, sqlstate, message):
+    diag = error_of(db, f'SELECT pgad.init_weights({args})')
+    assert (diag.sqlstate, diag.message_primary) == (sqlstate, message)
+
+
+def test_functions_without_shapes_refuse_vector_lambdas(db):
+    for sql in ("SELECT * FROM pgad.derivatives('λ(d, w) sum(w.v * [d.x, 1])')",
+                "SELECT * FROM pgad.explain('λ(d, w) sum(w.v * [d.x, 1])')"):
+        diag = error_of(db, sql)
+        assert diag.sqlstate == '0A000' and 'takes no lambda with vector operations' in diag.message_primary
