@@ -1,0 +1,152 @@
+"""Small neural networks: an MLP trained in one SQL call against hand-written NumPy and PyTorch on the same data.
+
+    .venv/bin/python bench/mlp.py [--repeats 3] [--only iris|digits]
+
+Two networks, full-batch gradient descent on the mean cross-entropy, from the same starting weights
+(pgad.init_weights, glorot, seed 0) at the same learning rate:
+  iris    Iris × 8 (1,200 rows), standardised, 4-20-3, relu, rate 0.5, 1,000 iterations
+  digits  scikit-learn's digits (1,797 rows of 64 pixels / 16, a float8[] column), 64-32-10, relu, rate 0.5,
+          200 iterations
+Contenders, interleaved, best of --repeats, in one connection (connection start and first-call imports do not
+count):
+  pgad <backend>   SELECT pgad.gradient_descent(<cross-entropy lambda>, <table>, <weights>, rate, iterations,
+                   backend => …): the load, the compile (cached after the first call) and the iterations
+  numpy            hand-written forward and backward passes over the rows already in memory
+  torch            PyTorch autograd, float64, one thread, the rows already in memory
+Each reports its time and its final training accuracy (argmax of the fitted network's logits). Timings are printed
+and written to bench/results/mlp.json, never asserted.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import psycopg
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pgad.throwaway import Cluster  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results', 'mlp.json')
+
+
+def network(x):
+    """The cross-entropy of the MLP over the vector expression x, the logits written twice (the DAG shares them)."""
+    logits = f'(w.w2 @ relu(w.w1 @ {x} + w.b1) + w.b2)'
+    return f'λ(d, w) logsumexp({logits}) - {logits}[d.label + 1]'
+
+
+def datasets():
+    """{name: (X, labels, sizes, learning rate, iterations, the lambda)}."""
+    from sklearn.datasets import load_digits, load_iris
+    iris = load_iris()
+    X = np.tile(iris.data, (8, 1))
+    X = (X - X.mean(0)) / X.std(0)
+    digits = load_digits()
+    return {
+        'iris': (X, np.tile(iris.target, 8), (4, 20, 3), 0.5, 1000, network('[d.x1, d.x2, d.x3, d.x4]')),
+        'digits': (digits.data / 16.0, digits.target, (64, 32, 10), 0.5, 200, network('d.pixels')),
+    }
+
+
+def numpy_descent(X, y, w, rate, iterations):
+    """Full-batch gradient descent on the mean cross-entropy, forward and backward written by hand."""
+    w = {k: np.array(v, dtype=np.float64) for k, v in w.items()}
+    n, Y = len(y), np.eye(w['b2'].size)[y]
+    for _ in range(iterations):
+        a = X @ w['w1'].T + w['b1']
+        h = np.maximum(a, 0)
+        z = h @ w['w2'].T + w['b2']
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        dz = (p - Y) / n
+        dh = (dz @ w['w2']) * (a > 0)
+        w['w2'] -= rate * dz.T @ h
+        w['b2'] -= rate * dz.sum(0)
+        w['w1'] -= rate * dh.T @ X
+        w['b1'] -= rate * dh.sum(0)
+    return w
+
+
+def torch_descent(X, y, w, rate, iterations):
+    import torch
+    torch.set_num_threads(1)
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    w = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in w.items()}
+    params = [w['w1'], w['b1'], w['w2'], w['b2']]
+    for _ in range(iterations):
+        z = torch.relu(Xt @ w['w1'].T + w['b1']) @ w['w2'].T + w['b2']
+        grads = torch.autograd.grad(torch.nn.functional.cross_entropy(z, yt), params)
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                p -= rate * g
+    return {k: v.detach().numpy() for k, v in w.items()}
+
+
+def accuracy(X, y, w):
+    w = {k: np.array(v) for k, v in w.items()}
+    z = np.maximum(X @ w['w1'].T + w['b1'], 0) @ w['w2'].T + w['b2']
+    return float(np.mean(z.argmax(1) == y))
+
+
+def load(db, name, X, y):
+    if name == 'iris':
+        db.execute('CREATE TABLE iris (x1 float8, x2 float8, x3 float8, x4 float8, label int)')
+        with db.cursor().copy('COPY iris FROM STDIN') as copy:
+            for row, label in zip(X, y):
+                copy.write_row((*map(float, row), int(label)))
+    else:
+        db.execute('CREATE TABLE digits (pixels float8[], label int)')
+        with db.cursor().copy('COPY digits FROM STDIN') as copy:
+            for row, label in zip(X, y):
+                copy.write_row(([float(v) for v in row], int(label)))
+    db.execute(f'ANALYZE {name}')
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--only', choices=['iris', 'digits'])
+    parser.add_argument('--backends', default='llvm,python')
+    args = parser.parse_args()
+    results = {}
+    with Cluster() as pg, psycopg.connect(pg.conninfo('postgres'), autocommit=True) as db:
+        db.execute('CREATE EXTENSION pgad CASCADE')
+        db.execute('SET max_parallel_workers_per_gather = 0')
+        for name, (X, y, sizes, rate, iterations, loss) in datasets().items():
+            if args.only and name != args.only:
+                continue
+            load(db, name, X, y)
+            n_in, hidden, classes = sizes
+            shapes = json.dumps({'w1': [hidden, n_in], 'b1': [hidden], 'w2': [classes, hidden], 'b2': [classes]})
+            start = db.execute('SELECT pgad.init_weights(%s)', (shapes,)).fetchone()[0]
+            contenders = {f'pgad {b}': b for b in args.backends.split(',')}
+            contenders.update(numpy='numpy', torch='torch')
+            times, acc = {c: [] for c in contenders}, {}
+            for _ in range(args.repeats + 1):  # the first round warms caches and compiles: not counted
+                for contender, how in contenders.items():
+                    began = time.perf_counter()
+                    if how == 'numpy':
+                        fitted = numpy_descent(X, y, start, rate, iterations)
+                    elif how == 'torch':
+                        fitted = torch_descent(X, y, start, rate, iterations)
+                    else:
+                        fitted = db.execute('SELECT (pgad.gradient_descent(%s, %s, %s, %s, %s, backend => %s)).weights',
+                                            (loss, name, json.dumps(start), rate, iterations, how)).fetchone()[0]
+                    times[contender].append(time.perf_counter() - began)
+                    acc[contender] = accuracy(X, y, fitted)
+            best = {c: min(t[1:]) for c, t in times.items()}
+            results[name] = {c: {'seconds': best[c], 'accuracy': acc[c], 'first_call_seconds': times[c][0]}
+                             for c in contenders}
+            print(f'{name}: {len(y)} rows, {"-".join(map(str, sizes))}, {iterations} iterations, rate {rate}')
+            for c in contenders:
+                print(f'  {c:12} {best[c]:8.3f} s  accuracy {acc[c]:.4f}  (first call {times[c][0]:.3f} s)'
+                      f'  numpy/this {best["numpy"] / best[c]:.2f}x')
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, 'w') as f:
+        json.dump({'machine': os.uname().nodename, 'cpus': os.cpu_count(), 'results': results}, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()
