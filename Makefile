@@ -61,6 +61,7 @@ bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/load.py
 	$(DEV)/bin/python bench/models.py
 	$(DEV)/bin/python bench/shards.py
+	$(DEV)/bin/python bench/mlp.py
 	$(DEV)/bin/python bench/sizes.py
 
 # The lambda-language fuzzer: a million generated and mutated lambdas through the parser, both modes and the python

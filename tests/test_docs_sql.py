@@ -13,6 +13,7 @@ from conftest import Running, new_database
 SQL_MD = pathlib.Path(__file__).parent.parent / 'docs' / 'sql.md'
 SECTION = '## The aggregates: pgad.loss_agg, pgad.gradient_agg, pgad.gradient_descent_agg'
 MODELS = '## Models: pgad.train, pgad.models, pgad_models, pgad.drop_model'
+VECTORS = '## Vectors and matrices'
 
 
 def section_sql(section=SECTION):
@@ -75,3 +76,30 @@ def test_the_models_examples_run_in_psql(cluster, tmp_path):
     assert re.search(r'^ west +\| *$', out, re.M)
     assert re.search(r'^ north +\| +29[67]\.\d$', out, re.M)  # 100·2 + 20·3 + 7 + 30, to the noise
     assert 'model "robust": iteration 100 of 300' in result.stderr
+
+
+def output_blocks(section):
+    """The ``` blocks (no language) of a section of docs/sql.md: what psql shows for the SQL before each."""
+    text = SQL_MD.read_text()
+    start = text.index(section)
+    end = text.find('\n## ', start + len(section))
+    blocks, current, language = [], None, None
+    for line in text[start:end].splitlines():
+        if line.startswith('```') and current is None:
+            current, language = [], line[3:]
+        elif line.startswith('```'):
+            if language == '':
+                blocks.append('\n'.join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def test_the_vectors_examples_run_in_psql_as_shown(cluster, tmp_path):
+    """The MLP trains and init_weights writes what the section shows, line for line."""
+    result = run_in_psql(cluster, tmp_path, section_sql(VECTORS))
+    assert result.returncode == 0, result.stderr
+    shown = [line.strip() for block in output_blocks(VECTORS) for line in block.splitlines()]
+    printed = [line.strip() for line in result.stdout.splitlines()]
+    assert [line for line in shown if line not in printed] == []

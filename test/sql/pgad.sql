@@ -97,5 +97,13 @@ SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x - d.y)^2', 'points', '{"a
 SELECT pgad.loss('λ(d, w) w.a*d.x', 'DELETE FROM points RETURNING x', '{"a": 0}');
 SELECT count(*) FROM points;
 
+-- vectors and matrices: the weights keep their shapes; a float8[] column is a vector
+SELECT pgad.gradient('λ(d, w) sum((w.m @ [d.x, 1] - [d.y, 2 * d.y])^2)', 'points', '{"m": [[1, 0], [0, 1]]}');
+SELECT pgad.loss('λ(d, w) (w.v @ d.xy - 1)^2', 'SELECT ARRAY[x, y] AS xy FROM points', '{"v": [0.5, 0.25]}');
+SELECT pgad.init_weights('{"m": [2, 3], "b": [2]}', 'glorot', 42);
+SELECT pgad.loss('λ(d, w) sum(w.m @ [d.x, d.y])', 'points', '{"m": [[1, 2, 3]]}');
+SELECT pgad.loss('λ(d, w) w.v[3]', 'points', '{"v": [1, 2]}');
+SELECT pgad.loss('λ(d, w) (w.v @ d.xy)^2', 'SELECT ARRAY[x, y] AS xy FROM points UNION ALL SELECT ARRAY[1]', '{"v": [1, 2]}');
+
 DROP TABLE points;
 DROP EXTENSION pgad;
