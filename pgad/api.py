@@ -41,15 +41,15 @@ def loss(loss, data, weights):
 
 
 @server.entry
-def gradient(loss, data, weights, mode='reverse', backend='auto', dtype='float64'):
-    with _prepared(loss, weights, _loading(data), mode, backend, dtype) as call:
+def gradient(loss, data, weights, mode='reverse', backend='auto', dtype='float64', tape='auto'):
+    with _prepared(loss, weights, _loading(data), mode, backend, dtype, tape=tape) as call:
         return _gradient(call)
 
 
 @server.entry
 def gradient_descent(loss, data, weights, learning_rate=0.05, iterations=100, mode='reverse', backend='auto',
-                     dtype='float64'):
-    with _prepared(loss, weights, _loading(data), mode, backend, dtype, learning_rate=learning_rate,
+                     dtype='float64', tape='auto'):
+    with _prepared(loss, weights, _loading(data), mode, backend, dtype, tape=tape, learning_rate=learning_rate,
                    iterations=iterations) as call:
         return _descend(call, arguments.learning_rate(learning_rate), arguments.iterations(iterations))
 
@@ -97,18 +97,18 @@ def loss_agg(packed, columns, loss, weights, options=None):
 
 @server.entry
 def gradient_agg(packed, columns, loss, weights, options=None):
-    given = arguments.options(options, 'pgad.gradient_agg', ('mode', 'backend', 'dtype'))
+    given = arguments.options(options, 'pgad.gradient_agg', ('mode', 'backend', 'dtype', 'tape'))
     with _prepared(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'],
-                   given['dtype']) as call:
+                   given['dtype'], tape=given['tape']) as call:
         return None if call is None else _gradient(call)
 
 
 @server.entry
 def gradient_descent_agg(packed, columns, loss, weights, options=None):
     given = arguments.options(options, 'pgad.gradient_descent_agg',
-                              ('learning_rate', 'iterations', 'mode', 'backend', 'dtype'))
+                              ('learning_rate', 'iterations', 'mode', 'backend', 'dtype', 'tape'))
     with _prepared(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'],
-                   given['dtype']) as call:
+                   given['dtype'], tape=given['tape']) as call:
         return None if call is None else _descend(call, given['learning_rate'], given['iterations'])
 
 
@@ -317,7 +317,8 @@ def _unpacking(packed, names):
 
 
 @contextmanager
-def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float64', gradient=True, **checked):
+def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float64', gradient=True, tape='auto',
+              **checked):
     """The Call for the lambda text loss at the weights jsonb, its data from load (_loading, _unpacking), for the
     length of a with block; None when load gives none. The arguments are checked in order (a function's first bad
     argument is the one reported), `checked` ones by arguments' function of their name."""
@@ -328,7 +329,8 @@ def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float6
         getattr(arguments, name)(value)
     mode, backend = arguments.mode(mode), arguments.backend(backend)
     precision = arguments.dtype(dtype, backend)
-    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits, _shapes(w, load.lengths(lam)))
+    tape = arguments.tape(tape, mode, backend)
+    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits, _shapes(w, load.lengths(lam)), tape)
     _kernel(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
     vector = _vector(w)
     with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector) as (table, kernel):

@@ -94,6 +94,24 @@ def dtype(value, backend='auto'):
     return value
 
 
+TAPES = ('auto', 'store', 'recompute', 'reversible')
+
+
+def tape(value, mode='reverse', backend='auto'):
+    """How the llvm backend's loop kernel keeps what the reverse sweep reads (jit/loops.py): 'auto' (chosen by
+    size: docs/design.md), 'store', 'recompute' or 'reversible'; reverse mode's and the llvm backend's alone."""
+    if value not in TAPES:
+        *others, last = [f"'{t}'" for t in TAPES]
+        raise PgadError('22023', f'unknown tape "{value}"', hint=f'tape is {", ".join(others)} or {last}.')
+    if value != 'auto' and mode != 'reverse':
+        raise PgadError('22023', f'tape "{value}" is not available in mode "{mode}"',
+                        hint='A tape keeps the forward values for the reverse sweep: use mode => \'reverse\'.')
+    if value != 'auto' and backend not in ('llvm', 'auto'):
+        raise PgadError('22023', f'tape "{value}" is not available on backend "{backend}"',
+                        hint="The tapes are the llvm backend's loop kernels: use backend => 'llvm'.")
+    return value
+
+
 def learning_rate(value):
     if not (value > 0 and math.isfinite(value)):
         raise PgadError('22023', f'learning_rate must be a positive number, not {value}')
@@ -109,7 +127,7 @@ def iterations(value):
 # The options of the aggregates, with the functions' defaults: each is checked as the function's argument is.
 OPTIONS = {'learning_rate': (0.05, (int, float), 'a number'), 'iterations': (100, int, 'an integer'),
            'mode': ('reverse', str, 'a string'), 'backend': ('auto', str, 'a string'),
-           'dtype': ('float64', str, 'a string')}
+           'dtype': ('float64', str, 'a string'), 'tape': ('auto', str, 'a string')}
 INT4_MAX = 2**31 - 1
 
 
@@ -136,6 +154,8 @@ def options(text, aggregate, names):
             given[name] = check(given[name])
     if 'dtype' in given:
         given['dtype'] = dtype(given['dtype'], given.get('backend', 'auto'))
+    if 'tape' in given:
+        given['tape'] = tape(given['tape'], given.get('mode', 'reverse'), given.get('backend', 'auto'))
     return given
 
 

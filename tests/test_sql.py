@@ -375,8 +375,8 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     db.execute("DROP ROLE IF EXISTS pgad_outsider")
     db.execute("CREATE ROLE pgad_outsider LOGIN")
     calls = ["pgad._loss('λ(d, w) 1', 'SELECT 1', '{}')",
-             "pgad._gradient('λ(d, w) 1', 'SELECT 1', '{}', 'reverse', 'auto', 'float64')",
-             "pgad._gradient_descent('λ(d, w) 1', 'SELECT 1', '{}', 0.1, 1, 'reverse', 'auto', 'float64')",
+             "pgad._gradient('λ(d, w) 1', 'SELECT 1', '{}', 'reverse', 'auto', 'float64', 'auto')",
+             "pgad._gradient_descent('λ(d, w) 1', 'SELECT 1', '{}', 0.1, 1, 'reverse', 'auto', 'float64', 'auto')",
              "pgad._derivatives('λ(d, w) 1')", "pgad._explain('λ(d, w) 1', 'reverse', 'auto', NULL, NULL)",
              "pgad._partial_sums('λ(d, w) 1', 'SELECT 1', '{}', '{}', 'reverse', 'auto', 'float64')",
              "pgad._lambda_columns('λ(d, w) d.x', '{x}', '{integer}')",

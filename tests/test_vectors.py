@@ -92,15 +92,16 @@ def start(shapes, seed=0):
     return {name: rng.uniform(-1, 1, shape) for name, shape in shapes.items()}
 
 
-def build(text, shapes, mode):
+def build(text, shapes, mode, tape='auto'):
     lengths = (('pix', P),) if 'd.pix' in text else ()
     return program.build(text, tuple(shapes), mode, True,
-                         shapes=vectors.Shapes(tuple((n, s) for n, s in shapes.items() if s), lengths))
+                         shapes=vectors.Shapes(tuple((n, s) for n, s in shapes.items() if s), lengths), tape=tape)
 
 
-def sums(text, shapes, w, mode='reverse', backend='python'):
-    """[Σ loss, Σ ∂loss/∂element…] over the rows, the weights' elements flat, row-major."""
-    prog = build(text, shapes, mode)
+def sums(text, shapes, w, mode='reverse', backend='python', tape='auto'):
+    """[Σ loss, Σ ∂loss/∂element…] over the rows, the weights' elements flat, row-major; backend 'llvm' with a
+    tape other than 'auto' runs the loop kernel with that tape (jit/loops.py)."""
+    prog = build(text, shapes, mode, tape)
     elements = dict(prog.columns_of)
     columns = [DATA[elements[c][0]][:, elements[c][1] - 1] if c in elements else DATA[c] for c in prog.columns]
     vector = np.concatenate([np.ravel(w[n]) for n in shapes])
@@ -117,9 +118,11 @@ def torch_reference(fn, shapes, w):
                                          g.numpy().ravel() for n, g in zip(shapes, grads)])
 
 
-# The cuda backend runs on numba's CUDA simulator without a GPU: slow, so there one mode.
-BACKEND_MODE = [(b, m) for b in BACKENDS for m in MODES
+# The cuda backend runs on numba's CUDA simulator without a GPU: slow, so there one mode. The llvm backend's loop
+# kernels (reverse mode) with the tapes 'store' and 'recompute'; 'reversible' has lambdas of its own below.
+BACKEND_MODE = [(b, m, 'auto') for b in BACKENDS for m in MODES
                 if b != 'cuda' or m == 'reverse' or os.environ.get('NUMBA_ENABLE_CUDASIM') != '1']
+BACKEND_MODE += [('llvm', 'reverse', 'store'), ('llvm', 'reverse', 'recompute')]
 
 
 def test_cases_cover_every_operation():
@@ -132,20 +135,20 @@ def test_cases_cover_every_operation():
     assert [fn for fn, (op, _) in parser.FUNCTIONS.items() if op in rules.OPERATIONS and f'{fn}(' not in texts] == []
 
 
-@pytest.mark.parametrize('backend, mode', BACKEND_MODE)
+@pytest.mark.parametrize('backend, mode, tape', BACKEND_MODE)
 @pytest.mark.parametrize('text, shapes, fn', CASES)
-def test_matches_torch(text, shapes, fn, backend, mode):
+def test_matches_torch(text, shapes, fn, backend, mode, tape):
     w = start(shapes)
-    result = sums(text, shapes, w, mode, backend)
+    result = sums(text, shapes, w, mode, backend, tape)
     loss, grad = torch_reference(fn, shapes, w)
     # 1e-10 relative: the same functions in float64, summed in a different order
     np.testing.assert_allclose(result[0], loss, rtol=1e-10)
     np.testing.assert_allclose(result[1:], grad, rtol=1e-9, atol=1e-10 * max(1.0, np.max(np.abs(grad))))
 
 
-@pytest.mark.parametrize('backend', BACKENDS[:2])
+@pytest.mark.parametrize('backend, tape', [('python', 'auto'), ('llvm', 'auto'), ('llvm', 'store')])
 @pytest.mark.parametrize('text, shapes, fn', CASES)
-def test_matches_finite_differences(text, shapes, fn, backend):
+def test_matches_finite_differences(text, shapes, fn, backend, tape):
     """Along a random direction u (autograd's check_grads): (L(w + hu) − L(w − hu)) / 2h against ∇L·u."""
     w = start(shapes, seed=1)
     flat = np.concatenate([np.ravel(w[n]) for n in shapes])
@@ -160,9 +163,9 @@ def test_matches_finite_differences(text, shapes, fn, backend):
             out[n] = vector[k:k + size].reshape(s)
             k += size
         return out
-    grad = sums(text, shapes, w, 'reverse', backend)[1:]
-    fd = (sums(text, shapes, at(flat + h * u), 'reverse', backend)[0] -
-          sums(text, shapes, at(flat - h * u), 'reverse', backend)[0]) / (2 * h)
+    grad = sums(text, shapes, w, 'reverse', backend, tape)[1:]
+    fd = (sums(text, shapes, at(flat + h * u), 'reverse', backend, tape)[0] -
+          sums(text, shapes, at(flat - h * u), 'reverse', backend, tape)[0]) / (2 * h)
     # truncation ~h², rounding ~1e-16·|L|/h: 1e-6 relative is far above both
     np.testing.assert_allclose(grad @ u, fd, rtol=1e-6, atol=1e-8)
 
@@ -261,3 +264,53 @@ def test_a_scalar_lambda_is_not_unrolled():
     lam = program.parsed('λ(d, w) (w.a*d.x + w.b - d.y)^2')
     prog = program.build('λ(d, w) (w.a*d.x + w.b - d.y)^2', ('a', 'b'))
     assert prog.graph.nodes[:len(lam.graph)] == lam.graph.nodes
+
+
+# --- the loop kernels' tapes -----------------------------------------------------------------------------------------
+
+REVERSIBLE = [  # lambdas whose every step back to the weights is invertible in what the reverse sweep needs
+    ('λ(d, w) exp(w.a*d.x1 + w.b)', {'a': (), 'b': ()},
+     lambda d, w: torch.exp(w['a'] * d['x1'] + w['b'])),
+    ('λ(d, w) sigmoid(tanh(w.a*d.x1 - w.b) * w.c) / w.a', {'a': (), 'b': (), 'c': ()},
+     lambda d, w: torch.sigmoid(torch.tanh(w['a'] * d['x1'] - w['b']) * w['c']) / w['a']),
+    ('λ(d, w) ln(2 + sinh(w.a + d.x2 * w.b))', {'a': (), 'b': ()},
+     lambda d, w: torch.log(2 + torch.sinh(w['a'] + d['x2'] * w['b']))),
+]
+
+
+@pytest.mark.parametrize('text, shapes, fn', REVERSIBLE)
+@pytest.mark.parametrize('tape', ['store', 'recompute', 'reversible'])
+def test_every_tape_gives_the_gradient(text, shapes, fn, tape):
+    w = {name: np.float64(v) for name, v in zip(shapes, (0.7, -0.3, 1.2))}
+    result = sums(text, shapes, w, 'reverse', 'llvm', tape)
+    loss, grad = torch_reference(fn, shapes, w)
+    # running a step backwards rounds: x = ln(exp(x)) is exact to a few ulp, so 1e-12 relative
+    np.testing.assert_allclose(result, [loss, *grad], rtol=1e-12)
+
+
+@pytest.mark.parametrize('tile', [1, 3, 7])
+def test_a_store_tile_of_any_rows_gives_the_same_sums(tile, monkeypatch):
+    """N = 30 rows in tiles of 1, 3 or 7 (the last tile short): the same sums as the unrolled kernel."""
+    from pgad.jit import loops
+    monkeypatch.setattr(loops, 'TILE', tile)
+    text, shapes, _ = CASES[8].values  # the cross-entropy MLP
+    w = start(shapes)
+    program.build.cache_clear()
+    backends.compile.cache_clear()
+    np.testing.assert_allclose(sums(text, shapes, w, 'reverse', 'llvm', 'store'),
+                               sums(text, shapes, w, 'reverse', 'llvm'), rtol=1e-12)
+
+
+@pytest.mark.parametrize('body, shapes, step, at', [
+    (f'logsumexp({MLP}) - {MLP}[d.label + 1]', {'w1': (K, 3), 'b1': (K,), 'w2': (3, K), 'b2': (3,)}, '-', '- ('),
+    ('(w.a*d.x1 + w.b - d.x2)^2', {'a': (), 'b': ()}, '^', '^2'),
+    ('relu(w.a*d.x1)', {'a': ()}, 'relu', 'relu'),
+    ('sum(w.v * [d.x1, d.x2])', {'v': (2,)}, 'sum', 'sum'),
+])
+def test_reversible_names_the_step_it_cannot_run_backwards(body, shapes, step, at):
+    text = 'λ(d, w) ' + body
+    with pytest.raises(PgadError) as caught:
+        sums(text, shapes, start(shapes), 'reverse', 'llvm', 'reversible')
+    e = caught.value
+    assert (e.sqlstate, e.message) == ('0A000', f'tape "reversible" cannot run "{step}" backwards')
+    assert text[e.position - 1:].startswith(at)

@@ -195,3 +195,37 @@ def test_functions_without_shapes_refuse_vector_lambdas(db):
                 "SELECT * FROM pgad.explain('λ(d, w) sum(w.v * [d.x, 1])')"):
         diag = error_of(db, sql)
         assert diag.sqlstate == '0A000' and 'takes no lambda with vector operations' in diag.message_primary
+
+
+# --- tape ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('tape', ['store', 'recompute'])
+def test_every_tape_trains_the_same_network(db, tables, tape):
+    weights = json.dumps(start_weights())
+    run = "SELECT (f).weights, (f).loss FROM pgad.gradient_descent(%s, 'blobs', %s, 0.5, 10, tape => %s) AS f"
+    fitted, loss = db.execute(run, (CROSS_ENTROPY, weights, tape)).fetchone()
+    unrolled, unrolled_loss = db.execute(run, (CROSS_ENTROPY, weights, 'auto')).fetchone()
+    assert loss == pytest.approx(unrolled_loss, rel=1e-12)
+    for name in fitted:
+        np.testing.assert_allclose(fitted[name], unrolled[name], rtol=1e-10, atol=1e-13)
+
+
+def test_a_reversible_tape_gives_the_gradient_or_names_the_step(db, tables):
+    grad = db.execute("SELECT pgad.gradient('λ(d, w) exp(w.a*d.x1 + w.b)', 'blobs', '{\"a\": 0.5, \"b\": -1}', "
+                      "tape => 'reversible')").fetchone()[0]
+    expected = db.execute("SELECT pgad.gradient('λ(d, w) exp(w.a*d.x1 + w.b)', 'blobs', '{\"a\": 0.5, \"b\": -1}')"
+                          ).fetchone()[0]
+    assert grad == pytest.approx(expected, rel=1e-12)
+    diag = error_of(db, "SELECT pgad.gradient(%s, 'blobs', %s, tape => 'reversible')",
+                    (CROSS_ENTROPY, json.dumps(start_weights())))
+    assert (diag.sqlstate, diag.message_primary) == ('0A000', 'tape "reversible" cannot run "-" backwards')
+
+
+@pytest.mark.parametrize('args, message', [
+    ("tape => 'tiled'", 'unknown tape "tiled"'),
+    ("mode => 'forward', tape => 'store'", 'tape "store" is not available in mode "forward"'),
+    ("backend => 'python', tape => 'recompute'", 'tape "recompute" is not available on backend "python"'),
+])
+def test_tape_errors(db, tables, args, message):
+    diag = error_of(db, f"SELECT pgad.gradient('λ(d, w) w.a*d.x1', 'blobs', '{{\"a\": 1}}', {args})")
+    assert (diag.sqlstate, diag.message_primary) == ('22023', message)

@@ -39,24 +39,26 @@ return api.loss(loss, data, weights)
 $$;
 
 CREATE FUNCTION pgad._gradient(loss pg_catalog.text, data pg_catalog.text, weights pg_catalog.jsonb,
-                               mode pg_catalog.text, backend pg_catalog.text, dtype pg_catalog.text)
+                               mode pg_catalog.text, backend pg_catalog.text, dtype pg_catalog.text,
+                               tape pg_catalog.text)
 RETURNS pg_catalog.jsonb LANGUAGE plpython3u STABLE STRICT AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
     sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
 from pgad import api
-return api.gradient(loss, data, weights, mode, backend, dtype)
+return api.gradient(loss, data, weights, mode, backend, dtype, tape)
 $$;
 
 CREATE FUNCTION pgad._gradient_descent(loss pg_catalog.text, data pg_catalog.text, weights pg_catalog.jsonb,
                                        learning_rate pg_catalog.float8, iterations pg_catalog.int4,
-                                       mode pg_catalog.text, backend pg_catalog.text, dtype pg_catalog.text)
+                                       mode pg_catalog.text, backend pg_catalog.text, dtype pg_catalog.text,
+                                       tape pg_catalog.text)
 RETURNS pgad.fit LANGUAGE plpython3u STABLE STRICT AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
     sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
 from pgad import api
-return api.gradient_descent(loss, data, weights, learning_rate, iterations, mode, backend, dtype)
+return api.gradient_descent(loss, data, weights, learning_rate, iterations, mode, backend, dtype, tape)
 $$;
 
 CREATE FUNCTION pgad._derivatives(loss pg_catalog.text)
@@ -106,9 +108,9 @@ REVOKE ALL ON FUNCTION pgad._init_weights(pg_catalog.jsonb, pg_catalog.text, pg_
 
 REVOKE ALL ON FUNCTION pgad._loss(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb),
   pgad._gradient(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.text,
-                 pg_catalog.text),
+                 pg_catalog.text, pg_catalog.text),
   pgad._gradient_descent(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4,
-                         pg_catalog.text, pg_catalog.text, pg_catalog.text),
+                         pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text),
   pgad._derivatives(pg_catalog.text),
   pgad._explain(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.int8, pg_catalog.text),
   pgad._partial_sums(pg_catalog.text, pg_catalog.text, pg_catalog.text[], pg_catalog.float8[], pg_catalog.text,
@@ -124,23 +126,26 @@ COMMENT ON FUNCTION pgad.loss(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb
 
 CREATE FUNCTION pgad.gradient(loss pg_catalog.text, data pg_catalog.text, weights pg_catalog.jsonb,
                               mode pg_catalog.text DEFAULT 'reverse', backend pg_catalog.text DEFAULT 'auto',
-                              dtype pg_catalog.text DEFAULT 'float64')
+                              dtype pg_catalog.text DEFAULT 'float64', tape pg_catalog.text DEFAULT 'auto')
 RETURNS pg_catalog.jsonb LANGUAGE C STABLE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.gradient(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text,
-                                  pg_catalog.text, pg_catalog.text) IS
-    'the gradient of the mean loss by each weight, as {"weight": derivative, ...}; dtype: the cuda '
-    'backend''s float64 or float32';
+                                  pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+    'the gradient of the mean loss by each weight, as {"weight": derivative, ...} in the weights'' shapes; dtype: '
+    'the cuda backend''s float64 or float32; tape: how the llvm backend''s loop kernel keeps the forward values '
+    '(store, recompute, reversible; auto chooses)';
 
 CREATE FUNCTION pgad.gradient_descent(loss pg_catalog.text, data pg_catalog.text, weights pg_catalog.jsonb,
                                       learning_rate pg_catalog.float8 DEFAULT 0.05,
                                       iterations pg_catalog.int4 DEFAULT 100, mode pg_catalog.text DEFAULT 'reverse',
                                       backend pg_catalog.text DEFAULT 'auto',
-                                      dtype pg_catalog.text DEFAULT 'float64')
+                                      dtype pg_catalog.text DEFAULT 'float64', tape pg_catalog.text DEFAULT 'auto')
 RETURNS pgad.fit LANGUAGE C STABLE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.gradient_descent(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.float8,
-                                          pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
-    'batch gradient descent from weights: the fitted weights, the loss at them and the iterations run; dtype: '
-    'the cuda backend''s float64 or float32';
+                                          pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                                          pg_catalog.text) IS
+    'batch gradient descent from weights: the fitted weights (in their shapes), the loss at them and the '
+    'iterations run; dtype: the cuda backend''s float64 or float32; tape: how the llvm backend''s loop kernel '
+    'keeps the forward values (store, recompute, reversible; auto chooses)';
 
 CREATE FUNCTION pgad.init_weights(shapes pg_catalog.jsonb, scheme pg_catalog.text DEFAULT 'glorot',
                                   seed pg_catalog.int4 DEFAULT 0)

@@ -21,7 +21,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import cache as disk, codegen
+from . import cache as disk, codegen, loops
 from ..errors import PgadError
 from ..lang import printer
 from .codegen import kernel_ir
@@ -44,8 +44,13 @@ TIERS = (Tier('O3, vectorised', 3, True, 3, 400, 40, 8_000),
          Tier('O0', 0, False, 0, 8000, 8000, 64_000_000))
 
 
+LOOP_NODES = 2000  # the largest loop kernel (jit/loops.py): nodes of the parsed lambda, O3 vectorised
+
+
 def tier_of(program):
     """The tier that compiles program within the time an uninterruptible compile may take, or None."""
+    if program.tape != 'unrolled':
+        return TIERS[0] if len(program.tensor.graph) <= LOOP_NODES else None
     nodes, outputs = len(program.graph.ancestors(program.outputs)), len(program.outputs)
     return next((t for t in TIERS if nodes <= t.max_nodes and outputs <= t.max_outputs
                  and nodes * outputs <= t.max_product), None)
@@ -108,7 +113,7 @@ def optimise(ir_text, tier=TIERS[0]):
 def _toolchain():
     """What else decides the machine code: pgad's code generator and compiler, llvmlite, LLVM, and this CPU."""
     sources = hashlib.sha256()
-    for path in (codegen.__file__, __file__):
+    for path in (codegen.__file__, loops.__file__, __file__):
         with open(path, 'rb') as f:
             sources.update(f.read())
     return '\n'.join([sources.hexdigest(), llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)),
@@ -116,8 +121,13 @@ def _toolchain():
 
 
 def cache_key(program):
-    """The disk cache's key for program's kernel: its DAG, its column and weight order, and the toolchain."""
-    listing = printer.to_listing(program.graph, program.outputs)
+    """The disk cache's key for program's kernel: its DAG (a loop kernel's: the parsed DAG, the shapes and the
+    tape), its column and weight order, and the toolchain."""
+    if program.tape == 'unrolled':
+        listing = printer.to_listing(program.graph, program.outputs)
+    else:
+        listing = '\n'.join([printer.to_listing(program.tensor.graph, [program.tensor.root]), repr(program.dims),
+                             program.tape, str(loops.TILE)])
     what = '\n'.join([listing, repr(program.outputs), repr(program.columns), repr(program.weights), _toolchain()])
     return hashlib.sha256(what.encode()).hexdigest()
 
@@ -134,7 +144,7 @@ def compile(program, cache=disk.NONE):
     if data is not None:
         ms['cache hit'] = (time.perf_counter() - started) * 1e3
     else:
-        ir_text = kernel_ir(program, name)
+        ir_text = kernel_ir(program, name) if program.tape == 'unrolled' else loops.kernel_ir(program, name, program.tape)
         ms['IR generation'] = (time.perf_counter() - started) * 1e3
         started = time.perf_counter()
         module = optimise(ir_text, tier)

@@ -126,11 +126,12 @@ def _product(a, b):  # @: matrix·vector, vector·matrix, matrix·matrix, vector
     raise VectorError(f'cannot multiply {describe(a)} by {describe(b)} with @')
 
 
-def _vector(what):
+def _vector(what, result):
+    """The shape rule of an operation of one vector: result(its shape) is the result's."""
     def check(a):
         if len(a) != 1:
             raise VectorError(f'{what} takes a vector, not {describe(a)}')
-        return ()
+        return result(a)
     return check
 
 
@@ -205,7 +206,7 @@ def describe(shape):
 operation('matmul', 'nn->n', _product, lambda a, b: _matmul(a, b))
 operation('dot', 'nn->n', _same_vectors, lambda a, b: _matmul(a, b))
 operation('sum', 'n->n', lambda v: (), lambda v: np.asarray(_sum(v), dtype=object))
-operation('softmax', 'n->n', _vector('softmax'), _softmax)
-operation('logsumexp', 'n->n', _vector('logsumexp'), lambda v: np.asarray(_logsumexp(v), dtype=object))
+operation('softmax', 'n->n', _vector('softmax', lambda a: a), _softmax)
+operation('logsumexp', 'n->n', _vector('logsumexp', lambda a: ()), lambda v: np.asarray(_logsumexp(v), dtype=object))
 operation('index', 'nn->n', _index, None)  # unrolled by vectors.py: its index may change from row to row
 operation('stack', '*->n', _stack, lambda *items: _stacked(items))

@@ -92,6 +92,31 @@ def unroll(lam, shapes, limits=bounds.DEFAULT):
                   None if lam.own is None else [c for c in columns if c.split('[')[0] in lam.own])
 
 
+def shapes_of(lam, shapes):
+    """{node: shape} for every node under lam's root at these Shapes: the shape rules alone, nothing unrolled."""
+    weight_shape, column_length = dict(shapes.weights), dict(shapes.columns)
+    nodes, found = lam.graph.nodes, {}
+    for i in lam.graph.ancestors([lam.root]):
+        node = nodes[i]
+        bounds.tick()
+        if node.op == 'const':
+            found[i] = ()
+        elif node.op == 'column':
+            found[i] = (column_length[node.value],) if node.value in column_length else ()
+        elif node.op == 'weight':
+            found[i] = tuple(weight_shape.get(node.value, ()))
+        else:
+            args = [found[a] for a in node.args]
+            try:
+                found[i] = OPERATIONS[node.op].shape(*args) if node.op in OPERATIONS else _broadcast(node.op, args)
+            except VectorError as e:
+                raise _error(lam, i, str(e)) from None
+    if found[lam.root]:
+        raise _error(lam, lam.root, f'the body of a lambda must be a number, not {describe(found[lam.root])}',
+                     hint='Sum it with sum(…), or pick an element with […].')
+    return found
+
+
 def _leaves(make, name, shape, seen):
     """The leaves of a column or weight of this shape, as an object array; their names noted in seen, in order."""
     names = elements(name, shape)

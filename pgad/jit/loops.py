@@ -1,0 +1,534 @@
+"""A lambda with vectors and matrices → LLVM IR with a loop per vector operation, and a tape strategy.
+
+The kernel has codegen.kernel_ir's signature and meaning — void kernel(i64 rows, double *weights, double *sums,
+double *column0, …), the columns and weights those of the unrolled Program (an array column's elements, each
+weight's elements row-major) — so the loader, the descent and the disk cache see a kernel like any other. Where the
+unrolled kernel grows with the shapes, this one grows with the lambda: each node of the parsed DAG is a buffer of its
+shape's size, and each operation a loop nest over it (matrix-vector products as loops LLVM vectorises).
+
+Reverse mode only (forward mode carries a tangent per weight element: it runs unrolled). For each row the forward
+sweep fills the nodes' value buffers; the reverse sweep zeroes the adjoint buffers, sets the loss's to 1, and walks the
+nodes backwards, each operation's vector-Jacobian product a loop nest (VJP below): the matrix's cotangent in
+W @ x is the outer product ḡxᵀ, accumulated straight into the weight's gradient sums, which live across rows (no
+allocation per row: every buffer is allocated once per call). An elementwise primitive's partials come from the
+rules table, emitted per element with codegen.EMIT.
+
+What the reverse sweep reads of the forward values is the tape, kept one of three ways (`tape`):
+- 'store': the forward sweep of a tile of TILE rows writes every node's value, each row's values one record
+  (array-of-structs, TapeFlow's layout), and the reverse sweep of the tile reads them back; a tile of 1 is the
+  fused kernel, each row's values in L1.
+- 'recompute': no tape. The tile's forward sweep computes the loss alone, and its reverse sweep runs each row's
+  forward sweep again before its reverse (Futhark's redundant execution): one row's buffers, twice the forward work.
+- 'reversible': the forward sweep keeps only the loss's value; the reverse sweep recovers each value it needs from
+  the value of a node that consumed it by running that step backwards (NiLang: x = out − y for out = x + y,
+  ln(out) for out = exp(x), …). Every step on the way must be invertible in the argument recovered, its other
+  arguments known: where one is not (relu, ^, @, sum), the kernel is refused with the step named (invertible()).
+"""
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from .. import limits
+from ..errors import PgadError
+from ..lang import vectors
+from ..lang.dag import Graph
+from ..lang.parser import caret
+from ..lang.rules import OPERATIONS, PRIMITIVES
+from .codegen import BOOL, DOUBLE, EMIT, I64, _Emitter, vectorised, vector_widths
+import llvmlite.binding as llvm
+
+TAPES = ('store', 'recompute', 'reversible')
+TILE = 1   # rows a 'store' tile holds: measured fastest (docs/design.md, "Tape strategies")
+REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
+
+# How a step runs backwards: given its value and the other arguments, the argument at each position.
+INVERSES = {
+    ('add', 0): lambda e, out, x, y: e.b.fsub(out, y), ('add', 1): lambda e, out, x, y: e.b.fsub(out, x),
+    ('sub', 0): lambda e, out, x, y: e.b.fadd(out, y), ('sub', 1): lambda e, out, x, y: e.b.fsub(x, out),
+    ('mul', 0): lambda e, out, x, y: e.b.fdiv(out, y), ('mul', 1): lambda e, out, x, y: e.b.fdiv(out, x),
+    ('div', 0): lambda e, out, x, y: e.b.fmul(out, y), ('div', 1): lambda e, out, x, y: e.b.fdiv(x, out),
+    ('neg', 0): lambda e, out, x: e.b.fneg(out),
+    ('exp', 0): lambda e, out, x: e.call('log', out),
+    ('ln', 0): lambda e, out, x: e.call('exp', out),
+    ('tanh', 0): lambda e, out, x: e.b.fmul(ir.Constant(DOUBLE, 0.5), e.call('log', e.b.fdiv(
+        e.b.fadd(ir.Constant(DOUBLE, 1.0), out), e.b.fsub(ir.Constant(DOUBLE, 1.0), out)))),
+    ('sigmoid', 0): lambda e, out, x: e.call('log', e.b.fdiv(out, e.b.fsub(ir.Constant(DOUBLE, 1.0), out))),
+    ('sinh', 0): lambda e, out, x: e.call('log', e.b.fadd(out, e.call('llvm.sqrt.f64', e.b.fadd(
+        e.b.fmul(out, out), ir.Constant(DOUBLE, 1.0))))),
+}
+
+
+@dataclass
+class Layout:
+    """Where each node of the parsed DAG lives: its shape, its value's place and its adjoint's."""
+    order: list       # the nodes under the root, in topological order
+    shape: dict       # node → shape
+    value: dict       # node → offset in a row's value record (not for constants, weights)
+    adjoint: dict     # node → offset in a row's adjoint record (the nodes that depend on a weight, but weights)
+    weight: dict      # weight node → offset of its first element in the weight vector (and the gradient sums)
+    columns: dict     # column node → [index into the kernel's columns, one per element]
+    record: int       # doubles in a row's value record
+    adjoints: int     # doubles in a row's adjoint record
+    live: list        # node → does it depend on a weight?
+
+
+def layout(program):
+    """The Layout of program's parsed lambda (program.tensor) at its shapes."""
+    lam = program.tensor
+    graph = lam.graph
+    order = graph.ancestors([lam.root])
+    shape = vectors.shapes_of(lam, program.dims)
+    weight_at = {name: k for k, name in enumerate(program.weights)}
+    column_at = {name: k for k, name in enumerate(program.columns)}
+    live = graph.depends_on_weights()
+    value, adjoint, weight, columns = {}, {}, {}, {}
+    record = adjoints = 0
+    for i in order:
+        node = graph.nodes[i]
+        size = int(np.prod(shape[i], dtype=np.int64))
+        if node.op == 'weight':
+            weight[i] = weight_at[vectors.elements(node.value, shape[i])[0]]
+            continue
+        if node.op == 'const':
+            continue
+        if node.op == 'column':
+            columns[i] = [column_at[e] for e in vectors.elements(node.value, shape[i])]
+        value[i], record = record, record + size
+        if live[i]:
+            adjoint[i], adjoints = adjoints, adjoints + size
+    return Layout(order, shape, value, adjoint, weight, columns, max(record, 1), max(adjoints, 1), live)
+
+
+def size_of(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+@functools.lru_cache(maxsize=None)
+def partial_programs(op):
+    """The partials of primitive op as a small DAG over the leaves '#0', '#1', … (its arguments) and '#out', and the
+    node of each partial (None where there is none)."""
+    graph = Graph()
+    args = [graph.weight(f'#{k}') for k in range(len(PRIMITIVES[op].args))]
+    result = PRIMITIVES[op].partials(*args, graph.weight('#out'))
+    result = result if isinstance(result, tuple) else (result,)
+    return graph, [None if p is None else (p if hasattr(p, 'graph') else graph.const(p)).id for p in result]
+
+
+class _Kernel:
+    """The IR of one kernel: an IRBuilder, the function's arguments, loops."""
+
+    def __init__(self, program, name, tape, tile):
+        self.program, self.tape, self.tile = program, tape, tile
+        self.lay = layout(program)
+        self.graph = program.tensor.graph
+        self.module = ir.Module(name='pgad')
+        self.module.triple = llvm.get_process_triple()
+        ncols = len(program.columns)
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64, DOUBLE.as_pointer(), DOUBLE.as_pointer()]
+                                                      + [DOUBLE.as_pointer()] * ncols), name)
+        self.fn = fn
+        self.rows, self.weights, self.sums, *self.cols = fn.args
+        for arg in self.cols:
+            arg.add_attribute('noalias')
+        self.entry = fn.append_basic_block('entry')  # the allocas alone, then a branch to 'start'
+        self.start = fn.append_basic_block('start')
+        self.b = ir.IRBuilder(self.start)
+        self.e = _Emitter(self.b, self.module)
+        self.gradient = len(program.outputs) > 1
+
+    # --- small IR helpers ---
+    def i64(self, k):
+        return ir.Constant(I64, k) if isinstance(k, int) else k
+
+    def gep(self, ptr, k):
+        return self.b.gep(ptr, [self.i64(k)])
+
+    def alloca(self, n):
+        """n doubles on the stack, allocated in the entry block: once per call, wherever it is asked for."""
+        with self.b.goto_block(self.entry):
+            return self.b.alloca(DOUBLE, size=ir.Constant(I64, n))
+
+    def loop(self, count, body):
+        """for k in range(count): body(k) — count a Python int or an IR i64; no loop at all for a count of 1."""
+        if isinstance(count, int) and count == 1:
+            body(ir.Constant(I64, 0))
+            return
+        b = self.b
+        before = b.block
+        head, inside, after = (self.fn.append_basic_block(n) for n in ('loop', 'body', 'next'))
+        b.branch(head)
+        b.position_at_end(head)
+        k = b.phi(I64)
+        k.add_incoming(ir.Constant(I64, 0), before)
+        b.cbranch(b.icmp_signed('<', k, self.i64(count)), inside, after)
+        b.position_at_end(inside)
+        body(k)
+        k.add_incoming(b.add(k, ir.Constant(I64, 1)), b.block)
+        b.branch(head)
+        b.position_at_end(after)
+
+    def reduce(self, count, term):
+        """Σ_{k < count} term(k), reassociable (LLVM vectorises it)."""
+        acc = self.alloca(1)
+        self.b.store(ir.Constant(DOUBLE, 0.0), acc)
+        self.loop(count, lambda k: self.b.store(self.b.fadd(self.b.load(acc), term(k), flags=REDUCE), acc))
+        return self.b.load(acc)
+
+    def index(self, *parts):
+        """Σ a·b of (a, b) pairs, as an i64: a flat index."""
+        total = ir.Constant(I64, 0)
+        for k, stride in parts:
+            if stride == 0:
+                continue
+            term = self.i64(k) if stride == 1 else self.b.mul(self.i64(k), ir.Constant(I64, stride))
+            total = self.b.add(total, term)
+        return total
+
+    # --- values and adjoints ---
+    def val(self, i, k):
+        """Element k of node i's value (a number broadcasts: element 0)."""
+        node, lay = self.graph.nodes[i], self.lay
+        k = ir.Constant(I64, 0) if not lay.shape[i] else k
+        if node.op == 'const':
+            return ir.Constant(BOOL, int(node.value)) if isinstance(node.value, bool) else ir.Constant(DOUBLE, node.value)
+        if node.op == 'weight':
+            return self.b.load(self.gep(self.weights, self.b.add(ir.Constant(I64, lay.weight[i]), self.i64(k))))
+        value = self.b.load(self.gep(self.values, self.b.add(ir.Constant(I64, lay.value[i]), self.i64(k))))
+        return self.b.fcmp_ordered('!=', value, ir.Constant(DOUBLE, 0.0)) if self.graph.type_of(i) == 'b' else value
+
+    def put(self, i, k, v):
+        if v.type == BOOL:
+            v = self.b.uitofp(v, DOUBLE)
+        self.b.store(v, self.gep(self.values, self.b.add(ir.Constant(I64, self.lay.value[i]), self.i64(k))))
+
+    def adj_ptr(self, i, k):
+        lay = self.lay
+        k = ir.Constant(I64, 0) if not lay.shape[i] else k
+        if self.graph.nodes[i].op == 'weight':
+            return self.gep(self.grad, self.b.add(ir.Constant(I64, lay.weight[i]), self.i64(k)))
+        return self.gep(self.adjoints, self.b.add(ir.Constant(I64, lay.adjoint[i]), self.i64(k)))
+
+    def adj(self, i, k):
+        return self.b.load(self.adj_ptr(i, k))
+
+    def add_adj(self, i, k, v):
+        """adj(i)[k] += v, where node i takes an adjoint (it depends on a weight)."""
+        if self.lay.live[i]:
+            ptr = self.adj_ptr(i, k)
+            self.b.store(self.b.fadd(self.b.load(ptr), v), ptr)
+
+    # --- the kernel ---
+    def build(self):
+        b, lay = self.b, self.lay
+        program = self.program
+        records = self.tile if self.tape == 'store' else 1
+        self.tape_base = self.alloca(lay.record * records)
+        self.values = self.tape_base
+        if self.tape == 'reversible':  # the reverse sweep's values: the loss's, then what it recovers
+            self.recovery = self.alloca(lay.record)
+        self.adjoints = self.alloca(lay.adjoints)
+        self.grad = self.alloca(max(1, len(program.weights)))
+        self.loss = self.alloca(1)
+        b.store(ir.Constant(DOUBLE, 0.0), self.loss)
+        self.loop(max(1, len(program.weights)), lambda k: b.store(ir.Constant(DOUBLE, 0.0), self.gep(self.grad, k)))
+        if self.tape == 'reversible':
+            self.check_reversible()
+        tiles = b.sdiv(b.add(self.rows, ir.Constant(I64, self.tile - 1)), ir.Constant(I64, self.tile))
+        self.loop(tiles, self.one_tile)
+        b.store(b.load(self.loss), self.sums)
+        if self.gradient:
+            self.loop(len(program.weights), lambda k: b.store(b.load(self.gep(self.grad, k)),
+                                                              self.gep(self.sums, b.add(k, ir.Constant(I64, 1)))))
+        b.ret_void()
+        b.position_at_end(self.entry)
+        b.branch(self.start)
+        return vectorised(str(self.module), vector_widths())
+
+    def one_tile(self, t):
+        b = self.b
+        start = b.mul(t, ir.Constant(I64, self.tile))
+        left = b.sub(self.rows, start)
+        count = b.select(b.icmp_signed('<', left, ir.Constant(I64, self.tile)), left, ir.Constant(I64, self.tile))
+        record = self.lay.record
+
+        def forward_row(r):
+            self.values = self.gep(self.tape_base, b.mul(r, ir.Constant(I64, record))) if self.tape == 'store' \
+                else self.tape_base
+            self.forward(b.add(start, r))
+            b.store(b.fadd(b.load(self.loss), self.val(self.program.tensor.root, 0), flags=REDUCE), self.loss)
+
+        def reverse_row(r):
+            if self.tape == 'store':
+                self.values = self.gep(self.tape_base, b.mul(r, ir.Constant(I64, record)))
+            elif self.tape == 'recompute':
+                self.values = self.tape_base
+                self.forward(b.add(start, r))  # redundant execution: the row's forward sweep again
+            else:  # reversible: nothing of the forward sweep but the loss; the inputs read again
+                root = self.program.tensor.root
+                loss = self.val(root, 0)
+                self.values = self.recovery
+                for i in self.lay.columns:
+                    self.forward_node(i, b.add(start, r))
+                if root in self.lay.value:
+                    self.put(root, 0, loss)
+            self.reverse(b.add(start, r))
+        self.loop(count, forward_row)
+        if self.gradient:
+            self.loop(count, reverse_row)
+
+    # --- the forward sweep ---
+    def forward(self, row):
+        for i in self.lay.order:
+            limits.tick()
+            self.forward_node(i, row)
+
+    def forward_node(self, i, row):
+        node, lay, b = self.graph.nodes[i], self.lay, self.b
+        if node.op in ('const', 'weight'):
+            return
+        n = size_of(lay.shape[i])
+        if node.op == 'column':
+            for k, c in enumerate(lay.columns[i]):
+                self.put(i, k, b.load(self.gep(self.cols[c], row)))
+            return
+        if node.op in PRIMITIVES:
+            self.loop(n, lambda k: self.put(i, k, EMIT[node.op](self.e, *[self.val(a, k) for a in node.args])))
+            return
+        FORWARD[node.op](self, i, node.args)
+
+    # --- the reverse sweep ---
+    def reverse(self, row):
+        b, lay = self.b, self.lay
+        self.loop(lay.adjoints, lambda k: b.store(ir.Constant(DOUBLE, 0.0), self.gep(self.adjoints, k)))
+        root = self.program.tensor.root
+        if not lay.live[root]:
+            return
+        if self.graph.nodes[root].op != 'weight':
+            b.store(ir.Constant(DOUBLE, 1.0), self.adj_ptr(root, 0))
+        else:
+            self.add_adj(root, 0, ir.Constant(DOUBLE, 1.0))
+        if self.tape == 'reversible':
+            self.recovered = {root}
+        for i in reversed(lay.order):
+            limits.tick()
+            node = self.graph.nodes[i]
+            if not lay.live[i] or node.op in ('weight', 'const', 'column'):
+                continue
+            if self.tape == 'reversible':
+                self.recover_arguments(i)
+            if node.op in PRIMITIVES:
+                self.reverse_primitive(i, node)
+            else:
+                REVERSE[node.op](self, i, node.args)
+
+    def reverse_primitive(self, i, node):
+        graph, partials = partial_programs(node.op)
+        n = size_of(self.lay.shape[i])
+        for position, (a, p) in enumerate(zip(node.args, partials)):
+            if p is None or not self.lay.live[a]:
+                continue
+
+            def body(k, a=a, p=p):
+                leaves = {f'#{m}': (lambda m=m: self.val(node.args[m], k)) for m in range(len(node.args))}
+                leaves['#out'] = lambda: self.val(i, k)
+                self.add_adj(a, k, self.b.fmul(self.emit(graph, p, leaves), self.adj(i, k)))
+            self.loop(n, body)
+
+    def emit(self, graph, root, leaves):
+        """Node root of a small scalar graph (a partial) as IR, its weight leaves read by leaves[name]()."""
+        values = {}
+        for j in graph.ancestors([root]):
+            node = graph.nodes[j]
+            if node.op == 'const':
+                values[j] = ir.Constant(BOOL, int(node.value)) if isinstance(node.value, bool) else \
+                    ir.Constant(DOUBLE, node.value)
+            elif node.op == 'weight':
+                values[j] = leaves[node.value]()
+            else:
+                values[j] = EMIT[node.op](self.e, *[values[x] for x in node.args])
+        return values[root]
+
+    # --- 'reversible': the arguments' values recovered from node i's ---
+    def recover_arguments(self, i):
+        node = self.graph.nodes[i]
+        for position, a in enumerate(node.args):
+            if a in self.recovered or self.graph.nodes[a].op in ('const', 'weight', 'column'):
+                continue
+            invert = INVERSES[(node.op, position)]
+            n = size_of(self.lay.shape[a])
+
+            def body(k, a=a, invert=invert):
+                others = [self.val(x, k) for x in node.args]
+                self.put(a, k, invert(self.e, self.val(i, k), *others))
+            self.loop(n, body)
+            self.recovered.add(a)
+
+    def check_reversible(self):
+        """The error for the first step the reverse sweep would have to run backwards and cannot."""
+        invertible(self.program.tensor, self.lay)
+
+
+def invertible(lam, lay):
+    """None if every value the reverse sweep needs can be recovered from the loss's by running steps backwards;
+    else the 0A000 error naming the first step that cannot be run backwards."""
+    graph, recovered = lam.graph, {lam.root}
+    for i in reversed(lay.order):
+        node = graph.nodes[i]
+        if not lay.live[i] or node.op in ('weight', 'const', 'column'):
+            continue
+        for position, a in enumerate(node.args):
+            if a in recovered or graph.nodes[a].op in ('const', 'weight', 'column'):
+                continue
+            known = all(x in recovered or graph.nodes[x].op in ('const', 'weight', 'column')
+                        for k, x in enumerate(node.args) if k != position)
+            if (node.op, position) not in INVERSES or not known or lay.shape[a] != lay.shape[i]:
+                pos = lam.places.get(i)
+                what = vectors.SYMBOLS.get(node.op, node.op)
+                raise PgadError('0A000', f'tape "reversible" cannot run "{what}" backwards',
+                                detail=None if pos is None else caret(lam.text, pos),
+                                hint="Every step between the loss and a weight must be invertible in the value the "
+                                     "reverse sweep needs (+, -, *, /, exp, ln, tanh, sigmoid, sinh): use tape "
+                                     "'store' or 'recompute'.", position=None if pos is None else pos + 1)
+            recovered.add(a)
+
+
+# --- vector operations: forward, and their vector-Jacobian products --------------------------------------------------
+
+def _dims(shape_a, shape_b):
+    """(M, N, P) of a @ b: a is M×N (M = 1 for a vector), b is N×P (P = 1 for a vector)."""
+    m = shape_a[0] if len(shape_a) == 2 else 1
+    n = shape_a[-1]
+    p = shape_b[1] if len(shape_b) == 2 else 1
+    return m, n, p
+
+
+def _matmul_forward(kn, i, args):
+    a, c = args
+    m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
+
+    def row(r):
+        def col(j):
+            total = kn.reduce(n, lambda k: kn.b.fmul(kn.val(a, kn.index((r, n), (k, 1))),
+                                                      kn.val(c, kn.index((k, p), (j, 1)))))
+            kn.put(i, kn.index((r, p), (j, 1)), total)
+        kn.loop(p, col)
+    kn.loop(m, row)
+
+
+def _matmul_reverse(kn, i, args):
+    """C = A @ B: Ā += C̄ Bᵀ, B̄ += Aᵀ C̄, loops ordered so the innermost runs along memory (an axpy: vectorised)."""
+    a, c = args
+    m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
+    b = kn.b
+    if kn.lay.live[a]:  # Ā[r, k] += Σ_j C̄[r, j] B[k, j]
+        kn.loop(m, lambda r: kn.loop(n, lambda k: kn.add_adj(a, kn.index((r, n), (k, 1)), kn.reduce(
+            p, lambda j: b.fmul(kn.adj(i, kn.index((r, p), (j, 1))), kn.val(c, kn.index((k, p), (j, 1))))))))
+    if kn.lay.live[c]:  # B̄[k, j] += Σ_r A[r, k] C̄[r, j], as r outer, k, then j: a rank-1 update per r
+        kn.loop(m, lambda r: kn.loop(n, lambda k: kn.loop(p, lambda j: kn.add_adj(
+            c, kn.index((k, p), (j, 1)), b.fmul(kn.val(a, kn.index((r, n), (k, 1))),
+                                                kn.adj(i, kn.index((r, p), (j, 1))))))))
+
+
+def _sum_forward(kn, i, args):
+    v, = args
+    kn.put(i, 0, kn.reduce(size_of(kn.lay.shape[v]), lambda k: kn.val(v, k)))
+
+
+def _sum_reverse(kn, i, args):
+    v, = args
+    g = kn.adj(i, 0)
+    kn.loop(size_of(kn.lay.shape[v]), lambda k: kn.add_adj(v, k, g))
+
+
+def _greatest(kn, v, n):
+    top = kn.alloca(1)
+    kn.b.store(kn.val(v, 0), top)
+    kn.loop(n, lambda k: kn.b.store(EMIT['greatest'](kn.e, kn.b.load(top), kn.val(v, k)), top))
+    return kn.b.load(top)
+
+
+def _logsumexp_forward(kn, i, args):
+    v, = args
+    n = kn.lay.shape[v][0]
+    top = _greatest(kn, v, n)
+    total = kn.reduce(n, lambda k: kn.e.call('exp', kn.b.fsub(kn.val(v, k), top)))
+    kn.put(i, 0, kn.b.fadd(top, kn.e.call('log', total)))
+
+
+def _logsumexp_reverse(kn, i, args):  # v̄ += L̄ · exp(v − L): the softmax
+    v, = args
+    g, out = kn.adj(i, 0), kn.val(i, 0)
+    kn.loop(kn.lay.shape[v][0], lambda k: kn.add_adj(v, k, kn.b.fmul(g, kn.e.call('exp', kn.b.fsub(kn.val(v, k),
+                                                                                                  out)))))
+
+
+def _softmax_forward(kn, i, args):
+    v, = args
+    n = kn.lay.shape[v][0]
+    top = _greatest(kn, v, n)
+    kn.loop(n, lambda k: kn.put(i, k, kn.e.call('exp', kn.b.fsub(kn.val(v, k), top))))
+    total = kn.reduce(n, lambda k: kn.val(i, k))
+    kn.loop(n, lambda k: kn.put(i, k, kn.b.fdiv(kn.val(i, k), total)))
+
+
+def _softmax_reverse(kn, i, args):  # v̄ += s ⊙ (s̄ − s̄·s)
+    v, = args
+    n = kn.lay.shape[v][0]
+    inner = kn.reduce(n, lambda k: kn.b.fmul(kn.adj(i, k), kn.val(i, k)))
+    kn.loop(n, lambda k: kn.add_adj(v, k, kn.b.fmul(kn.val(i, k), kn.b.fsub(kn.adj(i, k), inner))))
+
+
+def _stack_forward(kn, i, args):
+    inner = size_of(kn.lay.shape[args[0]])
+    for t, a in enumerate(args):
+        kn.loop(inner, lambda k, t=t, a=a: kn.put(i, kn.index((t * inner, 1), (k, 1)), kn.val(a, k)))
+
+
+def _stack_reverse(kn, i, args):
+    inner = size_of(kn.lay.shape[args[0]])
+    for t, a in enumerate(args):
+        kn.loop(inner, lambda k, t=t, a=a: kn.add_adj(a, k, kn.adj(i, kn.index((t * inner, 1), (k, 1)))))
+
+
+def _position(kn, v, index):
+    """(the 0-based row of v that index picks, as an i64, clamped into range; is it a position of v, an i1)."""
+    b, n = kn.b, kn.lay.shape[v][0]
+    x = kn.val(index, 0)
+    whole = b.fcmp_ordered('==', x, kn.e.call('llvm.floor.f64', x))
+    inside = b.and_(b.fcmp_ordered('>=', x, ir.Constant(DOUBLE, 1.0)), b.fcmp_ordered('<=', x, ir.Constant(DOUBLE, n)))
+    ok = b.and_(whole, inside)
+    k = b.fptosi(b.select(ok, x, ir.Constant(DOUBLE, 1.0)), I64)
+    return b.sub(k, ir.Constant(I64, 1)), ok
+
+
+def _index_forward(kn, i, args):
+    v, index = args
+    inner = size_of(kn.lay.shape[v][1:])
+    at, ok = _position(kn, v, index)
+    nan = ir.Constant(DOUBLE, math.nan)
+    kn.loop(inner, lambda k: kn.put(i, k, kn.b.select(ok, kn.val(v, kn.index((at, inner), (k, 1))), nan)))
+
+
+def _index_reverse(kn, i, args):
+    v, index = args
+    inner = size_of(kn.lay.shape[v][1:])
+    at, ok = _position(kn, v, index)
+    zero = ir.Constant(DOUBLE, 0.0)
+    kn.loop(inner, lambda k: kn.add_adj(v, kn.index((at, inner), (k, 1)), kn.b.select(ok, kn.adj(i, k), zero)))
+
+
+FORWARD = {'matmul': _matmul_forward, 'dot': _matmul_forward, 'sum': _sum_forward, 'logsumexp': _logsumexp_forward,
+           'softmax': _softmax_forward, 'stack': _stack_forward, 'index': _index_forward}
+REVERSE = {'matmul': _matmul_reverse, 'dot': _matmul_reverse, 'sum': _sum_reverse, 'logsumexp': _logsumexp_reverse,
+           'softmax': _softmax_reverse, 'stack': _stack_reverse, 'index': _index_reverse}
+assert set(FORWARD) == set(REVERSE) == set(OPERATIONS), set(OPERATIONS) ^ set(FORWARD)
+
+
+def kernel_ir(program, name, tape='store', tile=TILE):
+    """The LLVM IR module (text) of program's loop kernel, a function called name."""
+    if tape not in TAPES:
+        raise ValueError(tape)
+    return _Kernel(program, name, tape, tile if tape == 'store' else 1).build()
