@@ -43,6 +43,7 @@ import llvmlite.binding as llvm
 TAPES = ('store', 'recompute', 'reversible')
 TILE = 1   # rows a 'store' tile holds: measured fastest (docs/design.md, "Tape strategies")
 REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
+UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 
 # How a step runs backwards: given its value and the other arguments, the argument at each position.
 INVERSES = {
@@ -138,6 +139,7 @@ class _Kernel:
         self.b = ir.IRBuilder(self.start)
         self.e = _Emitter(self.b, self.module)
         self.gradient = len(program.outputs) > 1
+        self.width = max([w for _, w in vector_widths()] or [2])  # doubles in the widest SIMD register
 
     # --- small IR helpers ---
     def i64(self, k):
@@ -169,6 +171,90 @@ class _Kernel:
         k.add_incoming(b.add(k, ir.Constant(I64, 1)), b.block)
         b.branch(head)
         b.position_at_end(after)
+
+    # --- explicit SIMD for the products: dot products and axpys along contiguous memory ---
+    def vector_type(self):
+        return ir.VectorType(DOUBLE, self.width)
+
+    def vload(self, ptr):
+        return self.b.load(self.b.bitcast(ptr, self.vector_type().as_pointer()), align=8)
+
+    def vstore(self, value, ptr):
+        self.b.store(value, self.b.bitcast(ptr, self.vector_type().as_pointer()), align=8)
+
+    def splat(self, x):
+        b, vt = self.b, self.vector_type()
+        one = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+        return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), self.width), [0] * self.width))
+
+    def preload(self, pb, n):
+        """The run of n doubles at pb as whole vectors and the tail's doubles, loaded once (for dot products that
+        share it: stores between them could otherwise make LLVM load it again), or None where it is too long."""
+        chunks = n // self.width
+        if chunks > UNROLL:
+            return None
+        return ([self.vload(self.gep(pb, c * self.width)) for c in range(chunks)],
+                [self.b.load(self.gep(pb, t)) for t in range(chunks * self.width, n)])
+
+    def dot(self, pa, pb, n, loaded=None):
+        """Σ_{k < n} pa[k]·pb[k] over two contiguous runs of doubles (pb's run as preload gives it, if loaded):
+        whole vectors into ACCUMULATORS independent sums (unrolled up to UNROLL vectors, so the adds do not wait
+        on each other), then the tail."""
+        b, width = self.b, self.width
+        chunks, tail = divmod(n, width)
+        total = ir.Constant(DOUBLE, 0.0)
+        if chunks:
+            zero = ir.Constant(self.vector_type(), [0.0] * width)
+
+            def term(c):
+                at = self.i64(c * width) if isinstance(c, int) else b.mul(c, ir.Constant(I64, width))
+                other = loaded[0][c] if loaded is not None else self.vload(self.gep(pb, at))
+                return b.fmul(self.vload(self.gep(pa, at)), other, flags=REDUCE)
+            if chunks <= UNROLL:
+                sums = [zero] * min(ACCUMULATORS, chunks)
+                for c in range(chunks):
+                    sums[c % len(sums)] = b.fadd(sums[c % len(sums)], term(c), flags=REDUCE)
+                while len(sums) > 1:
+                    sums = [b.fadd(x, y, flags=REDUCE) for x, y in zip(sums[::2], sums[1::2])] + sums[len(sums) // 2 * 2:]
+                vector = sums[0]
+            else:
+                with b.goto_block(self.entry):
+                    acc = b.alloca(self.vector_type())
+                b.store(zero, acc)
+                self.loop(chunks, lambda c: b.store(b.fadd(b.load(acc), term(c), flags=REDUCE), acc))
+                vector = b.load(acc)
+            name = f'llvm.vector.reduce.fadd.v{width}f64'
+            fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
+                DOUBLE, [DOUBLE, self.vector_type()]), name)
+            total = b.call(fn, [ir.Constant(DOUBLE, -0.0), vector], fastmath=REDUCE)
+        for t in range(chunks * width, n):
+            other = loaded[1][t - chunks * width] if loaded is not None else b.load(self.gep(pb, t))
+            total = b.fadd(total, b.fmul(b.load(self.gep(pa, t)), other, flags=REDUCE), flags=REDUCE)
+        return total
+
+    def axpy(self, py, a, px, n):
+        """py[k] += a·px[k] for k < n, over contiguous runs: whole vectors, then the tail."""
+        b, width = self.b, self.width
+        chunks, _ = divmod(n, width)
+        if chunks:
+            av = self.splat(a)
+
+            def chunk(c):
+                at = b.mul(c, ir.Constant(I64, width))
+                y = self.gep(py, at)
+                self.vstore(b.fadd(self.vload(y), b.fmul(av, self.vload(self.gep(px, at)), flags=REDUCE),
+                                   flags=REDUCE), y)
+            self.loop(chunks, chunk)
+        for t in range(chunks * width, n):
+            y = self.gep(py, t)
+            b.store(b.fadd(b.load(y), b.fmul(a, b.load(self.gep(px, t)), flags=REDUCE), flags=REDUCE), y)
+
+    def ptr(self, i, k=0):
+        """A pointer to element k of node i's value (a weight's in the weight vector)."""
+        if self.graph.nodes[i].op == 'weight':
+            return self.gep(self.weights, self.b.add(ir.Constant(I64, self.lay.weight[i]), self.i64(k)))
+        return self.gep(self.values, self.b.add(ir.Constant(I64, self.lay.value[i]), self.i64(k)))
 
     def reduce(self, count, term):
         """Σ_{k < count} term(k), reassociable (LLVM vectorises it)."""
@@ -406,30 +492,36 @@ def _dims(shape_a, shape_b):
 
 
 def _matmul_forward(kn, i, args):
+    """C = A @ B, A M×N, B N×P (a vector: M or P is 1): each row of C a dot product per element (P = 1) or an
+    axpy per element of A's row (P > 1), along contiguous memory."""
     a, c = args
     m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
-
-    def row(r):
-        def col(j):
-            total = kn.reduce(n, lambda k: kn.b.fmul(kn.val(a, kn.index((r, n), (k, 1))),
-                                                      kn.val(c, kn.index((k, p), (j, 1)))))
-            kn.put(i, kn.index((r, p), (j, 1)), total)
-        kn.loop(p, col)
-    kn.loop(m, row)
+    if p == 1:
+        x = kn.preload(kn.ptr(c), n)
+        kn.loop(m, lambda r: kn.put(i, r, kn.dot(kn.ptr(a, kn.index((r, n))), kn.ptr(c), n, x)))
+        return
+    kn.loop(m * p, lambda k: kn.put(i, k, ir.Constant(DOUBLE, 0.0)))
+    kn.loop(m, lambda r: kn.loop(n, lambda k: kn.axpy(kn.ptr(i, kn.index((r, p))), kn.val(a, kn.index((r, n), (k, 1))),
+                                                        kn.ptr(c, kn.index((k, p))), p)))
 
 
 def _matmul_reverse(kn, i, args):
-    """C = A @ B: Ā += C̄ Bᵀ, B̄ += Aᵀ C̄, loops ordered so the innermost runs along memory (an axpy: vectorised)."""
+    """C = A @ B: Ā += C̄ Bᵀ, B̄ += Aᵀ C̄, as axpys and dot products along contiguous memory (the matrix's cotangent
+    in W @ x is the outer product C̄ xᵀ: one axpy per row of W, into its gradient sums)."""
     a, c = args
     m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
-    b = kn.b
-    if kn.lay.live[a]:  # Ā[r, k] += Σ_j C̄[r, j] B[k, j]
-        kn.loop(m, lambda r: kn.loop(n, lambda k: kn.add_adj(a, kn.index((r, n), (k, 1)), kn.reduce(
-            p, lambda j: b.fmul(kn.adj(i, kn.index((r, p), (j, 1))), kn.val(c, kn.index((k, p), (j, 1))))))))
-    if kn.lay.live[c]:  # B̄[k, j] += Σ_r A[r, k] C̄[r, j], as r outer, k, then j: a rank-1 update per r
-        kn.loop(m, lambda r: kn.loop(n, lambda k: kn.loop(p, lambda j: kn.add_adj(
-            c, kn.index((k, p), (j, 1)), b.fmul(kn.val(a, kn.index((r, n), (k, 1))),
-                                                kn.adj(i, kn.index((r, p), (j, 1))))))))
+    if kn.lay.live[a]:
+        if p == 1:  # Ā[r, :] += C̄[r] · B
+            kn.loop(m, lambda r: kn.axpy(kn.adj_ptr(a, kn.index((r, n))), kn.adj(i, r), kn.ptr(c), n))
+        else:  # Ā[r, k] += C̄[r, :] · B[k, :]
+            kn.loop(m, lambda r: kn.loop(n, lambda k: kn.add_adj(a, kn.index((r, n), (k, 1)), kn.dot(
+                kn.adj_ptr(i, kn.index((r, p))), kn.ptr(c, kn.index((k, p))), p))))
+    if kn.lay.live[c]:  # B̄[k, :] += A[r, k] · C̄[r, :], for each r
+        if p == 1:  # b̄ += C̄[r] · A[r, :]
+            kn.loop(m, lambda r: kn.axpy(kn.adj_ptr(c, 0), kn.adj(i, r), kn.ptr(a, kn.index((r, n))), n))
+        else:
+            kn.loop(m, lambda r: kn.loop(n, lambda k: kn.axpy(kn.adj_ptr(c, kn.index((k, p))), kn.val(
+                a, kn.index((r, n), (k, 1))), kn.adj_ptr(i, kn.index((r, p))), p)))
 
 
 def _sum_forward(kn, i, args):
