@@ -9,12 +9,16 @@ Two networks, full-batch gradient descent on the mean cross-entropy, from the sa
           200 iterations
 Contenders, interleaved, best of --repeats, in one connection (connection start and first-call imports do not
 count):
-  pgad <backend>   SELECT pgad.gradient_descent(<cross-entropy lambda>, <table>, <weights>, rate, iterations,
-                   backend => …): the load, the compile (cached after the first call) and the iterations
+  pgad <tape>      SELECT pgad.gradient_descent(<cross-entropy lambda>, <table>, <weights>, rate, iterations,
+                   tape => …) on the llvm backend: the load, the compile (cached after the first call) and the
+                   iterations; auto (unrolled for iris, a loop kernel storing its tape for digits), store, recompute
+                   ('reversible' is refused for these networks, and the step it names is printed)
   numpy            hand-written forward and backward passes over the rows already in memory
   torch            PyTorch autograd, float64, one thread, the rows already in memory
-Each reports its time and its final training accuracy (argmax of the fitted network's logits). Timings are printed
-and written to bench/results/mlp.json, never asserted.
+Each reports its time and its final training accuracy (argmax of the fitted network's logits), and each loop
+kernel the bytes of its buffers (jit/loops.buffer_bytes). Then the tapes on scalar lambdas, 200,000 rows, 100
+iterations: the linear and the logistic regression of bench/run.py and exp(w.a*d.x + w.b), which every step of
+can be run backwards. Timings are printed and written to bench/results/mlp.json, never asserted.
 """
 import argparse
 import json
@@ -84,6 +88,55 @@ def torch_descent(X, y, w, rate, iterations):
     return {k: v.detach().numpy() for k, v in w.items()}
 
 
+def kernel_bytes(loss, shapes, columns, tape):
+    """The bytes of the loop kernel's buffers for tape (None for the unrolled kernel)."""
+    from pgad import program
+    from pgad.jit import loops
+    from pgad.lang import vectors
+    prog = program.build(loss, tuple(shapes), 'reverse', True, shapes=vectors.Shapes(
+        tuple((n, tuple(s)) for n, s in shapes.items() if s), columns), tape=tape)
+    return None if prog.tape == 'unrolled' else loops.buffer_bytes(prog, prog.tape)
+
+
+SCALAR = {'linear': ('λ(d, w) (w.a*d.x + w.b - d.y)^2', 0.1),
+          'logistic': ('λ(d, w) softplus(w.a*d.x + w.b) - d.t*(w.a*d.x + w.b)', 0.5),
+          'exp': ('λ(d, w) exp(w.a*d.x + w.b)', 0.01)}
+
+
+def scalar_tapes(db, repeats, results):
+    """Each tape on the scalar lambdas, through SQL: 100 iterations of gradient descent over 200,000 rows."""
+    db.execute('CREATE TABLE points AS SELECT random() AS x, random() AS y, (random() < 0.5)::int AS t '
+               'FROM generate_series(1, 200000)')
+    tapes = ['auto', 'store', 'recompute', 'reversible']
+    print('scalar lambdas: 200000 rows, 100 iterations, the llvm backend')
+    for name, (loss, rate) in SCALAR.items():
+        times = {t: [] for t in tapes}
+        refused = {}
+        for _ in range(repeats + 1):
+            for tape in tapes:
+                if tape in refused:
+                    continue
+                began = time.perf_counter()
+                try:
+                    db.execute("SELECT pgad.gradient_descent(%s, 'points', '{\"a\": 0, \"b\": 0}', %s, 100, "
+                               "backend => 'llvm', tape => %s)", (loss, rate, tape))
+                except psycopg.Error as e:
+                    refused[tape] = e.diag.message_primary
+                    continue
+                times[tape].append(time.perf_counter() - began)
+        results[f'scalar {name}'] = {}
+        for tape in tapes:
+            if tape in refused:
+                print(f'  {name:9} {tape:11} refused: {refused[tape]}')
+                results[f'scalar {name}'][tape] = {'refused': refused[tape]}
+                continue
+            best = min(times[tape][1:])
+            size = kernel_bytes(loss, {'a': (), 'b': ()}, (), tape)
+            print(f'  {name:9} {tape:11} {best:7.3f} s  auto/this {min(times["auto"][1:]) / best:.2f}x'
+                  + (f'  buffers {size} bytes' if size else '  (unrolled)'))
+            results[f'scalar {name}'][tape] = {'seconds': best, 'buffer_bytes': size}
+
+
 def accuracy(X, y, w):
     w = {k: np.array(v) for k, v in w.items()}
     z = np.maximum(X @ w['w1'].T + w['b1'], 0) @ w['w2'].T + w['b2']
@@ -108,7 +161,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--only', choices=['iris', 'digits'])
-    parser.add_argument('--backends', default='llvm,python')
+    parser.add_argument('--tapes', default='auto,store,recompute')
     args = parser.parse_args()
     results = {}
     with Cluster() as pg, psycopg.connect(pg.conninfo('postgres'), autocommit=True) as db:
@@ -121,7 +174,7 @@ def main():
             n_in, hidden, classes = sizes
             shapes = json.dumps({'w1': [hidden, n_in], 'b1': [hidden], 'w2': [classes, hidden], 'b2': [classes]})
             start = db.execute('SELECT pgad.init_weights(%s)', (shapes,)).fetchone()[0]
-            contenders = {f'pgad {b}': b for b in args.backends.split(',')}
+            contenders = {f'pgad {t}': t for t in args.tapes.split(',')}
             contenders.update(numpy='numpy', torch='torch')
             times, acc = {c: [] for c in contenders}, {}
             for _ in range(args.repeats + 1):  # the first round warms caches and compiles: not counted
@@ -132,17 +185,30 @@ def main():
                     elif how == 'torch':
                         fitted = torch_descent(X, y, start, rate, iterations)
                     else:
-                        fitted = db.execute('SELECT (pgad.gradient_descent(%s, %s, %s, %s, %s, backend => %s)).weights',
+                        fitted = db.execute("SELECT (pgad.gradient_descent(%s, %s, %s, %s, %s, backend => 'llvm', "
+                                            "tape => %s)).weights",
                                             (loss, name, json.dumps(start), rate, iterations, how)).fetchone()[0]
                     times[contender].append(time.perf_counter() - began)
                     acc[contender] = accuracy(X, y, fitted)
             best = {c: min(t[1:]) for c, t in times.items()}
-            results[name] = {c: {'seconds': best[c], 'accuracy': acc[c], 'first_call_seconds': times[c][0]}
-                             for c in contenders}
+            columns = (('pixels', 64),) if name == 'digits' else ()
+            weight_shapes = {'w1': (hidden, n_in), 'b1': (hidden,), 'w2': (classes, hidden), 'b2': (classes,)}
+            size = {c: kernel_bytes(loss, weight_shapes, columns, how) for c, how in contenders.items()
+                    if c.startswith('pgad')}
+            results[name] = {c: {'seconds': best[c], 'accuracy': acc[c], 'first_call_seconds': times[c][0],
+                                 'buffer_bytes': size.get(c)} for c in contenders}
+            try:
+                db.execute("SELECT pgad.gradient(%s, %s, %s, tape => 'reversible')", (loss, name, json.dumps(start)))
+            except psycopg.Error as e:
+                results[name]['pgad reversible'] = {'refused': e.diag.message_primary}
             print(f'{name}: {len(y)} rows, {"-".join(map(str, sizes))}, {iterations} iterations, rate {rate}')
             for c in contenders:
-                print(f'  {c:12} {best[c]:8.3f} s  accuracy {acc[c]:.4f}  (first call {times[c][0]:.3f} s)'
-                      f'  numpy/this {best["numpy"] / best[c]:.2f}x')
+                print(f'  {c:15} {best[c]:8.3f} s  accuracy {acc[c]:.4f}  (first call {times[c][0]:.3f} s)'
+                      f'  numpy/this {best["numpy"] / best[c]:.2f}x' +
+                      (f'  buffers {size[c]} bytes' if size.get(c) else ''))
+            print(f'  pgad reversible refused: {results[name]["pgad reversible"]["refused"]}')
+        if not args.only:
+            scalar_tapes(db, args.repeats, results)
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, 'w') as f:
         json.dump({'machine': os.uname().nodename, 'cpus': os.cpu_count(), 'results': results}, f, indent=1)

@@ -41,9 +41,11 @@ from .codegen import BOOL, DOUBLE, EMIT, I64, _Emitter, vectorised, vector_width
 import llvmlite.binding as llvm
 
 TAPES = ('store', 'recompute', 'reversible')
-TILE = 1   # rows a 'store' tile holds: measured fastest (docs/design.md, "Tape strategies")
+TILE = 32  # rows a 'store' tile holds: measured fastest (docs/design.md, "Tape strategies")
 REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
-UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
+UNROLL, ACCUMULATORS = 32, 4
+GEMM_ROWS, GEMM_VECTORS = 4, 2  # a tile's weight gradient: blocks of 4 rows by 2 vectors, 8 sums in registers
+PRODUCT_ROWS, PRODUCT_VECTORS = 4, 4  # a tile's W @ x: blocks of 4 rows by 4 vectors (2 on AVX2), in registers  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 
 # How a step runs backwards: given its value and the other arguments, the argument at each position.
 INVERSES = {
@@ -97,10 +99,16 @@ def layout(program):
             continue
         if node.op == 'column':
             columns[i] = [column_at[e] for e in vectors.elements(node.value, shape[i])]
-        value[i], record = record, record + size
+        value[i], record = record, record + size + EXTRA.get(node.op, lambda a: 0)(shape[node.args[0]] if node.args
+                                                                                    else ())
         if live[i]:
             adjoint[i], adjoints = adjoints, adjoints + size
     return Layout(order, shape, value, adjoint, weight, columns, max(record, 1), max(adjoints, 1), live)
+
+
+# Slots a node keeps past its value, for its reverse sweep: logsumexp its exp(v − max v) and their sum, so that
+# its vector-Jacobian product (the softmax) needs no exp of its own.
+EXTRA = {'logsumexp': lambda shape: shape[0] + 1}
 
 
 def size_of(shape):
@@ -315,7 +323,10 @@ class _Kernel:
         self.values = self.tape_base
         if self.tape == 'reversible':  # the reverse sweep's values: the loss's, then what it recovers
             self.recovery = self.alloca(lay.record)
-        self.adjoints = self.alloca(lay.adjoints)
+        self.adjoint_base = self.adjoints = self.alloca(lay.adjoints * records)
+        # W @ x with W a weight, in a tile of more than a row: W's gradient for the whole tile after its reverse
+        # sweeps, a small matrix product over the tile's rows (GEMM_ROWS rows of W by GEMM_VECTORS vectors at once)
+        self.deferred = {i: self.graph.nodes[i].args for i in lay.order if self.defers(i)}
         self.grad = self.alloca(max(1, len(program.weights)))
         self.loss = self.alloca(1)
         b.store(ir.Constant(DOUBLE, 0.0), self.loss)
@@ -349,6 +360,7 @@ class _Kernel:
         def reverse_row(r):
             if self.tape == 'store':
                 self.values = self.gep(self.tape_base, b.mul(r, ir.Constant(I64, record)))
+                self.adjoints = self.gep(self.adjoint_base, b.mul(r, ir.Constant(I64, self.lay.adjoints)))
             elif self.tape == 'recompute':
                 self.values = self.tape_base
                 self.forward(b.add(start, r))  # redundant execution: the row's forward sweep again
@@ -364,6 +376,74 @@ class _Kernel:
         self.loop(count, forward_row)
         if self.gradient:
             self.loop(count, reverse_row)
+            for i, (w, x) in self.deferred.items():
+                self.tile_gradient(i, w, x, count)
+
+    def defers(self, i):
+        """Is node i a W @ x (W a weight matrix, x a vector) whose W's gradient waits for the end of the tile?"""
+        node, lay = self.graph.nodes[i], self.lay
+        return (self.tape == 'store' and self.tile > 1 and self.gradient and node.op == 'matmul'
+                and self.graph.nodes[node.args[0]].op == 'weight' and len(lay.shape[node.args[0]]) == 2
+                and len(lay.shape[node.args[1]]) == 1 and lay.live[i])
+
+    def tile_gradient(self, i, w, x, count):
+        """W̄ += Σ_t ȳ_t x_tᵀ over the tile's rows t (y = W @ x): blocks of GEMM_ROWS rows of W̄ by GEMM_VECTORS
+        vectors of its columns, their sums in registers across the rows, W̄ loaded and stored once a tile."""
+        b, lay, width = self.b, self.lay, self.width
+        m, n = lay.shape[w]
+        record, adjoints = lay.record, lay.adjoints
+        chunks = n // width
+
+        def x_at(t, k):  # element k of x in row t's record
+            return self.gep(self.tape_base, self.index((t, record), (ir.Constant(I64, lay.value[x]), 1), (k, 1)))
+
+        def g_at(t, r):  # element r of ȳ in row t's adjoints
+            return self.gep(self.adjoint_base, self.index((t, adjoints), (ir.Constant(I64, lay.adjoint[i]), 1),
+                                                          (r, 1)))
+
+        def block(r0, rows, c0, vectors):
+            """rows rows of W̄ from r0 (i64), by vectors vectors of columns from vector c0 (i64)."""
+            with b.goto_block(self.entry):
+                accs = [[b.alloca(self.vector_type()) for _ in range(vectors)] for _ in range(rows)]
+            zero = ir.Constant(self.vector_type(), [0.0] * width)
+            for row in accs:
+                for acc in row:
+                    b.store(zero, acc)
+
+            def one_row(t):
+                xs = [self.vload(x_at(t, b.mul(b.add(c0, ir.Constant(I64, v)), ir.Constant(I64, width))))
+                      for v in range(vectors)]
+                for dr in range(rows):
+                    g = self.splat(b.load(g_at(t, b.add(r0, ir.Constant(I64, dr)))))
+                    for v in range(vectors):
+                        acc = accs[dr][v]
+                        b.store(b.fadd(b.load(acc), b.fmul(g, xs[v], flags=REDUCE), flags=REDUCE), acc)
+            self.loop(count, one_row)
+            for dr in range(rows):
+                for v in range(vectors):
+                    at = self.index((b.add(r0, ir.Constant(I64, dr)), n),
+                                    (b.mul(b.add(c0, ir.Constant(I64, v)), ir.Constant(I64, width)), 1))
+                    ptr = self.gep(self.grad, b.add(ir.Constant(I64, lay.weight[w]), at))
+                    self.vstore(b.fadd(self.vload(ptr), b.load(accs[dr][v]), flags=REDUCE), ptr)
+
+        full_rows, full_vectors = m // GEMM_ROWS * GEMM_ROWS, chunks // GEMM_VECTORS * GEMM_VECTORS
+        spans = [(0, full_vectors, GEMM_VECTORS)] + ([(full_vectors, chunks - full_vectors, 1)]
+                                                      if chunks > full_vectors else [])
+        for c_start, c_count, per in spans:
+            if not c_count:
+                continue
+            for r_start, r_count, rows in ((0, full_rows, GEMM_ROWS), (full_rows, m - full_rows, 1)):
+                if r_count:
+                    self.loop(r_count // rows, lambda rb, rows=rows, r_start=r_start, c_start=c_start, c_count=c_count,
+                              per=per: self.loop(c_count // per, lambda cb: block(
+                                  b.add(ir.Constant(I64, r_start), b.mul(rb, ir.Constant(I64, rows))), rows,
+                                  b.add(ir.Constant(I64, c_start), b.mul(cb, ir.Constant(I64, per))), per)))
+        for k in range(chunks * width, n):  # the columns past the last whole vector, one by one
+            def column(r, k=k):
+                total = self.reduce(count, lambda t: b.fmul(b.load(g_at(t, r)), b.load(x_at(t, k)), flags=REDUCE))
+                ptr = self.gep(self.grad, self.index((ir.Constant(I64, lay.weight[w] + k), 1), (r, n)))
+                b.store(b.fadd(b.load(ptr), total), ptr)
+            self.loop(m, column)
 
     # --- the forward sweep ---
     def forward(self, row):
@@ -387,28 +467,37 @@ class _Kernel:
 
     # --- the reverse sweep ---
     def reverse(self, row):
-        b, lay = self.b, self.lay
-        self.loop(lay.adjoints, lambda k: b.store(ir.Constant(DOUBLE, 0.0), self.gep(self.adjoints, k)))
-        root = self.program.tensor.root
-        if not lay.live[root]:
-            return
-        if self.graph.nodes[root].op != 'weight':
-            b.store(ir.Constant(DOUBLE, 1.0), self.adj_ptr(root, 0))
-        else:
-            self.add_adj(root, 0, ir.Constant(DOUBLE, 1.0))
+        """One row's reverse sweep."""
+        self.reverse_start()
         if self.tape == 'reversible':
-            self.recovered = {root}
-        for i in reversed(lay.order):
-            limits.tick()
-            node = self.graph.nodes[i]
-            if not lay.live[i] or node.op in ('weight', 'const', 'column'):
-                continue
+            self.recovered = {self.program.tensor.root}
+        for i in self.swept():
             if self.tape == 'reversible':
                 self.recover_arguments(i)
-            if node.op in PRIMITIVES:
-                self.reverse_primitive(i, node)
-            else:
-                REVERSE[node.op](self, i, node.args)
+            self.reverse_node(i)
+
+    def reverse_start(self):
+        """The row's adjoints zeroed, the loss's set to 1."""
+        b, lay, root = self.b, self.lay, self.program.tensor.root
+        self.loop(lay.adjoints, lambda k: b.store(ir.Constant(DOUBLE, 0.0), self.gep(self.adjoints, k)))
+        if lay.live[root] and self.graph.nodes[root].op != 'weight':
+            b.store(ir.Constant(DOUBLE, 1.0), self.adj_ptr(root, 0))
+        elif lay.live[root]:
+            self.add_adj(root, 0, ir.Constant(DOUBLE, 1.0))
+
+    def swept(self):
+        """The nodes the reverse sweep visits, in its order: those that depend on a weight, but the leaves."""
+        for i in reversed(self.lay.order):
+            limits.tick()
+            if self.lay.live[i] and self.graph.nodes[i].op not in ('weight', 'const', 'column'):
+                yield i
+
+    def reverse_node(self, i):
+        node = self.graph.nodes[i]
+        if node.op in PRIMITIVES:
+            self.reverse_primitive(i, node)
+        else:
+            REVERSE[node.op](self, i, node.args)
 
     def reverse_primitive(self, i, node):
         graph, partials = partial_programs(node.op)
@@ -510,7 +599,7 @@ def _matmul_reverse(kn, i, args):
     in W @ x is the outer product C̄ xᵀ: one axpy per row of W, into its gradient sums)."""
     a, c = args
     m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
-    if kn.lay.live[a]:
+    if kn.lay.live[a] and i not in kn.deferred:
         if p == 1:  # Ā[r, :] += C̄[r] · B
             kn.loop(m, lambda r: kn.axpy(kn.adj_ptr(a, kn.index((r, n))), kn.adj(i, r), kn.ptr(c), n))
         else:  # Ā[r, k] += C̄[r, :] · B[k, :]
@@ -542,19 +631,21 @@ def _greatest(kn, v, n):
     return kn.b.load(top)
 
 
-def _logsumexp_forward(kn, i, args):
+def _logsumexp_forward(kn, i, args):  # L = m + ln Σ e, e = exp(v − m) kept (slots 1…n) with Σ e (slot n + 1)
     v, = args
-    n = kn.lay.shape[v][0]
+    n, b = kn.lay.shape[v][0], kn.b
     top = _greatest(kn, v, n)
-    total = kn.reduce(n, lambda k: kn.e.call('exp', kn.b.fsub(kn.val(v, k), top)))
-    kn.put(i, 0, kn.b.fadd(top, kn.e.call('log', total)))
+    kn.loop(n, lambda k: kn.put(i, b.add(k, ir.Constant(I64, 1)), kn.e.call('exp', b.fsub(kn.val(v, k), top))))
+    total = kn.reduce(n, lambda k: b.load(kn.ptr(i, b.add(k, ir.Constant(I64, 1)))))
+    kn.put(i, n + 1, total)
+    kn.put(i, 0, b.fadd(top, kn.e.call('log', total)))
 
 
-def _logsumexp_reverse(kn, i, args):  # v̄ += L̄ · exp(v − L): the softmax
+def _logsumexp_reverse(kn, i, args):  # v̄ += L̄ · e / Σ e: the softmax, from the forward sweep's exps
     v, = args
-    g, out = kn.adj(i, 0), kn.val(i, 0)
-    kn.loop(kn.lay.shape[v][0], lambda k: kn.add_adj(v, k, kn.b.fmul(g, kn.e.call('exp', kn.b.fsub(kn.val(v, k),
-                                                                                                  out)))))
+    n, b = kn.lay.shape[v][0], kn.b
+    scale = b.fdiv(kn.adj(i, 0), b.load(kn.ptr(i, n + 1)))
+    kn.loop(n, lambda k: kn.add_adj(v, k, b.fmul(scale, b.load(kn.ptr(i, b.add(k, ir.Constant(I64, 1)))))))
 
 
 def _softmax_forward(kn, i, args):
@@ -619,8 +710,19 @@ REVERSE = {'matmul': _matmul_reverse, 'dot': _matmul_reverse, 'sum': _sum_revers
 assert set(FORWARD) == set(REVERSE) == set(OPERATIONS), set(OPERATIONS) ^ set(FORWARD)
 
 
-def kernel_ir(program, name, tape='store', tile=TILE):
-    """The LLVM IR module (text) of program's loop kernel, a function called name."""
+def buffer_bytes(program, tape, tile=None):
+    """The bytes a loop kernel's buffers take (on its stack, once per call): the tape — the value records the
+    reverse sweep reads, a tile's for 'store', a row's for 'recompute', a row's for 'reversible' to recover into
+    (and the loss's value alone crossing from the forward sweep) — the adjoint records, and the gradient sums."""
+    lay = layout(program)
+    rows = (tile or TILE) if tape == 'store' else 1
+    values = lay.record * rows * (2 if tape == 'reversible' else 1)
+    return 8 * (values + lay.adjoints * rows + max(1, len(program.weights)))
+
+
+def kernel_ir(program, name, tape='store', tile=None):
+    """The LLVM IR module (text) of program's loop kernel, a function called name; a 'store' tape's tiles of tile
+    rows (None: TILE)."""
     if tape not in TAPES:
         raise ValueError(tape)
-    return _Kernel(program, name, tape, tile if tape == 'store' else 1).build()
+    return _Kernel(program, name, tape, (tile or TILE) if tape == 'store' else 1).build()
