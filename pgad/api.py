@@ -131,7 +131,6 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     name = arguments.model_name(name)
     config = settings()
     goal = objective.build(model, loss, label, config.limits)
-    vectors.scalars_only(goal.model, 'pgad.train')
     w = arguments.weights(weights, goal.model)
     names = list(w)
     options = dict(learning_rate=arguments.learning_rate(learning_rate), iterations=arguments.iterations(iterations),
@@ -150,13 +149,17 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name)
-    prog = program.build(goal.text, tuple(names), options['mode'], True, config.limits)
+    shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns))
+    if (shapes or vectors.needed(goal.model)) and (standardize or options['group_by']):
+        raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
+                        hint='Standardise the columns in the data query, or train one model per group.')
+    prog = program.build(goal.text, tuple(names), options['mode'], True, config.limits, shapes)
     _kernel(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
     job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
-    start = np.array([w[n] for n in names], dtype=np.float64)
-    penalty = descent.Penalty(options['l1'], options['l2'],
-                              np.array([float(options['regularize'] is None or n in options['regularize'])
-                                        for n in names]))
+    start = _vector(w)
+    penalty = descent.Penalty(options['l1'], options['l2'], np.concatenate(
+        [np.full(int(np.prod(shape, dtype=np.int64)), float(options['regularize'] is None or n in
+                                                            options['regularize'])) for n, shape in prog.shapes]))
     groups = options['group_by']
     with ExitStack() as stack:
         if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
@@ -180,15 +183,21 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                 fit_options = options
                 step_rows = part.table.rows if options['optimizer'] not in descent.MINI_BATCH else options['batch_size']
                 kernel = _kernel(prog, options['backend'], options['dtype'], config, min(step_rows, part.table.rows))
-            fitted, fit = _fit(prog, kernel, part.table, w, plan, fit_options, penalty, clock)
+            fitted, fit = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options, penalty,
+                               clock)
             fits.append((part.values, fitted))
-            rows.append(dict(name=name, group_key=part.key, model=model, loss=loss, weights=json.dumps(fitted),
+            rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
+                             weights=json.dumps(prog.nest([fitted[n] for n in prog.weights])),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
                              training_time=fit.seconds))
     if not rows:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
-    scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits))
+    unrolled = None
+    if shapes or vectors.needed(goal.model):
+        lam, prediction = vectors.unrolled_value(goal.model, shapes, config.limits)
+        unrolled = (lam, prediction, dict(shapes.columns))
+    scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled)
     return catalog.store(scoring, rows, fits)
 
 

@@ -16,9 +16,11 @@ PostgreSQL's quote_literal quotes them, and nothing else of the user's text reac
 """
 import json
 
+import numpy as np
+
 from . import server
 from .errors import PgadError
-from .lang import printer, sql
+from .lang import printer, sql, vectors
 
 SCHEMA = 'pgad_models'
 INSERT = ('INSERT INTO pgad.models (name, group_key, model, loss, weights, final_loss, loss_history, iterations, '
@@ -82,14 +84,27 @@ def current_user():
 class Scoring:
     """The scoring function of a model: its arguments, and its body from the model DAG and each group's weights."""
 
-    def __init__(self, name, model, group_by=(), group_types=(), max_chars=None):
+    def __init__(self, name, model, group_by=(), group_types=(), max_chars=None, unrolled=None):
+        """unrolled: for a model with vectors, (its unrolled Lambda, its prediction as an array of that Lambda's
+        nodes, {array column: length}): the function takes a float8[] for an array column and returns a float8[]
+        for a vector prediction."""
         self.name, self.model, self.group_by, self.max_chars = name, model, list(group_by), max_chars
+        lam, self.outputs, lengths = unrolled or (model, np.array(model.graph.expr(model.root), dtype=object), {})
+        self.lam = lam
+        if self.outputs.ndim > 1:
+            raise PgadError('0A000', 'pgad.train takes a model whose prediction is a number or a vector, not a '
+                                     f'{"×".join(map(str, self.outputs.shape))} matrix',
+                            hint='Predict a vector (its scoring function returns a float8[]), or a number.')
         params = [(g, t) for g, t in zip(group_by, group_types)]
-        params += [(c, 'pg_catalog.float8') for c in model.columns if c not in self.group_by]
+        params += [(c, 'pg_catalog.float8[]' if c in lengths else 'pg_catalog.float8') for c in model.columns
+                   if c not in self.group_by]
         self.params = params
         at = {p: k + 1 for k, (p, _) in enumerate(params)}
         self.columns = {c: f'${at[c]}' if c not in self.group_by else f'(${at[c]})::pg_catalog.float8'
-                        for c in model.columns}
+                        for c in model.columns if c not in lengths}
+        self.columns.update({vectors.element(c, (k + 1,)): f'(${at[c]})[{k + 1}]' for c, n in lengths.items()
+                             for k in range(n)})
+        self.returns = 'pg_catalog.float8[]' if self.outputs.ndim else 'pg_catalog.float8'
         self.group_types = list(group_types)
 
     @property
@@ -105,7 +120,10 @@ class Scoring:
         """The SQL expression the function returns: fits is [(the group's values as to_jsonb writes them, or None
         without groups, its weights)]."""
         def value(weights):
-            return sql.expression(self.model, self.model.root, self.columns, weights, self.max_chars)
+            if not self.outputs.ndim:
+                return sql.expression(self.lam, self.outputs[()].id, self.columns, weights, self.max_chars)
+            return 'ARRAY[' + ', '.join(sql.expression(self.lam, e.id, self.columns, weights, self.max_chars)
+                                        for e in self.outputs) + ']::pg_catalog.float8[]' 
         if not self.group_by:
             (_, weights), = fits
             return value(weights)
@@ -137,7 +155,7 @@ def store(scoring, rows, fits):
                             hint='Drop or change those objects, then train again.')
         server.query(f'DROP FUNCTION {found["signature"]}')
     server.query(DELETE, [scoring.name], ['pg_catalog.text'])
-    server.query(f'CREATE OR REPLACE FUNCTION {scoring.signature} RETURNS pg_catalog.float8 LANGUAGE sql IMMUTABLE '
+    server.query(f'CREATE OR REPLACE FUNCTION {scoring.signature} RETURNS {scoring.returns} LANGUAGE sql IMMUTABLE '
                  f'PARALLEL SAFE RETURN {scoring.body(fits)}')
     server.query(f"COMMENT ON FUNCTION {scoring.identity} IS "
                  f"'the prediction of a model pgad.train made: see pgad.models'")

@@ -392,9 +392,10 @@ def test_an_aggregate_with_no_row_to_average_over_gives_none(plpy):
 @pytest.mark.parametrize('aggregate, options, message, hint', [
     (api.loss_agg, '{"mode": "forward"}', 'unknown option "mode" of pgad.loss_agg', 'pgad.loss_agg takes no options.'),
     (api.gradient_agg, '{"iterations": 5}', 'unknown option "iterations" of pgad.gradient_agg',
-     'The options are mode, backend, dtype.'),
+     'The options are mode, backend, dtype, tape.'),
     (api.gradient_descent_agg, '[1]', 'options must be a JSON object',
-     'Write the options as {"learning_rate": 0.05, "iterations": 100, "mode": "reverse", "backend": "auto", "dtype": "float64"}.'),
+     'Write the options as {"learning_rate": 0.05, "iterations": 100, "mode": "reverse", "backend": "auto", '
+     '"dtype": "float64", "tape": "auto"}.'),
     (api.gradient_descent_agg, '{"learning_rate": true}', 'option "learning_rate" must be a number, not true', None),
     (api.gradient_descent_agg, '{"iterations": 1.5}', 'option "iterations" must be an integer, not 1.5', None),
     (api.gradient_descent_agg, '{"iterations": 2147483648}',
@@ -402,6 +403,10 @@ def test_an_aggregate_with_no_row_to_average_over_gives_none(plpy):
     (api.gradient_descent_agg, '{"iterations": -1}', 'iterations must be 0 or more, not -1', None),
     (api.gradient_agg, '{"mode": 1}', 'option "mode" must be a string, not 1', None),
     (api.gradient_agg, '{"backend": "fortran"}', 'unknown backend "fortran"', None),
+    (api.gradient_agg, '{"tape": "tiled"}', 'unknown tape "tiled"', "tape is 'auto', 'store', 'recompute' or "
+                                                                    "'reversible'."),
+    (api.gradient_agg, '{"mode": "forward", "tape": "store"}', 'tape "store" is not available in mode "forward"',
+     None),
 ])
 def test_an_aggregates_bad_options_are_refused(plpy, aggregate, options, message, hint):
     error = fails(aggregate, packed(plpy, 'SELECT pgad.pack(x, y) FROM points'), ['x', 'y'], LINEAR, json.dumps(W),

@@ -229,3 +229,52 @@ def test_a_reversible_tape_gives_the_gradient_or_names_the_step(db, tables):
 def test_tape_errors(db, tables, args, message):
     diag = error_of(db, f"SELECT pgad.gradient('λ(d, w) w.a*d.x1', 'blobs', '{{\"a\": 1}}', {args})")
     assert (diag.sqlstate, diag.message_primary) == ('22023', message)
+
+
+# --- pgad.train ------------------------------------------------------------------------------------------------------
+
+MODEL = 'λ(d, w) w.w2 @ relu(w.w1 @ [d.x1, d.x2, d.x3] + w.b1) + w.b2'
+CROSS_ENTROPY_LOSS = 'λ(p, d) logsumexp(p) - p[d.label + 1]'
+
+
+def test_train_an_mlp_and_score_it_in_sql(db, tables):
+    """The network of the tests above through pgad.train: the same fit as pgad.gradient_descent, stored in its
+    shapes, and a scoring function that returns the logits as a float8[], equal to numpy's."""
+    x, label = tables
+    weights = json.dumps(start_weights())
+    stored = db.execute("SELECT weights, iterations FROM pgad.train('blobs_mlp', %s, %s, 'blobs', %s, "
+                        "learning_rate => 0.5, iterations => 40)", (MODEL, CROSS_ENTROPY_LOSS, weights)).fetchone()
+    fitted, _, _ = db.execute("SELECT (f).weights, (f).loss, (f).iterations FROM pgad.gradient_descent(%s, 'blobs', "
+                              "%s, 0.5, 40) AS f", (CROSS_ENTROPY, weights)).fetchone()
+    assert stored[1] == 40
+    for name in fitted:
+        np.testing.assert_allclose(stored[0][name], fitted[name], rtol=1e-10, atol=1e-13)
+    scores = db.execute('SELECT pgad_models.blobs_mlp(x1, x2, x3) FROM blobs ORDER BY id').fetchall()
+    w = {k: np.array(v) for k, v in stored[0].items()}
+    expected = np.maximum(x @ w['w1'].T + w['b1'], 0) @ w['w2'].T + w['b2']
+    np.testing.assert_allclose(np.array([s for s, in scores]), expected, rtol=1e-12, atol=1e-12)
+    predicted = db.execute('SELECT avg((array_position(s, (SELECT max(v) FROM unnest(s) AS v)) - 1 = label)::int) '
+                           'FROM (SELECT pgad_models.blobs_mlp(x1, x2, x3) AS s, label FROM blobs) AS t').fetchone()[0]
+    assert predicted > 0.9
+
+
+def test_train_reads_an_array_column(db, tables):
+    db.execute("SELECT pgad.train('blobs_linear', 'λ(d, w) w.v @ d.x + w.c', 'squared', 'blobs', "
+               "'{\"v\": [0, 0, 0], \"c\": 0}', label => 'label', iterations => 5)")
+    signature, returns = db.execute("SELECT p.oid::regprocedure::text, p.prorettype::regtype::text FROM pg_proc AS p "
+                                    "WHERE p.proname = 'blobs_linear'").fetchone()
+    assert (signature, returns) == ('pgad_models.blobs_linear(double precision[])', 'double precision')
+    w = db.execute("SELECT weights FROM pgad.models WHERE name = 'blobs_linear'").fetchone()[0]
+    score = db.execute("SELECT pgad_models.blobs_linear(ARRAY[1, 2, 3]::float8[])").fetchone()[0]
+    assert score == pytest.approx(np.dot(w['v'], [1, 2, 3]) + w['c'], rel=1e-12)
+
+
+def test_train_refuses_what_it_cannot_do_with_vectors(db, tables):
+    diag = error_of(db, "SELECT pgad.train('m', %s, %s, 'blobs', %s, group_by => 'id')",
+                    (MODEL, CROSS_ENTROPY_LOSS, json.dumps(start_weights())))
+    assert (diag.sqlstate, diag.message_primary) == ('0A000', 'pgad.train takes no standardize or group_by for a '
+                                                              'model with vectors')
+    diag = error_of(db, "SELECT pgad.train('m', 'λ(d, w) w.m * d.x1', 'λ(p, d) sum(p)', 'blobs', "
+                        "'{\"m\": [[1, 2], [3, 4]]}')")
+    assert (diag.sqlstate, diag.message_primary) == ('0A000', 'pgad.train takes a model whose prediction is a number '
+                                                              'or a vector, not a 2×2 matrix')

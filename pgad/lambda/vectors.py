@@ -63,6 +63,16 @@ def scalars_only(lam, what):
 
 def unroll(lam, shapes, limits=bounds.DEFAULT):
     """The scalar Lambda of lam at these Shapes: its weights and columns the elements', in order of first use."""
+    unrolled, root = unrolled_value(lam, shapes, limits)
+    if root.shape:
+        raise _error(lam, lam.root, f'the body of a lambda must be a number, not {describe(root.shape)}',
+                     hint='Sum it with sum(…), or pick an element with […].')
+    return unrolled
+
+
+def unrolled_value(lam, shapes, limits=bounds.DEFAULT):
+    """(the scalar Lambda of lam at these Shapes, its root as an object array of nodes: a model's prediction may be a
+    vector). The Lambda's root is the array's first element."""
     weight_shape, column_length = dict(shapes.weights), dict(shapes.columns)
     graph = Graph(limits.lambda_nodes)
     graph.exact = True  # the user's expression, unrolled: no rule that hides a NaN
@@ -85,11 +95,8 @@ def unroll(lam, shapes, limits=bounds.DEFAULT):
             except VectorError as e:
                 raise _error(lam, i, str(e)) from None
     root = values[lam.root]
-    if root.shape:
-        raise _error(lam, lam.root, f'the body of a lambda must be a number, not {describe(root.shape)}',
-                     hint='Sum it with sum(…), or pick an element with […].')
-    return Lambda(lam.text, graph, root[()].id, lam.row, lam.params, list(columns), list(weights),
-                  None if lam.own is None else [c for c in columns if c.split('[')[0] in lam.own])
+    return Lambda(lam.text, graph, root.flat[0].id, lam.row, lam.params, list(columns), list(weights),
+                  None if lam.own is None else [c for c in columns if c.split('[')[0] in lam.own]), root
 
 
 def shapes_of(lam, shapes):
