@@ -16,7 +16,8 @@ count):
   numpy            hand-written forward and backward passes over the rows already in memory
   torch            PyTorch autograd, float64, one thread, the rows already in memory
 Each reports its time and its final training accuracy (argmax of the fitted network's logits), and each loop
-kernel the bytes of its buffers (jit/loops.buffer_bytes). Then the tapes on scalar lambdas, 200,000 rows, 100
+kernel the bytes of its buffers (jit/loops.buffer_bytes). The Iris network is then trained by pgad.train and its
+scoring function (float8[] logits) run over 1M rows, against a scan. Then the tapes on scalar lambdas, 200,000 rows, 100
 iterations: the linear and the logistic regression of bench/run.py and exp(w.a*d.x + w.b), which every step of
 can be run backwards. Timings are printed and written to bench/results/mlp.json, never asserted.
 """
@@ -137,6 +138,29 @@ def scalar_tapes(db, repeats, results):
             results[f'scalar {name}'][tape] = {'seconds': best, 'buffer_bytes': size}
 
 
+def scoring(db, loss, start, rate, iterations, repeats, results):
+    """The Iris network through pgad.train, and its scoring function over 1M rows: SELECT sum of the first logit,
+    against a scan of the same table (the yardstick)."""
+    model = 'λ(d, w) w.w2 @ relu(w.w1 @ [d.x1, d.x2, d.x3, d.x4] + w.b1) + w.b2'
+    db.execute("SELECT pgad.train('iris_mlp', %s, 'λ(p, d) logsumexp(p) - p[d.label + 1]', 'iris', %s, %s, %s)",
+               (model, json.dumps(start), rate, iterations))
+    db.execute('CREATE TABLE iris_1m AS SELECT random() AS x1, random() AS x2, random() AS x3, random() AS x4 '
+               'FROM generate_series(1, 1000000)')
+    db.execute('ANALYZE iris_1m')
+    queries = {'scan': 'SELECT sum(x1) FROM iris_1m',
+               'pgad_models.iris_mlp': 'SELECT sum((pgad_models.iris_mlp(x1, x2, x3, x4))[1]) FROM iris_1m'}
+    times = {q: [] for q in queries}
+    for _ in range(repeats + 1):
+        for q, sql in queries.items():
+            began = time.perf_counter()
+            db.execute(sql).fetchall()
+            times[q].append(time.perf_counter() - began)
+    best = {q: min(t[1:]) for q, t in times.items()}
+    print(f'  scoring 1M rows: scan {best["scan"]:.3f} s, pgad_models.iris_mlp {best["pgad_models.iris_mlp"]:.3f} s '
+          f'({best["pgad_models.iris_mlp"] / best["scan"]:.1f} scans)')
+    results['iris scoring 1M rows'] = best
+
+
 def accuracy(X, y, w):
     w = {k: np.array(v) for k, v in w.items()}
     z = np.maximum(X @ w['w1'].T + w['b1'], 0) @ w['w2'].T + w['b2']
@@ -207,6 +231,8 @@ def main():
                       f'  numpy/this {best["numpy"] / best[c]:.2f}x' +
                       (f'  buffers {size[c]} bytes' if size.get(c) else ''))
             print(f'  pgad reversible refused: {results[name]["pgad reversible"]["refused"]}')
+            if name == 'iris':
+                scoring(db, loss, start, rate, iterations, args.repeats, results)
         if not args.only:
             scalar_tapes(db, args.repeats, results)
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
