@@ -314,3 +314,75 @@ def test_reversible_names_the_step_it_cannot_run_backwards(body, shapes, step, a
     e = caught.value
     assert (e.sqlstate, e.message) == ('0A000', f'tape "reversible" cannot run "{step}" backwards')
     assert text[e.position - 1:].startswith(at)
+
+
+# --- random vector lambdas: every kernel agrees ------------------------------------------------------------------
+
+def random_lambda(r, n):
+    """A random lambda of vectors of length n, matrices n×n and numbers, from a small grammar whose every function
+    keeps values bounded (tanh, sigmoid, softmax), with its weights' shapes."""
+    def scalar(depth):
+        pick = r.randrange(9 if depth else 3)
+        if pick == 0:
+            return 'w.a'
+        if pick == 1:
+            return r.choice(['d.x1', 'd.x2', '0.5', '2'])
+        if pick == 2:
+            return f'{vector(depth)}[{r.randint(1, n)}]' if depth else 'd.x3'
+        if pick == 3:
+            return f'sum({vector(depth - 1)})'
+        if pick == 4:
+            return f'dot({vector(depth - 1)}, {vector(depth - 1)})'
+        if pick == 5:
+            return f'logsumexp({vector(depth - 1)})'
+        if pick == 6:
+            return f'({scalar(depth - 1)} {r.choice("+-*")} {scalar(depth - 1)})'
+        if pick == 7:
+            return f'{r.choice(["tanh", "sigmoid", "sin"])}({scalar(depth - 1)})'
+        return f'softmax({vector(depth - 1)})[d.i + 1]'
+
+    def vector(depth):
+        pick = r.randrange(8 if depth else 3)
+        if pick == 0:
+            return 'w.v'
+        if pick == 1:
+            return 'd.pix'
+        if pick == 2:
+            return '[' + ', '.join(r.choice(['d.x1', 'w.a', '1', 'd.x2']) for _ in range(n)) + ']'
+        if pick == 3:
+            return f'(w.m @ {vector(depth - 1)})'
+        if pick == 4:
+            return f'({vector(depth - 1)} {r.choice("+-*")} {r.choice([vector, scalar])(depth - 1)})'
+        if pick == 5:
+            return f'{r.choice(["tanh", "sigmoid", "relu", "softplus"])}({vector(depth - 1)})'
+        if pick == 6:
+            return f'softmax({vector(depth - 1)})'
+        return f'({vector(depth - 1)} @ w.m)'
+    return 'λ(d, w) ' + scalar(4), {'a': (), 'v': (n,), 'm': (n, n)}
+
+
+RANDOM_DATA = {**{c: DATA[c] for c in ('x1', 'x2', 'x3')}, 'i': _rng.integers(0, 3, N).astype(np.float64)}
+
+
+@pytest.mark.parametrize('seed', range(int(os.environ.get('PGAD_VECTOR_SEEDS', 30))))
+def test_random_vector_lambdas_agree_on_every_kernel(seed):
+    import random
+    r = random.Random(seed)
+    n = 3
+    text, shapes = random_lambda(r, n)
+    w = start(shapes, seed)
+    lengths = (('pix', n),) if 'd.pix' in text else ()
+
+    def run(mode, backend, tape):
+        prog = program.build(text, tuple(shapes), mode, True, shapes=vectors.Shapes(
+            tuple((k, s) for k, s in shapes.items() if s), lengths), tape=tape)
+        elements = dict(prog.columns_of)
+        columns = [DATA['pix'][:, elements[c][1] - 1] if c in elements else RANDOM_DATA[c] for c in prog.columns]
+        return backends.compile(prog, backend)(columns, N, np.concatenate([np.ravel(w[k]) for k in shapes]))
+    reference = run('reverse', 'python', 'auto')
+    assert np.all(np.isfinite(reference)), text
+    for mode, backend, tape in [('forward', 'python', 'auto'), ('reverse', 'llvm', 'auto'),
+                                ('reverse', 'llvm', 'store'), ('reverse', 'llvm', 'recompute')]:
+        # 1e-9 relative to the largest sum: the same arithmetic, summed and fused in other orders
+        np.testing.assert_allclose(run(mode, backend, tape), reference, rtol=1e-9,
+                                   atol=1e-9 * np.max(np.abs(reference)), err_msg=f'{mode} {backend} {tape}: {text}')

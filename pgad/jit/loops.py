@@ -384,7 +384,7 @@ class _Kernel:
         node, lay = self.graph.nodes[i], self.lay
         return (self.tape == 'store' and self.tile > 1 and self.gradient and node.op == 'matmul'
                 and self.graph.nodes[node.args[0]].op == 'weight' and len(lay.shape[node.args[0]]) == 2
-                and len(lay.shape[node.args[1]]) == 1 and lay.live[i])
+                and len(lay.shape[node.args[1]]) == 1 and lay.live[i] and node.args[1] in lay.value)
 
     def tile_gradient(self, i, w, x, count):
         """W̄ += Σ_t ȳ_t x_tᵀ over the tile's rows t (y = W @ x): blocks of GEMM_ROWS rows of W̄ by GEMM_VECTORS
