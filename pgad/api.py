@@ -14,7 +14,7 @@ from . import (arguments, backends, catalog, descent, domain, explain as explain
                program, server, shards, standardize as standardizing)
 from .errors import PgadError
 from .jit.cache import DiskCache
-from .lang import printer, vectors
+from .lang import printer, tensors, vectors
 from .limits import Limits
 
 
@@ -237,11 +237,22 @@ def drop_model(name):
 
 
 @server.entry
-def derivatives(loss):
+def derivatives(loss, weights=None, data=None):
+    """Each weight's derivative as text; with vectors (the weights' shapes from weights, array columns' lengths
+    from data), as vector expressions (lang/tensors.py)."""
+    if loss is None:
+        return []  # not STRICT (weights and data are NULL unless given): a NULL loss gives no rows
     limits = settings().limits
-    vectors.scalars_only(program.parsed(loss, limits), 'pgad.derivatives')
-    prog = program.build(loss, tuple(program.parsed(loss, limits).weights), limits=limits)
-    return list(zip(prog.weights, printer.to_lambdas(prog.lam, prog.outputs[1:], printer.budget(limits))))
+    lam = program.parsed(loss, limits)
+    w = arguments.weights(weights, lam) if weights is not None else dict.fromkeys(lam.weights, 0.0)
+    shapes = _shapes(w, loader.lengths(data, lam.columns) if data is not None else ())
+    budget = printer.budget(limits)
+    if shapes or vectors.needed(lam):
+        grown = lam.copy()
+        found = tensors.gradient(grown, shapes)
+        return list(zip(found, printer.to_lambdas(grown, list(found.values()), budget)))
+    prog = program.build(loss, tuple(w), limits=limits)
+    return list(zip(prog.weights, printer.to_lambdas(prog.lam, prog.outputs[1:], budget)))
 
 
 @server.entry
@@ -250,13 +261,19 @@ def init_weights(shapes, scheme='glorot', seed=0):
 
 
 @server.entry
-def explain(loss, mode='reverse', backend='auto', rows=None, data=None):
-    if loss is None or mode is None or backend is None:
-        return []  # pgad.explain is not STRICT (rows, data are NULL unless given): a NULL elsewhere gives no rows
+def explain(loss, mode='reverse', backend='auto', rows=None, data=None, weights=None, tape='auto'):
+    if loss is None or mode is None or backend is None or tape is None:
+        return []  # pgad.explain is not STRICT (rows, data, weights are NULL unless given): a NULL elsewhere, no rows
     backend = arguments.backend(backend)
     if rows is not None:
         arguments.non_negative('rows', rows)
-    return explaining.stages(loss, arguments.mode(mode), settings().limits, backend, rows, data)
+    mode, limits = arguments.mode(mode), settings().limits
+    tape = arguments.tape(tape, mode, backend)
+    lam = program.parsed(loss, limits)
+    w = arguments.weights(weights, lam) if weights is not None else dict.fromkeys(lam.weights, 0.0)
+    shapes = _shapes(w, loader.lengths(data, lam.columns) if data is not None and (weights is not None or
+                                                                                   vectors.needed(lam)) else ())
+    return explaining.stages(loss, mode, limits, backend, rows, data, shapes, list(w), tape)
 
 
 @dataclass(frozen=True)

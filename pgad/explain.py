@@ -9,16 +9,17 @@ data, a last row says where the data's rows are computed (shards.describe).
 import re
 import time
 
-from . import backends, gpu, lang, shards
-from .lang import printer
+from . import backends, gpu, lang, program as programs, shards
+from .lang import printer, tensors, vectors
 from .limits import DEFAULT
 from .program import Program
 
 
-def stages(text, mode, limits=DEFAULT, backend='auto', rows=None, data=None):
+def stages(text, mode, limits=DEFAULT, backend='auto', rows=None, data=None, shapes=None, weights=None, tape='auto'):
     """[(stage, detail, ms)] for lambda `text` differentiated by `mode` and compiled by the backend that `backend`
     gives for `rows` rows (None: not known, the CPU's choice); with `data`, a last row of where its rows are
-    computed (shards.describe)."""
+    computed (shards.describe). A lambda with vectors takes its shapes (a vectors.Shapes) and its weights' names
+    from the call, and has a row of its own for unrolling them (and, past its size, the loop kernel by tape)."""
     rows_out = []
     chars = printer.budget(limits)
 
@@ -31,7 +32,8 @@ def stages(text, mode, limits=DEFAULT, backend='auto', rows=None, data=None):
     lam = timed('parse', lambda: lang.parse(text, limits), lambda lam: (
         f'{len(lam.graph)} nodes; columns: {", ".join(lam.columns) or "none"}; weights: '
         f'{", ".join(lam.weights) or "none"}\nloss: {printer.to_lambda(lam, lam.root, chars)}'))
-    lang.vectors.scalars_only(lam, 'pgad.explain')
+    if shapes or vectors.needed(lam):
+        return _vector_stages(text, lam, mode, limits, backend, rows, data, shapes, weights, tape, timed, rows_out)
     grad = timed('differentiate', lambda: lang.gradient(lam, tuple(lam.weights), mode), lambda grad: (
         f'{mode} mode: {len(lam.graph)} nodes with the derivatives\n' +
         '\n'.join(f'∂/∂{w} = {text}' for w, text in zip(grad, printer.to_lambdas(lam, list(grad.values()), chars))) +
@@ -42,6 +44,31 @@ def stages(text, mode, limits=DEFAULT, backend='auto', rows=None, data=None):
     {'llvm': _llvm, 'cuda': _cuda, 'python': lambda program, timed: None}[chosen](program, timed)
     if data is not None:
         timed('data', lambda: shards.describe(data, lam.columns, len(lam.weights)), lambda where: where)
+    return rows_out
+
+
+def _vector_stages(text, lam, mode, limits, backend, rows, data, shapes, weights, tape, timed, rows_out):
+    shapes = shapes or vectors.Shapes()
+    weights = lam.weights if weights is None else weights
+    """The stages after parse of a lambda with vectors: the program at its shapes (unrolled, and its kernel), the
+    derivatives as vector expressions, the backend and its own stages."""
+    chars = printer.budget(limits)
+    program = timed('vectors', lambda: programs.build(text, tuple(weights), mode, True, limits, shapes, tape),
+                    lambda p: (f'shapes: ' + ', '.join(f'{n} {vectors.describe(s)[2:] if s else "number"}'
+                                                        for n, s in p.shapes) +
+                               ''.join(f'; {c} a vector of {k}' for c, k in shapes.columns) +
+                               f'\nunrolled: {len(p.graph)} nodes with the derivatives ({mode} mode); llvm kernel: '
+                               + ('unrolled' if p.tape == 'unrolled' else f'loops, tape "{p.tape}"')))
+    grown = lam.copy()
+    timed('differentiate', lambda: tensors.gradient(grown, shapes), lambda found: (
+        'reverse mode over the vectors, as vector expressions\n' + '\n'.join(
+            f'∂/∂{w} = {t}' for w, t in zip(found, printer.to_lambdas(grown, list(found.values()), chars)))))
+    chosen = timed('backend', lambda: backends.choose(program, backend, rows),
+                   lambda chosen: _why(program, backend, rows, chosen))
+    {'llvm': _llvm, 'cuda': _cuda, 'python': lambda program, timed: None}[chosen](program, timed)
+    if data is not None:
+        timed('data', lambda: None, lambda _: 'here: the rows are loaded into this backend (a lambda with vectors '
+                                              'pulls the rows of a sharded table too)')
     return rows_out
 
 
@@ -57,9 +84,10 @@ def _why(program, backend, rows, chosen):
 
 
 def _llvm(program, timed):
-    from .jit import codegen, compiler
+    from .jit import codegen, compiler, loops
     tier = compiler.required_tier(program)
-    ir_text = timed('IR generation', lambda: codegen.kernel_ir(program),
+    ir_text = timed('IR generation', lambda: codegen.kernel_ir(program) if program.tape == 'unrolled' else
+                    loops.kernel_ir(program, codegen.NAME, program.tape),
                     lambda ir: f'{ir_instructions(ir)} IR instructions\n{ir}')
     module = timed('optimisation', lambda: compiler.optimise(ir_text, tier),
                    lambda m: f'{ir_instructions(str(m))} IR instructions after {tier.name} for '

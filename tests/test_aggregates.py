@@ -269,7 +269,7 @@ def test_a_parallel_aggregate_after_an_implementation_ran_before_pgad_so_was_loa
     """A superuser's direct call of an implementation runs pgad's Python before pgad.so is loaded (and fails: pgad's
     settings are not defined yet); the aggregate that follows must still find pgad.so's doors."""
     with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
-        assert error_of(db, "SELECT * FROM pgad._derivatives('λ(d, w) w.a*2')").sqlstate == '42704'
+        assert error_of(db, "SELECT * FROM pgad._derivatives('λ(d, w) w.a*2', NULL, NULL)").sqlstate == '42704'
         assert rows(db, "SELECT * FROM pgad.derivatives('λ(d, w) w.a*2')") == [('a', '2')]
         for setting in PARALLEL + ['SET parallel_leader_participation = off']:
             db.execute(setting)

@@ -360,9 +360,10 @@ def test_data_runs_with_the_callers_privileges(db, cluster, dbname):
 def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster, dbname):
     # Not strict: the transition and combine functions (a NULL state, a NULL argument), the aggregates' final
     # implementations (options NULL when not given), pgad.train's (seed, regularize and group_by NULL by default),
-    # pgad.explain's (rows NULL by default).
+    # pgad.explain's (rows NULL by default), pgad.derivatives' (weights and data NULL by default).
     internal = db.execute("SELECT p.oid::regprocedure::text, p.proisstrict OR p.proname ~ '^_(pack_step|pack_combine|"
-                          "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train|explain)$', "
+                          "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train|explain|"
+                          "derivatives)$', "
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
@@ -377,7 +378,8 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     calls = ["pgad._loss('λ(d, w) 1', 'SELECT 1', '{}')",
              "pgad._gradient('λ(d, w) 1', 'SELECT 1', '{}', 'reverse', 'auto', 'float64', 'auto')",
              "pgad._gradient_descent('λ(d, w) 1', 'SELECT 1', '{}', 0.1, 1, 'reverse', 'auto', 'float64', 'auto')",
-             "pgad._derivatives('λ(d, w) 1')", "pgad._explain('λ(d, w) 1', 'reverse', 'auto', NULL, NULL)",
+             "pgad._derivatives('λ(d, w) 1', NULL, NULL)",
+             "pgad._explain('λ(d, w) 1', 'reverse', 'auto', NULL, NULL, NULL, 'auto')",
              "pgad._partial_sums('λ(d, w) 1', 'SELECT 1', '{}', '{}', 'reverse', 'auto', 'float64')",
              "pgad._lambda_columns('λ(d, w) d.x', '{x}', '{integer}')",
              "pgad._loss_agg('\\x', '{}', 'λ(d, w) 1', '{}', NULL)",

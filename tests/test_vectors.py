@@ -75,6 +75,10 @@ CASES = [
                        - 0.5 * torch.sin(w['v']) + torch.sqrt(2 + w['v'])).sum(1)),
     case('case-elementwise', f'λ(d, w) sum(CASE WHEN w.v > 0 THEN w.v ELSE 0.1 * w.v END * {X3})', {'v': (3,)},
          lambda d, w: (torch.where(w['v'] > 0, w['v'], 0.1 * w['v']) * x(d, 'x1', 'x2', 'x3')).sum(1)),
+    case('transpose', 'λ(d, w) sum(tanh(transpose(w.m) @ [d.x1, d.x2]))', {'m': (2, K)},
+         lambda d, w: torch.tanh(x(d, 'x1', 'x2') @ w['m']).sum(1)),
+    case('outer', 'λ(d, w) sum(outer(w.v, [d.x1, d.x2]) * w.m)', {'v': (K,), 'm': (K, 2)},
+         lambda d, w: (w['v'][None, :, None] * x(d, 'x1', 'x2')[:, None, :] * w['m']).sum((1, 2))),
     case('array-column', 'λ(d, w) (w.v @ d.pix + w.c - d.x1)^2', {'v': (P,), 'c': ()},
          lambda d, w: (d['pix'] @ w['v'] + w['c'] - d['x1']) ** 2),
     case('array-column-elements', 'λ(d, w) (d.pix[2] * w.c - exp(sum(d.pix) / 10))^2', {'c': ()},
@@ -386,3 +390,46 @@ def test_random_vector_lambdas_agree_on_every_kernel(seed):
         # 1e-9 relative to the largest sum: the same arithmetic, summed and fused in other orders
         np.testing.assert_allclose(run(mode, backend, tape), reference, rtol=1e-9,
                                    atol=1e-9 * np.max(np.abs(reference)), err_msg=f'{mode} {backend} {tape}: {text}')
+
+
+# --- pgad.derivatives: vector expressions that read back ---------------------------------------------------------
+
+@pytest.mark.parametrize('text, shapes, fn', CASES)
+def test_printed_vector_derivatives_evaluate_to_the_gradient(text, shapes, fn):
+    """Each weight's derivative printed as one vector expression (tensors.py), parsed again and unrolled at the same
+    shapes, gives, element by element and summed over the rows, the program's gradient."""
+    from pgad.lang import tensors
+    lengths = (('pix', P),) if 'd.pix' in text else ()
+    given = vectors.Shapes(tuple((n, s) for n, s in shapes.items() if s), lengths)
+    lam = parse(text).copy()
+    found = tensors.gradient(lam, given)
+    printed = dict(zip(found, printer.to_lambdas(lam, list(found.values()))))
+    w = start(shapes)
+    vector = np.concatenate([np.ravel(w[n]) for n in shapes])
+    expected = dict(zip(build(text, shapes, 'reverse').weights, sums(text, shapes, w)[1:]))
+    for name, body in printed.items():
+        again = parse(f'λ(d, w) {body}')
+        unrolled, root = vectors.unrolled_value(again, given)
+        outputs = tuple(e.id for e in root.flat)
+        prog = program.Program(unrolled, outputs, build(text, shapes, 'reverse').weights)
+        elements = dict(build(text, shapes, 'reverse').columns_of)
+        columns = [DATA[elements[c][0]][:, elements[c][1] - 1] if c in elements else DATA[c] for c in prog.columns]
+        got = backends.compile(prog, 'python')(columns, N, vector)
+        want = [expected[e] for e in vectors.elements(name, shapes[name])]
+        if len(got) == 1:  # a number stands for every element (sum's adjoint)
+            got = np.repeat(got, len(want))
+        # the same derivative, written as vectors: 1e-10 relative
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=f'∂/∂{name} = {body}')
+
+
+def test_the_mlp_derivatives_read_as_the_textbook_rules():
+    from pgad.lang import tensors
+    text = f'λ(d, w) logsumexp({MLP}) - {MLP}[d.label + 1]'
+    lam = parse(text).copy()
+    found = tensors.gradient(lam, vectors.Shapes((('w1', (K, 3)), ('b1', (K,)), ('w2', (3, K)), ('b2', (3,)))))
+    printed = dict(zip(found, printer.to_lambdas(lam, list(found.values()))))
+    logits = 'w.w2 @ relu(w.w1 @ [d.x1, d.x2, d.x3] + w.b1) + w.b2'
+    b2 = f'CASE WHEN [1, 2, 3] = d.label + 1 THEN -1 ELSE 0 END + softmax({logits})'
+    assert printed['b2'] == b2                                            # softmax(z) − onehot(label)
+    assert printed['w2'] == f'outer({b2}, relu(w.w1 @ [d.x1, d.x2, d.x3] + w.b1))'  # ḡ hᵀ
+    assert printed['w1'].startswith('outer(CASE WHEN w.w1 @ [d.x1, d.x2, d.x3] + w.b1 > 0 THEN transpose(w.w2) @ (')

@@ -190,13 +190,6 @@ def test_init_weights_errors(db, args, sqlstate, message):
     assert (diag.sqlstate, diag.message_primary) == (sqlstate, message)
 
 
-def test_functions_without_shapes_refuse_vector_lambdas(db):
-    for sql in ("SELECT * FROM pgad.derivatives('λ(d, w) sum(w.v * [d.x, 1])')",
-                "SELECT * FROM pgad.explain('λ(d, w) sum(w.v * [d.x, 1])')"):
-        diag = error_of(db, sql)
-        assert diag.sqlstate == '0A000' and 'takes no lambda with vector operations' in diag.message_primary
-
-
 # --- tape ----------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('tape', ['store', 'recompute'])
@@ -278,3 +271,25 @@ def test_train_refuses_what_it_cannot_do_with_vectors(db, tables):
                         "'{\"m\": [[1, 2], [3, 4]]}')")
     assert (diag.sqlstate, diag.message_primary) == ('0A000', 'pgad.train takes a model whose prediction is a number '
                                                               'or a vector, not a 2×2 matrix')
+
+
+# --- pgad.derivatives and pgad.explain at the shapes -------------------------------------------------------------
+
+def test_derivatives_of_vectors_are_vector_expressions(db, tables):
+    found = dict(db.execute("SELECT * FROM pgad.derivatives('λ(d, w) sum((w.m @ d.x - [d.label, 1, 0])^2)', "
+                            "'{\"m\": [[1, 0, 0], [0, 1, 0], [0, 0, 1]]}', 'blobs')").fetchall())
+    assert found == {'m': 'outer(2*(w.m @ d.x - [d.label, 1, 0]), d.x)'}
+    diag = error_of(db, "SELECT * FROM pgad.derivatives('λ(d, w) sum(w.m @ [d.x1, d.x2])')")
+    assert (diag.sqlstate, diag.message_primary) == ('2202E', 'cannot multiply a number by a vector of 2 with @')
+
+
+def test_explain_shows_the_shapes_the_kernel_and_the_vector_derivatives(db, tables):
+    for tape in ('auto', 'store', 'recompute'):
+        stages = dict((s, d) for s, d, _ in db.execute(
+            "SELECT * FROM pgad.explain(%s, backend => 'llvm', weights => %s, tape => %s)",
+            (CROSS_ENTROPY, json.dumps(start_weights()), tape)).fetchall())
+        assert list(stages) == ['parse', 'vectors', 'differentiate', 'backend', 'IR generation', 'optimisation',
+                                'machine code']
+        assert stages['vectors'].startswith('shapes: b1 vector of 5, b2 vector of 3, w1 5×3 matrix, w2 3×5 matrix')
+        assert stages['vectors'].endswith('unrolled' if tape == 'auto' else f'loops, tape "{tape}"')
+        assert '∂/∂w2 = outer(' in stages['differentiate']

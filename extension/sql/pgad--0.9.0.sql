@@ -61,26 +61,27 @@ from pgad import api
 return api.gradient_descent(loss, data, weights, learning_rate, iterations, mode, backend, dtype, tape)
 $$;
 
-CREATE FUNCTION pgad._derivatives(loss pg_catalog.text)
-RETURNS TABLE (weight pg_catalog.text, derivative pg_catalog.text) LANGUAGE plpython3u IMMUTABLE STRICT AS $$
+CREATE FUNCTION pgad._derivatives(loss pg_catalog.text, weights pg_catalog.jsonb, data pg_catalog.text)
+RETURNS TABLE (weight pg_catalog.text, derivative pg_catalog.text) LANGUAGE plpython3u STABLE AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
     sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
 from pgad import api
-return api.derivatives(loss)
+return api.derivatives(loss, weights, data)
 $$;
 
 -- Not STRICT, as pgad.explain: rows and data are NULL unless given (api.explain gives no rows for a NULL loss,
 -- mode or backend, as STRICT would).
 CREATE FUNCTION pgad._explain(loss pg_catalog.text, mode pg_catalog.text, backend pg_catalog.text,
-                              rows pg_catalog.int8, data pg_catalog.text)
+                              rows pg_catalog.int8, data pg_catalog.text, weights pg_catalog.jsonb,
+                              tape pg_catalog.text)
 RETURNS TABLE (stage pg_catalog.text, detail pg_catalog.text, ms pg_catalog.float8)
 LANGUAGE plpython3u STABLE AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
     sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
 from pgad import api
-return api.explain(loss, mode, backend, rows, data)
+return api.explain(loss, mode, backend, rows, data, weights, tape)
 $$;
 
 -- A shard's part of a sharded training (pgad.partial_sums), called by the coordinator through dblink.
@@ -111,8 +112,9 @@ REVOKE ALL ON FUNCTION pgad._loss(pg_catalog.text, pg_catalog.text, pg_catalog.j
                  pg_catalog.text, pg_catalog.text),
   pgad._gradient_descent(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4,
                          pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text),
-  pgad._derivatives(pg_catalog.text),
-  pgad._explain(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.int8, pg_catalog.text),
+  pgad._derivatives(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text),
+  pgad._explain(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.int8, pg_catalog.text,
+                pg_catalog.jsonb, pg_catalog.text),
   pgad._partial_sums(pg_catalog.text, pg_catalog.text, pg_catalog.text[], pg_catalog.float8[], pg_catalog.text,
                      pg_catalog.text, pg_catalog.text) FROM PUBLIC;
 
@@ -154,24 +156,30 @@ COMMENT ON FUNCTION pgad.init_weights(pg_catalog.jsonb, pg_catalog.text, pg_cata
     'starting weights of the shapes {"w1": [20, 4], "b1": [20]}: matrices at random by scheme (glorot, he or '
     'zeros) from seed, vectors and numbers 0; the same for the same arguments';
 
-CREATE FUNCTION pgad.derivatives(loss pg_catalog.text)
+-- Not STRICT: weights (the shapes of vector and matrix weights) and data (the lengths of array columns) are NULL
+-- unless given; a NULL loss gives no rows.
+CREATE FUNCTION pgad.derivatives(loss pg_catalog.text, weights pg_catalog.jsonb DEFAULT NULL,
+                                 data pg_catalog.text DEFAULT NULL)
 RETURNS TABLE (weight pg_catalog.text, derivative pg_catalog.text)
-LANGUAGE C IMMUTABLE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
-COMMENT ON FUNCTION pgad.derivatives(pg_catalog.text) IS
-    'each partial derivative of the lambda, simplified, in the lambda language';
+LANGUAGE C STABLE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.derivatives(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text) IS
+    'each partial derivative of the lambda, simplified, in the lambda language; with vectors, the derivative by '
+    'each vector or matrix weight as one vector expression, at the shapes of weights and of data''s array columns';
 
--- Not STRICT: rows (the rows the backend is chosen for) and data (whose layout is shown) are NULL unless given.
+-- Not STRICT: rows (the rows the backend is chosen for), data (whose layout is shown) and weights (the shapes of a
+-- lambda with vectors) are NULL unless given.
 CREATE FUNCTION pgad.explain(loss pg_catalog.text, mode pg_catalog.text DEFAULT 'reverse',
                              backend pg_catalog.text DEFAULT 'auto', rows pg_catalog.int8 DEFAULT NULL,
-                             data pg_catalog.text DEFAULT NULL)
+                             data pg_catalog.text DEFAULT NULL, weights pg_catalog.jsonb DEFAULT NULL,
+                             tape pg_catalog.text DEFAULT 'auto')
 RETURNS TABLE (stage pg_catalog.text, detail pg_catalog.text, ms pg_catalog.float8)
 LANGUAGE C STABLE AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.explain(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.int8,
-                                 pg_catalog.text) IS
-    'each stage from lambda to kernel with what it made and its time in ms: parse, differentiate, backend (the one '
-    'that runs and why: auto chooses for rows rows), then that backend''s own (llvm: IR generation, optimisation, '
-    'machine code; cuda: kernel source, PTX, compilation; python: none); with data, where its rows are computed '
-    '(here, or on which shard server) and the bytes a round sends';
+                                 pg_catalog.text, pg_catalog.jsonb, pg_catalog.text) IS
+    'each stage from lambda to kernel with what it made and its time in ms: parse, (with vectors: their shapes and '
+    'the kernel), differentiate, backend (the one that runs and why: auto chooses for rows rows), then that '
+    'backend''s own (llvm: IR generation, optimisation, machine code; cuda: kernel source, PTX, compilation; python: '
+    'none); with data, where its rows are computed (here, or on which shard server) and the bytes a round sends';
 
 CREATE FUNCTION pgad.partial_sums(loss pg_catalog.text, data pg_catalog.text, names pg_catalog.text[],
                                   weights pg_catalog.float8[], mode pg_catalog.text DEFAULT 'reverse',

@@ -703,10 +703,41 @@ def _index_reverse(kn, i, args):
     kn.loop(inner, lambda k: kn.add_adj(v, kn.index((at, inner), (k, 1)), kn.b.select(ok, kn.adj(i, k), zero)))
 
 
+def _transpose_forward(kn, i, args):
+    v, = args
+    m, n = kn.lay.shape[v]
+    kn.loop(m, lambda r: kn.loop(n, lambda k: kn.put(i, kn.index((k, m), (r, 1)), kn.val(v, kn.index((r, n), (k, 1))))))
+
+
+def _transpose_reverse(kn, i, args):
+    v, = args
+    m, n = kn.lay.shape[v]
+    kn.loop(m, lambda r: kn.loop(n, lambda k: kn.add_adj(v, kn.index((r, n), (k, 1)),
+                                                         kn.adj(i, kn.index((k, m), (r, 1))))))
+
+
+def _outer_forward(kn, i, args):
+    a, c = args
+    m, n = kn.lay.shape[a][0], kn.lay.shape[c][0]
+    kn.loop(m, lambda r: kn.loop(n, lambda k: kn.put(i, kn.index((r, n), (k, 1)), kn.b.fmul(kn.val(a, r),
+                                                                                          kn.val(c, k)))))
+
+
+def _outer_reverse(kn, i, args):  # ā[r] += Ȳ[r, :]·b, b̄ += a[r]·Ȳ[r, :]
+    a, c = args
+    m, n = kn.lay.shape[a][0], kn.lay.shape[c][0]
+    if kn.lay.live[a]:
+        kn.loop(m, lambda r: kn.add_adj(a, r, kn.dot(kn.adj_ptr(i, kn.index((r, n))), kn.ptr(c), n)))
+    if kn.lay.live[c]:
+        kn.loop(m, lambda r: kn.axpy(kn.adj_ptr(c, 0), kn.val(a, r), kn.adj_ptr(i, kn.index((r, n))), n))
+
+
 FORWARD = {'matmul': _matmul_forward, 'dot': _matmul_forward, 'sum': _sum_forward, 'logsumexp': _logsumexp_forward,
-           'softmax': _softmax_forward, 'stack': _stack_forward, 'index': _index_forward}
+           'softmax': _softmax_forward, 'stack': _stack_forward, 'index': _index_forward,
+           'transpose': _transpose_forward, 'outer': _outer_forward}
 REVERSE = {'matmul': _matmul_reverse, 'dot': _matmul_reverse, 'sum': _sum_reverse, 'logsumexp': _logsumexp_reverse,
-           'softmax': _softmax_reverse, 'stack': _stack_reverse, 'index': _index_reverse}
+           'softmax': _softmax_reverse, 'stack': _stack_reverse, 'index': _index_reverse,
+           'transpose': _transpose_reverse, 'outer': _outer_reverse}
 assert set(FORWARD) == set(REVERSE) == set(OPERATIONS), set(OPERATIONS) ^ set(FORWARD)
 
 

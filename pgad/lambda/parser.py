@@ -33,6 +33,7 @@ FUNCTIONS = {
     'greatest': ('greatest', None), 'least': ('least', None),
     'sigmoid': ('sigmoid', 1), 'relu': ('relu', 1), 'softplus': ('softplus', 1),
     'sum': ('sum', 1), 'dot': ('dot', 2), 'softmax': ('softmax', 1), 'logsumexp': ('logsumexp', 1),
+    'transpose': ('transpose', 1), 'outer': ('outer', 2),
 }
 # log(b, x), the logarithm of x to base b, is ln(x) / ln(b)
 KEYWORDS = {'case', 'when', 'then', 'else', 'end', 'and', 'or', 'not', 'true', 'false', 'lambda'}

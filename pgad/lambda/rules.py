@@ -103,12 +103,13 @@ def partials(graph, i):
 
 
 
-# Vector operations. A row reads `operation(name, signature, shape, unroll)`: shape(*argument shapes) is the result's
-# shape, or a VectorError naming what does not fit; unroll(*arguments) is the result as scalar nodes (numpy object
-# arrays of Exprs, shape () a scalar), written with the scalar primitives. Shapes are tuples: () a number, (n,) a
-# vector, (m, n) a matrix of m rows. A signature of '*' takes one or more numbers or same-shaped vectors (the
-# vector literal [a, b, c]).
-Operation = namedtuple('Operation', 'name args shape unroll')
+# Vector operations. A row reads `operation(name, signature, shape, unroll, vjp)`: shape(*argument shapes) is the
+# result's shape, or a VectorError naming what does not fit; unroll(*arguments) is the result as scalar nodes (numpy
+# object arrays of Exprs, shape () a scalar), written with the scalar primitives; vjp(ḡ, out, *arguments, shapes=…)
+# is each argument's cotangent as a vector expression, given the result's ḡ (what pgad.derivatives prints:
+# tensors.py). Shapes are tuples: () a number, (n,) a vector, (m, n) a matrix of m rows. A signature of '*' takes
+# one or more numbers or same-shaped vectors (the vector literal [a, b, c]).
+Operation = namedtuple('Operation', 'name args shape unroll vjp')
 OPERATIONS = {}
 
 
@@ -116,8 +117,8 @@ class VectorError(Exception):
     """What is wrong with an operation's shapes (vectors.py adds the place in the lambda)."""
 
 
-def operation(name, signature, shape, unroll):
-    OPERATIONS[name] = Operation(name, signature.split('->')[0], shape, unroll)
+def operation(name, signature, shape, unroll, vjp):
+    OPERATIONS[name] = Operation(name, signature.split('->')[0], shape, unroll, vjp)
 
 
 def _product(a, b):  # @: matrix·vector, vector·matrix, matrix·matrix, vector·vector
@@ -189,6 +190,13 @@ def _greatest(v):
     return top
 
 
+def _outer(a, b):
+    out = np.empty((len(a), len(b)), dtype=object)
+    for i, j in np.ndindex(*out.shape):
+        out[i, j] = a[i] * b[j]
+    return out
+
+
 def _stacked(items):
     out = np.empty((len(items),) + items[0].shape, dtype=object)
     for k, item in enumerate(items):
@@ -203,10 +211,43 @@ def describe(shape):
     return f'a vector of {shape[0]}' if len(shape) == 1 else f'a {"×".join(map(str, shape))} matrix'
 
 
-operation('matmul', 'nn->n', _product, lambda a, b: _matmul(a, b))
-operation('dot', 'nn->n', _same_vectors, lambda a, b: _matmul(a, b))
-operation('sum', 'n->n', lambda v: (), lambda v: np.asarray(_sum(v), dtype=object))
-operation('softmax', 'n->n', _vector('softmax', lambda a: a), _softmax)
-operation('logsumexp', 'n->n', _vector('logsumexp', lambda a: ()), lambda v: np.asarray(_logsumexp(v), dtype=object))
-operation('index', 'nn->n', _index, None)  # unrolled by vectors.py: its index may change from row to row
-operation('stack', '*->n', _stack, lambda *items: _stacked(items))
+def _transpose_shape(a):
+    if len(a) != 2:
+        raise VectorError(f'transpose takes a matrix, not {describe(a)}')
+    return a[::-1]
+
+
+def _outer_shape(a, b):
+    if len(a) != 1 or len(b) != 1:
+        raise VectorError(f'outer takes two vectors, not {describe(a)} and {describe(b)}')
+    return a + b
+
+
+def _matmul_vjp(g, out, a, b, shapes):
+    """C = A @ B: Ā = C̄ Bᵀ and B̄ = Aᵀ C̄, in the form each of @'s four cases takes."""
+    sa, sb = shapes
+    if len(sa) == 1 and len(sb) == 1:
+        return g * b, g * a
+    if len(sb) == 1:   # W @ x: W̄ = ḡ xᵀ, x̄ = Wᵀ ḡ
+        return outer(g, b), matmul(transpose(a), g)
+    if len(sa) == 1:   # x @ W: x̄ = W ḡ, W̄ = x ḡᵀ
+        return matmul(b, g), outer(a, g)
+    return matmul(g, transpose(b)), matmul(transpose(a), g)
+
+
+matmul, transpose, outer, softmax, dot = map(call, 'matmul transpose outer softmax dot'.split())
+
+operation('matmul', 'nn->n', _product, lambda a, b: _matmul(a, b), _matmul_vjp)
+operation('dot', 'nn->n', _same_vectors, lambda a, b: _matmul(a, b), lambda g, out, a, b, shapes: (g * b, g * a))
+operation('sum', 'n->n', lambda v: (), lambda v: np.asarray(_sum(v), dtype=object), lambda g, out, v, shapes: (g,))
+operation('softmax', 'n->n', _vector('softmax', lambda a: a), _softmax,
+          lambda g, out, v, shapes: (out * (g - dot(g, out)),))
+operation('logsumexp', 'n->n', _vector('logsumexp', lambda a: ()), lambda v: np.asarray(_logsumexp(v), dtype=object),
+          lambda g, out, v, shapes: (g * softmax(v),))
+operation('index', 'nn->n', _index, None, None)  # unrolled by vectors.py (its index may change from row to row),
+#                                                    differentiated by tensors.py (a mask of the position)
+operation('stack', '*->n', _stack, lambda *items: _stacked(items), None)  # tensors.py: each item's, by index
+operation('transpose', 'n->n', _transpose_shape, lambda m: np.asarray(m.T, dtype=object),
+          lambda g, out, m, shapes: (transpose(g),))
+operation('outer', 'nn->n', _outer_shape, lambda a, b: _outer(a, b),
+          lambda g, out, a, b, shapes: (matmul(g, b), matmul(a, g)))

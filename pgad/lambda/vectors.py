@@ -53,14 +53,6 @@ def needed(lam):
     return any(node.op in OPERATIONS for node in lam.graph.nodes)
 
 
-def scalars_only(lam, what):
-    """The error of a function that takes only lambdas of numbers, for one with vector operations."""
-    if needed(lam):
-        raise PgadError('0A000', f'{what} takes no lambda with vector operations',
-                        detail='Vectors and matrices are unrolled at the shapes of the weights and the data.',
-                        hint='Use pgad.gradient or pgad.gradient_descent, which get the shapes with the weights.')
-
-
 def unroll(lam, shapes, limits=bounds.DEFAULT):
     """The scalar Lambda of lam at these Shapes: its weights and columns the elements', in order of first use."""
     unrolled, root = unrolled_value(lam, shapes, limits)
@@ -115,7 +107,7 @@ def shapes_of(lam, shapes):
         else:
             args = [found[a] for a in node.args]
             try:
-                found[i] = OPERATIONS[node.op].shape(*args) if node.op in OPERATIONS else _broadcast(node.op, args)
+                found[i] = OPERATIONS[node.op].shape(*args) if node.op in OPERATIONS else broadcast(node.op, args)
             except VectorError as e:
                 raise _error(lam, i, str(e)) from None
     if found[lam.root]:
@@ -138,14 +130,14 @@ def _apply(graph, op, args):
         OPERATIONS[op].shape(*shapes)  # a VectorError where the shapes do not fit
         out = _index(graph, *args) if op == 'index' else OPERATIONS[op].unroll(*args)
         return out if isinstance(out, np.ndarray) else np.array(out, dtype=object)
-    shape = _broadcast(op, shapes)
+    shape = broadcast(op, shapes)
     out = np.empty(shape, dtype=object)
     for index in np.ndindex(*shape):
         out[index] = graph.apply(op, *[a[index] if a.shape else a[()] for a in args])
     return out
 
 
-def _broadcast(op, shapes):
+def broadcast(op, shapes):
     """The shape of an elementwise op: its arguments' shape, numbers broadcast to it."""
     shape = max(shapes, key=len)
     for other in shapes:
