@@ -96,7 +96,9 @@ def kernel_bytes(loss, shapes, columns, tape):
     from pgad.lang import vectors
     prog = program.build(loss, tuple(shapes), 'reverse', True, shapes=vectors.Shapes(
         tuple((n, tuple(s)) for n, s in shapes.items() if s), columns), tape=tape)
-    return None if prog.tape == 'unrolled' else loops.buffer_bytes(prog, prog.tape)
+    from pgad.jit import compiler
+    kind = compiler.form(prog)
+    return None if kind == 'unrolled' else loops.buffer_bytes(prog, kind)
 
 
 SCALAR = {'linear': ('λ(d, w) (w.a*d.x + w.b - d.y)^2', 0.1),
@@ -161,6 +163,45 @@ def scoring(db, loss, start, rate, iterations, repeats, results):
     results['iris scoring 1M rows'] = best
 
 
+def kernel_forms(sizes=((4, 8, 3), (4, 20, 3), (8, 24, 4), (8, 32, 4), (16, 32, 4), (16, 48, 6)), rows=2000):
+    """In process, no SQL: ns a row for the loss and gradient of a cross-entropy network at each size, by the
+    unrolled kernel (whatever tier it gets) and by the loop kernel storing its tape: where auto's choice flips."""
+    from pgad import program
+    from pgad.jit import compiler
+    from pgad.lang import vectors
+    rng = np.random.default_rng(0)
+    print(f'kernel forms: {rows} rows, ns a row for loss and gradient, best of 5')
+    found = {}
+    for n_in, hidden, classes in sizes:
+        loss = network('[' + ', '.join(f'd.x{k}' for k in range(1, n_in + 1)) + ']')
+        shapes = vectors.Shapes((('w1', (hidden, n_in)), ('b1', (hidden,)), ('w2', (classes, hidden)),
+                                 ('b2', (classes,))))
+        line = []
+        for tape in ('unrolled', 'store'):
+            prog = program.build(loss, ('w1', 'b1', 'w2', 'b2'), 'reverse', True, shapes=shapes,
+                                 tape='store' if tape == 'store' else 'auto')
+            if tape == 'unrolled':  # the unrolled kernel, whichever auto would pick
+                prog = program.Program(prog.lam, prog.outputs, prog.weights, prog.shapes, prog.columns_of)
+            tier = compiler.tier_of(prog)
+            if tier is None:
+                line.append(f'{tape}: {len(prog.graph)} nodes, too large')
+                continue
+            columns = [rng.normal(size=rows) for _ in range(n_in)] + [rng.integers(0, classes, rows).astype(float)]
+            w = rng.normal(size=len(prog.weights)) * 0.3
+            kernel = compiler.compile(prog).kernel
+            best = 9.0
+            for _ in range(5):
+                began = time.perf_counter()
+                for _ in range(10):
+                    kernel(columns, rows, w)
+                best = min(best, (time.perf_counter() - began) / 10)
+            found[f'{n_in}-{hidden}-{classes} {tape}'] = {'nodes': len(prog.graph), 'tier': tier.name,
+                                                           'ns_per_row': best * 1e9 / rows}
+            line.append(f'{tape}: {len(prog.graph)} nodes, {tier.name}, {best * 1e9 / rows:.0f} ns/row')
+        print(f'  {n_in}-{hidden}-{classes}: ' + ' | '.join(line))
+    return found
+
+
 def accuracy(X, y, w):
     w = {k: np.array(v) for k, v in w.items()}
     z = np.maximum(X @ w['w1'].T + w['b1'], 0) @ w['w2'].T + w['b2']
@@ -186,8 +227,12 @@ def main():
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--only', choices=['iris', 'digits'])
     parser.add_argument('--tapes', default='auto,store,recompute')
+    parser.add_argument('--forms', action='store_true', help='only the kernel forms by network size, in process')
     args = parser.parse_args()
     results = {}
+    if args.forms:
+        kernel_forms()
+        return
     with Cluster() as pg, psycopg.connect(pg.conninfo('postgres'), autocommit=True) as db:
         db.execute('CREATE EXTENSION pgad CASCADE')
         db.execute('SET max_parallel_workers_per_gather = 0')

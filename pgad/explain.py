@@ -58,7 +58,7 @@ def _vector_stages(text, lam, mode, limits, backend, rows, data, shapes, weights
                                                         for n, s in p.shapes) +
                                ''.join(f'; {c} a vector of {k}' for c, k in shapes.columns) +
                                f'\nunrolled: {len(p.graph)} nodes with the derivatives ({mode} mode); llvm kernel: '
-                               + ('unrolled' if p.tape == 'unrolled' else f'loops, tape "{p.tape}"')))
+                               + _kernel(p)))
     grown = lam.copy()
     timed('differentiate', lambda: tensors.gradient(grown, shapes), lambda found: (
         'reverse mode over the vectors, as vector expressions\n' + '\n'.join(
@@ -70,6 +70,12 @@ def _vector_stages(text, lam, mode, limits, backend, rows, data, shapes, weights
         timed('data', lambda: None, lambda _: 'here: the rows are loaded into this backend (a lambda with vectors '
                                               'pulls the rows of a sharded table too)')
     return rows_out
+
+
+def _kernel(program):
+    from .jit import compiler
+    kind = compiler.form(program)
+    return 'unrolled' if kind == 'unrolled' else f'loops, tape "{kind}"'
 
 
 def _why(program, backend, rows, chosen):
@@ -86,8 +92,9 @@ def _why(program, backend, rows, chosen):
 def _llvm(program, timed):
     from .jit import codegen, compiler, loops
     tier = compiler.required_tier(program)
-    ir_text = timed('IR generation', lambda: codegen.kernel_ir(program) if program.tape == 'unrolled' else
-                    loops.kernel_ir(program, codegen.NAME, program.tape),
+    kind = compiler.form(program)
+    ir_text = timed('IR generation', lambda: codegen.kernel_ir(program) if kind == 'unrolled' else
+                    loops.kernel_ir(program, codegen.NAME, kind),
                     lambda ir: f'{ir_instructions(ir)} IR instructions\n{ir}')
     module = timed('optimisation', lambda: compiler.optimise(ir_text, tier),
                    lambda m: f'{ir_instructions(str(m))} IR instructions after {tier.name} for '

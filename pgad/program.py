@@ -26,8 +26,8 @@ class Program:
     weights: tuple   # the weights' elements, in the order of the weight vector a kernel is given
     shapes: tuple = ()  # each weight's (name, shape), in order: () a number, (n,) a vector, (m, n) a matrix
     columns_of: tuple = ()  # ((element column 'pixels[3]', (column, 3)), …) for each float8[] column's elements
-    tape: str = 'unrolled'  # the llvm kernel: 'unrolled' (of lam) or a loop kernel of tensor ('store', …: jit/loops.py)
-    tensor: Lambda = None   # the lambda as parsed, vector operations and all (for a loop kernel)
+    tape: str = 'auto'      # the llvm kernel's tape: 'auto' (jit/compiler.py's form() decides), or a loop kernel's
+    tensor: Lambda = None   # the lambda as parsed, vector operations and all, where a loop kernel may run it
     dims: vectors.Shapes = vectors.Shapes()  # the shapes it was unrolled at
 
     def nest(self, vector):
@@ -62,16 +62,14 @@ def parsed(text, limits=DEFAULT):
 
 
 TAPES = ('auto', 'store', 'recompute', 'reversible')
-UNROLLED_NODES = 2500  # 'auto' unrolls a lambda up to this many nodes with its derivatives (docs/design.md)
 
 
 @bounded_cache(CACHED_NODES, weight=lambda program, args: len(program.graph))
 def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT, shapes=vectors.Shapes(), tape='auto'):
     """The Program for lambda `text` with weight names `weights` (a tuple), by `mode` ('forward' or 'reverse'),
     at `shapes` (a vectors.Shapes: those of the weights that are vectors or matrices, the lengths of float8[]
-    columns), its llvm kernel by `tape`: 'auto' unrolled up to UNROLLED_NODES nodes with vector operations (and
-    always without), else a loop kernel that stores its tape; 'store', 'recompute' or 'reversible' a loop kernel
-    with that tape (reverse mode only)."""
+    columns), its llvm kernel by `tape`: 'auto' for the llvm backend to choose (jit/compiler.py's form()), or
+    'store', 'recompute' or 'reversible', a loop kernel with that tape (reverse mode only)."""
     parsed_lam = lam = parsed(text, limits)
     weight_shape = dict(shapes.weights)
     shaped = tuple((w, tuple(weight_shape.get(w, ()))) for w in weights)
@@ -83,8 +81,6 @@ def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT, shapes=v
     grad = lang.gradient(lam, flat, mode) if gradient else {}
     lengths = dict(shapes.columns)
     columns_of = tuple((e, (c, k + 1)) for c in lengths for k, e in enumerate(vectors.elements(c, (lengths[c],))))
-    if tape == 'auto':
-        tape = 'store' if mode == 'reverse' and vectors.needed(parsed_lam) and len(lam.graph) > UNROLLED_NODES \
-            else 'unrolled'
+    loops = tape != 'auto' or (mode == 'reverse' and (shapes or vectors.needed(parsed_lam)))
     return Program(lam, (lam.root, *(grad[w] for w in flat if gradient)), flat, shaped, columns_of, tape,
-                   None if tape == 'unrolled' else parsed_lam, shapes)
+                   parsed_lam if loops else None, shapes)

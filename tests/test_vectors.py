@@ -24,6 +24,7 @@ K = int(_rng.integers(2, 6))   # a random hidden size, and a random array-column
 P = int(_rng.integers(3, 7))
 DATA = {**{f'x{k}': _rng.uniform(-1, 1, N) for k in range(1, 5)},
         'label': _rng.integers(0, 3, N).astype(np.float64),
+        'i': _rng.integers(0, 3, N).astype(np.float64),
         'pix': _rng.uniform(0, 1, (N, P))}
 X3 = '[d.x1, d.x2, d.x3]'
 
@@ -79,6 +80,14 @@ CASES = [
          lambda d, w: torch.tanh(x(d, 'x1', 'x2') @ w['m']).sum(1)),
     case('outer', 'λ(d, w) sum(outer(w.v, [d.x1, d.x2]) * w.m)', {'v': (K,), 'm': (K, 2)},
          lambda d, w: (w['v'][None, :, None] * x(d, 'x1', 'x2')[:, None, :] * w['m']).sum((1, 2))),
+    case('broadcast-weight', 'λ(d, w) sum(tanh(w.v * w.a + [d.x1, d.x2]))', {'v': (2,), 'a': ()},
+         lambda d, w: torch.tanh(w['v'] * w['a'] + x(d, 'x1', 'x2')).sum(1)),
+    case('matrix-row', 'λ(d, w) sum(w.m[d.i + 1] * [d.x1, d.x2])', {'m': (3, 2)},
+         lambda d, w: (w['m'][d['i'].long()] * x(d, 'x1', 'x2')).sum(1)),
+    case('stack-of-numbers', 'λ(d, w) sum([w.a, w.b * d.x1])^2', {'a': (), 'b': ()},
+         lambda d, w: (w['a'] + w['b'] * d['x1']) ** 2),
+    case('sum-of-matrix-product', 'λ(d, w) sum(w.a @ w.b) * d.x1', {'a': (2, 3), 'b': (3, 2)},
+         lambda d, w: (w['a'] @ w['b']).sum() * d['x1']),
     case('array-column', 'λ(d, w) (w.v @ d.pix + w.c - d.x1)^2', {'v': (P,), 'c': ()},
          lambda d, w: (d['pix'] @ w['v'] + w['c'] - d['x1']) ** 2),
     case('array-column-elements', 'λ(d, w) (d.pix[2] * w.c - exp(sum(d.pix) / 10))^2', {'c': ()},

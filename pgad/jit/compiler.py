@@ -47,10 +47,26 @@ TIERS = (Tier('O3, vectorised', 3, True, 3, 400, 40, 8_000),
 LOOP_NODES = 2000  # the largest loop kernel (jit/loops.py): nodes of the parsed lambda, O3 vectorised
 
 
+def form(program):
+    """Which kernel runs program: 'unrolled' (codegen.py), or a loop kernel's tape (loops.py). A tape asked for is
+    the loop kernel's; 'auto' unrolls a lambda of numbers, and one with vectors where the unrolled kernel compiles at
+    O3 (measured faster there: docs/design.md), else stores the loop kernel's tape."""
+    if program.tensor is None:
+        return 'unrolled'
+    if program.tape != 'auto':
+        return program.tape
+    tier = _unrolled_tier(program)
+    return 'unrolled' if tier is not None and tier.speed_level == 3 else 'store'
+
+
 def tier_of(program):
     """The tier that compiles program within the time an uninterruptible compile may take, or None."""
-    if program.tape != 'unrolled':
+    if form(program) != 'unrolled':
         return TIERS[0] if len(program.tensor.graph) <= LOOP_NODES else None
+    return _unrolled_tier(program)
+
+
+def _unrolled_tier(program):
     nodes, outputs = len(program.graph.ancestors(program.outputs)), len(program.outputs)
     return next((t for t in TIERS if nodes <= t.max_nodes and outputs <= t.max_outputs
                  and nodes * outputs <= t.max_product), None)
@@ -123,11 +139,12 @@ def _toolchain():
 def cache_key(program):
     """The disk cache's key for program's kernel: its DAG (a loop kernel's: the parsed DAG, the shapes and the
     tape), its column and weight order, and the toolchain."""
-    if program.tape == 'unrolled':
+    kind = form(program)
+    if kind == 'unrolled':
         listing = printer.to_listing(program.graph, program.outputs)
     else:
         listing = '\n'.join([printer.to_listing(program.tensor.graph, [program.tensor.root]), repr(program.dims),
-                             program.tape, str(loops.TILE)])
+                             kind, str(loops.TILE)])
     what = '\n'.join([listing, repr(program.outputs), repr(program.columns), repr(program.weights), _toolchain()])
     return hashlib.sha256(what.encode()).hexdigest()
 
@@ -144,7 +161,8 @@ def compile(program, cache=disk.NONE):
     if data is not None:
         ms['cache hit'] = (time.perf_counter() - started) * 1e3
     else:
-        ir_text = kernel_ir(program, name) if program.tape == 'unrolled' else loops.kernel_ir(program, name, program.tape)
+        kind = form(program)
+        ir_text = kernel_ir(program, name) if kind == 'unrolled' else loops.kernel_ir(program, name, kind)
         ms['IR generation'] = (time.perf_counter() - started) * 1e3
         started = time.perf_counter()
         module = optimise(ir_text, tier)

@@ -14,35 +14,23 @@ printer writes it in the lambda language, and it reads back: unrolled at the sam
 unrolled program's derivative (tests/test_vectors.py).
 """
 from .. import limits
-from ..errors import PgadError
-from .rules import OPERATIONS, PRIMITIVES, VectorError, partials
+from .rules import OPERATIONS, PRIMITIVES, partials
 from . import vectors
 
 
 def gradient(lam, shapes):
     """{weight name: node id of ∂body/∂weight} in lam's graph (a copy, grown here) at vectors.Shapes shapes."""
     graph = lam.graph
-    known = vectors.shapes_of(lam, shapes)
-    weight_shape, column_length = dict(shapes.weights), dict(shapes.columns)
+    known = vectors.shapes_of(lam, shapes)  # the parsed nodes'; the nodes built here are constants or operations
     exact, graph.exact = graph.exact, False
 
     def shape(i):
         """The shape of node i, also of the nodes built here."""
         if i not in known:
             node = graph.nodes[i]
-            if node.op == 'const':
-                known[i] = ()
-            elif node.op == 'weight':
-                known[i] = tuple(weight_shape.get(node.value, ()))
-            elif node.op == 'column':
-                known[i] = (column_length[node.value],) if node.value in column_length else ()
-            else:
-                args = [shape(a) for a in node.args]
-                try:
-                    known[i] = OPERATIONS[node.op].shape(*args) if node.op in OPERATIONS else \
-                        vectors.broadcast(node.op, args)
-                except VectorError as e:  # a derivative rule that does not fit its shapes: pgad's own bug
-                    raise PgadError('XX000', f'internal error in pgad: {e}') from None
+            args = [shape(a) for a in node.args]
+            known[i] = () if node.op == 'const' else OPERATIONS[node.op].shape(*args) if node.op in OPERATIONS \
+                else vectors.broadcast(node.op, args)
         return known[i]
 
     def spread(g, to):
@@ -67,7 +55,7 @@ def gradient(lam, shapes):
         for i in reversed(graph.ancestors([lam.root])):
             node = graph.nodes[i]
             limits.tick()
-            if i not in adjoint or node.op in ('weight', 'column', 'const') or not live[i]:
+            if i not in adjoint or node.op == 'weight' or not live[i]:  # constants and columns are never live
                 continue
             g = adjoint[i]
             if node.op in PRIMITIVES:
@@ -94,6 +82,6 @@ def gradient(lam, shapes):
                         add(a, c)
         found = {graph.nodes[i].value: i for i in adjoint if graph.nodes[i].op == 'weight'}
         return {name: adjoint[found[name]].id if name in found else graph.const(0).id
-                for name in dict.fromkeys([*lam.weights, *weight_shape])}
+                for name in dict.fromkeys([*lam.weights, *dict(shapes.weights)])}
     finally:
         graph.exact = exact
