@@ -13,6 +13,7 @@ import torch
 import pgad  # noqa: F401  (binds pgad.lang)
 from pgad import backends, program
 from pgad.errors import PgadError
+from pgad.limits import Limits
 from pgad.lang import parse, parser, printer, rules, vectors
 
 torch.set_default_dtype(torch.float64)
@@ -86,7 +87,7 @@ CASES = [
          lambda d, w: (w['m'][d['i'].long()] * x(d, 'x1', 'x2')).sum(1)),
     case('stack-of-numbers', 'λ(d, w) sum([w.a, w.b * d.x1])^2', {'a': (), 'b': ()},
          lambda d, w: (w['a'] + w['b'] * d['x1']) ** 2),
-    case('sum-of-matrix-product', 'λ(d, w) sum(w.a @ w.b) * d.x1', {'a': (2, 3), 'b': (3, 2)},
+    case('sum-of-matrix-product', 'λ(d, w) sum(w.a @ w.b) * d.x1', {'a': (2, 3), 'b': (3, 4)},
          lambda d, w: (w['a'] @ w['b']).sum() * d['x1']),
     case('array-column', 'λ(d, w) (w.v @ d.pix + w.c - d.x1)^2', {'v': (P,), 'c': ()},
          lambda d, w: (d['pix'] @ w['v'] + w['c'] - d['x1']) ** 2),
@@ -253,6 +254,8 @@ def test_vector_values(body, value):
                                       'vector of 3, a number', '['),
     ('sum(w.v[d.x1 + [1, 2]])', {'v': (3,)}, 'cannot index a vector of 3 by a vector of 2', '['),
     ('sum(w.a @ w.a)', {'a': ()}, 'cannot multiply a number by a number with @', '@'),
+    ('sum(atan2(w.v, w.u))', {'v': (3,), 'u': (2,)}, 'cannot apply atan2 to a vector of 3 and a vector of 2',
+     'atan2'),
 ])
 def test_shape_errors(body, shapes, message, at):
     text = 'λ(d, w) ' + body
@@ -262,6 +265,13 @@ def test_shape_errors(body, shapes, message, at):
     assert (e.sqlstate, e.message) == ('2202E', message)
     assert text[e.position - 1:].startswith(at), (e.position, at)
     assert e.detail.splitlines()[1].index('^') == e.position - 1
+    assert e.hint == ('Sum it with sum(…), or pick an element with […].' if 'body' in message else None)
+    if 'out of range' in message:  # a constant index is checked where it is unrolled, not by the shapes alone
+        return
+    with pytest.raises(PgadError) as again:  # the same error where the shapes alone are worked out (tensors.py)
+        from pgad.lang import tensors
+        tensors.gradient(parse(text).copy(), vectors.Shapes(tuple((n, s) for n, s in shapes.items() if s)))
+    assert (again.value.sqlstate, again.value.message, again.value.position) == ('2202E', message, e.position)
 
 
 def test_elements_are_named_like_postgresql_subscripts():
@@ -442,3 +452,26 @@ def test_the_mlp_derivatives_read_as_the_textbook_rules():
     assert printed['b2'] == b2                                            # softmax(z) − onehot(label)
     assert printed['w2'] == f'outer({b2}, relu(w.w1 @ [d.x1, d.x2, d.x3] + w.b1))'  # ḡ hᵀ
     assert printed['w1'].startswith('outer(CASE WHEN w.w1 @ [d.x1, d.x2, d.x3] + w.b1 > 0 THEN transpose(w.w2) @ (')
+
+
+def test_the_users_expression_keeps_its_nans_when_unrolled():
+    """ln(w.v)*0 is NaN where w.v < 0, as in PostgreSQL, and unrolling keeps it so (no x*0 = 0 rule)."""
+    result = sums('λ(d, w) sum(ln(w.v) * 0) + w.a*d.x1', {'v': (2,), 'a': ()},
+                  {'v': np.array([-1.0, 1.0]), 'a': np.float64(1.0)})
+    assert np.isnan(result[0])
+
+
+def test_an_error_without_a_place_has_no_caret():
+    """A named loss on a model that predicts a vector: the body's error, whose node no operator of the text built."""
+    from pgad import objective
+    goal = objective.build('λ(d, w) w.v * d.x1', 'squared', 'x2', Limits())
+    with pytest.raises(PgadError) as caught:
+        program.build(goal.text, ('v',), shapes=vectors.Shapes((('v', (2,)),)))
+    assert caught.value.message == 'the body of a lambda must be a number, not a vector of 2'
+
+
+def test_an_unread_weight_has_the_derivative_0():
+    from pgad.lang import tensors
+    lam = parse('λ(d, w) sum(w.v * [d.x1, d.x2])').copy()
+    found = tensors.gradient(lam, vectors.Shapes((('v', (2,)), ('m', (2, 2)))))
+    assert dict(zip(found, printer.to_lambdas(lam, list(found.values())))) == {'v': '[d.x1, d.x2]', 'm': '0'}

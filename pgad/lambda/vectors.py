@@ -56,9 +56,7 @@ def needed(lam):
 def unroll(lam, shapes, limits=bounds.DEFAULT):
     """The scalar Lambda of lam at these Shapes: its weights and columns the elements', in order of first use."""
     unrolled, root = unrolled_value(lam, shapes, limits)
-    if root.shape:
-        raise _error(lam, lam.root, f'the body of a lambda must be a number, not {describe(root.shape)}',
-                     hint='Sum it with sum(…), or pick an element with […].')
+    _number_body(lam, root.shape)
     return unrolled
 
 
@@ -87,8 +85,7 @@ def unrolled_value(lam, shapes, limits=bounds.DEFAULT):
             except VectorError as e:
                 raise _error(lam, i, str(e)) from None
     root = values[lam.root]
-    return Lambda(lam.text, graph, root.flat[0].id, lam.row, lam.params, list(columns), list(weights),
-                  None if lam.own is None else [c for c in columns if c.split('[')[0] in lam.own]), root
+    return Lambda(lam.text, graph, root.flat[0].id, lam.row, lam.params, list(columns), list(weights)), root
 
 
 def shapes_of(lam, shapes):
@@ -110,10 +107,15 @@ def shapes_of(lam, shapes):
                 found[i] = OPERATIONS[node.op].shape(*args) if node.op in OPERATIONS else broadcast(node.op, args)
             except VectorError as e:
                 raise _error(lam, i, str(e)) from None
-    if found[lam.root]:
-        raise _error(lam, lam.root, f'the body of a lambda must be a number, not {describe(found[lam.root])}',
-                     hint='Sum it with sum(…), or pick an element with […].')
+    _number_body(lam, found[lam.root])
     return found
+
+
+def _number_body(lam, shape):
+    """The error for a loss whose body (of this shape) is not a number."""
+    if shape:
+        raise _error(lam, lam.root, f'the body of a lambda must be a number, not {describe(shape)}',
+                     hint='Sum it with sum(…), or pick an element with […].')
 
 
 def _leaves(make, name, shape, seen):
@@ -140,10 +142,8 @@ def _apply(graph, op, args):
 def broadcast(op, shapes):
     """The shape of an elementwise op: its arguments' shape, numbers broadcast to it."""
     shape = max(shapes, key=len)
-    for other in shapes:
-        if other and other != shape:
-            raise VectorError(f'cannot apply {SYMBOLS.get(op, op)} to {" and ".join(describe(s) for s in shapes)}'
-                              if len(shapes) > 1 else f'cannot apply {op} to {describe(other)}')
+    if any(other and other != shape for other in shapes):
+        raise VectorError(f'cannot apply {SYMBOLS.get(op, op)} to {" and ".join(describe(s) for s in shapes)}')
     return shape
 
 
