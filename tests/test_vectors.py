@@ -475,3 +475,24 @@ def test_an_unread_weight_has_the_derivative_0():
     lam = parse('λ(d, w) sum(w.v * [d.x1, d.x2])').copy()
     found = tensors.gradient(lam, vectors.Shapes((('v', (2,)), ('m', (2, 2)))))
     assert dict(zip(found, printer.to_lambdas(lam, list(found.values())))) == {'v': '[d.x1, d.x2]', 'm': '0'}
+
+
+def test_vector_derivatives_name_their_functions_as_the_language_does():
+    from pgad.lang import tensors
+    lam = parse('λ(d, w) sum(tanh(w.v * w.a) + w.m[d.i + 1] * d.x1)').copy()
+    found = tensors.gradient(lam, vectors.Shapes((('v', (2,)), ('m', (3, 2)))))
+    printed = dict(zip(found, printer.to_lambdas(lam, list(found.values()))))
+    assert printed['a'] == 'sum(w.v*(1 - tanh(w.v*w.a)^2))'   # a number broadcast over a vector: its sum
+    assert printed['m'] == 'outer(CASE WHEN [1, 2, 3] = d.i + 1 THEN 1 ELSE 0 END, d.x1*[1, 1])'
+
+
+def test_unrolling_counts_against_max_lambda_nodes():
+    with pytest.raises(PgadError) as caught:
+        program.build('λ(d, w) sum(w.m @ [d.x1, d.x2, d.x3])', ('m',), limits=Limits(lambda_nodes=40),
+                      shapes=vectors.Shapes((('m', (10, 3)),)))
+    assert caught.value.sqlstate == '54001'
+
+
+def test_an_unrolled_lambda_prints_with_its_parameters_and_elements():
+    prog = program.build('λ(row, p) sum(p.v * [row.x1, 1])', ('v',), shapes=vectors.Shapes((('v', (2,)),)))
+    assert printer.to_lambda(prog.lam, prog.outputs[0]) == 'p."v[1]"*row.x1 + p."v[2]"'
