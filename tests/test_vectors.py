@@ -496,3 +496,15 @@ def test_unrolling_counts_against_max_lambda_nodes():
 def test_an_unrolled_lambda_prints_with_its_parameters_and_elements():
     prog = program.build('λ(row, p) sum(p.v * [row.x1, 1])', ('v',), shapes=vectors.Shapes((('v', (2,)),)))
     assert printer.to_lambda(prog.lam, prog.outputs[0]) == 'p."v[1]"*row.x1 + p."v[2]"'
+
+
+@pytest.mark.parametrize('x, n', [('[d.x1, d.x2, d.x3]', 3), ('d.pix', P)])
+@pytest.mark.parametrize('rows', [16, 24])
+def test_a_tiles_product_of_a_weight_matrix_and_its_columns(x, n, rows):
+    """W @ x with x a row's columns and W of whole vectors of rows: the 'store' tile computes it for all its rows at
+    once (tile_product, 4 rows at a time and the rest one by one): the python backend's sums."""
+    text = f'λ(d, w) sum(tanh(w.w @ {x} + w.b)) * d.x1'
+    shapes = {'w': (rows, n), 'b': (rows,)}
+    w = start(shapes)
+    np.testing.assert_allclose(sums(text, shapes, w, 'reverse', 'llvm', 'store'), sums(text, shapes, w),
+                               rtol=1e-12, atol=1e-12)

@@ -45,6 +45,7 @@ TILE = 32  # rows a 'store' tile holds: measured fastest (docs/design.md, "Tape 
 REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
 UNROLL, ACCUMULATORS = 32, 4
 GEMM_ROWS, GEMM_VECTORS = 4, 2  # a tile's weight gradient: blocks of 4 rows by 2 vectors, 8 sums in registers
+PRODUCT_ROWS, PRODUCT_VECTORS = 4, 6  # a tile's W @ (its columns): 4 rows at once, W up to 6 vectors of rows
 PRODUCT_ROWS, PRODUCT_VECTORS = 4, 4  # a tile's W @ x: blocks of 4 rows by 4 vectors (2 on AVX2), in registers  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 
 # How a step runs backwards: given its value and the other arguments, the argument at each position.
@@ -327,6 +328,16 @@ class _Kernel:
         # W @ x with W a weight, in a tile of more than a row: W's gradient for the whole tile after its reverse
         # sweeps, a small matrix product over the tile's rows (GEMM_ROWS rows of W by GEMM_VECTORS vectors at once)
         self.deferred = {i: self.graph.nodes[i].args for i in lay.order if self.defers(i)}
+        # W @ x with x a row's data alone (an array column, or a vector of columns), in a 'store' tile: y for the
+        # whole tile before the rows' forward sweeps, through Wᵀ (made once a call), PRODUCT_ROWS rows at a time
+        self.data_products = {i: self.graph.nodes[i].args for i in lay.order if self.data_product(i)}
+        self.transposed = {}
+        for w, _ in self.data_products.values():
+            if w not in self.transposed:
+                m, n = lay.shape[w]
+                self.transposed[w] = t = self.alloca(m * n)
+                self.loop(m, lambda r, w=w, t=t, m=m, n=n: self.loop(n, lambda k: b.store(
+                    self.val(w, self.index((r, n), (k, 1))), self.gep(t, self.index((k, m), (r, 1))))))
         self.grad = self.alloca(max(1, len(program.weights)))
         self.loss = self.alloca(1)
         b.store(ir.Constant(DOUBLE, 0.0), self.loss)
@@ -350,6 +361,8 @@ class _Kernel:
         left = b.sub(self.rows, start)
         count = b.select(b.icmp_signed('<', left, ir.Constant(I64, self.tile)), left, ir.Constant(I64, self.tile))
         record = self.lay.record
+        for i, (w, x) in self.data_products.items():
+            self.tile_product(i, w, x, start, count)
 
         def forward_row(r):
             self.values = self.gep(self.tape_base, b.mul(r, ir.Constant(I64, record))) if self.tape == 'store' \
@@ -378,6 +391,53 @@ class _Kernel:
             self.loop(count, reverse_row)
             for i, (w, x) in self.deferred.items():
                 self.tile_gradient(i, w, x, count)
+
+    def data_product(self, i):
+        """Is node i a W @ x of a weight matrix (its rows whole vectors) and a row's columns, in a 'store' tile?"""
+        node, lay = self.graph.nodes[i], self.lay
+        if not (self.tape == 'store' and self.tile > 1 and node.op == 'matmul'):
+            return False
+        w, x = node.args
+        items = self.graph.nodes[x].args if self.graph.nodes[x].op == 'stack' else (x,)
+        return (self.graph.nodes[w].op == 'weight' and len(lay.shape[w]) == 2 and len(lay.shape[x]) == 1
+                and lay.shape[w][0] % self.width == 0 and lay.shape[w][0] // self.width <= PRODUCT_VECTORS
+                and all(self.graph.nodes[c].op == 'column' and not lay.shape[c] for c in items)
+                if self.graph.nodes[x].op == 'stack' else
+                self.graph.nodes[w].op == 'weight' and len(lay.shape[w]) == 2 and x in lay.columns
+                and lay.shape[w][0] % self.width == 0 and lay.shape[w][0] // self.width <= PRODUCT_VECTORS)
+
+    def tile_product(self, i, w, x, start, count):
+        """y_t = W x_t for the tile's rows t, into their records, as Σ_k x_t[k]·Wᵀ[k, :]: PRODUCT_ROWS rows at a
+        time, all of y's vectors summed in registers (no horizontal sum), each x_t[k] read from its column."""
+        b, lay, width = self.b, self.lay, self.width
+        m, n = lay.shape[w]
+        vectors_ = m // width
+        node = self.graph.nodes[x]
+        columns = ([lay.columns[c][0] for c in node.args] if node.op == 'stack' else lay.columns[x])
+
+        def rows(t0, count_rows):
+            with b.goto_block(self.entry):
+                accs = [[b.alloca(self.vector_type()) for _ in range(vectors_)] for _ in range(count_rows)]
+            zero = ir.Constant(self.vector_type(), [0.0] * width)
+            for row in accs:
+                for acc in row:
+                    b.store(zero, acc)
+            for k, c in enumerate(columns):  # unrolled over x's elements: each a column of its own
+                ws = [self.vload(self.gep(self.transposed[w], k * m + v * width)) for v in range(vectors_)]
+                for dt in range(count_rows):
+                    xs = self.splat(b.load(self.gep(self.cols[c], b.add(start, b.add(t0, ir.Constant(I64, dt))))))
+                    for v in range(vectors_):
+                        b.store(b.fadd(b.load(accs[dt][v]), b.fmul(xs, ws[v], flags=REDUCE), flags=REDUCE),
+                                accs[dt][v])
+            for dt in range(count_rows):
+                base = self.index((b.add(t0, ir.Constant(I64, dt)), lay.record),
+                                  (ir.Constant(I64, lay.value[i]), 1))
+                for v in range(vectors_):
+                    self.vstore(b.load(accs[dt][v]), self.gep(self.tape_base, b.add(base, ir.Constant(I64, v * width))))
+        blocks = b.sdiv(count, ir.Constant(I64, PRODUCT_ROWS))
+        self.loop(blocks, lambda tb: rows(b.mul(tb, ir.Constant(I64, PRODUCT_ROWS)), PRODUCT_ROWS))
+        done = b.mul(blocks, ir.Constant(I64, PRODUCT_ROWS))
+        self.loop(b.sub(count, done), lambda r: rows(b.add(done, r), 1))
 
     def defers(self, i):
         """Is node i a W @ x (W a weight matrix, x a vector) whose W's gradient waits for the end of the tile?"""
@@ -449,7 +509,8 @@ class _Kernel:
     def forward(self, row):
         for i in self.lay.order:
             limits.tick()
-            self.forward_node(i, row)
+            if i not in self.data_products:  # those the tile computed already (tile_product)
+                self.forward_node(i, row)
 
     def forward_node(self, i, row):
         node, lay, b = self.graph.nodes[i], self.lay, self.b
