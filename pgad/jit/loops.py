@@ -4,7 +4,7 @@ The kernel has codegen.kernel_ir's signature and meaning — void kernel(i64 row
 double *column0, …), the columns and weights those of the unrolled Program (an array column's elements, each
 weight's elements row-major) — so the loader, the descent and the disk cache see a kernel like any other. Where the
 unrolled kernel grows with the shapes, this one grows with the lambda: each node of the parsed DAG is a buffer of its
-shape's size, and each operation a loop nest over it (matrix-vector products as loops LLVM vectorises).
+shape's size, and each operation a loop nest over it (the products written out in SIMD: dot, axpy).
 
 Reverse mode only (forward mode carries a tangent per weight element: it runs unrolled). For each row the forward
 sweep fills the nodes' value buffers; the reverse sweep zeroes the adjoint buffers, sets the loss's to 1, and walks the
@@ -16,7 +16,9 @@ rules table, emitted per element with codegen.EMIT.
 What the reverse sweep reads of the forward values is the tape, kept one of three ways (`tape`):
 - 'store': the forward sweep of a tile of TILE rows writes every node's value, each row's values one record
   (array-of-structs, TapeFlow's layout), and the reverse sweep of the tile reads them back; a tile of 1 is the
-  fused kernel, each row's values in L1.
+  fused kernel, each row's values in L1. A tile of more rows also gives each weight matrix's gradient as one small
+  matrix product over the tile (tile_gradient), and the first layer's W @ x, x a row's columns, for all its rows
+  before their forward sweeps (tile_product).
 - 'recompute': no tape. The tile's forward sweep computes the loss alone, and its reverse sweep runs each row's
   forward sweep again before its reverse (Futhark's redundant execution): one row's buffers, twice the forward work.
 - 'reversible': the forward sweep keeps only the loss's value; the reverse sweep recovers each value it needs from
@@ -43,10 +45,9 @@ import llvmlite.binding as llvm
 TAPES = ('store', 'recompute', 'reversible')
 TILE = 32  # rows a 'store' tile holds: measured fastest (docs/design.md, "Tape strategies")
 REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
-UNROLL, ACCUMULATORS = 32, 4
+UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 GEMM_ROWS, GEMM_VECTORS = 4, 2  # a tile's weight gradient: blocks of 4 rows by 2 vectors, 8 sums in registers
 PRODUCT_ROWS, PRODUCT_VECTORS = 4, 6  # a tile's W @ (its columns): 4 rows at once, W up to 6 vectors of rows
-PRODUCT_ROWS, PRODUCT_VECTORS = 4, 4  # a tile's W @ x: blocks of 4 rows by 4 vectors (2 on AVX2), in registers  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 
 # How a step runs backwards: given its value and the other arguments, the argument at each position.
 INVERSES = {
