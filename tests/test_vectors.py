@@ -196,7 +196,8 @@ def test_shared_logits_are_built_once():
     shapes = {'w1': (K, 3), 'b1': (K,), 'w2': (3, K), 'b2': (3,)}
     twice = build(f'λ(d, w) logsumexp({MLP}) - {MLP}[d.label + 1]', shapes, 'reverse')
     once = build(f'λ(d, w) logsumexp({MLP}) - sum({MLP})', shapes, 'reverse')
-    products = lambda prog: sum(prog.graph.nodes[i].op == 'mul' for i in prog.graph.ancestors([prog.outputs[0]]))  # noqa: E731
+    def products(prog):
+        return sum(prog.graph.nodes[i].op == 'mul' for i in prog.graph.ancestors([prog.outputs[0]]))
     assert products(twice) == products(once) == 3 * K + K * 3
 
 
@@ -508,3 +509,21 @@ def test_a_tiles_product_of_a_weight_matrix_and_its_columns(x, n, rows):
     w = start(shapes)
     np.testing.assert_allclose(sums(text, shapes, w, 'reverse', 'llvm', 'store'), sums(text, shapes, w),
                                rtol=1e-12, atol=1e-12)
+
+
+def test_an_array_columns_block_is_packed_once_and_let_go_with_its_columns():
+    """The loop kernel reads an array column as one row-major block: made once for the same column arrays (the
+    descent's every step), made again for others, and dropped when the columns it copies are."""
+    import gc
+    from pgad.jit import loops
+    prog = build('λ(d, w) (w.v @ d.pix + w.c - d.x1)^2', {'v': (P,), 'c': ()}, 'reverse', 'store')
+    to_arguments = loops.blocks(prog)
+    columns = [DATA['x1'].copy() if c == 'x1' else np.ascontiguousarray(DATA['pix'][:, dict(prog.columns_of)[c][1] - 1])
+               for c in prog.columns]
+    first = to_arguments(columns)
+    block = first[-1]
+    assert block.shape == (N * P,) and np.array_equal(block.reshape(N, P), DATA['pix'])
+    assert to_arguments(columns)[-1] is block  # the same arrays: the same block
+    del columns, first, block
+    gc.collect()
+    assert not to_arguments.kept

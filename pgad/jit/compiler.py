@@ -173,7 +173,12 @@ def compile(program, cache=disk.NONE):
         ms['machine code'] = (time.perf_counter() - started) * 1e3
         cache.put(key, data)
     started = time.perf_counter()
-    kernel = _load(data, name, len(program.columns), len(program.outputs))
+    if form(program) == 'unrolled':
+        kernel = _load(data, name, len(program.columns), len(program.outputs))
+    else:  # a loop kernel takes an array column as one row-major block
+        scalars, arrays = loops.column_arguments(program)
+        inner, to_arguments = _load(data, name, len(scalars) + len(arrays), len(program.outputs)), loops.blocks(program)
+        kernel = lambda columns, rows, weights: inner(to_arguments(columns), rows, weights)  # noqa: E731
     ms['load'] = (time.perf_counter() - started) * 1e3
     return Compiled(kernel, tier, ir_text, optimized, ms, cached=not optimized)
 

@@ -28,6 +28,7 @@ What the reverse sweep reads of the forward values is the tape, kept one of thre
 """
 import functools
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,13 +138,18 @@ class _Kernel:
         self.graph = program.tensor.graph
         self.module = ir.Module(name='pgad')
         self.module.triple = llvm.get_process_triple()
-        ncols = len(program.columns)
+        scalars, arrays = column_arguments(program)
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64, DOUBLE.as_pointer(), DOUBLE.as_pointer()]
-                                                      + [DOUBLE.as_pointer()] * ncols), name)
+                                                      + [DOUBLE.as_pointer()] * (len(scalars) + len(arrays))), name)
         self.fn = fn
-        self.rows, self.weights, self.sums, *self.cols = fn.args
-        for arg in self.cols:
+        self.rows, self.weights, self.sums, *pointers = fn.args
+        for arg in pointers:
             arg.add_attribute('noalias')
+        self.cols = dict(zip(scalars, pointers))  # the index in program.columns of a number column → its array
+        block = dict(zip(arrays, pointers[len(scalars):]))
+        self.blocks = {i: (block[self.graph.nodes[i].value], self.lay.shape[i][0]) for i in self.lay.columns
+                       if self.lay.shape[i]}  # an array column's node → its rows' block, and its length
+        self.row = None  # the row whose values the forward and reverse steps read (an i64), where one is
         self.entry = fn.append_basic_block('entry')  # the allocas alone, then a branch to 'start'
         self.start = fn.append_basic_block('start')
         self.b = ir.IRBuilder(self.start)
@@ -226,7 +232,8 @@ class _Kernel:
                 for c in range(chunks):
                     sums[c % len(sums)] = b.fadd(sums[c % len(sums)], term(c), flags=REDUCE)
                 while len(sums) > 1:
-                    sums = [b.fadd(x, y, flags=REDUCE) for x, y in zip(sums[::2], sums[1::2])] + sums[len(sums) // 2 * 2:]
+                    pairs = [b.fadd(x, y, flags=REDUCE) for x, y in zip(sums[::2], sums[1::2])]
+                    sums = pairs + sums[len(sums) // 2 * 2:]
                 vector = sums[0]
             else:
                 with b.goto_block(self.entry):
@@ -261,7 +268,10 @@ class _Kernel:
             b.store(b.fadd(b.load(y), b.fmul(a, b.load(self.gep(px, t)), flags=REDUCE), flags=REDUCE), y)
 
     def ptr(self, i, k=0):
-        """A pointer to element k of node i's value (a weight's in the weight vector)."""
+        """A pointer to element k of node i's value (a weight's in the weight vector; an array column's in its
+        block, at the current row)."""
+        if i in self.blocks:
+            return self.block_at(i, self.row, k)
         if self.graph.nodes[i].op == 'weight':
             return self.gep(self.weights, self.b.add(ir.Constant(I64, self.lay.weight[i]), self.i64(k)))
         return self.gep(self.values, self.b.add(ir.Constant(I64, self.lay.value[i]), self.i64(k)))
@@ -283,13 +293,21 @@ class _Kernel:
             total = self.b.add(total, term)
         return total
 
+    def block_at(self, i, row, k):
+        """A pointer to element k of array column i at row (an i64): its block is row-major."""
+        block, n = self.blocks[i]
+        return self.gep(block, self.index((row, n), (k, 1)))
+
     # --- values and adjoints ---
     def val(self, i, k):
         """Element k of node i's value (a number broadcasts: element 0)."""
         node, lay = self.graph.nodes[i], self.lay
         k = ir.Constant(I64, 0) if not lay.shape[i] else k
+        if i in self.blocks:
+            return self.b.load(self.block_at(i, self.row, k))
         if node.op == 'const':
-            return ir.Constant(BOOL, int(node.value)) if isinstance(node.value, bool) else ir.Constant(DOUBLE, node.value)
+            return ir.Constant(BOOL, int(node.value)) if isinstance(node.value, bool) else \
+                ir.Constant(DOUBLE, node.value)
         if node.op == 'weight':
             return self.b.load(self.gep(self.weights, self.b.add(ir.Constant(I64, lay.weight[i]), self.i64(k))))
         value = self.b.load(self.gep(self.values, self.b.add(ir.Constant(I64, lay.value[i]), self.i64(k))))
@@ -391,7 +409,7 @@ class _Kernel:
         if self.gradient:
             self.loop(count, reverse_row)
             for i, (w, x) in self.deferred.items():
-                self.tile_gradient(i, w, x, count)
+                self.tile_gradient(i, w, x, start, count)
 
     def data_product(self, i):
         """Is node i a W @ x of a weight matrix (its rows whole vectors) and a row's columns, in a 'store' tile?"""
@@ -414,7 +432,11 @@ class _Kernel:
         m, n = lay.shape[w]
         vectors_ = m // width
         node = self.graph.nodes[x]
-        columns = ([lay.columns[c][0] for c in node.args] if node.op == 'stack' else lay.columns[x])
+        columns = [lay.columns[c][0] for c in node.args] if node.op == 'stack' else None
+
+        def x_at(t, k):  # element k of x in row t of the tile
+            row = b.add(start, t)
+            return self.gep(self.cols[columns[k]], row) if columns is not None else self.block_at(x, row, k)
 
         def rows(t0, count_rows):
             with b.goto_block(self.entry):
@@ -423,13 +445,19 @@ class _Kernel:
             for row in accs:
                 for acc in row:
                     b.store(zero, acc)
-            for k, c in enumerate(columns):  # unrolled over x's elements: each a column of its own
-                ws = [self.vload(self.gep(self.transposed[w], k * m + v * width)) for v in range(vectors_)]
+            def step(k):
+                ws = [self.vload(self.gep(self.transposed[w], self.index((k, m), (ir.Constant(I64, v * width), 1))))
+                      for v in range(vectors_)]
                 for dt in range(count_rows):
-                    xs = self.splat(b.load(self.gep(self.cols[c], b.add(start, b.add(t0, ir.Constant(I64, dt))))))
+                    xs = self.splat(b.load(x_at(b.add(t0, ir.Constant(I64, dt)), k)))
                     for v in range(vectors_):
                         b.store(b.fadd(b.load(accs[dt][v]), b.fmul(xs, ws[v], flags=REDUCE), flags=REDUCE),
                                 accs[dt][v])
+            if columns is None:  # an array column: a loop over its elements
+                self.loop(n, step)
+            else:  # a vector of columns, each an array of its own: unrolled
+                for k in range(n):
+                    step(k)
             for dt in range(count_rows):
                 base = self.index((b.add(t0, ir.Constant(I64, dt)), lay.record),
                                   (ir.Constant(I64, lay.value[i]), 1))
@@ -447,7 +475,7 @@ class _Kernel:
                 and self.graph.nodes[node.args[0]].op == 'weight' and len(lay.shape[node.args[0]]) == 2
                 and len(lay.shape[node.args[1]]) == 1 and lay.live[i] and node.args[1] in lay.value)
 
-    def tile_gradient(self, i, w, x, count):
+    def tile_gradient(self, i, w, x, start, count):
         """W̄ += Σ_t ȳ_t x_tᵀ over the tile's rows t (y = W @ x): blocks of GEMM_ROWS rows of W̄ by GEMM_VECTORS
         vectors of its columns, their sums in registers across the rows, W̄ loaded and stored once a tile."""
         b, lay, width = self.b, self.lay, self.width
@@ -455,7 +483,9 @@ class _Kernel:
         record, adjoints = lay.record, lay.adjoints
         chunks = n // width
 
-        def x_at(t, k):  # element k of x in row t's record
+        def x_at(t, k):  # element k of x in row t's record, or in its block
+            if x in self.blocks:
+                return self.block_at(x, b.add(start, t), k)
             return self.gep(self.tape_base, self.index((t, record), (ir.Constant(I64, lay.value[x]), 1), (k, 1)))
 
         def g_at(t, r):  # element r of ȳ in row t's adjoints
@@ -508,6 +538,7 @@ class _Kernel:
 
     # --- the forward sweep ---
     def forward(self, row):
+        self.row = row
         for i in self.lay.order:
             limits.tick()
             if i not in self.data_products:  # those the tile computed already (tile_product)
@@ -518,9 +549,9 @@ class _Kernel:
         if node.op in ('const', 'weight'):
             return
         n = size_of(lay.shape[i])
-        if node.op == 'column':
-            for k, c in enumerate(lay.columns[i]):
-                self.put(i, k, b.load(self.gep(self.cols[c], row)))
+        if node.op == 'column':  # a number into the record; an array column is read in its block, in place
+            if i not in self.blocks:
+                self.put(i, 0, b.load(self.gep(self.cols[lay.columns[i][0]], row)))
             return
         if node.op in PRIMITIVES:
             self.loop(n, lambda k: self.put(i, k, EMIT[node.op](self.e, *[self.val(a, k) for a in node.args])))
@@ -530,6 +561,7 @@ class _Kernel:
     # --- the reverse sweep ---
     def reverse(self, row):
         """One row's reverse sweep."""
+        self.row = row
         self.reverse_start()
         if self.tape == 'reversible':
             self.recovered = {self.program.tensor.root}
@@ -657,8 +689,8 @@ def _matmul_forward(kn, i, args):
 
 
 def _matmul_reverse(kn, i, args):
-    """C = A @ B: Ā += C̄ Bᵀ, B̄ += Aᵀ C̄, as axpys and dot products along contiguous memory (the matrix's cotangent
-    in W @ x is the outer product C̄ xᵀ: one axpy per row of W, into its gradient sums)."""
+    """C = A @ B: Ā += C̄ Bᵀ, B̄ += Aᵀ C̄, as axpys and dot products along contiguous memory (the matrix's
+    cotangent in W @ x is the outer product C̄ xᵀ: one axpy per row of W, into its gradient sums)."""
     a, c = args
     m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
     if kn.lay.live[a] and i not in kn.deferred:
@@ -801,6 +833,39 @@ REVERSE = {'matmul': _matmul_reverse, 'dot': _matmul_reverse, 'sum': _sum_revers
            'softmax': _softmax_reverse, 'stack': _stack_reverse, 'index': _index_reverse,
            'transpose': _transpose_reverse, 'outer': _outer_reverse}
 assert set(FORWARD) == set(REVERSE) == set(OPERATIONS), set(OPERATIONS) ^ set(FORWARD)
+
+
+def column_arguments(program):
+    """(the indexes in program.columns of the number columns, the array columns' names): a loop kernel takes a
+    pointer to each number column, then one to each array column's row-major block (blocks() makes them)."""
+    elements = dict(program.columns_of)
+    return ([k for k, c in enumerate(program.columns) if c not in elements],
+            list(dict.fromkeys(name for name, _ in elements.values())))
+
+
+def blocks(program):
+    """A function from the kernel's columns (program.columns' arrays, as every backend is given them) to a loop
+    kernel's arguments: the number columns as they are, each array column's elements as one row-major block. The
+    blocks of the last columns seen are kept: the descent gives the same arrays at every step."""
+    scalars, arrays = column_arguments(program)
+    elements = dict(program.columns_of)
+    members = {name: [k for k, c in enumerate(program.columns) if c in elements and elements[c][0] == name]
+               for name in arrays}
+    kept = {}
+
+    def arguments(columns):
+        if not arrays:
+            return list(columns)
+        key = tuple((a.__array_interface__['data'][0], len(a)) for a in columns)
+        if kept.get('key') != key:
+            kept.clear()
+            kept.update(key=key, blocks=[np.ascontiguousarray(np.stack([columns[k] for k in members[name]], axis=1),
+                                                              dtype=np.float64).ravel() for name in arrays])
+            # dropped with the columns they copy (the call's table), not kept by the cached kernel past the call
+            weakref.finalize(columns[members[arrays[0]][0]], kept.clear)
+        return [columns[k] for k in scalars] + kept['blocks']
+    arguments.kept = kept
+    return arguments
 
 
 def buffer_bytes(program, tape, tile=None):

@@ -4,7 +4,8 @@
 once as `pgad.lang`, and the rest of pgad imports it by that name (`from pgad.lang import parser`).
 Every stage is imported here, so pgad.lang.<stage> is the same module object as pgad.lambda.<stage>.
 """
-from . import rules, dag, parser, vectors, forward, reverse, tensors, printer, sql  # noqa: F401  (rules first: dag reads its table)
+# rules first: dag reads its table
+from . import rules, dag, parser, vectors, forward, reverse, tensors, printer, sql  # noqa: F401
 
 MODES = {'forward': forward.gradient, 'reverse': reverse.gradient}
 
