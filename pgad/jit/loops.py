@@ -412,18 +412,17 @@ class _Kernel:
                 self.tile_gradient(i, w, x, start, count)
 
     def data_product(self, i):
-        """Is node i a W @ x of a weight matrix (its rows whole vectors) and a row's columns, in a 'store' tile?"""
+        """Is node i a W @ x of a weight matrix (its rows whole vectors) and a row's columns — an array column, or
+        a vector of number columns — in a 'store' tile?"""
         node, lay = self.graph.nodes[i], self.lay
         if not (self.tape == 'store' and self.tile > 1 and node.op == 'matmul'):
             return False
         w, x = node.args
-        items = self.graph.nodes[x].args if self.graph.nodes[x].op == 'stack' else (x,)
+        stack = self.graph.nodes[x].op == 'stack'
+        items = self.graph.nodes[x].args if stack else (x,)
         return (self.graph.nodes[w].op == 'weight' and len(lay.shape[w]) == 2 and len(lay.shape[x]) == 1
                 and lay.shape[w][0] % self.width == 0 and lay.shape[w][0] // self.width <= PRODUCT_VECTORS
-                and all(self.graph.nodes[c].op == 'column' and not lay.shape[c] for c in items)
-                if self.graph.nodes[x].op == 'stack' else
-                self.graph.nodes[w].op == 'weight' and len(lay.shape[w]) == 2 and x in lay.columns
-                and lay.shape[w][0] % self.width == 0 and lay.shape[w][0] // self.width <= PRODUCT_VECTORS)
+                and all(self.graph.nodes[c].op == 'column' and (not lay.shape[c]) == stack for c in items))
 
     def tile_product(self, i, w, x, start, count):
         """y_t = W x_t for the tile's rows t, into their records, as Σ_k x_t[k]·Wᵀ[k, :]: PRODUCT_ROWS rows at a
