@@ -181,7 +181,7 @@ def kernel_forms(sizes=((4, 8, 3), (4, 20, 3), (8, 24, 4), (8, 32, 4), (16, 32, 
             prog = program.build(loss, ('w1', 'b1', 'w2', 'b2'), 'reverse', True, shapes=shapes,
                                  tape='store' if tape == 'store' else 'auto')
             if tape == 'unrolled':  # the unrolled kernel, whichever auto would pick
-                prog = program.Program(prog.lam, prog.outputs, prog.weights, prog.shapes, prog.columns_of)
+                prog = program.Program(prog.lam, prog.outputs, prog.weights, prog.shapes)
             tier = compiler.tier_of(prog)
             if tier is None:
                 line.append(f'{tape}: {len(prog.graph)} nodes, too large')

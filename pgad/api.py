@@ -244,8 +244,7 @@ def derivatives(loss, weights=None, data=None):
         return []  # not STRICT (weights and data are NULL unless given): a NULL loss gives no rows
     limits = settings().limits
     lam = program.parsed(loss, limits)
-    w = arguments.weights(weights, lam) if weights is not None else dict.fromkeys(lam.weights, 0.0)
-    shapes = _shapes(w, loader.lengths(data, lam.columns) if data is not None else ())
+    w, shapes = _given(lam, weights, data, lengths=True)
     budget = printer.budget(limits)
     if shapes or vectors.needed(lam):
         grown = lam.copy()
@@ -270,9 +269,7 @@ def explain(loss, mode='reverse', backend='auto', rows=None, data=None, weights=
     mode, limits = arguments.mode(mode), settings().limits
     tape = arguments.tape(tape, mode, backend)
     lam = program.parsed(loss, limits)
-    w = arguments.weights(weights, lam) if weights is not None else dict.fromkeys(lam.weights, 0.0)
-    shapes = _shapes(w, loader.lengths(data, lam.columns) if data is not None and (weights is not None or
-                                                                                   vectors.needed(lam)) else ())
+    w, shapes = _given(lam, weights, data, lengths=weights is not None or vectors.needed(lam))
     return explaining.stages(loss, mode, limits, backend, rows, data, shapes, list(w), tape)
 
 
@@ -367,6 +364,14 @@ def _shapes(w, columns=()):
     """The vectors.Shapes of the weights (a dict of numbers and arrays, as arguments.weights gives) and of array
     columns ((name, length), … as loader.lengths gives)."""
     return vectors.Shapes(tuple((name, v.shape) for name, v in w.items() if np.ndim(v)), tuple(columns))
+
+
+def _given(lam, weights, data, lengths):
+    """(the weights, their vectors.Shapes) of a function that takes weights and data only for their shapes
+    (pgad.derivatives, pgad.explain): every weight the lambda reads a number unless weights (a jsonb, or None) says
+    otherwise; the array columns' lengths from data where it is given and lengths is true."""
+    w = arguments.weights(weights, lam) if weights is not None else dict.fromkeys(lam.weights, 0.0)
+    return w, _shapes(w, loader.lengths(data, lam.columns) if data is not None and lengths else ())
 
 
 def _vector(w):

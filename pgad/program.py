@@ -25,7 +25,6 @@ class Program:
     outputs: tuple   # node ids: the loss of one row, then (with a gradient) its derivative by each weight
     weights: tuple   # the weights' elements, in the order of the weight vector a kernel is given
     shapes: tuple = ()  # each weight's (name, shape), in order: () a number, (n,) a vector, (m, n) a matrix
-    columns_of: tuple = ()  # ((element column 'pixels[3]', (column, 3)), …) for each float8[] column's elements
     tape: str = 'auto'      # the llvm kernel's tape: 'auto' (jit/compiler.py's form() decides), or a loop kernel's
     tensor: Lambda = None   # the lambda as parsed, vector operations and all, where a loop kernel may run it
     dims: vectors.Shapes = vectors.Shapes()  # the shapes it was unrolled at
@@ -38,6 +37,11 @@ class Program:
             out[name] = vector[at] if not shape else np.asarray(vector[at:at + size]).reshape(shape).tolist()
             at += size
         return out
+
+    @property
+    def columns_of(self):
+        """((element column 'pixels[3]', (column, 3)), …) for each element of each float8[] column."""
+        return tuple((e, (c, k + 1)) for c, n in self.dims.columns for k, e in enumerate(vectors.elements(c, (n,))))
 
     @property
     def shaped(self):
@@ -79,8 +83,6 @@ def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT, shapes=v
         lam = lam.copy()
     flat = tuple(e for w, shape in shaped for e in vectors.elements(w, shape))
     grad = lang.gradient(lam, flat, mode) if gradient else {}
-    lengths = dict(shapes.columns)
-    columns_of = tuple((e, (c, k + 1)) for c in lengths for k, e in enumerate(vectors.elements(c, (lengths[c],))))
     loops = tape != 'auto' or (mode == 'reverse' and (shapes or vectors.needed(parsed_lam)))
-    return Program(lam, (lam.root, *(grad[w] for w in flat if gradient)), flat, shaped, columns_of, tape,
+    return Program(lam, (lam.root, *(grad[w] for w in flat if gradient)), flat, shaped, tape,
                    parsed_lam if loops else None, shapes)

@@ -192,6 +192,17 @@ class _Kernel:
     def vector_type(self):
         return ir.VectorType(DOUBLE, self.width)
 
+    def vector_sums(self, rows, vectors):
+        """rows × vectors vector accumulators, allocated once a call and set to 0 here: a block's sums, which LLVM
+        keeps in registers."""
+        with self.b.goto_block(self.entry):
+            sums = [[self.b.alloca(self.vector_type()) for _ in range(vectors)] for _ in range(rows)]
+        zero = ir.Constant(self.vector_type(), [0.0] * self.width)
+        for row in sums:
+            for acc in row:
+                self.b.store(zero, acc)
+        return sums
+
     def vload(self, ptr):
         return self.b.load(self.b.bitcast(ptr, self.vector_type().as_pointer()), align=8)
 
@@ -438,12 +449,7 @@ class _Kernel:
             return self.gep(self.cols[columns[k]], row) if columns is not None else self.block_at(x, row, k)
 
         def rows(t0, count_rows):
-            with b.goto_block(self.entry):
-                accs = [[b.alloca(self.vector_type()) for _ in range(vectors_)] for _ in range(count_rows)]
-            zero = ir.Constant(self.vector_type(), [0.0] * width)
-            for row in accs:
-                for acc in row:
-                    b.store(zero, acc)
+            accs = self.vector_sums(count_rows, vectors_)
             def step(k):
                 ws = [self.vload(self.gep(self.transposed[w], self.index((k, m), (ir.Constant(I64, v * width), 1))))
                       for v in range(vectors_)]
@@ -493,12 +499,7 @@ class _Kernel:
 
         def block(r0, rows, c0, vectors):
             """rows rows of W̄ from r0 (i64), by vectors vectors of columns from vector c0 (i64)."""
-            with b.goto_block(self.entry):
-                accs = [[b.alloca(self.vector_type()) for _ in range(vectors)] for _ in range(rows)]
-            zero = ir.Constant(self.vector_type(), [0.0] * width)
-            for row in accs:
-                for acc in row:
-                    b.store(zero, acc)
+            accs = self.vector_sums(rows, vectors)
 
             def one_row(t):
                 xs = [self.vload(x_at(t, b.mul(b.add(c0, ir.Constant(I64, v)), ir.Constant(I64, width))))
