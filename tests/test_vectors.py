@@ -499,6 +499,23 @@ def test_an_unrolled_lambda_prints_with_its_parameters_and_elements():
     assert printer.to_lambda(prog.lam, prog.outputs[0]) == 'p."v[1]"*row.x1 + p."v[2]"'
 
 
+@pytest.mark.parametrize('tape', ['store', 'recompute'])
+@pytest.mark.parametrize('fn, reference', [
+    ('logsumexp(z)', lambda z: torch.logsumexp(z, 1)),
+    ('dot(softmax(z), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])', lambda z: torch.softmax(z, 1) @ torch.arange(1.0, 12))])
+def test_a_long_vectors_exps_run_a_simd_register_at_a_time(fn, reference, tape):
+    """11 elements: whole vectors of exps through libmvec (8 or 4 at once, jit/loops.exps), the rest one by one —
+    against PyTorch, and the python backend's sums."""
+    shapes = {'v': (11,), 'u': (11,)}
+    w = start(shapes)
+    text = 'λ(d, w) ' + fn.replace('z', '(w.v * d.x1 + w.u)')
+    expected = torch_reference(lambda d, w: reference(d['x1'][:, None] * w['v'] + w['u']), shapes, w)
+    got = sums(text, shapes, w, 'reverse', 'llvm', tape)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1:], expected[1], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got, sums(text, shapes, w), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize('x, n', [('[d.x1, d.x2, d.x3]', 3), ('d.pix', P)])
 @pytest.mark.parametrize('rows', [16, 24])
 def test_a_tiles_product_of_a_weight_matrix_and_its_columns(x, n, rows):

@@ -207,7 +207,8 @@ def vectorised(ir_text, widths):
             vector, vtype = f'_ZGV{isa}N{width}{"v" * arity}_{fn}', f'<{width} x double>'
             if vector not in link_math():
                 continue
-            declarations.append(f'declare {vtype} @{vector}({", ".join([vtype] * arity)})')
+            if f'@"{vector}"(' not in ir_text:  # not declared already by a kernel that calls it itself
+                declarations.append(f'declare {vtype} @{vector}({", ".join([vtype] * arity)})')
             variants.append(f'_ZGV_LLVM_N{width}{"v" * arity}_{PRIVATE}{fn}({vector})')
         variant = f'"vector-function-abi-variant"="{",".join(variants)}" ' if variants else ''
         groups.append(f'attributes #{group} = {{ {variant}memory(none) nounwind }}')
