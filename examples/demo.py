@@ -36,7 +36,7 @@ def server():
         yield os.environ['PGAD_DSN']
         return
     print('starting a throwaway PostgreSQL cluster …')
-    with Cluster() as pg:
+    with Cluster(server_settings={'shared_preload_libraries': 'pgad'}) as pg:  # pgad's settings in every session
         yield pg.conninfo()
     print('stopped the throwaway cluster')
 

@@ -10,6 +10,7 @@ order). A block that cannot run on a test machine says why on the line above its
 import math
 import pathlib
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass
 
@@ -133,3 +134,18 @@ def test_examples_find_outputs_and_reasons(tmp_path):
     first, second = examples(page)
     assert (first.sql, first.output, first.not_run) == ('SELECT 1;\n', ' 1\n', None)
     assert (second.sql, second.output, second.not_run) == ('SELECT 2;\n', None, 'needs a GPU')
+
+
+def test_the_make_commands_the_pages_give_exist():
+    """`make demo`, `make install .venv/.done`, … in README.md, bench/README.md and docs/*.md: targets the Makefile
+    has (a dry run, `make -n`, knows them)."""
+    commands = set()
+    for page in PAGES + [ROOT / 'bench' / 'README.md']:
+        text = page.read_text()
+        shell = '\n'.join(body for language, body in FENCE.findall(text) if language in ('sh', 'shell', 'bash'))
+        for targets in re.findall(r'`make ([^`]*)`', text) + re.findall(r'^make ([^#\n]*)', shell, re.MULTILINE):
+            commands.add(tuple(t for t in shlex.split(targets) if '=' not in t))
+    assert ('install', '.venv/.done') in commands and ('demo',) in commands
+    for targets in commands:
+        result = subprocess.run(['make', '-n', *targets], cwd=ROOT, capture_output=True, text=True)
+        assert result.returncode == 0, f'make {" ".join(targets)}: {result.stderr}'

@@ -209,3 +209,25 @@ def test_pg_terminate_backend_ends_the_session_and_nothing_else(cluster, dbname)
         # the server went on: no crash, no restart of every session
         assert other.execute('SELECT pg_postmaster_start_time()').fetchone()[0] == server_started
         assert other.execute("SELECT pgad.loss('λ(d, w) d.x', 'few', '{}')").fetchone()[0] == 5.5
+
+
+def test_with_pgad_preloaded_every_session_shows_the_settings_and_refuses_a_plain_roles_set():
+    """shared_preload_libraries = 'pgad' (docs/sql.md, Settings): SHOW and pg_settings know the settings in a session
+    that has called nothing of pgad's, with their defaults, and another role's SET of a limit fails at once."""
+    from pgad.throwaway import Cluster
+    with Cluster(server_settings={'shared_preload_libraries': 'pgad'}) as pg:
+        with psycopg.connect(pg.conninfo('postgres'), autocommit=True) as db:
+            db.execute('CREATE ROLE carol LOGIN')
+        with psycopg.connect(pg.conninfo('postgres', user='carol'), autocommit=True) as carol:
+            assert carol.execute('SHOW pgad.load_chunk_rows').fetchone()[0] == '0'
+            assert carol.execute('SHOW pgad.max_lambda_bytes').fetchone()[0] == '1MB'
+            listed = dict(carol.execute("SELECT name, context FROM pg_catalog.pg_settings "
+                                        "WHERE name LIKE 'pgad.%'").fetchall())
+            assert listed == {'pgad.max_lambda_bytes': 'superuser', 'pgad.max_lambda_nodes': 'superuser',
+                              'pgad.cache_directory': 'superuser', 'pgad.cache_size': 'superuser',
+                              'pgad.memory_limit': 'superuser', 'pgad.load_chunk_rows': 'user'}
+            assert error_of(carol, "SET pgad.memory_limit = '1TB'").sqlstate == '42501'
+            assert error_of(carol, 'SET pgad.no_such_setting = 1').sqlstate == '42602'
+            carol.execute('SET pgad.load_chunk_rows = 7')
+            assert carol.execute("SELECT pg_catalog.count(*) FROM pg_catalog.pg_settings WHERE name LIKE 'pgad.%' "
+                                 "AND short_desc <> ''").fetchone()[0] == 6
