@@ -149,3 +149,28 @@ def test_the_make_commands_the_pages_give_exist():
     for targets in commands:
         result = subprocess.run(['make', '-n', *targets], cwd=ROOT, capture_output=True, text=True)
         assert result.returncode == 0, f'make {" ".join(targets)}: {result.stderr}'
+
+
+def test_the_volatility_docs_sql_states_is_each_functions(cluster):
+    """docs/sql.md's table of volatilities, function by function, against pg_proc on a server with pgad."""
+    text = (ROOT / 'docs' / 'sql.md').read_text()
+    table = text[text.index('| function | volatility |'):]
+    stated = {}
+    for row in table.split('\n\n')[0].splitlines()[2:]:
+        names, volatility = row.split('|')[1:3]
+        word = re.search(r'`(STABLE|IMMUTABLE|VOLATILE)`', volatility)
+        for name in re.findall(r'`pgad\.(\w+)`', names):
+            stated[name] = word and word.group(1)
+    name = new_database(cluster, 'volatility')
+    try:
+        with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
+            db.execute('CREATE EXTENSION pgad CASCADE')
+            actual = dict(db.execute(
+                "SELECT p.proname, CASE p.provolatile WHEN 's' THEN 'STABLE' WHEN 'i' THEN 'IMMUTABLE' ELSE 'VOLATILE' "
+                "END FROM pg_catalog.pg_proc AS p WHERE p.pronamespace = 'pgad'::regnamespace AND p.prokind = 'f' "
+                "AND p.proname !~ '^_'").fetchall())
+    finally:
+        with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
+    assert set(actual) <= set(stated), f'functions the table leaves out: {set(actual) - set(stated)}'
+    assert {f: stated[f] for f in actual} == actual
