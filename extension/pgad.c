@@ -14,7 +14,10 @@
  *    the caller's privileges on the data. An error the implementation raises on purpose (plpy.Error, or a
  *    server error passed through, a cancel among them) leaves as the server's own: PL/Python's
  *    "plpy.Error: " prefix and the Python traceback dropped, the SQLSTATE, DETAIL and HINT kept. Any other
- *    Python exception, a bug, keeps its traceback.
+ *    Python exception, a bug, keeps its traceback. An error that points into the lambda (a syntax error) also
+ *    carries the lambda as its internal query and the place as its position, which psql shows as PostgreSQL's
+ *    own syntax errors, a caret under the place: plpy.error cannot set them, so pgad's Python leaves them here
+ *    first (pgad_error_query, part 5).
  *
  * 3. The packing aggregate pgad.pack (below), which turns rows into numpy's columns at about the cost of a scan:
  *    a PL/Python transition function would cost a microsecond a row.
@@ -29,6 +32,7 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -150,8 +154,25 @@ implementation_of(Oid fn, const char *prefix, const char *suffix, const oidvecto
 }
 
 /*
+ * The internal query (the lambda's text, in TopMemoryContext) and the position in it (1-based, in characters) of
+ * the error that pgad's Python is about to raise, left by pgad_error_query; NULL and 0 when there is none.
+ */
+static char *pending_query = NULL;
+static int	pending_position = 0;
+
+static void
+forget_pending_query(void)
+{
+	if (pending_query != NULL)
+		pfree(pending_query);
+	pending_query = NULL;
+	pending_position = 0;
+}
+
+/*
  * Re-throws the error being handled, as the server's own where pgad raised it on purpose: PL/Python writes it as
- * "plpy.Error: message" or "spiexceptions.QueryCanceled: message", with the Python traceback as its CONTEXT.
+ * "plpy.Error: message" or "spiexceptions.QueryCanceled: message", with the Python traceback as its CONTEXT. An
+ * error pgad raised (plpy.Error) takes the pending internal query and position, if any.
  */
 static void
 rethrow_plainly(MemoryContext context)
@@ -166,11 +187,14 @@ rethrow_plainly(MemoryContext context)
 		(strncmp(error->message, "plpy.", 5) == 0 || strncmp(error->message, "spiexceptions.", 14) == 0) &&
 		(colon = strstr(error->message, ": ")) != NULL)
 	{
+		bool		pgads = strncmp(error->message, "plpy.", 5) == 0;
+
 		error->message = pstrdup(colon + 2);
 		error->context = NULL;
-		error->internalquery = NULL;
-		error->internalpos = 0;
+		error->internalquery = pgads && pending_query != NULL ? pstrdup(pending_query) : NULL;
+		error->internalpos = pgads && pending_query != NULL ? pending_position : 0;
 	}
+	forget_pending_query();
 	ReThrowError(error);
 }
 
@@ -181,6 +205,7 @@ call_plainly(FunctionCallInfo call)
 	MemoryContext context = CurrentMemoryContext;
 	Datum		result = (Datum) 0;
 
+	forget_pending_query();		/* one left by a call that raised no error never reaches another's */
 	PG_TRY();
 	{
 		result = FunctionCallInvoke(call);
@@ -748,6 +773,8 @@ as_float8(Datum value, Oid type)
 			return (float8) DatumGetInt64(value);
 		case NUMERICOID:
 			return DatumGetFloat8(DirectFunctionCall1(numeric_float8, value));
+		case BOOLOID:			/* a column the lambda reads as a boolean: true is 1, as the loader's ::int4 */
+			return DatumGetBool(value) ? 1.0 : 0.0;
 	}
 	elog(ERROR, "pgad cannot read a value of type %u as float8", type);
 	return 0;
@@ -1087,7 +1114,7 @@ pgad_lambda_final(PG_FUNCTION_ARGS)
 }
 
 /*
- * 5. Two doors from pgad's Python back into the server that run no query, so that they work in parallel mode,
+ * 5. Three doors from pgad's Python back into the server that run no query, so that they work in parallel mode,
  *    where PL/Python runs none (each plpy.execute is a subtransaction, which parallel mode forbids): the
  *    aggregates' transition function runs in parallel workers, and their final function in a leader that is in
  *    parallel mode. pgad/server.py calls them with ctypes, by name among the backend's symbols (PostgreSQL loads
@@ -1095,6 +1122,7 @@ pgad_lambda_final(PG_FUNCTION_ARGS)
  */
 extern PGDLLEXPORT int pgad_check_interrupts(char *sqlstate, char *message, int size);
 extern PGDLLEXPORT char *pgad_setting(const char *name);
+extern PGDLLEXPORT int pgad_error_query(const char *query, int position);
 
 /*
  * CHECK_FOR_INTERRUPTS, with the error it raises (a cancel, a statement_timeout) caught and handed back rather than
@@ -1135,4 +1163,38 @@ char *
 pgad_setting(const char *name)
 {
 	return GetConfigOptionByName(name, NULL, true);
+}
+
+/*
+ * Leaves query (UTF-8, as Python encodes it) and position (1-based, in characters) for the error pgad's Python
+ * raises next, which pgad_call re-throws with them as its internal query and position (rethrow_plainly); a NULL
+ * query forgets what was left. 1 when done; 0 when the text could not be kept (no memory, or a character the
+ * server's encoding lacks), and the error then goes without it. Nothing here throws across Python's frames.
+ */
+int
+pgad_error_query(const char *query, int position)
+{
+	MemoryContext context = CurrentMemoryContext;
+	volatile int kept = 0;
+
+	forget_pending_query();
+	if (query == NULL)
+		return 1;
+	PG_TRY();
+	{
+		char	   *converted = pg_any_to_server(query, strlen(query), PG_UTF8);
+
+		pending_query = MemoryContextStrdup(TopMemoryContext, converted);
+		pending_position = position;
+		if (converted != query)
+			pfree(converted);
+		kept = 1;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(context);
+		FlushErrorState();
+	}
+	PG_END_TRY();
+	return kept;
 }

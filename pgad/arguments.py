@@ -1,4 +1,5 @@
 """Checking the SQL functions' arguments: each check returns the clean value or raises a PgadError."""
+import decimal
 import json
 import math
 import re
@@ -55,8 +56,22 @@ def _number(name, number):
                         hint=EXAMPLE)
     if not math.isfinite(_float(number)):
         raise PgadError('22023', f'weight "{name}" is not a finite double precision number',
-                        detail=f'It is {json.dumps(number)[:40]}{"…" if len(json.dumps(number)) > 40 else ""}.')
+                        detail=f'It is {float8(number)[:40]}{"…" if len(float8(number)) > 40 else ""}.')
     return float(number)
+
+
+def float8(number):
+    """A number as PostgreSQL prints a float8 (float8out): 0, -1, 0.05, 1e-05, 1e+15, Infinity, NaN; an integer
+    past float8's range too (jsonb writes 1e400 as 1 and 400 zeros: 1e+400)."""
+    if isinstance(number, float) and not math.isfinite(number):
+        return 'NaN' if math.isnan(number) else 'Infinity' if number > 0 else '-Infinity'
+    value = decimal.Decimal(repr(float(number)) if math.isfinite(_float(number)) else number).normalize()
+    if value.is_zero():
+        return '-0' if value.is_signed() else '0'
+    if -4 <= value.adjusted() < 15:
+        return format(value, 'f')
+    mantissa, power = format(value, 'e').split('e')
+    return f'{mantissa}e{power[0]}{power[1:].zfill(2)}'
 
 
 def _float(number):
@@ -114,7 +129,7 @@ def tape(value, mode='reverse', backend='auto'):
 
 def learning_rate(value):
     if not (value > 0 and math.isfinite(value)):
-        raise PgadError('22023', f'learning_rate must be a positive number, not {value}')
+        raise PgadError('22023', f'learning_rate must be a positive number, not {float8(value)}')
     return float(value)
 
 
@@ -205,7 +220,7 @@ def positive(name, value):
 
 def non_negative(name, value):
     if value is None or not (value >= 0 and math.isfinite(value)):
-        raise PgadError('22023', f'{name} must be 0 or a positive number, not {value}')
+        raise PgadError('22023', f'{name} must be 0 or a positive number, not {float8(value)}')
     return value
 
 

@@ -1,7 +1,7 @@
 """Trained models in the database: the rows of pgad.models and the scoring functions in schema pgad_models.
 
 pgad.train stores one row per model (per group, with group_by) and creates the model's scoring function,
-    pgad_models."<name>"(<group columns>, <the columns the model reads, as float8>) RETURNS float8,
+    pgad_models."<name>"(<group columns>, <the columns the model reads, as float8 or boolean>) RETURNS float8,
 an IMMUTABLE, PARALLEL SAFE LANGUAGE sql function whose body is the model's DAG written as SQL with the fitted
 weights as constants (lang/sql.py): the planner inlines it, so scoring runs at the speed of the same expression
 written by hand. Its arguments are the group columns, in group_by's order, then the columns the model reads, in
@@ -81,6 +81,14 @@ def current_user():
     return server.query('SELECT CURRENT_USER::pg_catalog.text AS me')[0]['me']
 
 
+def _argument(column, k, grouped):
+    """The SQL of a column the model reads, its argument $k: as float8, a boolean one (parser.Column.boolean) as the 1
+    or 0 the loader packed it as."""
+    if column.boolean:
+        return f'(${k})::pg_catalog.int4::pg_catalog.float8'
+    return f'(${k})::pg_catalog.float8' if grouped else f'${k}'
+
+
 class Scoring:
     """The scoring function of a model: its arguments, and its body from the model DAG and each group's weights."""
 
@@ -96,12 +104,11 @@ class Scoring:
                                      f'{"×".join(map(str, self.outputs.shape))} matrix',
                             hint='Predict a vector (its scoring function returns a float8[]), or a number.')
         params = [(g, t) for g, t in zip(group_by, group_types)]
-        params += [(c, 'pg_catalog.float8[]' if c in lengths else 'pg_catalog.float8') for c in model.columns
-                   if c not in self.group_by]
+        params += [(c, 'pg_catalog.float8[]' if c in lengths else 'pg_catalog.bool' if c.boolean else
+                    'pg_catalog.float8') for c in model.columns if c not in self.group_by]
         self.params = params
         at = {p: k + 1 for k, (p, _) in enumerate(params)}
-        self.columns = {c: f'${at[c]}' if c not in self.group_by else f'(${at[c]})::pg_catalog.float8'
-                        for c in model.columns if c not in lengths}
+        self.columns = {c: _argument(c, at[c], c in self.group_by) for c in model.columns if c not in lengths}
         self.columns.update({vectors.element(c, (k + 1,)): f'(${at[c]})[{k + 1}]' for c, n in lengths.items()
                              for k in range(n)})
         self.returns = 'pg_catalog.float8[]' if self.outputs.ndim else 'pg_catalog.float8'

@@ -34,6 +34,7 @@ POSTGRES = {
                          ('2201F', 'a negative number raised to a non-integer power yields a complex result')
                          if x < 0 and y != math.floor(y) else OVERFLOW),
     'div': lambda x, y: ('22012', 'division by zero') if y == 0 else OVERFLOW,
+    'mod': lambda x, y: ('22012', 'division by zero') if y == 0 else None,
     'asin': lambda x: ('22003', 'input is out of range') if abs(x) > 1 else None,
     'acos': lambda x: ('22003', 'input is out of range') if abs(x) > 1 else None,
 }

@@ -13,6 +13,9 @@ DEBUG2 message says how many parts the load took). A function takes at most 100 
 more than 99 columns packs them in several aggregates over the rows with no NULL. Rows with NULL in a column the
 lambda reads are skipped, and a NOTICE says how many.
 
+A column the lambda reads as a boolean (CASE WHEN d.flag …: parser.Column.boolean) must be boolean in the data, and
+is packed as 1 (true) or 0 (false), flag::int4::float8; a column the lambda reads as a number must be numeric.
+
 A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
 load packs its elements as columns of their own, (pgad_data.pixels)[1] … (pgad_data.pixels)[64]: a NULL array or a
@@ -37,6 +40,8 @@ from .lang.printer import quote_ident
 
 NUMERIC_TYPES = {21: 'smallint', 23: 'integer', 20: 'bigint', 700: 'real', 701: 'double precision',
                  1700: 'numeric'}
+BOOLEAN = 'boolean'
+KNOWN_TYPES = {**NUMERIC_TYPES, 16: BOOLEAN}  # the type names positions() needs, without asking the server
 ARRAY_TYPES = {1005: 'smallint[]', 1007: 'integer[]', 1016: 'bigint[]', 1021: 'real[]', 1022: 'double precision[]',
                1231: 'numeric[]'}
 ARRAY_SUBSCRIPT_ERROR = '2202E'
@@ -112,7 +117,14 @@ def value(column, elements):
     if column in elements:
         name, index = elements[column]
         return f'(pgad_data.{quote_ident(name)})[{int(index)}]'
+    if boolean(column):
+        return f'pgad_data.{quote_ident(column)}::pg_catalog.int4'  # 1 or 0 (NULL stays NULL), then as float8
     return f'pgad_data.{quote_ident(column)}'
+
+
+def boolean(column):
+    """Does the lambda read this column (a name from Lambda.columns, a parser.Column) as a boolean?"""
+    return getattr(column, 'boolean', False)
 
 
 def _read(columns, elements):
@@ -336,7 +348,7 @@ def relation(data):
 
 def check_columns(query, columns, arrays=()):
     """The data's (column names, type oids); every column the lambda reads must be in it, and numeric (or, for the
-    names in arrays, an array of numbers)."""
+    names in arrays, an array of numbers; for a column read as a boolean, boolean)."""
     try:
         names, types = server.describe(f'SELECT * FROM ({query}\n) AS pgad_data')
     except server.SPIError as e:  # the data query's own error, with the query shown
@@ -345,7 +357,7 @@ def check_columns(query, columns, arrays=()):
         raise PgadError(e.sqlstate or '42601', e.args[0] if e.args else str(e), detail=f'The data query: {query}',
                         hint=server.hint_of(e)) from None
     used = {names.index(c) for c in columns if c in names}  # only these need a type name looked up
-    positions(columns, names, [NUMERIC_TYPES.get(oid) or (type_name(oid) if k in used else '')
+    positions(columns, names, [KNOWN_TYPES.get(oid) or (type_name(oid) if k in used else '')
                                for k, oid in enumerate(types)], arrays)
     return names, types
 
@@ -367,8 +379,19 @@ def positions(columns, names, types, arrays=()):
                             hint='Column names fold to lower case; write d."Name" for a mixed-case column.'
                             if name.lower() in [n.lower() for n in names] else None)
         found.append(names.index(name))
+        if boolean(name):
+            if types[found[-1]] != BOOLEAN:
+                raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not boolean',
+                                hint='The lambda reads it where PostgreSQL takes a boolean (CASE WHEN d.flag …): '
+                                     'compare it with a value there (d.x > 0), or use a boolean column.')
+            continue
         if name in arrays and types[found[-1]] in ARRAY_TYPES.values():
             continue
+        if types[found[-1]] == BOOLEAN:
+            raise PgadError('42804', f'column "{name}" is of type boolean, not a number',
+                            hint='Read it where PostgreSQL takes a boolean (CASE WHEN d.flag THEN 1 ELSE 0 END), '
+                                 f'or cast it in the data query: SELECT {quote_ident(name)}::int AS '
+                                 f'{quote_ident(name)} ….')
         if types[found[-1]] not in NUMERIC_TYPES.values():
             raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '

@@ -1,8 +1,9 @@
 """Everything that talks to the PostgreSQL backend through PL/Python's plpy, in one place.
 
 Queries, cursors, NOTICEs and WARNINGs, interrupt checks, pgad's settings, and the `entry` decorator that turns a
-PgadError into a PostgreSQL ERROR with its SQLSTATE, DETAIL and HINT. plpy exists only inside the server, so it is
-imported when first used: the rest of pgad imports and tests without a server.
+PgadError into a PostgreSQL ERROR with its SQLSTATE, DETAIL and HINT, and the lambda and the place it points to as
+its internal query and position. plpy exists only inside the server, so it is imported when first used: the rest of
+pgad imports and tests without a server.
 
 Every SQL text here and in the stages that call these functions names what it uses schema-qualified
 (pg_catalog.count, OPERATOR(pg_catalog.||), pg_catalog.text), so that nothing on the caller's search_path can stand
@@ -13,7 +14,7 @@ import functools
 import warnings
 
 from . import limits
-from .errors import Interrupted, PgadError
+from .errors import Caret, Interrupted, PgadError
 
 INTERRUPTED = '57'  # operator intervention: a cancel, a statement_timeout, a shutdown; never reported as another
 
@@ -55,9 +56,20 @@ def entry(function):
                 limits.on_interrupts(outer)
                 for warning in caught:
                     plpy().warning(str(warning.message))
-        fields = {k: v for k, v in (('detail', error.detail), ('hint', error.hint)) if v}
+        detail = error.detail
+        if error.query is not None and error_query(error.query, error.position) and isinstance(detail, Caret):
+            detail = None  # the client draws the line and the caret from the internal query
+        fields = {k: v for k, v in (('detail', detail), ('hint', error.hint)) if v}
         plpy().error(error.message, sqlstate=error.sqlstate, **fields)
     return call
+
+
+def error_query(text, position):
+    """Leave text and position (1-based, in characters) for the ERROR raised next, as its internal query and position
+    (pgad.so's pgad_error_query; plpy.error cannot set them): True when they will go with it, False outside the
+    server, where the DETAIL keeps the line and its caret."""
+    library = native()
+    return library is not None and library.pgad_error_query(text.encode(), position) == 1
 
 
 def from_server(exception):
@@ -121,6 +133,7 @@ def native():
         try:
             library.pgad_setting.restype, library.pgad_setting.argtypes = ctypes.c_char_p, [ctypes.c_char_p]
             library.pgad_check_interrupts.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+            library.pgad_error_query.argtypes = [ctypes.c_char_p, ctypes.c_int]
         except AttributeError:
             return None
         _native.append(library)

@@ -57,6 +57,7 @@ PLAIN_NUMBERS = ['2', '3', '0.5', '1.5', '10', '0.25', '7', '100', '0.001']
 # the functions of numbers: PostgreSQL has none of the vector ones (sum is its aggregate) to compare with
 FUNCTIONS = sorted(name for name, (op, _) in parser.FUNCTIONS.items() if op in rules.PRIMITIVES)
 COMPARISONS = ['<', '<=', '>', '>=', '=', '<>', '!=']
+OPERATOR_CHARACTERS = set('~!@#^&|`?+-*/%<>=')
 WEIGHT_NAMES = ['a', 'b']
 # values of the data and the weights: mostly ordinary, some at the edges of the functions and of float8
 VALUES = [0.3, -1.7, 2.5, 0.75, -0.4, 1.2, 3.0, -2.0, 0.05]
@@ -173,9 +174,12 @@ class _Writer:
 
 
 def _glue(prev, first):
-    """Would writing these two tokens together make one token, or a comment?"""
+    """Would writing these two tokens together make one token, or a comment? Two operator characters make one
+    operator, as PostgreSQL's lexer reads them (parser.py), but for a + or - after one of none of parser.SIGNED."""
     word = lambda c: c.isalnum() or c in '_."'  # noqa: E731
-    return (word(prev) and word(first)) or (prev == '-' and first == '-') or (prev in '<>!=' and first in '<>=')
+    operator = prev in OPERATOR_CHARACTERS and first in OPERATOR_CHARACTERS and (
+        first not in '+-' or prev in parser.SIGNED)
+    return (word(prev) and word(first)) or (prev == '-' and first == '-') or operator
 
 
 def _head(r):

@@ -221,7 +221,7 @@ def test_a_null_loss_or_weights_is_ignored(db):
     ("SELECT pgad.gradient_descent_agg('λ(d, w) w.a*d.x', '{\"a\": 1}', t, '{\"iterations\": \"10\"}') "
      "FROM sales AS t", '22023', 'option "iterations" must be an integer, not "10"'),
     ("SELECT pgad.gradient_descent_agg('λ(d, w) w.a*d.x', '{\"a\": 1}', t, '{\"learning_rate\": -1}') "
-     "FROM sales AS t", '22023', 'learning_rate must be a positive number, not -1.0'),
+     "FROM sales AS t", '22023', 'learning_rate must be a positive number, not -1'),
     ("SELECT pgad.gradient_descent_agg('λ(d, w) w.a*d.x', '{\"a\": 1}', t, '[]') FROM sales AS t", '22023',
      'options must be a JSON object'),
     ("SELECT pgad.loss_agg('λ(d, w) w.a*d.x', '{\"a\": 1}', t.x) FROM sales AS t", '42804',

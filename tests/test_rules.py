@@ -51,6 +51,11 @@ def case(name, text, fn):
     return pytest.param(text, fn, id=name)
 
 
+def fmod(x, y):
+    """x % y as autograd differentiates it: ∂/∂x = 1 and ∂/∂y = −trunc(x/y) (trunc's own derivative is 0)."""
+    return x - y * anp.trunc(x / y)
+
+
 U = 'w.a*d.y + w.b'
 V = 'w.a*d.x + w.b'
 
@@ -67,9 +72,12 @@ CASES = [
          lambda d, w: anp.exp(-w[0] * d['x']) - w[1] * -d['y'] + (-(w[0] * d['y'])) ** 2),
     case('pow', f'λ(d, w) ({V})^(w.b + d.y)', lambda d, w: v(d, w) ** (w[1] + d['y'])),
     case('pow-data-base', 'λ(d, w) d.x^w.a * w.b^2', lambda d, w: d['x'] ** w[0] * w[1] ** 2),
-    case('pow-negative-base', 'λ(d, w) (w.a*d.y - w.b)^3 + w.a^-1',
+    case('pow-negative-base', 'λ(d, w) (w.a*d.y - w.b)^3 + w.a^(-1)',
          lambda d, w: (w[0] * d['y'] - w[1]) ** 3 + w[0] ** -1.0),
     case('power', 'λ(d, w) power(w.a + d.x, w.b*d.y + 1)', lambda d, w: (w[0] + d['x']) ** (w[1] * d['y'] + 1)),
+    # 4*u % v is (4*u) % v; u of both signs, so the remainder takes the sign of the dividend; x/y at least 0.007 from
+    # an integer at every point the cases are checked at (a jump there would break the finite differences)
+    case('mod', f'λ(d, w) 4*({U}) % (w.b + 0.5*d.x)', lambda d, w: fmod(4 * u(d, w), w[1] + 0.5 * d['x'])),
     # exponentials and logarithms
     case('exp', f'λ(d, w) exp({U})', lambda d, w: anp.exp(u(d, w))),
     case('ln', f'λ(d, w) ln({V})', lambda d, w: anp.log(v(d, w))),
@@ -115,6 +123,12 @@ CASES = [
                                 anp.where((u(d, w) <= 0) | (d['t'] == 1), w[1] * d['y'] ** 2 + w[0],
                                           anp.where((d['t'] != 1) & (d['x'] >= 0.3) & (d['y'] != 0),
                                                     anp.cos(w[0] + w[1] * d['x']), w[0] * w[1] + 0 * d['x'])))),
+    # d.t read where PostgreSQL takes a boolean is a boolean column (the loader packs it as 1 or 0); = and <> of
+    # booleans
+    case('boolean-column', 'λ(d, w) CASE WHEN d.t AND (d.y > 0) = (d.x > 0.5) THEN w.a*d.x '
+                           'WHEN d.t <> (d.x > 0.5) THEN w.b*d.y ELSE w.a*w.b END',
+         lambda d, w: anp.where((d['t'] != 0) & ((d['y'] > 0) == (d['x'] > 0.5)), w[0] * d['x'],
+                                anp.where((d['t'] != 0) != (d['x'] > 0.5), w[1] * d['y'], w[0] * w[1] + 0 * d['x']))),
     case('case-simple', 'λ(d, w) CASE d.t WHEN 1 THEN w.a*exp(w.b*d.x) WHEN 0.5 THEN 0 ELSE w.b*d.y^2 END',
          lambda d, w: anp.where(d['t'] == 1, w[0] * anp.exp(w[1] * d['x']), w[1] * d['y'] ** 2)),
     # composite losses
@@ -172,6 +186,7 @@ def test_cases_cover_every_primitive():
         lam = parse(param.values[0])
         used |= {lam.graph.nodes[i].op for i in lam.graph.ancestors([lam.root])}
     assert DIFFERENTIABLE - used == set()
+    assert {'truth', 'iff', 'xor'} - used == set()  # run in every backend too
     texts = ' '.join(param.values[0] for param in CASES)
     missing = [fn for fn, (op, _) in parser.FUNCTIONS.items() if op in rules.PRIMITIVES
                and not re.search(rf'\b{fn}\(', texts)]  # the vector ones: tests/test_vectors.py
@@ -230,6 +245,9 @@ def fresh_caches():
 WRONG_RULES = [
     # sin' = sin instead of cos
     pytest.param('sin', lambda x, out: rules.sin(x), f'λ(d, w) sin({U})', lambda d, w: anp.sin(u(d, w)), id='sin'),
+    # ∂(x % y)/∂y = +trunc(x/y) instead of −trunc(x/y)
+    pytest.param('mod', lambda x, y, out: (1, (x - out) / y), f'λ(d, w) 4*({U}) % (w.b + 0.5*d.x)',
+                 lambda d, w: fmod(4 * u(d, w), w[1] + 0.5 * d['x']), id='mod'),
     # atan2's two partials swapped
     pytest.param('atan2', lambda y, x, out: (-y / (x ** 2 + y ** 2), x / (x ** 2 + y ** 2)),
                  'λ(d, w) atan2(w.a*d.y + w.b, w.b + d.x)', lambda d, w: anp.arctan2(u(d, w), w[1] + d['x']),
@@ -391,6 +409,28 @@ def value(text, data=None, w=None):
     ('CASE 2 WHEN 1 THEN 10 WHEN 2 THEN 20 WHEN 2 THEN 30 ELSE 40 END', 20.0),  # simple CASE: the first equal value
     ('CASE 1 + 1 WHEN 3 THEN 10 ELSE 40 END', 40.0),
     ('1 -- a comment\n + 2', 3.0),
+    # % is PostgreSQL's numeric remainder: the sign of the dividend, at the precedence of * and /
+    ('7.5 % 2', 1.5),
+    ('-7 % 3', -1.0),
+    ('7 % -3', 1.0),
+    ('-7.5 % -2', -1.5),
+    ('1 + 2 % 3 * 4', 9.0),
+    ('2 * 3 % 4', 2.0),
+    ('5 % 2 ^ 2', 1.0),      # ^ binds tighter
+    ('7 % 10', 7.0),
+    # a + or - after * / < = splits off, as PostgreSQL's lexer splits it; with a space ^ - is ^ and -
+    ('2*-1', -2.0),
+    ('2 ^ -1', 0.5),
+    ('2^ -1', 0.5),
+    ('2^(-1)', 0.5),
+    ('CASE WHEN 2<-1 THEN 1 ELSE 0 END', 0.0),
+    ('2+-1', 1.0),
+    ('2--1', 2.0),           # -- starts a comment, as in psql
+    # = and <> of two booleans
+    ('CASE WHEN true = false THEN 1 ELSE 0 END', 0.0),
+    ('CASE WHEN (1 > 0) <> (2 > 3) THEN 1 ELSE 0 END', 1.0),
+    ('CASE WHEN true != false THEN 1 ELSE 0 END', 1.0),
+    ('CASE WHEN (1 > 0) = (2 > 1) AND NOT false = true THEN 1 ELSE 0 END', 1.0),
 ])
 def test_constant_expressions(body, expected):
     assert value(f'λ(d, w) {body}') == pytest.approx(expected, rel=1e-15)
@@ -486,7 +526,11 @@ def test_derivative_reuses_the_loss_nodes():
     ('λ(d, w) w.a*d.x +', '42601'),                                 # trailing operator
     ('λ(d, w) w.a * * d.x', '42601'),
     ('λ(d, w) (w.a*d.x', '42601'),                                  # unclosed parenthesis
-    ('λ(d, w) w.a # d.x', '42601'),                                 # not a token
+    ('λ(d, w) w.a $ d.x', '42601'),                                 # not a token
+    ('λ(d, w) w.a # d.x', '42883'),                                 # an operator the language lacks
+    ('λ(d, w) 2^-1', '42883'),                                      # ^- is one operator, as in PostgreSQL
+    ('λ(d, w) CASE WHEN true = 1 THEN 1 ELSE 0 END', '42883'),      # boolean = number
+    ('λ(d, w) CASE WHEN d.x THEN d.x ELSE 0 END', '42804'),         # a column read as a boolean and a number
     ('λ(d, w) foo(w.a)', '42883'),                                  # unknown function
     ('λ(d, w) sin(w.a, d.x)', '42883'),                             # wrong number of arguments
     ('λ(d, w) atan2(w.a)', '42883'),
@@ -744,9 +788,9 @@ def test_function_errors_say_what_the_function_takes(text, sqlstate, message, hi
 
 
 @pytest.mark.parametrize('body, message, position', [
-    ('CASE WHEN d.x or d.x > 0 THEN w.a ELSE 0 END', 'argument of OR must be boolean, not double precision', 23),
+    ('CASE WHEN w.a or d.x > 0 THEN w.a ELSE 0 END', 'argument of OR must be boolean, not double precision', 23),
     ('CASE WHEN d.x > 0 and w.a THEN w.a ELSE 0 END', 'argument of AND must be boolean, not double precision', 27),
-    ('CASE WHEN not d.x THEN w.a ELSE 0 END', 'argument of NOT must be boolean, not double precision', 19),
+    ('CASE WHEN not w.a THEN w.a ELSE 0 END', 'argument of NOT must be boolean, not double precision', 19),
     ('w.a + (d.x > 0)', 'argument of + must be double precision, not boolean', 13),    # and each operator's
     ('w.a * (d.x > 0)', 'argument of * must be double precision, not boolean', 13),
     ('w.a ^ (d.x > 0)', 'argument of ^ must be double precision, not boolean', 13),
@@ -777,9 +821,26 @@ def test_a_wrong_lambda_head_says_what_to_write(text, sqlstate, message, hint, p
     assert (error.sqlstate, error.message, error.hint, error.position) == (sqlstate, message, hint, position)
 
 @pytest.mark.parametrize('text, sqlstate, message, position', [
-    ('λ(d, w) w.a # d.x', '42601', 'syntax error at or near "#"', 13),                 # not a token
+    ('λ(d, w) w.a $ d.x', '42601', 'syntax error at or near "$"', 13),                 # not a token
     ('λ(d, w) d."" * w.a', '42601', 'zero-length delimited identifier in lambda', 11),
-    ('λ(d, w) w.a > d.x', '42804', 'the body of a lambda must be a number, not a boolean', 17),  # at its last token
+    # at the operator that made the body a boolean, not at its last token
+    ('λ(d, w) w.a > d.x', '42804', 'the body of a lambda must be a number, not a boolean', 13),
+    ('λ(d, w) (d.x > 1)', '42804', 'the body of a lambda must be a number, not a boolean', 14),
+    ('λ(d, w) d.x > 1 AND true', '42804', 'the body of a lambda must be a number, not a boolean', 17),
+    ('λ(d, w) w.a + d.x <> 1', '42804', 'the body of a lambda must be a number, not a boolean', 19),
+    ('λ(d, w) true', '42804', 'the body of a lambda must be a number, not a boolean', 9),
+    # PostgreSQL's error for an operator that does not exist, at the operator
+    ('λ(d, w) w.a # d.x', '42883', 'operator does not exist: double precision # double precision', 13),
+    ('λ(d, w) 2^-1', '42883', 'operator does not exist: double precision ^- double precision', 10),
+    ('λ(d, w) w.a %- 2', '42883', 'operator does not exist: double precision %- double precision', 13),
+    ('λ(d, w) 1 + 2 ** 3', '42883', 'operator does not exist: double precision ** double precision', 15),
+    ('λ(d, w) ^-1', '42883', 'operator does not exist: ^- double precision', 9),
+    ('λ(d, w) CASE WHEN 2 !=-1 THEN 1 ELSE 0 END', '42883',
+     'operator does not exist: double precision !=- double precision', 21),
+    ('λ(d, w) CASE WHEN true = 1 THEN 1 ELSE 0 END', '42883', 'operator does not exist: boolean = double precision',
+     24),
+    ('λ(d, w) CASE WHEN 1 <> (w.a > 1) THEN 1 ELSE 0 END', '42883',
+     'operator does not exist: double precision <> boolean', 21),
 ])
 def test_errors_say_what_and_where(text, sqlstate, message, position):
     """Exact message, position (1-based) and DETAIL: the line with a caret under the place."""
@@ -788,6 +849,51 @@ def test_errors_say_what_and_where(text, sqlstate, message, position):
     error = caught.value
     assert (error.sqlstate, error.message, error.detail, error.position) == (
         sqlstate, message, text + '\n' + ' ' * (position - 1) + '^', position)
+
+
+@pytest.mark.parametrize('text, hint', [
+    ('λ(d, w) 2^-1', 'PostgreSQL reads "^-" as one operator: write the sign in parentheses, as in 2^(-1).'),
+    ('λ(d, w) 2 %+ w.a', 'PostgreSQL reads "%+" as one operator: write the sign in parentheses, as in 2%(+1).'),
+    ('λ(d, w) w.a # d.x', 'The lambda language has the operators != % * + - / < <= <> = > >= @ ^, AND, OR and NOT.'),
+])
+def test_an_operator_that_does_not_exist_says_what_to_write(text, hint):
+    """2^-1 is an error in psql (its lexer reads ^- as one operator): here too, with a HINT saying what to write."""
+    with pytest.raises(PgadError) as caught:
+        parse(text)
+    assert (caught.value.sqlstate, caught.value.hint) == ('42883', hint)
+
+
+def test_a_column_read_as_a_boolean_is_a_boolean_column():
+    """A column where PostgreSQL takes a boolean (CASE WHEN, AND, OR, NOT, = with a boolean) is marked boolean in
+    Lambda.columns (the loader checks and packs it) and is true where its packed value is 1; anywhere else a number."""
+    text = 'λ(d, w) CASE WHEN d.f AND NOT d.g OR d.h = (d.x > 0) OR true <> d.k THEN d.x ELSE -d.x END'
+    lam = parse(text)
+    assert [(c, c.boolean) for c in lam.columns] == [
+        ('f', True), ('g', True), ('h', True), ('x', False), ('k', True)]
+    rows = {'f': [1, 1, 0, 0, 0], 'g': [0, 1, 0, 0, 0], 'h': [0, 0, 1, 0, 0], 'x': [2, 3, 5, 7, 11],
+            'k': [1, 1, 1, 1, 0]}  # taken by f AND NOT g, by h = (x > 0), by true <> k; the 2nd and 4th by none
+    prog = program.build(text, (), 'reverse', gradient=False)
+    for backend in BACKENDS:
+        kernel = backends.compile(prog, backend)
+        got = kernel([np.asarray(rows[c], dtype=np.float64) for c in prog.columns], 5, np.zeros(0))[0]
+        assert got == 2 - 3 + 5 - 7 + 11, backend
+    printed = printer.to_lambda(lam, lam.root)
+    assert printed == 'CASE WHEN d.f AND NOT d.g OR d.h = (d.x > 0) OR TRUE <> d.k THEN d.x ELSE -d.x END'
+    assert [(c, c.boolean) for c in parse('λ(d, w) ' + printed).columns] == [(c, c.boolean) for c in lam.columns]
+
+
+@pytest.mark.parametrize('body, position', [
+    ('CASE WHEN d.f THEN d.f ELSE 0 END', 14),     # at the WHEN whose result reads it as a number
+    ('d.f + CASE WHEN d.f THEN 1 ELSE 0 END', 13),  # at the + that reads it as a number
+    ('CASE WHEN d.f = 1 OR d.f THEN 1 ELSE 0 END', 27),  # at the OR that reads it as a boolean
+])
+def test_a_column_cannot_be_both_a_number_and_a_boolean(body, position):
+    with pytest.raises(PgadError) as caught:
+        parse(f'λ(d, w) {body}')
+    error = caught.value
+    assert (error.sqlstate, error.message, error.position) == (
+        '42804', 'column "f" is read both as a number and as a boolean', position)
+
 
 def test_column_and_weight_names_can_be_keywords_and_have_63_bytes():
     """After the dot any word is a name, keywords too (d.end, w.case); a column name has at most NAMEDATALEN - 1 =

@@ -78,6 +78,13 @@ PRIMAL = [
     ('CASE WHEN d.x > 1 AND NOT d.y < 3 OR d.x = 0 THEN w.a*d.x WHEN d.x <> 0.5 THEN d.y ELSE 7 END', None),
     ('1/2 + d.x', '0.5 + d.x'),
     ('CASE WHEN d.x <= 1 OR d.y >= 2.5 AND d.x != 0.25 THEN d.x ELSE -d.y END', None),
+    # = and <> of booleans
+    ('CASE WHEN (d.x > 1) = (d.y > 2.5) THEN d.x WHEN (d.x < 0.5) <> true THEN d.y ELSE w.a END', None),
+    ('CASE WHEN true = false OR (d.x > 1) != (w.a > 0) THEN 1 ELSE 2 END', None),
+    # % at the precedence of * and /, the sign of the dividend: PostgreSQL has % of numeric, not of float8
+    ('(7*d.x - 5) % 3 + d.y % w.a * 2 - 2 * d.x % 1.5',
+     'mod((7*d.x - 5)::numeric, 3)::float8 + mod(d.y::numeric, w.a::numeric)::float8 * 2 '
+     '- mod((2*d.x)::numeric, 1.5)::float8'),
 ]
 
 
@@ -183,6 +190,35 @@ def test_every_numeric_type_is_read_as_float8(db):
     assert got == pytest.approx(expected, rel=1e-12)
 
 
+def test_boolean_columns_are_read_where_postgresql_takes_a_boolean(db):
+    """A boolean column in CASE WHEN, AND, OR, NOT and = gives what PostgreSQL gives for the same expression (a row
+    with NULL in it is skipped, as avg skips NULL); the gradient is the same by forward and reverse mode."""
+    db.execute("CREATE TABLE IF NOT EXISTS flags AS SELECT x, y, x > 1 AS big, CASE WHEN (x*100)::int % 7 = 3 THEN "
+               "NULL ELSE (x*100)::int % 3 = 0 END AS third FROM points")
+    body = ('CASE WHEN d.big AND NOT d.third OR d.third = (d.x < 0.5) THEN w.a*d.x WHEN d.big <> true THEN d.y '
+            'ELSE w.b END')
+    expected = scalar(db, f"SELECT avg({body}) FROM flags AS d, (SELECT 0.7::float8 AS a, -0.3::float8 AS b) AS w "
+                          "WHERE d.third IS NOT NULL")
+    args = ('λ(d, w) ' + body, 'flags', json.dumps(WEIGHTS))
+    assert scalar(db, 'SELECT pgad.loss(%s, %s, %s)', args) == pytest.approx(float(expected), rel=1e-12)
+    forward = scalar(db, "SELECT pgad.gradient(%s, %s, %s, 'forward', 'llvm')", args)
+    reverse = scalar(db, "SELECT pgad.gradient(%s, %s, %s, 'reverse', 'python')", args)
+    assert forward == pytest.approx(reverse, rel=1e-12) and forward['a'] != 0
+    # the aggregates read the boolean column as the loader does (extension/pgad.c: true is 1)
+    assert scalar(db, "SELECT pgad.loss_agg(%s, %s, f) FROM flags AS f", (args[0], args[2])) == \
+        pytest.approx(float(expected), rel=1e-12)
+
+
+@pytest.mark.parametrize('body, message', [
+    ('w.a * d.big', 'column "big" is of type boolean, not a number'),  # PostgreSQL: no boolean * float8
+    ('CASE WHEN d.x THEN w.a ELSE 0 END', 'column "x" is of type double precision, not boolean'),
+])
+def test_a_column_must_have_the_type_the_lambda_reads_it_as(db, body, message):
+    db.execute("CREATE TABLE IF NOT EXISTS typed_flags AS SELECT x, x > 1 AS big FROM points")
+    diag = error_of(db, 'SELECT pgad.loss(%s, %s, %s)', ('λ(d, w) ' + body, 'typed_flags', '{"a": 1}'))
+    assert (diag.sqlstate, diag.message_primary) == ('42804', message)
+
+
 def test_rows_with_null_are_skipped_with_a_notice(db):
     notices = []
     db.add_notice_handler(lambda d: notices.append(d.message_primary))
@@ -220,6 +256,8 @@ BAD = [
     # (sql arguments: loss, data, weights, extra named args), sqlstate, words the message must hold
     (("λ(d, w) (w.a*d.x +", 'points', '{"a": 0}', ''), '42601', 'syntax error at end of input'),
     (("λ(d, w) w.a * * d.x", 'points', '{"a": 0}', ''), '42601', 'syntax error at or near "*"'),
+    (("λ(d, w) w.a*d.x^-1", 'points', '{"a": 0}', ''), '42883',
+     'operator does not exist: double precision ^- double precision'),  # as psql says of 2^-1
     (("(w.a*d.x)^2", 'points', '{"a": 0}', ''), '42601', 'must start with λ(d, w)'),
     (("λ(d, w) foo(d.x)", 'points', '{"a": 0}', ''), '42883', 'function foo(double precision) does not exist'),
     (("λ(d, w) w.a*d.z", 'points', '{"a": 0}', ''), '42703', 'column "z" does not exist in the data'),
@@ -269,7 +307,7 @@ def test_errors_carry_detail_and_hint(db):
     diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.z', 'points', '{\"a\": 0}')")
     assert diag.message_detail == 'The data has columns: "x", "y".'
     diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.x +', 'points', '{\"a\": 0}')")
-    assert diag.message_detail == 'λ(d, w) w.a*d.x +\n                 ^'
+    assert (diag.message_detail, diag.internal_query, diag.internal_position) == (None, 'λ(d, w) w.a*d.x +', '18')
     diag = error_of(db, "SELECT pgad.gradient_descent(%s, 'points', '{\"a\": 0, \"b\": 0}', 10)", (LINEAR,))
     assert diag.message_hint == 'Try a smaller learning_rate than 10.'
     diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.upper', 'mixed', '{\"a\": 0}')")

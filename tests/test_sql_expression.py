@@ -59,6 +59,14 @@ CASES = [
     case('mul', 'λ(d, w) d.x * d.y', XY, gap=lambda d: (d['x'] * d['y'] == 0) & (d['x'] != 0) & (d['y'] != 0)),
     case('div', 'λ(d, w) d.x / d.y', XY, gap=lambda d: (d['x'] / d['y'] == 0) & (d['x'] != 0) & np.isfinite(d['y'])),
     case('neg', 'λ(d, w) -d.x', X),
+    # fmod's exact remainder of the doubles (1e300 % 3, 5e-324 % 0.75, 0.3 % 0.1), which numeric's % is not
+    case('mod', 'λ(d, w) d.x % d.y', XY),
+    case('mod-by-literal', 'λ(d, w) d.x % 0.75', X),
+    case('mod-of-literal', 'λ(d, w) 1e300 % d.x', X),
+    case('mod-of-zero', 'λ(d, w) 0 % d.x', X),
+    case('mod-by-infinity', "λ(d, w) d.x % 'Infinity'", X),
+    case('mod-by-a-weight', 'λ(d, w) d.x % w.a', X, {'a': 0.1}),
+    case('mod-of-a-tiny-weight', 'λ(d, w) w.a % d.x', X, {'a': 5e-324}),
     # the gap: PostgreSQL's power refuses (-Infinity)^y for y not an integer (numpy: 0 for y < 0)
     case('pow', 'λ(d, w) d.x ^ d.y', XY, gap=lambda d: (d['x'] == -math.inf) & (np.floor(d['y']) != d['y'])),
     case('pow-square', 'λ(d, w) d.x ^ 2', X),
@@ -113,6 +121,10 @@ CASES = [
     case('and', 'λ(d, w) CASE WHEN d.x > 0 AND d.y > 0 THEN 1 ELSE 2 END', XY),
     case('or', 'λ(d, w) CASE WHEN d.x > 0 OR d.y > 0 THEN 1 ELSE 2 END', XY),
     case('not', 'λ(d, w) CASE WHEN NOT d.x > d.y THEN 1 ELSE 2 END', XY),
+    # = and <> of booleans; a column read as a boolean: its value is the loader's 1 or 0, true where not 0
+    case('iff', 'λ(d, w) CASE WHEN (d.x > 0) = (d.y > 0) THEN 1 ELSE 2 END', XY),
+    case('xor', 'λ(d, w) CASE WHEN (d.x > 0) <> (d.y > 0) THEN 1 ELSE 2 END', XY),
+    case('truth', 'λ(d, w) CASE WHEN d.x THEN 1 ELSE 2 END', X),
 ]
 
 

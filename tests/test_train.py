@@ -74,6 +74,21 @@ def test_the_scoring_function_takes_the_columns_in_order_of_first_appearance_and
     assert 'pgad_models' not in plan and 'rooms' in plan  # the body, not a call
 
 
+def test_a_boolean_column_is_a_boolean_argument_of_the_scoring_function(db):
+    """A model that reads a column where PostgreSQL takes a boolean trains on it (the loader's 1 or 0) and is scored
+    with the boolean itself."""
+    data = 'SELECT sqft, price, rooms > 2 AS big FROM houses'
+    train(db, 'flagged', model='λ(d, w) CASE WHEN d.big THEN w.a ELSE w.b END*d.sqft + w.c', data=data,
+          label='price', optimizer='lbfgs', iterations=200)
+    assert db.execute("SELECT pg_get_function_arguments('pgad_models.flagged'::regproc)").fetchone()[0] == \
+        'big boolean, sqft double precision'
+    [(_, weights, *_)] = model_rows(db, 'flagged')
+    scored = db.execute(f'SELECT pgad_models.flagged(big, sqft), CASE WHEN big THEN %s ELSE %s END*sqft + %s '
+                        f'FROM ({data}) AS d', [weights['a'], weights['b'], weights['c']]).fetchall()
+    assert all(s == pytest.approx(h, rel=1e-14) for s, h in scored)
+    assert weights['a'] != pytest.approx(weights['b'], rel=1e-3)  # the flag splits the rows
+
+
 @pytest.mark.parametrize('loss, lambda_loss, label_column', [
     ('squared', '(p - d.price)^2', 'price'),
     ('absolute', 'abs(p - d.price)', 'price'),

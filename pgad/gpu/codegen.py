@@ -25,6 +25,7 @@ EMIT = {
     'mul': '{0} * {1}',
     'div': '{0} / {1}',
     'neg': '-{0}',
+    'mod': 'fmod({0}, {1})',
     'pow': '{0} ** {1}',
     'exp': 'exp({0})',
     'ln': 'log({0})',
@@ -55,14 +56,18 @@ EMIT = {
     'ge': '{0} >= {1}',
     'eq': '{0} == {1}',
     'ne': '{0} != {1}',
+    'iff': '{0} == {1}',
+    'xor': '{0} != {1}',
     'and': '{0} and {1}',
     'or': '{0} or {1}',
     'not': 'not {0}',
+    'truth': '{0} != zero',
 }
 assert set(EMIT) == set(PRIMITIVES), set(PRIMITIVES) ^ set(EMIT)
 
 # The names the source may use besides its generated ones: compiler.py binds each (and the k<n> constants).
-MATH = ('exp', 'log', 'log10', 'log1p', 'sqrt', 'cbrt', 'fabs', 'sin', 'cos', 'tan', 'asin', 'acos', 'atan', 'atan2',
+MATH = ('exp', 'log', 'log10', 'log1p', 'sqrt', 'cbrt', 'fabs', 'fmod', 'sin', 'cos', 'tan', 'asin', 'acos', 'atan',
+        'atan2',
         'sinh', 'cosh', 'tanh')
 NAMES = MATH + ('cuda', 'real', 'zero', 'one', 'zero64', 'float64')
 KERNEL, COMBINE = 'pgad_kernel', 'pgad_combine'

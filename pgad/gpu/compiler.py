@@ -117,8 +117,8 @@ def namespace(module, precision, constants):
     real = PRECISIONS[precision]
     if simulated():  # numpy's scalars: NaN and infinity where Python's math would raise
         math_names = dict(exp=np.exp, log=np.log, log10=np.log10, log1p=np.log1p, sqrt=np.sqrt, cbrt=np.cbrt,
-                          fabs=np.fabs, sin=np.sin, cos=np.cos, tan=np.tan, asin=np.arcsin, acos=np.arccos,
-                          atan=np.arctan, atan2=np.arctan2, sinh=np.sinh, cosh=np.cosh, tanh=np.tanh)
+                          fabs=np.fabs, fmod=np.fmod, sin=np.sin, cos=np.cos, tan=np.tan, asin=np.arcsin,
+                          acos=np.arccos, atan=np.arctan, atan2=np.arctan2, sinh=np.sinh, cosh=np.cosh, tanh=np.tanh)
         cast, float64 = real, np.float64
     else:
         import numba

@@ -73,6 +73,7 @@ EMIT = {
     'mul': lambda e, x, y: e.b.fmul(x, y),
     'div': lambda e, x, y: e.b.fdiv(x, y),
     'neg': lambda e, x: e.b.fneg(x),
+    'mod': lambda e, x, y: e.b.frem(x, y),  # frem is C's fmod: the sign of x
     'pow': lambda e, x, y: e.call('llvm.pow.f64', x, y),  # an intrinsic: LLVM turns x^2 into x*x
     'exp': lambda e, x: e.call('exp', x),
     'ln': lambda e, x: e.call('log', x),
@@ -103,9 +104,12 @@ EMIT = {
     'ge': lambda e, x, y: e.b.fcmp_ordered('>=', x, y),
     'eq': lambda e, x, y: e.b.fcmp_ordered('==', x, y),
     'ne': lambda e, x, y: e.b.fcmp_unordered('!=', x, y),
+    'iff': lambda e, x, y: e.b.icmp_unsigned('==', x, y),
+    'xor': lambda e, x, y: e.b.xor(x, y),
     'and': lambda e, x, y: e.b.and_(x, y),
     'or': lambda e, x, y: e.b.or_(x, y),
     'not': lambda e, x: e.b.not_(x),
+    'truth': lambda e, x: e.b.fcmp_unordered('!=', x, _const(0.0)),
 }
 assert set(EMIT) == set(PRIMITIVES), set(PRIMITIVES) ^ set(EMIT)
 

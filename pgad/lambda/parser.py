@@ -6,21 +6,27 @@ The body means what the same expression means in PostgreSQL, evaluated in float8
 `d.col` reads a column of the data row and `w.name` a weight, identifiers fold to lower case unless double-quoted,
 and the operators have PostgreSQL's precedence (lowest first):
 
-    OR  <  AND  <  NOT  <  comparisons (< <= > >= = <> !=, non-associative)  <  + -  <  * /  <  ^  <  unary minus
+    OR  <  AND  <  NOT  <  comparisons (< <= > >= = <> !=, non-associative)  <  + -  <  * / %  <  ^  <  unary minus
 
-so -2^2 is 4 and 2^3^2 is 64, as psql shows. A recursive-descent parser, one method per level, that does not
-recurse in Python: each method is a generator that yields the generator of a sub-expression it needs and is sent
-that sub-expression's value back (`left = yield self.power()`), and Parser.run drives them from a list, so the
-nesting depth costs a list entry, not an interpreter frame. Nesting deeper than MAX_DEPTH levels (parentheses,
-function calls, CASE, prefix operators inside one another) is SQLSTATE 54001, as PostgreSQL's own parser stops
-at its max_stack_depth.
+so -2^2 is 4 and 2^3^2 is 64, as psql shows. Operators are read as PostgreSQL's lexer reads them: a run of operator
+characters is one operator, but for a trailing + or - that PostgreSQL splits off where the run has none of
+~ ! @ # ^ & | ` ? %, so 2*-1 is 2 * (-1) while 2^-1 reads the operator ^-, which does not exist (SQLSTATE 42883,
+as in psql). A column read where PostgreSQL takes a boolean (CASE WHEN d.flag, d.flag AND …, NOT d.flag,
+d.flag = true) is a boolean column: Lambda.columns marks it (Column.boolean), and the loader checks that the data's
+column is boolean and packs it as 1 or 0; anywhere else a column is a number.
+
+A recursive-descent parser, one method per level, that does not recurse in Python: each method is a generator that
+yields the generator of a sub-expression it needs and is sent that sub-expression's value back (`left = yield
+self.power()`), and Parser.run drives them from a list, so the nesting depth costs a list entry, not an interpreter
+frame. Nesting deeper than MAX_DEPTH levels (parentheses, function calls, CASE, prefix operators inside one another)
+is SQLSTATE 54001, as PostgreSQL's own parser stops at its max_stack_depth.
 """
 import math
 import re
 from dataclasses import dataclass, field, replace
 
 from .. import limits as bounds
-from ..errors import PgadError
+from ..errors import Caret, PgadError
 from .dag import Expr, Graph
 from .rules import OPERATIONS, PRIMITIVES
 
@@ -39,8 +45,14 @@ FUNCTIONS = {
 KEYWORDS = {'case', 'when', 'then', 'else', 'end', 'and', 'or', 'not', 'true', 'false', 'lambda'}
 TYPES = {'n': 'double precision', 'b': 'boolean'}
 NAMEDATALEN = 64  # PostgreSQL's: a column name has at most 63 bytes
-MULTIPLICATIVE = {'*': 'mul', '/': 'div', '@': 'matmul'}
+MULTIPLICATIVE = {'*': 'mul', '/': 'div', '%': 'mod', '@': 'matmul'}
 COMPARISONS = {'<': 'lt', '<=': 'le', '>': 'gt', '>=': 'ge', '=': 'eq', '<>': 'ne', '!=': 'ne'}
+BOOLEAN_COMPARISONS = {'eq': 'iff', 'ne': 'xor'}  # = and <> of two booleans
+OPERATORS = {'+', '-', '^', *MULTIPLICATIVE, *COMPARISONS}
+PUNCTUATION = {'(', ')', ',', '.', '[', ']'}
+# PostgreSQL's lexer reads a run of operator characters (TOKEN's op) as one operator, but splits a trailing + or -
+# off a run that has none of SIGNED: *- is * and -, while ^- is one operator
+SIGNED = set('~!@#^&|`?%')
 
 MAX_DEPTH = 10_000  # levels of parentheses, calls, CASE and prefix operators inside one another
 TOKEN = re.compile(r'''
@@ -49,7 +61,7 @@ TOKEN = re.compile(r'''
      | (?P<quoted>"(?:[^"]|"")*")
      | (?P<string>'(?:[^']|'')*')
      | (?P<name>[^\W\d]\w*)
-     | (?P<op><=|>=|<>|!=|[-+*/^(),.<>=@\[\]])
+     | (?P<op>(?:(?!--|/\*)[-~!@#^&|`?+*/%<>=])+|[(),.\[\]])
      | (?P<bad>.)
     )?
 ''', re.VERBOSE | re.DOTALL)
@@ -76,6 +88,17 @@ class Lambda:
         return replace(self, graph=self.graph.copy(), columns=list(self.columns), weights=list(self.weights))
 
 
+class Column(str):
+    """A column's name in Lambda.columns, and how the lambda reads it: boolean is true for a column read where
+    PostgreSQL takes a boolean (the loader checks that the data's column is boolean, and packs it as 1 or 0)."""
+    boolean = False
+
+    def __new__(cls, name, boolean=False):
+        column = super().__new__(cls, name)
+        column.boolean = boolean
+        return column
+
+
 @dataclass
 class Token:
     kind: str   # 'number', 'name', 'quoted', 'op', 'end'
@@ -95,7 +118,7 @@ def tokenize(text):
             lower = fold(word)
             tokens.append(Token('keyword' if lower in KEYWORDS else 'ident', word, pos, lower))
         elif kind == 'op':
-            tokens.append(Token(kind, word, pos, word))
+            tokens.extend(Token(kind, op, at, op) for op, at in operators(word, pos))
         elif kind == 'number':
             tokens.append(Token(kind, word, pos, number(text, word, pos)))
         elif kind == 'string':  # '1.5', 'Infinity', '-Infinity', 'NaN': a float8 as PostgreSQL reads one
@@ -111,6 +134,19 @@ def tokenize(text):
             bounds.tick(bounds.TICKS)
     tokens.append(Token('end', '', len(text)))
     return tokens
+
+
+def operators(run, pos):
+    """A run of operator characters at pos as PostgreSQL's lexer splits it: [(operator, its offset), …]."""
+    found = []
+    while run:
+        end = len(run)
+        if not SIGNED & set(run):
+            while end > 1 and run[end - 1] in '+-':
+                end -= 1
+        found.append((run[:end], pos))
+        run, pos = run[end:], pos + end
+    return found
 
 
 def quoted_number(text, word, pos):
@@ -146,8 +182,7 @@ def syntax_error(text, pos, near):
 
 
 def caret(text, pos):
-    line = text.split('\n')[text[:pos].count('\n')]
-    return line + '\n' + ' ' * len(text[:pos].split('\n')[-1]) + '^'
+    return Caret(text, pos)
 
 
 def parse(text, limits=bounds.DEFAULT):
@@ -172,6 +207,7 @@ class Parser:
         self.depth = 0
         self.graph = Graph(max_nodes) if graph is None else graph
         self.value = None  # a loss's name for the prediction (p), read as a bare name
+        self.reads = {}    # column → 'n' or 'b': whether the lambda reads it as a number or as a boolean
         self.places = {}   # node id → offset of the operator that built it first (vectors.py's shape errors)
 
     def run(self, parsing):
@@ -230,7 +266,8 @@ class Parser:
                                           "Write the loss as a lambda of a data row and the weights, "
                                           "for example 'λ(d, w) (w.a*d.x + w.b - d.y)^2'.", 'weights')
         self.columns, self.weights = {}, {}  # dicts as ordered sets: names in order of first use
-        return Lambda(self.text, self.graph, self.body().id, self.row, self.params, list(self.columns),
+        root = self.body().id
+        return Lambda(self.text, self.graph, root, self.row, self.params, self.listed(self.columns),
                       list(self.weights), places=self.places)
 
     # λ(p, d) <expr>, over a model's graph
@@ -241,10 +278,15 @@ class Parser:
                                          "'hinge'.", 'prediction')
         self.params, self.prediction = None, model.root
         self.columns, self.weights = {}, dict.fromkeys(model.weights)
+        self.reads = {c: 'b' if c.boolean else 'n' for c in model.columns}
         body = self.body()
         return Lambda(self.text, self.graph, body.id, model.row, model.params,
-                      list(dict.fromkeys([*model.columns, *self.columns])), list(self.weights), list(self.columns),
-                      {**model.places, **self.places})
+                      self.listed(dict.fromkeys([*model.columns, *self.columns])), list(self.weights),
+                      self.listed(self.columns), {**model.places, **self.places})
+
+    def listed(self, columns):
+        """columns as Lambda.columns lists them: each a Column that says whether the lambda reads it as a boolean."""
+        return [Column(c, self.reads.get(c) == 'b') for c in columns]
 
     def head(self, message, hint, second):
         """The names of the two parameters of `λ(a, b)`."""
@@ -269,15 +311,33 @@ class Parser:
             self.graph.exact = exact
         if self.tok.kind != 'end':
             raise self.error()
-        return self.require(body, 'n', self.tokens[self.i - 1], 'the body of a lambda must be a number, not a boolean')
+        token = self.tokens[self.i - 1]
+        if self.graph.type_of(body.id) == 'b':  # at the operator that made it a boolean: d.x > 1 points at >
+            token = self.made(body, token)
+        return self.require(body, 'n', token, 'the body of a lambda must be a number, not a boolean')
 
     def identifier(self):
         if self.tok.kind != 'ident':
             raise self.error()
         return self.advance().value
 
+    def made(self, expr, token):
+        """The operator token that built expr (Lambda.places), where an error about expr points; else token."""
+        pos = self.places.get(expr.id)
+        return token if pos is None else next(t for t in self.tokens if t.pos == pos)
+
     def require(self, expr, kind, token, message=None):
-        """expr, after checking that it is a number ('n') or a boolean ('b')."""
+        """expr, after checking that it is a number ('n') or a boolean ('b'); a column read as a boolean is its truth
+        value (the loader packs a boolean column as 1 or 0)."""
+        node = self.graph.nodes[expr.id]
+        if node.op == 'column':
+            read = self.reads.setdefault(node.value, kind)
+            if read != kind:
+                raise self.fail('42804', f'column "{node.value}" is read both as a number and as a boolean', token,
+                                hint='A column has one type in the data: compare a number with a value (d.x > 0) '
+                                     'where a boolean is needed.')
+            if kind == 'b':
+                return self.graph.apply('truth', expr)
         got = self.graph.type_of(expr.id)
         if got != kind:
             what = token.text.upper() if token.kind == 'keyword' else token.text
@@ -286,8 +346,7 @@ class Parser:
 
     def apply(self, op, token, *args):
         kinds = (PRIMITIVES[op] if op in PRIMITIVES else OPERATIONS[op]).args
-        for arg, kind in zip(args, kinds if kinds != '*' else 'n' * len(args)):
-            self.require(arg, kind, token)
+        args = [self.require(arg, kind, token) for arg, kind in zip(args, kinds if kinds != '*' else 'n' * len(args))]
         result = self.graph.apply(op, *args)
         self.places.setdefault(result.id, token.pos)
         return result
@@ -317,13 +376,49 @@ class Parser:
         return (yield self.comparison())
 
     def comparison(self):
-        left = yield self.additive()
+        left = yield self.other()
         if self.at(*COMPARISONS):
             tok = self.advance()
-            left = self.apply(COMPARISONS[tok.value], tok, left, (yield self.additive()))
+            left = self.compare(COMPARISONS[tok.value], tok, left, (yield self.other()))
             if self.at(*COMPARISONS):  # PostgreSQL's comparisons do not chain: a < b < c is an error
                 raise self.error()
         return left
+
+    def compare(self, op, tok, left, right):
+        """left op right; = and <> also of two booleans, a column beside a boolean read as one (d.flag = true)."""
+        kinds = [self.graph.type_of(e.id) for e in (left, right)]
+        if op not in BOOLEAN_COMPARISONS or 'b' not in kinds:
+            return self.apply(op, tok, left, right)
+        left, right = (self.require(e, 'b', tok) if self.graph.nodes[e.id].op == 'column' else e for e in (left, right))
+        kinds = [self.graph.type_of(e.id) for e in (left, right)]
+        if kinds != ['b', 'b']:
+            raise self.fail('42883', f'operator does not exist: {TYPES[kinds[0]]} {tok.text} {TYPES[kinds[1]]}', tok,
+                            hint='= and <> compare two numbers or two booleans.')
+        return self.apply(BOOLEAN_COMPARISONS[op], tok, left, right)
+
+    def other(self):
+        """PostgreSQL's level of any other operator, between + - and the comparisons: none exists in the lambda
+        language, so an operator the lexer read that is not one of its own (2^-1 reads ^-) is SQLSTATE 42883."""
+        left = yield self.additive()
+        if self.at_unknown_operator():
+            tok = self.advance()
+            raise self.no_operator(tok, left, (yield self.additive()))
+        return left
+
+    def at_unknown_operator(self):
+        tok = self.tokens[self.i]
+        return tok.kind == 'op' and tok.value not in OPERATORS and tok.value not in PUNCTUATION
+
+    def no_operator(self, tok, left, right):
+        """PostgreSQL's error for an operator that does not exist, at the operator; left is None for a prefix one."""
+        operands = [TYPES[self.graph.type_of(e.id)] for e in (left, right) if e is not None]
+        signature = [operands[0], tok.text, operands[1]] if left is not None else [tok.text, operands[0]]
+        if tok.value[-1] in '+-' and tok.value[:-1] in OPERATORS:
+            hint = (f'PostgreSQL reads "{tok.value}" as one operator: write the sign in parentheses, as in '
+                    f'2{tok.value[:-1]}({tok.value[-1]}1).')
+        else:
+            hint = 'The lambda language has the operators ' + ' '.join(sorted(OPERATORS)) + ', AND, OR and NOT.'
+        return self.fail('42883', f'operator does not exist: {" ".join(signature)}', tok, hint=hint)
 
     def additive(self):
         left = yield self.multiplicative()
@@ -334,7 +429,7 @@ class Parser:
 
     def multiplicative(self):
         left = yield self.power()
-        while self.at('*', '/', '@'):
+        while self.at(*MULTIPLICATIVE):
             tok = self.advance()
             left = self.apply(MULTIPLICATIVE[tok.value], tok, left, (yield self.power()))
         return left
@@ -366,6 +461,9 @@ class Parser:
             inner = yield self.unary()
             self.depth -= 1
             return self.apply('neg', tok, inner) if tok.value == '-' else self.require(inner, 'n', tok)
+        if self.at_unknown_operator():  # a prefix operator the lambda language lacks: ^- 1
+            tok = self.advance()
+            raise self.no_operator(tok, None, (yield self.unary()))
         return (yield self.primary())
 
     def primary(self):
@@ -468,7 +566,9 @@ class Parser:
         op, arity = FUNCTIONS.get(fn, (None, 0))
         if op is None or not args or arity not in (None, len(args)):
             types = ', '.join(TYPES[self.graph.type_of(a.id)] for a in args)
-            hint = (f'{fn} takes {arity or "one or more"} argument{"s" if arity != 1 else ""}.' if op else
+            takes = ('1 or 2 arguments' if fn == 'log' else  # log(x), log(b, x)
+                     f'{arity or "one or more"} argument{"s" if arity != 1 else ""}')
+            hint = (f'{fn} takes {takes}.' if op else
                     'The lambda language has the functions ' + ', '.join(sorted(FUNCTIONS)) + ', and log(b, x).')
             raise self.fail('42883', f'function {fn}({types}) does not exist', name, hint=hint)
         if arity is not None:

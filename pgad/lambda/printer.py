@@ -16,7 +16,9 @@ from .parser import KEYWORDS
 # op → (symbol, precedence); all binary operators are left-associative, as in PostgreSQL
 INFIX = {'or': ('OR', 1), 'and': ('AND', 2),
          'lt': ('<', 5), 'le': ('<=', 5), 'gt': ('>', 5), 'ge': ('>=', 5), 'eq': ('=', 5), 'ne': ('<>', 5),
-         'add': ('+', 7), 'sub': ('-', 7), 'mul': ('*', 8), 'div': ('/', 8), 'matmul': ('@', 8), 'pow': ('^', 9)}
+         'iff': ('=', 5), 'xor': ('<>', 5),
+         'add': ('+', 7), 'sub': ('-', 7), 'mul': ('*', 8), 'div': ('/', 8), 'mod': ('%', 8), 'matmul': ('@', 8),
+         'pow': ('^', 9)}
 PREFIX = {'not': ('NOT ', 3), 'neg': ('-', 10)}
 ATOM = 11
 PRINTED_PER_BYTE = 16
@@ -113,11 +115,16 @@ class _Printer:
             return [f'{parameter(self.lam.row)}.{_ident(node.value)}'], ATOM
         if node.op == 'weight':
             return [f'{parameter(self.lam.params)}.{_ident(node.value)}'], ATOM
+        if node.op == 'truth':  # a boolean column reads as itself
+            column, = node.args
+            return [column], precedence[column]
         if node.op in INFIX:
             symbol, prec = INFIX[node.op]
             left, right = node.args
             lp, rp = precedence[left], precedence[right]
-            left = ['(', left, ')'] if lp < prec or (node.op == 'pow' and lp == PREFIX['neg'][1]) else [left]
+            comparison = prec == INFIX['eq'][1]  # comparisons do not chain: (a > b) = (c > d) keeps both
+            left = (['(', left, ')'] if lp < prec or (comparison and lp == prec) or
+                    (node.op == 'pow' and lp == PREFIX['neg'][1]) else [left])
             right = ['(', right, ')'] if rp <= prec or rp == PREFIX['neg'][1] else [right]
             space = ' ' if prec < 8 or node.op == 'matmul' else ''
             return [*left, f'{space}{symbol}{space}', *right], prec

@@ -16,7 +16,8 @@ matrices, a scalar operand broadcast.
 Conventions at non-differentiable points: abs'(0) = sign'(x) = relu'(0) = 0; greatest and least follow the first
 argument that attains the extreme; CASE differentiates the branch taken. At the boundaries of pow the limits are
 written out: ∂(x^y)/∂y = 0 where x = 0 (0^y is 0 for every y > 0, where out·ln(x) would be 0·(−∞) = NaN), and
-∂(x^y)/∂x = 0 where y = 0 (x^0 is 1, where y·x^(y−1) would be 0·∞ at x = 0).
+∂(x^y)/∂x = 0 where y = 0 (x^0 is 1, where y·x^(y−1) would be 0·∞ at x = 0). x % y jumps where x/y is an
+integer; there its partials are those of the side where the remainder is 0: 1 and −x/y.
 """
 import math
 from collections import namedtuple
@@ -52,6 +53,9 @@ primitive('sub', 'nn->n', np.subtract, lambda x, y, out: (1, -1))
 primitive('mul', 'nn->n', np.multiply, lambda x, y, out: (y, x))
 primitive('div', 'nn->n', np.divide, lambda x, y, out: (1 / y, -out / y))
 primitive('neg', 'n->n', np.negative, lambda x, out: -1)
+# x % y: C's fmod, the remainder of x / y truncated toward zero, with the sign of x (PostgreSQL's numeric % and mod());
+# ∂/∂y = −trunc(x/y), written (out − x)/y
+primitive('mod', 'nn->n', np.fmod, lambda x, y, out: (1, (out - x) / y))
 primitive('pow', 'nn->n', np.power,
           lambda x, y, out: (case(eq(y, 0), 0, y * x ** (y - 1)), case(eq(x, 0), 0, out * ln(x))))
 # exponentials and logarithms
@@ -88,9 +92,13 @@ primitive('gt', 'nn->b', np.greater, lambda x, y, out: (None, None))
 primitive('ge', 'nn->b', np.greater_equal, lambda x, y, out: (None, None))
 primitive('eq', 'nn->b', np.equal, lambda x, y, out: (None, None))
 primitive('ne', 'nn->b', np.not_equal, lambda x, y, out: (None, None))
+primitive('iff', 'bb->b', np.equal, lambda x, y, out: (None, None))      # a = b of two booleans
+primitive('xor', 'bb->b', np.not_equal, lambda x, y, out: (None, None))  # a <> b of two booleans
 primitive('and', 'bb->b', np.logical_and, lambda x, y, out: (None, None))
 primitive('or', 'bb->b', np.logical_or, lambda x, y, out: (None, None))
 primitive('not', 'b->b', np.logical_not, lambda x, out: None)
+# a boolean column, which the loader packs as 1 (true) or 0 (false), where the lambda reads it as a boolean
+primitive('truth', 'n->b', lambda x: np.not_equal(x, 0), lambda x, out: None)
 
 
 def partials(graph, i):

@@ -44,6 +44,11 @@ The traps, where PostgreSQL 15 raises an error (or differs) although numpy's val
   e = exp(-|x|) is 2·atanh(1/(1+2·exp(|x|))). Written CASE WHEN x >= -709 THEN GREATEST(x, 0) +
   2·atanh(1/(1+2·exp(LEAST(|x|, 709)))) ELSE exp(x) END, exp guarded: past 709 the term is below half an ulp of x;
   below -709 softplus(x) is e.
+- x % y has no float8 operator in PostgreSQL (its % is numeric's), and float8 to numeric keeps 15 digits, so neither
+  gives fmod's exact remainder of the doubles (1e300 % 3, 0.3 % 0.1). Written CASE WHEN |x| < |y| THEN x ELSE
+  (A % B)·2^e END in numeric, A and B the operands as exact integer multiples of 2^e (each operand scaled by powers of
+  two to an integer, cast through int8, then A scaled up by 2^(its place − y's) in numeric): the remainder is a
+  multiple of 2^e that float8 holds, so the value is fmod's exactly. A literal operand's multiple is computed here.
 - Comparisons. PostgreSQL orders NaN above every number and counts NaN = NaN; in numpy every comparison with NaN is
   false but <>. So x < y is written (x < y) AND (y <> 'NaN'), x > y as (x > y) AND (x <> 'NaN'), x <> y as
   (x <> y) OR (x = 'NaN'), the guard left out where a literal settles it.
@@ -60,6 +65,7 @@ SQLSTATE 54001 once a subexpression's text passes max_chars, as the printer does
 """
 import math
 import re
+from fractions import Fraction
 
 import numpy as np
 
@@ -146,6 +152,45 @@ def power(x, y):
     return case(small, op(fn('power', sign_x, y), '*', exp(exponent)), fn('power', x, y))
 
 
+def remainder(x, y):
+    """x % y exactly as numpy's fmod gives it (see the docstring): x where |x| < |y| (x = 0, y = ±Infinity included),
+    else (A % B)·2^e in numeric, the operands as exact integer multiples A, B of 2^e, e a power of two that y is a
+    multiple of; A % B is the remainder's own multiple of 2^e, so float8 holds it exactly. A literal operand's
+    multiple and power are computed here: the planner would fold ln(0) of a literal 0 even in the arm no row takes."""
+    if any(v.value is not None and not math.isfinite(v.value) for v in (x, y)) or y.value == 0:
+        return x if y.value is not None and math.isinf(y.value) else NAN  # NaN but x % ±Infinity
+    if x.value == 0:
+        return x
+    e = _place(y)
+    a = op(_multiple(x), '*', fn('power', "'2'::pg_catalog.numeric", f'{op(_place(x), "-", e)}::pg_catalog.numeric'))
+    exact = op(f'{op(a, "%", _multiple(y))}::pg_catalog.float8', '*', fn('power', TWO, e))
+    return case(op(fn('abs', x), '<', fn('abs', y)), x, exact)
+
+
+def _place(v):
+    """A float8 integer e such that v (finite, not 0) is an integer multiple of 2^e, below |v| by at most 2^56: two
+    places under v's last bit (ln may round floor(log2|v|) either way), and never below 2^-1074, every double's."""
+    if v.value is not None:  # a literal: the place of its last bit
+        return literal(_last_bit(v.value))
+    log2 = op(fn('ln', fn('abs', v)), '/', literal(math.log(2)))
+    return f'GREATEST({op(fn("floor", log2), "-", literal(54.0))}, {literal(-1074.0)})'
+
+
+def _multiple(v):
+    """v / 2^e as an exact numeric integer, e = _place(v): scaled by two powers of two (2^1074 is past float8)."""
+    if v.value is not None:
+        return f"'{int(Fraction(v.value) * Fraction(2) ** -_last_bit(v.value))}'::pg_catalog.numeric"
+    e = _place(v)
+    half = fn('floor', op(e, '/', literal(-2.0)))
+    scaled = op(op(v, '*', fn('power', TWO, half)), '*', fn('power', TWO, op(neg(e), '-', half)))
+    return f'{scaled}::pg_catalog.int8::pg_catalog.numeric'
+
+
+def _last_bit(value):
+    """The place of a finite double's last bit: value is an integer multiple of 2^_last_bit(value)."""
+    return max(math.frexp(value)[1] - 53, -1074)
+
+
 def sigmoid(x):  # the common case first; NaN ranks above -709 and gives NaN
     logistic = op(ONE, '/', op(ONE, '+', fn('exp', f'GREATEST({neg(x)}, {literal(-40.0)})')))
     return f'CASE WHEN {op(x, ">=", literal(-709.0))} THEN {logistic} ELSE {exp(x)} END'
@@ -180,6 +225,7 @@ SQL = {
     'sub': lambda x, y: op(x, '-', y),
     'mul': lambda x, y: op(x, '*', y),
     'div': lambda x, y: op(x, '/', y),
+    'mod': remainder,
     'neg': neg,
     'pow': power,
     # exponentials and logarithms
@@ -216,9 +262,12 @@ SQL = {
     'ge': ordered('>=', 0),
     'eq': ordered('=', None),
     'ne': ordered('<>', None),
+    'iff': lambda x, y: op(x, '=', y),   # of booleans: no NaN
+    'xor': lambda x, y: op(x, '<>', y),
     'and': lambda x, y: f'({x} AND {y})',
     'or': lambda x, y: f'({x} OR {y})',
     'not': lambda x: f'(NOT {x})',
+    'truth': lambda x: op(x, '<>', ZERO),  # a boolean column's 1 or 0
 }
 
 

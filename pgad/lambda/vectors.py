@@ -23,9 +23,9 @@ from .parser import Lambda, caret
 from .rules import OPERATIONS, PRIMITIVES, VectorError, describe
 
 ARRAY_SUBSCRIPT_ERROR = '2202E'
-SYMBOLS = {'add': '+', 'sub': '-', 'mul': '*', 'div': '/', 'pow': '^', 'matmul': '@', 'index': '[]', 'stack': '[...]',
-           'lt': '<', 'le': '<=', 'gt': '>', 'ge': '>=', 'eq': '=', 'ne': '<>', 'and': 'AND', 'or': 'OR',
-           'case': 'CASE', 'neg': '-', 'not': 'NOT'}
+SYMBOLS = {'add': '+', 'sub': '-', 'mul': '*', 'div': '/', 'mod': '%', 'pow': '^', 'matmul': '@', 'index': '[]',
+           'stack': '[...]', 'lt': '<', 'le': '<=', 'gt': '>', 'ge': '>=', 'eq': '=', 'ne': '<>', 'iff': '=',
+           'xor': '<>', 'and': 'AND', 'or': 'OR', 'case': 'CASE', 'neg': '-', 'not': 'NOT'}
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,9 @@ def unrolled_value(lam, shapes, limits=bounds.DEFAULT):
             except VectorError as e:
                 raise _error(lam, i, str(e)) from None
     root = values[lam.root]
-    return Lambda(lam.text, graph, root.flat[0].id, lam.row, lam.params, list(columns), list(weights)), root
+    named = {c: c for c in lam.columns}  # a scalar column keeps its parser.Column (read as a boolean or not)
+    return Lambda(lam.text, graph, root.flat[0].id, lam.row, lam.params, [named.get(c, c) for c in columns],
+                  list(weights)), root
 
 
 def shapes_of(lam, shapes):

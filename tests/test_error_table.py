@@ -1,0 +1,215 @@
+"""Every error in docs/sql.md's error table is produced exactly as documented: the table is read from the docs, and
+each example message in it is produced by a call (CALLS, one line per example) against a real server, with the
+documented SQLSTATE, message and, where the table gives one, DETAIL. In the table, `…` stands for any text.
+
+A few examples need a machine other than this one (a GPU, or none; numba-cuda missing; a shard server that goes away
+mid-training): ELSEWHERE names the test that produces each."""
+import json
+import pathlib
+import re
+
+import psycopg
+import pytest
+
+from conftest import error_of, new_database
+
+DOCS = pathlib.Path(__file__).parent.parent / 'docs' / 'sql.md'
+LINEAR = 'λ(d, w) (w.a*d.x + w.b - d.y)^2'
+AB = '{"a": 0, "b": 0}'
+FEW = 'SELECT ' + ', '.join(f'1.0 AS x{k}' for k in range(8)) + ', 1.0 AS y'
+BIG_SUM = 'λ(d, w) (' + ' + '.join(f'w.a{i}*d.x{i % 8}' for i in range(3000)) + ' - d.y)^2'  # 9020 nodes
+HUGE = 'λ(d, w) ' + ' + '.join(f'sin(w.a*{i + 2})' for i in range(25000))  # 5 nodes a term, with its derivative
+PRODUCT = 'λ(d, w) ' + '*'.join(['w.a', 'd.x'] * 1500)  # its derivative prints as about 20 million characters
+MLP = 'λ(d, w) sum(exp(w.m @ [d.x, d.y])) + w.v[1]'
+SHARDED = 'SELECT * FROM pgad.train(\'m\', \'λ(d, w) w.a*d.x\', \'squared\', \'sharded\', \'{{"a": 0}}\'{})'
+
+
+def call(sql, *args):
+    return [(sql, args)]
+
+
+def shard2(dbname):
+    """shard2 pointing at database dbname of the same cluster."""
+    return [(f"ALTER SERVER shard2 OPTIONS (SET dbname '{dbname}')", ())]
+
+
+# example message → the statements that produce it (the last one fails); an example appears once even if the table
+# repeats it
+CALLS = {
+    'syntax error at or near "*"': call("SELECT pgad.loss('λ(d, w) * d.x', 'points', %s)", AB),
+    'function foo(double precision) does not exist': call("SELECT pgad.loss('λ(d, w) foo(w.a)', 'points', %s)", AB),
+    '"q" is neither the data row "d" nor the weights "w"': call("SELECT pgad.loss('λ(d, w) q.a', 'points', %s)", AB),
+    'column reference "x" needs a row': call("SELECT pgad.loss('λ(d, w) x', 'points', %s)", AB),
+    'argument of + must be double precision, not boolean':
+        call("SELECT pgad.loss('λ(d, w) (w.a > 1) + 1', 'points', %s)", AB),
+    'column "z" does not exist in the data': call("SELECT pgad.loss('λ(d, w) w.a*d.z', 'points', %s)", AB),
+    'column "t" is of type text, not a number': call("SELECT pgad.loss('λ(d, w) w.a*d.t', 'mixed', %s)", AB),
+    'operator does not exist: double precision ^- double precision':
+        call("SELECT pgad.loss('λ(d, w) w.a*2^-1', 'points', %s)", AB),
+    'column "x" is of type double precision, not boolean':
+        call("SELECT pgad.loss('λ(d, w) CASE WHEN d.x THEN w.a ELSE 0 END', 'points', %s)", AB),
+    'column "f" is read both as a number and as a boolean':
+        call("SELECT pgad.loss('λ(d, w) CASE WHEN d.f THEN d.f ELSE 0 END', 'points', %s)", AB),
+    'cannot multiply a 3×4 matrix by a vector of 2 with @':
+        call("SELECT pgad.loss('λ(d, w) sum(w.m @ w.v)', 'points', %s)", '{"m": [[1,2,3,4],[1,2,3,4],[1,2,3,4]], '
+                                                                        '"v": [1, 2]}'),
+    'cannot apply + to a vector of 3 and a vector of 2':
+        call("SELECT pgad.loss('λ(d, w) sum(w.v + w.u)', 'points', %s)", '{"v": [1, 2, 3], "u": [1, 2]}'),
+    'the body of a lambda must be a number, not a vector of 3':
+        call("SELECT pgad.loss('λ(d, w) w.v', 'points', %s)", '{"v": [1, 2, 3]}'),
+    'index 4 is out of range for a vector of 3': call("SELECT pgad.loss('λ(d, w) w.v[4]', 'points', %s)",
+                                                      '{"v": [1, 2, 3]}'),
+    'column "v" has arrays of different lengths':
+        call("SELECT pgad.loss('λ(d, w) sum(d.v)', 'SELECT ARRAY[1.0, 2.0] AS v UNION ALL SELECT ARRAY[1.0]', '{}')"),
+    'weight "m" must be a matrix whose rows have one length':
+        call("SELECT pgad.loss('λ(d, w) sum(w.m)', 'points', %s)", '{"m": [[1, 2], [3]]}'),
+    'pgad.train takes no standardize or group_by for a model with vectors':
+        call("SELECT * FROM pgad.train('m', %s, 'squared', 'points', %s, group_by => 'x')", MLP,
+             '{"m": [[1, 2], [3, 4]], "v": [1]}'),
+    'tape "reversible" cannot run "^" backwards':
+        call("SELECT pgad.gradient('λ(d, w) (w.v @ [d.x, d.y])^2', 'points', %s, tape => 'reversible')",
+             '{"v": [1, 2]}'),
+    'unknown tape "tiled"': call("SELECT pgad.gradient(%s, 'points', %s, tape => 'tiled')", LINEAR, AB),
+    'tape "store" is not available in mode "forward"':
+        call("SELECT pgad.gradient(%s, 'points', %s, mode => 'forward', tape => 'store')", LINEAR, AB),
+    'unknown scheme "xavier"': call("SELECT pgad.init_weights('{\"m\": [2, 2]}', 'xavier')"),
+    'weight "c" is not in the weights': call("SELECT pgad.loss('λ(d, w) w.c*d.x', 'points', %s)", AB),
+    'weights must be a JSON object of numbers': call("SELECT pgad.loss(%s, 'points', '[0, 0]')", LINEAR),
+    'relation "pointz" does not exist': call("SELECT pgad.loss(%s, 'pointz', %s)", LINEAR, AB),
+    'the data has no rows': call("SELECT pgad.loss(%s, 'SELECT x, y FROM points WHERE false', %s)", LINEAR, AB),
+    'learning_rate must be a positive number, not 0':
+        call("SELECT * FROM pgad.gradient_descent(%s, 'points', %s, learning_rate => 0)", LINEAR, AB),
+    'unknown mode "sideways"': call("SELECT pgad.gradient(%s, 'points', %s, mode => 'sideways')", LINEAR, AB),
+    'dtype "float32" is not available on backend "llvm"':
+        call("SELECT pgad.gradient(%s, 'points', %s, backend => 'llvm', dtype => 'float32')", LINEAR, AB),
+    'cannot take logarithm of zero': call("SELECT pgad.loss('λ(d, w) ln(d.x)', 'SELECT 0 AS x', '{}')"),
+    'the gradient by "a" is infinite at the starting weights':
+        call("SELECT pgad.gradient('λ(d, w) sqrt(w.a*d.x)', 'points', '{\"a\": 0}')"),
+    'training diverged at iteration 3: the loss is infinite':
+        call("SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x - d.y)^2', 'points', '{\"a\": 1}', 1e100, 10)"),
+    'lambda is too long: 2000000 bytes':
+        call("SELECT pgad.loss(%s, 'points', %s)", LINEAR + ' ' * (2000000 - len(LINEAR.encode())), AB),
+    'the data needs 6.1 MB, more than pgad.memory_limit (1.0 MB)':
+        [("SET pgad.memory_limit = '1MB'", ())] + call(
+            "SELECT pgad.loss(%s, 'SELECT x::float8 AS x, x::float8 AS y FROM generate_series(1, 100000) AS x', %s)",
+            LINEAR, AB),
+    'lambda is too large: more than 100000 expression nodes with its derivatives':
+        call("SELECT * FROM pgad.derivatives(%s)", HUGE),
+    'expression is too long to print: more than 16777216 characters':
+        call("SELECT * FROM pgad.derivatives(%s)", PRODUCT),
+    'lambda is too large for the llvm backend: … nodes with its derivatives':
+        call("SELECT pgad.gradient(%s, %s, %s, backend => 'llvm')", BIG_SUM, FEW,
+             json.dumps({f'a{i}': 0 for i in range(3000)})),
+    'column name "x…x" is too long': call("SELECT pgad.loss(%s, 'points', '{}')", 'λ(d, w) d.' + 'x' * 64),
+    'canceling statement due to statement timeout':
+        [("SET statement_timeout = '300ms'", ())] + call(
+            "SELECT * FROM pgad.gradient_descent(%s, 'SELECT x::float8 AS x, x::float8 AS y FROM "
+            "generate_series(1, 100000) AS x', %s, 1e-12, 1000000)", LINEAR, AB),
+    'pgad is not installed on shard server "shard2"': shard2('{bare}') + call(SHARDED.format('')),
+    'shard server "shard2" runs pgad 0.7.0, not … as here': shard2('{old}') + call(SHARDED.format('')),
+    'optimizer "sgd" cannot train where the rows are sharded':
+        shard2('{current}') + call(SHARDED.format(", optimizer => 'sgd'")),
+}
+ELSEWHERE = {
+    'the cuda backend is not installed': 'tests/test_gpu.py::test_without_numba_cuda_the_error_says_how_to_install_it',
+    'no CUDA GPU is available to the server': 'tests/test_gpu.py::test_without_a_gpu_backend_cuda_is_a_clear_error',
+    'the data needs 24000 MB on the GPU, more than the 20000 MB free there': 'tests/test_gpu.py (a GPU\'s memory)',
+    'lambda is too large for the cuda backend: 902 nodes with its derivatives':
+        'tests/test_gpu.py (compiled within a second on a GPU)',
+    'shard server "shard2" failed at iteration 37':
+        'tests/test_shards.py::test_a_shard_that_stops_mid_training_is_named_with_the_iteration',
+}
+PYTHON_NAME = re.compile(r'\b[A-Z]\w*(Error|Exception|Warning)\b|Traceback')
+
+
+def rows():
+    """(what, SQLSTATEs, example message, its documented DETAIL or None) for each example of the error table."""
+    text = DOCS.read_text()
+    table = text[text.index('| what | SQLSTATE | example message |'):].split('\n\n')[0].splitlines()[2:]
+    found = []
+    for line in table:
+        what, states, examples = [cell.strip() for cell in line.strip('|').split(' | ')]
+        documented = re.search(r'\(DETAIL: `(.*)`\)', examples)
+        examples = re.split(r' \((DETAIL|HINT): ', examples)[0]
+        for message in re.findall(r'`([^`]*)`', examples):
+            found.append((what, [s.strip() for s in states.split(',')], message,
+                          documented.group(1) if documented else None))
+    return found
+
+
+ROWS = rows()
+
+
+def test_the_table_and_the_calls_name_the_same_examples():
+    documented = {message for _, _, message, _ in ROWS}
+    assert len(ROWS) > 40 and documented == set(CALLS) | set(ELSEWHERE)
+
+
+def matches(pattern, text):
+    return re.fullmatch('.*'.join(map(re.escape, pattern.split('…'))), text or '', re.DOTALL) is not None
+
+
+@pytest.fixture(scope='module')
+def databases(cluster, dbname):
+    """The module's database with the tables the calls read and a sharded table `sharded` whose one foreign partition
+    is on server shard2: a database of the same cluster, without pgad (bare), with pgad 0.7.0 (old) or with this
+    pgad (current)."""
+    names = {'bare': new_database(cluster), 'old': new_database(cluster), 'current': new_database(cluster)}
+    for kind, name in names.items():
+        with psycopg.connect(cluster.conninfo(name), autocommit=True) as shard:
+            if kind != 'bare':
+                shard.execute('CREATE EXTENSION pgad ' + ("VERSION '0.7.0' " if kind == 'old' else '') + 'CASCADE')
+            shard.execute('CREATE TABLE pts AS SELECT x::float8 AS x, (2*x)::float8 AS y, 1 AS part '
+                          'FROM generate_series(1, 10) AS x')
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute('CREATE TABLE points AS SELECT x::float8 AS x, (2*x + 1)::float8 AS y FROM generate_series(1, 10) '
+                   'AS x')
+        db.execute("CREATE TABLE mixed AS SELECT 1.0::float8 AS x, 'one'::text AS t")
+        db.execute('CREATE EXTENSION IF NOT EXISTS postgres_fdw')
+        db.execute('CREATE EXTENSION IF NOT EXISTS dblink')
+        db.execute("CREATE SERVER shard2 FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '127.0.0.1', "
+                   f"port '{cluster.settings['port']}', dbname '{names['bare']}')")
+        db.execute("CREATE USER MAPPING FOR PUBLIC SERVER shard2 OPTIONS (user 'postgres')")
+        db.execute('CREATE TABLE sharded (x float8, y float8, part int) PARTITION BY LIST (part)')
+        db.execute('CREATE TABLE sharded_here PARTITION OF sharded FOR VALUES IN (0)')
+        db.execute("CREATE FOREIGN TABLE sharded_2 PARTITION OF sharded FOR VALUES IN (1) SERVER shard2 "
+                   "OPTIONS (table_name 'pts')")
+    return names
+
+
+@pytest.mark.parametrize('what, states, message, detail', ROWS, ids=[message[:60] for _, _, message, _ in ROWS])
+def test_every_error_in_the_table_is_produced_as_documented(cluster, dbname, databases, what, states, message,
+                                                             detail):
+    if message in ELSEWHERE:
+        pytest.skip(f'needs another machine: {ELSEWHERE[message]}')
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        *setup, (sql, args) = CALLS[message]
+        for statement, params in setup:
+            db.execute(statement.format(**databases), params or None)
+        with pytest.raises(psycopg.Error) as caught:
+            db.execute(sql, args or None)
+    diag = caught.value.diag
+    assert matches(message, diag.message_primary), (what, diag.message_primary)
+    assert diag.sqlstate in states or states == ["the shard's"], (what, diag.sqlstate)
+    assert detail is None or diag.message_detail == detail, (what, diag.message_detail)
+    for field in (diag.message_primary, diag.message_detail, diag.message_hint):
+        assert not PYTHON_NAME.search(field or ''), (what, field)  # no Python exception name, no traceback
+
+
+def test_a_weight_past_double_precision_is_named_as_the_user_wrote_it(db, databases):
+    """jsonb writes 1e400 as 1 and 400 zeros, which float() cannot take: a 22023 that names the weight, not
+    Python's OverflowError; the value as PostgreSQL writes a float8."""
+    for weights in ('{"a": 1e400, "b": 0}', '{"a": [1, 1e400], "b": 0}'):
+        diag = error_of(db, "SELECT pgad.loss('λ(d, w) sum(w.a)*d.x + w.b', 'points', %s)", (weights,))
+        assert (diag.sqlstate, diag.message_primary, diag.message_detail) == (
+            '22023', 'weight "a" is not a finite double precision number', 'It is 1e+400.')
+
+
+@pytest.mark.parametrize('call, hint', [
+    ('log(1, 2, 3)', 'log takes 1 or 2 arguments.'),  # log(x) and log(b, x)
+    ('sin(1, 2)', 'sin takes 1 argument.'),
+    ('atan2(1)', 'atan2 takes 2 arguments.'),
+])
+def test_the_hint_for_a_wrong_number_of_arguments_lists_every_arity(db, databases, call, hint):
+    diag = error_of(db, f"SELECT pgad.loss('λ(d, w) {call}', 'points', '{{}}')")
+    assert (diag.sqlstate, diag.message_hint) == ('42883', hint)
