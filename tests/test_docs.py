@@ -5,7 +5,9 @@ Each page runs in a database of its own, its ```sql blocks in the order the page
 ``` fence with no heading between, is that example's output: it must appear in what psql printed for it, line for
 line, up to the alignment of psql's columns and to numbers within a relative 1e-6 (another CPU sums in another
 order). A block that cannot run on a test machine says why on the line above its fence,
-`<!-- not run: needs a GPU -->`, and is left out; a new page is covered as soon as it has an example.
+`<!-- not run: needs a GPU -->`, and is left out; a new page is covered as soon as it has an example. A ```text
+block of `=> statement` lines is a psql session: each statement runs after the page's examples, and prints exactly
+the lines under it (an ERROR with psql's LINE, caret, HINT and QUERY lines).
 """
 import math
 import pathlib
@@ -83,17 +85,36 @@ def shown_in(shown, printed):
                for k in range(len(have) - len(want) + 1))
 
 
+def sessions(page):
+    """The psql sessions the page shows, ```text blocks of `=> statement` lines each followed by what psql prints:
+    [(line, statement, printed)]."""
+    text, found = page.read_text(), []
+    for fence in FENCE.finditer(text):
+        if fence.group(1) != 'text' or not fence.group(2).startswith('=> '):
+            continue
+        line = text.count('\n', 0, fence.start()) + 1
+        for part in fence.group(2).split('=> ')[1:]:
+            statement, _, printed = part.partition('\n')
+            found.append((line, statement, printed))
+    return found
+
+
+def psql(cluster, name, *arguments):
+    return subprocess.run(['psql', '-X', '-h', '127.0.0.1', '-p', str(cluster.settings['port']), '-U', 'postgres',
+                           '-d', name, *arguments], capture_output=True, text=True, timeout=600)
+
+
 def run_page(cluster, tmp_path, page, runnable):
-    """psql's output for each runnable example of the page, run in order in a new database."""
+    """psql's output for each runnable example of the page, run in order in a new database, and for each statement
+    of its sessions (after the examples)."""
     name = new_database(cluster, 'docs')
     with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
         roles = {r for r, in admin.execute('SELECT rolname FROM pg_catalog.pg_roles')}
     script = tmp_path / f'{page.stem}.sql'
     script.write_text(''.join(f'\\echo {MARK.format(k)}\n{e.sql}\n' for k, e in enumerate(runnable)))
     try:
-        result = subprocess.run(['psql', '-X', '-v', 'ON_ERROR_STOP=1', '-h', '127.0.0.1', '-p',
-                                 str(cluster.settings['port']), '-U', 'postgres', '-d', name, '-f', str(script)],
-                                capture_output=True, text=True, timeout=600)
+        result = psql(cluster, name, '-v', 'ON_ERROR_STOP=1', '-f', str(script))
+        said = [psql(cluster, name, '-c', statement) for _, statement, _ in sessions(page)]
     finally:
         with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
@@ -102,14 +123,14 @@ def run_page(cluster, tmp_path, page, runnable):
                     admin.execute(f'DROP ROLE "{role}"')
     parts = re.split(r'^@@ example (\d+) @@\n', result.stdout, flags=re.MULTILINE)
     printed = {int(k): out for k, out in zip(parts[1::2], parts[2::2])}
-    return result, printed
+    return result, printed, [r.stdout + r.stderr for r in said]
 
 
-@pytest.mark.parametrize('page', [p for p in PAGES if examples(p)], ids=lambda p: p.name)
+@pytest.mark.parametrize('page', [p for p in PAGES if examples(p) or sessions(p)], ids=lambda p: p.name)
 def test_every_example_runs_as_written_and_prints_what_the_page_shows(cluster, tmp_path, page):
     found = examples(page)
     runnable = [e for e in found if not e.not_run]
-    result, printed = run_page(cluster, tmp_path, page, runnable)
+    result, printed, said = run_page(cluster, tmp_path, page, runnable)
     failed = max(printed, default=0)
     assert result.returncode == 0, (f'{page.name}: the example at line {runnable[failed].line} failed:\n'
                                     f'{result.stderr}')
@@ -117,6 +138,8 @@ def test_every_example_runs_as_written_and_prints_what_the_page_shows(cluster, t
         if example.output is not None:
             assert shown_in(example.output, printed[k]), (
                 f'{page.name}, line {example.line}: the page shows\n{example.output}\npsql printed\n{printed[k]}')
+    for (line, statement, shown), got in zip(sessions(page), said):  # a session's lines exactly, errors included
+        assert got.rstrip() == shown.rstrip(), f'{page.name}, line {line}: {statement}\nprinted\n{got}'
 
 
 def test_a_shown_output_is_compared_up_to_alignment_and_rounding():
