@@ -20,11 +20,11 @@ class Caret(str):
 
 
 class PgadError(Exception):
-    def __init__(self, sqlstate, message, detail=None, hint=None, position=None):
+    def __init__(self, sqlstate, message, detail=None, hint=None):
         super().__init__(message)
         self.sqlstate, self.message, self.detail, self.hint = sqlstate, message, detail, hint
         self.query = detail.text if isinstance(detail, Caret) else None  # the lambda text position points into
-        self.position = detail.pos + 1 if isinstance(detail, Caret) else position  # 1-based character in query
+        self.position = detail.pos + 1 if isinstance(detail, Caret) else None  # 1-based character in query
 
     def __str__(self):
         return self.message

@@ -682,7 +682,7 @@ def invertible(lam, lay):
                                 detail=None if pos is None else caret(lam.text, pos),
                                 hint="Every step between the loss and a weight must be invertible in the value the "
                                      "reverse sweep needs (+, -, *, /, exp, ln, tanh, sigmoid, sinh): use tape "
-                                     "'store' or 'recompute'.", position=None if pos is None else pos + 1)
+                                     "'store' or 'recompute'.")
             recovered.add(a)
 
 

@@ -125,8 +125,7 @@ def tokenize(text):
             tokens.append(Token('number', word, pos, quoted_number(text, word, pos)))
         elif kind == 'quoted':
             if word == '""':
-                raise PgadError('42601', 'zero-length delimited identifier in lambda', detail=caret(text, pos),
-                                position=pos + 1)
+                raise PgadError('42601', 'zero-length delimited identifier in lambda', detail=caret(text, pos))
             tokens.append(Token('ident', word, pos, word[1:-1].replace('""', '"')))
         else:
             raise syntax_error(text, pos, word)
@@ -153,8 +152,7 @@ def quoted_number(text, word, pos):
     """A quoted literal as float8in reads it: a number, or Infinity, -Infinity, NaN (in any case, 'inf' too)."""
     inner = word[1:-1].replace("''", "'")
     if not FLOAT8_TEXT.fullmatch(inner):
-        raise PgadError('22P02', f'invalid input syntax for type double precision: "{inner}"', detail=caret(text, pos),
-                        position=pos + 1)
+        raise PgadError('22P02', f'invalid input syntax for type double precision: "{inner}"', detail=caret(text, pos))
     body = inner.strip()
     return float(body) if body.lstrip('+-').lower() in NON_FINITE else number(text, body.lstrip('+'), pos)
 
@@ -163,8 +161,7 @@ def number(text, word, pos):
     """A numeric literal's float8, or PostgreSQL's error for one that float8 cannot hold (1e400, 1e-400)."""
     value = float(word)
     if math.isinf(value) or value == 0.0 and MANTISSA.search(re.split('[eE]', word)[0]):
-        raise PgadError('22003', f'"{word}" is out of range for type double precision', detail=caret(text, pos),
-                        position=pos + 1)
+        raise PgadError('22003', f'"{word}" is out of range for type double precision', detail=caret(text, pos))
     return value
 
 
@@ -178,7 +175,7 @@ def fold(word):
 def syntax_error(text, pos, near):
     """PostgreSQL's 'syntax error at or near', with the lambda's line and a caret under the place as DETAIL."""
     message = f'syntax error at or near "{near}"' if near else 'syntax error at end of input'
-    return PgadError('42601', message, detail=caret(text, pos), position=pos + 1)
+    return PgadError('42601', message, detail=caret(text, pos))
 
 
 def caret(text, pos):
@@ -258,7 +255,7 @@ class Parser:
         return syntax_error(self.text, self.tok.pos, self.tok.text)
 
     def fail(self, sqlstate, message, token, hint=None):
-        return PgadError(sqlstate, message, detail=caret(self.text, token.pos), hint=hint, position=token.pos + 1)
+        return PgadError(sqlstate, message, detail=caret(self.text, token.pos), hint=hint)
 
     # λ(d, w) <expr>
     def parse_lambda(self):

@@ -20,12 +20,13 @@ from .. import limits as bounds
 from ..errors import PgadError
 from .dag import Graph
 from .parser import Lambda, caret
+from .printer import INFIX, PREFIX
 from .rules import OPERATIONS, PRIMITIVES, VectorError, describe
 
 ARRAY_SUBSCRIPT_ERROR = '2202E'
-SYMBOLS = {'add': '+', 'sub': '-', 'mul': '*', 'div': '/', 'mod': '%', 'pow': '^', 'matmul': '@', 'index': '[]',
-           'stack': '[...]', 'lt': '<', 'le': '<=', 'gt': '>', 'ge': '>=', 'eq': '=', 'ne': '<>', 'iff': '=',
-           'xor': '<>', 'and': 'AND', 'or': 'OR', 'case': 'CASE', 'neg': '-', 'not': 'NOT'}
+# an operation as its messages name it: the printer's symbol for an operator
+SYMBOLS = {**{op: symbol.strip() for op, (symbol, _) in {**INFIX, **PREFIX}.items()},
+           'index': '[]', 'stack': '[...]', 'case': 'CASE'}
 
 
 @dataclass(frozen=True)
@@ -171,5 +172,4 @@ def _index(graph, v, i):
 
 def _error(lam, i, message, hint=None):
     pos = lam.places.get(i)
-    return PgadError(ARRAY_SUBSCRIPT_ERROR, message, detail=None if pos is None else caret(lam.text, pos), hint=hint,
-                     position=None if pos is None else pos + 1)
+    return PgadError(ARRAY_SUBSCRIPT_ERROR, message, detail=None if pos is None else caret(lam.text, pos), hint=hint)
