@@ -204,8 +204,11 @@ class Bench:
     def setup(self):
         db = self.db
         db.execute('CREATE EXTENSION IF NOT EXISTS pgad CASCADE')
-        db.execute(f'DROP SCHEMA IF EXISTS {SCHEMA} CASCADE')
+        if db.execute('SELECT FROM pg_catalog.pg_namespace WHERE nspname = %s', (SCHEMA,)).fetchone():
+            raise SystemExit(f'bench: schema {SCHEMA} exists already; the bench makes and drops a schema of its '
+                             'own, and drops nothing it did not make: drop or rename it first')
         db.execute(f'CREATE SCHEMA {SCHEMA}')
+        self.made_schema = True
         self.server_version = db.execute('SHOW server_version').fetchone()[0]
         self.pgad_version = db.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgad'").fetchone()[0]
         self.settings = dict(db.execute(
@@ -804,8 +807,9 @@ def main(argv=None):
                     for n in rows:
                         bench.run_dataset(Dataset(loss, p, n))
         finally:
-            with contextlib.suppress(Exception):
-                bench.db.execute(f'DROP SCHEMA IF EXISTS {SCHEMA} CASCADE')
+            if getattr(bench, 'made_schema', False):  # only the schema it made, with what it made there
+                with contextlib.suppress(Exception):
+                    bench.db.execute(f'DROP SCHEMA {SCHEMA} CASCADE')
             bench.db.close()
     total_s = time.perf_counter() - started
     meta = {'started': started_at, 'total_s': total_s, 'postgresql': bench.server_version, 'pgad': bench.pgad_version,
