@@ -15,6 +15,7 @@ schema-qualified (docs/security.md); the model's name is always quoted, its grou
 PostgreSQL's quote_literal quotes them, and nothing else of the user's text reaches SQL.
 """
 import json
+import re
 
 import numpy as np
 
@@ -138,12 +139,12 @@ def group_types(group_by, types):
     for column, kind in zip(group_by, types):
         base = server.query(BASE_TYPE, [kind], ['pg_catalog.text'])[0]
         if not base['trusted']:
+            shown = column if re.fullmatch('[a-z_][a-z0-9_]*', column) else printer.quote_ident(column)
             raise PgadError('0A000', f'column "{column}" of group_by is of type {base["name"]}, which role '
                                      f'"{base["owner"]}" owns',
                             detail='A scoring function compares the group column as its type, and anyone may call '
                                    'it: it uses only the types of superusers and of the role that trains.',
-                            hint=f'Cast the column to a built-in type in the data query '
-                                 f'({printer.quote_ident(column)}::text AS {printer.quote_ident(column)}).')
+                            hint=f'Cast the column to a built-in type in the data query ({shown}::text AS {shown}).')
         bases.append(base['name'])
     return bases
 
