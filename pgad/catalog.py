@@ -268,8 +268,14 @@ def store(scoring, rows, fits):
 
 
 def function(signature):
-    """The function of pgad_models that signature names, as [FUNCTION's row], or [] when there is none."""
-    return server.query(FUNCTION, [signature], ['pg_catalog.text'])
+    """The function of pgad_models that signature names, as [FUNCTION's row], or [] when there is none (or the text
+    names no function: a row written by hand before 0.10.0)."""
+    try:
+        return server.query(FUNCTION, [signature], ['pg_catalog.text'])
+    except server.SPIError as e:  # to_regprocedure's syntax errors (42601, 42602, 22P02): no function
+        if not (e.sqlstate or '').startswith(('42', '22')):
+            raise
+        return []
 
 
 def drop(name):

@@ -5,7 +5,7 @@ it first. Each attack is made by an unprivileged role, mallory, against a superu
 import psycopg
 import pytest
 
-from conftest import error_of
+from conftest import error_of, new_database
 
 MALLORY, ALICE = 'trust_mallory', 'trust_alice'
 LINE = 'λ(d, w) w.a*d.x + w.b'
@@ -255,3 +255,45 @@ def test_a_name_belongs_to_the_role_that_trained_it_first(db, cluster, dbname):
         db.execute("SELECT pgad.drop_model('first')")
     finally:
         db.execute(f'REVOKE CREATE ON SCHEMA pgad_models FROM {MALLORY}')
+
+
+def test_an_update_from_0_9_0_takes_the_writes_away_and_warns_of_what_they_left(cluster):
+    """ALTER EXTENSION pgad UPDATE from 0.9.0: a WARNING names each model with rows of several roles (forged while
+    any role could INSERT) and each scoring function that takes a domain; afterwards mallory writes nothing, and a
+    superuser drops the models, a forged row naming no function among them. (pgad's Python is 0.10.0's already, so
+    the 0.9.0 state is written by hand: alice's model as 0.9.0's pgad.train left it, mallory's rows as she could.)"""
+    name = new_database(cluster, 'trust_update')
+    try:
+        with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
+            db.execute("CREATE EXTENSION pgad VERSION '0.9.0' CASCADE")
+            db.execute(f'GRANT CREATE ON SCHEMA pgad_models TO {ALICE}')
+            db.execute(f'CREATE SCHEMA mallory_s AUTHORIZATION {MALLORY}')
+            with psycopg.connect(cluster.conninfo(name, user=MALLORY), autocommit=True) as mallory:
+                mallory.execute('CREATE DOMAIN mallory_s.region AS text')
+                mallory.execute(f'GRANT USAGE ON SCHEMA mallory_s TO {ALICE}')
+            with psycopg.connect(cluster.conninfo(name, user=ALICE), autocommit=True) as alice:
+                alice.execute("CREATE FUNCTION pgad_models.alices(mallory_s.region, pg_catalog.float8) RETURNS "
+                              "pg_catalog.float8 LANGUAGE sql IMMUTABLE RETURN CASE WHEN $1 OPERATOR(pg_catalog.=) "
+                              "'north'::mallory_s.region THEN $2 END")
+                alice.execute(ROW.format(by=', group_key', value=', \'{"region": "north"}\'').replace(
+                    "'pgad_models.x(pg_catalog.float8)'", "'pgad_models.alices(mallory_s.region, pg_catalog.float8)'"),
+                    ['alices'])
+            with psycopg.connect(cluster.conninfo(name, user=MALLORY), autocommit=True) as mallory:
+                mallory.execute(ROW.format(by=', group_key', value=', \'{"region": "west"}\''), ['alices'])
+                mallory.execute(ROW.format(by='', value='').replace("'pgad_models.x(pg_catalog.float8)'", "'('"),
+                                ['forged'])
+            warnings = []
+            db.add_notice_handler(lambda n: warnings.append(n.message_primary))
+            db.execute('ALTER EXTENSION pgad UPDATE')
+            assert sorted(warnings) == [f'model "alices" has rows trained by several roles: {ALICE}, {MALLORY}',
+                                        'the scoring function of model "alices" takes a domain']
+            with psycopg.connect(cluster.conninfo(name, user=MALLORY), autocommit=True) as mallory:
+                assert error_of(mallory, ROW.format(by='', value=''), ['more']).sqlstate == '42501'
+                assert error_of(mallory, "DELETE FROM pgad.models WHERE name = 'forged'").sqlstate == '42501'
+                mallory.execute("SELECT pgad.drop_model('forged')")  # her own row: she may drop it
+            db.execute("SELECT pgad.drop_model('alices')")
+            assert db.execute('SELECT count(*) FROM pgad.models').fetchone()[0] == 0
+            assert db.execute("SELECT count(*) FROM pg_proc WHERE proname = 'alices'").fetchone()[0] == 0
+    finally:
+        with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE {name} WITH (FORCE)')

@@ -25,3 +25,30 @@ return catalog.write()
 $$;
 REVOKE ALL ON FUNCTION pgad._write_models() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgad._write_models() TO PUBLIC;  -- pgad's Python calls it as the caller; it checks itself
+
+-- What 0.9.0 let through stays until someone looks: rows another role wrote under a model's name (any role could
+-- INSERT), and scoring functions that take a group column as a domain (whose CHECK runs as whoever scores). Each is
+-- named in a WARNING; nothing is changed or dropped here.
+DO $$
+DECLARE
+  m record;
+BEGIN
+  FOR m IN SELECT d.name, pg_catalog.string_agg(DISTINCT d.trained_by::pg_catalog.text, ', ') AS roles
+           FROM pgad.models AS d GROUP BY d.name
+           HAVING pg_catalog.count(DISTINCT d.trained_by) OPERATOR(pg_catalog.>) 1 LOOP
+    RAISE WARNING USING
+      MESSAGE = pg_catalog.format('model "%s" has rows trained by several roles: %s', m.name, m.roles),
+      DETAIL = 'Before pgad 0.10.0 any role could insert rows into pgad.models under any name.',
+      HINT = 'A superuser should delete the rows that the model''s owner did not train, or drop the model.';
+  END LOOP;
+  FOR m IN SELECT DISTINCT p.proname AS name FROM pg_catalog.pg_proc AS p
+           CROSS JOIN pg_catalog.unnest(p.proargtypes::pg_catalog.oid[]) AS a
+           JOIN pg_catalog.pg_type AS t ON t.oid OPERATOR(pg_catalog.=) a.a
+           WHERE p.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
+             AND t.typtype OPERATOR(pg_catalog.=) 'd' LOOP
+    RAISE WARNING USING
+      MESSAGE = pg_catalog.format('the scoring function of model "%s" takes a domain', m.name),
+      DETAIL = 'Its CHECK constraints run, as whoever scores, each time it is called.',
+      HINT = 'Train the model again: pgad 0.10.0 takes the domain''s base type.';
+  END LOOP;
+END $$;
