@@ -8,11 +8,19 @@ written by hand. Its arguments are the group columns, in group_by's order, then 
 order of first appearance in the model lambda; a group column the model also reads is taken once, as a group column.
 With groups, the body is a CASE over the group columns' values; a group the training did not see gives NULL.
 
+Anyone may call a scoring function, superusers included, so it runs no code and depends on no object that another
+role owns (another than a superuser and the role that trained): a group column of a domain is taken and compared as
+the domain's base type (group_types: a domain's CHECK is its owner's code, run as whoever scores), a group column
+of a type another role owns is refused, and what the created function depends on is checked (FOREIGN).
+
 Retraining under the same name replaces the rows and the function in the caller's transaction: with the same
 arguments, CREATE OR REPLACE keeps the function (views and other functions that call it see the new weights); with
-other arguments the old function is dropped, which is refused while a view depends on it. Every SQL text here is
-schema-qualified (docs/security.md); the model's name is always quoted, its group values are literals quoted as
-PostgreSQL's quote_literal quotes them, and nothing else of the user's text reaches SQL.
+other arguments the old function is dropped, which is refused while a view depends on it. Only the function the
+model's rows record (scoring_function, owned by the role that trained them) is ever dropped or replaced. A model's
+name belongs to the role that trained it first; a superuser may replace or drop anyone's. pgad.models is written
+only through pgad._write_models (write, below). Every SQL text here is schema-qualified (docs/security.md); the
+model's name is always quoted, its group values are literals quoted as PostgreSQL's quote_literal quotes them, and
+nothing else of the user's text reaches SQL.
 """
 import json
 import re
@@ -57,17 +65,20 @@ FUNCTION = (f"SELECT p.oid, pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.t
             f"AND p.pronamespace {EQ} '{SCHEMA}'::pg_catalog.regnamespace")
 # A group column's type, a domain followed down to its base type: that type's schema-qualified name, its owner, and
 # whether the caller may build on it (a superuser's type, or the caller's own).
-BASE_TYPE = (f"WITH RECURSIVE up AS (SELECT t.oid AS id, t.typbasetype AS base, 0 AS depth FROM pg_catalog.pg_type AS t "
-             f"WHERE t.oid {EQ} pg_catalog.to_regtype($1) UNION ALL SELECT t.oid, t.typbasetype, up.depth "
+BASE_TYPE = (f"WITH RECURSIVE up AS (SELECT t.oid AS id, t.typbasetype AS base, 0 AS depth "
+             f"FROM pg_catalog.pg_type AS t WHERE t.oid {EQ} pg_catalog.to_regtype($1) "
+             f"UNION ALL SELECT t.oid, t.typbasetype, up.depth "
              f"OPERATOR(pg_catalog.+) 1 FROM up JOIN pg_catalog.pg_type AS t ON t.oid {EQ} up.base) "
-             f"SELECT pg_catalog.quote_ident(n.nspname) {CONCAT} '.' {CONCAT} pg_catalog.quote_ident(t.typname) AS name, "
+             f"SELECT pg_catalog.quote_ident(n.nspname) {CONCAT} '.' {CONCAT} pg_catalog.quote_ident(t.typname) "
+             f"AS name, "
              f"pg_catalog.pg_get_userbyid(t.typowner)::pg_catalog.text AS owner, "
              f"r.rolsuper OR r.rolname {EQ} CURRENT_USER AS trusted "
              f"FROM up JOIN pg_catalog.pg_type AS t ON t.oid {EQ} up.id JOIN pg_catalog.pg_namespace AS n "
              f"ON n.oid {EQ} t.typnamespace JOIN pg_catalog.pg_roles AS r ON r.oid {EQ} t.typowner "
              f"WHERE up.base {EQ} 0 ORDER BY up.depth DESC LIMIT 1")
 # What a new scoring function depends on that is not the caller's or a superuser's: a function or operator (or an
-# operator's function), a domain (its CHECK constraints are code), a type, or an object of any other kind.
+# operator's function), a type, any domain (its CHECK constraints are code; pgad never writes one), or an object of
+# any other kind than these, its own schema and a collation (owner 10, the bootstrap superuser, for those two).
 FOREIGN = (f"SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) AS what, "
            f"pg_catalog.pg_get_userbyid(o.owner)::pg_catalog.text AS owner FROM pg_catalog.pg_depend AS d "
            f"LEFT JOIN (SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass AS class, p.oid AS id, p.proowner AS owner "
@@ -77,7 +88,8 @@ FOREIGN = (f"SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) A
            f"      UNION ALL SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid, p.proowner "
            f"      FROM pg_catalog.pg_operator AS o JOIN pg_catalog.pg_proc AS p ON p.oid {EQ} o.oprcode "
            f"      UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, "
-           f"      CASE WHEN t.typtype {EQ} 'd' THEN 0::pg_catalog.oid ELSE t.typowner END FROM pg_catalog.pg_type AS t "
+           f"      CASE WHEN t.typtype {EQ} 'd' THEN 0::pg_catalog.oid ELSE t.typowner END "
+           f"      FROM pg_catalog.pg_type AS t "
            f"      UNION ALL SELECT 'pg_catalog.pg_namespace'::pg_catalog.regclass, "
            f"      '{SCHEMA}'::pg_catalog.regnamespace::pg_catalog.oid, 10::pg_catalog.oid "
            f"      UNION ALL SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass, c.oid, 10::pg_catalog.oid "
