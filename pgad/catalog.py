@@ -311,12 +311,21 @@ def drop(name):
 # and nothing runs between the leaving and the writing that another role wrote (no trigger on pgad.models; event
 # triggers are a superuser's): called any other way, nothing is waiting, and it refuses.
 _waiting = []
+RAISED = 'plpy.Error: '  # how PL/Python words an error pgad raised, met in a query
 
 
 def _write(job):
+    """What pgad._write_models returns for job; its refusal is raised here as pgad's own error."""
     _waiting[:] = [job]
     try:
         return server.query('SELECT * FROM pgad._write_models()')
+    except server.SPIError as e:
+        message = str(e.args[0]) if e.args else ''
+        if not message.startswith(RAISED):
+            raise
+        spidata = getattr(e, 'spidata', None) or ()
+        raise PgadError(e.sqlstate, message[len(RAISED):], detail=spidata[1] if len(spidata) > 1 else None,
+                        hint=server.hint_of(e)) from None
     finally:
         _waiting.clear()
 

@@ -297,3 +297,35 @@ def test_an_update_from_0_9_0_takes_the_writes_away_and_warns_of_what_they_left(
     finally:
         with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
+
+
+def test_two_first_trainings_of_one_name_at_once_leave_it_to_one_role(db, cluster, dbname):
+    """alice's training of a new name is not committed yet when mallory's of the same name (other arguments) ends:
+    the writer waits for alice's, then finds the name hers and refuses mallory's, rather than leaving rows of two
+    roles under one name (read committed, as pgad.train runs by default)."""
+    import threading
+    db.execute(f'GRANT CREATE ON SCHEMA pgad_models TO {MALLORY}')
+    errors = []
+    try:
+        with psycopg.connect(cluster.conninfo(dbname, user=ALICE)) as alice:
+            train(alice, 'raced')  # its transaction stays open, holding the writer's lock
+
+            def mallory_trains():
+                with psycopg.connect(cluster.conninfo(dbname, user=MALLORY), autocommit=True) as mallory:
+                    errors.append(error_of(mallory, "SELECT * FROM pgad.train('raced', %s, 'squared', "
+                                                    "'mallory_s.shops', %s, optimizer => 'lbfgs', group_by => 'code')",
+                                           [LINE, START]))
+            racer = threading.Thread(target=mallory_trains)
+            racer.start()
+            racer.join(3)
+            assert racer.is_alive()  # waiting for alice's transaction
+            alice.commit()
+            racer.join(60)
+        assert errors[0].sqlstate == '42501'
+        assert errors[0].message_primary == f'model "raced" belongs to role "{ALICE}"'
+        assert db.execute("SELECT DISTINCT trained_by::text FROM pgad.models WHERE name = 'raced'").fetchall() == \
+            [(ALICE,)]
+        assert db.execute("SELECT count(*) FROM pg_proc WHERE proname = 'raced'").fetchone()[0] == 1
+        db.execute("SELECT pgad.drop_model('raced')")
+    finally:
+        db.execute(f'REVOKE CREATE ON SCHEMA pgad_models FROM {MALLORY}')
