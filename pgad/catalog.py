@@ -126,11 +126,11 @@ def check_owner(name, found, caller, dropping=False):
     if not found or found == [caller] or server.query(SUPERUSER, [caller], ['pg_catalog.text'])[0]['rolsuper']:
         return
     owner = next(role for role in found if role != caller)
-    if dropping:
-        raise PgadError('42501', f'must be the role that trained model "{name}" to drop it',
-                        detail=f'Model "{name}" belongs to role "{owner}".')
     raise PgadError('42501', f'model "{name}" belongs to role "{owner}"',
-                    hint='Train it under another name, or ask that role (or a superuser) to drop it.')
+                    detail=f'A model belongs to the role that trained it first: only it, or a superuser, may '
+                           f'{"drop" if dropping else "replace"} it.',
+                    hint=None if dropping else 'Train it under another name, or ask that role (or a superuser) to '
+                                               'drop it.')
 
 
 def owners(name):

@@ -246,7 +246,7 @@ def test_a_name_belongs_to_the_role_that_trained_it_first(db, cluster, dbname):
                                   "optimizer => 'lbfgs')", [LINE, START])
             assert e.sqlstate == '42501' and e.message_primary == f'model "first" belongs to role "{ALICE}"'
             e = error_of(mallory, "SELECT pgad.drop_model('first')")
-            assert e.sqlstate == '42501' and e.message_detail == f'Model "first" belongs to role "{ALICE}".'
+            assert e.sqlstate == '42501' and e.message_primary == f'model "first" belongs to role "{ALICE}"'
         train(db, 'first', group_by='region')
         assert db.execute("SELECT DISTINCT trained_by::text FROM pgad.models WHERE name = 'first'").fetchall() == \
             [('postgres',)]
