@@ -164,6 +164,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     with ExitStack() as stack:
         if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
             group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit)
+            group_types = catalog.group_types(groups, group_types)  # domains as their base types
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
             table, kernel = stack.enter_context(_loading(data, spread=not standardize)(prog, config, job, start))

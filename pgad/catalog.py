@@ -8,13 +8,22 @@ written by hand. Its arguments are the group columns, in group_by's order, then 
 order of first appearance in the model lambda; a group column the model also reads is taken once, as a group column.
 With groups, the body is a CASE over the group columns' values; a group the training did not see gives NULL.
 
+Anyone may call a scoring function, superusers included, so it runs no code and depends on no object that another
+role owns (another than a superuser and the role that trained): a group column of a domain is taken and compared as
+the domain's base type (group_types: a domain's CHECK is its owner's code, run as whoever scores), a group column
+of a type another role owns is refused, and what the created function depends on is checked (FOREIGN).
+
 Retraining under the same name replaces the rows and the function in the caller's transaction: with the same
 arguments, CREATE OR REPLACE keeps the function (views and other functions that call it see the new weights); with
-other arguments the old function is dropped, which is refused while a view depends on it. Every SQL text here is
-schema-qualified (docs/security.md); the model's name is always quoted, its group values are literals quoted as
-PostgreSQL's quote_literal quotes them, and nothing else of the user's text reaches SQL.
+other arguments the old function is dropped, which is refused while a view depends on it. Only the function the
+model's rows record (scoring_function, owned by the role that trained them) is ever dropped or replaced. A model's
+name belongs to the role that trained it first; a superuser may replace or drop anyone's. pgad.models is written
+only through pgad._write_models (write, below). Every SQL text here is schema-qualified (docs/security.md); the
+model's name is always quoted, its group values are literals quoted as PostgreSQL's quote_literal quotes them, and
+nothing else of the user's text reaches SQL.
 """
 import json
+import re
 
 import numpy as np
 
@@ -23,26 +32,72 @@ from .errors import PgadError
 from .lang import printer, sql, vectors
 
 SCHEMA = 'pgad_models'
+EQ, NE, CONCAT = 'OPERATOR(pg_catalog.=)', 'OPERATOR(pg_catalog.<>)', 'OPERATOR(pg_catalog.||)'
 INSERT = ('INSERT INTO pgad.models (name, group_key, model, loss, weights, final_loss, loss_history, iterations, '
-          'options, data, rows, training_time, scoring_function) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '
-          'pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13) RETURNING models.*')
+          'options, data, rows, training_time, scoring_function, trained_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '
+          '$9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14) RETURNING models.*')
 INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.text', 'pg_catalog.jsonb',
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
-                'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.text']
+                'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.text', 'pg_catalog.name']
 OWNERS = ('SELECT DISTINCT m.trained_by::pg_catalog.text AS owner FROM pgad.models AS m '
-          'WHERE m.name OPERATOR(pg_catalog.=) $1')
-SUPERUSER = 'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER'
+          f'WHERE m.name {EQ} $1')
+# The functions pgad created for a model: the signatures its rows record, and the role that trained them.
+RECORDED = ('SELECT DISTINCT m.scoring_function AS signature, m.trained_by::pg_catalog.text AS owner '
+            f'FROM pgad.models AS m WHERE m.name {EQ} $1')
+SUPERUSER = f'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} $1'
+ME = 'SELECT CURRENT_USER::pg_catalog.text AS me'
+LOCK = 'LOCK TABLE pgad.models IN SHARE ROW EXCLUSIVE MODE'
 CAN_CREATE = f"SELECT pg_catalog.has_schema_privilege('{SCHEMA}', 'CREATE') AS can"
-# The functions of a name in pgad_models: their identity arguments, and what depends on them (views, functions).
-FUNCTIONS = (f"SELECT p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure($2) AS same, "
-             f"p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature, "
-             f"(SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ') "
-             f" FROM pg_catalog.pg_depend AS d WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::"
-             f"pg_catalog.regclass AND d.refobjid OPERATOR(pg_catalog.=) p.oid "
-             f" AND d.deptype OPERATOR(pg_catalog.=) 'n') AS users "
-             f"FROM pg_catalog.pg_proc AS p WHERE p.pronamespace OPERATOR(pg_catalog.=) "
-             f"'{SCHEMA}'::pg_catalog.regnamespace AND p.proname OPERATOR(pg_catalog.=) $1")
-DELETE = 'DELETE FROM pgad.models AS m WHERE m.name OPERATOR(pg_catalog.=) $1'
+# The function of pgad_models that a signature names (none when there is none): its identity written with every type
+# schema-qualified (what DROP FUNCTION takes, whatever the search_path), its owner, whether the caller owns it, and
+# what depends on it (views, functions).
+FUNCTION = (f"SELECT p.oid, pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text AS owner, "
+            f"p.proowner {EQ} (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} CURRENT_USER) AS mine, "
+            f"'{SCHEMA}.' {CONCAT} pg_catalog.quote_ident(p.proname) {CONCAT} '(' {CONCAT} pg_catalog.array_to_string("
+            f"ARRAY(SELECT pg_catalog.quote_ident(n.nspname) {CONCAT} '.' {CONCAT} pg_catalog.quote_ident(t.typname) "
+            f"FROM pg_catalog.generate_subscripts(p.proargtypes, 1) AS k JOIN pg_catalog.pg_type AS t "
+            f"ON t.oid {EQ} p.proargtypes[k] JOIN pg_catalog.pg_namespace AS n ON n.oid {EQ} t.typnamespace "
+            f"ORDER BY k), ', ') {CONCAT} ')' AS identity, "
+            f"(SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ') "
+            f" FROM pg_catalog.pg_depend AS d WHERE d.refclassid {EQ} 'pg_catalog.pg_proc'::pg_catalog.regclass "
+            f" AND d.refobjid {EQ} p.oid AND d.deptype {EQ} 'n') AS users "
+            f"FROM pg_catalog.pg_proc AS p WHERE p.oid {EQ} pg_catalog.to_regprocedure($1) "
+            f"AND p.pronamespace {EQ} '{SCHEMA}'::pg_catalog.regnamespace")
+# A group column's type, a domain followed down to its base type: that type's schema-qualified name, its owner, and
+# whether the caller may build on it (a superuser's type, or the caller's own).
+BASE_TYPE = (f"WITH RECURSIVE up AS (SELECT t.oid AS id, t.typbasetype AS base, 0 AS depth "
+             f"FROM pg_catalog.pg_type AS t WHERE t.oid {EQ} pg_catalog.to_regtype($1) "
+             f"UNION ALL SELECT t.oid, t.typbasetype, up.depth "
+             f"OPERATOR(pg_catalog.+) 1 FROM up JOIN pg_catalog.pg_type AS t ON t.oid {EQ} up.base) "
+             f"SELECT pg_catalog.quote_ident(n.nspname) {CONCAT} '.' {CONCAT} pg_catalog.quote_ident(t.typname) "
+             f"AS name, "
+             f"pg_catalog.pg_get_userbyid(t.typowner)::pg_catalog.text AS owner, "
+             f"r.rolsuper OR r.rolname {EQ} CURRENT_USER AS trusted "
+             f"FROM up JOIN pg_catalog.pg_type AS t ON t.oid {EQ} up.id JOIN pg_catalog.pg_namespace AS n "
+             f"ON n.oid {EQ} t.typnamespace JOIN pg_catalog.pg_roles AS r ON r.oid {EQ} t.typowner "
+             f"WHERE up.base {EQ} 0 ORDER BY up.depth DESC LIMIT 1")
+# What a new scoring function depends on that is not the caller's or a superuser's: a function or operator (or an
+# operator's function), a type, any domain (its CHECK constraints are code; pgad never writes one), or an object of
+# any other kind than these, its own schema and a collation (owner 10, the bootstrap superuser, for those two).
+FOREIGN = (f"SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) AS what, "
+           f"pg_catalog.pg_get_userbyid(o.owner)::pg_catalog.text AS owner FROM pg_catalog.pg_depend AS d "
+           f"LEFT JOIN (SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass AS class, p.oid AS id, p.proowner AS owner "
+           f"      FROM pg_catalog.pg_proc AS p "
+           f"      UNION ALL SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid, o.oprowner "
+           f"      FROM pg_catalog.pg_operator AS o "
+           f"      UNION ALL SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid, p.proowner "
+           f"      FROM pg_catalog.pg_operator AS o JOIN pg_catalog.pg_proc AS p ON p.oid {EQ} o.oprcode "
+           f"      UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, "
+           f"      CASE WHEN t.typtype {EQ} 'd' THEN 0::pg_catalog.oid ELSE t.typowner END "
+           f"      FROM pg_catalog.pg_type AS t "
+           f"      UNION ALL SELECT 'pg_catalog.pg_namespace'::pg_catalog.regclass, "
+           f"      '{SCHEMA}'::pg_catalog.regnamespace::pg_catalog.oid, 10::pg_catalog.oid "
+           f"      UNION ALL SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass, c.oid, 10::pg_catalog.oid "
+           f"      FROM pg_catalog.pg_collation AS c) AS o ON o.class {EQ} d.refclassid AND o.id {EQ} d.refobjid "
+           f"WHERE d.classid {EQ} 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid {EQ} $1 "
+           f"AND d.deptype {EQ} 'n' AND NOT coalesce((SELECT r.rolsuper OR r.rolname {EQ} CURRENT_USER "
+           f"FROM pg_catalog.pg_roles AS r WHERE r.oid {EQ} o.owner), false)")
+DELETE = f"DELETE FROM pgad.models AS m WHERE m.name {EQ} $1 RETURNING m.*"
 
 
 def function_name(name):
@@ -56,15 +111,26 @@ def quote_literal(text):
 
 
 def check_can_store(name):
-    """The caller may store model `name`: CREATE on pgad_models, and no other role's model of that name."""
+    """The caller may store model `name`: CREATE on pgad_models, and no other role's model of that name (the writer,
+    pgad._write_models, checks that again as it writes)."""
     if not server.query(CAN_CREATE)[0]['can']:
         raise PgadError('42501', f'permission denied for schema {SCHEMA}',
                         detail=f'pgad.train creates the model\'s scoring function {function_name(name)}.',
                         hint=f'A superuser or the schema\'s owner can GRANT CREATE ON SCHEMA {SCHEMA} TO the role.')
-    others = owners(name)
-    if others and not may_change(others):
-        raise PgadError('42501', f'model "{name}" belongs to role "{others[0]}"',
-                        hint='Train it under another name, or ask that role (or a superuser) to drop it.')
+    check_owner(name, owners(name), current_user())
+
+
+def check_owner(name, found, caller, dropping=False):
+    """The error unless `caller` may replace (or drop) model `name`, whose rows `found` roles trained: a name belongs
+    to the role that trained it first; a superuser may replace or drop anyone's."""
+    if not found or found == [caller] or server.query(SUPERUSER, [caller], ['pg_catalog.text'])[0]['rolsuper']:
+        return
+    owner = next(role for role in found if role != caller)
+    raise PgadError('42501', f'model "{name}" belongs to role "{owner}"',
+                    detail=f'A model belongs to the role that trained it first: only it, or a superuser, may '
+                           f'{"drop" if dropping else "replace"} it.',
+                    hint=None if dropping else 'Train it under another name, or ask that role (or a superuser) to '
+                                               'drop it.')
 
 
 def owners(name):
@@ -72,13 +138,27 @@ def owners(name):
     return [r['owner'] for r in server.query(OWNERS, [name], ['pg_catalog.text'])]
 
 
-def may_change(owners):
-    """May the caller replace or drop a model with these owners: it trained them all, or it is a superuser."""
-    return owners == [current_user()] or server.query(SUPERUSER)[0]['rolsuper']
-
-
 def current_user():
-    return server.query('SELECT CURRENT_USER::pg_catalog.text AS me')[0]['me']
+    return server.query(ME)[0]['me']
+
+
+def group_types(group_by, types):
+    """The types a scoring function takes its group columns as (group_by's columns, types: their schema-qualified
+    type names): a domain's base type, followed down through domains over domains, so that neither the function's
+    arguments nor its comparisons run a domain's CHECK constraints, which are its owner's code. A type that neither
+    a superuser nor the caller owns (an enum, a range) is refused: the function would depend on it."""
+    bases = []
+    for column, kind in zip(group_by, types):
+        base = server.query(BASE_TYPE, [kind], ['pg_catalog.text'])[0]
+        if not base['trusted']:
+            shown = column if re.fullmatch('[a-z_][a-z0-9_]*', column) else printer.quote_ident(column)
+            raise PgadError('0A000', f'column "{column}" of group_by is of type {base["name"]}, which role '
+                                     f'"{base["owner"]}" owns',
+                            detail='A scoring function compares the group column as its type, and anyone may call '
+                                   'it: it uses only the types of superusers and of the role that trains.',
+                            hint=f'Cast the column to a built-in type in the data query ({shown}::text AS {shown}).')
+        bases.append(base['name'])
+    return bases
 
 
 def _argument(column, k, grouped):
@@ -150,46 +230,124 @@ class Scoring:
 
 def store(scoring, rows, fits):
     """Replace model scoring.name by rows (dicts of pgad.models' columns) and its scoring function: pgad.models'
-    stored rows as PostgreSQL returns them."""
-    for found in functions(scoring.name, scoring.identity):
-        if found['same']:
+    stored rows as PostgreSQL returns them.
+
+    The function is created as the caller, who owns it. Of the functions in pgad_models, only the one the model's
+    rows record (scoring_function, the function pgad created for it) is dropped or replaced, never another of that
+    name: another role's overload stays, and so does a function of the new signature that pgad did not create for
+    this model (refused, unless the caller owns it)."""
+    name, me = scoring.name, current_user()
+    check_owner(name, owners(name), me)
+    ours = [f for r in server.query(RECORDED, [name], ['pg_catalog.text'])
+            for f in function(r['signature']) if f['owner'] == r['owner']]
+    target = function(scoring.identity)
+    for found in ours:
+        if target and found['oid'] == target[0]['oid'] and found['mine']:
             continue  # CREATE OR REPLACE keeps it, and what uses it
         if found['users']:
-            raise PgadError('2BP01', f'cannot replace the scoring function of model "{scoring.name}": its arguments '
-                                     f'change, and other objects depend on it',
-                            detail=f'The function was {found["signature"]}, now {scoring.identity}. '
+            change = 'its arguments change' if not target or found['oid'] != target[0]['oid'] else \
+                f'it belongs to role "{found["owner"]}", and would be replaced by one of role "{me}"'
+            raise PgadError('2BP01', f'cannot replace the scoring function of model "{name}": {change}, and other '
+                                     f'objects depend on it',
+                            detail=f'The function was {found["identity"]}, now {scoring.identity}. '
                                    f'It is used by: {found["users"]}.',
                             hint='Drop or change those objects, then train again.')
-        server.query(f'DROP FUNCTION {found["signature"]}')
-    server.query(DELETE, [scoring.name], ['pg_catalog.text'])
+        server.query(f'DROP FUNCTION {found["identity"]}')
+    target = function(scoring.identity)
+    if target and not target[0]['mine']:
+        raise PgadError('42501', f'function {target[0]["identity"]} exists and belongs to role '
+                                 f'"{target[0]["owner"]}"',
+                        detail=f'pgad.train did not create it for model "{name}", and would replace its body but not '
+                               'its owner.',
+                        hint='Train the model under another name, or ask that role (or a superuser) to drop the '
+                             'function.')
     server.query(f'CREATE OR REPLACE FUNCTION {scoring.signature} RETURNS {scoring.returns} LANGUAGE sql IMMUTABLE '
                  f'PARALLEL SAFE RETURN {scoring.body(fits)}')
+    created = function(scoring.identity)[0]
+    for found in server.query(FOREIGN, [created['oid']], ['pg_catalog.oid']):
+        raise PgadError('42501', f'the scoring function of model "{name}" would use {found["what"]}, which '
+                                 f'role "{found["owner"] or "?"}" owns',
+                        detail='Anyone may call a scoring function: it uses only the objects of superusers and of the '
+                               'role that trains.',
+                        hint='Cast the column to a built-in type in the data query.')
     server.query(f"COMMENT ON FUNCTION {scoring.identity} IS "
                  f"'the prediction of a model pgad.train made: see pgad.models'")
-    quoted = server.query('SELECT pg_catalog.quote_ident($1) AS name', [scoring.name], ['pg_catalog.text'])[0]['name']
+    quoted = server.query('SELECT pg_catalog.quote_ident($1) AS name', [name], ['pg_catalog.text'])[0]['name']
     shown = f'{SCHEMA}.{quoted}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
-    stored = []
-    for row in rows:
-        stored += server.query(INSERT, [row[c] for c in ('name', 'group_key', 'model', 'loss', 'weights',
-                                                         'final_loss', 'loss_history', 'iterations', 'options',
-                                                         'data', 'rows', 'training_time')] +
-                               [shown], INSERT_TYPES)
-    return stored
+    return _write(dict(op='store', name=name, caller=me, function=shown, rows=[
+        [row[c] for c in ('name', 'group_key', 'model', 'loss', 'weights', 'final_loss', 'loss_history',
+                          'iterations', 'options', 'data', 'rows', 'training_time')] for row in rows]))
 
 
-def functions(name, identity=None):
-    """The functions of that name in pgad_models: their signatures, whether each is `identity`, what uses it."""
-    return server.query(FUNCTIONS, [name, identity], ['pg_catalog.text', 'pg_catalog.text'])
+def function(signature):
+    """The function of pgad_models that signature names, as [FUNCTION's row], or [] when there is none (or the text
+    names no function: a row written by hand before 0.10.0)."""
+    try:
+        return server.query(FUNCTION, [signature], ['pg_catalog.text'])
+    except server.SPIError as e:  # to_regprocedure's syntax errors (42601, 42602, 22P02): no function
+        if not (e.sqlstate or '').startswith(('42', '22')):
+            raise
+        return []
 
 
 def drop(name):
-    """Drop model `name`: its rows in pgad.models and its scoring function."""
+    """Drop model `name`: its rows in pgad.models and the scoring function pgad created for it."""
+    me = current_user()
     found = owners(name)
     if not found:
         raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
-    if not may_change(found):
-        raise PgadError('42501', f'must be the role that trained model "{name}" to drop it',
-                        detail=f'Model "{name}" belongs to role "{found[0]}".')
-    for found in functions(name):
-        server.query(f'DROP FUNCTION {found["signature"]}')
-    server.query(DELETE, [name], ['pg_catalog.text'])
+    check_owner(name, found, me, dropping=True)
+    deleted = _write(dict(op='drop', name=name, caller=me))
+    for signature, owner in {(r['scoring_function'], r['trained_by']) for r in deleted}:
+        for found in function(signature):
+            if found['owner'] == owner:
+                server.query(f'DROP FUNCTION {found["identity"]}')
+
+
+# pgad.models is written by pgad._write_models alone (extension/sql), a SECURITY DEFINER function of the extension's
+# owner: no other role may INSERT, UPDATE or DELETE. It takes no argument: store and drop leave what to write here,
+# with the caller they read as the caller, and call it at once; it takes that and writes it. Only Python code in this
+# backend can leave a write, which is pgad's own (PL/Python is untrusted: only a superuser creates functions in it),
+# and nothing runs between the leaving and the writing that another role wrote (no trigger on pgad.models; event
+# triggers are a superuser's): called any other way, nothing is waiting, and it refuses.
+_waiting = []
+RAISED = 'plpy.Error: '  # how PL/Python words an error pgad raised, met in a query
+
+
+def _write(job):
+    """What pgad._write_models returns for job; its refusal is raised here as pgad's own error."""
+    _waiting[:] = [job]
+    try:
+        return server.query('SELECT * FROM pgad._write_models()')
+    except server.SPIError as e:
+        message = str(e.args[0]) if e.args else ''
+        if not message.startswith(RAISED):
+            raise
+        spidata = getattr(e, 'spidata', None) or ()
+        raise PgadError(e.sqlstate, message[len(RAISED):], detail=spidata[1] if len(spidata) > 1 else None,
+                        hint=server.hint_of(e)) from None
+    finally:
+        _waiting.clear()
+
+
+@server.entry
+def write():
+    """pgad._write_models(): the write store or drop left, checked again under a lock that orders every writer of
+    the catalog (a name belongs to the role that trained it first; a superuser may replace or drop anyone's). The
+    rows written, or for a drop the rows deleted."""
+    if not _waiting:
+        raise PgadError('42501', 'permission denied for function pgad._write_models',
+                        detail='It writes pgad.models for pgad.train and pgad.drop_model, and for nothing else.',
+                        hint='Call pgad.train or pgad.drop_model.')
+    job = _waiting.pop()
+    server.query(LOCK)
+    name, caller = job['name'], job['caller']
+    found = owners(name)
+    if job['op'] == 'drop' and not found:
+        raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+    check_owner(name, found, caller, dropping=job['op'] == 'drop')
+    deleted = server.query(DELETE, [name], ['pg_catalog.text'])
+    if job['op'] == 'drop':
+        return deleted
+    return [stored for row in job['rows']
+            for stored in server.query(INSERT, row + [job['function'], caller], INSERT_TYPES)]
