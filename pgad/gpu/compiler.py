@@ -9,8 +9,10 @@ without a GPU (docs/testing.md). The simulator is never chosen by 'auto'.
 A Kernel is called as every backend's is, kernel(columns, rows, weights) → sums. Given numpy columns it copies
 them to the device for that call; place(columns) copies them once and returns the device's copies, which later
 calls take as they are: then only the weights (in) and the sums (out) cross the bus per call, in one io array each
-way. numba compiles the source for this GPU when the kernel is built (an uninterruptible step, so kernels larger
-than MAX_NODES are not built: 'auto' runs those on the CPU).
+way. numba compiles the source for this GPU when the kernel is built, an uninterruptible step: kernels larger than
+MAX_NODES are not built ('auto' runs those on the CPU), and a kernel is built only after a trial compile to PTX in
+the compiler process (jit/worker.py, which a cancel stops at once) has taken at most IN_PROCESS_SECONDS. PTX alone
+(pgad.explain) is compiled there and nowhere else.
 """
 import builtins
 import ctypes

@@ -89,8 +89,8 @@ def required_tier(program):
 def _too_large(program):
     nodes = len(program.graph.ancestors(program.outputs))
     return PgadError('54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives',
-                     detail=f'The llvm backend compiles at most {TIERS[-1].max_nodes}: LLVM cannot be interrupted '
-                            'while it compiles, and a larger kernel would take it more than a second.',
+                     detail=f'The llvm backend compiles at most {TIERS[-1].max_nodes}: LLVM\'s time and memory grow '
+                            'faster than the kernel, past what one call may take.',
                      hint="Use backend => 'python', or 'auto', which picks it for lambdas this large.")
 
 
