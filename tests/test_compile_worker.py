@@ -257,6 +257,17 @@ def test_an_interrupt_kills_the_compiler_process(monkeypatch):
     assert time.monotonic() - deadline < WITHIN and not workers(os.getpid())
 
 
+def test_the_compiler_process_has_bounded_memory(monkeypatch):
+    """With too little address space for LLVM, the compile fails (in the child) and this process goes on."""
+    monkeypatch.setattr(worker, 'MEMORY_BYTES', 96 << 20)
+    with pytest.raises(PgadError) as caught:
+        worker.run(slow_request(), 'compiling the kernel')
+    assert caught.value.sqlstate == '58000' and caught.value.detail  # where it ran out: reading the IR, or LLVM
+    assert caught.value.message.startswith('compiling the kernel failed: its process ')
+    monkeypatch.undo()
+    assert worker.run(compiler.request('define void @k() {\n  ret void\n}\n', compiler.TIERS[0]), 'compiling')
+
+
 def test_bad_input_fails_with_the_compilers_message():
     with pytest.raises(PgadError) as caught:
         worker.run(compiler.request('define void @k( {', compiler.TIERS[0]), 'compiling the kernel')

@@ -13,7 +13,7 @@ the call (58000), never the backend; one still compiling after WALL_SECONDS is k
 The child inherits nothing of PostgreSQL's: a clean environment, no file descriptors but its three pipes, a session
 of its own, SIGINT and SIGTERM at their defaults. The disk cache stays in the backend: a hit starts nothing.
 
-    python -m pgad.jit.worker PARENT_PID < request.json > response
+    python -m pgad.jit.worker PARENT_PID MEMORY_BYTES < request.json > response
     response: one line of JSON, {"seconds": {stage: s, …}, "parts": [[name, bytes], …]}, then the parts' bytes
 """
 import ctypes
@@ -30,8 +30,8 @@ import time
 
 POLL_SECONDS = 0.01         # how often the backend checks for interrupts while the child compiles
 WALL_SECONDS = 60           # a compile still running after this is killed: 54001
-MEMORY_BYTES = 4 << 30      # the child's address space (RLIMIT_AS): numba-cuda and LLVM take about 1.2 GB of it
-PIPE_BYTES = 1 << 16      # written or read at once
+MEMORY_BYTES = 4 << 30      # the child's address space (RLIMIT_AS); the largest compiles measured: 300 MB resident
+PIPE_BYTES = 1 << 16          # written or read at once
 STDERR_BYTES = 2000         # of a failed child's message, kept for the DETAIL
 
 
@@ -45,7 +45,8 @@ def run(request, what, wall=WALL_SECONDS):
     """({part: bytes}, {stage: seconds}) of request compiled in a child; `what` names the compile in errors. Waits
     checking for interrupts (limits.tick), and on any exception kills the child before raising it."""
     from ..errors import PgadError
-    process = subprocess.Popen([interpreter(), '-s', '-B', '-m', __name__, str(os.getpid())], stdin=subprocess.PIPE,
+    process = subprocess.Popen([interpreter(), '-s', '-B', '-m', __name__, str(os.getpid()), str(MEMORY_BYTES)],
+                               stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
                                start_new_session=True, env=environment(request), cwd='/')
     try:
@@ -231,14 +232,15 @@ def main(argv):
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(number, signal.SIG_DFL)
     _die_with(int(argv[1]))
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    memory = int(argv[2])
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (2 * WALL_SECONDS, 2 * WALL_SECONDS))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    request = json.loads(sys.stdin.buffer.read())
     try:
+        request = json.loads(sys.stdin.buffer.read())
         parts, seconds = JOBS[request['job']](request)
     except MemoryError:
-        sys.stderr.write(f'out of memory: the compile needed more than {MEMORY_BYTES >> 20} MB\n')
+        sys.stderr.write(f'out of memory: the compile needed more than {memory >> 20} MB\n')
         return 3
     except Exception as e:  # noqa: BLE001 — reported to the backend as a message, which fails the call
         message = str(e).strip().splitlines()
