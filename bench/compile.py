@@ -118,9 +118,9 @@ def worker_times(sizes):
             worker.run(compiler.request(ir, tier), 'compiling the kernel')
             there = time.perf_counter() - started
             nodes, outputs = len(prog.graph.ancestors(prog.outputs)), len(prog.outputs)
-            print(f'{shape:>16} {k:>5} {nodes:>6} nodes {outputs:>5} outputs  {tier.name:>15}  here {1e3 * here:>6.0f}  '
-                  f'compiler process {1e3 * there:>6.0f}  {"in process" if compiler.in_process(prog) else ""}',
-                  flush=True)
+            print(f'{shape:>16} {k:>5} {nodes:>6} nodes {outputs:>5} outputs  {tier.name:>15}  '
+                  f'here {1e3 * here:>6.0f}  compiler process {1e3 * there:>6.0f}  '
+                  f'{"in process" if compiler.in_process(prog) else ""}', flush=True)
 
 
 LOOPS = [(layers, n, 'tanh') for layers in (4, 8, 12, 24) for n in (2, 4, 5, 8, 16)]

@@ -216,12 +216,27 @@ def ptx(program, cc, precision='float64', combine='atomic'):
 
 
 def _in_worker(program, cc, precision, combine):
-    """({'ptx': bytes}, {'PTX': seconds}) of program's kernel, compiled to PTX for cc in the compiler process: sent
-    the generated source, its constants and its argument types, plain data; nothing of the user's text."""
+    """({'ptx': bytes}, {'PTX': seconds}) of program's kernel, compiled to PTX for cc in the compiler process."""
+    return worker.run(ptx_request(program, cc, precision, combine), 'compiling the cuda kernel')
+
+
+def ptx_request(program, cc, precision='float64', combine='atomic'):
+    """What compiling program's kernel to PTX for cc needs, as plain data: the generated source, its constants, the
+    argument types and the target; nothing of the user's text."""
     source, constants = codegen.kernel_source(program, THREADS, combine)
-    request = dict(job='ptx', source=source, constants=constants, precision=precision, cc=list(cc),
-                   types=f'({", ".join(arguments(len(program.columns), precision, combine))})')
-    return worker.run(request, 'compiling the cuda kernel')
+    return dict(job='ptx', source=source, constants=constants, precision=precision, cc=list(cc),
+                types=f'({", ".join(arguments(len(program.columns), precision, combine))})')
+
+
+def ptx_here(request):
+    """(PTX text, seconds of numba's typing and NVVM) of a ptx_request, compiled in this process: the compiler
+    process's job (jit/worker.py), and tests/ptx_report.py's, in a process of its own."""
+    module = cuda()
+    started = time.perf_counter()
+    constants = {k: (v if isinstance(v, bool) else float(v)) for k, v in request['constants'].items()}
+    scope = functions(request['source'], namespace(module, request['precision'], constants))
+    text, _ = module.compile_ptx(scope[codegen.KERNEL], request['types'], cc=tuple(request['cc']))
+    return text, time.perf_counter() - started
 
 
 def check_compile_time(program, cc, precision, combine):

@@ -46,7 +46,10 @@ TIERS = (Tier('O3, vectorised', 3, True, 3, 400, 40, 8_000),
          Tier('O0', 0, False, 0, 8000, 8000, 64_000_000))
 
 
-LOOP_NODES = 2000  # the largest loop kernel (jit/loops.py): nodes of the parsed lambda, O3 vectorised
+# The largest loop kernel (jit/loops.py): nodes of the parsed lambda, O3 vectorised. Its compile time depends on the
+# shapes more than on the nodes (docs/performance.md), so it always compiles in the compiler process, which stops it
+# after worker.WALL_SECONDS
+LOOP_NODES = 2000
 
 # The largest kernel compiled in the backend itself (in_process): at most about 60 ms of LLVM on the 2-core VM, where
 # starting the compiler process costs 125 ms more than compiling in place (bench/compile.py --worker measures both)

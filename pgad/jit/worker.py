@@ -31,7 +31,7 @@ import time
 POLL_SECONDS = 0.01         # how often the backend checks for interrupts while the child compiles
 WALL_SECONDS = 60           # a compile still running after this is killed: 54001
 MEMORY_BYTES = 4 << 30      # the child's address space (RLIMIT_AS); the largest compiles measured: 300 MB resident
-PIPE_BYTES = 1 << 16          # written or read at once
+PIPE_BYTES = 1 << 16        # written or read at once
 STDERR_BYTES = 2000         # of a failed child's message, kept for the DETAIL
 
 
@@ -46,8 +46,7 @@ def run(request, what, wall=WALL_SECONDS):
     checking for interrupts (limits.tick), and on any exception kills the child before raising it."""
     from ..errors import PgadError
     process = subprocess.Popen([interpreter(), '-s', '-B', '-m', __name__, str(os.getpid()), str(MEMORY_BYTES)],
-                               stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
                                start_new_session=True, env=environment(request), cwd='/')
     try:
         out, err = exchange(process, json.dumps(request).encode(), wall, what)
@@ -203,14 +202,10 @@ def llvm_job(request):
 
 def ptx_job(request):
     """A CUDA kernel's generated source → its PTX for compute capability cc, with numba-cuda (no GPU needed)."""
-    from ..gpu import codegen, compiler
-    module = compiler.cuda()
-    module.compile_ptx(_first, '(float64[::1],)', cc=tuple(request['cc']))  # numba's set-up, not the kernel's time
-    started = time.perf_counter()
-    constants = {k: (v if isinstance(v, bool) else float(v)) for k, v in request['constants'].items()}
-    scope = compiler.functions(request['source'], compiler.namespace(module, request['precision'], constants))
-    text, _ = module.compile_ptx(scope[codegen.KERNEL], request['types'], cc=tuple(request['cc']))
-    return [('ptx', text.encode())], {'PTX': time.perf_counter() - started}
+    from ..gpu import compiler
+    compiler.cuda().compile_ptx(_first, '(float64[::1],)', cc=tuple(request['cc']))  # numba's set-up, untimed
+    text, seconds = compiler.ptx_here(request)
+    return [('ptx', text.encode())], {'PTX': seconds}
 
 
 def _first(io):
@@ -231,6 +226,7 @@ def _die_with(parent):
 def main(argv):
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(number, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])  # nothing blocked that the backend had blocked
     _die_with(int(argv[1]))
     memory = int(argv[2])
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
