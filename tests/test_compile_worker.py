@@ -105,6 +105,17 @@ def test_statement_timeout_stops_a_long_llvm_compile(cluster, dbname, lam, timeo
         assert db.execute('SELECT 1').fetchone() == (1,)
 
 
+def test_statement_timeout_stops_explains_llvm_compile(cluster, dbname):
+    text, weights = SLOW[0]
+    with as_mallory(cluster, dbname) as db:
+        pid = db.execute('SELECT pg_backend_pid()').fetchone()[0]
+        db.execute("SET statement_timeout = '700ms'")
+        started = time.monotonic()
+        diag = error_of(db, "SELECT count(*) FROM pgad.explain(%s, backend => 'llvm', weights => %s)", (text, weights))
+        assert diag.sqlstate == '57014' and time.monotonic() - started < 0.7 + WITHIN
+        assert none_left(pid)
+
+
 @pytest.mark.parametrize('tape', ['store', 'recompute'])
 def test_pg_cancel_backend_stops_a_long_llvm_compile(cluster, dbname, tape):
     text, weights = chain(14, 5, 'tanh')
