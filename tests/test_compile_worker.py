@@ -279,6 +279,14 @@ def test_the_compiler_process_has_bounded_memory(monkeypatch):
     assert worker.run(compiler.request('define void @k() {\n  ret void\n}\n', compiler.TIERS[0]), 'compiling')
 
 
+def test_a_missing_interpreter_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(worker, 'interpreter', lambda: '/nonexistent/bin/python3')
+    with pytest.raises(PgadError) as caught:
+        worker.run(slow_request(), 'compiling the kernel')
+    assert (caught.value.sqlstate, caught.value.message) == (
+        '58000', 'compiling the kernel failed: its process could not start')
+
+
 def test_bad_input_fails_with_the_compilers_message():
     with pytest.raises(PgadError) as caught:
         worker.run(compiler.request('define void @k( {', compiler.TIERS[0]), 'compiling the kernel')

@@ -45,9 +45,13 @@ def run(request, what, wall=WALL_SECONDS):
     """({part: bytes}, {stage: seconds}) of request compiled in a child; `what` names the compile in errors. Waits
     checking for interrupts (limits.tick), and on any exception kills the child before raising it."""
     from ..errors import PgadError
-    process = subprocess.Popen([interpreter(), '-s', '-B', '-m', __name__, str(os.getpid()), str(MEMORY_BYTES)],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
-                               start_new_session=True, env=environment(request), cwd='/')
+    try:
+        process = subprocess.Popen([interpreter(), '-s', '-B', '-m', __name__, str(os.getpid()), str(MEMORY_BYTES)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   close_fds=True, start_new_session=True, env=environment(request), cwd='/')
+    except OSError as e:
+        raise PgadError('58000', f'{what} failed: its process could not start', detail=f'{interpreter()}: {e}.',
+                        hint='pgad\'s Python environment is incomplete: reinstall pgad (make install).') from None
     try:
         out, err = exchange(process, json.dumps(request).encode(), wall, what)
     except BaseException:
