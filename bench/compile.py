@@ -5,6 +5,9 @@ well under a second on this machine (docs/security.md, docs/performance.md).
     .venv/bin/python bench/compile.py                 # every stage, at the tier pgad picks
     .venv/bin/python bench/compile.py --all-tiers     # LLVM's optimisation and emission at every tier
     .venv/bin/python bench/compile.py --run           # what each tier's kernel costs per row, at P = 8 and 32
+    .venv/bin/python bench/compile.py --worker --sizes 2 8 32   # in the backend, against the compiler process
+    .venv/bin/python bench/compile.py --loops         # loop kernels (chains of matrix products) in the compiler process
+    .venv/bin/python bench/compile.py --ptx --sizes 2 8 32      # cuda kernels to PTX in the compiler process
 
 Each lambda is compiled in a process of its own (killed after --timeout seconds, reported as '>'); the times are
 one measurement each, in milliseconds. Timings are printed, never asserted.
@@ -14,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {  # a family of lambdas by its number of terms k
@@ -95,16 +99,84 @@ def run_times(rows=1_000_000, repeat=7):
             print(f'{loss:>8} P = {p:>2} ({compiler.tier_of(prog).name} chosen): ' + ', '.join(timed), flush=True)
 
 
+def worker_times(sizes):
+    """Each family's unrolled kernel compiled in this process and in the compiler process (jit/worker.py), and
+    whether compiler.in_process keeps it here: what the compiler process costs, and where its bound lies."""
+    from pgad import program
+    from pgad.jit import codegen, compiler, worker
+    print('ms of LLVM at the chosen tier: in this process, and the wall time of the compiler process')
+    for shape, make in SHAPES.items():
+        for k in sizes:
+            prog = program.build('λ(d, w) ' + make(k), tuple(program.parsed('λ(d, w) ' + make(k)).weights))
+            tier, ir = compiler.tier_of(prog), codegen.kernel_ir(prog, f'pgad_bench_{k}')
+            if tier is None:
+                continue
+            started = time.perf_counter()
+            compiler.target_machine(tier.codegen_level).emit_object(compiler.optimise(ir, tier))
+            here = time.perf_counter() - started
+            started = time.perf_counter()
+            worker.run(compiler.request(ir, tier), 'compiling the kernel')
+            there = time.perf_counter() - started
+            nodes, outputs = len(prog.graph.ancestors(prog.outputs)), len(prog.outputs)
+            print(f'{shape:>16} {k:>5} {nodes:>6} nodes {outputs:>5} outputs  {tier.name:>15}  '
+                  f'here {1e3 * here:>6.0f}  compiler process {1e3 * there:>6.0f}  '
+                  f'{"in process" if compiler.in_process(prog) else ""}', flush=True)
+
+
+LOOPS = [(layers, n, 'tanh') for layers in (4, 8, 12, 24) for n in (2, 4, 5, 8, 16)]
+
+
+def loop_times(timeout):
+    """Chains of `layers` n × n matrix products, tanh between, as loop kernels ('store') in the compiler process."""
+    from pgad import program
+    from pgad.jit import compiler, loops, worker
+    from pgad.lang import vectors
+    print('s of LLVM (optimisation + machine code) in the compiler process, O3 vectorised')
+    for layers, n, function in LOOPS:
+        text = ('λ(d, w) sum(' + ''.join(f'{function}(w.l{k} @ ' for k in range(layers)) + '['
+                + ', '.join(['d.u', 'd.v'][k % 2] for k in range(n)) + ']' + ')' * layers + ')')
+        prog = program.build(text, tuple(f'l{k}' for k in range(layers)), tape='store',
+                             shapes=vectors.Shapes(tuple((f'l{k}', (n, n)) for k in range(layers))))
+        ir = loops.kernel_ir(prog, 'pgad_bench', 'store')
+        try:
+            _, seconds = worker.run(compiler.request(ir, compiler.tier_of(prog)), 'compiling', wall=timeout)
+            took = f'{sum(seconds.values()):6.1f}'
+        except Exception:  # noqa: BLE001 — past the timeout
+            took = f'> {timeout:.0f}'
+        print(f'{layers:>3} layers of {n:>2} x {n:<2} {len(prog.tensor.graph):>5} nodes  {took} s', flush=True)
+
+
+def ptx_times(sizes):
+    """Each family's cuda kernel compiled to PTX (sm_80) in the compiler process: numba's typing and NVVM."""
+    from pgad import program
+    from pgad.gpu import compiler
+    print("s of numba's typing and NVVM, to PTX for sm_80, in the compiler process")
+    for shape, make in SHAPES.items():
+        for k in sizes:
+            prog = program.build('λ(d, w) ' + make(k), tuple(program.parsed('λ(d, w) ' + make(k)).weights))
+            if compiler.too_large(prog):
+                continue
+            _, seconds = compiler._in_worker(prog, (8, 0), 'float64', 'atomic')
+            print(f'{shape:>16} {k:>5} {len(prog.graph.ancestors(prog.outputs)):>6} nodes {len(prog.outputs):>5} '
+                  f'outputs  {seconds["PTX"]:5.2f} s', flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--all-tiers', action='store_true', help='optimise and emit at every tier, not the chosen')
     parser.add_argument('--run', action='store_true', help="time each tier's kernel instead")
     parser.add_argument('--sizes', type=int, nargs='+', default=SIZES, help='terms per lambda')
+    parser.add_argument('--worker', action='store_true', help='in this process against the compiler process')
+    parser.add_argument('--loops', action='store_true', help='loop kernels in the compiler process')
+    parser.add_argument('--ptx', action='store_true', help='cuda kernels to PTX in the compiler process')
     parser.add_argument('--timeout', type=float, default=60)
     args = parser.parse_args()
     sys.path.insert(0, ROOT)
     if args.run:
         return run_times()
+    if args.worker or args.loops or args.ptx:
+        return (worker_times(args.sizes) if args.worker else loop_times(args.timeout) if args.loops else
+                ptx_times(args.sizes))
     from pgad.jit.compiler import TIERS
     tiers = [t.name for t in TIERS] if args.all_tiers else []
     print('ms; LLVM = optimise + emit, the part that cannot be interrupted')

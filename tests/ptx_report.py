@@ -34,7 +34,7 @@ def report(job):
     from pgad.gpu import compiler
     prog = program.build(job['text'], tuple(job['weights']), job['mode'])
     cc = tuple(job['cc'])
-    ptx = compiler.ptx(prog, cc, job['precision'], job['combine'])
+    ptx, _ = compiler.ptx_here(compiler.ptx_request(prog, cc, job['precision'], job['combine']))  # in this process
     with tempfile.NamedTemporaryFile('w', suffix='.ptx') as f:
         f.write(ptx)
         f.flush()

@@ -158,6 +158,6 @@ def test_a_tier_takes_kernels_up_to_its_limits_inclusive(monkeypatch):
             compiler.required_tier(prog)
         assert (caught.value.sqlstate, caught.value.message, caught.value.detail, caught.value.hint) == (
             '54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives',
-            f'The llvm backend compiles at most {compiler.TIERS[-1].max_nodes}: LLVM cannot be interrupted while it '
-            'compiles, and a larger kernel would take it more than a second.',
+            f'The llvm backend compiles at most {compiler.TIERS[-1].max_nodes}: LLVM\'s time and memory grow faster '
+            'than the kernel, past what one call may take.',
             "Use backend => 'python', or 'auto', which picks it for lambdas this large.")

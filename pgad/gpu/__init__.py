@@ -14,9 +14,10 @@ def compile(program, precision='float64'):
 
 
 def fits(program):
-    """Does the cuda backend compile program (within its bound on the time of an uninterruptible compile)?"""
-    from .compiler import too_large
-    return too_large(program) is None
+    """Does the cuda backend compile program within its bound on the time of an uninterruptible compile, for 'auto'
+    to pick it?"""
+    from .compiler import AUTO_OUTPUTS, too_large
+    return too_large(program) is None and len(program.outputs) <= AUTO_OUTPUTS
 
 
 def present():

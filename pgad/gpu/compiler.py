@@ -9,8 +9,10 @@ without a GPU (docs/testing.md). The simulator is never chosen by 'auto'.
 A Kernel is called as every backend's is, kernel(columns, rows, weights) → sums. Given numpy columns it copies
 them to the device for that call; place(columns) copies them once and returns the device's copies, which later
 calls take as they are: then only the weights (in) and the sums (out) cross the bus per call, in one io array each
-way. numba compiles the source for this GPU when the kernel is built (an uninterruptible step, so kernels larger
-than MAX_NODES are not built: 'auto' runs those on the CPU).
+way. numba compiles the source for this GPU when the kernel is built, an uninterruptible step: kernels larger than
+MAX_NODES are not built ('auto' runs those on the CPU), and a kernel is built only after a trial compile to PTX in
+the compiler process (jit/worker.py, which a cancel stops at once) has taken at most IN_PROCESS_SECONDS. PTX alone
+(pgad.explain) is compiled there and nowhere else.
 """
 import builtins
 import ctypes
@@ -28,12 +30,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import PgadError
+from ..jit import worker
 from . import codegen
 
 THREADS = 256          # a block's threads
 BLOCKS_PER_SM = 8      # blocks per multiprocessor, at most: enough resident warps to hide the memory's latency
 SIMULATED = (4, 2)     # the simulator's threads and blocks: each thread a Python thread; both sums exercised
 MAX_NODES = 500        # the largest kernel compiled: numba's typing and NVVM take about 1 s for it (docs/security.md)
+# A GPU's kernel is compiled in the backend only when its trial compile to PTX in the compiler process took at most
+# IN_PROCESS_SECONDS (check_compile_time); 'auto' picks cuda for at most AUTO_OUTPUTS outputs, whose kernels take
+# 0.1 to 0.8 s there (numba's typing and NVVM grow with the outputs: 33 took 0.9 to 1.1 s, 65 took 1.9 to 2.5 s)
+IN_PROCESS_SECONDS, AUTO_OUTPUTS = 1.0, 16
 PRECISIONS = {'float64': np.float64, 'float32': np.float32}
 INSTALL = 'make install CUDA=1 installs numba-cuda and the CUDA libraries into pgad\'s Python environment.'
 
@@ -179,6 +186,7 @@ def compile(program, precision='float64', combine='atomic'):
         launch = module.jit(scope[codegen.KERNEL])
         combine_kernel = module.jit(scope[codegen.COMBINE]) if combine == 'partials' else None
     else:
+        check_compile_time(program, module.get_current_device().compute_capability, precision, combine)
         launch = module.jit(signature(columns, precision, combine))(scope[codegen.KERNEL])
         combine_kernel = (module.jit('void(float64[:, ::1], float64[::1])')(scope[codegen.COMBINE])
                           if combine == 'partials' else None)
@@ -200,12 +208,47 @@ def _blocks(module):
 
 
 def ptx(program, cc, precision='float64', combine='atomic'):
-    """The kernel's PTX for compute capability cc, e.g. (9, 0): numba's NVVM needs no GPU for this."""
+    """The kernel's PTX for compute capability cc, e.g. (9, 0): numba's NVVM needs no GPU for this. Compiled in the
+    compiler process (jit/worker.py), which a cancel stops at once."""
+    cuda()
+    parts, _ = _in_worker(program, cc, precision, combine)
+    return parts['ptx'].decode()
+
+
+def _in_worker(program, cc, precision, combine):
+    """({'ptx': bytes}, {'PTX': seconds}) of program's kernel, compiled to PTX for cc in the compiler process."""
+    return worker.run(ptx_request(program, cc, precision, combine), 'compiling the cuda kernel')
+
+
+def ptx_request(program, cc, precision='float64', combine='atomic'):
+    """What compiling program's kernel to PTX for cc needs, as plain data: the generated source, its constants, the
+    argument types and the target; nothing of the user's text."""
+    source, constants = codegen.kernel_source(program, THREADS, combine)
+    return dict(job='ptx', source=source, constants=constants, precision=precision, cc=list(cc),
+                types=f'({", ".join(arguments(len(program.columns), precision, combine))})')
+
+
+def ptx_here(request):
+    """(PTX text, seconds of numba's typing and NVVM) of a ptx_request, compiled in this process: the compiler
+    process's job (jit/worker.py), and tests/ptx_report.py's, in a process of its own."""
     module = cuda()
-    _, scope = _scope(module, program, THREADS, precision, combine)
-    types = f'({", ".join(arguments(len(program.columns), precision, combine))})'
-    text, _ = module.compile_ptx(scope[codegen.KERNEL], types, cc=cc)
-    return text
+    started = time.perf_counter()
+    constants = {k: (v if isinstance(v, bool) else float(v)) for k, v in request['constants'].items()}
+    scope = functions(request['source'], namespace(module, request['precision'], constants))
+    text, _ = module.compile_ptx(scope[codegen.KERNEL], request['types'], cc=tuple(request['cc']))
+    return text, time.perf_counter() - started
+
+
+def check_compile_time(program, cc, precision, combine):
+    """SQLSTATE 54001 unless the kernel compiles (typing and NVVM, in the compiler process, where a cancel stops it)
+    within IN_PROCESS_SECONDS: what numba then takes again in the backend, where nothing can stop it."""
+    _, seconds = _in_worker(program, cc, precision, combine)
+    if seconds['PTX'] > IN_PROCESS_SECONDS:
+        raise PgadError('54001', f'lambda is too large for the cuda backend: its kernel took {seconds["PTX"]:.1f} s '
+                                 'to compile',
+                        detail=f'numba compiles the kernel in the backend, where it cannot be interrupted, only when '
+                               f'a trial compile takes at most {IN_PROCESS_SECONDS} s.',
+                        hint="Use backend => 'llvm', or 'auto'.")
 
 
 class OnDevice(list):

@@ -5,11 +5,13 @@ object file, which the disk cache (cache.py) keeps, keyed by the program's DAG, 
 and LLVM versions and the CPU: a new connection that meets a lambda it has seen before loads the object and
 compiles nothing.
 
-LLVM's passes run inside the server process and cannot be interrupted, so the optimisation level is chosen by the
-kernel's size: each tier below compiles its largest kernel in at most about half a second on a 2-core VM
-(docs/security.md), so statement_timeout and pg_cancel_backend act within a second. Loop vectorisation is the
-costly part (it grows much faster than the kernel: 129 outputs took 2.5 s, 129 exp terms 14 s), then O3's
-scheduling of many accumulators. A kernel larger than the last tier is not compiled: 'auto' runs it on python.
+LLVM's passes cannot be interrupted, so only a kernel that is provably small (in_process: tens of milliseconds)
+is compiled in the server process; every other compile runs in a process of its own (worker.py), which the backend
+kills as soon as statement_timeout, pg_cancel_backend or pg_terminate_backend acts, and after worker.WALL_SECONDS.
+The optimisation level is chosen by the kernel's size, in tiers, so that a kernel's compile stays in seconds: loop
+vectorisation is the costly part (it grows much faster than the kernel: 129 outputs took 2.5 s, 129 exp terms
+14 s), then O3's scheduling of many accumulators. A kernel larger than the last tier is not compiled: 'auto' runs
+it on python.
 """
 import ctypes
 import functools
@@ -21,7 +23,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import cache as disk, codegen, loops
+from . import cache as disk, codegen, loops, worker
 from ..errors import PgadError
 from ..lang import printer
 from .codegen import kernel_ir
@@ -44,7 +46,14 @@ TIERS = (Tier('O3, vectorised', 3, True, 3, 400, 40, 8_000),
          Tier('O0', 0, False, 0, 8000, 8000, 64_000_000))
 
 
-LOOP_NODES = 2000  # the largest loop kernel (jit/loops.py): nodes of the parsed lambda, O3 vectorised
+# The largest loop kernel (jit/loops.py): nodes of the parsed lambda, O3 vectorised. Its compile time depends on the
+# shapes more than on the nodes (docs/performance.md), so it always compiles in the compiler process, which stops it
+# after worker.WALL_SECONDS
+LOOP_NODES = 2000
+
+# The largest kernel compiled in the backend itself (in_process): at most about 60 ms of LLVM on the 2-core VM, where
+# starting the compiler process costs 125 ms more than compiling in place (bench/compile.py --worker measures both)
+IN_PROCESS_NODES, IN_PROCESS_PRODUCT = 400, 2000
 
 
 def form(program):
@@ -83,8 +92,8 @@ def required_tier(program):
 def _too_large(program):
     nodes = len(program.graph.ancestors(program.outputs))
     return PgadError('54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives',
-                     detail=f'The llvm backend compiles at most {TIERS[-1].max_nodes}: LLVM cannot be interrupted '
-                            'while it compiles, and a larger kernel would take it more than a second.',
+                     detail=f'The llvm backend compiles at most {TIERS[-1].max_nodes}: LLVM\'s time and memory grow '
+                            'faster than the kernel, past what one call may take.',
                      hint="Use backend => 'python', or 'auto', which picks it for lambdas this large.")
 
 
@@ -98,10 +107,9 @@ class Compiled:
     cached: bool = False                        # loaded from the disk cache
 
 
-@functools.lru_cache(maxsize=None)
 def target_machine(level=3):
     """The host CPU's target machine at a code generation level, for optimising and emitting code (one each)."""
-    return new_target_machine(level)
+    return worker.target_machine(level)
 
 
 def new_target_machine(level=3):
@@ -115,21 +123,15 @@ def new_target_machine(level=3):
 
 
 def optimise(ir_text, tier=TIERS[0]):
-    """The module of ir_text, optimised in place for this CPU at the tier's level."""
-    module = llvm.parse_assembly(ir_text)
-    module.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=tier.speed_level)
-    pto.loop_vectorization = pto.slp_vectorization = tier.vectorise
-    builder = llvm.create_pass_builder(target_machine(), pto)
-    builder.getModulePassManager().run(module, builder)
-    return module
+    """The module of ir_text, optimised in place for this CPU at the tier's level (in this process)."""
+    return worker.optimise(ir_text, tier.speed_level, tier.vectorise)
 
 
 @functools.lru_cache(maxsize=None)
 def _toolchain():
     """What else decides the machine code: pgad's code generator and compiler, llvmlite, LLVM, and this CPU."""
     sources = hashlib.sha256()
-    for path in (codegen.__file__, loops.__file__, __file__):
+    for path in (codegen.__file__, loops.__file__, worker.__file__, __file__):
         with open(path, 'rb') as f:
             sources.update(f.read())
     return '\n'.join([sources.hexdigest(), llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)),
@@ -164,13 +166,7 @@ def compile(program, cache=disk.NONE):
         kind = form(program)
         ir_text = kernel_ir(program, name) if kind == 'unrolled' else loops.kernel_ir(program, name, kind)
         ms['IR generation'] = (time.perf_counter() - started) * 1e3
-        started = time.perf_counter()
-        module = optimise(ir_text, tier)
-        optimized = str(module)
-        ms['optimisation'] = (time.perf_counter() - started) * 1e3
-        started = time.perf_counter()
-        data = target_machine(tier.codegen_level).emit_object(module)
-        ms['machine code'] = (time.perf_counter() - started) * 1e3
+        data, optimized = machine_code(program, ir_text, tier, ms)
         cache.put(key, data)
     started = time.perf_counter()
     if form(program) == 'unrolled':
@@ -181,6 +177,44 @@ def compile(program, cache=disk.NONE):
         kernel = lambda columns, rows, weights: inner(to_arguments(columns), rows, weights)  # noqa: E731
     ms['load'] = (time.perf_counter() - started) * 1e3
     return Compiled(kernel, tier, ir_text, optimized, ms, cached=not optimized)
+
+
+def in_process(program):
+    """Is program's kernel provably small enough for LLVM to compile it in the backend itself, within tens of
+    milliseconds? An unrolled kernel (straight-line code in one loop over the rows) of at most IN_PROCESS_NODES nodes
+    and IN_PROCESS_PRODUCT nodes × outputs. Every other compile runs in a process of its own (worker.py), which a
+    cancel stops at once; a loop kernel always does: LLVM unrolls and vectorises its loops by their trip counts, so
+    its time depends on the shapes (24 layers of 4 × 4 matrices, 76 nodes: 13 s)."""
+    if form(program) != 'unrolled':
+        return False
+    nodes = len(program.graph.ancestors(program.outputs))
+    return nodes <= IN_PROCESS_NODES and nodes * len(program.outputs) <= IN_PROCESS_PRODUCT
+
+
+def machine_code(program, ir_text, tier, ms):
+    """(object code, the optimised IR) of ir_text at the tier: here where in_process(program), else in the compiler
+    process. Adds the milliseconds of each stage to ms."""
+    if in_process(program):
+        started = time.perf_counter()
+        module = optimise(ir_text, tier)
+        optimized = str(module)
+        ms['optimisation'] = (time.perf_counter() - started) * 1e3
+        started = time.perf_counter()
+        data = target_machine(tier.codegen_level).emit_object(module)
+        ms['machine code'] = (time.perf_counter() - started) * 1e3
+        return data, optimized
+    started = time.perf_counter()
+    parts, seconds = worker.run(request(ir_text, tier, optimised_ir=True), 'compiling the kernel')
+    for stage, s in seconds.items():
+        ms[stage] = s * 1e3
+    ms['compiler process'] = (time.perf_counter() - started) * 1e3 - sum(seconds.values()) * 1e3
+    return parts['object'], parts['optimised_ir'].decode()
+
+
+def request(ir_text, tier, optimised_ir=False, assembly=False):
+    """What the compiler process is sent for ir_text at the tier (worker.llvm_job): plain data."""
+    return dict(job='llvm', ir=ir_text, speed_level=tier.speed_level, vectorise=tier.vectorise,
+                codegen_level=tier.codegen_level, optimised_ir=optimised_ir, assembly=assembly)
 
 
 @functools.lru_cache(maxsize=None)
