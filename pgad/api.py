@@ -131,7 +131,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     name = arguments.model_name(name)
     config = settings()
     goal = objective.build(model, loss, label, config.limits)
-    w = arguments.weights(weights, goal.model)
+    w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),
+                                 program.parsed(goal.text, config.limits))
     names = list(w)
     options = dict(learning_rate=arguments.learning_rate(learning_rate), iterations=arguments.iterations(iterations),
                    mode=arguments.mode(mode), backend=arguments.backend(backend),
@@ -139,7 +140,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                    seed=None if seed is None else arguments.non_negative('seed', seed),
                    tolerance=arguments.non_negative('tolerance', tolerance),
                    l1=arguments.penalty('l1', l1, optimizer), l2=arguments.penalty('l2', l2, optimizer),
-                   regularize=arguments.regularize(regularize, names), standardize=bool(standardize),
+                   regularize=arguments.regularize(regularize, [*names, *unread]), standardize=bool(standardize),
                    label=label, group_by=arguments.group_by(group_by),
                    progress_every=int(arguments.non_negative('progress_every', progress_every)),
                    dtype=arguments.dtype(dtype, backend))  # backend checked just above
@@ -187,7 +188,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                                clock)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
-                             weights=json.dumps(prog.nest([fitted[n] for n in prog.weights])),
+                             weights=_with(unread, prog.nest([fitted[n] for n in prog.weights])),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
                              training_time=fit.seconds))
@@ -250,8 +251,9 @@ def derivatives(loss, weights=None, data=None):
         grown = lam.copy()
         found = tensors.gradient(grown, shapes)
         return list(zip(found, printer.to_lambdas(grown, list(found.values()), budget)))
-    prog = program.build(loss, tuple(w), limits=limits)
-    return list(zip(prog.weights, printer.to_lambdas(prog.lam, prog.outputs[1:], budget)))
+    prog = program.build(loss, tuple(arguments.unread(w, lam)[0]), limits=limits)
+    found = dict(zip(prog.weights, printer.to_lambdas(prog.lam, prog.outputs[1:], budget)))
+    return [(name, found.get(name, '0')) for name in w]
 
 
 @server.entry
@@ -270,7 +272,7 @@ def explain(loss, mode='reverse', backend='auto', rows=None, data=None, weights=
     tape = arguments.tape(tape, mode, backend)
     lam = program.parsed(loss, limits)
     w, shapes = _given(lam, weights, data, lengths=weights is not None or vectors.needed(lam))
-    return explaining.stages(loss, mode, limits, backend, rows, data, shapes, list(w), tape)
+    return explaining.stages(loss, mode, limits, backend, rows, data, shapes, list(arguments.unread(w, lam)[0]), tape)
 
 
 @dataclass(frozen=True)
@@ -280,6 +282,7 @@ class Call:
     table: loader.Table
     kernel: object
     vector: np.ndarray  # the starting weights, in the order of prog.weights
+    unread: dict        # the weights the lambda does not read, {name: value}: given back as they came
 
     @property
     def names(self):
@@ -347,7 +350,7 @@ def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float6
     argument is the one reported), `checked` ones by arguments' function of their name."""
     config = settings()
     lam = program.parsed(loss, config.limits)
-    w = arguments.weights(weights, lam)
+    w, unread = arguments.unread(arguments.weights(weights, lam, config.memory_limit), lam)
     for name, value in checked.items():
         getattr(arguments, name)(value)
     mode, backend = arguments.mode(mode), arguments.backend(backend)
@@ -357,7 +360,7 @@ def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float6
     _kernel(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
     vector = _vector(w)
     with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector) as (table, kernel):
-        yield None if table is None else Call(prog, table, kernel, vector)
+        yield None if table is None else Call(prog, table, kernel, vector, unread)
 
 
 def _shapes(w, columns=()):
@@ -370,8 +373,15 @@ def _given(lam, weights, data, lengths):
     """(the weights, their vectors.Shapes) of a function that takes weights and data only for their shapes
     (pgad.derivatives, pgad.explain): every weight the lambda reads a number unless weights (a jsonb, or None) says
     otherwise; the array columns' lengths from data where it is given and lengths is true."""
-    w = arguments.weights(weights, lam) if weights is not None else dict.fromkeys(lam.weights, 0.0)
+    w = arguments.weights(weights, lam, settings().memory_limit) if weights is not None else \
+        dict.fromkeys(lam.weights, 0.0)
     return w, _shapes(w, loader.lengths(data, lam.columns) if data is not None and lengths else ())
+
+
+def _with(unread, nested):
+    """The weights jsonb of nested ({weight: number or nested lists}, as Program.nest gives) and the weights the
+    lambda does not read, {name: a number or an array}."""
+    return json.dumps({**{n: v.tolist() if isinstance(v, np.ndarray) else v for n, v in unread.items()}, **nested})
 
 
 def _vector(w):
@@ -394,10 +404,19 @@ def _loss(call):
 def _gradient(call):
     sums = descent.evaluate(call.kernel, call.table, call.vector, server.check_interrupts)
     descent.check_finite(sums, call.vector, 1, call.names, 0, call.why)
-    return json.dumps(call.prog.nest((sums[1:] / call.table.rows).tolist()))
+    zeros = {n: _zeros(np.shape(v)) for n, v in call.unread.items()}
+    return _with(zeros, call.prog.nest((sums[1:] / call.table.rows).tolist()))
+
+
+def _zeros(shape):
+    """0 as a weight of shape (), (n,) or (m, n) is written: nested lists of one 0.0 (rows shared), no array."""
+    zero = 0.0
+    for size in reversed(shape):
+        zero = [zero] * size
+    return zero
 
 
 def _descend(call, learning_rate, iterations):
     fitted, value, ran = descent.run(call.kernel, call.table, call.vector, learning_rate, iterations, call.names,
                                      server.check_interrupts, server.notice, why=call.why, warning=server.warning)
-    return json.dumps(call.prog.nest(fitted.tolist())), float(value), ran
+    return _with(call.unread, call.prog.nest(fitted.tolist())), float(value), ran

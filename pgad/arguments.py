@@ -12,10 +12,28 @@ from .errors import PgadError
 from .lang import MODES, parser
 
 
-def weights(text, lam):
+# What a call holds at its peak for each number of its weights jsonb, and for each weight (a key) besides (measured:
+# docs/security.md): PostgreSQL's reading of the jsonb, its text into Python and the result's back, Python's objects
+# of the numbers and the names, their float64 arrays. A weight the lambda does not read goes no further (api.py): a
+# program and its kernel hold the weights their lambda reads alone.
+NUMBER_BYTES = 320
+KEY_BYTES = 384
+
+
+def weights(text, lam, memory_limit=None):
     """The weights jsonb as {name: float, or a float64 array}: a weight is a number, a vector (an array of numbers)
     or a matrix (an array of rows, each an array of numbers, all of one length, row-major); every weight the lambda
-    reads must be there."""
+    reads must be there. memory_limit (bytes, pgad.memory_limit; None: none) bounds what they may cost, checked
+    before anything is parsed: the text holds at most one number more than it has commas, and a key a colon."""
+    numbers, keys = text.count(',') + 1, text.count(':')
+    needed = numbers * NUMBER_BYTES + keys * KEY_BYTES
+    if memory_limit is not None and needed > memory_limit:
+        raise PgadError('53200', f'the weights need {_megabytes(needed)}, more than pgad.memory_limit '
+                                 f'({_megabytes(memory_limit)})',
+                        detail=f'The weights jsonb holds up to {numbers} numbers of {keys} weights, {NUMBER_BYTES} '
+                               f'bytes a number and {KEY_BYTES} a weight while the call reads them, uses them and '
+                               'gives them back.',
+                        hint='Give only the weights the lambda reads, or have a superuser raise pgad.memory_limit.')
     value = json.loads(text)
     if not isinstance(value, dict):
         raise PgadError('22023', 'weights must be a JSON object of numbers',
@@ -30,6 +48,20 @@ def weights(text, lam):
     return given
 
 
+def _megabytes(size):
+    """'2.5 MB', '640 MB', as the memory limit's messages give sizes (loader.megabytes)."""
+    mb = size / (1 << 20)
+    return f'{mb:.1f} MB' if mb < 10 else f'{mb:.0f} MB'
+
+
+def unread(given, lam):
+    """(the weights lam reads, the others), each {name: value} in given's order: only the first become a
+    program's weights; the others keep their values (and have the derivative 0) without costing a program or a
+    kernel anything."""
+    reads = set(lam.weights)
+    return ({n: v for n, v in given.items() if n in reads}, {n: v for n, v in given.items() if n not in reads})
+
+
 EXAMPLE = 'Write the weights as {"a": 0, "b": 0}; a vector as [1, 2, 3], a matrix as [[1, 2], [3, 4]] (rows).'
 
 
@@ -42,11 +74,15 @@ def _weight(name, value):
             raise PgadError('22023', f'weight "{name}" must be a matrix whose rows have one length',
                             detail=f'Its rows have: {", ".join(map(str, lengths[:10]))}{"…" if len(value) > 10 else ""}.',
                             hint=EXAMPLE)
-        flat = [x for r in rows for x in r] if rows else value
-        if not value or not flat:
+        if not value or (rows and not rows[0]):
             raise PgadError('22023', f'weight "{name}" is an empty array', hint=EXAMPLE)
-        return np.array([_number(name, x) for x in flat], dtype=np.float64).reshape(
-            (len(value), len(rows[0])) if rows else (len(value),))
+        for x in (x for r in rows for x in r) if rows else value:  # numbers, checked without a copy of them
+            if isinstance(x, bool) or not isinstance(x, float) and not (isinstance(x, int) and abs(x) < 2 ** 1023):
+                _number(name, x)
+        array = np.array(value, dtype=np.float64)
+        if not np.isfinite(array).all():
+            _number(name, array.flat[np.argmin(np.isfinite(array))])
+        return array
     return _number(name, value)
 
 

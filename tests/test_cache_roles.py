@@ -38,7 +38,8 @@ def tables(cluster, dbname):
         # The superuser's function, which alice may call: it trains on the secret table and tells her nothing of it.
         db.execute("CREATE FUNCTION secret_trained() RETURNS boolean LANGUAGE sql SECURITY DEFINER "
                    "SET search_path = public, pg_catalog "
-                   f"AS $$ SELECT (pgad.partial_sums('{LINE}', 'SELECT x, y FROM secret', '{{a,b}}', '{{1,2}}'))[1] > 0 $$")
+                   f"AS $$ SELECT (pgad.partial_sums('{LINE}', 'SELECT x, y FROM secret', '{{a,b}}', '{{1,2}}'))[1] "
+                   "> 0 $$")
         db.execute(f'GRANT EXECUTE ON FUNCTION secret_trained() TO {ROLES[0]}')
         # Two tables of one name in two schemas, one of them alice's.
         db.execute('CREATE SCHEMA mine')
