@@ -165,6 +165,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     with ExitStack() as stack:
         if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
             group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit)
+            _check_groups(len(parts), config.memory_limit)
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
             table, kernel = stack.enter_context(_loading(data, spread=not standardize)(prog, config, job, start))
@@ -200,6 +201,21 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
         unrolled = (lam, prediction, dict(shapes.columns))
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled)
     return catalog.store(scoring, rows, fits)
+
+
+# What a group costs pgad.train beyond its rows (measured: docs/security.md): its fit, its row of pgad.models and
+# its branch of the scoring function, whose body PostgreSQL parses and stores whole.
+GROUP_BYTES = 32 << 10
+
+
+def _check_groups(count, memory_limit):
+    """The error if a model of count groups needs more than memory_limit bytes, GROUP_BYTES a group."""
+    if count * GROUP_BYTES > memory_limit:
+        raise PgadError(loader.OUT_OF_MEMORY, f'the model\'s groups need {loader.megabytes(count * GROUP_BYTES)}, more '
+                                              f'than pgad.memory_limit ({loader.megabytes(memory_limit)})',
+                        detail=f'{count} groups, {GROUP_BYTES >> 10} kB each for its fit, its row of pgad.models and '
+                               'its branch of the scoring function.',
+                        hint='Group by fewer columns, or have a superuser raise pgad.memory_limit.')
 
 
 def _full_batch(options, rows):

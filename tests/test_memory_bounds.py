@@ -186,3 +186,17 @@ def test_a_grouped_train_of_one_row_groups_stops_at_the_limit(db):
     assert diag.sqlstate == '53200'
     assert peak < 4 * MB, f'{peak / MB:.1f} MB'
     assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'bounds_g'").fetchone()[0] == 0
+
+
+def test_a_grouped_train_is_charged_for_its_groups(db):
+    """10,000 groups of one row load within 64 MB, but a model of them (a fit, a row of pgad.models and a branch of
+    the scoring function each, about 32 kB a group) does not fit: 53200 before anything is trained or stored."""
+    db.execute("SET pgad.memory_limit = '64MB'")
+    train = "SELECT pgad.train('{}', 'λ(d, w) w.a*d.x', 'squared', '{}', '{{\"a\": 0}}', group_by => 'g')"
+    diag, peak, _ = peak_of(db, train.format('bounds_groups', 'pts'),
+                            train.format('bounds_few', 'SELECT * FROM pts WHERE x <= 10'))
+    assert (diag.sqlstate, diag.message_primary, diag.message_detail) == (
+        '53200', "the model's groups need 312 MB, more than pgad.memory_limit (64 MB)",
+        '10000 groups, 32 kB each for its fit, its row of pgad.models and its branch of the scoring function.')
+    assert peak < 64 * MB, f'{peak / MB:.1f} MB'
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'bounds_groups'").fetchone()[0] == 0
