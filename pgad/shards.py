@@ -376,14 +376,17 @@ TRANSACTION = ('SELECT l.virtualtransaction AS id, pg_catalog.current_setting(\'
 KEPT = ('repeatable read', 'serializable')
 # The relations this transaction holds a lock on, tables, views and foreign tables, pg_catalog's apart: after the data
 # query is planned, among them every relation it reads (PostgreSQL locks each as it resolves its name, views'
-# relations too); with whether row-level security applies to the current role's reading of it.
-LOCKED = ('SELECT c.oid AS oid, pg_catalog.row_security_active(c.oid) AS secured FROM pg_catalog.pg_locks AS l '
+# relations too); with whether its rows may change within the transaction for this reader: row-level security
+# applies to the current role's reading of it (a policy may read a setting), or it is a temporary table (which a
+# READ ONLY transaction may write).
+LOCKED = ('SELECT DISTINCT c.oid AS oid, (pg_catalog.row_security_active(c.oid) OR c.relpersistence OPERATOR(pg_catalog.=) '
+          '\'t\') AS varies FROM pg_catalog.pg_locks AS l '
           'JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) l.relation '
           'WHERE l.locktype OPERATOR(pg_catalog.=) \'relation\' '
           'AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() '
           'AND c.relkind OPERATOR(pg_catalog.=) ANY (\'{r,v,m,f,p}\'::pg_catalog."char"[]) '
           'AND c.relnamespace OPERATOR(pg_catalog.<>) \'pg_catalog\'::pg_catalog.regnamespace '
-          'GROUP BY c.oid ORDER BY c.oid')
+          'ORDER BY c.oid')
 _held = {}  # at most one entry: (transaction, role, search path, relations, data, columns) → Table
 
 
@@ -397,11 +400,12 @@ def loaded(data, columns, chunk_rows=0, memory_limit=None):
     transaction has read, the data query's among them (resolved: a name that comes to mean another relation locks
     that one too), and every call first checks the current role's privileges on what the query reads, as running it
     does (docs/security.md: no data crosses roles through caches). Where row-level security applies to one of those
-    relations, whose rows may depend on more than the role (a setting a policy reads), nothing is kept."""
+    relations, whose rows may depend on more than the role (a setting a policy reads), or one is a temporary table,
+    which the transaction may write, nothing is kept."""
     now = server.query(TRANSACTION)
     query = loader.as_query(data)
-    relations, secured = reading(query, columns)
-    kept = now and now[0]['isolation'] in KEPT and now[0]['read_only'] == 'on' and not secured
+    relations, varies = reading(query, columns)
+    kept = now and now[0]['isolation'] in KEPT and now[0]['read_only'] == 'on' and not varies
     key = (now[0]['id'], now[0]['role'], now[0]['path'], relations, data, tuple(columns)) if kept else None
     if key is not None and key in _held:
         return _held[key]
@@ -413,9 +417,10 @@ def loaded(data, columns, chunk_rows=0, memory_limit=None):
 
 
 def reading(query, columns):
-    """(the oids of the relations this transaction has read, the data query's among them; whether row-level
-    security applies to one) for the current role, after the data query is planned and started with LIMIT 0,
-    which checks the role's privileges on what it reads, as running it would (42501, as the loader gives it)."""
+    """(the oids of the relations this transaction has read, the data query's among them; whether the rows of one
+    may change for this reader within the transaction) for the current role, after the data query is planned and
+    started with LIMIT 0, which checks the role's privileges on what it reads, as running it would (42501, as the
+    loader gives it)."""
     loader.check_columns(query, columns)
     found = server.query(LOCKED)
-    return tuple(row['oid'] for row in found), any(row['secured'] for row in found)
+    return tuple(row['oid'] for row in found), any(row['varies'] for row in found)

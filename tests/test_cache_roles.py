@@ -136,6 +136,19 @@ def test_a_revoke_that_commits_meanwhile_applies_at_once(cluster, dbname, db):
         db.execute(f'REVOKE SELECT ON secret FROM {ROLES[0]}')
 
 
+def test_a_temporary_table_written_in_the_transaction_is_read_again(db):
+    """A READ ONLY transaction may write a temporary table: its rows are never kept."""
+    db.execute('CREATE TEMPORARY TABLE scratch (x float8, y float8)')
+    db.execute('INSERT INTO scratch VALUES ' + ', '.join(f'({x}, {y})' for x, y in OPEN[:2]))
+    db.execute(BEGIN)
+    first = db.execute(SUMS, (LINE, 'scratch')).fetchone()[0]
+    db.execute('INSERT INTO scratch VALUES ' + ', '.join(f'({x}, {y})' for x, y in OPEN[2:]))
+    second = db.execute(SUMS, (LINE, 'scratch')).fetchone()[0]
+    db.execute('ROLLBACK')
+    assert first == pytest.approx(sums(OPEN[:2]), rel=1e-12)
+    assert second == pytest.approx(sums(OPEN), rel=1e-12)
+
+
 def test_one_roles_columns_are_still_loaded_once_a_transaction(cluster, dbname):
     """What the cache is for: the same role's rounds in one transaction load the columns once."""
     messages = []
