@@ -90,14 +90,15 @@ def lambda_columns(loss, names, types):
 
 @server.entry
 def loss_agg(packed, columns, loss, weights, options=None):
-    arguments.options(options, 'pgad.loss_agg', ())
+    arguments.options(options, 'pgad.loss_agg', (), settings().memory_limit)
     with _prepared(loss, weights, _unpacking(packed, columns), gradient=False) as call:
         return None if call is None else _loss(call)
 
 
 @server.entry
 def gradient_agg(packed, columns, loss, weights, options=None):
-    given = arguments.options(options, 'pgad.gradient_agg', ('mode', 'backend', 'dtype', 'tape'))
+    given = arguments.options(options, 'pgad.gradient_agg', ('mode', 'backend', 'dtype', 'tape'),
+                              settings().memory_limit)
     with _prepared(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'],
                    given['dtype'], tape=given['tape']) as call:
         return None if call is None else _gradient(call)
@@ -106,7 +107,8 @@ def gradient_agg(packed, columns, loss, weights, options=None):
 @server.entry
 def gradient_descent_agg(packed, columns, loss, weights, options=None):
     given = arguments.options(options, 'pgad.gradient_descent_agg',
-                              ('learning_rate', 'iterations', 'mode', 'backend', 'dtype', 'tape'))
+                              ('learning_rate', 'iterations', 'mode', 'backend', 'dtype', 'tape'),
+                              settings().memory_limit)
     with _prepared(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'],
                    given['dtype'], tape=given['tape']) as call:
         return None if call is None else _descend(call, given['learning_rate'], given['iterations'])
@@ -140,7 +142,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                    seed=None if seed is None else arguments.non_negative('seed', seed),
                    tolerance=arguments.non_negative('tolerance', tolerance),
                    l1=arguments.penalty('l1', l1, optimizer), l2=arguments.penalty('l2', l2, optimizer),
-                   regularize=arguments.regularize(regularize, [*names, *unread]), standardize=bool(standardize),
+                   regularize=arguments.regularize(regularize, [*names, *unread], config.memory_limit),
+                   standardize=bool(standardize),
                    label=label, group_by=arguments.group_by(group_by),
                    progress_every=int(arguments.non_negative('progress_every', progress_every)),
                    dtype=arguments.dtype(dtype, backend))  # backend checked just above
@@ -274,7 +277,8 @@ def derivatives(loss, weights=None, data=None):
 
 @server.entry
 def init_weights(shapes, scheme='glorot', seed=0):
-    return initial.weights(shapes, scheme, seed, settings().limits)
+    config = settings()
+    return initial.weights(shapes, scheme, seed, config.limits, config.memory_limit)
 
 
 @server.entry

@@ -24,17 +24,9 @@ def weights(text, lam, memory_limit=None):
     """The weights jsonb as {name: float, or a float64 array}: a weight is a number, a vector (an array of numbers)
     or a matrix (an array of rows, each an array of numbers, all of one length, row-major); every weight the lambda
     reads must be there. memory_limit (bytes, pgad.memory_limit; None: none) bounds what they may cost, checked
-    before anything is parsed: the text holds at most one number more than it has commas, and a key a colon."""
-    numbers, keys = text.count(',') + 1, text.count(':')
-    needed = numbers * NUMBER_BYTES + keys * KEY_BYTES
-    if memory_limit is not None and needed > memory_limit:
-        raise PgadError('53200', f'the weights need {_megabytes(needed)}, more than pgad.memory_limit '
-                                 f'({_megabytes(memory_limit)})',
-                        detail=f'The weights jsonb holds up to {numbers} numbers of {keys} weights, {NUMBER_BYTES} '
-                               f'bytes a number and {KEY_BYTES} a weight while the call reads them, uses them and '
-                               'gives them back.',
-                        hint='Give only the weights the lambda reads, or have a superuser raise pgad.memory_limit.')
-    value = json.loads(text)
+    before anything is parsed (parsed)."""
+    value = parsed(text, 'weights', 'weight', memory_limit,
+                   'Give only the weights the lambda reads, or have a superuser raise pgad.memory_limit.')
     if not isinstance(value, dict):
         raise PgadError('22023', 'weights must be a JSON object of numbers',
                         detail=f'The weights are {text}.', hint=EXAMPLE)
@@ -46,6 +38,22 @@ def weights(text, lam, memory_limit=None):
                             detail='The weights are: ' + (', '.join(f'"{k}"' for k in value) or 'none') + '.',
                             hint=f'Give every weight the lambda reads a starting value: {example}.')
     return given
+
+
+def parsed(text, what, key, memory_limit=None, hint=None):
+    """The JSON text of the jsonb argument `what` ('weights'), parsed; first, the error if it may cost more than
+    memory_limit bytes (None: no limit): its text holds at most one number more than it has commas, and a `key` (a
+    name in messages: 'weight') a colon, NUMBER_BYTES and KEY_BYTES each."""
+    numbers, keys = text.count(',') + 1, text.count(':')
+    needed = numbers * NUMBER_BYTES + keys * KEY_BYTES
+    if memory_limit is not None and needed > memory_limit:
+        raise PgadError('53200', f'the {what} need {_megabytes(needed)}, more than pgad.memory_limit '
+                                 f'({_megabytes(memory_limit)})',
+                        detail=f'The {what} jsonb holds up to {numbers} numbers of {keys} {key}s, {NUMBER_BYTES} '
+                               f'bytes a number and {KEY_BYTES} a {key} while the call reads them, uses them and '
+                               'gives them back.',
+                        hint=hint or 'Have a superuser raise pgad.memory_limit.')
+    return json.loads(text)
 
 
 def _megabytes(size):
@@ -182,9 +190,10 @@ OPTIONS = {'learning_rate': (0.05, (int, float), 'a number'), 'iterations': (100
 INT4_MAX = 2**31 - 1
 
 
-def options(text, aggregate, names):
-    """An aggregate's options jsonb (or None: no options) as {name: value} for each of names, defaults filled in."""
-    value = {} if text is None else json.loads(text)
+def options(text, aggregate, names, memory_limit=None):
+    """An aggregate's options jsonb (or None: no options) as {name: value} for each of names, defaults filled in;
+    memory_limit bounds what parsing it may cost (parsed)."""
+    value = {} if text is None else parsed(text, 'options', 'option', memory_limit)
     example = '{' + ', '.join(f'"{n}": {json.dumps(OPTIONS[n][0])}' for n in names) + '}'
     if not isinstance(value, dict):
         raise PgadError('22023', 'options must be a JSON object', detail=f'The options are {text}.',
@@ -269,11 +278,12 @@ def penalty(name, value, optimizer):
     return float(value)
 
 
-def regularize(text, names):
-    """The weights l1 and l2 apply to: None for every weight, else the names of a JSON array of weight names."""
+def regularize(text, names, memory_limit=None):
+    """The weights l1 and l2 apply to: None for every weight, else the names of a JSON array of weight names;
+    memory_limit bounds what parsing it may cost (parsed)."""
     if text is None:
         return None
-    value = json.loads(text)
+    value = parsed(text, 'regularize', 'key', memory_limit)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise PgadError('22023', 'regularize must be a JSON array of weight names', detail=f'regularize is {text}.',
                         hint='Write regularize => \'["a", "b"]\', or leave it out to regularise every weight.')

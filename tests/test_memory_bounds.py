@@ -107,6 +107,20 @@ def test_weights_past_the_limit_stop_with_53200(db, call):
 START = "(SELECT weights FROM starts WHERE name = '{}')"
 
 
+@pytest.mark.parametrize('call, what', [
+    ("SELECT pgad.gradient_agg('λ(d, w) w.a*d.x', '{\"a\": 0}', p, %s) FROM few AS p", 'options'),
+    ("SELECT pgad.train('bounds_r', 'λ(d, w) w.a*d.x', 'squared', 'few', '{\"a\": 0}', l2 => 0.1, regularize => %s)",
+     'regularize'),
+    ("SELECT pgad.init_weights(%s)", 'shapes')])
+def test_every_jsonb_argument_is_charged_before_it_is_parsed(db, call, what):
+    """The aggregates' options, pgad.train's regularize and pgad.init_weights' shapes, as the weights."""
+    db.execute("SET pgad.memory_limit = '1MB'")
+    text = json.dumps({'mode': [0] * 5000} if what != 'regularize' else ['a'] * 5000)
+    diag = error_of(db, call, (text,))
+    assert (diag.sqlstate, diag.message_primary) == ('53200', f'the {what} need 1.5 MB, more than pgad.memory_limit '
+                                                              '(1.0 MB)')
+
+
 @pytest.mark.parametrize('shape', ['vector', 'matrix'])
 @pytest.mark.parametrize('call', [LOSS, "SELECT pgad.gradient('λ(d, w) (w.a*d.x - d.y)^2', 'few', %s) IS NULL"])
 def test_unread_weights_cost_their_text_not_a_program(db, shape, call):
