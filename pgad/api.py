@@ -63,15 +63,19 @@ def partial_sums(loss, data, names, weights, mode='reverse', backend='auto', dty
     if len(names) != len(weights) or len(set(names)) != len(names):
         raise PgadError('22023', f'{len(names)} weight names for {len(weights)} weights',
                         hint='names and weights are the weight vector\'s names and values, one of each per weight.')
-    arguments.weights(json.dumps(dict.fromkeys(names, 0)), lam)
+    arguments.weights(json.dumps(dict.fromkeys(names, 0)), lam, config.memory_limit)
     mode, backend = arguments.mode(mode), arguments.backend(backend)
     precision = arguments.dtype(dtype, backend)
-    prog = program.build(lam.text, tuple(names), mode, True, config.limits)
+    reads = set(lam.weights)
+    read = [k for k, name in enumerate(names) if name in reads]  # where the weights the lambda reads are
+    prog = program.build(lam.text, tuple(names[k] for k in read), mode, True, config.limits)
     table = shards.loaded(data, list(prog.columns), config.chunk_rows, config.memory_limit)
-    if table.rows == 0:
-        return [0.0] * (1 + len(prog.outputs))
-    kernel = _kernel(prog, backend, precision, config, table.rows)
-    sums = descent.evaluate(kernel, table, np.array(weights, dtype=np.float64), server.check_interrupts)
+    sums = np.zeros(1 + len(names))  # the loss sum, then a derivative by each name: 0 by a weight it does not read
+    if table.rows:
+        kernel = _kernel(prog, backend, precision, config, table.rows)
+        found = descent.evaluate(kernel, table, np.array([weights[k] for k in read], dtype=np.float64),
+                                 server.check_interrupts)
+        sums[0], sums[1 + np.array(read, dtype=np.int64)] = found[0], found[1:]
     return [float(table.rows), *(float(v) for v in sums)]
 
 

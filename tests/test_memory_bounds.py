@@ -107,6 +107,21 @@ def test_weights_past_the_limit_stop_with_53200(db, call):
 START = "(SELECT weights FROM starts WHERE name = '{}')"
 
 
+def test_partial_sums_of_names_the_lambda_does_not_read(db):
+    """pgad.partial_sums (a shard's round) takes the weight vector's names: one the lambda does not read has the
+    derivative 0 and costs no program; too many are refused as weights are."""
+    call = "SELECT pgad.partial_sums('λ(d, w) (w.a*d.x - d.y)^2', 'few', %s, %s)"
+    rows, loss, *gradient = db.execute(call, (['z', 'a', 'q'], [5.0, 1.0, 7.0])).fetchone()[0]
+    assert (rows, gradient[0], gradient[2]) == (3, 0, 0)
+    assert [loss, gradient[1]] == pytest.approx([sum((x - 2 * x - 1) ** 2 for x in (1, 2, 3)),
+                                                 sum(2 * (x - 2 * x - 1) * x for x in (1, 2, 3))], rel=1e-12)
+    db.execute("SET pgad.memory_limit = '1MB'")
+    names = ['a'] + [f'u{k}' for k in range(2000)]
+    diag = error_of(db, call, (names, [0.0] * len(names)))
+    assert (diag.sqlstate, diag.message_primary) == ('53200', 'the weights need 1.3 MB, more than pgad.memory_limit '
+                                                              '(1.0 MB)')
+
+
 @pytest.mark.parametrize('call, what', [
     ("SELECT pgad.gradient_agg('λ(d, w) w.a*d.x', '{\"a\": 0}', p, %s) FROM few AS p", 'options'),
     ("SELECT pgad.train('bounds_r', 'λ(d, w) w.a*d.x', 'squared', 'few', '{\"a\": 0}', l2 => 0.1, regularize => %s)",
