@@ -57,6 +57,11 @@ def tables(cluster, dbname):
         db.execute("CREATE POLICY tenant ON tenants USING (tenant = current_setting('app.tenant'))")
         for role in ROLES:
             db.execute(f'GRANT SELECT ON owned, tenants TO {role}')
+        # A table alice reads, and a function she may call that reads the secret table as its caller.
+        db.execute('CREATE TABLE open_x AS SELECT x FROM secret')
+        db.execute(f'GRANT SELECT ON open_x TO {ROLES[0]}')
+        db.execute('CREATE FUNCTION secret_y(float8) RETURNS float8 LANGUAGE sql STABLE '
+                   'AS $$ SELECT s.y FROM public.secret AS s WHERE s.x = $1 $$')
 
 
 def as_role(cluster, dbname, role):
@@ -81,6 +86,18 @@ def test_set_role_reads_as_the_new_role(db):
     assert db.execute(SUMS, (LINE, 'SELECT x, y FROM secret')).fetchone()[0] == pytest.approx(sums(SECRET), rel=1e-12)
     db.execute(f'SET ROLE {ROLES[0]}')
     assert error_of(db, SUMS, (LINE, 'SELECT x, y FROM secret')).sqlstate == '42501'
+    db.execute('ROLLBACK')
+
+
+def test_a_function_in_the_data_query_reads_as_each_role(db):
+    """The same relations, read by the same text: a function the query calls runs as the caller, so what the
+    superuser's call kept is not alice's, even where her privileges on the query's own tables suffice."""
+    data = 'SELECT x, public.secret_y(x) AS y FROM public.open_x'
+    db.execute(BEGIN)
+    assert db.execute(SUMS, (LINE, data)).fetchone()[0] == pytest.approx(sums(SECRET), rel=1e-12)
+    db.execute(f'SET ROLE {ROLES[0]}')
+    diag = error_of(db, SUMS, (LINE, data))
+    assert (diag.sqlstate, diag.message_primary) == ('42501', 'permission denied for table secret')
     db.execute('ROLLBACK')
 
 
