@@ -4,8 +4,9 @@
  * Three small jobs that Python cannot do from inside PL/Python, or not fast enough:
  *
  * 1. pgad's settings (_PG_init). Defining them here, rather than leaving them as placeholders anyone may SET,
- *    lets the resource limits be PGC_SUSET: only a superuser changes them, in postgresql.conf, ALTER SYSTEM,
- *    ALTER ROLE/DATABASE or SET. The Python package reads them per call (pgad/server.py).
+ *    lets them be PGC_SUSET: only a superuser changes them, in postgresql.conf, ALTER SYSTEM, ALTER ROLE/DATABASE
+ *    or SET. All are the DBA's: the limits, and pgad.load_chunk_rows, whose small values multiply what a load
+ *    costs beside its rows (each chunk is a group). The Python package reads them per call (pgad/server.py).
  *
  * 2. The door from SQL into Python (pgad_call). Every public function pgad.f is a C function that calls its
  *    PL/Python implementation pgad._f, found by name and argument types in pgad's own schema, never through the
@@ -101,7 +102,7 @@ _PG_init(void)
 							"Rows per chunk when loading data; 0 loads it whole, in chunks only past 1 GB.",
 							NULL,
 							&load_chunk_rows, 0, 0, INT_MAX,
-							PGC_USERSET, 0, NULL, NULL, NULL);
+							PGC_SUSET, 0, NULL, NULL, NULL);
 	memory_limit_kb = default_memory_limit_kb();
 	DefineCustomIntVariable("pgad.memory_limit",
 							"The most memory one pgad call may take for its data; by default a quarter of the "
@@ -260,14 +261,19 @@ pgad_call(PG_FUNCTION_ARGS)
  *    while the query that packs them ends, the state (up to twice the rows, for the doubling), the bytea it gives
  *    and the copy of that in the query's result; later the Python bytes (numpy reads them in place), a
  *    standardised copy and the shuffled copies of a mini-batch optimizer. So that a call stays within
- *    pgad.memory_limit, a state holds at most pgad.memory_limit / PACK_COPIES of packed bytes, and pgad.pack's rows
- *    in one query (every group's, every chunk's) at most that in all: the row past it stops the query with
- *    SQLSTATE 53200 before anything grows. Each parallel worker counts its own rows, and the leader its rows and
- *    those it combines; the loader gives the error its final form, with the data's own size (pgad/loader.py).
+ *    pgad.memory_limit, a state holds at most pgad.memory_limit / PACK_COPIES of packed bytes, and what pgad.pack's
+ *    states in one query (every group's, every chunk's) are charged together stays within the limit: each state
+ *    its rows PACK_COPIES times over or the room it has reserved, whichever is more, and PACK_STATE_BYTES for
+ *    itself and what one more group costs the rest of the call (the group's row in the query's result, its Python
+ *    objects: measured, docs/security.md), the first state's excepted. The row or the group past the limit stops
+ *    the query with SQLSTATE 53200 before anything grows. Each parallel worker counts its own states, and the
+ *    leader its own and those it combines; the loader gives the error its final form, with the data's own size
+ *    (pgad/loader.py).
  */
 #define PACK_MAGIC		0x4b504750	/* "PGPK", as the first four bytes read on a little-endian machine */
-#define PACK_FIRST_ROWS 256
+#define PACK_FIRST_ROWS 16
 #define PACK_COPIES		4
+#define PACK_STATE_BYTES 2048	/* what a group costs besides its rows: a state, its group, its result's row */
 
 typedef struct PackHeader
 {
@@ -284,7 +290,20 @@ typedef struct PackState
 	int64		skipped;
 	int64		capacity;		/* rows each column has room for */
 	float8	   *values;			/* column k's rows start at values[k * capacity] */
+	int64		charged;		/* bytes charged for it against pgad.memory_limit (PackCharges) */
 } PackState;
+
+/*
+ * What pgad.memory_limit charges the states of one aggregate in one query and one process, kept in its fn_extra.
+ * It starts at minus one PACK_STATE_BYTES: the first state's own cost is the call's, as the rest of what every call
+ * costs is.
+ */
+typedef struct PackCharges
+{
+	int64		charged;		/* bytes charged to its states */
+	int64		rows;			/* rows packed, in all its states */
+	int64		states;			/* states charged (pgad.pack: made; the aggregates: alive) */
+} PackCharges;
 
 /* The most rows whose bytea stays within MaxAllocSize. */
 static int64
@@ -348,19 +367,19 @@ pack_new(int columns, int64 capacity, MemoryContext context)
 }
 
 /*
- * Room for at least rows rows: the capacity doubles. The array grows in place where it can (repalloc of a large
- * chunk is realloc, which moves the pages rather than copying them), and the columns after the first move up to
- * their new places, the last first.
+ * The rows a state has room for once it holds rows rows: its capacity, doubled as often as they need (the error
+ * past what pgad.memory_limit lets one state hold, or past 1 GB). pack_reserve grows the array to that: in place
+ * where it can (repalloc of a large chunk is realloc, which moves the pages rather than copying them), the columns
+ * after the first moving up to their new places, the last first.
  */
-static void
-pack_reserve(PackState *state, int64 rows)
+static int64
+pack_room(const PackState *state, int64 rows)
 {
 	int64		max_rows = pack_max_rows(state->columns);
 	int64		capacity = state->capacity;
-	int			k;
 
 	if (rows <= capacity)
-		return;
+		return capacity;
 	if (rows > pack_limit_rows(state->columns))
 		pack_over_limit(rows, state->columns);
 	if (rows > max_rows)
@@ -368,6 +387,18 @@ pack_reserve(PackState *state, int64 rows)
 	max_rows = Min(max_rows, pack_limit_rows(state->columns));
 	while (capacity < rows)
 		capacity = Min(capacity * 2, max_rows);
+	return capacity;
+}
+
+/* Room for at least rows rows, as pack_room gives it. */
+static void
+pack_reserve(PackState *state, int64 rows)
+{
+	int64		capacity = pack_room(state, rows);
+	int			k;
+
+	if (capacity == state->capacity)
+		return;
 	state->values = repalloc(state->values, sizeof(float8) * state->columns * capacity);
 	for (k = state->columns - 1; k > 0; k--)
 		memmove(state->values + k * capacity, state->values + k * state->capacity, sizeof(float8) * state->rows);
@@ -407,23 +438,81 @@ pack_first(int columns, MemoryContext context)
 	return pack_new(columns, Min(PACK_FIRST_ROWS, pack_limit_rows(columns)), context);
 }
 
+/* New charges for an aggregate's states. */
+static PackCharges *
+pack_charges(MemoryContext context)
+{
+	PackCharges *charges = MemoryContextAllocZero(context, sizeof(PackCharges));
+
+	charges->charged = -PACK_STATE_BYTES;
+	return charges;
+}
+
+/* pgad.pack's charges, in the fn_extra of the aggregate call fcinfo is of. */
+static PackCharges *
+pack_charges_of(FunctionCallInfo fcinfo)
+{
+	if (fcinfo->flinfo->fn_extra == NULL)
+		fcinfo->flinfo->fn_extra = pack_charges(fcinfo->flinfo->fn_mcxt);
+	return (PackCharges *) fcinfo->flinfo->fn_extra;
+}
+
+/* The error once the states of an aggregate are charged more than pgad.memory_limit (kept: pgad.pack's). */
+static void
+pack_over_charged(const PackCharges *charges, int columns, bool kept)
+{
+	if (kept)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("the data needs more than pgad.memory_limit (%s)", megabytes(memory_limit_kb * 1024.0)),
+				 errdetail("Packing stopped at row " INT64_FORMAT " of %d columns, in group " INT64_FORMAT ": a group "
+						   "costs %d bytes besides its rows, 8 bytes a value held up to %d times over while a call "
+						   "loads and trains.", charges->rows, columns, charges->states, PACK_STATE_BYTES,
+						   PACK_COPIES),
+				 errhint("Train on fewer groups or a sample of the data (TABLESAMPLE, WHERE or LIMIT in its query), "
+						 "or have a superuser raise pgad.memory_limit.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("the data needs more than pgad.memory_limit (%s)", megabytes(memory_limit_kb * 1024.0)),
+			 errdetail("Packing stopped with " INT64_FORMAT " groups held at once, " INT64_FORMAT " rows of %d columns "
+					   "in all: a group's state costs %d bytes besides its lambda, its weights and room for its rows, "
+					   "8 bytes a value.", charges->states, charges->rows, columns, PACK_STATE_BYTES),
+			 errhint("Train on fewer groups or a sample of the data (TABLESAMPLE, WHERE or LIMIT in its query), or "
+					 "have a superuser raise pgad.memory_limit.")));
+}
+
 /*
- * rows more rows of so many columns packed by the aggregate call fcinfo is of, in this query and this process,
- * counted in its fn_extra: the error once they pass what pgad.memory_limit allows all of them together.
+ * A state's charge becomes cost (bytes): the charges' total changes by the difference, and the error once it passes
+ * pgad.memory_limit, before the state grows.
  */
 static void
-pack_count(FunctionCallInfo fcinfo, int64 rows, int columns)
+pack_charge(PackCharges *charges, int64 *charged, int64 cost, int columns, bool kept)
 {
-	int64	   *packed = (int64 *) fcinfo->flinfo->fn_extra;
+	charges->charged += cost - *charged;
+	*charged = cost;
+	if (charges->charged > (int64) memory_limit_kb * 1024)
+		pack_over_charged(charges, columns, kept);
+}
 
-	if (packed == NULL)
-	{
-		packed = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(int64));
-		fcinfo->flinfo->fn_extra = packed;
-	}
-	*packed += rows;
-	if (*packed * columns > (int64) memory_limit_kb * 1024 / (PACK_COPIES * sizeof(float8)))	/* no division a row */
-		pack_over_limit(*packed, columns);
+/*
+ * What a state of so many columns is charged once it holds rows rows with room for room: PACK_STATE_BYTES, and its
+ * rows copies times over or its room, whichever is more.
+ */
+static int64
+pack_cost(int columns, int64 rows, int64 room, int copies)
+{
+	return PACK_STATE_BYTES + (int64) sizeof(float8) * columns * Max(rows * copies, room);
+}
+
+/* pgad.pack's state charged for holding rows rows (pgad.pack's rows count PACK_COPIES times: its result is kept). */
+static void
+pack_charge_rows(PackCharges *charges, PackState *state, int64 rows)
+{
+	charges->rows += rows - state->rows;
+	if (state->charged == 0)
+		charges->states++;
+	pack_charge(charges, &state->charged, pack_cost(state->columns, rows, pack_room(state, rows), PACK_COPIES),
+				state->columns, true);
 }
 
 /* One row appended: values[k] to column k. */
@@ -524,6 +613,7 @@ pgad_pack_step(PG_FUNCTION_ARGS)
 								format_type_be(get_fn_expr_argtype(fcinfo->flinfo, k))),
 						 errhint("Cast it: pgad.pack(x::float8, ...).")));
 		state = pack_first(columns, context);
+		pack_charge_rows(pack_charges_of(fcinfo), state, 0);
 	}
 	for (k = 0; k < columns; k++)
 	{
@@ -534,7 +624,7 @@ pgad_pack_step(PG_FUNCTION_ARGS)
 		}
 		values[k] = PG_GETARG_FLOAT8(k + 1);
 	}
-	pack_count(fcinfo, 1, columns);
+	pack_charge_rows(pack_charges_of(fcinfo), state, state->rows + 1);
 	pack_add_row(state, values);
 	PG_RETURN_POINTER(state);
 }
@@ -560,9 +650,12 @@ pgad_pack_combine(PG_FUNCTION_ARGS)
 			PG_RETURN_NULL();
 		PG_RETURN_POINTER(state1);
 	}
-	pack_count(fcinfo, state2->rows, state2->columns);
 	if (state1 == NULL)
-		PG_RETURN_POINTER(pack_copy(state2, context));
+	{
+		state1 = pack_new(state2->columns, state2->rows, context);
+		pack_charge_rows(pack_charges_of(fcinfo), state1, 0);
+	}
+	pack_charge_rows(pack_charges_of(fcinfo), state1, state1->rows + state2->rows);
 	pack_append(state1, state2);
 	PG_RETURN_POINTER(state1);
 }
@@ -610,7 +703,7 @@ pgad_pack_deserialize(PG_FUNCTION_ARGS)
  */
 #define LAMBDA_MAGIC	0x414c4750	/* "PGLA" */
 
-/* How to read a row for a lambda: kept for the whole query in the transition function's fn_extra. */
+/* How to read a row for a lambda: kept for the whole query in the transition function's fn_extra (LambdaExtra). */
 typedef struct RowReader
 {
 	MemoryContext context;		/* holds this reader; deleted when a new one replaces it */
@@ -626,8 +719,17 @@ typedef struct RowReader
 	float8	   *values;			/* one row's values */
 } RowReader;
 
+/* The transition function's fn_extra: its row reader, and the charges of its groups' states. */
+typedef struct LambdaExtra
+{
+	RowReader  *reader;			/* NULL until the first row */
+	PackCharges *charges;
+} LambdaExtra;
+
 typedef struct LambdaState
 {
+	PackCharges *charges;		/* where it is charged while it lives, or NULL (a parallel worker's, deserialised) */
+	int64		charged;		/* what it is charged: lambda_cost */
 	PackState  *pack;			/* the rows, from the group's first row that is not NULL; else NULL */
 	int64		null_rows;		/* rows that were NULL as a whole (an outer join's missing side) */
 	ArrayType  *names;			/* the columns packed, a text[] (with pack) */
@@ -800,6 +902,62 @@ same_in_group(FunctionCallInfo fcinfo, int argument, struct varlena *group, cons
 		differs_in_group(fcinfo, what);
 }
 
+/*
+ * What a group's state is charged against pgad.memory_limit once it holds rows rows: PACK_STATE_BYTES, its lambda,
+ * weights and options, and the room of its rows. The aggregates train one group at a time, so a group's rows count
+ * once (each group alone must fit PACK_COPIES times over, as pack_room checks); but every group that the query holds
+ * at once (all of them, when it groups by hashing) holds its state, so what they are charged together must fit.
+ */
+static int64
+lambda_cost(const LambdaState *state, int64 rows)
+{
+	int64		cost = PACK_STATE_BYTES + VARSIZE_ANY(state->loss) + VARSIZE_ANY(state->weights) +
+		(state->options == NULL ? 0 : VARSIZE_ANY(state->options));
+
+	if (state->pack != NULL)
+		cost += (int64) sizeof(float8) * state->pack->columns * pack_room(state->pack, rows);
+	return cost;
+}
+
+/* state charged for holding rows rows (once it has a pack): the error past the limit, before it grows. */
+static void
+lambda_charge(LambdaState *state, int64 rows)
+{
+	if (state->charges == NULL)
+		return;
+	if (state->pack != NULL)
+		state->charges->rows += rows - state->pack->rows;
+	pack_charge(state->charges, &state->charged, lambda_cost(state, rows),
+				state->pack == NULL ? 0 : state->pack->columns, false);
+}
+
+/* Called when the memory of the state arg ends (its group done, or the query): it is charged no more. */
+static void
+lambda_release(void *arg)
+{
+	LambdaState *state = (LambdaState *) arg;
+
+	state->charges->charged -= state->charged;
+	state->charges->rows -= state->pack == NULL ? 0 : state->pack->rows;
+	state->charges->states--;
+}
+
+/* state, new in context, charged to charges for as long as context keeps it. */
+static void
+lambda_charge_new(LambdaState *state, PackCharges *charges, MemoryContext context)
+{
+	MemoryContextCallback *callback = MemoryContextAlloc(context, sizeof(MemoryContextCallback));
+
+	state->charges = charges;
+	state->charged = 0;
+	charges->states++;
+	charges->rows += state->pack == NULL ? 0 : state->pack->rows;
+	callback->func = lambda_release;
+	callback->arg = state;
+	MemoryContextRegisterResetCallback(context, callback);
+	lambda_charge(state, state->pack == NULL ? 0 : state->pack->rows);
+}
+
 PG_FUNCTION_INFO_V1(pgad_lambda_step);
 
 /*
@@ -812,7 +970,8 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 {
 	MemoryContext context;
 	LambdaState *state = PG_ARGISNULL(0) ? NULL : (LambdaState *) PG_GETARG_POINTER(0);
-	RowReader  *reader = (RowReader *) fcinfo->flinfo->fn_extra;
+	LambdaExtra *extra = (LambdaExtra *) fcinfo->flinfo->fn_extra;
+	RowReader  *reader;
 	bool		with_options = PG_NARGS() > 4;
 	HeapTupleHeader row;
 	HeapTupleData tuple;
@@ -820,6 +979,13 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 
 	if (!AggCheckCallContext(fcinfo, &context))
 		elog(ERROR, "pgad_lambda_step called in non-aggregate context");
+	if (extra == NULL)
+	{
+		extra = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(LambdaExtra));
+		extra->charges = pack_charges(fcinfo->flinfo->fn_mcxt);
+		fcinfo->flinfo->fn_extra = extra;
+	}
+	reader = extra->reader;
 	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
 	{
 		if (state == NULL)
@@ -846,6 +1012,7 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 		/* A constant is the same in every row: only the others are compared with the group's first row. */
 		state->varying = !get_fn_expr_arg_stable(fcinfo->flinfo, 1) || !get_fn_expr_arg_stable(fcinfo->flinfo, 2) ||
 			(with_options && !get_fn_expr_arg_stable(fcinfo->flinfo, 4));
+		lambda_charge_new(state, extra->charges, context);
 	}
 	else if (state->varying)
 	{
@@ -868,7 +1035,7 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 		RowReader  *replaced = reader;
 
 		reader = row_reader(fcinfo, state->loss, row, replaced == NULL ? 1 : replaced->generation + 1);
-		fcinfo->flinfo->fn_extra = reader;
+		extra->reader = reader;
 		if (replaced != NULL)
 			MemoryContextDelete(replaced->context);
 	}
@@ -877,6 +1044,7 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 	{
 		state->pack = pack_first(reader->columns, context);
 		state->names = (ArrayType *) varlena_copy((struct varlena *) reader->names, context);
+		lambda_charge(state, 0);
 	}
 	else if (state->pack->columns != reader->columns)
 		elog(ERROR, "%s read %d columns of one row and %d of another", aggregate_name(fcinfo),
@@ -898,6 +1066,7 @@ pgad_lambda_step(PG_FUNCTION_ARGS)
 		}
 		reader->values[k] = as_float8(value, reader->types[k]);
 	}
+	lambda_charge(state, state->pack->rows + 1);
 	pack_add_row(state->pack, reader->values);
 	PG_RETURN_POINTER(state);
 }
@@ -940,7 +1109,11 @@ pgad_lambda_combine(PG_FUNCTION_ARGS)
 		PG_RETURN_POINTER(state1);
 	}
 	if (state1 == NULL)
-		PG_RETURN_POINTER(lambda_copy(state2, context));
+	{
+		state1 = lambda_copy(state2, context);
+		lambda_charge_new(state1, pack_charges_of(fcinfo), context);
+		PG_RETURN_POINTER(state1);
+	}
 	if (!varlena_equal((struct varlena *) state1->loss, (struct varlena *) state2->loss))
 		differs_in_group(fcinfo, "loss");
 	if (!varlena_equal(state1->weights, state2->weights))
@@ -952,9 +1125,15 @@ pgad_lambda_combine(PG_FUNCTION_ARGS)
 	{
 		state1->pack = pack_copy(state2->pack, context);
 		state1->names = (ArrayType *) varlena_copy((struct varlena *) state2->names, context);
+		if (state1->charges != NULL)
+			state1->charges->rows += state1->pack->rows;
+		lambda_charge(state1, state1->pack->rows);
 	}
 	else if (state2->pack != NULL)
+	{
+		lambda_charge(state1, state1->pack->rows + state2->pack->rows);
 		pack_append(state1->pack, state2->pack);
+	}
 	PG_RETURN_POINTER(state1);
 }
 
@@ -1084,7 +1263,7 @@ pgad_lambda_final(PG_FUNCTION_ARGS)
 {
 	LambdaState *state = (LambdaState *) PG_GETARG_POINTER(0);
 	FmgrInfo   *implementation = (FmgrInfo *) fcinfo->flinfo->fn_extra;
-	PackState	nothing = {0, 0, 0, 0, NULL};
+	PackState	nothing = {0, 0, 0, 0, NULL, 0};
 	bytea	   *packed = pack_bytea(state->pack != NULL ? state->pack : &nothing, state->null_rows);
 	Datum		result;
 

@@ -63,15 +63,19 @@ def partial_sums(loss, data, names, weights, mode='reverse', backend='auto', dty
     if len(names) != len(weights) or len(set(names)) != len(names):
         raise PgadError('22023', f'{len(names)} weight names for {len(weights)} weights',
                         hint='names and weights are the weight vector\'s names and values, one of each per weight.')
-    arguments.weights(json.dumps(dict.fromkeys(names, 0)), lam)
+    arguments.weights(json.dumps(dict.fromkeys(names, 0)), lam, config.memory_limit)
     mode, backend = arguments.mode(mode), arguments.backend(backend)
     precision = arguments.dtype(dtype, backend)
-    prog = program.build(lam.text, tuple(names), mode, True, config.limits)
+    reads = set(lam.weights)
+    read = [k for k, name in enumerate(names) if name in reads]  # where the weights the lambda reads are
+    prog = program.build(lam.text, tuple(names[k] for k in read), mode, True, config.limits)
     table = shards.loaded(data, list(prog.columns), config.chunk_rows, config.memory_limit)
-    if table.rows == 0:
-        return [0.0] * (1 + len(prog.outputs))
-    kernel = _kernel(prog, backend, precision, config, table.rows)
-    sums = descent.evaluate(kernel, table, np.array(weights, dtype=np.float64), server.check_interrupts)
+    sums = np.zeros(1 + len(names))  # the loss sum, then a derivative by each name: 0 by a weight it does not read
+    if table.rows:
+        kernel = _kernel(prog, backend, precision, config, table.rows)
+        found = descent.evaluate(kernel, table, np.array([weights[k] for k in read], dtype=np.float64),
+                                 server.check_interrupts)
+        sums[0], sums[1 + np.array(read, dtype=np.int64)] = found[0], found[1:]
     return [float(table.rows), *(float(v) for v in sums)]
 
 
@@ -90,14 +94,15 @@ def lambda_columns(loss, names, types):
 
 @server.entry
 def loss_agg(packed, columns, loss, weights, options=None):
-    arguments.options(options, 'pgad.loss_agg', ())
+    arguments.options(options, 'pgad.loss_agg', (), settings().memory_limit)
     with _prepared(loss, weights, _unpacking(packed, columns), gradient=False) as call:
         return None if call is None else _loss(call)
 
 
 @server.entry
 def gradient_agg(packed, columns, loss, weights, options=None):
-    given = arguments.options(options, 'pgad.gradient_agg', ('mode', 'backend', 'dtype', 'tape'))
+    given = arguments.options(options, 'pgad.gradient_agg', ('mode', 'backend', 'dtype', 'tape'),
+                              settings().memory_limit)
     with _prepared(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'],
                    given['dtype'], tape=given['tape']) as call:
         return None if call is None else _gradient(call)
@@ -106,7 +111,8 @@ def gradient_agg(packed, columns, loss, weights, options=None):
 @server.entry
 def gradient_descent_agg(packed, columns, loss, weights, options=None):
     given = arguments.options(options, 'pgad.gradient_descent_agg',
-                              ('learning_rate', 'iterations', 'mode', 'backend', 'dtype', 'tape'))
+                              ('learning_rate', 'iterations', 'mode', 'backend', 'dtype', 'tape'),
+                              settings().memory_limit)
     with _prepared(loss, weights, _unpacking(packed, columns), given['mode'], given['backend'],
                    given['dtype'], tape=given['tape']) as call:
         return None if call is None else _descend(call, given['learning_rate'], given['iterations'])
@@ -131,7 +137,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     name = arguments.model_name(name)
     config = settings()
     goal = objective.build(model, loss, label, config.limits)
-    w = arguments.weights(weights, goal.model)
+    w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),
+                                 program.parsed(goal.text, config.limits))
     names = list(w)
     options = dict(learning_rate=arguments.learning_rate(learning_rate), iterations=arguments.iterations(iterations),
                    mode=arguments.mode(mode), backend=arguments.backend(backend),
@@ -139,7 +146,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                    seed=None if seed is None else arguments.non_negative('seed', seed),
                    tolerance=arguments.non_negative('tolerance', tolerance),
                    l1=arguments.penalty('l1', l1, optimizer), l2=arguments.penalty('l2', l2, optimizer),
-                   regularize=arguments.regularize(regularize, names), standardize=bool(standardize),
+                   regularize=arguments.regularize(regularize, [*names, *unread], config.memory_limit),
+                   standardize=bool(standardize),
                    label=label, group_by=arguments.group_by(group_by),
                    progress_every=int(arguments.non_negative('progress_every', progress_every)),
                    dtype=arguments.dtype(dtype, backend))  # backend checked just above
@@ -165,6 +173,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
         if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
             group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit)
             group_types = catalog.group_types(groups, group_types)  # domains as their base types
+            _check_groups(len(parts), config.memory_limit)
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
             table, kernel = stack.enter_context(_loading(data, spread=not standardize)(prog, config, job, start))
@@ -188,7 +197,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                                clock)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
-                             weights=json.dumps(prog.nest([fitted[n] for n in prog.weights])),
+                             weights=_with(unread, prog.nest([fitted[n] for n in prog.weights])),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
                              training_time=fit.seconds))
@@ -200,6 +209,21 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
         unrolled = (lam, prediction, dict(shapes.columns))
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled)
     return catalog.store(scoring, rows, fits)
+
+
+# What a group costs pgad.train beyond its rows (measured: docs/security.md): its fit, its row of pgad.models and
+# its branch of the scoring function, whose body PostgreSQL parses and stores whole.
+GROUP_BYTES = 32 << 10
+
+
+def _check_groups(count, memory_limit):
+    """The error if a model of count groups needs more than memory_limit bytes, GROUP_BYTES a group."""
+    if count * GROUP_BYTES > memory_limit:
+        raise PgadError(loader.OUT_OF_MEMORY, f'the model\'s groups need {loader.megabytes(count * GROUP_BYTES)}, more '
+                                              f'than pgad.memory_limit ({loader.megabytes(memory_limit)})',
+                        detail=f'{count} groups, {GROUP_BYTES >> 10} kB each for its fit, its row of pgad.models and '
+                               'its branch of the scoring function.',
+                        hint='Group by fewer columns, or have a superuser raise pgad.memory_limit.')
 
 
 def _full_batch(options, rows):
@@ -251,13 +275,15 @@ def derivatives(loss, weights=None, data=None):
         grown = lam.copy()
         found = tensors.gradient(grown, shapes)
         return list(zip(found, printer.to_lambdas(grown, list(found.values()), budget)))
-    prog = program.build(loss, tuple(w), limits=limits)
-    return list(zip(prog.weights, printer.to_lambdas(prog.lam, prog.outputs[1:], budget)))
+    prog = program.build(loss, tuple(arguments.unread(w, lam)[0]), limits=limits)
+    found = dict(zip(prog.weights, printer.to_lambdas(prog.lam, prog.outputs[1:], budget)))
+    return [(name, found.get(name, '0')) for name in w]
 
 
 @server.entry
 def init_weights(shapes, scheme='glorot', seed=0):
-    return initial.weights(shapes, scheme, seed, settings().limits)
+    config = settings()
+    return initial.weights(shapes, scheme, seed, config.limits, config.memory_limit)
 
 
 @server.entry
@@ -271,7 +297,7 @@ def explain(loss, mode='reverse', backend='auto', rows=None, data=None, weights=
     tape = arguments.tape(tape, mode, backend)
     lam = program.parsed(loss, limits)
     w, shapes = _given(lam, weights, data, lengths=weights is not None or vectors.needed(lam))
-    return explaining.stages(loss, mode, limits, backend, rows, data, shapes, list(w), tape)
+    return explaining.stages(loss, mode, limits, backend, rows, data, shapes, list(arguments.unread(w, lam)[0]), tape)
 
 
 @dataclass(frozen=True)
@@ -281,6 +307,7 @@ class Call:
     table: loader.Table
     kernel: object
     vector: np.ndarray  # the starting weights, in the order of prog.weights
+    unread: dict        # the weights the lambda does not read, {name: value}: given back as they came
 
     @property
     def names(self):
@@ -348,7 +375,7 @@ def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float6
     argument is the one reported), `checked` ones by arguments' function of their name."""
     config = settings()
     lam = program.parsed(loss, config.limits)
-    w = arguments.weights(weights, lam)
+    w, unread = arguments.unread(arguments.weights(weights, lam, config.memory_limit), lam)
     for name, value in checked.items():
         getattr(arguments, name)(value)
     mode, backend = arguments.mode(mode), arguments.backend(backend)
@@ -358,7 +385,7 @@ def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float6
     _kernel(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
     vector = _vector(w)
     with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector) as (table, kernel):
-        yield None if table is None else Call(prog, table, kernel, vector)
+        yield None if table is None else Call(prog, table, kernel, vector, unread)
 
 
 def _shapes(w, columns=()):
@@ -371,8 +398,15 @@ def _given(lam, weights, data, lengths):
     """(the weights, their vectors.Shapes) of a function that takes weights and data only for their shapes
     (pgad.derivatives, pgad.explain): every weight the lambda reads a number unless weights (a jsonb, or None) says
     otherwise; the array columns' lengths from data where it is given and lengths is true."""
-    w = arguments.weights(weights, lam) if weights is not None else dict.fromkeys(lam.weights, 0.0)
+    w = arguments.weights(weights, lam, settings().memory_limit) if weights is not None else \
+        dict.fromkeys(lam.weights, 0.0)
     return w, _shapes(w, loader.lengths(data, lam.columns) if data is not None and lengths else ())
+
+
+def _with(unread, nested):
+    """The weights jsonb of nested ({weight: number or nested lists}, as Program.nest gives) and the weights the
+    lambda does not read, {name: a number or an array}."""
+    return json.dumps({**{n: v.tolist() if isinstance(v, np.ndarray) else v for n, v in unread.items()}, **nested})
 
 
 def _vector(w):
@@ -395,10 +429,19 @@ def _loss(call):
 def _gradient(call):
     sums = descent.evaluate(call.kernel, call.table, call.vector, server.check_interrupts)
     descent.check_finite(sums, call.vector, 1, call.names, 0, call.why)
-    return json.dumps(call.prog.nest((sums[1:] / call.table.rows).tolist()))
+    zeros = {n: _zeros(np.shape(v)) for n, v in call.unread.items()}
+    return _with(zeros, call.prog.nest((sums[1:] / call.table.rows).tolist()))
+
+
+def _zeros(shape):
+    """0 as a weight of shape (), (n,) or (m, n) is written: nested lists of one 0.0 (rows shared), no array."""
+    zero = 0.0
+    for size in reversed(shape):
+        zero = [zero] * size
+    return zero
 
 
 def _descend(call, learning_rate, iterations):
     fitted, value, ran = descent.run(call.kernel, call.table, call.vector, learning_rate, iterations, call.names,
                                      server.check_interrupts, server.notice, why=call.why, warning=server.warning)
-    return json.dumps(call.prog.nest(fitted.tolist())), float(value), ran
+    return _with(call.unread, call.prog.nest(fitted.tolist())), float(value), ran

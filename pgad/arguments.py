@@ -12,11 +12,21 @@ from .errors import PgadError
 from .lang import MODES, parser
 
 
-def weights(text, lam):
+# What a call holds at its peak for each number of its weights jsonb, and for each weight (a key) besides (measured:
+# docs/security.md): PostgreSQL's reading of the jsonb, its text into Python and the result's back, Python's objects
+# of the numbers and the names, their float64 arrays. A weight the lambda does not read goes no further (api.py): a
+# program and its kernel hold the weights their lambda reads alone.
+NUMBER_BYTES = 320
+KEY_BYTES = 384
+
+
+def weights(text, lam, memory_limit=None):
     """The weights jsonb as {name: float, or a float64 array}: a weight is a number, a vector (an array of numbers)
     or a matrix (an array of rows, each an array of numbers, all of one length, row-major); every weight the lambda
-    reads must be there."""
-    value = json.loads(text)
+    reads must be there. memory_limit (bytes, pgad.memory_limit; None: none) bounds what they may cost, checked
+    before anything is parsed (parsed)."""
+    value = parsed(text, 'weights', 'weight', memory_limit,
+                   'Give only the weights the lambda reads, or have a superuser raise pgad.memory_limit.')
     if not isinstance(value, dict):
         raise PgadError('22023', 'weights must be a JSON object of numbers',
                         detail=f'The weights are {text}.', hint=EXAMPLE)
@@ -28,6 +38,36 @@ def weights(text, lam):
                             detail='The weights are: ' + (', '.join(f'"{k}"' for k in value) or 'none') + '.',
                             hint=f'Give every weight the lambda reads a starting value: {example}.')
     return given
+
+
+def parsed(text, what, key, memory_limit=None, hint=None):
+    """The JSON text of the jsonb argument `what` ('weights'), parsed; first, the error if it may cost more than
+    memory_limit bytes (None: no limit): its text holds at most one number more than it has commas, and a `key` (a
+    name in messages: 'weight') a colon, NUMBER_BYTES and KEY_BYTES each."""
+    numbers, keys = text.count(',') + 1, text.count(':')
+    needed = numbers * NUMBER_BYTES + keys * KEY_BYTES
+    if memory_limit is not None and needed > memory_limit:
+        raise PgadError('53200', f'the {what} need {_megabytes(needed)}, more than pgad.memory_limit '
+                                 f'({_megabytes(memory_limit)})',
+                        detail=f'The {what} jsonb holds up to {numbers} numbers of {keys} {key}s, {NUMBER_BYTES} '
+                               f'bytes a number and {KEY_BYTES} a {key} while the call reads them, uses them and '
+                               'gives them back.',
+                        hint=hint or 'Have a superuser raise pgad.memory_limit.')
+    return json.loads(text)
+
+
+def _megabytes(size):
+    """'2.5 MB', '640 MB', as the memory limit's messages give sizes (loader.megabytes)."""
+    mb = size / (1 << 20)
+    return f'{mb:.1f} MB' if mb < 10 else f'{mb:.0f} MB'
+
+
+def unread(given, lam):
+    """(the weights lam reads, the others), each {name: value} in given's order: only the first become a
+    program's weights; the others keep their values (and have the derivative 0) without costing a program or a
+    kernel anything."""
+    reads = set(lam.weights)
+    return ({n: v for n, v in given.items() if n in reads}, {n: v for n, v in given.items() if n not in reads})
 
 
 EXAMPLE = 'Write the weights as {"a": 0, "b": 0}; a vector as [1, 2, 3], a matrix as [[1, 2], [3, 4]] (rows).'
@@ -42,11 +82,15 @@ def _weight(name, value):
             raise PgadError('22023', f'weight "{name}" must be a matrix whose rows have one length',
                             detail=f'Its rows have: {", ".join(map(str, lengths[:10]))}{"…" if len(value) > 10 else ""}.',
                             hint=EXAMPLE)
-        flat = [x for r in rows for x in r] if rows else value
-        if not value or not flat:
+        if not value or (rows and not rows[0]):
             raise PgadError('22023', f'weight "{name}" is an empty array', hint=EXAMPLE)
-        return np.array([_number(name, x) for x in flat], dtype=np.float64).reshape(
-            (len(value), len(rows[0])) if rows else (len(value),))
+        for x in (x for r in rows for x in r) if rows else value:  # numbers, checked without a copy of them
+            if isinstance(x, bool) or not isinstance(x, float) and not (isinstance(x, int) and abs(x) < 2 ** 1023):
+                _number(name, x)
+        array = np.array(value, dtype=np.float64)
+        if not np.isfinite(array).all():
+            _number(name, array.flat[np.argmin(np.isfinite(array))])
+        return array
     return _number(name, value)
 
 
@@ -146,9 +190,10 @@ OPTIONS = {'learning_rate': (0.05, (int, float), 'a number'), 'iterations': (100
 INT4_MAX = 2**31 - 1
 
 
-def options(text, aggregate, names):
-    """An aggregate's options jsonb (or None: no options) as {name: value} for each of names, defaults filled in."""
-    value = {} if text is None else json.loads(text)
+def options(text, aggregate, names, memory_limit=None):
+    """An aggregate's options jsonb (or None: no options) as {name: value} for each of names, defaults filled in;
+    memory_limit bounds what parsing it may cost (parsed)."""
+    value = {} if text is None else parsed(text, 'options', 'option', memory_limit)
     example = '{' + ', '.join(f'"{n}": {json.dumps(OPTIONS[n][0])}' for n in names) + '}'
     if not isinstance(value, dict):
         raise PgadError('22023', 'options must be a JSON object', detail=f'The options are {text}.',
@@ -233,11 +278,12 @@ def penalty(name, value, optimizer):
     return float(value)
 
 
-def regularize(text, names):
-    """The weights l1 and l2 apply to: None for every weight, else the names of a JSON array of weight names."""
+def regularize(text, names, memory_limit=None):
+    """The weights l1 and l2 apply to: None for every weight, else the names of a JSON array of weight names;
+    memory_limit bounds what parsing it may cost (parsed)."""
     if text is None:
         return None
-    value = json.loads(text)
+    value = parsed(text, 'regularize', 'key', memory_limit)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise PgadError('22023', 'regularize must be a JSON array of weight names', detail=f'regularize is {text}.',
                         hint='Write regularize => \'["a", "b"]\', or leave it out to regularise every weight.')

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from . import limits as bounds
+from . import arguments, limits as bounds
 from .errors import PgadError
 
 SCHEMES = {
@@ -23,14 +23,15 @@ SCHEMES = {
 HINT = 'Write the shapes as {"w1": [20, 4], "b1": [20], "c": []}: a matrix of 20 rows of 4, a vector of 20, a number.'
 
 
-def weights(text, scheme, seed, limits=bounds.DEFAULT):
-    """The weights jsonb (as text) of the shapes jsonb text."""
+def weights(text, scheme, seed, limits=bounds.DEFAULT, memory_limit=None):
+    """The weights jsonb (as text) of the shapes jsonb text; memory_limit (bytes, pgad.memory_limit) bounds what
+    parsing it may cost (arguments.parsed)."""
     if scheme not in SCHEMES:
         *others, last = [f"'{s}'" for s in SCHEMES]
         raise PgadError('22023', f'unknown scheme "{scheme}"', hint=f'scheme is {", ".join(others)} or {last}.')
     if seed < 0:
         raise PgadError('22023', f'seed must be 0 or a positive integer, not {seed}')
-    found = shapes(text, limits)
+    found = shapes(text, limits, memory_limit)
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in found.items():
@@ -41,9 +42,9 @@ def weights(text, scheme, seed, limits=bounds.DEFAULT):
     return json.dumps(out)
 
 
-def shapes(text, limits):
+def shapes(text, limits, memory_limit=None):
     """{name: shape tuple} of a shapes jsonb; at most pgad.max_lambda_nodes numbers in all (no lambda reads more)."""
-    value = json.loads(text)
+    value = arguments.parsed(text, 'shapes', 'weight', memory_limit)
     if not isinstance(value, dict):
         raise PgadError('22023', 'shapes must be a JSON object', detail=f'The shapes are {text[:80]}.', hint=HINT)
     found, total = {}, 0

@@ -16,7 +16,8 @@ computed meanwhile, and gets back [rows, loss sum, gradient sums] from each: P +
     Sharded(kernel, table, shards)  a kernel over all the rows: the local partitions' through the local kernel,
                             the shards' through Shards.round, in the same round
     loaded(data, columns, config)   the shard's side: its columns, loaded once per REPEATABLE READ READ ONLY
-                            transaction (the coordinator's), kept for that transaction only
+                            transaction (the coordinator's), kept for that transaction, that role, that search
+                            path and those relations only, each call checking the role's privileges again
 
 dblink sends text only. The weights travel as the argument of the prepared statement, an array literal written from
 float8 values alone (digits, '.', 'e', '-', '+', ','); the lambda and the table names are in the PREPARE as
@@ -364,22 +365,48 @@ class Sharded:
 
 
 # --- the shard's side: pgad.partial_sums ------------------------------------------------------------------------
+# The transaction, and who reads in it: the current role (a SECURITY DEFINER function's owner inside it, the role
+# SET ROLE chose) and the schemas that names resolve in.
 TRANSACTION = ('SELECT l.virtualtransaction AS id, pg_catalog.current_setting(\'transaction_isolation\') AS isolation, '
-               'pg_catalog.current_setting(\'transaction_read_only\') AS read_only FROM pg_catalog.pg_locks AS l '
+               'pg_catalog.current_setting(\'transaction_read_only\') AS read_only, '
+               '(SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) '
+               'AS role, pg_catalog.current_schemas(true)::pg_catalog.text AS path FROM pg_catalog.pg_locks AS l '
                'WHERE l.locktype OPERATOR(pg_catalog.=) \'virtualxid\' '
                'AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()')
 KEPT = ('repeatable read', 'serializable')
-_held = {}  # at most one entry: (transaction, data, columns) → Table
+# The relations this transaction holds a lock on, tables, views and foreign tables, pg_catalog's apart: after the data
+# query is planned, among them every relation it reads (PostgreSQL locks each as it resolves its name, views'
+# relations too); with whether its rows may change within the transaction for this reader: row-level security
+# applies to the current role's reading of it (a policy may read a setting), or it is a temporary table (which a
+# READ ONLY transaction may write).
+LOCKED = ('SELECT DISTINCT c.oid AS oid, (pg_catalog.row_security_active(c.oid) OR c.relpersistence OPERATOR(pg_catalog.=) '
+          '\'t\') AS varies FROM pg_catalog.pg_locks AS l '
+          'JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) l.relation '
+          'WHERE l.locktype OPERATOR(pg_catalog.=) \'relation\' '
+          'AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() '
+          'AND c.relkind OPERATOR(pg_catalog.=) ANY (\'{r,v,m,f,p}\'::pg_catalog."char"[]) '
+          'AND c.relnamespace OPERATOR(pg_catalog.<>) \'pg_catalog\'::pg_catalog.regnamespace '
+          'ORDER BY c.oid')
+_held = {}  # at most one entry: (transaction, role, search path, relations, data, columns) → Table
 
 
 def loaded(data, columns, chunk_rows=0, memory_limit=None):
     """The Table of `columns` of the data, loaded once per REPEATABLE READ (or SERIALIZABLE) READ ONLY transaction,
     whose snapshot and whose rows (nothing in it writes) stay the same to its end: each round of a training
     computes on the columns that its first round loaded. At READ COMMITTED, or in a transaction that may write, every
-    call loads the rows again. A later transaction drops what an earlier one kept."""
+    call loads the rows again. A later transaction drops what an earlier one kept.
+
+    What is kept is one role's reading: it is kept under the current role, the search path and the relations the
+    transaction has read, the data query's among them (resolved: a name that comes to mean another relation locks
+    that one too), and every call first checks the current role's privileges on what the query reads, as running it
+    does (docs/security.md: no data crosses roles through caches). Where row-level security applies to one of those
+    relations, whose rows may depend on more than the role (a setting a policy reads), or one is a temporary table,
+    which the transaction may write, nothing is kept."""
     now = server.query(TRANSACTION)
-    kept = now and now[0]['isolation'] in KEPT and now[0]['read_only'] == 'on'
-    key = (now[0]['id'], data, tuple(columns)) if kept else None
+    query = loader.as_query(data)
+    relations, varies = reading(query, columns)
+    kept = now and now[0]['isolation'] in KEPT and now[0]['read_only'] == 'on' and not varies
+    key = (now[0]['id'], now[0]['role'], now[0]['path'], relations, data, tuple(columns)) if kept else None
     if key is not None and key in _held:
         return _held[key]
     _held.clear()
@@ -387,3 +414,13 @@ def loaded(data, columns, chunk_rows=0, memory_limit=None):
     if key is not None:
         _held[key] = table
     return table
+
+
+def reading(query, columns):
+    """(the oids of the relations this transaction has read, the data query's among them; whether the rows of one
+    may change for this reader within the transaction) for the current role, after the data query is planned and
+    started with LIMIT 0, which checks the role's privileges on what it reads, as running it would (42501, as the
+    loader gives it)."""
+    loader.check_columns(query, columns)
+    found = server.query(LOCKED)
+    return tuple(row['oid'] for row in found), any(row['varies'] for row in found)

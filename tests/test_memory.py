@@ -102,10 +102,18 @@ def test_a_grouped_train_counts_all_its_groups(limited):
 
 
 def test_an_aggregate_bounds_each_group(limited):
-    """The aggregates' groups are trained one at a time: each group's rows are what the limit bounds."""
+    """The aggregates' groups are trained one at a time: each group's rows are what the limit bounds, where the
+    groups come one at a time (sorted); grouped by hashing, every group's state is held at once, and what they
+    hold together is charged (ten groups of 10,000 rows, 160 kB each with room for 16,384: past 1 MB)."""
     agg = "SELECT pgad.loss_agg('λ(d, w) (w.a*d.x - d.y)^2', '{\"a\": 0}', b) FROM big AS b"
     assert error_of(limited, agg).sqlstate == '53200'
+    limited.execute('SET enable_hashagg = off')
     assert len(limited.execute(agg + ' GROUP BY g').fetchall()) == 10
+    limited.execute('SET enable_hashagg = on')
+    limited.execute('SET enable_sort = off')
+    assert 'HashAggregate' in '\n'.join(r[0] for r in limited.execute('EXPLAIN ' + agg + ' GROUP BY g').fetchall())
+    diag = error_of(limited, agg + ' GROUP BY g')
+    assert diag.sqlstate == '53200' and diag.message_detail.startswith('Packing stopped with 10 groups held at once')
 
 
 def test_a_lambda_of_more_than_99_columns_counts_its_rows_first(limited):

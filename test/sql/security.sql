@@ -4,7 +4,7 @@ SET extra_float_digits = 0;
 \set SHOW_CONTEXT never
 CREATE TABLE points AS SELECT x::float8 AS x, (2*x + 1)::float8 AS y FROM generate_series(-10, 10) AS x;
 
--- the settings, once pgad is loaded: limits a superuser changes, and the load's chunk size anyone may
+-- the settings, once pgad is loaded: a superuser's, every one
 SELECT pgad.loss('λ(d, w) d.x', 'SELECT x FROM points;', '{}') AS mean_x;
 SELECT name, setting, unit, context FROM pg_settings WHERE name LIKE 'pgad.%' AND name <> 'pgad.cache_directory'
 AND name <> 'pgad.memory_limit' ORDER BY name;
@@ -38,7 +38,7 @@ FROM generate_series(1, 4000) AS i;
 -- a column name longer than PostgreSQL's 63 bytes
 SELECT pgad.loss('λ(d, w) d.' || repeat('x', 64), 'points', '{}');
 
--- another role: the public functions, yes; the implementations and the limits, no
+-- another role: the public functions, yes; the implementations and the settings, no
 CREATE ROLE regress_pgad_user;
 GRANT SELECT ON points TO regress_pgad_user;
 SET ROLE regress_pgad_user;
