@@ -219,6 +219,40 @@ def test_small_kernels_compile_in_process_and_large_ones_do_not():
             (len(prog.outputs),)
 
 
+def test_in_a_backend_every_compile_runs_in_the_compiler_process(monkeypatch):
+    """PL/Python imports plpy before pgad: there even the smallest kernel compiles in the compiler process, since an
+    LLVM abort in the backend would restart the server."""
+    import sys
+    small = programs.build('λ(d, w) (w.a*d.x + w.b - d.y)^2', ('a', 'b'))
+    assert compiler.in_process(small)
+    monkeypatch.setitem(sys.modules, 'plpy', object())
+    assert not compiler.in_process(small)
+    assert 'compiler process' in compiler.compile(small).ms
+
+
+# LLVM's SLP vectoriser fails an assertion on this small kernel and aborts its process (found by the crash fuzzer,
+# tests/test_crash_fuzz.py): in a backend, that restarted the server
+SLP_ABORT = ('λ(d, w) -softmax((sum(w.m3x6) * w.m1x5[1]))[2] + 0*d.u',
+             '{"m3x6": [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]],'
+             ' "m1x5": [[0.1, 0.2, 0.3, 0.4, 0.5]]}')
+
+
+def test_a_kernel_llvm_crashes_on_is_compiled_again_without_its_vectorisers(cluster, dbname):
+    text, weights = SLP_ABORT
+    data = 'SELECT (g / 7.0)::float8 AS u FROM generate_series(1, 20) AS g'
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as other:
+        server_started = other.execute('SELECT pg_postmaster_start_time()').fetchone()[0]
+        with as_mallory(cluster, dbname) as db:
+            python = np.array(pgad_numbers(db.execute("SELECT pgad.gradient(%s, %s, %s, backend => 'python')::text",
+                                                      (text, data, weights)).fetchone()[0]))
+            for mode in ('forward', 'reverse'):
+                got = np.array(pgad_numbers(db.execute(
+                    "SELECT pgad.gradient(%s, %s, %s, mode => %s, backend => 'llvm')::text",
+                    (text, data, weights, mode)).fetchone()[0]))
+                assert np.allclose(got, python, rtol=1e-9, atol=1e-12)
+        assert other.execute('SELECT pg_postmaster_start_time()').fetchone()[0] == server_started
+
+
 def test_a_cache_hit_starts_no_compiler_process(tmp_path, monkeypatch):
     from pgad.jit import cache
     prog = programs.build('λ(d, w) ' + ' + '.join(f'exp(w.a{k}*d.x)' for k in range(40)),

@@ -16,8 +16,9 @@ it on python.
 import ctypes
 import functools
 import hashlib
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -185,10 +186,18 @@ def in_process(program):
     and IN_PROCESS_PRODUCT nodes × outputs. Every other compile runs in a process of its own (worker.py), which a
     cancel stops at once; a loop kernel always does: LLVM unrolls and vectorises its loops by their trip counts, so
     its time depends on the shapes (24 layers of 4 × 4 matrices, 76 nodes: 13 s)."""
-    if form(program) != 'unrolled':
+    if form(program) != 'unrolled' or in_backend():
         return False
     nodes = len(program.graph.ancestors(program.outputs))
     return nodes <= IN_PROCESS_NODES and nodes * len(program.outputs) <= IN_PROCESS_PRODUCT
+
+
+def in_backend():
+    """Is this process a PostgreSQL backend (PL/Python imports plpy before pgad)? There every compile runs in the
+    compiler process, however small: LLVM fails assertions on some small kernels and aborts its process (its SLP
+    vectoriser, on a 5-weight softmax in forward mode: tests/test_crash_fuzz.py), and a backend that aborts takes
+    every session of the server with it."""
+    return 'plpy' in sys.modules
 
 
 def machine_code(program, ir_text, tier, ms):
@@ -204,7 +213,15 @@ def machine_code(program, ir_text, tier, ms):
         ms['machine code'] = (time.perf_counter() - started) * 1e3
         return data, optimized
     started = time.perf_counter()
-    parts, seconds = worker.run(request(ir_text, tier, optimised_ir=True), 'compiling the kernel')
+    try:
+        parts, seconds = worker.run(request(ir_text, tier, optimised_ir=True), 'compiling the kernel')
+    except PgadError as e:
+        if not getattr(e, 'aborted', False) or not tier.vectorise:
+            raise
+        # LLVM aborted (an assertion), and its vectorisers are where such crashes were found: the same kernel
+        # without them, once
+        parts, seconds = worker.run(request(ir_text, replace(tier, vectorise=False), optimised_ir=True),
+                                    'compiling the kernel')
     for stage, s in seconds.items():
         ms[stage] = s * 1e3
     ms['compiler process'] = (time.perf_counter() - started) * 1e3 - sum(seconds.values()) * 1e3

@@ -57,6 +57,8 @@ def run(request, what, wall=WALL_SECONDS):
     except BaseException:
         kill(process)
         raise
+    finally:
+        close(process)
     try:
         return parse(out)
     except Failed as failure:
@@ -64,8 +66,10 @@ def run(request, what, wall=WALL_SECONDS):
                if process.returncode < 0 else f'its process exited with status {process.returncode}'
                if process.returncode else str(failure))
         message = err.decode(errors='replace').strip()[-STDERR_BYTES:]
-        raise PgadError('58000', f'{what} failed: {how}', detail=message or None,
-                        hint='The server is unaffected; this is a bug in pgad or LLVM if it happens again.') from None
+        error = PgadError('58000', f'{what} failed: {how}', detail=message or None,
+                          hint='The server is unaffected; this is a bug in pgad or LLVM if it happens again.')
+        error.aborted = process.returncode in (-signal.SIGABRT, -signal.SIGSEGV)  # the compiler's own crash
+        raise error from None
 
 
 def exchange(process, data, wall, what):
@@ -112,6 +116,11 @@ def kill(process):
     except (ProcessLookupError, PermissionError):
         pass
     process.wait()
+
+
+def close(process):
+    """Close the pipes to and from the child (an open one left to the garbage collector is a ResourceWarning, which
+    the server reports as a WARNING)."""
     for pipe in (process.stdin, process.stdout, process.stderr):
         try:
             pipe.close()
