@@ -14,7 +14,7 @@ matrices at random shapes, a mode, a backend and a tape, compiled and run on thr
 (a child killed by a signal names its input), and --vector-sql of them through pgad.gradient and pgad.loss on the
 server, whose log must show no backend "terminated by signal" and whose postmaster must not have restarted.
 
-    .venv/bin/python bench/fuzz.py --inputs 0 --vectors 100000 --vector-sql 500 [--jobs 1]
+    .venv/bin/python bench/fuzz.py --inputs 0 --vectors 100000 --vector-sql 500 [--jobs 1] [--vector-minutes 60]
 """
 import argparse
 import collections
@@ -93,8 +93,10 @@ VECTOR_BLOCK = 500
 
 def vector_block(args):
     """Vector inputs start … start+count-1 in forked children: (counts, crashes, exceptions, seconds)."""
-    seed, start, count = args
+    seed, start, count, deadline = args
     started = time.perf_counter()
+    if deadline and time.time() > deadline:  # past --vector-minutes: the block is not run
+        return collections.Counter(), [], [], 0.0
     outcomes, crashes = vector_fuzzing.fuzz(seed, count, start=start)
     counts = collections.Counter()
     exceptions = []
@@ -113,12 +115,18 @@ def vectors(args, cluster):
     """The vector crash fuzzer: in process, then through SQL on cluster. Returns the number of failures."""
     started = time.perf_counter()
     counts, crashes, exceptions = collections.Counter(), [], []
-    blocks = [(args.seed, s, min(VECTOR_BLOCK, args.vectors - s)) for s in range(0, args.vectors, VECTOR_BLOCK)]
+    deadline = time.time() + 60 * args.vector_minutes if args.vector_minutes else 0
+    blocks = [(args.seed, s, min(VECTOR_BLOCK, args.vectors - s), deadline)
+              for s in range(0, args.vectors, VECTOR_BLOCK)]
     with multiprocessing.Pool(args.jobs) as pool:
         for k, (c, crashed, excepted, _) in enumerate(pool.imap_unordered(vector_block, blocks)):
+            if not c:
+                continue
             counts.update(c)
             crashes += crashed
             exceptions += excepted
+            for i, how in crashed:  # at once, should the run be stopped before its summary
+                print(f'  CRASH {how}: seed {args.seed} input {i}', flush=True)
             rate = counts['inputs'] / (time.perf_counter() - started)
             print(f'  vectors: {counts["inputs"]:,} inputs, {rate:,.1f}/s, {len(crashes)} crashed', flush=True)
     seconds = time.perf_counter() - started
@@ -168,6 +176,8 @@ def main():
     parser.add_argument('--sql', type=int, default=2000)
     parser.add_argument('--vectors', type=int, default=100_000, help='vector lambdas for the crash fuzzer')
     parser.add_argument('--vector-sql', type=int, default=500, help='of them, through SQL')
+    parser.add_argument('--vector-minutes', type=float, default=0,
+                        help='start no block of vector inputs after this long (0: run them all)')
     args = parser.parse_args()
     if args.inputs == 0:  # the vector crash fuzzer alone
         with Cluster() as cluster:
