@@ -17,6 +17,7 @@ of random rows (1, or around a tile of 32) whose numbers include 0, ±inf, NaN a
 run_forked() runs a batch of inputs in a forked child, which reports each input before it starts it: a child that
 dies by a signal names the input that killed it.
 """
+import faulthandler
 import json
 import os
 import random
@@ -269,6 +270,7 @@ def run_forked(seed, indices, timeout=120.0, runner=None):
     pid = os.fork()
     if pid == 0:  # the child: one line a started input, one a finished one
         os.close(reader)
+        faulthandler.disable()  # a crash is the parent's to report (pytest's faulthandler would print a traceback)
         status = 0
         try:
             with os.fdopen(writer, 'w', buffering=1) as out:
@@ -353,9 +355,13 @@ def through_sql(conn, inp):
     'connection lost' where the backend died."""
     import psycopg
     states = []
+    # the rows made once, into a table: the arrays as stored values (a query's ARRAY(…) would run at each element)
+    conn.execute('DROP TABLE IF EXISTS pg_temp.vfuzz_input')
+    conn.execute(f'CREATE TEMP TABLE vfuzz_input AS {sql_data(inp)}')
+    rows = 'SELECT * FROM pg_temp.vfuzz_input'
     for sql, params in [('SELECT pgad.gradient(%s, %s, %s::jsonb, %s, %s, tape => %s)',
-                         (inp.text, sql_data(inp), sql_weights(inp), inp.mode, inp.backend, inp.tape)),
-                        ('SELECT pgad.loss(%s, %s, %s::jsonb)', (inp.text, sql_data(inp), sql_weights(inp)))]:
+                         (inp.text, rows, sql_weights(inp), inp.mode, inp.backend, inp.tape)),
+                        ('SELECT pgad.loss(%s, %s, %s::jsonb)', (inp.text, rows, sql_weights(inp)))]:
         try:
             conn.execute(sql, params).fetchall()
         except psycopg.Error as e:
