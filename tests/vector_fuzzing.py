@@ -31,6 +31,7 @@ import numpy as np
 
 import pgad  # noqa: F401  (binds pgad.lang)
 from pgad import backends, program
+from pgad.jit import compiler  # loaded once, before the children fork: a run tests one version of the code
 from pgad.errors import PgadError
 from pgad.lang import vectors
 
@@ -237,7 +238,6 @@ class Outcome:
 
 def run(inp, draws=3):
     """Build and compile inp's program, and run its kernel on `draws` data sets: the Outcome."""
-    from pgad.jit import compiler
     started, out = time.perf_counter(), Outcome()
     try:
         prog = program.build(inp.text, tuple(inp.weights), inp.mode, True, shapes=vectors.Shapes(

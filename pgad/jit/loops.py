@@ -29,8 +29,9 @@ What the reverse sweep reads of the forward values is the tape, kept one of thre
   the step named (0A000).
 
 Every buffer that grows with the shapes (the tape, the adjoints, Wᵀ, the gradient sums) is carved out of one scratch
-buffer, the kernel's last argument, which its caller allocates on the heap once a call (scratch_doubles): the stack
-keeps a few scalar accumulators (frames.py checks it).
+buffer, the kernel's last argument, which its caller allocates on the heap once a call (scratch_doubles), but the
+first that fit in STACK_BYTES, which stay on the stack (LLVM keeps small ones in registers); the stack keeps those
+and a few scalar accumulators (frames.py checks it).
 """
 import functools
 import math
@@ -55,8 +56,11 @@ REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered 
 UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 GEMM_ROWS, GEMM_VECTORS = 4, 2  # a tile's weight gradient: blocks of 4 rows by 2 vectors, 8 sums in registers
 PRODUCT_ROWS, PRODUCT_VECTORS = 4, 6  # a tile's W @ (its columns): 4 rows at once, W up to 6 vectors of rows
-SMALL = 1    # the most doubles one alloca may hold: a scalar accumulator (every buffer else is heap()'s)
+SMALL = 1    # the most doubles one alloca() may hold: a scalar accumulator (a buffer is buffer()'s)
 ALIGN = 8    # doubles in a cache line: each scratch buffer starts on one
+# The bytes of buffers a kernel keeps on its stack, the first that fit: small ones, which LLVM keeps in registers (a
+# logistic loss's 'recompute' kernel took twice as long with its row's record on the heap); the rest on the heap.
+STACK_BYTES = 16 << 10
 
 # How a step runs backwards, exactly: given its value and the other arguments, the argument at each position. Only
 # negation is exact for every double: x = out − y, x = out / y, ln(exp(x)), atanh(tanh(x)), logit(sigmoid(x)) round,
@@ -148,6 +152,7 @@ class _Kernel:
         for arg in pointers + [self.scratch]:
             arg.add_attribute('noalias')
         self.scratch_used = 0  # doubles of the scratch buffer carved out so far (heap())
+        self.stack_bytes = 0   # bytes of buffers on the stack so far (buffer())
         self.cols = dict(zip(scalars, pointers))  # the index in program.columns of a number column → its array
         block = dict(zip(arrays, pointers[len(scalars):]))
         self.blocks = {i: (block[self.graph.nodes[i].value], self.lay.shape[i][0]) for i in self.lay.columns
@@ -186,6 +191,15 @@ class _Kernel:
         """n doubles on the stack, allocated in the entry block: once per call, wherever it is asked for. For a
         few scalars only (LLVM keeps them in registers): a buffer that grows with the shapes is heap()'s."""
         assert n <= SMALL, n
+        with self.b.goto_block(self.entry):
+            return self.b.alloca(DOUBLE, size=ir.Constant(I64, n))
+
+    def buffer(self, n):
+        """n doubles, allocated once a call: on the stack while the buffers there take at most STACK_BYTES, else
+        carved out of the scratch buffer on the heap (heap())."""
+        if self.stack_bytes + 8 * n > STACK_BYTES:
+            return self.heap(n)
+        self.stack_bytes += 8 * n
         with self.b.goto_block(self.entry):
             return self.b.alloca(DOUBLE, size=ir.Constant(I64, n))
 
@@ -400,21 +414,22 @@ class _Kernel:
         b, lay = self.b, self.lay
         program = self.program
         records = self.tile if self.tape == 'store' else 1
-        # every buffer that grows with the shapes is carved out of the scratch buffer, on the heap (a backend's stack
-        # is 8 MB, shared with the executor): the tape, the recovered values, the adjoints, Wᵀ, the gradient sums
-        self.tape_base = self.heap(lay.record * records)
+        # every buffer that grows with the shapes, past STACK_BYTES, is carved out of the scratch buffer, on the heap
+        # (a backend's stack is 8 MB, shared with the executor): the tape, the recovered values, the adjoints, Wᵀ, the
+        # gradient sums
+        self.tape_base = self.buffer(lay.record * records)
         self.values = self.tape_base
         if self.tape == 'reversible':  # the reverse sweep's values: the loss's, then what it recovers
-            self.recovery = self.heap(lay.record)
-        self.adjoint_base = self.adjoints = self.heap(lay.adjoints * records)
+            self.recovery = self.buffer(lay.record)
+        self.adjoint_base = self.adjoints = self.buffer(lay.adjoints * records)
         self.transposed = {}
         for w, _ in self.data_products.values():
             if w not in self.transposed:
                 m, n = lay.shape[w]
-                self.transposed[w] = t = self.heap(m * n)
+                self.transposed[w] = t = self.buffer(m * n)
                 self.loop(m, lambda r, w=w, t=t, m=m, n=n: self.loop(n, lambda k: b.store(
                     self.val(w, self.index((r, n), (k, 1))), self.gep(t, self.index((k, m), (r, 1))))))
-        self.grad = self.heap(max(1, len(program.weights)))
+        self.grad = self.buffer(max(1, len(program.weights)))
         self.loss = self.alloca(1)
         b.store(ir.Constant(DOUBLE, 0.0), self.loss)
         self.loop(max(1, len(program.weights)), lambda k: b.store(ir.Constant(DOUBLE, 0.0), self.gep(self.grad, k)))
@@ -429,7 +444,7 @@ class _Kernel:
         b.ret_void()
         b.position_at_end(self.entry)
         b.branch(self.start)
-        assert self.scratch_used == _aligned(self.buffers()), (self.scratch_used, self.buffers())
+        assert self.scratch_used == _on_the_heap(self.buffers()), (self.scratch_used, self.buffers())
         return vectorised(str(self.module), vector_widths())
 
     def one_tile(self, t):
@@ -957,9 +972,16 @@ def blocks(program):
     return arguments
 
 
-def _aligned(sizes):
-    """The doubles of buffers of these sizes, each rounded up to whole cache lines."""
-    return sum(-(-n // ALIGN) * ALIGN for n in sizes)
+def _on_the_heap(sizes):
+    """The doubles of the scratch buffer for buffers of these sizes, as buffer() places them: those past STACK_BYTES
+    on the stack, each rounded up to whole cache lines."""
+    stack = heap = 0
+    for n in sizes:
+        if stack + 8 * n > STACK_BYTES:
+            heap += -(-n // ALIGN) * ALIGN
+        else:
+            stack += 8 * n
+    return heap
 
 
 def scratch_doubles(program, tape, tile=None):
@@ -968,12 +990,13 @@ def scratch_doubles(program, tape, tile=None):
     recover into — its adjoint records, the transposed weights of a tile's products, and the gradient sums. Its
     caller allocates it, on the heap, once a call."""
     kn = _Kernel(program, 'pgad_scratch', tape, (tile or TILE) if tape == 'store' else 1)
-    return _aligned(kn.buffers())
+    return _on_the_heap(kn.buffers())
 
 
 def buffer_bytes(program, tape, tile=None):
-    """The bytes a loop kernel's buffers take (its scratch buffer, once per call)."""
-    return 8 * scratch_doubles(program, tape, tile)
+    """The bytes a loop kernel's buffers take, once per call: on its stack (at most STACK_BYTES) and in its scratch
+    buffer on the heap."""
+    return 8 * sum(_Kernel(program, 'pgad_scratch', tape, (tile or TILE) if tape == 'store' else 1).buffers())
 
 
 def kernel_ir(program, name, tape='store', tile=None):
