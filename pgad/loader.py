@@ -54,8 +54,8 @@ EXTENT = ('pg_catalog.min(pg_catalog.cardinality({c})) AS lo{k}, pg_catalog.max(
 ODD_ROW = ('SELECT pgad_rows.n, pgad_rows.len, pgad_rows.nd, pgad_rows.lb FROM (SELECT pg_catalog.row_number() OVER () '
            'AS n, pg_catalog.cardinality({c}) AS len, pg_catalog.array_ndims({c}) AS nd, pg_catalog.array_lower({c}, 1) '
            'AS lb FROM ({query}\n) AS pgad_data) AS pgad_rows WHERE pgad_rows.len IS NOT NULL AND (pgad_rows.len '
-           'OPERATOR(pg_catalog.=) 0 OR pgad_rows.len OPERATOR(pg_catalog.<>) $1 OR pgad_rows.nd OPERATOR(pg_catalog.<>) 1 '
-           'OR pgad_rows.lb OPERATOR(pg_catalog.<>) 1) ORDER BY pgad_rows.n LIMIT 1')
+           'OPERATOR(pg_catalog.=) 0 OR pgad_rows.len OPERATOR(pg_catalog.<>) $1 OR pgad_rows.nd '
+           'OPERATOR(pg_catalog.<>) 1 OR pgad_rows.lb OPERATOR(pg_catalog.<>) 1) ORDER BY pgad_rows.n LIMIT 1')
 QUERY_START = re.compile(r'\s*(\(|select\b|values\b|with\b|table\b)', re.IGNORECASE)
 TRAILING = string.whitespace + ';'  # dropped from the end of a query (str.rstrip: linear, unlike a regex)
 CHUNK_BYTES = 256 << 20

@@ -292,7 +292,7 @@ def test_a_scalar_lambda_is_not_unrolled():
 
 # --- the loop kernels' tapes -----------------------------------------------------------------------------------------
 
-REVERSIBLE = [  # lambdas whose every value the reverse sweep reads is recomputed from values at hand or inverted exactly
+REVERSIBLE = [  # every value the reverse sweep reads is recomputed from values at hand, or inverted exactly
     ('λ(d, w) exp(w.a*d.x1 + w.b)', {'a': (), 'b': ()},  # nothing to recover: exp's reverse reads the loss
      lambda d, w: torch.exp(w['a'] * d['x1'] + w['b'])),
     ('λ(d, w) -tanh(w.a*d.x1 - w.b)', {'a': (), 'b': ()},  # tanh's value from the loss's, by negation

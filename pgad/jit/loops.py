@@ -930,7 +930,7 @@ REVERSE = {'matmul': _matmul_reverse, 'dot': _matmul_reverse, 'sum': _sum_revers
            'softmax': _softmax_reverse, 'stack': _stack_reverse, 'index': _index_reverse,
            'transpose': _transpose_reverse, 'outer': _outer_reverse}
 # The values each vector operation's reverse reads (reads()): of its arguments, or its own (with its extra slots).
-READS = {'matmul': lambda lay, args, i: ([args[1]] if lay.live[args[0]] else []) + ([args[0]] if lay.live[args[1]] else []),
+READS = {'matmul': lambda lay, args, i: [args[1]] * lay.live[args[0]] + [args[0]] * lay.live[args[1]],
          'sum': lambda lay, args, i: [], 'logsumexp': lambda lay, args, i: [i], 'softmax': lambda lay, args, i: [i],
          'stack': lambda lay, args, i: [], 'index': lambda lay, args, i: [args[1]],
          'transpose': lambda lay, args, i: []}
