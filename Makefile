@@ -66,7 +66,7 @@ bench: install $(DEV)/.done
 
 # The lambda-language fuzzer: a million generated and mutated lambdas through the parser, both modes and the python
 # backend on every core, a sample against PostgreSQL and through pgad's SQL (bench/fuzz.py; FUZZ_ARGS: --inputs,
-# --seed, --jobs, --sql). docs/testing.md, "Fuzzing".
+# --seed, --jobs, --sql), then the crash fuzzer of vector lambdas (--vectors, --vector-sql). docs/testing.md, "Fuzzing".
 fuzz: install $(DEV)/.done
 	$(DEV)/bin/python bench/fuzz.py $(FUZZ_ARGS)
 

@@ -49,12 +49,13 @@ ARRAY_SUBSCRIPT_ERROR = '2202E'
 EXTENT = ('pg_catalog.min(pg_catalog.cardinality({c})) AS lo{k}, pg_catalog.max(pg_catalog.cardinality({c})) AS hi{k}, '
           'pg_catalog.max(pg_catalog.array_ndims({c})) AS nd{k}, pg_catalog.min(pg_catalog.array_lower({c}, 1)) AS lb{k}, '
           'pg_catalog.max(pg_catalog.array_lower({c}, 1)) AS ub{k}')
-# The first row (in the data's order) whose array in the column is not one-dimensional from 1 of length $1.
+# The first row (in the data's order) whose array in the column is empty, or not one-dimensional from 1 of length $1
+# (an empty array has no dimensions: its array_ndims and array_lower are NULL).
 ODD_ROW = ('SELECT pgad_rows.n, pgad_rows.len, pgad_rows.nd, pgad_rows.lb FROM (SELECT pg_catalog.row_number() OVER () '
            'AS n, pg_catalog.cardinality({c}) AS len, pg_catalog.array_ndims({c}) AS nd, pg_catalog.array_lower({c}, 1) '
            'AS lb FROM ({query}\n) AS pgad_data) AS pgad_rows WHERE pgad_rows.len IS NOT NULL AND (pgad_rows.len '
-           'OPERATOR(pg_catalog.<>) $1 OR pgad_rows.nd OPERATOR(pg_catalog.<>) 1 OR pgad_rows.lb OPERATOR(pg_catalog.<>) '
-           '1) ORDER BY pgad_rows.n LIMIT 1')
+           'OPERATOR(pg_catalog.=) 0 OR pgad_rows.len OPERATOR(pg_catalog.<>) $1 OR pgad_rows.nd '
+           'OPERATOR(pg_catalog.<>) 1 OR pgad_rows.lb OPERATOR(pg_catalog.<>) 1) ORDER BY pgad_rows.n LIMIT 1')
 QUERY_START = re.compile(r'\s*(\(|select\b|values\b|with\b|table\b)', re.IGNORECASE)
 TRAILING = string.whitespace + ';'  # dropped from the end of a query (str.rstrip: linear, unlike a regex)
 CHUNK_BYTES = 256 << 20
@@ -166,14 +167,15 @@ def _odd_array(query, name):
     if not odd:  # every array is like the first, which is empty
         return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" holds empty arrays', hint=hint)
     row, length, dims, lower = (odd[0][k] for k in ('n', 'len', 'nd', 'lb'))
+    if length == 0:
+        return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has an empty array in row {row} of the data',
+                         hint=hint)
     if dims != 1:
         return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has a {dims}-dimensional array in row {row} of the '
                                                 'data', detail='pgad reads a one-dimensional array as a vector.', hint=hint)
     if lower != 1:
         return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has an array that starts at index {lower} in row '
                                                 f'{row} of the data', detail='pgad reads arrays indexed from 1.', hint=hint)
-    if first == 0:
-        return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has an empty array in row 1 of the data', hint=hint)
     return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has arrays of different lengths',
                      detail=f'The first row\'s array has {first} elements; row {row}\'s has {length}.', hint=hint)
 

@@ -292,20 +292,25 @@ def test_a_scalar_lambda_is_not_unrolled():
 
 # --- the loop kernels' tapes -----------------------------------------------------------------------------------------
 
-REVERSIBLE = [  # lambdas whose every step back to the weights is invertible in what the reverse sweep needs
-    ('λ(d, w) exp(w.a*d.x1 + w.b)', {'a': (), 'b': ()},
+REVERSIBLE = [  # every value the reverse sweep reads is recomputed from values at hand, or inverted exactly
+    ('λ(d, w) exp(w.a*d.x1 + w.b)', {'a': (), 'b': ()},  # nothing to recover: exp's reverse reads the loss
      lambda d, w: torch.exp(w['a'] * d['x1'] + w['b'])),
-    ('λ(d, w) sigmoid(tanh(w.a*d.x1 - w.b) * w.c) / w.a', {'a': (), 'b': (), 'c': ()},
-     lambda d, w: torch.sigmoid(torch.tanh(w['a'] * d['x1'] - w['b']) * w['c']) / w['a']),
-    ('λ(d, w) ln(2 + sinh(w.a + d.x2 * w.b))', {'a': (), 'b': ()},
-     lambda d, w: torch.log(2 + torch.sinh(w['a'] + d['x2'] * w['b']))),
+    ('λ(d, w) -tanh(w.a*d.x1 - w.b)', {'a': (), 'b': ()},  # tanh's value from the loss's, by negation
+     lambda d, w: -torch.tanh(w['a'] * d['x1'] - w['b'])),
+    ('λ(d, w) logsumexp(w.v)', {'v': (K,)},  # its extra slots (the exps) recomputed: a NaN gradient once
+     lambda d, w: torch.logsumexp(w['v'], 0) + 0 * d['x1']),
+    ('λ(d, w) sum(outer(d.pix, d.pix) * w.m)', {'m': (P, P)},  # the outer product recomputed from the columns
+     lambda d, w: (d['pix'][:, :, None] * d['pix'][:, None, :] * w['m']).sum((1, 2))),
+    ('λ(d, w) relu(w.a*d.x1) * 2', {'a': ()},  # relu's argument recomputed from the leaves
+     lambda d, w: torch.relu(w['a'] * d['x1']) * 2),
 ]
 
 
 @pytest.mark.parametrize('text, shapes, fn', REVERSIBLE)
 @pytest.mark.parametrize('tape', ['store', 'recompute', 'reversible'])
 def test_every_tape_gives_the_gradient(text, shapes, fn, tape):
-    w = {name: np.float64(v) for name, v in zip(shapes, (0.7, -0.3, 1.2))}
+    w = {name: np.float64(v) if not shape else start(shapes)[name] for (name, shape), v in zip(shapes.items(),
+                                                                                                (0.7, -0.3, 1.2))}
     result = sums(text, shapes, w, 'reverse', 'llvm', tape)
     loss, grad = torch_reference(fn, shapes, w)
     # running a step backwards rounds: x = ln(exp(x)) is exact to a few ulp, so 1e-12 relative
@@ -328,8 +333,15 @@ def test_a_store_tile_of_any_rows_gives_the_same_sums(tile, monkeypatch):
 @pytest.mark.parametrize('body, shapes, step, at', [
     (f'logsumexp({MLP}) - {MLP}[d.label + 1]', {'w1': (K, 3), 'b1': (K,), 'w2': (3, K), 'b2': (3,)}, '-', '- ('),
     ('(w.a*d.x1 + w.b - d.x2)^2', {'a': (), 'b': ()}, '^', '^2'),
-    ('relu(w.a*d.x1)', {'a': ()}, 'relu', 'relu'),
-    ('sum(w.v * [d.x1, d.x2])', {'v': (2,)}, 'sum', 'sum'),
+    ('relu(w.a*d.x1 + w.b)', {'a': (), 'b': ()}, 'relu', 'relu'),
+    ('sum(w.v * [d.x1, d.x2 * d.x3])', {'v': (2,)}, '*', '* ['),
+    # the steps whose inverse rounds or loses the value: x·0 (d.x2 may be 0), exp underflowing, tanh and sigmoid
+    # saturating, cancellation in x + y
+    ('exp(w.a*d.x1) * d.x2', {'a': ()}, '*', '* d.x2'),
+    ('sigmoid(tanh(w.a*d.x1 - w.b) * w.c) / w.a', {'a': (), 'b': (), 'c': ()}, '/', '/ w.a'),
+    ('ln(2 + sinh(w.a + d.x2 * w.b))', {'a': (), 'b': ()}, 'ln', 'ln'),
+    ('tanh(w.a*d.x1 + w.b) + 1e20', {'a': (), 'b': ()}, '+', '+ 1e20'),
+    ('logsumexp(w.v * d.x1)', {'v': (2,)}, 'logsumexp', 'logsumexp'),
 ])
 def test_reversible_names_the_step_it_cannot_run_backwards(body, shapes, step, at):
     text = 'λ(d, w) ' + body

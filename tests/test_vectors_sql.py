@@ -116,7 +116,13 @@ def test_null_arrays_and_null_elements_skip_their_rows(db, tables):
      'column "v" has a 2-dimensional array in row 2 of the data', 'pgad reads a one-dimensional array as a vector.'),
     ("SELECT * FROM (VALUES (ARRAY[1, 2]::float8[]), ('[0:1]={3, 4}')) AS t(v)",
      'column "v" has an array that starts at index 0 in row 2 of the data', 'pgad reads arrays indexed from 1.'),
-    ("SELECT * FROM (VALUES ('{}'::float8[]), ('{}')) AS t(v)", 'column "v" holds empty arrays', None),
+    ("SELECT * FROM (VALUES ('{}'::float8[]), ('{}')) AS t(v)", 'column "v" has an empty array in row 1 of the data',
+     None),
+    # an empty array among others (it has no dimensions: once "has a None-dimensional array"), and after a NULL
+    ("SELECT * FROM (VALUES (ARRAY[1, 2, 3]::float8[]), (ARRAY[4, 5, 6]), ('{}')) AS t(v)",
+     'column "v" has an empty array in row 3 of the data', None),
+    ("SELECT * FROM (VALUES (NULL::float8[]), ('{}'), (ARRAY[1, 2])) AS t(v)",
+     'column "v" has an empty array in row 2 of the data', None),
 ])
 def test_arrays_of_another_shape_are_named_by_their_row(db, data, message, detail):
     diag = error_of(db, "SELECT pgad.loss('λ(d, w) sum(d.v * w.a)', %s, '{\"a\": 1}')", (data,))
@@ -213,6 +219,25 @@ def test_a_reversible_tape_gives_the_gradient_or_names_the_step(db, tables):
     diag = error_of(db, "SELECT pgad.gradient(%s, 'blobs', %s, tape => 'reversible')",
                     (CROSS_ENTROPY, json.dumps(start_weights())))
     assert (diag.sqlstate, diag.message_primary) == ('0A000', 'tape "reversible" cannot run "-" backwards')
+
+
+def test_a_reversible_tape_recovers_exactly_or_names_the_step(db, tables):
+    """The reverse sweep recovers a value by its own step again or an exact inverse (negation), never by one that
+    rounds or loses it: logsumexp(w.v)'s exps once read unset slots (a NaN gradient), and x = out / y for a column
+    y of zeros, ln(out) for an exp underflowed to 0, gave NaN or wrong gradients."""
+    weights = '{"v": [0.5, -1, 2], "a": -1000}'
+    for text in ('λ(d, w) logsumexp(w.v) * d.x1', 'λ(d, w) -exp(w.a * d.x1 - 800)'):  # exp underflows to 0 here
+        got = db.execute("SELECT pgad.gradient(%s, 'blobs', %s, tape => 'reversible')", (text, weights)).fetchone()[0]
+        stored = db.execute("SELECT pgad.gradient(%s, 'blobs', %s, tape => 'store')", (text, weights)).fetchone()[0]
+        # the store tape sums a tile's rows in another order: equal but for the last bits, and finite
+        assert got.keys() == stored.keys() and all(np.all(np.isfinite(got[k])) for k in got), (text, got)
+        for k in got:
+            np.testing.assert_allclose(got[k], stored[k], rtol=1e-12, err_msg=text)
+    for text, step in [('λ(d, w) exp(w.a * d.x1) * (d.x2 - d.x2)', '*'),  # y = 0: out / y is NaN
+                       ('λ(d, w) ln(exp(w.a * d.x1 - 800) + 1)', 'ln'),     # exp underflows: ln(0) = -inf
+                       ('λ(d, w) tanh(w.a * d.x1) + 1e20', '+')]:           # x + y loses x
+        diag = error_of(db, "SELECT pgad.gradient(%s, 'blobs', %s, tape => 'reversible')", (text, weights))
+        assert (diag.sqlstate, diag.message_primary) == ('0A000', f'tape "reversible" cannot run "{step}" backwards')
 
 
 @pytest.mark.parametrize('args, message', [

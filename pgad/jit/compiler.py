@@ -24,7 +24,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import cache as disk, codegen, loops, worker
+from . import cache as disk, codegen, frames, loops, worker
 from ..errors import PgadError
 from ..lang import printer
 from .codegen import kernel_ir
@@ -168,13 +168,16 @@ def compile(program, cache=disk.NONE):
         ir_text = kernel_ir(program, name) if kind == 'unrolled' else loops.kernel_ir(program, name, kind)
         ms['IR generation'] = (time.perf_counter() - started) * 1e3
         data, optimized = machine_code(program, ir_text, tier, ms)
+        frames.check(optimized)  # the stack frame its allocas take: at most frames.MAX_FRAME, else 54001
         cache.put(key, data)
     started = time.perf_counter()
     if form(program) == 'unrolled':
         kernel = _load(data, name, len(program.columns), len(program.outputs))
     else:  # a loop kernel takes an array column as one row-major block
         scalars, arrays = loops.column_arguments(program)
-        inner, to_arguments = _load(data, name, len(scalars) + len(arrays), len(program.outputs)), loops.blocks(program)
+        inner = _load(data, name, len(scalars) + len(arrays), len(program.outputs),
+                      scratch=loops.scratch_doubles(program, form(program)))
+        to_arguments = loops.blocks(program)
         kernel = lambda columns, rows, weights: inner(to_arguments(columns), rows, weights)  # noqa: E731
     ms['load'] = (time.perf_counter() - started) * 1e3
     return Compiled(kernel, tier, ir_text, optimized, ms, cached=not optimized)
@@ -243,14 +246,16 @@ def engine():
 _loaded = {}
 
 
-def _load(object_code, name, columns, outputs):
-    """A Python callable for the kernel `name` in object_code: kernel(columns, rows, weights) → sums."""
+def _load(object_code, name, columns, outputs, scratch=None):
+    """A Python callable for the kernel `name` in object_code: kernel(columns, rows, weights) → sums. A loop kernel
+    takes a scratch buffer of `scratch` doubles as its last argument: allocated here, on the heap, once a call (its
+    buffers grow with the shapes, and a backend's stack is 8 MB), and freed with the call, error or not."""
     if name not in _loaded:
         engine().add_object_file(llvm.ObjectFileRef.from_data(object_code))
         engine().finalize_object()
         _loaded[name] = engine().get_function_address(name)
     signature = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                                 *[ctypes.c_void_p] * columns)
+                                 *[ctypes.c_void_p] * (columns + (scratch is not None)))
     function = signature(_loaded[name])
 
     def kernel(column_arrays, rows, weights):
@@ -261,6 +266,8 @@ def _load(object_code, name, columns, outputs):
         arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in column_arrays]
         if any(len(a) < rows for a in arrays):
             raise ValueError(f'a column has fewer than {rows} rows')
+        if scratch is not None:
+            arrays.append(np.empty(max(1, scratch), dtype=np.float64))
         function(rows, w.ctypes.data, sums.ctypes.data, *[a.ctypes.data for a in arrays])
         return sums
     return kernel

@@ -21,10 +21,17 @@ What the reverse sweep reads of the forward values is the tape, kept one of thre
   before their forward sweeps (tile_product).
 - 'recompute': no tape. The tile's forward sweep computes the loss alone, and its reverse sweep runs each row's
   forward sweep again before its reverse (Futhark's redundant execution): one row's buffers, twice the forward work.
-- 'reversible': the forward sweep keeps only the loss's value; the reverse sweep recovers each value it needs from
-  the value of a node that consumed it by running that step backwards (NiLang: x = out − y for out = x + y,
-  ln(out) for out = exp(x), …). Every step on the way must be invertible in the argument recovered, its other
-  arguments known: where one is not (relu, ^, @, sum), the kernel is refused with the step named (invertible()).
+- 'reversible': the forward sweep keeps only the loss's value; before each step's reverse, the reverse sweep recovers
+  exactly each value that reverse reads (plan_recovery()): by running its own step again where its arguments are at
+  hand (leaves, the loss, values recovered before), or from the value of a step that consumed it by running that step
+  backwards where the inverse is exact (NiLang; in doubles only negation is: x = out − y, ln(exp(x)) round, and lose
+  the value where exp underflows, tanh saturates or y ≫ x). Where neither gives the value, the kernel is refused with
+  the step named (0A000).
+
+Every buffer that grows with the shapes (the tape, the adjoints, Wᵀ, the gradient sums) is carved out of one scratch
+buffer, the kernel's last argument, which its caller allocates on the heap once a call (scratch_doubles), but the
+first that fit in STACK_BYTES, which stay on the stack (LLVM keeps small ones in registers); the stack keeps those
+and a few scalar accumulators (frames.py checks it).
 """
 import functools
 import math
@@ -49,22 +56,22 @@ REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered 
 UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 GEMM_ROWS, GEMM_VECTORS = 4, 2  # a tile's weight gradient: blocks of 4 rows by 2 vectors, 8 sums in registers
 PRODUCT_ROWS, PRODUCT_VECTORS = 4, 6  # a tile's W @ (its columns): 4 rows at once, W up to 6 vectors of rows
+SMALL = 1    # the most doubles one alloca() may hold: a scalar accumulator (a buffer is buffer()'s)
+ALIGN = 8    # doubles in a cache line: each scratch buffer starts on one
+# The bytes of buffers a kernel keeps on its stack, the first that fit: small ones, which LLVM keeps in registers (a
+# logistic loss of 8 columns over 200,000 rows took 37–39 ms with 'recompute' and 35–36 ms with 'store' with every
+# buffer on the heap, 5.6–9.6 and 10–24 ms so, the same run); the rest on the heap.
+STACK_BYTES = 16 << 10
 
-# How a step runs backwards: given its value and the other arguments, the argument at each position.
+# How a step runs backwards, exactly: given its value and the other arguments, the argument at each position. Only
+# negation is exact for every double: x = out − y, x = out / y, ln(exp(x)), atanh(tanh(x)), logit(sigmoid(x)) round,
+# and lose the value outright where the step did (x + y with |y| ≫ |x|, x·0, exp underflowing to 0 or overflowing,
+# tanh and sigmoid saturating at ±1): a gradient from such a value is wrong or NaN, so those steps are not run
+# backwards (plan_recovery()).
 INVERSES = {
-    ('add', 0): lambda e, out, x, y: e.b.fsub(out, y), ('add', 1): lambda e, out, x, y: e.b.fsub(out, x),
-    ('sub', 0): lambda e, out, x, y: e.b.fadd(out, y), ('sub', 1): lambda e, out, x, y: e.b.fsub(x, out),
-    ('mul', 0): lambda e, out, x, y: e.b.fdiv(out, y), ('mul', 1): lambda e, out, x, y: e.b.fdiv(out, x),
-    ('div', 0): lambda e, out, x, y: e.b.fmul(out, y), ('div', 1): lambda e, out, x, y: e.b.fdiv(x, out),
     ('neg', 0): lambda e, out, x: e.b.fneg(out),
-    ('exp', 0): lambda e, out, x: e.call('log', out),
-    ('ln', 0): lambda e, out, x: e.call('exp', out),
-    ('tanh', 0): lambda e, out, x: e.b.fmul(ir.Constant(DOUBLE, 0.5), e.call('log', e.b.fdiv(
-        e.b.fadd(ir.Constant(DOUBLE, 1.0), out), e.b.fsub(ir.Constant(DOUBLE, 1.0), out)))),
-    ('sigmoid', 0): lambda e, out, x: e.call('log', e.b.fdiv(out, e.b.fsub(ir.Constant(DOUBLE, 1.0), out))),
-    ('sinh', 0): lambda e, out, x: e.call('log', e.b.fadd(out, e.call('llvm.sqrt.f64', e.b.fadd(
-        e.b.fmul(out, out), ir.Constant(DOUBLE, 1.0))))),
 }
+LEAVES = ('const', 'weight', 'column')
 
 
 @dataclass
@@ -140,11 +147,13 @@ class _Kernel:
         self.module.triple = llvm.get_process_triple()
         scalars, arrays = column_arguments(program)
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64, DOUBLE.as_pointer(), DOUBLE.as_pointer()]
-                                                      + [DOUBLE.as_pointer()] * (len(scalars) + len(arrays))), name)
+                                                      + [DOUBLE.as_pointer()] * (len(scalars) + len(arrays) + 1)), name)
         self.fn = fn
-        self.rows, self.weights, self.sums, *pointers = fn.args
-        for arg in pointers:
+        self.rows, self.weights, self.sums, *pointers, self.scratch = fn.args
+        for arg in pointers + [self.scratch]:
             arg.add_attribute('noalias')
+        self.scratch_used = 0  # doubles of the scratch buffer carved out so far (heap())
+        self.stack_bytes = 0   # bytes of buffers on the stack so far (buffer())
         self.cols = dict(zip(scalars, pointers))  # the index in program.columns of a number column → its array
         block = dict(zip(arrays, pointers[len(scalars):]))
         self.blocks = {i: (block[self.graph.nodes[i].value], self.lay.shape[i][0]) for i in self.lay.columns
@@ -156,6 +165,21 @@ class _Kernel:
         self.e = _Emitter(self.b, self.module)
         self.gradient = len(program.outputs) > 1
         self.width = max([w for _, w in vector_widths()] or [2])  # doubles in the widest SIMD register
+        # W @ x with W a weight, in a tile of more than a row: W's gradient for the whole tile after its reverse
+        # sweeps, a small matrix product over the tile's rows (GEMM_ROWS rows of W by GEMM_VECTORS vectors at once)
+        self.deferred = {i: self.graph.nodes[i].args for i in self.lay.order if self.defers(i)}
+        # W @ x with x a row's data alone (an array column, or a vector of columns), in a 'store' tile: y for the
+        # whole tile before the rows' forward sweeps, through Wᵀ (made once a call), PRODUCT_ROWS rows at a time
+        self.data_products = {i: self.graph.nodes[i].args for i in self.lay.order if self.data_product(i)}
+
+    def buffers(self):
+        """The doubles of each buffer the kernel carves out of its scratch buffer, in build()'s order: the tape (a
+        tile's value records), the reversible tape's recovered values, the adjoint records, each Wᵀ, the gradient."""
+        lay, records = self.lay, self.tile if self.tape == 'store' else 1
+        weights = list(dict.fromkeys(w for w, _ in self.data_products.values()))
+        return ([lay.record * records] + ([lay.record] if self.tape == 'reversible' else [])
+                + [lay.adjoints * records] + [size_of(lay.shape[w]) for w in weights]
+                + [max(1, len(self.program.weights))])
 
     # --- small IR helpers ---
     def i64(self, k):
@@ -165,9 +189,28 @@ class _Kernel:
         return self.b.gep(ptr, [self.i64(k)])
 
     def alloca(self, n):
-        """n doubles on the stack, allocated in the entry block: once per call, wherever it is asked for."""
+        """n doubles on the stack, allocated in the entry block: once per call, wherever it is asked for. For a
+        few scalars only (LLVM keeps them in registers): a buffer that grows with the shapes is heap()'s."""
+        assert n <= SMALL, n
         with self.b.goto_block(self.entry):
             return self.b.alloca(DOUBLE, size=ir.Constant(I64, n))
+
+    def buffer(self, n):
+        """n doubles, allocated once a call: on the stack while the buffers there take at most STACK_BYTES, else
+        carved out of the scratch buffer on the heap (heap())."""
+        if self.stack_bytes + 8 * n > STACK_BYTES:
+            return self.heap(n)
+        self.stack_bytes += 8 * n
+        with self.b.goto_block(self.entry):
+            return self.b.alloca(DOUBLE, size=ir.Constant(I64, n))
+
+    def heap(self, n):
+        """n doubles of the scratch buffer, the kernel's last argument (allocated by its caller once a call, sized
+        by scratch_doubles): each buffer starts on a cache line of its own."""
+        at = self.scratch_used
+        self.scratch_used = at + -(-n // ALIGN) * ALIGN
+        with self.b.goto_block(self.entry):
+            return self.b.gep(self.scratch, [ir.Constant(I64, at)])
 
     def loop(self, count, body):
         """for k in range(count): body(k) — count a Python int or an IR i64; no loop at all for a count of 1."""
@@ -372,25 +415,22 @@ class _Kernel:
         b, lay = self.b, self.lay
         program = self.program
         records = self.tile if self.tape == 'store' else 1
-        self.tape_base = self.alloca(lay.record * records)
+        # every buffer that grows with the shapes, past STACK_BYTES, is carved out of the scratch buffer, on the heap
+        # (a backend's stack is 8 MB, shared with the executor): the tape, the recovered values, the adjoints, Wᵀ, the
+        # gradient sums
+        self.tape_base = self.buffer(lay.record * records)
         self.values = self.tape_base
         if self.tape == 'reversible':  # the reverse sweep's values: the loss's, then what it recovers
-            self.recovery = self.alloca(lay.record)
-        self.adjoint_base = self.adjoints = self.alloca(lay.adjoints * records)
-        # W @ x with W a weight, in a tile of more than a row: W's gradient for the whole tile after its reverse
-        # sweeps, a small matrix product over the tile's rows (GEMM_ROWS rows of W by GEMM_VECTORS vectors at once)
-        self.deferred = {i: self.graph.nodes[i].args for i in lay.order if self.defers(i)}
-        # W @ x with x a row's data alone (an array column, or a vector of columns), in a 'store' tile: y for the
-        # whole tile before the rows' forward sweeps, through Wᵀ (made once a call), PRODUCT_ROWS rows at a time
-        self.data_products = {i: self.graph.nodes[i].args for i in lay.order if self.data_product(i)}
+            self.recovery = self.buffer(lay.record)
+        self.adjoint_base = self.adjoints = self.buffer(lay.adjoints * records)
         self.transposed = {}
         for w, _ in self.data_products.values():
             if w not in self.transposed:
                 m, n = lay.shape[w]
-                self.transposed[w] = t = self.alloca(m * n)
+                self.transposed[w] = t = self.buffer(m * n)
                 self.loop(m, lambda r, w=w, t=t, m=m, n=n: self.loop(n, lambda k: b.store(
                     self.val(w, self.index((r, n), (k, 1))), self.gep(t, self.index((k, m), (r, 1))))))
-        self.grad = self.alloca(max(1, len(program.weights)))
+        self.grad = self.buffer(max(1, len(program.weights)))
         self.loss = self.alloca(1)
         b.store(ir.Constant(DOUBLE, 0.0), self.loss)
         self.loop(max(1, len(program.weights)), lambda k: b.store(ir.Constant(DOUBLE, 0.0), self.gep(self.grad, k)))
@@ -405,6 +445,7 @@ class _Kernel:
         b.ret_void()
         b.position_at_end(self.entry)
         b.branch(self.start)
+        assert self.scratch_used == _on_the_heap(self.buffers()), (self.scratch_used, self.buffers())
         return vectorised(str(self.module), vector_widths())
 
     def one_tile(self, t):
@@ -585,11 +626,9 @@ class _Kernel:
         """One row's reverse sweep."""
         self.row = row
         self.reverse_start()
-        if self.tape == 'reversible':
-            self.recovered = {self.program.tensor.root}
         for i in self.swept():
             if self.tape == 'reversible':
-                self.recover_arguments(i)
+                self.recover(i)
             self.reverse_node(i)
 
     def reverse_start(self):
@@ -642,48 +681,84 @@ class _Kernel:
                 values[j] = EMIT[node.op](self.e, *[values[x] for x in node.args])
         return values[root]
 
-    # --- 'reversible': the arguments' values recovered from node i's ---
-    def recover_arguments(self, i):
-        node = self.graph.nodes[i]
-        for position, a in enumerate(node.args):
-            if a in self.recovered or self.graph.nodes[a].op in ('const', 'weight', 'column'):
+    # --- 'reversible': the values a step's reverse reads, recovered exactly before it ---
+    def recover(self, i):
+        """Make the values node i's reverse reads available, as plan_recovery() planned: each recomputed by its own
+        step from values at hand, or recovered from its consumer's value by an exact inverse."""
+        for action in self.recovery_plan.get(i, ()):
+            if action[0] == 'recompute':
+                self.forward_node(action[1], self.row)
                 continue
+            _, a, consumer, position = action
+            node = self.graph.nodes[consumer]
             invert = INVERSES[(node.op, position)]
-            n = size_of(self.lay.shape[a])
-
-            def body(k, a=a, invert=invert):
-                others = [self.val(x, k) for x in node.args]
-                self.put(a, k, invert(self.e, self.val(i, k), *others))
-            self.loop(n, body)
-            self.recovered.add(a)
+            self.loop(size_of(self.lay.shape[a]), lambda k: self.put(a, k, invert(
+                self.e, self.val(consumer, k), *[self.val(x, k) for x in node.args])))
 
     def check_reversible(self):
-        """The error for the first step the reverse sweep would have to run backwards and cannot."""
-        invertible(self.program.tensor, self.lay)
+        """The plan of what the reverse sweep recovers before each step, or the error for the first value it cannot
+        recover exactly."""
+        self.recovery_plan = plan_recovery(self.program.tensor, self.lay)
 
 
-def invertible(lam, lay):
-    """None if every value the reverse sweep needs can be recovered from the loss's by running steps backwards;
-    else the 0A000 error naming the first step that cannot be run backwards."""
-    graph, recovered = lam.graph, {lam.root}
+def reads(graph, lay, i):
+    """The nodes whose values (i itself: its value and its extra slots) the reverse of node i reads."""
+    node = graph.nodes[i]
+    if node.op in PRIMITIVES:
+        pgraph, partials = partial_programs(node.op)
+        found = []
+        for a, p in zip(node.args, partials):
+            if p is None or not lay.live[a]:
+                continue
+            for j in pgraph.ancestors([p]):
+                leaf = pgraph.nodes[j]
+                if leaf.op == 'weight':
+                    found.append(i if leaf.value == '#out' else node.args[int(leaf.value[1:])])
+        return list(dict.fromkeys(found))
+    return READS[node.op](lay, node.args, i)
+
+
+def plan_recovery(lam, lay):
+    """For the 'reversible' tape: {node: [action, …]}, what the reverse sweep does before node's reverse so that every
+    value it reads is exact — ('recompute', a): a's own step again, its arguments at hand (leaves, the loss's value,
+    or values recovered before); ('invert', a, consumer, position): a from its consumer's value by an exact inverse
+    (INVERSES). Else the 0A000 error naming the step whose reverse needs a value that neither gives."""
+    graph = lam.graph
+    have = {i for i in lay.order if graph.nodes[i].op in LEAVES}
+    if graph.nodes[lam.root].op not in EXTRA:
+        have.add(lam.root)  # the loss's value crosses from the forward sweep (a logsumexp's extra slots do not)
+    consumers = {}
+    for i in lay.order:
+        for position, a in enumerate(graph.nodes[i].args):
+            consumers.setdefault(a, []).append((i, position))
+    plan = {}
     for i in reversed(lay.order):
         node = graph.nodes[i]
-        if not lay.live[i] or node.op in ('weight', 'const', 'column'):
+        if not lay.live[i] or node.op in LEAVES:
             continue
-        for position, a in enumerate(node.args):
-            if a in recovered or graph.nodes[a].op in ('const', 'weight', 'column'):
+        for a in reads(graph, lay, i):
+            if a in have:
                 continue
-            known = all(x in recovered or graph.nodes[x].op in ('const', 'weight', 'column')
-                        for k, x in enumerate(node.args) if k != position)
-            if (node.op, position) not in INVERSES or not known or lay.shape[a] != lay.shape[i]:
-                pos = lam.places.get(i)
-                what = vectors.SYMBOLS.get(node.op, node.op)
+            if all(x in have for x in graph.nodes[a].args):
+                plan.setdefault(i, []).append(('recompute', a))
+                have.add(a)
+                continue
+            way = next(((c, position) for c, position in consumers.get(a, ()) if c in have
+                        and (graph.nodes[c].op, position) in INVERSES and lay.shape[a] == lay.shape[c]
+                        and all(x in have for k, x in enumerate(graph.nodes[c].args) if k != position)), None)
+            if way is None:  # named: the step that would have to run backwards (a's consumer at hand), else i
+                step = next((c for c, _ in consumers.get(a, ()) if c in have), i)
+                pos = lam.places.get(step)
+                what = vectors.SYMBOLS.get(graph.nodes[step].op, graph.nodes[step].op)
                 raise PgadError('0A000', f'tape "reversible" cannot run "{what}" backwards',
                                 detail=None if pos is None else caret(lam.text, pos),
-                                hint="Every step between the loss and a weight must be invertible in the value the "
-                                     "reverse sweep needs (+, -, *, /, exp, ln, tanh, sigmoid, sinh): use tape "
-                                     "'store' or 'recompute'.")
-            recovered.add(a)
+                                hint="The reverse sweep of this step reads a value that is neither recomputed from "
+                                     "values at hand nor recovered exactly (only negation inverts exactly: x = out "
+                                     "− y, ln(exp(x)), atanh(tanh(x)) round or lose the value): use tape 'store' "
+                                     "or 'recompute'.")
+            plan.setdefault(i, []).append(('invert', a, *way))
+            have.add(a)
+    return plan
 
 
 # --- vector operations: forward, and their vector-Jacobian products --------------------------------------------------
@@ -854,7 +929,13 @@ FORWARD = {'matmul': _matmul_forward, 'dot': _matmul_forward, 'sum': _sum_forwar
 REVERSE = {'matmul': _matmul_reverse, 'dot': _matmul_reverse, 'sum': _sum_reverse, 'logsumexp': _logsumexp_reverse,
            'softmax': _softmax_reverse, 'stack': _stack_reverse, 'index': _index_reverse,
            'transpose': _transpose_reverse, 'outer': _outer_reverse}
-assert set(FORWARD) == set(REVERSE) == set(OPERATIONS), set(OPERATIONS) ^ set(FORWARD)
+# The values each vector operation's reverse reads (reads()): of its arguments, or its own (with its extra slots).
+READS = {'matmul': lambda lay, args, i: [args[1]] * lay.live[args[0]] + [args[0]] * lay.live[args[1]],
+         'sum': lambda lay, args, i: [], 'logsumexp': lambda lay, args, i: [i], 'softmax': lambda lay, args, i: [i],
+         'stack': lambda lay, args, i: [], 'index': lambda lay, args, i: [args[1]],
+         'transpose': lambda lay, args, i: []}
+READS['dot'] = READS['outer'] = READS['matmul']
+assert set(FORWARD) == set(REVERSE) == set(READS) == set(OPERATIONS), set(OPERATIONS) ^ set(FORWARD)
 
 
 def column_arguments(program):
@@ -892,14 +973,31 @@ def blocks(program):
     return arguments
 
 
+def _on_the_heap(sizes):
+    """The doubles of the scratch buffer for buffers of these sizes, as buffer() places them: those past STACK_BYTES
+    on the stack, each rounded up to whole cache lines."""
+    stack = heap = 0
+    for n in sizes:
+        if stack + 8 * n > STACK_BYTES:
+            heap += -(-n // ALIGN) * ALIGN
+        else:
+            stack += 8 * n
+    return heap
+
+
+def scratch_doubles(program, tape, tile=None):
+    """The doubles of the scratch buffer program's loop kernel takes as its last argument: its tape — the value
+    records the reverse sweep reads, a tile's for 'store', a row's for 'recompute', a row's for 'reversible' to
+    recover into — its adjoint records, the transposed weights of a tile's products, and the gradient sums. Its
+    caller allocates it, on the heap, once a call."""
+    kn = _Kernel(program, 'pgad_scratch', tape, (tile or TILE) if tape == 'store' else 1)
+    return _on_the_heap(kn.buffers())
+
+
 def buffer_bytes(program, tape, tile=None):
-    """The bytes a loop kernel's buffers take (on its stack, once per call): the tape — the value records the
-    reverse sweep reads, a tile's for 'store', a row's for 'recompute', a row's for 'reversible' to recover into
-    (and the loss's value alone crossing from the forward sweep) — the adjoint records, and the gradient sums."""
-    lay = layout(program)
-    rows = (tile or TILE) if tape == 'store' else 1
-    values = lay.record * rows * (2 if tape == 'reversible' else 1)
-    return 8 * (values + lay.adjoints * rows + max(1, len(program.weights)))
+    """The bytes a loop kernel's buffers take, once per call: on its stack (at most STACK_BYTES) and in its scratch
+    buffer on the heap."""
+    return 8 * sum(_Kernel(program, 'pgad_scratch', tape, (tile or TILE) if tape == 'store' else 1).buffers())
 
 
 def kernel_ir(program, name, tape='store', tile=None):
