@@ -149,14 +149,15 @@ def test_the_forked_runner_names_the_input_that_crashed():
     assert crashes == [(3, 'SIGSEGV')] and sorted(outcomes) == [0, 1, 2, 4, 5]
 
 
-# Inputs the fuzzer found: (seed, index), each run in a forked child. xfail: open bugs, the mark goes with the fix.
+# Inputs the fuzzer found: (seed, index), each run in a forked child.
 REGRESSIONS = [
-    # LLVM's SLP vectoriser fails an assertion on this 'recompute' loop kernel and aborts the process (SIGABRT), on
-    # the code before this change too: an LLVM crash the backend survives only where LLVM runs in a child process
-    pytest.param(1, 2518, marks=pytest.mark.xfail(strict=True, reason='LLVM SLPVectorizer assertion: SIGABRT')),
-    # the same assertion on an unrolled forward-mode kernel of a small lambda: through SQL, pgad.gradient(
-    # 'λ(d, w) -softmax((sum(w.m3x6) * w.m1x5[1]))[2]', …, 'forward', 'llvm') kills the backend
-    pytest.param(1, 9878, marks=pytest.mark.xfail(strict=True, reason='LLVM SLPVectorizer assertion: SIGABRT')),
+    # LLVM's SLP vectoriser fails an assertion on this 'recompute' loop kernel and aborts its process (SIGABRT): the
+    # compiler process dies, not the backend, and the kernel is compiled again without the vectorisers
+    (1, 2518),
+    # the same assertion on an unrolled forward-mode kernel of a small lambda, which used to compile in the backend:
+    # through SQL, pgad.gradient('λ(d, w) -softmax((sum(w.m3x6) * w.m1x5[1]))[2]', …, 'forward', 'llvm') killed it
+    # (tests/test_compile_worker.py::test_a_kernel_llvm_crashes_on_is_compiled_again_without_its_vectorisers)
+    (1, 9878),
 ]
 
 
