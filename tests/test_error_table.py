@@ -61,6 +61,12 @@ CALLS = {
                                                       '{"v": [1, 2, 3]}'),
     'column "v" has arrays of different lengths':
         call("SELECT pgad.loss('λ(d, w) sum(d.v)', 'SELECT ARRAY[1.0, 2.0] AS v UNION ALL SELECT ARRAY[1.0]', '{}')"),
+    'column "v" has an empty array in row 3 of the data':
+        call("SELECT pgad.loss('λ(d, w) sum(d.v)', 'SELECT * FROM (VALUES (ARRAY[1.0, 2.0]), (ARRAY[3.0, 4.0]), "
+             "(''{}''::numeric[])) AS t(v)', '{}')"),
+    'the weights need 3.7 MB, more than pgad.memory_limit (1.0 MB)':
+        [("SET pgad.memory_limit = '1MB'", ())] + call(
+            "SELECT pgad.loss(%s, 'points', %s)", LINEAR, '{"a": 0, "b": 0, "u": [' + ', '.join(['0'] * 12000) + ']}'),
     'weight "m" must be a matrix whose rows have one length':
         call("SELECT pgad.loss('λ(d, w) sum(w.m)', 'points', %s)", '{"m": [[1, 2], [3]]}'),
     'pgad.train takes no standardize or group_by for a model with vectors':
@@ -116,6 +122,16 @@ ELSEWHERE = {
     'the data needs 24000 MB on the GPU, more than the 20000 MB free there': 'tests/test_gpu.py (a GPU\'s memory)',
     'lambda is too large for the cuda backend: 902 nodes with its derivatives':
         'tests/test_gpu.py (compiled within a second on a GPU)',
+    'compiling the kernel took more than 60 s':
+        'tests/test_compile_worker.py::test_a_compile_past_its_wall_time_is_killed',
+    'compiling the kernel failed: its process was killed by signal 9 (SIGKILL)':
+        'tests/test_compile_worker.py::test_a_crashed_compiler_process_fails_the_call_alone',
+    "kernel's stack frame is too large: … bytes, at most 262144 bytes":
+        'tests/test_crash_fuzz.py::test_the_frame_check_refuses_a_kernel_past_its_bound',
+    'model "prices" belongs to role "alice"':
+        'tests/test_model_trust.py::test_a_name_belongs_to_the_role_that_trained_it_first',
+    'column "color" of group_by is of type …, which role "…" owns':
+        'tests/test_model_trust.py::test_an_enum_group_column_another_role_owns_is_refused',
     'shard server "shard2" failed at iteration 37':
         'tests/test_shards.py::test_a_shard_that_stops_mid_training_is_named_with_the_iteration',
 }

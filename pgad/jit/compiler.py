@@ -132,7 +132,7 @@ def optimise(ir_text, tier=TIERS[0]):
 def _toolchain():
     """What else decides the machine code: pgad's code generator and compiler, llvmlite, LLVM, and this CPU."""
     sources = hashlib.sha256()
-    for path in (codegen.__file__, loops.__file__, worker.__file__, __file__):
+    for path in (codegen.__file__, loops.__file__, frames.__file__, worker.__file__, __file__):
         with open(path, 'rb') as f:
             sources.update(f.read())
     return '\n'.join([sources.hexdigest(), llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)),
