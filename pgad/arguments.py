@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from . import descent
+from . import descent, loader
 from .backends import BACKENDS
 from .errors import PgadError
 from .lang import MODES, parser
@@ -47,19 +47,13 @@ def parsed(text, what, key, memory_limit=None, hint=None):
     numbers, keys = text.count(',') + 1, text.count(':')
     needed = numbers * NUMBER_BYTES + keys * KEY_BYTES
     if memory_limit is not None and needed > memory_limit:
-        raise PgadError('53200', f'the {what} need {_megabytes(needed)}, more than pgad.memory_limit '
-                                 f'({_megabytes(memory_limit)})',
+        raise PgadError(loader.OUT_OF_MEMORY, f'the {what} need {loader.megabytes(needed)}, more than '
+                                              f'pgad.memory_limit ({loader.megabytes(memory_limit)})',
                         detail=f'The {what} jsonb holds up to {numbers} numbers of {keys} {key}s, {NUMBER_BYTES} '
                                f'bytes a number and {KEY_BYTES} a {key} while the call reads them, uses them and '
                                'gives them back.',
                         hint=hint or 'Have a superuser raise pgad.memory_limit.')
     return json.loads(text)
-
-
-def _megabytes(size):
-    """'2.5 MB', '640 MB', as the memory limit's messages give sizes (loader.megabytes)."""
-    mb = size / (1 << 20)
-    return f'{mb:.1f} MB' if mb < 10 else f'{mb:.0f} MB'
 
 
 def unread(given, lam):
