@@ -7,7 +7,7 @@ descent.py (iterations) → result.
 import importlib
 import sys
 
-__version__ = '0.10.0'
+__version__ = '0.11.0'
 
 # The lambda language lives in pgad/lambda/, and `lambda` is a Python keyword: bind it once, here, as pgad.lang.
 # Every stage module is registered under both names, so pgad.lang.rules is the very module pgad.lambda.rules.

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import (arguments, backends, catalog, descent, domain, explain as explaining, initial, loader, objective,
-               program, server, shards, standardize as standardizing)
+from . import arguments, backends, domain, explain as explaining, loader, program, server, shards
+from .models import catalog, descent, initial, objective, standardize as standardizing
 from .errors import PgadError
 from .jit.cache import DiskCache
 from .lang import printer, tensors, vectors

@@ -6,7 +6,8 @@ import re
 
 import numpy as np
 
-from . import descent, loader
+from . import loader
+from .models import descent
 from .backends import BACKENDS
 from .errors import PgadError
 from .lang import MODES, parser

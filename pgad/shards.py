@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import __version__, descent, loader, server
+from . import __version__, loader, server
+from .models import descent
 from .errors import PgadError
 from .lang.printer import quote_ident
 

@@ -11,7 +11,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from pgad import api, descent, loader, server
+from pgad import api, loader, server
+from pgad.models import descent
 from pgad.errors import Interrupted, PgadError
 from plpy_client import Error, Plpy
 

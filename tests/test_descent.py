@@ -4,7 +4,8 @@ import warnings
 import numpy as np
 import pytest
 
-from pgad import backends, descent, program
+from pgad import backends, program
+from pgad.models import descent
 from pgad.errors import PgadError
 from pgad.loader import Table
 

@@ -3,7 +3,8 @@ the expression and the values it read, the branch a CASE took, and the row found
 import numpy as np
 import pytest
 
-from pgad import backends, descent, domain, program
+from pgad import backends, domain, program
+from pgad.models import descent
 from pgad.errors import PgadError
 from pgad.loader import Table
 

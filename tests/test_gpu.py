@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 from conftest import GPU, error_of, new_database
-from pgad import backends, descent, program
+from pgad import backends, program
+from pgad.models import descent
 from pgad.errors import PgadError
 from pgad.gpu import codegen, compiler
 from pgad.lang import rules

@@ -4,7 +4,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pgad import backends, objective, program
+from pgad import backends, program
+from pgad.models import objective
 from pgad.errors import PgadError
 from pgad.limits import DEFAULT
 from pgad.loader import Table

@@ -9,7 +9,8 @@ np.random.default_rng with fixed seeds.
 import numpy as np
 import pytest
 
-from pgad import backends, descent, program
+from pgad import backends, program
+from pgad.models import descent
 from pgad.loader import Table
 
 LINEAR = 'λ(d, w) (w.a*d.x1 + w.b*d.x2 + w.c*d.x3 + w.k - d.y)^2'

@@ -4,7 +4,8 @@ at forward()'s weights over the standardised columns, to 1e-12 relative, and bac
 import numpy as np
 import pytest
 
-from pgad import backends, program, standardize
+from pgad import backends, program
+from pgad.models import standardize
 from pgad.errors import PgadError
 from pgad.lang import parse
 

@@ -476,7 +476,7 @@ def test_the_users_expression_keeps_its_nans_when_unrolled():
 
 def test_an_error_without_a_place_has_no_caret():
     """A named loss on a model that predicts a vector: the body's error, whose node no operator of the text built."""
-    from pgad import objective
+    from pgad.models import objective
     goal = objective.build('λ(d, w) w.v * d.x1', 'squared', 'x2', Limits())
     with pytest.raises(PgadError) as caught:
         program.build(goal.text, ('v',), shapes=vectors.Shapes((('v', (2,)),)))

@@ -27,9 +27,9 @@ import re
 
 import numpy as np
 
-from . import server
-from .errors import PgadError
-from .lang import printer, sql, vectors
+from .. import server
+from ..errors import PgadError
+from ..lang import printer, sql, vectors
 
 SCHEMA = 'pgad_models'
 EQ, NE, CONCAT = 'OPERATOR(pg_catalog.=)', 'OPERATOR(pg_catalog.<>)', 'OPERATOR(pg_catalog.||)'

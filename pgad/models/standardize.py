@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import PgadError
+from ..errors import PgadError
 
 ADDITIVE = ('add', 'sub', 'neg')
 

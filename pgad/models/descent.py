@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .errors import PgadError
+from ..errors import PgadError
 
 CHUNK_ROWS = 1 << 20  # rows per kernel call on big tables: between calls, the server may cancel
 OPTIMIZERS = ('gd', 'sgd', 'momentum', 'adam', 'lbfgs')

@@ -9,9 +9,9 @@ pasted: the objective is printed from its DAG.
 import re
 from dataclasses import dataclass
 
-from .errors import PgadError
-from .lang import parser, printer
-from .lang.rules import call
+from ..errors import PgadError
+from ..lang import parser, printer
+from ..lang.rules import call
 
 abs_, relu, softplus = call('abs'), call('relu'), call('softplus')
 

@@ -12,8 +12,8 @@ import json
 
 import numpy as np
 
-from . import arguments, limits as bounds
-from .errors import PgadError
+from .. import arguments, limits as bounds
+from ..errors import PgadError
 
 SCHEMES = {
     'glorot': lambda rng, m, n: rng.uniform(-np.sqrt(6 / (n + m)), np.sqrt(6 / (n + m)), (m, n)),
