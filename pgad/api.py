@@ -156,7 +156,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
         if column in goal.columns:
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
-    catalog.check_can_store(name)
+    catalog.check_can_store(name, loss)
     shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns))
     if (shapes or vectors.needed(goal.model)) and (standardize or options['group_by']):
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',

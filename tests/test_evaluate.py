@@ -193,3 +193,149 @@ def test_a_model_with_vectors_is_refused(db):
 
 def test_null_arguments_give_no_rows(db):
     assert db.execute('SELECT count(*) FROM pgad.evaluate(NULL, %s)', ['houses']).fetchone()[0] == 0
+
+
+# §2: the probability and class functions of logistic and hinge models, and the array length check
+
+def functions(db, name):
+    """{function name in pgad_models: (volatility, parallel, language, arguments, result)} of those named name*."""
+    return {r[0]: r[1:] for r in db.execute(
+        "SELECT p.proname, p.provolatile, p.proparallel, l.lanname, pg_get_function_arguments(p.oid), "
+        "pg_get_function_result(p.oid) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+        "WHERE p.pronamespace = 'pgad_models'::regnamespace AND p.proname LIKE %s", [name + '%'])}
+
+
+def inlined(db, call, table):
+    plan = '\n'.join(r[0] for r in db.execute(f'EXPLAIN VERBOSE SELECT {call} FROM {table}'))
+    return 'pgad_models' not in plan
+
+
+def test_a_logistic_model_gets_probability_and_class_functions_that_are_inlined(db):
+    train(db, 'buyer', LOGIT, 'logistic', 'labels', '{"a": 0, "b": 0, "c": 0}', optimizer='lbfgs')
+    args = 'x1 double precision, x2 double precision'
+    assert functions(db, 'buyer') == {'buyer': ('i', 's', 'sql', args, 'double precision'),
+                                      'buyer_probability': ('i', 's', 'sql', args, 'double precision'),
+                                      'buyer_class': ('i', 's', 'sql', args, 'integer')}
+    rows = db.execute('SELECT pgad_models.buyer(x1, x2), pgad_models.buyer_probability(x1, x2), '
+                      'pgad_models.buyer_class(x1, x2) FROM labels').fetchall()
+    z, p, c = (np.array([r[k] for r in rows]) for k in range(3))
+    assert p == pytest.approx(1 / (1 + np.exp(-z)), abs=1e-15, rel=1e-14)
+    assert list(c) == [int(v >= 0.5) for v in p] and set(c) == {0, 1}
+    for call in ('pgad_models.buyer_probability(x1, x2)', 'pgad_models.buyer_class(x1, x2)'):
+        assert inlined(db, call, 'labels')
+    # NULL gives NULL; the score 0 is the probability 1/2 and class 1; large scores neither overflow nor underflow
+    assert db.execute('SELECT pgad_models.buyer_probability(NULL, 1), pgad_models.buyer_class(NULL, 1)').fetchone() \
+        == (None, None)
+    w = db.execute("SELECT weights FROM pgad.models WHERE name = 'buyer'").fetchone()[0]
+    x1 = -w['c'] / w['a']
+    assert db.execute('SELECT pgad_models.buyer_probability(%s, 0), pgad_models.buyer_class(%s, 0)',
+                      [x1, x1]).fetchone() == (pytest.approx(0.5, abs=1e-15), 1)
+    big = 1e6 / abs(w['a'])
+    assert db.execute('SELECT pgad_models.buyer_probability(%s, 0), pgad_models.buyer_probability(%s, 0)',
+                      [big, -big]).fetchone() in ((1.0, 0.0), (0.0, 1.0))
+
+
+def test_a_hinge_model_gets_a_class_function_of_minus_one_and_one(db):
+    data = 'SELECT x1, x2, 2*y - 1 AS y FROM labels'
+    train(db, 'margin', LOGIT, 'hinge', data, '{"a": 0, "b": 0, "c": 0}', optimizer='adam', learning_rate=0.1)
+    assert set(functions(db, 'margin')) == {'margin', 'margin_class'}
+    rows = db.execute('SELECT pgad_models.margin(x1, x2), pgad_models.margin_class(x1, x2) FROM labels').fetchall()
+    assert [c for _, c in rows] == [1 if z >= 0 else -1 for z, _ in rows] and {c for _, c in rows} == {-1, 1}
+    assert inlined(db, 'pgad_models.margin_class(x1, x2)', 'labels')
+
+
+def test_a_grouped_logistic_model_s_probability_is_null_for_an_unknown_group(db):
+    train(db, 'grouped_buyer', LOGIT, 'logistic', 'labels', '{"a": 0, "b": 0, "c": 0}', optimizer='lbfgs',
+          group_by='part')
+    rows = db.execute("SELECT pgad_models.grouped_buyer(part, x1, x2), pgad_models.grouped_buyer_probability(part, "
+                      "x1, x2), pgad_models.grouped_buyer_class(part, x1, x2) FROM labels").fetchall()
+    assert all(p == pytest.approx(1 / (1 + np.exp(-z)), abs=1e-15) and c == int(z >= 0) for z, p, c in rows)
+    assert db.execute("SELECT pgad_models.grouped_buyer_probability('zz', 1, 1), "
+                      "pgad_models.grouped_buyer_class('zz', 1, 1)").fetchone() == (None, None)
+    assert inlined(db, 'pgad_models.grouped_buyer_probability(part, x1, x2)', 'labels')
+
+
+def test_retraining_with_another_loss_drops_the_functions_no_longer_wanted_and_drop_model_drops_them(db):
+    train(db, 'switch', LOGIT, 'logistic', 'labels', '{"a": 0, "b": 0, "c": 0}', iterations=2)
+    assert set(functions(db, 'switch')) == {'switch', 'switch_probability', 'switch_class'}
+    data = 'SELECT x1, x2, 2*y - 1 AS y FROM labels'
+    train(db, 'switch', LOGIT, 'hinge', data, '{"a": 0, "b": 0, "c": 0}', iterations=2)
+    assert set(functions(db, 'switch')) == {'switch', 'switch_class'}
+    train(db, 'switch', LOGIT, 'squared', 'labels', '{"a": 0, "b": 0, "c": 0}', iterations=2)
+    assert set(functions(db, 'switch')) == {'switch'}
+    train(db, 'switch', 'λ(d, w) w.a*d.x1 + w.c', 'logistic', 'labels', '{"a": 0, "c": 0}', iterations=2)
+    assert functions(db, 'switch')['switch_class'][3] == 'x1 double precision'
+    db.execute("SELECT pgad.drop_model('switch')")
+    assert functions(db, 'switch') == {}
+
+
+def test_a_view_on_the_probability_function_stops_a_retraining_that_would_drop_it(db):
+    train(db, 'viewed', LOGIT, 'logistic', 'labels', '{"a": 0, "b": 0, "c": 0}', iterations=2)
+    db.execute('CREATE VIEW viewed_p AS SELECT pgad_models.viewed_probability(x1, x2) AS p FROM labels')
+    e = error_of(db, "SELECT pgad.train('viewed', %s, 'squared', 'labels', '{\"a\": 0, \"b\": 0, \"c\": 0}', "
+                     "iterations => 2)", [LOGIT])
+    assert e.sqlstate == '2BP01' and 'probability function of model "viewed"' in e.message_primary
+    assert 'viewed_p' in e.message_detail
+    db.execute('DROP VIEW viewed_p')
+    db.execute("SELECT pgad.drop_model('viewed')")
+
+
+@pytest.mark.parametrize('first, second', [('pair', 'pair_probability'), ('pair_class', 'pair')])
+def test_a_model_and_another_model_s_function_cannot_share_a_name(db, first, second):
+    """Model "pair"'s pair_probability and a model named pair_probability: refused whichever comes second."""
+    losses = {'pair': 'logistic', 'pair_probability': 'squared', 'pair_class': 'squared'}
+    train(db, first, LOGIT, losses[first], 'labels', '{"a": 0, "b": 0, "c": 0}', iterations=2)
+    e = error_of(db, "SELECT pgad.train(%s, %s, %s, 'labels', '{\"a\": 0, \"b\": 0, \"c\": 0}', iterations => 2)",
+                 [second, LOGIT, losses[second]])
+    assert e.sqlstate == '42710'
+    assert ('model "pair" has a probability function named "pair_probability"' if first == 'pair' else
+            'model "pair_class" exists, and the class function of model "pair" would take its name') \
+        in e.message_primary
+    assert db.execute('SELECT count(*) FROM pgad.models WHERE name = %s', [second]).fetchone()[0] == 0
+    db.execute('SELECT pgad.drop_model(%s)', [first])
+
+
+def test_a_function_name_past_namedatalen_is_refused(db):
+    name = 'm' * 55
+    e = error_of(db, "SELECT pgad.train(%s, %s, 'logistic', 'labels', '{\"a\": 0, \"b\": 0, \"c\": 0}')",
+                 [name, LOGIT])
+    assert e.sqlstate == '42622' and f'"{name}_probability", longer than 63 bytes' in e.message_primary
+    assert functions(db, name) == {}
+
+
+def test_another_role_s_function_of_the_probability_s_name_is_refused_and_survives(db, cluster, dbname):
+    db.execute('DROP ROLE IF EXISTS squatter')
+    db.execute('CREATE ROLE squatter LOGIN')
+    db.execute('GRANT CREATE ON SCHEMA pgad_models TO squatter')
+    with psycopg.connect(cluster.conninfo(dbname, user='squatter'), autocommit=True) as other:
+        other.execute('CREATE FUNCTION pgad_models.owned_probability(x1 float8, x2 float8) RETURNS float8 '
+                      'LANGUAGE sql IMMUTABLE RETURN 42')
+    e = error_of(db, "SELECT pgad.train('owned', %s, 'logistic', 'labels', '{\"a\": 0, \"b\": 0, \"c\": 0}', "
+                     "iterations => 2)", [LOGIT])
+    assert e.sqlstate == '42501' and 'belongs to role "squatter"' in e.message_primary
+    assert db.execute('SELECT pgad_models.owned_probability(1, 2)').fetchone()[0] == 42
+    # a model trained before the squatter's function of another signature leaves it alone when dropped
+    train(db, 'owned', 'λ(d, w) w.a*d.x1 + w.c', 'logistic', 'labels', '{"a": 0, "c": 0}', iterations=2)
+    db.execute("SELECT pgad.drop_model('owned')")
+    assert db.execute('SELECT pgad_models.owned_probability(1, 2)').fetchone()[0] == 42
+    db.execute('DROP FUNCTION pgad_models.owned_probability(float8, float8)')
+    db.execute('REVOKE CREATE ON SCHEMA pgad_models FROM squatter')
+    db.execute('DROP ROLE squatter')
+
+
+def test_an_array_argument_of_another_length_is_an_error_and_the_function_stays_inlined(db):
+    db.execute('CREATE TABLE IF NOT EXISTS vecs AS SELECT ARRAY[g, g % 3]::float8[] AS v, g::float8 AS y '
+               'FROM generate_series(1, 20) AS g')
+    train(db, 'vlen', 'λ(d, w) dot(w.a, d.v) + w.c', 'squared', 'vecs', '{"a": [0, 0], "c": 0}', iterations=2)
+    w = db.execute("SELECT weights FROM pgad.models WHERE name = 'vlen'").fetchone()[0]
+    assert db.execute("SELECT pgad_models.vlen('{3, 4}')").fetchone()[0] == \
+        pytest.approx(3 * w['a'][0] + 4 * w['a'][1] + w['c'], rel=1e-14)
+    for short in ("'{3}'", "'{3, 4, 5}'"):
+        e = error_of(db, f'SELECT pgad_models.vlen({short}) FROM vecs')
+        assert e.sqlstate == '2202E'
+        assert e.message_primary == f'array argument "v" has {short.count(",") + 1} elements, the model reads 2'
+    assert db.execute('SELECT pgad_models.vlen(NULL)').fetchone()[0] is None
+    assert inlined(db, 'pgad_models.vlen(v)', 'vecs')
+    db.execute('INSERT INTO vecs VALUES (ARRAY[1]::float8[], 1)')
+    assert error_of(db, 'SELECT sum(pgad_models.vlen(v)) FROM vecs').sqlstate == '2202E'
+    db.execute('DELETE FROM vecs WHERE cardinality(v) = 1')

@@ -36,12 +36,12 @@ COMMENT ON FUNCTION pgad.evaluate(pg_catalog.text, pg_catalog.text) IS
 
 -- What a scoring function that takes an array column raises when the array's length is not the model's: IMMUTABLE
 -- and PARALLEL SAFE, so that the scoring function stays inlinable; result gives the type it stands in for.
-CREATE FUNCTION pgad._wrong_length(argument pg_catalog.text, expected pg_catalog.int4, found pg_catalog.int4,
+CREATE FUNCTION pgad._wrong_length(argument pg_catalog.text, expected pg_catalog.int4, given pg_catalog.int4,
                                    result anyelement)
 RETURNS anyelement LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path TO pg_catalog, pg_temp AS $$
 BEGIN
   RAISE EXCEPTION USING ERRCODE = '2202E',
-    MESSAGE = pg_catalog.format('array argument "%s" has %s elements, the model reads %s', argument, found, expected),
+    MESSAGE = pg_catalog.format('array argument "%s" has %s elements, the model reads %s', argument, given, expected),
     HINT = 'Pass an array of the length the model was trained on.';
 END
 $$;
