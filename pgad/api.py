@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import arguments, backends, domain, explain as explaining, loader, program, server, shards
-from .models import catalog, descent, initial, objective, standardize as standardizing
+from .models import catalog, descent, evaluate as evaluating, initial, objective, standardize as standardizing
 from .errors import PgadError
 from .jit.cache import DiskCache
 from .lang import printer, tensors, vectors
@@ -156,7 +156,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
         if column in goal.columns:
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
-    catalog.check_can_store(name)
+    catalog.check_can_store(name, loss)
     shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns))
     if (shapes or vectors.needed(goal.model)) and (standardize or options['group_by']):
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
@@ -209,6 +209,12 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
         unrolled = (lam, prediction, dict(shapes.columns))
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled)
     return catalog.store(scoring, rows, fits)
+
+
+@server.entry
+def evaluate(name, data):
+    """pgad.evaluate: the metrics of model `name` on the data, (group_key, metric, value) rows (models/evaluate.py)."""
+    return evaluating.evaluate(name, data, settings())
 
 
 # What a group costs pgad.train beyond its rows (measured: docs/security.md): its fit, its row of pgad.models and

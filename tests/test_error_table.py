@@ -21,6 +21,11 @@ BIG_SUM = 'λ(d, w) (' + ' + '.join(f'w.a{i}*d.x{i % 8}' for i in range(3000)) +
 HUGE = 'λ(d, w) ' + ' + '.join(f'sin(w.a*{i + 2})' for i in range(25000))  # 5 nodes a term, with its derivative
 PRODUCT = 'λ(d, w) ' + '*'.join(['w.a', 'd.x'] * 1500)  # its derivative prints as about 20 million characters
 MLP = 'λ(d, w) sum(exp(w.m @ [d.x, d.y])) + w.v[1]'
+# pgad.evaluate and the functions of a model (docs/sql.md, "Evaluating a model")
+TRAIN = "SELECT pgad.train('{}', %s, '{}', '{}', %s, iterations => 1)"
+LINE, VECTOR_MODEL = 'λ(d, w) w.a*d.x + w.b', 'λ(d, w) dot(w.a, d.v) + w.c'
+CLASSES = 'SELECT x, (x > 5)::int AS y FROM points'
+VECTORS = 'SELECT ARRAY[x, 1]::float8[] AS v, y FROM points'
 SHARDED = 'SELECT * FROM pgad.train(\'m\', \'λ(d, w) w.a*d.x\', \'squared\', \'sharded\', \'{{"a": 0}}\'{})'
 
 
@@ -115,6 +120,21 @@ CALLS = {
     'shard server "shard2" runs pgad 0.7.0, not … as here': shard2('{old}') + call(SHARDED.format('')),
     'optimizer "sgd" cannot train where the rows are sharded':
         shard2('{current}') + call(SHARDED.format(", optimizer => 'sgd'")),
+    'model "nosuch" does not exist': call("SELECT * FROM pgad.evaluate('nosuch', 'points')"),
+    'pgad.evaluate does not take model "vlen", a model with vectors':
+        call(TRAIN.format('vlen', 'squared', VECTORS), VECTOR_MODEL, '{"a": [0, 0], "c": 0}') +
+        call("SELECT * FROM pgad.evaluate('vlen', %s)", VECTORS),
+    'model "e1" has a probability function named "e1_probability"':
+        call(TRAIN.format('e1', 'logistic', CLASSES), LINE, AB) +
+        call(TRAIN.format('e1_probability', 'squared', CLASSES), LINE, AB),
+    'model "e2_class" exists, and the class function of model "e2" would take its name':
+        call(TRAIN.format('e2_class', 'squared', CLASSES), LINE, AB) +
+        call(TRAIN.format('e2', 'logistic', CLASSES), LINE, AB),
+    'the probability function of model "m…m" would be named "m…m_probability", longer than 63 bytes':
+        call(TRAIN.format('m' * 55, 'logistic', CLASSES), LINE, AB),
+    'array argument "v" has 3 elements, the model reads 2':
+        call(TRAIN.format('vlen', 'squared', VECTORS), VECTOR_MODEL, '{"a": [0, 0], "c": 0}') +
+        call("SELECT pgad_models.vlen('{1, 2, 3}')"),
 }
 ELSEWHERE = {
     'the cuda backend is not installed': 'tests/test_gpu.py::test_without_numba_cuda_the_error_says_how_to_install_it',

@@ -401,19 +401,22 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     # pgad.explain's (rows NULL by default), pgad.derivatives' (weights and data NULL by default).
     internal = db.execute("SELECT p.oid::regprocedure::text, p.proisstrict OR p.proname ~ '^_(pack_step|pack_combine|"
                           "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train|explain|"
-                          "derivatives)$', "
+                          "derivatives|wrong_length)$', "
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
     # column finder and their eight support functions, pgad.train's and pgad.drop_model's, pgad.partial_sums's,
-    # pgad.init_weights's, and the catalog's writer
-    assert len(internal) == 26
+    # pgad.init_weights's, the catalog's writer, pgad.evaluate's, and the scoring functions' length error
+    assert len(internal) == 28
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     # The writer of pgad.models alone is executable by PUBLIC: pgad's Python calls it as the caller, and it writes
     # only what pgad.train or pgad.drop_model left for it (a direct call is refused: test_model_trust.py).
+    # So is pgad._wrong_length, which every scoring function that takes an array calls to raise its error (not
+    # strict: its last argument, the type it stands in for, is NULL).
     writer = [acl for name, _, acl in internal if name == 'pgad._write_models()']
     assert len(writer) == 1 and '"=X' not in writer[0] and ',=X/' in writer[0]
-    assert [(name, acl) for name, _, acl in internal if name != 'pgad._write_models()' and
+    public = ('pgad._write_models()', 'pgad._wrong_length(text,integer,integer,anyelement)')
+    assert [(name, acl) for name, _, acl in internal if name not in public and
             (acl is None or '"=X' in acl or '{=X' in acl or ',=X' in acl)] == []
     db.execute("DROP ROLE IF EXISTS pgad_outsider")
     db.execute("CREATE ROLE pgad_outsider LOGIN")
@@ -427,7 +430,7 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
              "pgad._loss_agg('\\x', '{}', 'λ(d, w) 1', '{}', NULL)",
              "pgad._train('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', 0.1, 1, 'reverse', 'auto', "
              "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0, 'float64')", "pgad._drop_model('m')",
-             "pgad._init_weights('{}', 'glorot', 0)"]
+             "pgad._init_weights('{}', 'glorot', 0)", "pgad._evaluate('m', 'SELECT 1')"]
     with psycopg.connect(cluster.conninfo(dbname, user='pgad_outsider'), autocommit=True) as outsider:
         for call in calls:
             diag = error_of(outsider, f'SELECT * FROM {call}')

@@ -42,8 +42,31 @@ INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_ca
 OWNERS = ('SELECT DISTINCT m.trained_by::pg_catalog.text AS owner FROM pgad.models AS m '
           f'WHERE m.name {EQ} $1')
 # The functions pgad created for a model: the signatures its rows record, and the role that trained them.
-RECORDED = ('SELECT DISTINCT m.scoring_function AS signature, m.trained_by::pg_catalog.text AS owner '
+RECORDED = ('SELECT DISTINCT m.scoring_function AS signature, m.trained_by::pg_catalog.text AS owner, m.loss '
             f'FROM pgad.models AS m WHERE m.name {EQ} $1')
+# The losses of model $1's rows (none when there is no such model).
+LOSSES = f'SELECT DISTINCT m.loss FROM pgad.models AS m WHERE m.name {EQ} $1'
+NAMEDATALEN = 64
+# The functions pgad creates for a model beside its scoring function, by its loss: (suffix of the name, what it
+# returns, its body from the score x's SQL, its comment). The probability is 1/2 + tanh(x/2)/2, σ(x) written with x
+# once and strict (NULL gives NULL; no overflow or underflow for any finite x); the class is 1 (or 0, or −1) from the
+# sign of x, 1 where x = 0 (probability 1/2), x written once.
+HALF = "'0.5'::pg_catalog.float8"
+PROBABILITY = ('probability', 'pg_catalog.float8',
+               lambda x: f'({HALF} OPERATOR(pg_catalog.+) ({HALF} OPERATOR(pg_catalog.*) '
+                         f'pg_catalog.tanh(({HALF} OPERATOR(pg_catalog.*) {x}))))',
+               'the probability of class 1 by a logistic model pgad.train made: see pgad.models')
+UP = "pg_catalog.ceil(((pg_catalog.sign({}) OPERATOR(pg_catalog.+) '1'::pg_catalog.float8) OPERATOR(pg_catalog./) " \
+     "'2'::pg_catalog.float8))"  # 1 where x >= 0, else 0
+EXTRAS = {
+    'logistic': (PROBABILITY, ('class', 'pg_catalog.int4', lambda x: f'({UP.format(x)})::pg_catalog.int4',
+                               'the class, 1 or 0, of a logistic model pgad.train made: see pgad.models')),
+    'hinge': (('class', 'pg_catalog.int4',
+               lambda x: f"(('2'::pg_catalog.float8 OPERATOR(pg_catalog.*) {UP.format(x)}) OPERATOR(pg_catalog.-) "
+                         f"'1'::pg_catalog.float8)::pg_catalog.int4",
+               'the class, 1 or -1, of a hinge model pgad.train made: see pgad.models'),),
+}
+SCORING_COMMENT = 'the prediction of a model pgad.train made: see pgad.models'
 SUPERUSER = f'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} $1'
 ME = 'SELECT CURRENT_USER::pg_catalog.text AS me'
 LOCK = 'LOCK TABLE pgad.models IN SHARE ROW EXCLUSIVE MODE'
@@ -110,7 +133,7 @@ def quote_literal(text):
     return 'E' + quoted if '\\' in text else quoted
 
 
-def check_can_store(name):
+def check_can_store(name, loss=None):
     """The caller may store model `name`: CREATE on pgad_models, and no other role's model of that name (the writer,
     pgad._write_models, checks that again as it writes)."""
     if not server.query(CAN_CREATE)[0]['can']:
@@ -118,6 +141,50 @@ def check_can_store(name):
                         detail=f'pgad.train creates the model\'s scoring function {function_name(name)}.',
                         hint=f'A superuser or the schema\'s owner can GRANT CREATE ON SCHEMA {SCHEMA} TO the role.')
     check_owner(name, owners(name), current_user())
+    if loss is not None:
+        check_names(name, loss)
+
+
+def check_names(name, loss):
+    """The error unless the functions pgad would create for model `name` under loss take names of their own: a model
+    named like one of them ("a_probability" of a logistic model "a"), or a model whose functions would take this
+    model's name, is refused whichever came first; so is a function name past PostgreSQL's NAMEDATALEN."""
+    for suffix, *_ in EXTRAS.get(loss, ()):
+        extra = f'{name}_{suffix}'
+        if len(extra.encode()) >= NAMEDATALEN:
+            raise PgadError('42622', f'the {suffix} function of model "{name}" would be named "{extra}", longer '
+                                     f'than {NAMEDATALEN - 1} bytes',
+                            detail=f'A model trained with loss \'{loss}\' also gets {function_name(extra)}.',
+                            hint='Train the model under a shorter name.')
+        if owners(extra):
+            raise PgadError('42710', f'model "{extra}" exists, and the {suffix} function of model "{name}" would '
+                                     'take its name',
+                            detail=f'A model trained with loss \'{loss}\' also gets {function_name(extra)}.',
+                            hint=f'Train model "{name}" under another name, or drop model "{extra}".')
+    for kind, extras in EXTRAS.items():
+        for suffix, *_ in extras:
+            base = name[:-len(suffix) - 1]
+            if name.endswith('_' + suffix) and base and any(
+                    r['loss'] == kind for r in server.query(LOSSES, [base], ['pg_catalog.text'])):
+                raise PgadError('42710', f'model "{base}" has a {suffix} function named "{name}"',
+                                detail=f'A model trained with loss \'{kind}\' also gets {function_name(name)}.',
+                                hint='Train the model under another name.')
+
+
+def extras(name, loss, signature):
+    """(suffix, signature) of each function pgad created beside model `name`'s scoring function, recorded as
+    signature, for its loss: the same arguments under the names <name>_<suffix> (none for a signature that is not in
+    the form store records)."""
+    prefix = f'{SCHEMA}.{quote_ident(name)}('
+    if not (signature or '').startswith(prefix):
+        return []
+    return [(suffix, f'{function_name(f"{name}_{suffix}")}({signature[len(prefix):]}')
+            for suffix, *_ in EXTRAS.get(loss, ())]
+
+
+def quote_ident(name):
+    """PostgreSQL's quote_ident, as the recorded scoring_function writes the model's name."""
+    return server.query('SELECT pg_catalog.quote_ident($1) AS name', [name], ['pg_catalog.text'])[0]['name']
 
 
 def check_owner(name, found, caller, dropping=False):
@@ -193,29 +260,58 @@ class Scoring:
                              for k in range(n)})
         self.returns = 'pg_catalog.float8[]' if self.outputs.ndim else 'pg_catalog.float8'
         self.group_types = list(group_types)
+        self.lengths = [(c, at[c], n) for c, n in lengths.items()]
 
     @property
     def identity(self):
         """The function's name and argument types: what names it in DROP FUNCTION and COMMENT ON FUNCTION."""
-        return f'{function_name(self.name)}({", ".join(t for _, t in self.params)})'
+        return self.identity_of(self.name)
+
+    def identity_of(self, name):
+        return f'{function_name(name)}({", ".join(t for _, t in self.params)})'
 
     @property
     def signature(self):
-        return f'{function_name(self.name)}({", ".join(printer.quote_ident(p) + " " + t for p, t in self.params)})'
+        return self.signature_of(self.name)
 
-    def body(self, fits):
+    def signature_of(self, name):
+        return f'{function_name(name)}({", ".join(printer.quote_ident(p) + " " + t for p, t in self.params)})'
+
+    def functions(self, loss, fits):
+        """{suffix ('' for the scoring function): (identity, signature, what it returns, body, comment)} of each
+        function pgad creates for the model under loss (EXTRAS: a model predicting a vector gets none)."""
+        made = {'': (self.identity, self.signature, self.returns, self.body(fits), SCORING_COMMENT)}
+        for suffix, returns, of, comment in EXTRAS.get(loss, ()) if not self.outputs.ndim else ():
+            extra = f'{self.name}_{suffix}'
+            made[suffix] = (self.identity_of(extra), self.signature_of(extra), returns,
+                            self.body(fits, of, returns), comment)
+        return made
+
+    def body(self, fits, of=None, returns=None):
         """The SQL expression the function returns: fits is [(the group's values as to_jsonb writes them, or None
-        without groups, its weights)]."""
+        without groups, its weights)]; of(x) writes what the function returns of the score x (the score itself when
+        None), returns its type. An array argument of another length than the model's raises 2202E."""
         def value(weights):
             if not self.outputs.ndim:
-                return sql.expression(self.lam, self.outputs[()].id, self.columns, weights, self.max_chars)
+                x = sql.expression(self.lam, self.outputs[()].id, self.columns, weights, self.max_chars)
+                return of(x) if of else x
             return 'ARRAY[' + ', '.join(sql.expression(self.lam, e.id, self.columns, weights, self.max_chars)
-                                        for e in self.outputs) + ']::pg_catalog.float8[]' 
+                                        for e in self.outputs) + ']::pg_catalog.float8[]'
         if not self.group_by:
             (_, weights), = fits
-            return value(weights)
+            return self.checked(value(weights), returns or self.returns)
         arms = [f'WHEN {self.matches(values)} THEN {value(weights)}' for values, weights in fits]
-        return 'CASE ' + ' '.join(arms) + ' END'
+        return self.checked('CASE ' + ' '.join(arms) + ' END', returns or self.returns)
+
+    def checked(self, text, returns):
+        """text, unless an array argument's length is not the model's: then pgad._wrong_length's error (2202E). A
+        NULL array passes to text; the CASE and pgad._wrong_length (IMMUTABLE) keep the function inlinable."""
+        if not self.lengths:
+            return text
+        arms = [f"WHEN (pg_catalog.cardinality(${k}) OPERATOR(pg_catalog.<>) {n}) THEN pgad._wrong_length("
+                f"{quote_literal(str(column))}::pg_catalog.text, {n}, pg_catalog.cardinality(${k}), "
+                f"NULL::{returns})" for column, k, n in self.lengths]
+        return f'CASE {" ".join(arms)} ELSE {text} END'
 
     def matches(self, values):
         tests = []
@@ -238,40 +334,48 @@ def store(scoring, rows, fits):
     this model (refused, unless the caller owns it)."""
     name, me = scoring.name, current_user()
     check_owner(name, owners(name), me)
-    ours = [f for r in server.query(RECORDED, [name], ['pg_catalog.text'])
-            for f in function(r['signature']) if f['owner'] == r['owner']]
-    target = function(scoring.identity)
-    for found in ours:
+    loss = rows[0]['loss']
+    check_names(name, loss)
+    made = scoring.functions(loss, fits)
+    ours = {(suffix, f['oid']): f for r in server.query(RECORDED, [name], ['pg_catalog.text'])
+            for suffix, signature in [('', r['signature']), *extras(name, r['loss'], r['signature'])]
+            for f in function(signature) if f['owner'] == r['owner']}
+    for (suffix, _), found in ours.items():
+        what = f'{suffix} function' if suffix else 'scoring function'
+        target = function(made[suffix][0]) if suffix in made else []
         if target and found['oid'] == target[0]['oid'] and found['mine']:
             continue  # CREATE OR REPLACE keeps it, and what uses it
         if found['users']:
-            change = 'its arguments change' if not target or found['oid'] != target[0]['oid'] else \
+            change = 'its arguments change' if suffix in made and (not target or found['oid'] != target[0]['oid']) \
+                else f'the model\'s loss \'{loss}\' has none' if suffix not in made else \
                 f'it belongs to role "{found["owner"]}", and would be replaced by one of role "{me}"'
-            raise PgadError('2BP01', f'cannot replace the scoring function of model "{name}": {change}, and other '
+            raise PgadError('2BP01', f'cannot replace the {what} of model "{name}": {change}, and other '
                                      f'objects depend on it',
-                            detail=f'The function was {found["identity"]}, now {scoring.identity}. '
+                            detail=f'The function was {found["identity"]}, now '
+                                   f'{made[suffix][0] if suffix in made else "none"}. '
                                    f'It is used by: {found["users"]}.',
                             hint='Drop or change those objects, then train again.')
         server.query(f'DROP FUNCTION {found["identity"]}')
-    target = function(scoring.identity)
-    if target and not target[0]['mine']:
-        raise PgadError('42501', f'function {target[0]["identity"]} exists and belongs to role '
-                                 f'"{target[0]["owner"]}"',
-                        detail=f'pgad.train did not create it for model "{name}", and would replace its body but not '
-                               'its owner.',
-                        hint='Train the model under another name, or ask that role (or a superuser) to drop the '
-                             'function.')
-    server.query(f'CREATE OR REPLACE FUNCTION {scoring.signature} RETURNS {scoring.returns} LANGUAGE sql IMMUTABLE '
-                 f'PARALLEL SAFE RETURN {scoring.body(fits)}')
-    created = function(scoring.identity)[0]
-    for found in server.query(FOREIGN, [created['oid']], ['pg_catalog.oid']):
-        raise PgadError('42501', f'the scoring function of model "{name}" would use {found["what"]}, which '
-                                 f'role "{found["owner"] or "?"}" owns',
-                        detail='Anyone may call a scoring function: it uses only the objects of superusers and of the '
-                               'role that trains.',
-                        hint='Cast the column to a built-in type in the data query.')
-    server.query(f"COMMENT ON FUNCTION {scoring.identity} IS "
-                 f"'the prediction of a model pgad.train made: see pgad.models'")
+    for suffix, (identity, signature, returns, body, comment) in made.items():
+        what = f'{suffix} function' if suffix else 'scoring function'
+        target = function(identity)
+        if target and not target[0]['mine']:
+            raise PgadError('42501', f'function {target[0]["identity"]} exists and belongs to role '
+                                     f'"{target[0]["owner"]}"',
+                            detail=f'pgad.train did not create it for model "{name}", and would replace its body but '
+                                   'not its owner.',
+                            hint='Train the model under another name, or ask that role (or a superuser) to drop the '
+                                 'function.')
+        server.query(f'CREATE OR REPLACE FUNCTION {signature} RETURNS {returns} LANGUAGE sql IMMUTABLE '
+                     f'PARALLEL SAFE RETURN {body}')
+        created = function(identity)[0]
+        for found in server.query(FOREIGN, [created['oid']], ['pg_catalog.oid']):
+            raise PgadError('42501', f'the {what} of model "{name}" would use {found["what"]}, which '
+                                     f'role "{found["owner"] or "?"}" owns',
+                            detail='Anyone may call a scoring function: it uses only the objects of superusers and of '
+                                   'the role that trains.',
+                            hint='Cast the column to a built-in type in the data query.')
+        server.query(f"COMMENT ON FUNCTION {identity} IS '{comment}'")
     quoted = server.query('SELECT pg_catalog.quote_ident($1) AS name', [name], ['pg_catalog.text'])[0]['name']
     shown = f'{SCHEMA}.{quoted}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
     return _write(dict(op='store', name=name, caller=me, function=shown, rows=[
@@ -298,10 +402,11 @@ def drop(name):
         raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
     check_owner(name, found, me, dropping=True)
     deleted = _write(dict(op='drop', name=name, caller=me))
-    for signature, owner in {(r['scoring_function'], r['trained_by']) for r in deleted}:
-        for found in function(signature):
-            if found['owner'] == owner:
-                server.query(f'DROP FUNCTION {found["identity"]}')
+    for signature, owner, loss in {(r['scoring_function'], r['trained_by'], r['loss']) for r in deleted}:
+        for _, each in [*extras(name, loss, signature), ('', signature)]:
+            for found in function(each):
+                if found['owner'] == owner:
+                    server.query(f'DROP FUNCTION {found["identity"]}')
 
 
 # pgad.models is written by pgad._write_models alone (extension/sql), a SECURITY DEFINER function of the extension's
