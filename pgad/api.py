@@ -14,7 +14,7 @@ from . import arguments, backends, domain, explain as explaining, loader, progra
 from .models import catalog, descent, initial, objective, standardize as standardizing
 from .errors import PgadError
 from .jit.cache import DiskCache
-from .lang import printer, tensors, vectors
+from .lang import hessian as second, printer, tensors, vectors
 from .limits import Limits
 
 
@@ -44,6 +44,35 @@ def loss(loss, data, weights):
 def gradient(loss, data, weights, mode='reverse', backend='auto', dtype='float64', tape='auto'):
     with _prepared(loss, weights, _loading(data), mode, backend, dtype, tape=tape) as call:
         return _gradient(call)
+
+
+@server.entry
+def hessian(loss, data, weights, backend='auto'):
+    """The Hessian of the mean loss by the weights' elements, {"a": {"a": ∂²/∂a², "b": ∂²/∂a∂b}, …}: a vector
+    weight's elements named "v[1]", a matrix's "m[1,2]" (vectors.elements). Forward over reverse (lang/hessian.py),
+    summed over the rows by the same backends as the gradient."""
+    hess, names, _ = _hessian_at(loss, data, weights, backend)
+    return json.dumps({a: {b: hess[i][j] for j, b in enumerate(names)} for i, a in enumerate(names)})
+
+
+def _hessian_at(loss, data, weights, backend='auto', load=None):
+    """(the Hessian of the mean loss as a p × p list of lists, the weights' element names, the Call's sums / rows:
+    [loss, gradient…]) of lambda text loss over data at the weights jsonb."""
+    config = settings()
+    lam = program.parsed(loss, config.limits)
+    w, unread = arguments.unread(arguments.weights(weights, lam, config.memory_limit), lam)
+    backend = arguments.backend(backend)
+    load = load or _loading(data, spread=False)
+    prog = program.build_hessian(lam.text, tuple(w), config.limits, _shapes(w, load.lengths(lam)))
+    _kernel(prog, backend, 'float64', config)
+    vector = _vector(w)
+    with load(prog, config, shards.Job(lam.text, tuple(w), 'reverse', backend, 'float64'), vector) as (table, kernel):
+        call = Call(prog, table, kernel, vector, unread)
+        sums = descent.evaluate(kernel, table, vector, server.check_interrupts)
+        descent.check_finite(sums, vector, 1, call.names, 0, call.why)
+    p = len(prog.weights)
+    means = sums / table.rows
+    return second.full(means[1 + p:], p), list(prog.weights), means[:1 + p]
 
 
 @server.entry

@@ -19,6 +19,27 @@ $$;
 -- §3 pgad.hessian and pgad.summary (issue 28)
 -- ---------------------------------------------------------------------------------------------------------------
 
+-- Second derivatives (lang/hessian.py): forward mode over the reverse-mode gradient, compiled like the gradient.
+CREATE FUNCTION pgad._hessian(loss pg_catalog.text, data pg_catalog.text, weights pg_catalog.jsonb,
+                              backend pg_catalog.text)
+RETURNS pg_catalog.jsonb LANGUAGE plpython3u STABLE STRICT AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.hessian(loss, data, weights, backend)
+$$;
+
+REVOKE ALL ON FUNCTION pgad._hessian(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text)
+  FROM PUBLIC;
+
+CREATE FUNCTION pgad.hessian(loss pg_catalog.text, data pg_catalog.text, weights pg_catalog.jsonb,
+                             backend pg_catalog.text DEFAULT 'auto')
+RETURNS pg_catalog.jsonb LANGUAGE C STABLE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.hessian(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text) IS
+    'the Hessian of the mean loss by the weights, as {"a": {"a": d2/da2, "b": d2/dadb}, ...}, a vector''s elements '
+    'named "v[1]", ...: forward mode over the reverse-mode gradient, at most 300 weight elements';
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- §4–5 pgad.train's new options (issue 28)
 -- ---------------------------------------------------------------------------------------------------------------
