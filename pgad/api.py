@@ -240,7 +240,9 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     if (shapes or vectors.needed(goal.model)) and (standardize or options['group_by']):
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')
-    prog = program.build(goal.text, tuple(names), options['mode'], True, config.limits, shapes)
+    prog = (program.build_hessian(goal.text, tuple(names), config.limits, shapes)  # newton: the Hessian's sums too
+            if options['optimizer'] == 'newton' else
+            program.build(goal.text, tuple(names), options['mode'], True, config.limits, shapes))
     _kernel(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
     job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
     start = _vector(w)
@@ -255,7 +257,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
             _check_groups(len(parts), config.memory_limit)
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
-            table, kernel = stack.enter_context(_loading(data, spread=not standardize)(prog, config, job, start))
+            table, kernel = stack.enter_context(_loading(data, spread=not standardize and options['optimizer'] != 'newton')(prog, config, job, start))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
         rows, fits = [], []
         for part, kernel in parts:

@@ -151,3 +151,68 @@ def test_sql_hessian_backends_agree(db):
     for r in ('a', 'b'):
         for c in ('a', 'b'):
             assert values[1][r][c] == pytest.approx(values[0][r][c], rel=1e-12)
+
+
+# --- optimizer => 'newton' ---------------------------------------------------------------------------------------
+
+LOGISTIC = 'λ(d, w) softplus(w.c + w.a*d.x + w.b*d.y) - d.t*(w.c + w.a*d.x + w.b*d.y)'
+
+
+def test_newton_reaches_lbfgs_optimum_in_few_iterations():
+    from pgad.loader import Table
+    from pgad.models import descent
+    rng = np.random.default_rng(3)
+    n = 5000
+    x, y = rng.normal(size=n), rng.uniform(-2, 2, size=n)
+    t = (rng.uniform(size=n) < 1 / (1 + np.exp(-(0.4 - 1.3 * x + 0.7 * y)))).astype(np.float64)
+    data = {'x': x, 'y': y, 't': t}
+    names = ('c', 'a', 'b')
+    newton_prog = program.build_hessian(LOGISTIC, names)
+    table = Table([data[c] for c in newton_prog.columns], n, 0)
+    newton = descent.fit(backends.compile(newton_prog, 'llvm'), table, np.zeros(3), list(names), 'newton',
+                         iterations=50)
+    lbfgs_prog = program.build(LOGISTIC, names)
+    lbfgs = descent.fit(backends.compile(lbfgs_prog, 'llvm'), Table([data[c] for c in lbfgs_prog.columns], n, 0),
+                        np.zeros(3), list(names), 'lbfgs', iterations=500)
+    assert newton.iterations <= 8  # quadratic convergence from 0: IRLS takes 5 to 7 on such data
+    # both at the optimum: the weights to 1e-7 (lbfgs stops at the precision of the sums), the loss to 1e-12
+    np.testing.assert_allclose(newton.weights, lbfgs.weights, rtol=1e-6, atol=1e-7)
+    assert newton.loss <= lbfgs.loss + 1e-12
+    assert newton.loss == pytest.approx(lbfgs.loss, rel=1e-12)
+
+
+def test_newton_damps_a_nonconvex_start():
+    """From a point where the Hessian is indefinite, the damped step still lowers the loss every iteration."""
+    from pgad.loader import Table
+    from pgad.models import descent
+    text = 'λ(d, w) (tanh(w.a*d.x + w.b)*w.a - d.y)^2'
+    prog = program.build_hessian(text, ('a', 'b'))
+    table = Table([DATA[c] for c in prog.columns], N, 0)
+    fit = descent.fit(backends.compile(prog, 'python'), table, np.array([-2.0, 1.5]), ['a', 'b'], 'newton',
+                      iterations=100)
+    assert all(later < earlier for earlier, later in zip(fit.history, fit.history[1:]))
+    g = sums(text, 'reverse', fit.weights)[1:] / N
+    assert np.max(np.abs(g)) < 1e-8  # a stationary point
+
+
+def test_sql_train_newton_matches_lbfgs(db):
+    db.execute(SETUP)
+    common = ("'λ(d, w) w.c + w.a*d.y', 'logistic', 'pts', '{\"c\": 0, \"a\": 0}', label => 't', "
+              "iterations => 200, optimizer => ")
+    newton = db.execute(f"SELECT weights, iterations FROM pgad.train('by_newton', {common} 'newton')").fetchone()
+    lbfgs = db.execute(f"SELECT weights FROM pgad.train('by_lbfgs', {common} 'lbfgs')").fetchone()
+    assert newton[1] <= 10
+    for k in ('a', 'c'):
+        assert newton[0][k] == pytest.approx(lbfgs[0][k], rel=1e-6, abs=1e-8)
+
+
+def test_sql_newton_refuses_too_many_weights_and_l1(db):
+    from conftest import error_of
+    db.execute(SETUP)
+    weights = json.dumps({f'w{k}': 0 for k in range(hessian.MAX_WEIGHTS + 1)})
+    model = 'λ(d, w) ' + ' + '.join(f'w.w{k}*d.x' for k in range(hessian.MAX_WEIGHTS + 1))
+    e = error_of(db, "SELECT pgad.train('big', %s, 'squared', 'pts', %s, optimizer => 'newton')", (model, weights))
+    assert e.sqlstate == '54000' and e.message_primary == 'too many weights for second derivatives: 301'
+    e = error_of(db, "SELECT pgad.train('l1', 'λ(d, w) w.a*d.x', 'squared', 'pts', '{\"a\": 0}', "
+                     "optimizer => 'newton', l1 => 0.1)")
+    assert e.sqlstate == '22023' and e.message_primary == 'optimizer "newton" does not take l1'
