@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import arguments, backends, domain, explain as explaining, loader, program, server, shards
-from .models import catalog, descent, evaluate as evaluating, initial, objective, standardize as standardizing
+from .models import (catalog, descent, evaluate as evaluating, initial, objective, standardize as standardizing,
+                     summary as summarizing)
 from .errors import PgadError
 from .jit.cache import DiskCache
-from .lang import printer, tensors, vectors
+from .lang import hessian as second, printer, tensors, vectors
 from .limits import Limits
 
 
@@ -44,6 +45,85 @@ def loss(loss, data, weights):
 def gradient(loss, data, weights, mode='reverse', backend='auto', dtype='float64', tape='auto'):
     with _prepared(loss, weights, _loading(data), mode, backend, dtype, tape=tape) as call:
         return _gradient(call)
+
+
+@server.entry
+def hessian(loss, data, weights, backend='auto'):
+    """The Hessian of the mean loss by the weights' elements, {"a": {"a": ∂²/∂a², "b": ∂²/∂a∂b}, …}: a vector
+    weight's elements named "v[1]", a matrix's "m[1,2]" (vectors.elements). Forward over reverse (lang/hessian.py),
+    summed over the rows by the same backends as the gradient."""
+    hess, names, _ = _hessian_at(loss, data, weights, backend)
+    return json.dumps({a: {b: hess[i][j] for j, b in enumerate(names)} for i, a in enumerate(names)})
+
+
+def _hessian_at(loss, data, weights, backend='auto'):
+    """(the Hessian of the mean loss as a p × p list of lists, the weights' element names, [loss, gradient…] of the
+    mean loss) of lambda text loss over data at the weights jsonb."""
+    config = settings()
+    lam = program.parsed(loss, config.limits)
+    w, unread = arguments.unread(arguments.weights(weights, lam, config.memory_limit), lam)
+    backend = arguments.backend(backend)
+    load = _loading(data, spread=False)
+    prog = program.build_hessian(lam.text, tuple(w), config.limits, _shapes(w, load.lengths(lam)))
+    _kernel(prog, backend, 'float64', config)
+    vector = _vector(w)
+    with load(prog, config, shards.Job(lam.text, tuple(w), 'reverse', backend, 'float64'), vector) as (table, kernel):
+        sums = _second_sums(Call(prog, table, kernel, vector, unread))
+    p = len(prog.weights)
+    means = sums / table.rows
+    return second.full(means[1 + p:], p), list(prog.weights), means[:1 + p]
+
+
+def _second_sums(call):
+    """The sums over the call's rows of a build_hessian program's outputs: [loss, gradient…, Hessian's upper half…]."""
+    sums = descent.evaluate(call.kernel, call.table, call.vector, server.check_interrupts)
+    descent.check_finite(sums, call.vector, 1, call.names, 0, call.why)
+    return sums
+
+
+# pgad.summary: the coefficient table of a stored model (models/summary.py), from the exact Hessian of its objective
+# at the fitted weights over its data query, run again as the caller; per group for a grouped model.
+MODEL_ROWS = ('SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS '
+              'weights, m.options::pg_catalog.text AS options, m.data FROM pgad.models AS m '
+              'WHERE m.name OPERATOR(pg_catalog.=) $1 ORDER BY m.group_key')
+
+
+@server.entry
+def summary(name):
+    config = settings()
+    found = server.query(MODEL_ROWS, [name], ['pg_catalog.text'])
+    if not found:
+        raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+    first = found[0]
+    options = json.loads(first['options'])
+    summarizing.check_model(name, first['loss'], options)
+    goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits)
+    lam = program.parsed(goal.text, config.limits)
+    w, unread = arguments.unread(arguments.weights(first['weights'], goal.model, config.memory_limit), lam)
+    prog = program.build_hessian(goal.text, tuple(w), config.limits,
+                                 _shapes(w, loader.lengths(first['data'], lam.columns)))
+    backend = options.get('backend', 'auto')
+    groups = options.get('group_by') or []
+    if groups:
+        _, parts = loader.load_groups(first['data'], list(prog.columns), groups, config.memory_limit)
+        tables = {json.dumps(json.loads(part.key), sort_keys=True): part.table for part in parts}
+    else:
+        tables = {None: _some_rows(loader.load(first['data'], list(prog.columns), config.chunk_rows,
+                                               config.memory_limit, dict(prog.columns_of)))}
+    out = []
+    for row in found:
+        key = None if row['group_key'] is None else json.dumps(json.loads(row['group_key']), sort_keys=True)
+        table = tables.get(key)
+        if table is None or table.rows == 0:
+            continue  # the group is no longer in the data
+        w, unread = arguments.unread(arguments.weights(row['weights'], goal.model, config.memory_limit), lam)
+        vector = _vector(w)
+        sums = _second_sums(Call(prog, table, _kernel(prog, backend, 'float64', config, table.rows), vector, unread))
+        p = len(prog.weights)
+        for line in summarizing.table(name, first['loss'], vector, sums[0], second.full(sums[1 + p:], p),
+                                      table.rows, prog.weights):
+            out.append((row['group_key'], *line))
+    return out
 
 
 @server.entry
@@ -161,7 +241,9 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     if (shapes or vectors.needed(goal.model)) and (standardize or options['group_by']):
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')
-    prog = program.build(goal.text, tuple(names), options['mode'], True, config.limits, shapes)
+    prog = (program.build_hessian(goal.text, tuple(names), config.limits, shapes)  # newton: the Hessian's sums too
+            if options['optimizer'] == 'newton' else
+            program.build(goal.text, tuple(names), options['mode'], True, config.limits, shapes))
     _kernel(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
     job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
     start = _vector(w)
@@ -176,7 +258,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
             _check_groups(len(parts), config.memory_limit)
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
-            table, kernel = stack.enter_context(_loading(data, spread=not standardize)(prog, config, job, start))
+            table, kernel = stack.enter_context(_loading(data, spread=not standardize and options['optimizer'] != 'newton')(prog, config, job, start))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
         rows, fits = [], []
         for part, kernel in parts:

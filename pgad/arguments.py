@@ -267,9 +267,9 @@ def non_negative(name, value):
 def penalty(name, value, optimizer):
     """l1 or l2: 0 or more; L-BFGS, a method for smooth objectives, takes no l1."""
     value = non_negative(name, value)
-    if name == 'l1' and value and optimizer == 'lbfgs':
-        raise PgadError('22023', 'optimizer "lbfgs" does not take l1', detail='|w| is not differentiable at 0.',
-                        hint="Use l2 with lbfgs, or l1 with optimizer 'gd', 'sgd', 'momentum' or 'adam'.")
+    if name == 'l1' and value and optimizer in ('lbfgs', 'newton'):
+        raise PgadError('22023', f'optimizer "{optimizer}" does not take l1', detail='|w| is not differentiable at 0.',
+                        hint=f"Use l2 with {optimizer}, or l1 with optimizer 'gd', 'sgd', 'momentum' or 'adam'.")
     return float(value)
 
 

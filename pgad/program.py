@@ -86,3 +86,19 @@ def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT, shapes=v
     loops = tape != 'auto' or (mode == 'reverse' and (shapes or vectors.needed(parsed_lam)))
     return Program(lam, (lam.root, *(grad[w] for w in flat if gradient)), flat, shaped, tape,
                    parsed_lam if loops else None, shapes)
+
+
+@bounded_cache(CACHED_NODES, weight=lambda program, args: len(program.graph))
+def build_hessian(text, weights, limits=DEFAULT, shapes=vectors.Shapes()):
+    """The Program for lambda `text` whose outputs are the loss, its reverse-mode gradient (as build()'s) and then
+    the upper half of its Hessian, ∂²loss/∂w_i∂w_j for i ≤ j in the order of lang.hessian.upper: forward mode over
+    the gradient's nodes (lang/hessian.py). Always the unrolled kernel (no loop kernel's tape)."""
+    lam = parsed(text, limits)
+    weight_shape = dict(shapes.weights)
+    shaped = tuple((w, tuple(weight_shape.get(w, ()))) for w in weights)
+    flat = tuple(e for w, shape in shaped for e in vectors.elements(w, shape))
+    lang.hessian.check_size(flat)
+    lam = vectors.unroll(lam, shapes, limits) if shapes or vectors.needed(lam) else lam.copy()
+    grad = lang.gradient(lam, flat, 'reverse')
+    second = lang.hessian.hessian(lam.graph, grad, flat)
+    return Program(lam, (lam.root, *(grad[w] for w in flat), *second), flat, shaped, 'auto', None, shapes)

@@ -135,6 +135,22 @@ CALLS = {
     'array argument "v" has 3 elements, the model reads 2':
         call(TRAIN.format('vlen', 'squared', VECTORS), VECTOR_MODEL, '{"a": [0, 0], "c": 0}') +
         call("SELECT pgad_models.vlen('{1, 2, 3}')"),
+    'too many weights for second derivatives: 301':
+        call("SELECT pgad.hessian(%s, 'points', %s)",
+             'λ(d, w) (' + ' + '.join(f'w.a{i}*d.x' for i in range(301)) + ' - d.y)^2',
+             json.dumps({f'a{i}': 0 for i in range(301)})),
+    'optimizer "newton" does not take l1':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, optimizer => 'newton', "
+             "l1 => 0.1)", '{"a": 0}'),
+    "pgad.summary takes a 'squared' or 'logistic' model, not model \"m\" with loss 'hinge'":
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', 'points', %s, iterations => 1)", '{"a": 0}')
+        + call("SELECT * FROM pgad.summary('m')"),
+    'pgad.summary takes an unregularised model, not model "m" with l2 = 0.1':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, l2 => 0.1, "
+             "iterations => 1)", '{"a": 0}') + call("SELECT * FROM pgad.summary('m')"),
+    'the Hessian of model "m" is singular: its weights are not identified by the data':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b*(2*d.x)', 'squared', 'points', %s, iterations => 1)", AB)
+        + call("SELECT * FROM pgad.summary('m')"),
 }
 ELSEWHERE = {
     'the cuda backend is not installed': 'tests/test_gpu.py::test_without_numba_cuda_the_error_says_how_to_install_it',

@@ -406,8 +406,9 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
     # column finder and their eight support functions, pgad.train's and pgad.drop_model's, pgad.partial_sums's,
-    # pgad.init_weights's, the catalog's writer, pgad.evaluate's, and the scoring functions' length error
-    assert len(internal) == 28
+    # pgad.init_weights's, the catalog's writer, pgad.evaluate's, the scoring functions' length error, pgad.hessian's
+    # and pgad.summary's
+    assert len(internal) == 30
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     # The writer of pgad.models alone is executable by PUBLIC: pgad's Python calls it as the caller, and it writes
     # only what pgad.train or pgad.drop_model left for it (a direct call is refused: test_model_trust.py).

@@ -243,7 +243,7 @@ def test_drop_model_drops_the_rows_and_the_function(db):
 
 
 BAD = [
-    (dict(optimizer='newton'), '22023', 'unknown optimizer "newton"'),
+    (dict(optimizer='irls'), '22023', 'unknown optimizer "irls"'),
     (dict(loss='quadratic'), '22023', 'unknown loss "quadratic"'),
     (dict(batch_size=0), '22023', 'batch_size must be a positive integer, not 0'),
     (dict(group_by='regoin'), '42703', 'column "regoin" of group_by does not exist in the data'),

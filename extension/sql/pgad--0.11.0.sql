@@ -464,6 +464,52 @@ COMMENT ON FUNCTION pgad._wrong_length(pg_catalog.text, pg_catalog.int4, pg_cata
 -- §3 pgad.hessian and pgad.summary (issue 28)
 -- ---------------------------------------------------------------------------------------------------------------
 
+-- Second derivatives (lang/hessian.py): forward mode over the reverse-mode gradient, compiled like the gradient.
+CREATE FUNCTION pgad._hessian(loss pg_catalog.text, data pg_catalog.text, weights pg_catalog.jsonb,
+                              backend pg_catalog.text)
+RETURNS pg_catalog.jsonb LANGUAGE plpython3u STABLE STRICT AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.hessian(loss, data, weights, backend)
+$$;
+
+REVOKE ALL ON FUNCTION pgad._hessian(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text)
+  FROM PUBLIC;
+
+CREATE FUNCTION pgad.hessian(loss pg_catalog.text, data pg_catalog.text, weights pg_catalog.jsonb,
+                             backend pg_catalog.text DEFAULT 'auto')
+RETURNS pg_catalog.jsonb LANGUAGE C STABLE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.hessian(pg_catalog.text, pg_catalog.text, pg_catalog.jsonb, pg_catalog.text) IS
+    'the Hessian of the mean loss by the weights, as {"a": {"a": d2/da2, "b": d2/dadb}, ...}, a vector''s elements '
+    'named "v[1]", ...: forward mode over the reverse-mode gradient, at most 300 weight elements';
+
+-- A stored model's coefficient table (pgad/models/summary.py), from the Hessian of its objective over its data
+-- query, run again as the caller.
+CREATE FUNCTION pgad._summary(name pg_catalog.text)
+RETURNS TABLE (group_key pg_catalog.jsonb, weight pg_catalog.text, estimate pg_catalog.float8,
+               std_error pg_catalog.float8, statistic pg_catalog.float8, p_value pg_catalog.float8,
+               ci_low pg_catalog.float8, ci_high pg_catalog.float8)
+LANGUAGE plpython3u STABLE STRICT AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.summary(name)
+$$;
+
+REVOKE ALL ON FUNCTION pgad._summary(pg_catalog.text) FROM PUBLIC;
+
+CREATE FUNCTION pgad.summary(name pg_catalog.text)
+RETURNS TABLE (group_key pg_catalog.jsonb, weight pg_catalog.text, estimate pg_catalog.float8,
+               std_error pg_catalog.float8, statistic pg_catalog.float8, p_value pg_catalog.float8,
+               ci_low pg_catalog.float8, ci_high pg_catalog.float8)
+LANGUAGE C STABLE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.summary(pg_catalog.text) IS
+    'the coefficient table of an unregularised squared (OLS: t on n - p degrees of freedom) or logistic (Wald z) '
+    'model, per group: estimate, std_error, statistic, p_value and the 95% interval, from the exact Hessian';
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- §4–5 pgad.train's new options (issue 28)
 -- ---------------------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ once as `pgad.lang`, and the rest of pgad imports it by that name (`from pgad.la
 Every stage is imported here, so pgad.lang.<stage> is the same module object as pgad.lambda.<stage>.
 """
 # rules first: dag reads its table
-from . import rules, dag, parser, vectors, forward, reverse, tensors, printer, sql  # noqa: F401
+from . import rules, dag, parser, vectors, forward, reverse, hessian, tensors, printer, sql  # noqa: F401
 
 MODES = {'forward': forward.gradient, 'reverse': reverse.gradient}
 

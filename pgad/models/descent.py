@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import PgadError
 
 CHUNK_ROWS = 1 << 20  # rows per kernel call on big tables: between calls, the server may cancel
-OPTIMIZERS = ('gd', 'sgd', 'momentum', 'adam', 'lbfgs')
+OPTIMIZERS = ('gd', 'sgd', 'momentum', 'adam', 'lbfgs', 'newton')
 MINI_BATCH = ('sgd', 'momentum', 'adam')  # the ones that step once per mini-batch of batch_size shuffled rows
 BETA = 0.9                                # momentum's
 BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8  # Adam's, as in its paper and every framework
@@ -172,6 +172,8 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
         kernel.watch(clock)
     if optimizer == 'lbfgs':
         return _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why)
+    if optimizer == 'newton':
+        return _newton(kernel, placed, w, names, iterations, tolerance, penalty, clock, why)
     rule = STEPS[optimizer](learning_rate, len(w))
     if optimizer in MINI_BATCH and batch_size < table.rows and iterations > 0:
         return _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iterations, batch_size,
@@ -289,6 +291,67 @@ def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
             break
     check_finite(np.array([f, *g]), w, len(history) + 1, names, 0.0, why)
     return Fit(w, f, history, len(history), clock.seconds())
+
+
+def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
+    """Damped Newton: the kernel is program.build_hessian's (sums of the loss, the gradient and the upper half of the
+    Hessian, one pass over the rows); each iteration solves (H + μI)·d = −g, μ the least of 0, 1e-8·max|H_ii|,
+    ×10… that makes H + μI positive definite (its Cholesky factor exists), then backtracks from the full step for
+    the Armijo condition. It stops where the Newton decrement −g·d is below the precision of the objective, or no
+    step lowers it. l2 adds 2·l2 on the diagonal; l1, not differentiable, is not taken (arguments refuses it)."""
+    p = len(w)
+    upper = np.triu_indices(p)
+
+    def objective(at):
+        sums = evaluate(kernel, table, at, clock.interrupts)
+        clock.rows += table.rows
+        h = np.zeros((p, p))
+        h[upper] = sums[1 + p:] / table.rows
+        h = h + np.triu(h, 1).T + 2 * penalty.l2 * np.diag(penalty.mask)
+        return sums, sums[0] / table.rows + penalty.value(at), penalty.gradient(sums[1:1 + p] / table.rows, at), h
+
+    sums, f, g, h = objective(w)
+    check_finite(sums, w, 1, names, 0.0, why)
+    history = []
+    for it in range(1, iterations + 1):
+        d = _newton_direction(g, h)
+        slope = d @ g
+        if not -slope > 4 * np.finfo(np.float64).eps * abs(f):
+            break  # the decrement is below the precision of the objective: the optimum
+        t = 1.0
+        for _ in range(HALVINGS):
+            with np.errstate(over='ignore', invalid='ignore'):
+                step = w + t * d
+                new_sums, new_f, new_g, new_h = objective(step)
+            if np.isfinite(new_f) and np.all(np.isfinite(new_sums)) and new_f <= f + ARMIJO * t * slope:
+                break
+            t /= 2
+        else:
+            break
+        if not new_f < f:
+            break
+        w, f, g, h = step, new_f, new_g, new_h
+        history.append(f)
+        clock.iteration(it, f)
+        if stalled(history, tolerance) or not np.any(g):
+            break
+    check_finite(np.array([f, *g]), w, len(history) + 1, names, 0.0, why)
+    return Fit(w, f, history, len(history), clock.seconds())
+
+
+def _newton_direction(g, h):
+    """−(H + μI)⁻¹·g with the least μ in 0, 1e-8·scale·10^k that makes H + μI positive definite; −g where none
+    does (H not finite)."""
+    scale = max(float(np.max(np.abs(np.diag(h)))) if len(h) else 0.0, 1e-300)
+    mu = 0.0
+    for _ in range(40):
+        try:
+            factor = np.linalg.cholesky(h + mu * np.eye(len(h)))
+        except np.linalg.LinAlgError:
+            mu = 1e-8 * scale if mu == 0 else mu * 10
+            continue
+        return -np.linalg.solve(factor.T, np.linalg.solve(factor, g))
+    return -g
 
 
 def _two_loop(g, pairs):

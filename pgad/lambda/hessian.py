@@ -1,0 +1,42 @@
+"""Second derivatives: forward mode over the reverse-mode gradient, in the same DAG.
+
+reverse.py gives ∂root/∂w_i as a node g_i of the graph; forward.py, run from g_i, gives ∂g_i/∂w_j for every j in
+one sweep. So the Hessian of one row's loss is p forward sweeps over the gradient's nodes, each sharing every
+subexpression the loss, the gradient and the other rows of the Hessian already built (the graph interns them).
+The Hessian is symmetric: only the upper half (i ≤ j) is kept, p(p+1)/2 nodes, and read back as the full matrix.
+Its size is bounded twice: at most MAX_WEIGHTS weights (the p² outputs a kernel sums), and pgad.max_lambda_nodes
+on the graph as it grows (54001), as for the gradient.
+"""
+from . import forward
+from ..errors import PgadError
+
+MAX_WEIGHTS = 300  # p(p+1)/2 = 45,150 sums a row at most
+
+
+def check_size(weights):
+    """SQLSTATE 54000 where the Hessian of `weights` (their elements' names) has more than MAX_WEIGHTS rows."""
+    if len(weights) > MAX_WEIGHTS:
+        raise PgadError('54000', f'too many weights for second derivatives: {len(weights)}',
+                        detail=f'The Hessian of p weights has p² entries; pgad computes it for at most '
+                               f'{MAX_WEIGHTS} weight elements.',
+                        hint="Use a model with fewer weights, or optimizer => 'lbfgs'.")
+
+
+def upper(weights):
+    """The (i, j) pairs with i ≤ j of the Hessian of `weights`, in the order of its outputs."""
+    return tuple((i, j) for i in range(len(weights)) for j in range(i, len(weights)))
+
+
+def hessian(graph, gradient, weights):
+    """(node id of ∂²root/∂w_i∂w_j for each (i, j) of upper(weights)), given `gradient`, {w: node id of ∂root/∂w}."""
+    check_size(weights)
+    rows = [forward.gradient(graph, gradient[w], weights) for w in weights]
+    return tuple(rows[i][weights[j]] for i, j in upper(weights))
+
+
+def full(upper_values, p):
+    """The p × p matrix (lists of lists) of the values of the upper half, in the order of upper()."""
+    matrix = [[0.0] * p for _ in range(p)]
+    for (i, j), v in zip(upper(range(p)), upper_values):
+        matrix[i][j] = matrix[j][i] = float(v)
+    return matrix

@@ -1,0 +1,139 @@
+"""A trained model's coefficient table, from the exact Hessian of its objective: pgad.summary's statistics.
+
+For an unregularised 'squared' model the table is ordinary least squares': with H the Hessian of the summed loss
+Σ (model − y)² (2·XᵀX for a model linear in its weights), the covariance is σ²·(H/2)⁻¹ with σ² = RSS/(n − p), the
+statistic t = estimate / std_error on n − p degrees of freedom, and the 95% interval estimate ± t₀.₉₇₅(n − p)·se.
+For an unregularised 'logistic' model it is the Wald table: the covariance is H⁻¹ (H = Xᵀdiag(σ(1−σ))X, the Fisher
+information), z = estimate / std_error against the normal distribution, the interval ± 1.96·se. These are what
+statsmodels' OLS and Logit (and MADlib's linregr and logregr summaries) report. The distributions are the few lines
+below (the normal's by math.erf; Student's t by the regularised incomplete beta function's continued fraction),
+tested against scipy through statsmodels in tests/test_summary.py, so the server needs no scipy.
+"""
+import math
+
+import numpy as np
+
+from ..errors import PgadError
+
+LOSSES = ('squared', 'logistic')
+LEVEL = 0.95
+
+
+def check_model(name, loss, options):
+    """SQLSTATE 0A000 unless the model's loss and options give a summary: 'squared' or 'logistic', no penalty."""
+    if loss not in LOSSES:
+        raise PgadError('0A000', f'pgad.summary takes a \'squared\' or \'logistic\' model, not model "{name}" with loss '
+                                 f'{_loss_name(loss)}',
+                        detail='Standard errors need the likelihood the loss is: least squares or the Bernoulli '
+                               'log-likelihood.',
+                        hint="Train the model with loss => 'squared' or loss => 'logistic'.")
+    for penalty in ('l1', 'l2'):
+        if float(options.get(penalty) or 0) > 0:
+            raise PgadError('0A000', f'pgad.summary takes an unregularised model, not model "{name}" with '
+                                     f'{penalty} = {options[penalty]}',
+                            detail='A penalised fit is not the maximum-likelihood estimate the standard errors are '
+                                   'of.',
+                            hint=f'Train the model again without {penalty}.')
+
+
+def _loss_name(loss):
+    return f"'{loss}'" if loss in ('absolute', 'hinge') else 'a lambda'
+
+
+def table(name, loss, estimate, loss_sum, hessian_sum, rows, names):
+    """[(weight, estimate, std_error, statistic, p_value, ci_low, ci_high)] of each weight element `names[k]` at the
+    fitted `estimate` (a vector), given the summed loss over the `rows` rows and its Hessian (p × p)."""
+    p = len(names)
+    h = np.asarray(hessian_sum, dtype=np.float64)
+    if loss == 'squared':
+        dof = rows - p
+        if dof <= 0:
+            raise PgadError('22000', f'model "{name}" has {p} weights and only {rows} rows: no residual degrees of '
+                                     'freedom for its standard errors')
+        h = h / 2  # XᵀX
+        scale = loss_sum / dof
+    else:
+        dof, scale = None, 1.0
+    inverse = _inverse(name, h)
+    se = np.sqrt(np.maximum(np.diag(inverse) * scale, 0.0))
+    out = []
+    for k, weight in enumerate(names):
+        stat = estimate[k] / se[k] if se[k] > 0 else math.copysign(math.inf, estimate[k])
+        if dof is None:
+            pvalue, q = 2 * normal_sf(abs(stat)), normal_quantile(0.5 + LEVEL / 2)
+        else:
+            pvalue, q = 2 * t_sf(abs(stat), dof), t_quantile(0.5 + LEVEL / 2, dof)
+        out.append((weight, float(estimate[k]), float(se[k]), float(stat), float(pvalue),
+                    float(estimate[k] - q * se[k]), float(estimate[k] + q * se[k])))
+    return out
+
+
+def _inverse(name, h):
+    """H⁻¹, or SQLSTATE 22000 where H is singular (or too near it to invert in float64)."""
+    p = len(h)
+    if p and (not np.all(np.isfinite(h)) or np.linalg.matrix_rank(h) < p or np.linalg.cond(h) > 1e14):
+        raise PgadError('22000', f'the Hessian of model "{name}" is singular: its weights are not identified by '
+                                 'the data',
+                        detail='A weight the data does not move, two columns that are one another\'s multiple, or '
+                               'a logistic model that separates its labels perfectly.',
+                        hint='Drop the weight or the column that repeats another, or add rows.')
+    return np.linalg.inv(h)
+
+
+# --- the normal and Student's t distributions ------------------------------------------------------------------------
+
+def normal_sf(z):
+    """P(Z > z) for a standard normal Z."""
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def normal_quantile(q):
+    """z with P(Z ≤ z) = q, by bisection then Newton steps on the cdf (to float64's precision)."""
+    return _solve(lambda z: 1 - normal_sf(z) - q, lambda z: math.exp(-z * z / 2) / math.sqrt(2 * math.pi))
+
+
+def t_sf(t, dof):
+    """P(T > t) for Student's t on dof degrees of freedom, t ≥ 0: ½·I_{dof/(dof+t²)}(dof/2, ½)."""
+    return 0.5 * _incomplete_beta(dof / 2, 0.5, dof / (dof + t * t))
+
+
+def t_quantile(q, dof):
+    """t with P(T ≤ t) = q (q > ½)."""
+    density = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
+    return _solve(lambda t: 1 - t_sf(t, dof) - q, lambda t: density * (1 + t * t / dof) ** (-(dof + 1) / 2))
+
+
+def _solve(f, df, low=0.0, high=64.0):
+    """The root of the increasing f on [low, high]: bisection to 1e-6, then Newton's steps."""
+    while high - low > 1e-6:
+        mid = (low + high) / 2
+        low, high = (mid, high) if f(mid) < 0 else (low, mid)
+    x = (low + high) / 2
+    for _ in range(8):
+        x -= f(x) / df(x)
+    return x
+
+
+def _incomplete_beta(a, b, x):
+    """The regularised incomplete beta function I_x(a, b), by its continued fraction (Lentz's method)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1) / (a + b + 2):
+        return 1 - _incomplete_beta(b, a, 1 - x)
+    tiny, c, d = 1e-300, 1.0, 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 10_000):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1) < 1e-16:
+            break
+    return front * f / a

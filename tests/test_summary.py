@@ -1,0 +1,111 @@
+"""pgad.summary (pgad/models/summary.py): the coefficient tables of OLS and logistic models against statsmodels'
+OLS and Logit (params, bse, tvalues, pvalues, conf_int), per group; the t and normal distributions against scipy's;
+the refusals (0A000 for a loss or a penalty without a likelihood, 22000 for a singular Hessian). float64; the
+tolerances sit next to the assertions.
+"""
+import numpy as np
+import pytest
+import statsmodels.api as sm
+from scipy import stats
+
+from conftest import error_of
+from pgad.models import summary
+
+N = 200
+rng = np.random.default_rng(7)
+X1, X2 = rng.normal(size=N), rng.uniform(0, 3, size=N)
+Y = 1.5 + 0.8 * X1 - 0.4 * X2 + rng.normal(scale=0.7, size=N)
+T = (rng.uniform(size=N) < 1 / (1 + np.exp(-(-0.3 + 1.1 * X1 - 0.5 * X2)))).astype(np.float64)
+G = np.where(np.arange(N) % 2 == 0, 'east', 'west')
+
+
+@pytest.fixture
+def points(db):
+    db.execute('DROP TABLE IF EXISTS points')
+    db.execute('CREATE TABLE points (x1 float8, x2 float8, y float8, t float8, g text)')
+    with db.cursor() as cur:
+        cur.executemany('INSERT INTO points VALUES (%s, %s, %s, %s, %s)',
+                        [(float(a), float(b), float(c), float(d), str(e)) for a, b, c, d, e in zip(X1, X2, Y, T, G)])
+    return db
+
+
+def fit(db, name, loss, label, **options):
+    extra = ''.join(f', {k} => %({k})s' for k in options)
+    db.execute("SELECT pgad.train(%(name)s, 'λ(d, w) w.c + w.a*d.x1 + w.b*d.x2', %(loss)s, 'points', "
+               f"'{{\"c\": 0, \"a\": 0, \"b\": 0}}', optimizer => 'lbfgs', iterations => 500, label => %(label)s"
+               f"{extra})", dict(name=name, loss=loss, label=label, **options))
+    rows = db.execute('SELECT group_key, weight, estimate, std_error, statistic, p_value, ci_low, ci_high '
+                      'FROM pgad.summary(%s)', (name,)).fetchall()
+    return rows
+
+
+def check(rows, result, estimate_tol):
+    """rows for weights c, a, b against a statsmodels result whose exog is [1, x1, x2]."""
+    by_name = {r[1]: r for r in rows}
+    assert sorted(by_name) == ['a', 'b', 'c'] and len(rows) == 3  # in the order of the stored weights jsonb
+    got = np.array([by_name[w][2:] for w in ('c', 'a', 'b')])
+    ci = result.conf_int(0.05)
+    expected = np.column_stack([result.params, result.bse, result.tvalues, result.pvalues, ci[:, 0], ci[:, 1]])
+    # the estimates: lbfgs's optimum against the exact solve, to estimate_tol; the rest follows from them and the
+    # exact Hessian, to the same relative tolerance (p-values: absolute, they are tiny for strong weights)
+    np.testing.assert_allclose(got[:, 0], expected[:, 0], rtol=estimate_tol, atol=estimate_tol)
+    np.testing.assert_allclose(got[:, [1, 2, 4, 5]], expected[:, [1, 2, 4, 5]], rtol=estimate_tol * 10,
+                               atol=estimate_tol * 10)
+    np.testing.assert_allclose(got[:, 3], expected[:, 3], rtol=1e-4, atol=1e-10)
+
+
+def exog(mask=slice(None)):
+    return np.column_stack([np.ones(N), X1, X2])[mask]
+
+
+def test_ols_matches_statsmodels(points):
+    rows = fit(points, 'ols', 'squared', 'y')
+    assert all(r[0] is None for r in rows)
+    check(rows, sm.OLS(Y, exog()).fit(), 1e-6)
+
+
+def test_logistic_matches_statsmodels(points):
+    rows = fit(points, 'logit', 'logistic', 't')
+    check(rows, sm.Logit(T, exog()).fit(disp=0, tol=1e-12), 1e-5)
+
+
+def test_grouped_models_give_one_table_per_group(points):
+    rows = fit(points, 'ols_by_g', 'squared', 'y', group_by='g')
+    for group in ('east', 'west'):
+        mine = [r for r in rows if r[0] == {'g': group}]
+        check(mine, sm.OLS(Y[G == group], exog(G == group)).fit(), 1e-6)
+
+
+def test_other_losses_and_penalties_are_refused(points):
+    points.execute("SELECT pgad.train('hinged', 'λ(d, w) w.c + w.a*d.x1', 'hinge', 'points', "
+                   "'{\"c\": 0, \"a\": 0}', label => 'y', iterations => 2)")
+    e = error_of(points, "SELECT * FROM pgad.summary('hinged')")
+    assert e.sqlstate == '0A000' and 'not model "hinged" with loss \'hinge\'' in e.message_primary
+    points.execute("SELECT pgad.train('ridge', 'λ(d, w) w.c + w.a*d.x1', 'squared', 'points', "
+                   "'{\"c\": 0, \"a\": 0}', label => 'y', l2 => 0.1, iterations => 2)")
+    e = error_of(points, "SELECT * FROM pgad.summary('ridge')")
+    assert e.sqlstate == '0A000' and 'with l2 = 0.1' in e.message_primary
+    e = error_of(points, "SELECT * FROM pgad.summary('no_such_model')")
+    assert e.sqlstate == '42704'
+
+
+def test_a_singular_hessian_is_refused(points):
+    points.execute("SELECT pgad.train('twice', 'λ(d, w) w.a*d.x1 + w.b*(2*d.x1)', 'squared', 'points', "
+                   "'{\"a\": 0, \"b\": 0}', label => 'y', optimizer => 'lbfgs')")
+    e = error_of(points, "SELECT * FROM pgad.summary('twice')")
+    assert e.sqlstate == '22000' and 'the Hessian of model "twice" is singular' in e.message_primary
+
+
+@pytest.mark.parametrize('dof', [1, 2, 3, 7, 30, 197, 10_000])
+def test_t_distribution_matches_scipy(dof):
+    for t in (0.0, 0.05, 0.7, 1.96, 4.0, 12.0):
+        # 1e-10 relative: the continued fraction is exact to float64, but its prefactor, exp of a difference of
+        # lgammas near 4e4 at 10,000 degrees of freedom, keeps about 11 digits
+        assert summary.t_sf(t, dof) == pytest.approx(stats.t.sf(t, dof), rel=1e-10, abs=1e-300)
+    assert summary.t_quantile(0.975, dof) == pytest.approx(stats.t.ppf(0.975, dof), rel=1e-10)
+
+
+def test_normal_distribution_matches_scipy():
+    for z in (0.0, 0.5, 1.96, 5.0, 9.0):
+        assert summary.normal_sf(z) == pytest.approx(stats.norm.sf(z), rel=1e-13, abs=1e-300)
+    assert summary.normal_quantile(0.975) == pytest.approx(stats.norm.ppf(0.975), rel=1e-14)
