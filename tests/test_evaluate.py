@@ -74,6 +74,22 @@ def test_evaluate_on_the_training_data_gives_the_final_loss(db):
     train(db, 'fit_logistic', LOGIT, 'logistic', 'labels', '{"a": 0, "b": 0, "c": 0}', optimizer='lbfgs')
     final = db.execute("SELECT final_loss FROM pgad.models WHERE name = 'fit_logistic'").fetchone()[0]
     assert evaluated(db, 'fit_logistic', 'labels')[None]['loss'] == pytest.approx(final, rel=1e-9)
+    # standardize => true trains on scaled columns and stores the weights in the columns' units: the same loss
+    train(db, 'fit_scaled', LINEAR, 'squared', 'houses', '{"a": 0, "b": 0, "c": 0}', label='price',
+          standardize=True, learning_rate=0.1, iterations=30)
+    final = db.execute("SELECT final_loss FROM pgad.models WHERE name = 'fit_scaled'").fetchone()[0]
+    assert evaluated(db, 'fit_scaled', 'houses')[None]['loss'] == pytest.approx(final, rel=1e-9)
+    # per group, each group's own final_loss
+    train(db, 'fit_groups', LOGIT, 'logistic', 'labels', '{"a": 0, "b": 0, "c": 0}', optimizer='lbfgs',
+          group_by='part')
+    finals = dict(db.execute("SELECT group_key->>'part', final_loss FROM pgad.models WHERE name = 'fit_groups'"))
+    found = evaluated(db, 'fit_groups', 'labels')
+    assert {part: found[f'{{"part": "{part}"}}']['loss'] for part in 'ab'} == pytest.approx(finals, rel=1e-9)
+    # the loss is without regularisation: below the final_loss of a model trained with l2
+    train(db, 'fit_l2', LOGIT, 'logistic', 'labels', '{"a": 0, "b": 0, "c": 0}', optimizer='lbfgs', l2=0.1)
+    final, w = db.execute("SELECT final_loss, weights FROM pgad.models WHERE name = 'fit_l2'").fetchone()
+    penalty = 0.1 * sum(v ** 2 for v in w.values())
+    assert evaluated(db, 'fit_l2', 'labels')[None]['loss'] == pytest.approx(final - penalty, rel=1e-9)
 
 
 def test_a_logistic_model_s_metrics_are_scikit_learn_s(db):

@@ -21,6 +21,14 @@ name belongs to the role that trained it first; a superuser may replace or drop 
 only through pgad._write_models (write, below). Every SQL text here is schema-qualified (docs/security.md); the
 model's name is always quoted, its group values are literals quoted as PostgreSQL's quote_literal quotes them, and
 nothing else of the user's text reaches SQL.
+
+Beside the scoring function, a 'logistic' model gets "<name>_probability" and "<name>_class" and a 'hinge' model
+"<name>_class" (EXTRAS), with the same arguments, inlined alike. They are not recorded in pgad.models: they are found
+from the recorded scoring_function and loss (extras), and follow its rules (only those pgad created for the model,
+owned by the role that trained it, are replaced or dropped; another role's function of that name is refused). Their
+names belong to the model: a model named like another model's function is refused whichever comes first
+(check_names). A scoring function that takes an array checks its length (Scoring.checked), raising 2202E through
+the extension's IMMUTABLE pgad._wrong_length, which keeps the function inlinable.
 """
 import json
 import re

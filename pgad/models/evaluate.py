@@ -19,7 +19,7 @@ import numpy as np
 from .. import limits, loader, program, server
 from ..errors import PgadError
 from ..lang import vectors
-from ..lang.rules import PRIMITIVES, _sigmoid
+from ..lang.rules import PRIMITIVES
 from . import objective
 
 MODEL = ('SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS weights, '
@@ -86,17 +86,17 @@ METRICS = {
 }
 
 
-def probability(z):
-    """The probability of a logistic model's score z, as its _probability function gives it."""
-    return _sigmoid(z)
-
-
 def values(graph, roots, columns, weights, rows):
     """The value over the rows of each of graph's nodes roots, as float64 arrays of `rows` values: the rules table's
-    numpy functions over whole columns ({name: array}), the weights {name: number}."""
-    found = {}
+    numpy functions over whole columns ({name: array}), the weights {name: number}. A node's array is dropped after
+    its last use, as the python backend does."""
+    found, order = {}, graph.ancestors(roots)
+    last_use = {i: len(order) for i in roots}
+    for k, i in enumerate(order):
+        for a in graph.nodes[i].args:
+            last_use[a] = max(last_use.get(a, k), k)
     with np.errstate(all='ignore'):
-        for i in graph.ancestors(roots):
+        for k, i in enumerate(order):
             limits.tick()
             node = graph.nodes[i]
             if node.op == 'const':
@@ -107,6 +107,9 @@ def values(graph, roots, columns, weights, rows):
                 found[i] = np.float64(weights[node.value])
             else:
                 found[i] = PRIMITIVES[node.op].evaluate(*[found[a] for a in node.args])
+            for a in set(node.args):
+                if last_use[a] == k:
+                    del found[a]
     return [np.broadcast_to(np.asarray(found[r], dtype=np.float64), (rows,)) for r in roots]
 
 
@@ -154,10 +157,9 @@ def evaluate(name, data, config):
         out.append((key, 'rows', float(table.rows)))
         if table.rows:
             cols = dict(zip(map(str, columns), table.columns))
-            z, per_row = values(lam.graph, [goal.model.root, lam.root], cols, weights[key], table.rows) \
-                if goal.model.graph is lam.graph else \
-                (*values(goal.model.graph, [goal.model.root], cols, weights[key], table.rows),
-                 *values(lam.graph, [lam.root], cols, weights[key], table.rows))
+            # the prediction from the model's DAG, each row's objective from the objective lambda's
+            z, = values(goal.model.graph, [goal.model.root], cols, weights[key], table.rows)
+            per_row, = values(lam.graph, [lam.root], cols, weights[key], table.rows)
             out.append((key, 'loss', float(np.mean(per_row))))
             y = cols[label] if label is not None else None
             for metric, rule in metrics.items():
