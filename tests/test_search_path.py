@@ -95,6 +95,7 @@ CALLS = [
     ("SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x + w.b', 'squared', 'points', %s, iterations => 5)",
      ('{"a": 0, "b": 0}',)),
     ("SELECT * FROM pgad.summary('line')", ()),
+    ("SELECT * FROM pgad.evaluate('line', 'points')", ()),
     ("SELECT pgad.hessian(%s, 'points', %s)", (LINEAR, '{"a": 1, "b": 0}')),
     ("SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x + w.b', 'λ(p, d) abs(p - d.y)', 'with_nulls', %s, "
      "optimizer => 'lbfgs', iterations => 5, group_by => 'y')", ('{"a": 0, "b": 0}',)),
@@ -108,6 +109,7 @@ FAILING = [  # the error paths, whose queries must be safe too
     ("SELECT pgad.loss('λ(d, w) d.x', 'DELETE FROM points', '{}')", ()),
     ("SELECT pgad.drop_model('no_such_model')", ()),
     ("SELECT * FROM pgad.summary('no_such_model')", ()),
+    ("SELECT * FROM pgad.evaluate('no_such_model', 'points')", ()),
     ("SELECT pgad.train('x', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', group_by => 'z')", ()),
 ]
 
