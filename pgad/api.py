@@ -82,9 +82,11 @@ def _second_sums(call):
 
 # pgad.summary: the coefficient table of a stored model (models/summary.py), from the exact Hessian of its objective
 # at the fitted weights over its data query, run again as the caller; per group for a grouped model.
+# Only the role that trained the model may: the data query is that role's SQL text, and running it as another role
+# (a superuser above all) would run whatever functions it calls with that role's privileges.
 MODEL_ROWS = ('SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS '
-              'weights, m.options::pg_catalog.text AS options, m.data FROM pgad.models AS m '
-              'WHERE m.name OPERATOR(pg_catalog.=) $1 ORDER BY m.group_key')
+              'weights, m.options::pg_catalog.text AS options, m.data, m.trained_by::pg_catalog.text AS trained_by '
+              'FROM pgad.models AS m WHERE m.name OPERATOR(pg_catalog.=) $1 ORDER BY m.group_key')
 
 
 @server.entry
@@ -93,6 +95,12 @@ def summary(name):
     found = server.query(MODEL_ROWS, [name], ['pg_catalog.text'])
     if not found:
         raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+    me = catalog.current_user()
+    for owner in {row['trained_by'] for row in found} - {me}:
+        raise PgadError('42501', f'model "{name}" belongs to role "{owner}"',
+                        detail='pgad.summary runs the model\'s data query again, and that query is the text of the '
+                               'role that trained it: only that role may run it.',
+                        hint='Ask that role for the summary, or train a model of your own on the data.')
     first = found[0]
     options = json.loads(first['options'])
     summarizing.check_model(name, first['loss'], options)
