@@ -51,13 +51,13 @@ def hessian(loss, data, weights, backend='auto'):
     """The Hessian of the mean loss by the weights' elements, {"a": {"a": ∂²/∂a², "b": ∂²/∂a∂b}, …}: a vector
     weight's elements named "v[1]", a matrix's "m[1,2]" (vectors.elements). Forward over reverse (lang/hessian.py),
     summed over the rows by the same backends as the gradient."""
-    hess, names, _ = _hessian_at(loss, data, weights, backend)
+    hess, names = _hessian_at(loss, data, weights, backend)
     return json.dumps({a: {b: hess[i][j] for j, b in enumerate(names)} for i, a in enumerate(names)})
 
 
 def _hessian_at(loss, data, weights, backend='auto'):
-    """(the Hessian of the mean loss as a p × p list of lists, the weights' element names, [loss, gradient…] of the
-    mean loss) of lambda text loss over data at the weights jsonb."""
+    """(the Hessian of the mean loss as a p × p list of lists, the weights' element names) of lambda text loss over
+    data at the weights jsonb."""
     config = settings()
     lam = program.parsed(loss, config.limits)
     w, unread = arguments.unread(arguments.weights(weights, lam, config.memory_limit), lam)
@@ -69,8 +69,7 @@ def _hessian_at(loss, data, weights, backend='auto'):
     with load(prog, config, shards.Job(lam.text, tuple(w), 'reverse', backend, 'float64'), vector) as (table, kernel):
         sums = _second_sums(Call(prog, table, kernel, vector, unread))
     p = len(prog.weights)
-    means = sums / table.rows
-    return second.full(means[1 + p:], p), list(prog.weights), means[:1 + p]
+    return second.full(sums[1 + p:] / table.rows, p), list(prog.weights)
 
 
 def _second_sums(call):
@@ -265,7 +264,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
             _check_groups(len(parts), config.memory_limit)
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
-            table, kernel = stack.enter_context(_loading(data, spread=not standardize and options['optimizer'] != 'newton')(prog, config, job, start))
+            spread = not standardize and options['optimizer'] != 'newton'  # newton: no shard sums the Hessian
+            table, kernel = stack.enter_context(_loading(data, spread=spread)(prog, config, job, start))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
         rows, fits = [], []
         for part, kernel in parts:
