@@ -1,6 +1,6 @@
 """pgad.train's models: what scoring with a generated function costs, and how the optimizers compare.
 
-    .venv/bin/python bench/models.py [--rows 1000000] [--features 8] [--repeats 5]
+    .venv/bin/python bench/models.py [--rows 1000000] [--features 8] [--repeats 5] [--newton]
 
 On one throwaway cluster, in one connection (so connection start and first-call imports do not count), with
 max_parallel_workers_per_gather = 0, best of the repeats, the contenders interleaved:
@@ -20,8 +20,9 @@ in NumPy on the exported rows (its time includes the COPY export).
 
 The peers' shape, 1M rows of 2 features and an intercept (shared/peers.md measured MADlib's linregr_train and
 logregr_train and psql-autodiff's gradient_descent_l4 on it): pgad.train by lbfgs to convergence for the linear and
-the logistic model, and 100 iterations of batch gd at rate 0.5 (psql-autodiff's run). Timings are printed, never
-asserted.
+the logistic model (and the logistic one by newton, beside MADlib's IRLS figure, quoted), and 100 iterations of
+batch gd at rate 0.5 (psql-autodiff's run). --newton runs only the logistic model by lbfgs and by newton on that
+shape (docs/performance.md). Timings are printed, never asserted.
 """
 import argparse
 import math

@@ -52,13 +52,13 @@ def hessian(loss, data, weights, backend='auto'):
     """The Hessian of the mean loss by the weights' elements, {"a": {"a": ∂²/∂a², "b": ∂²/∂a∂b}, …}: a vector
     weight's elements named "v[1]", a matrix's "m[1,2]" (vectors.elements). Forward over reverse (lang/hessian.py),
     summed over the rows by the same backends as the gradient."""
-    hess, names, _ = _hessian_at(loss, data, weights, backend)
+    hess, names = _hessian_at(loss, data, weights, backend)
     return json.dumps({a: {b: hess[i][j] for j, b in enumerate(names)} for i, a in enumerate(names)})
 
 
 def _hessian_at(loss, data, weights, backend='auto'):
-    """(the Hessian of the mean loss as a p × p list of lists, the weights' element names, [loss, gradient…] of the
-    mean loss) of lambda text loss over data at the weights jsonb."""
+    """(the Hessian of the mean loss as a p × p list of lists, the weights' element names) of lambda text loss over
+    data at the weights jsonb."""
     config = settings()
     lam = program.parsed(loss, config.limits)
     w, unread = arguments.unread(arguments.weights(weights, lam, config.memory_limit), lam)
@@ -70,8 +70,7 @@ def _hessian_at(loss, data, weights, backend='auto'):
     with load(prog, config, shards.Job(lam.text, tuple(w), 'reverse', backend, 'float64'), vector) as (table, kernel):
         sums = _second_sums(Call(prog, table, kernel, vector, unread))
     p = len(prog.weights)
-    means = sums / table.rows
-    return second.full(means[1 + p:], p), list(prog.weights), means[:1 + p]
+    return second.full(sums[1 + p:] / table.rows, p), list(prog.weights)
 
 
 def _second_sums(call):
@@ -83,9 +82,11 @@ def _second_sums(call):
 
 # pgad.summary: the coefficient table of a stored model (models/summary.py), from the exact Hessian of its objective
 # at the fitted weights over its data query, run again as the caller; per group for a grouped model.
+# Only the role that trained the model may: the data query is that role's SQL text, and running it as another role
+# (a superuser above all) would run whatever functions it calls with that role's privileges.
 MODEL_ROWS = ('SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS '
-              'weights, m.options::pg_catalog.text AS options, m.data FROM pgad.models AS m '
-              'WHERE m.name OPERATOR(pg_catalog.=) $1 ORDER BY m.group_key')
+              'weights, m.options::pg_catalog.text AS options, m.data, m.trained_by::pg_catalog.text AS trained_by '
+              'FROM pgad.models AS m WHERE m.name OPERATOR(pg_catalog.=) $1 ORDER BY m.group_key')
 
 
 @server.entry
@@ -94,6 +95,12 @@ def summary(name):
     found = server.query(MODEL_ROWS, [name], ['pg_catalog.text'])
     if not found:
         raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+    me = catalog.current_user()
+    for owner in {row['trained_by'] for row in found} - {me}:
+        raise PgadError('42501', f'model "{name}" belongs to role "{owner}"',
+                        detail='pgad.summary runs the model\'s data query again, and that query is the text of the '
+                               'role that trained it: only that role may run it.',
+                        hint='Ask that role for the summary, or train a model of your own on the data.')
     first = found[0]
     options = json.loads(first['options'])
     summarizing.check_model(name, first['loss'], options)
@@ -258,7 +265,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
             _check_groups(len(parts), config.memory_limit)
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
-            table, kernel = stack.enter_context(_loading(data, spread=not standardize and options['optimizer'] != 'newton')(prog, config, job, start))
+            spread = not standardize and options['optimizer'] != 'newton'  # newton: no shard sums the Hessian
+            table, kernel = stack.enter_context(_loading(data, spread=spread)(prog, config, job, start))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
         rows, fits = [], []
         for part, kernel in parts:

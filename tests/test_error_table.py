@@ -168,6 +168,8 @@ ELSEWHERE = {
         'tests/test_model_trust.py::test_a_name_belongs_to_the_role_that_trained_it_first',
     'column "color" of group_by is of type …, which role "…" owns':
         'tests/test_model_trust.py::test_an_enum_group_column_another_role_owns_is_refused',
+    'model "alices" belongs to role "summary_alice"':
+        'tests/test_summary.py::test_only_the_role_that_trained_may_summarize',
     'shard server "shard2" failed at iteration 37':
         'tests/test_shards.py::test_a_shard_that_stops_mid_training_is_named_with_the_iteration',
 }

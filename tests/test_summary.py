@@ -109,3 +109,37 @@ def test_normal_distribution_matches_scipy():
     for z in (0.0, 0.5, 1.96, 5.0, 9.0):
         assert summary.normal_sf(z) == pytest.approx(stats.norm.sf(z), rel=1e-13, abs=1e-300)
     assert summary.normal_quantile(0.975) == pytest.approx(stats.norm.ppf(0.975), rel=1e-14)
+
+
+def test_only_the_role_that_trained_may_summarize(db, cluster, dbname):
+    """The model's data query is its trainer's SQL: a summary by any other role, a superuser included, is 42501
+    before it runs (alice's query calls her function spy, which counts its calls in her sequence)."""
+    import psycopg
+    db.execute('DROP ROLE IF EXISTS summary_alice')
+    db.execute('CREATE ROLE summary_alice LOGIN')
+    db.execute('CREATE SCHEMA alice_s AUTHORIZATION summary_alice')
+    db.execute('GRANT CREATE ON SCHEMA pgad_models TO summary_alice')
+    try:
+        with psycopg.connect(cluster.conninfo(dbname, user='summary_alice'), autocommit=True) as alice:
+            alice.execute('CREATE SEQUENCE alice_s.ran')
+            alice.execute('GRANT USAGE ON SCHEMA alice_s TO PUBLIC')
+            alice.execute('GRANT USAGE, SELECT, UPDATE ON SEQUENCE alice_s.ran TO PUBLIC')
+            alice.execute("CREATE FUNCTION alice_s.spy() RETURNS boolean LANGUAGE sql AS "
+                          "$$ SELECT pg_catalog.nextval('alice_s.ran') > 0 $$")
+            alice.execute('CREATE TABLE alice_s.pts AS SELECT x::float8 AS x, (2*x + x % 3)::float8 AS y '
+                          'FROM generate_series(1, 20) AS x')
+            alice.execute("SELECT pgad.train('alices', 'λ(d, w) w.a*d.x + w.b', 'squared', "
+                          "'SELECT x, y FROM alice_s.pts WHERE alice_s.spy()', '{\"a\": 0, \"b\": 0}', "
+                          "optimizer => 'lbfgs')")
+            before = alice.execute('SELECT last_value FROM alice_s.ran').fetchone()[0]
+            assert len(alice.execute("SELECT * FROM pgad.summary('alices')").fetchall()) == 2  # hers to run
+            assert alice.execute('SELECT last_value FROM alice_s.ran').fetchone()[0] > before
+            before = alice.execute('SELECT last_value FROM alice_s.ran').fetchone()[0]
+        e = error_of(db, "SELECT * FROM pgad.summary('alices')")
+        assert e.sqlstate == '42501' and e.message_primary == 'model "alices" belongs to role "summary_alice"'
+        assert db.execute('SELECT last_value FROM alice_s.ran').fetchone()[0] == before  # her query never ran
+    finally:
+        db.execute("SELECT pgad.drop_model('alices') FROM pgad.models WHERE name = 'alices' LIMIT 1")
+        db.execute('DROP SCHEMA alice_s CASCADE')
+        db.execute('DROP OWNED BY summary_alice')
+        db.execute('DROP ROLE summary_alice')

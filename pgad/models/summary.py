@@ -22,8 +22,8 @@ LEVEL = 0.95
 def check_model(name, loss, options):
     """SQLSTATE 0A000 unless the model's loss and options give a summary: 'squared' or 'logistic', no penalty."""
     if loss not in LOSSES:
-        raise PgadError('0A000', f'pgad.summary takes a \'squared\' or \'logistic\' model, not model "{name}" with loss '
-                                 f'{_loss_name(loss)}',
+        raise PgadError('0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model '
+                                 f'"{name}" with loss {_loss_name(loss)}',
                         detail='Standard errors need the likelihood the loss is: least squares or the Bernoulli '
                                'log-likelihood.',
                         hint="Train the model with loss => 'squared' or loss => 'logistic'.")
