@@ -122,14 +122,14 @@ def gradient_descent_agg(packed, columns, loss, weights, options=None):
 # functions train, per group with group_by (the data loaded once: loader.load_groups), by the optimizer asked for
 # (descent.fit), on standardised columns with standardize (standardize.py); catalog.py stores the fits and writes
 # the scoring function.
-REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'learning_rate', 'iterations', 'mode', 'backend', 'optimizer',
-            'batch_size', 'tolerance', 'l1', 'l2', 'standardize', 'label', 'progress_every', 'dtype')
+REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
+            'label', 'progress_every', 'dtype')
 
 
 @server.entry
-def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, mode='reverse', backend='auto',
-          optimizer='gd', batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
-          standardize=False, label='y', group_by=None, progress_every=0, dtype='float64'):
+def train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
+          optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
+          standardize=None, label='y', group_by=None, progress_every=0, dtype='float64'):
     given = dict(locals())
     for argument in REQUIRED:
         if given[argument] is None:
@@ -140,9 +140,12 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),
                                  program.parsed(goal.text, config.limits))
     names = list(w)
+    optimizer = arguments.optimizer(_default_optimizer(optimizer, learning_rate, l1))
+    learning_rate = DEFAULT_LEARNING_RATE if learning_rate is None else learning_rate
+    iterations = DEFAULT_ITERATIONS if iterations is None else iterations
     options = dict(learning_rate=arguments.learning_rate(learning_rate), iterations=arguments.iterations(iterations),
                    mode=arguments.mode(mode), backend=arguments.backend(backend),
-                   optimizer=arguments.optimizer(optimizer), batch_size=arguments.positive('batch_size', batch_size),
+                   optimizer=optimizer, batch_size=arguments.positive('batch_size', batch_size),
                    seed=None if seed is None else arguments.non_negative('seed', seed),
                    tolerance=arguments.non_negative('tolerance', tolerance),
                    l1=arguments.penalty('l1', l1, optimizer), l2=arguments.penalty('l2', l2, optimizer),
@@ -184,6 +187,9 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
             if part.table.rows == 0:
                 server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
                 continue
+            objective.check_labels(loss, label, _label_column(prog, _local(kernel, part.table) if kernel is not
+                                                              None else part.table, label),
+                                   f'model "{name}", group {part.key}: ' if part.key else '')
             clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                                   options['iterations'], every_iterations=options['progress_every'],
                                   warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
@@ -238,6 +244,12 @@ def _full_batch(options, rows):
     return {**options, 'batch_size': rows}
 
 
+def _label_column(prog, table, label):
+    """The label column's values in table (loaded by prog's columns), for objective.check_labels."""
+    names = [str(c) for c in prog.columns]
+    return table.columns[names.index(label)] if label in names else np.empty(0)
+
+
 def _fit(prog, kernel, table, start, plan, options, penalty, clock):
     """({weight: fitted value}, descent.Fit) of one table (a group's) from the weights start, on standardised
     columns when plan is not None."""
@@ -254,6 +266,19 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock):
                       why=lambda w, output: domain.diagnose(prog, _local(kernel, table), w, output))
     fitted = dict(zip(names, fit.weights.tolist()))
     return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit
+
+
+# pgad.train's defaults where an argument is NULL (left out): L-BFGS, whose line search needs no learning rate and
+# converges on columns of any scale, unless a learning_rate or l1 asks for gradient descent as before 0.11.0.
+DEFAULT_LEARNING_RATE, DEFAULT_ITERATIONS = 0.05, 100
+
+
+def _default_optimizer(optimizer, learning_rate, l1):
+    """The optimizer asked for; left out, 'lbfgs', or 'gd' where a learning_rate or l1 is given (lbfgs takes
+    neither)."""
+    if optimizer is not None:
+        return optimizer
+    return 'gd' if learning_rate is not None or l1 else 'lbfgs'
 
 
 @server.entry

@@ -320,7 +320,7 @@ class Divergence:
         elif not self.warned and self.start and loss - self.start > GROWTH * abs(self.start):
             self.warned = True
             self.warning(f'the loss grew from {self.start:.6g} to {loss:.6g} by iteration {it}: gradient descent is '
-                         'diverging', f'Try a smaller learning_rate than {self.rate:g}.')
+                         'diverging', diverging(self.rate))
 
 
 def stalled(history, tolerance):
@@ -359,4 +359,10 @@ def check_finite(sums, w, it, names, learning_rate, why=None, at_start=None):
         raise PgadError('22003', f'{what} is {value} at the starting weights',
                         hint='Check that the lambda is defined on every row (ln and sqrt of the data, division).')
     raise PgadError('22003', f'training diverged at iteration {it}: {what} is {value}',
-                    hint=f'Try a smaller learning_rate than {learning_rate:g}.')
+                    hint=diverging(learning_rate))
+
+
+def diverging(learning_rate):
+    """The hint of a training that diverges: a smaller learning rate, or what converges on columns of any scale."""
+    return (f"Try a smaller learning_rate than {learning_rate:g}, or pgad.train's optimizer => 'lbfgs' (a line search "
+            "instead of a learning rate) or standardize => true.")
