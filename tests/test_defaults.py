@@ -101,3 +101,77 @@ def test_minus_one_one_labels_train_under_hinge(db):
     row = db.execute("SELECT final_loss FROM pgad.train('hinged', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', 'hinge', "
                      "'SELECT x1, x2, 2 * y - 1 AS y FROM clicks', %s)", (START,)).fetchone()
     assert 0 < row[0] < 1
+
+
+def by_hand_split(db, seed, fraction=0.2):
+    """The rows of sales that validation => fraction holds out, by pgad's own split (validation.split)."""
+    from pgad.loader import Table
+    from pgad.models import validation
+    data = np.array(db.execute('SELECT sqft, rooms, price FROM sales ORDER BY id').fetchall())
+    table = Table([np.ascontiguousarray(data[:, k]) for k in range(3)], len(data), 0)
+    trained, held = validation.split(table, fraction, seed)
+    return np.column_stack(trained.columns), np.column_stack(held.columns)
+
+
+def test_validation_holds_out_a_fraction_by_a_hash_of_the_row_and_seed(db):
+    """The training loss excludes the held-out rows (its optimum is lstsq's on the others), the validation history
+    is the mean squared error on them, the same seed gives the same split, in any row order."""
+    query = "SELECT weights, final_loss, rows, validation_history, options FROM pgad.train('held', %s, 'squared', " \
+            "%s, %s, label => 'price', validation => 0.2, seed => 5)"
+    first = db.execute(query, (HOUSE, 'sales', START)).fetchone()
+    again = db.execute(query, (HOUSE, 'SELECT * FROM sales ORDER BY price DESC', START)).fetchone()
+    trained, held = by_hand_split(db, 5)
+    assert first[2] == again[2] == len(trained) and 60 < len(held) < 140
+    a = np.column_stack([trained[:, 0], trained[:, 1], np.ones(len(trained))])
+    expected = np.linalg.lstsq(a, trained[:, 2], rcond=None)[0]
+    np.testing.assert_allclose([first[0][k] for k in 'abc'], expected, rtol=1e-6)
+    np.testing.assert_allclose([again[0][k] for k in 'abc'], expected, rtol=1e-6)
+    mse = np.mean((held[:, 0] * first[0]['a'] + held[:, 1] * first[0]['b'] + first[0]['c'] - held[:, 2]) ** 2)
+    assert first[3][-1] == pytest.approx(mse, rel=1e-9)
+    assert first[4]['validation'] == 0.2
+    other = db.execute(query.replace('seed => 5', 'seed => 6'), (HOUSE, 'sales', START)).fetchone()
+    assert other[2] != first[2] or other[0] != first[0]
+
+
+def test_validation_takes_a_query_and_a_fraction_as_text_or_number(db):
+    """validation => 'SELECT …' (text) and validation => 0.2 (numeric) through one anycompatible parameter."""
+    row = db.execute("SELECT rows, validation_history FROM pgad.train('queried', %s, 'squared', "
+                     "'SELECT * FROM sales WHERE id < 400', %s, label => 'price', "
+                     "validation => 'SELECT * FROM sales WHERE id >= 400')", (HOUSE, START)).fetchone()
+    assert row[0] == 400 and len(row[1]) >= 1
+    no = db.execute("SELECT validation_history FROM pgad.train('unvalidated', %s, 'squared', 'sales', %s, "
+                    "label => 'price')", (HOUSE, START)).fetchone()
+    assert no[0] is None
+
+
+def test_early_stopping_keeps_the_weights_of_the_lowest_validation_loss(db):
+    """gd on standardised columns overfits nothing here, so a validation query that disagrees with the training
+    rows (prices doubled) has its lowest loss early: training stops `early_stopping` epochs after it, and the
+    weights are those of that iteration (the final loss its training objective)."""
+    row = db.execute("SELECT weights, final_loss, loss_history, validation_history, iterations FROM pgad.train("
+                     "'stopped', %s, 'squared', 'sales', %s, label => 'price', optimizer => 'gd', "
+                     "learning_rate => 0.1, standardize => true, iterations => 500, early_stopping => 3, "
+                     "validation => 'SELECT sqft, rooms, 2 * price - 150000 AS price FROM sales')",
+                     (HOUSE, START)).fetchone()
+    weights_, final, history, validation_history, iterations = row
+    best = int(np.argmin(validation_history))
+    assert iterations == len(history) == len(validation_history) == best + 4 < 500
+    assert final == pytest.approx(history[best], rel=1e-12)
+
+
+def test_early_stopping_needs_validation_and_a_bad_fraction_is_refused(db):
+    e = error_of(db, "SELECT pgad.train('x', %s, 'squared', 'sales', %s, label => 'price', early_stopping => 3)",
+                 (HOUSE, START))
+    assert (e.sqlstate, e.message_primary) == ('22023', 'early_stopping needs validation rows')
+    e = error_of(db, "SELECT pgad.train('x', %s, 'squared', 'sales', %s, label => 'price', validation => 1.5)",
+                 (HOUSE, START))
+    assert e.sqlstate == '22023' and e.message_primary.startswith('validation must be a fraction')
+
+
+def test_validation_and_early_stopping_per_group(db):
+    rows = db.execute("SELECT group_key, rows, validation_history FROM pgad.train('grouped_held', "
+                      "'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', 'logistic', 'clicks', %s, group_by => 'region', "
+                      "validation => 0.25, early_stopping => 5, seed => 1) ORDER BY group_key::text",
+                      (START,)).fetchall()
+    assert [r[0] for r in rows] == [{'region': 'north'}, {'region': 'south'}]
+    assert all(100 < r[1] < 200 and r[2] for r in rows)

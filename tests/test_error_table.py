@@ -95,6 +95,8 @@ CALLS = {
         call("SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x - d.y)^2', 'points', '{\"a\": 1}', 1e100, 10)"),
     'loss "logistic" takes labels 0 or 1, but column "y" is 3':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'logistic', 'points', '{\"a\": 0}')"),
+    'early_stopping needs validation rows':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', early_stopping => 3)"),
     'lambda is too long: 2000000 bytes':
         call("SELECT pgad.loss(%s, 'points', %s)", LINEAR + ' ' * (2000000 - len(LINEAR.encode())), AB),
     'the data needs 6.1 MB, more than pgad.memory_limit (1.0 MB)':
