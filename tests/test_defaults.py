@@ -148,12 +148,14 @@ def test_early_stopping_keeps_the_weights_of_the_lowest_validation_loss(db):
     """gd on standardised columns overfits nothing here, so a validation query that disagrees with the training
     rows (prices doubled) has its lowest loss early: training stops `early_stopping` epochs after it, and the
     weights are those of that iteration (the final loss its training objective)."""
-    row = db.execute("SELECT weights, final_loss, loss_history, validation_history, iterations FROM pgad.train("
+    row = db.execute("SELECT options, final_loss, loss_history, validation_history, iterations FROM pgad.train("
                      "'stopped', %s, 'squared', 'sales', %s, label => 'price', optimizer => 'gd', "
                      "learning_rate => 0.1, standardize => true, iterations => 500, early_stopping => 3, "
                      "validation => 'SELECT sqft, rooms, 2 * price - 150000 AS price FROM sales')",
                      (HOUSE, START)).fetchone()
-    weights_, final, history, validation_history, iterations = row
+    options, final, history, validation_history, iterations = row
+    assert (options['early_stopping'], options['validation']) == (3, 'SELECT sqft, rooms, 2 * price - 150000 AS price '
+                                                                      'FROM sales')
     best = int(np.argmin(validation_history))
     assert iterations == len(history) == len(validation_history) == best + 4 < 500
     assert final == pytest.approx(history[best], rel=1e-12)
