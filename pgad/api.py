@@ -192,9 +192,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             if part.table.rows == 0:
                 server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
                 continue
-            objective.check_labels(loss, label, _label_column(prog, _local(kernel, part.table) if kernel is not
-                                                              None else part.table, label),
-                                   f'model "{name}", group {part.key}: ' if part.key else '')
+            here = part.table if kernel is None else _local(kernel, part.table)  # a sharded table's local rows
+            objective.check_labels(loss, label, _label_column(prog, here, label), f'{where}: ' if part.key else '')
             part, held = _validation_rows(part, held_out, options, where)
             if held is not None:
                 objective.check_labels(loss, label, _label_column(prog, held, label), f'{where}, validation: ')
