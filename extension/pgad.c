@@ -222,27 +222,64 @@ call_plainly(FunctionCallInfo call)
 PG_FUNCTION_INFO_V1(pgad_call);
 
 /*
+ * What pgad_call keeps of a function between calls: its implementation, and which arguments pgad.f declares
+ * anycompatible (one that takes a number or a text, as pgad.train's validation): PL/Python takes no polymorphic
+ * type, so pgad._f declares those text, and each reaches it as its value's text (the type's output function).
+ */
+typedef struct Door
+{
+	FmgrInfo	implementation;
+	bool		as_text[FUNC_MAX_ARGS];
+} Door;
+
+/*
  * pgad.f(...) = pgad._f(...), for scalar and set-returning functions alike: the call info of the implementation
  * lives as long as the caller's, so a set-returning implementation keeps its state between rows.
  */
 Datum
 pgad_call(PG_FUNCTION_ARGS)
 {
-	FmgrInfo   *implementation = (FmgrInfo *) fcinfo->flinfo->fn_extra;
+	Door	   *door = (Door *) fcinfo->flinfo->fn_extra;
 	LOCAL_FCINFO(call, FUNC_MAX_ARGS);
 	Datum		result;
+	int			i;
 
-	if (implementation == NULL)
+	if (door == NULL)
 	{
-		implementation = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(FmgrInfo));
-		fmgr_info_cxt(implementation_of(fcinfo->flinfo->fn_oid, "_", "", NULL), implementation,
-					  fcinfo->flinfo->fn_mcxt);
-		implementation->fn_expr = fcinfo->flinfo->fn_expr;
-		fcinfo->flinfo->fn_extra = implementation;
+		HeapTuple	tuple;
+		oidvector  *types;
+		bool		any = false;
+
+		door = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(Door));
+		tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+		if (!HeapTupleIsValid(tuple))
+			elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
+		types = buildoidvector(((Form_pg_proc) GETSTRUCT(tuple))->proargtypes.values,
+							   ((Form_pg_proc) GETSTRUCT(tuple))->pronargs);
+		ReleaseSysCache(tuple);
+		for (i = 0; i < types->dim1; i++)
+			if (types->values[i] == ANYCOMPATIBLEOID)
+			{
+				door->as_text[i] = any = true;
+				types->values[i] = TEXTOID;
+			}
+		fmgr_info_cxt(implementation_of(fcinfo->flinfo->fn_oid, "_", "", any ? types : NULL),
+					  &door->implementation, fcinfo->flinfo->fn_mcxt);
+		door->implementation.fn_expr = fcinfo->flinfo->fn_expr;
+		fcinfo->flinfo->fn_extra = door;
 	}
-	InitFunctionCallInfoData(*call, implementation, PG_NARGS(), PG_GET_COLLATION(), fcinfo->context,
+	InitFunctionCallInfoData(*call, &door->implementation, PG_NARGS(), PG_GET_COLLATION(), fcinfo->context,
 							 fcinfo->resultinfo);
 	memcpy(call->args, fcinfo->args, PG_NARGS() * sizeof(NullableDatum));
+	for (i = 0; i < PG_NARGS(); i++)
+		if (door->as_text[i] && !call->args[i].isnull)
+		{
+			Oid			output;
+			bool		varlena;
+
+			getTypeOutputInfo(get_fn_expr_argtype(fcinfo->flinfo, i), &output, &varlena);
+			call->args[i].value = CStringGetTextDatum(OidOutputFunctionCall(output, call->args[i].value));
+		}
 	result = call_plainly(call);
 	fcinfo->isnull = call->isnull;
 	return result;

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import arguments, backends, domain, explain as explaining, loader, program, server, shards
 from .models import (catalog, descent, evaluate as evaluating, initial, objective, standardize as standardizing,
-                     summary as summarizing)
+                     summary as summarizing, validation as validating)
 from .errors import PgadError
 from .jit.cache import DiskCache
 from .lang import hessian as second, printer, tensors, vectors
@@ -209,14 +209,15 @@ def gradient_descent_agg(packed, columns, loss, weights, options=None):
 # functions train, per group with group_by (the data loaded once: loader.load_groups), by the optimizer asked for
 # (descent.fit), on standardised columns with standardize (standardize.py); catalog.py stores the fits and writes
 # the scoring function.
-REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'learning_rate', 'iterations', 'mode', 'backend', 'optimizer',
-            'batch_size', 'tolerance', 'l1', 'l2', 'standardize', 'label', 'progress_every', 'dtype')
+REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
+            'label', 'progress_every', 'dtype')
 
 
 @server.entry
-def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, mode='reverse', backend='auto',
-          optimizer='gd', batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
-          standardize=False, label='y', group_by=None, progress_every=0, dtype='float64'):
+def train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
+          optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
+          standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
+          early_stopping=None):
     given = dict(locals())
     for argument in REQUIRED:
         if given[argument] is None:
@@ -227,9 +228,12 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),
                                  program.parsed(goal.text, config.limits))
     names = list(w)
+    optimizer = arguments.optimizer(_default_optimizer(optimizer, learning_rate, l1))
+    learning_rate = DEFAULT_LEARNING_RATE if learning_rate is None else learning_rate
+    iterations = DEFAULT_ITERATIONS if iterations is None else iterations
     options = dict(learning_rate=arguments.learning_rate(learning_rate), iterations=arguments.iterations(iterations),
                    mode=arguments.mode(mode), backend=arguments.backend(backend),
-                   optimizer=arguments.optimizer(optimizer), batch_size=arguments.positive('batch_size', batch_size),
+                   optimizer=optimizer, batch_size=arguments.positive('batch_size', batch_size),
                    seed=None if seed is None else arguments.non_negative('seed', seed),
                    tolerance=arguments.non_negative('tolerance', tolerance),
                    l1=arguments.penalty('l1', l1, optimizer), l2=arguments.penalty('l2', l2, optimizer),
@@ -237,7 +241,9 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                    standardize=bool(standardize),
                    label=label, group_by=arguments.group_by(group_by),
                    progress_every=int(arguments.non_negative('progress_every', progress_every)),
-                   dtype=arguments.dtype(dtype, backend))  # backend checked just above
+                   dtype=arguments.dtype(dtype, backend),  # backend checked just above
+                   validation=validating.option(validation))
+    options['early_stopping'] = validating.early_stopping(early_stopping, options['validation'])
     plan = standardizing.plan(goal.model) if standardize else None
     for column in goal.loss_columns if standardize else ():
         if column in goal.columns:
@@ -265,15 +271,22 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
             _check_groups(len(parts), config.memory_limit)
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
-            spread = not standardize and options['optimizer'] != 'newton'  # newton: no shard sums the Hessian
+            # standardize, validation and newton need the rows here: the shards send only the gradient's sums
+            spread = not standardize and validation is None and options['optimizer'] != 'newton'
             table, kernel = stack.enter_context(_loading(data, spread=spread)(prog, config, job, start))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
+        held_out = _held_out(options['validation'], prog, groups, config)
         rows, fits = [], []
         for part, kernel in parts:
             where = f'model "{name}"' + (f', group {part.key}' if part.key else '')
             if part.table.rows == 0:
                 server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
                 continue
+            here = part.table if kernel is None else _local(kernel, part.table)  # a sharded table's local rows
+            objective.check_labels(loss, label, _label_column(prog, here, label), f'{where}: ' if part.key else '')
+            part, held = _validation_rows(part, held_out, options, where)
+            if held is not None:
+                objective.check_labels(loss, label, _label_column(prog, held, label), f'{where}, validation: ')
             clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                                   options['iterations'], every_iterations=options['progress_every'],
                                   warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
@@ -283,14 +296,15 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                 fit_options = options
                 step_rows = part.table.rows if options['optimizer'] not in descent.MINI_BATCH else options['batch_size']
                 kernel = _kernel(prog, options['backend'], options['dtype'], config, min(step_rows, part.table.rows))
-            fitted, fit = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options, penalty,
-                               clock)
+            fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
+                                      penalty, clock, held)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
                              weights=_with(unread, prog.nest([fitted[n] for n in prog.weights])),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
-                             training_time=fit.seconds))
+                             training_time=fit.seconds,
+                             validation_history=None if watch is None else watch.history))
     if not rows:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
     unrolled = None
@@ -334,22 +348,86 @@ def _full_batch(options, rows):
     return {**options, 'batch_size': rows}
 
 
-def _fit(prog, kernel, table, start, plan, options, penalty, clock):
-    """({weight: fitted value}, descent.Fit) of one table (a group's) from the weights start, on standardised
-    columns when plan is not None."""
+def _label_column(prog, table, label):
+    """The label column's values in table (loaded by prog's columns), for objective.check_labels."""
+    names = [str(c) for c in prog.columns]
+    return table.columns[names.index(label)] if label in names else np.empty(0)
+
+
+def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None):
+    """({weight: fitted value}, descent.Fit, validation.Watch or None) of one table (a group's) from the weights
+    start, on standardised columns when plan is not None; the loss on the held-out rows held (a Table, or None)
+    watched after each iteration, and with early_stopping the weights of its lowest."""
     names = list(prog.weights)
     if plan is not None:
         columns = dict(zip(prog.columns, table.columns))
         mean, std = standardizing.moments(plan, columns)
-        table = loader.Table([standardizing.scale(columns[c], mean[c], std[c]) if c in plan.columns else columns[c]
-                              for c in prog.columns], table.rows, table.skipped)
+
+        def scaled(t):
+            found = dict(zip(prog.columns, t.columns))
+            return loader.Table([standardizing.scale(found[c], mean[c], std[c]) if c in plan.columns else found[c]
+                                 for c in prog.columns], t.rows, t.skipped)
+        table, held = scaled(table), None if held is None else scaled(held)
         start = standardizing.forward(plan, start, mean, std)
-    fit = descent.fit(kernel, table, [start[n] for n in names], names, options['optimizer'],
-                      options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
-                      options['tolerance'], penalty, clock,
-                      why=lambda w, output: domain.diagnose(prog, _local(kernel, table), w, output))
+    watch = None
+    if held is not None:
+        watch = clock.watch = validating.Watch(
+            lambda w: descent.evaluate(kernel, held, w, clock.interrupts)[0] / held.rows, options['early_stopping'])
+    try:
+        fit = descent.fit(kernel, table, [start[n] for n in names], names, options['optimizer'],
+                          options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
+                          options['tolerance'], penalty, clock,
+                          why=lambda w, output: domain.diagnose(prog, _local(kernel, table), w, output))
+    except validating.Stop:
+        fit = descent.Fit(watch.best, watch.training[watch.at], watch.training, len(watch.training), clock.seconds())
+    else:
+        if watch is not None and options['early_stopping'] and watch.at is not None:
+            fit = descent.Fit(watch.best, watch.training[watch.at], fit.history, fit.iterations, fit.seconds)
     fitted = dict(zip(names, fit.weights.tolist()))
-    return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit
+    return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit, watch
+
+
+def _held_out(validation, prog, groups, config):
+    """The rows of a validation query (None for a fraction, or no validation): a loader.Table, or with group_by
+    {group key: Table}."""
+    if not isinstance(validation, str):
+        return None
+    if groups:
+        _, found = loader.load_groups(validation, list(prog.columns), groups, config.memory_limit)
+        return {part.key: part.table for part in found}
+    return loader.load(validation, list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of))
+
+
+def _validation_rows(part, held_out, options, where):
+    """(the group part with its training rows, its held-out rows or None): a fraction of part's rows split off by
+    their hash and seed (validation.split), or the validation query's rows (of part's group, with group_by)."""
+    fraction = options['validation']
+    if fraction is None:
+        return part, None
+    if isinstance(fraction, float):
+        trained, held = validating.split(part.table, fraction, options['seed'])
+    else:
+        trained, held = part.table, held_out.get(part.key) if isinstance(held_out, dict) else held_out
+    if held is None or held.rows == 0 or trained.rows == 0:
+        raise PgadError('22000', f'{where}: no {"validation" if trained.rows else "training"} rows',
+                        detail=f'validation => {fraction if isinstance(fraction, float) else "its query"} leaves '
+                               f'{trained.rows} rows to train on and {0 if held is None else held.rows} to validate '
+                               'on.',
+                        hint='Give more rows, or another fraction or query.')
+    return loader.Group(part.key, part.values, trained), held
+
+
+# pgad.train's defaults where an argument is NULL (left out): L-BFGS, whose line search needs no learning rate and
+# converges on columns of any scale, unless a learning_rate or l1 asks for gradient descent as before 0.11.0.
+DEFAULT_LEARNING_RATE, DEFAULT_ITERATIONS = 0.05, 100
+
+
+def _default_optimizer(optimizer, learning_rate, l1):
+    """The optimizer asked for; left out, 'lbfgs', or 'gd' where a learning_rate or l1 is given (lbfgs takes
+    neither)."""
+    if optimizer is not None:
+        return optimizer
+    return 'gd' if learning_rate is not None or l1 else 'lbfgs'
 
 
 @server.entry

@@ -98,6 +98,10 @@ CALLS = {
         call("SELECT pgad.gradient('λ(d, w) sqrt(w.a*d.x)', 'points', '{\"a\": 0}')"),
     'training diverged at iteration 3: the loss is infinite':
         call("SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x - d.y)^2', 'points', '{\"a\": 1}', 1e100, 10)"),
+    'loss "logistic" takes labels 0 or 1, but column "y" is 3':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'logistic', 'points', '{\"a\": 0}')"),
+    'early_stopping needs validation rows':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', early_stopping => 3)"),
     'lambda is too long: 2000000 bytes':
         call("SELECT pgad.loss(%s, 'points', %s)", LINEAR + ' ' * (2000000 - len(LINEAR.encode())), AB),
     'the data needs 6.1 MB, more than pgad.memory_limit (1.0 MB)':
@@ -143,7 +147,8 @@ CALLS = {
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, optimizer => 'newton', "
              "l1 => 0.1)", '{"a": 0}'),
     "pgad.summary takes a 'squared' or 'logistic' model, not model \"m\" with loss 'hinge'":
-        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', 'points', %s, iterations => 1)", '{"a": 0}')
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', "
+             "'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y FROM points', %s, iterations => 1)", '{"a": 0}')
         + call("SELECT * FROM pgad.summary('m')"),
     'pgad.summary takes an unregularised model, not model "m" with l2 = 0.1':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, l2 => 0.1, "

@@ -12,6 +12,13 @@ import pytest
 from conftest import error_of
 from test_boundaries import BOUNDARIES
 
+
+def diverging_hint(rate):
+    """The HINT of a training that diverges at learning rate `rate` (descent.diverging)."""
+    return (f"Try a smaller learning_rate than {rate}, or pgad.train's optimizer => 'lbfgs' (a line search "
+            "instead of a learning rate) or standardize => true.")
+
+
 LINEAR = 'λ(d, w) (w.a*d.x + w.b - d.y)^2'
 WEIGHTS = {'a': 0.7, 'b': -0.3}
 
@@ -309,7 +316,7 @@ def test_errors_carry_detail_and_hint(db):
     diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.x +', 'points', '{\"a\": 0}')")
     assert (diag.message_detail, diag.internal_query, diag.internal_position) == (None, 'λ(d, w) w.a*d.x +', '18')
     diag = error_of(db, "SELECT pgad.gradient_descent(%s, 'points', '{\"a\": 0, \"b\": 0}', 10)", (LINEAR,))
-    assert diag.message_hint == 'Try a smaller learning_rate than 10.'
+    assert diag.message_hint == diverging_hint('10')
     diag = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.upper', 'mixed', '{\"a\": 0}')")
     assert 'd."Name"' in diag.message_hint
 
@@ -430,8 +437,9 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
              "pgad._lambda_columns('λ(d, w) d.x', '{x}', '{integer}')",
              "pgad._loss_agg('\\x', '{}', 'λ(d, w) 1', '{}', NULL)",
              "pgad._train('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', 0.1, 1, 'reverse', 'auto', "
-             "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0, 'float64')", "pgad._drop_model('m')",
-             "pgad._init_weights('{}', 'glorot', 0)", "pgad._evaluate('m', 'SELECT 1')"]
+             "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0, 'float64', NULL, NULL)", "pgad._drop_model('m')",
+             "pgad._init_weights('{}', 'glorot', 0)", "pgad._evaluate('m', 'SELECT 1')",
+             "pgad._hessian('λ(d, w) w.a', 'SELECT 1', '{\"a\": 0}', 'auto')", "pgad._summary('m')"]
     with psycopg.connect(cluster.conninfo(dbname, user='pgad_outsider'), autocommit=True) as outsider:
         for call in calls:
             diag = error_of(outsider, f'SELECT * FROM {call}')
@@ -583,7 +591,7 @@ def test_a_finite_divergence_is_one_warning_with_a_hint_and_the_descent_returns(
                                            "'{\"a\": 0, \"b\": 0}', learning_rate => 1, iterations => 20)",
                                            (LINEAR,)).fetchone()
     assert iterations == 20 and math.isfinite(loss) and loss > 1e12
-    assert warnings_ == [('WARNING', diverging_by_hand(db, 1.0, 20), 'Try a smaller learning_rate than 1.')]
+    assert warnings_ == [('WARNING', diverging_by_hand(db, 1.0, 20), diverging_hint('1'))]
 
 
 def test_a_divergence_to_infinity_warns_then_stays_the_22003_error(db):
@@ -591,9 +599,9 @@ def test_a_divergence_to_infinity_warns_then_stays_the_22003_error(db):
     db.add_notice_handler(lambda d: warnings_.append((d.severity_nonlocalized, d.message_primary, d.message_hint)))
     diag = error_of(db, "SELECT * FROM pgad.gradient_descent(%s, 'SELECT x, y FROM points', '{\"a\": 0, \"b\": 0}', "
                         "learning_rate => 1, iterations => 1000)", (LINEAR,))
-    assert (diag.sqlstate, diag.message_hint) == ('22003', 'Try a smaller learning_rate than 1.')
+    assert (diag.sqlstate, diag.message_hint) == ('22003', diverging_hint('1'))
     assert diag.message_primary.startswith('training diverged at iteration ')
-    assert warnings_ == [('WARNING', diverging_by_hand(db, 1.0, 20), 'Try a smaller learning_rate than 1.')]
+    assert warnings_ == [('WARNING', diverging_by_hand(db, 1.0, 20), diverging_hint('1'))]
 
 
 def test_a_diverging_model_is_named_in_its_warning(db):
@@ -602,4 +610,4 @@ def test_a_diverging_model_is_named_in_its_warning(db):
     db.execute("SELECT pgad.train('diverging', 'λ(d, w) w.a*d.x + w.b', 'squared', 'SELECT x, y FROM points', "
                "'{\"a\": 0, \"b\": 0}', learning_rate => 1, iterations => 20)")
     assert warnings_ == [('WARNING', 'model "diverging": ' + diverging_by_hand(db, 1.0, 20),
-                          'Try a smaller learning_rate than 1.')]
+                          diverging_hint('1'))]

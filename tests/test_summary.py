@@ -77,7 +77,8 @@ def test_grouped_models_give_one_table_per_group(points):
 
 
 def test_other_losses_and_penalties_are_refused(points):
-    points.execute("SELECT pgad.train('hinged', 'λ(d, w) w.c + w.a*d.x1', 'hinge', 'points', "
+    points.execute("SELECT pgad.train('hinged', 'λ(d, w) w.c + w.a*d.x1', 'hinge', "
+                   "'SELECT x1, CASE WHEN y > 1.5 THEN 1 ELSE -1 END AS y FROM points', "
                    "'{\"c\": 0, \"a\": 0}', label => 'y', iterations => 2)")
     e = error_of(points, "SELECT * FROM pgad.summary('hinged')")
     assert e.sqlstate == '0A000' and 'not model "hinged" with loss \'hinge\'' in e.message_primary

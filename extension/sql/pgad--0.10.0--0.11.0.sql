@@ -101,3 +101,67 @@ COMMENT ON FUNCTION pgad.summary(pg_catalog.text) IS
 -- ---------------------------------------------------------------------------------------------------------------
 -- §4–5 pgad.train's new options (issue 28)
 -- ---------------------------------------------------------------------------------------------------------------
+
+ALTER TABLE pgad.models ADD COLUMN validation_history pg_catalog.float8[];  -- the validation loss per iteration
+COMMENT ON COLUMN pgad.models.validation_history IS 'the loss on the validation rows after each iteration (epoch)';
+
+DROP FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                         pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                         pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8,
+                         pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
+                         pg_catalog.text);
+DROP FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                          pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                          pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8, pg_catalog.float8,
+                          pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
+                          pg_catalog.text);
+
+-- pgad.train, whose defaults converge on columns of any scale: learning_rate, iterations, optimizer and standardize
+-- are NULL unless given, and pgad/api.py chooses (optimizer 'lbfgs', or 'gd' where a learning_rate or l1 is given).
+CREATE FUNCTION pgad._train(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
+                            weights pg_catalog.jsonb, learning_rate pg_catalog.float8, iterations pg_catalog.int4,
+                            mode pg_catalog.text, backend pg_catalog.text, optimizer pg_catalog.text,
+                            batch_size pg_catalog.int4, seed pg_catalog.int8, tolerance pg_catalog.float8,
+                            l1 pg_catalog.float8, l2 pg_catalog.float8, regularize pg_catalog.jsonb,
+                            standardize pg_catalog.bool, label pg_catalog.text, group_by pg_catalog.text,
+                            progress_every pg_catalog.int4, dtype pg_catalog.text,
+                            validation pg_catalog.text, early_stopping pg_catalog.int4)
+RETURNS SETOF pgad.models LANGUAGE plpython3u VOLATILE AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer, batch_size,
+                 seed, tolerance, l1, l2, regularize, standardize, label, group_by, progress_every, dtype,
+                 validation, early_stopping)
+$$;
+REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                                   pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4, pg_catalog.text,
+                                   pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int8,
+                                   pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.jsonb,
+                                   pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
+                                   pg_catalog.text, pg_catalog.text, pg_catalog.int4) FROM PUBLIC;
+
+-- Not STRICT: learning_rate, iterations, optimizer, standardize, regularize, seed, group_by, validation and
+-- early_stopping are NULL unless given. validation is a fraction (validation => 0.2, numeric) or a query (text):
+-- anycompatible takes both (an unknown literal as text), and reaches pgad._train as its text (pgad_call).
+CREATE FUNCTION pgad.train(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
+                           weights pg_catalog.jsonb, learning_rate pg_catalog.float8 DEFAULT NULL,
+                           iterations pg_catalog.int4 DEFAULT NULL, mode pg_catalog.text DEFAULT 'reverse',
+                           backend pg_catalog.text DEFAULT 'auto', optimizer pg_catalog.text DEFAULT NULL,
+                           batch_size pg_catalog.int4 DEFAULT 256, seed pg_catalog.int8 DEFAULT NULL,
+                           tolerance pg_catalog.float8 DEFAULT 0, l1 pg_catalog.float8 DEFAULT 0,
+                           l2 pg_catalog.float8 DEFAULT 0, regularize pg_catalog.jsonb DEFAULT NULL,
+                           standardize pg_catalog.bool DEFAULT NULL, label pg_catalog.text DEFAULT 'y',
+                           group_by pg_catalog.text DEFAULT NULL, progress_every pg_catalog.int4 DEFAULT 0,
+                           dtype pg_catalog.text DEFAULT 'float64',
+                           validation pg_catalog.anycompatible DEFAULT NULL::pg_catalog.text,
+                           early_stopping pg_catalog.int4 DEFAULT NULL)
+RETURNS SETOF pgad.models LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                               pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                               pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8,
+                               pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
+                               pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4) IS
+    'train a model (one per group, with group_by), store it in pgad.models and create its scoring function '
+    'pgad_models.<name>';

@@ -42,11 +42,12 @@ from ..lang import printer, sql, vectors
 SCHEMA = 'pgad_models'
 EQ, NE, CONCAT = 'OPERATOR(pg_catalog.=)', 'OPERATOR(pg_catalog.<>)', 'OPERATOR(pg_catalog.||)'
 INSERT = ('INSERT INTO pgad.models (name, group_key, model, loss, weights, final_loss, loss_history, iterations, '
-          'options, data, rows, training_time, scoring_function, trained_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '
-          '$9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14) RETURNING models.*')
+          'options, data, rows, training_time, validation_history, scoring_function, trained_by) VALUES ($1, $2, $3, '
+          '$4, $5, $6, $7, $8, $9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15) '
+          'RETURNING models.*')
 INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.text', 'pg_catalog.jsonb',
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
-                'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.text', 'pg_catalog.name']
+                'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.text', 'pg_catalog.name']
 OWNERS = ('SELECT DISTINCT m.trained_by::pg_catalog.text AS owner FROM pgad.models AS m '
           f'WHERE m.name {EQ} $1')
 # The functions pgad created for a model: the signatures its rows record, and the role that trained them.
@@ -388,7 +389,8 @@ def store(scoring, rows, fits):
     shown = f'{SCHEMA}.{quoted}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
     return _write(dict(op='store', name=name, caller=me, function=shown, rows=[
         [row[c] for c in ('name', 'group_key', 'model', 'loss', 'weights', 'final_loss', 'loss_history',
-                          'iterations', 'options', 'data', 'rows', 'training_time')] for row in rows]))
+                          'iterations', 'options', 'data', 'rows', 'training_time', 'validation_history')]
+        for row in rows]))
 
 
 def function(signature):

@@ -124,6 +124,7 @@ class Clock:
         self.started = self.reported = self.checked = time.monotonic()
         self.rows = 0
         self.at = 1  # the iteration running: the one after the last reported
+        self.watch = None  # validation.Watch: given the weights and the objective after each iteration
 
     def poll(self, now=None):
         """Between kernel calls: check for interrupts once `check` seconds have passed since the last check."""
@@ -146,6 +147,12 @@ class Clock:
 
     def seconds(self):
         return time.monotonic() - self.started
+
+    def validate(self, w, loss):
+        """After an iteration whose weights are w and objective loss: the validation loss, when there is a watch
+        (validation.Watch, which may end the training)."""
+        if self.watch is not None:
+            self.watch(w, loss)
 
 
 def run(kernel, table, weights, learning_rate, iterations, names, interrupts, progress, every=1.0, check=0.01,
@@ -200,6 +207,7 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
         divergence.see(loss, it)
         if it > 1:
             history.append(loss)
+            clock.validate(w, loss)
             if stalled(history, tolerance):
                 return Fit(w, loss, history, it - 1, clock.seconds())
         w = _step(rule, penalty, w, sums, table.rows)
@@ -209,6 +217,8 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
     check_finite(final, w, iterations + 1, names, learning_rate, why)
     loss = final[0] / table.rows + penalty.value(w)
     divergence.see(loss, iterations + 1)
+    if iterations:
+        clock.validate(w, loss)
     return Fit(w, loss, history + [loss] if iterations else [], iterations, clock.seconds())
 
 
@@ -236,6 +246,7 @@ def _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iteratio
         check_finite(sums, w, epoch + 1, names, learning_rate, why)
         clock.rows += rows
         history.append(sums[0] / rows + penalty.value(w))
+        clock.validate(w, history[-1])
         divergence.see(history[-1], epoch)
         clock.iteration(epoch, history[-1])
         if stalled(history, tolerance):
@@ -286,6 +297,7 @@ def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
             pairs.append((s, y, 1.0 / (s @ y)))
         w, f, g = step, new_f, new_g
         history.append(f)
+        clock.validate(w, f)
         clock.iteration(it, f)
         if stalled(history, tolerance) or not np.any(g):
             break
@@ -383,7 +395,7 @@ class Divergence:
         elif not self.warned and self.start and loss - self.start > GROWTH * abs(self.start):
             self.warned = True
             self.warning(f'the loss grew from {self.start:.6g} to {loss:.6g} by iteration {it}: gradient descent is '
-                         'diverging', f'Try a smaller learning_rate than {self.rate:g}.')
+                         'diverging', diverging(self.rate))
 
 
 def stalled(history, tolerance):
@@ -422,4 +434,10 @@ def check_finite(sums, w, it, names, learning_rate, why=None, at_start=None):
         raise PgadError('22003', f'{what} is {value} at the starting weights',
                         hint='Check that the lambda is defined on every row (ln and sqrt of the data, division).')
     raise PgadError('22003', f'training diverged at iteration {it}: {what} is {value}',
-                    hint=f'Try a smaller learning_rate than {learning_rate:g}.')
+                    hint=diverging(learning_rate))
+
+
+def diverging(learning_rate):
+    """The hint of a training that diverges: a smaller learning rate, or what converges on columns of any scale."""
+    return (f"Try a smaller learning_rate than {learning_rate:g}, or pgad.train's optimizer => 'lbfgs' (a line search "
+            "instead of a learning rate) or standardize => true.")

@@ -9,6 +9,8 @@ pasted: the objective is printed from its DAG.
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import PgadError
 from ..lang import parser, printer
 from ..lang.rules import call
@@ -23,6 +25,9 @@ LOSSES = {
     'hinge': lambda p, y: relu(1 - y * p),          # labels −1/1
 }
 
+
+# name → the labels it takes, and how the error says so
+LABELS = {'logistic': ((0.0, 1.0), '0 or 1'), 'hinge': ((-1.0, 1.0), '-1 or 1')}
 
 LAMBDA = re.compile(r'\s*(λ|lambda\b)', re.IGNORECASE)
 
@@ -52,3 +57,22 @@ def build(model_text, loss, label, limits):
                              "prediction p and the row d, for example 'λ(p, d) (p - d.y)^2'.")
     text = f'λ({printer.parameter(model.row)}, {printer.parameter(model.params)}) ' + printer.to_lambda(lam, lam.root, printer.budget(limits))
     return Objective(model, text, tuple(model.columns), tuple(lam.own))
+
+
+def check_labels(loss, label, values, where=''):
+    """22023 unless the label column's values (a loaded column) are ones the named loss takes (LABELS): the first
+    value it does not take, and how many rows have one. where ('model "m", group {…}: ') starts the message."""
+    if loss not in LABELS:
+        return
+    taken, said = LABELS[loss]
+    values = np.asarray(values)
+    bad = ~np.isin(values, taken)
+    if not bad.any():
+        return
+    first = float(values[int(np.argmax(bad))])
+    raise PgadError('22023', f'{where}loss "{loss}" takes labels {said}, but column "{label}" is {first:g}',
+                    detail=f'{int(bad.sum())} of {len(values)} rows have a label other than {said}.',
+                    hint=("Map the labels in the data query ((y + 1) / 2 AS y, for −1/1 labels), or use loss 'hinge', "
+                          "which takes −1/1." if loss == 'logistic' else
+                          "Map the labels in the data query (2 * y - 1 AS y, for 0/1 labels), or use loss 'logistic', "
+                          "which takes 0/1."))

@@ -75,7 +75,7 @@ ORDER BY group_key::text;
 SELECT r, round(pgad_models.by_region(r, 10)::numeric, 6) AS at_10 FROM generate_series(0, 4) AS r ORDER BY r;
 SELECT pgad.drop_model('line'), pgad.drop_model('by_region');
 SELECT count(*) FROM pgad.models;
-SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x', 'squared', 'points', '{"a": 0}', optimizer => 'newton');
+SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x', 'squared', 'points', '{"a": 0}', optimizer => 'irls');
 SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x', 'quadratic', 'points', '{"a": 0}');
 SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x', 'squared', 'regions', '{"a": 0}', group_by => 'region');
 SELECT pgad.drop_model('line');
