@@ -151,14 +151,20 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                    label=label, group_by=arguments.group_by(group_by),
                    progress_every=int(arguments.non_negative('progress_every', progress_every)),
                    dtype=arguments.dtype(dtype, backend))  # backend checked just above
+    if standardize and categorical.indexed(w, goal.model):
+        raise PgadError('0A000', 'pgad.train takes no standardize for a model with a categorical weight',
+                        hint='Standardise the numeric columns in the data query, or train without standardize.')
     plan = standardizing.plan(goal.model) if standardize else None
     for column in goal.loss_columns if standardize else ():
         if column in goal.columns:
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name)
-    shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns))
-    if (shapes or vectors.needed(goal.model)) and (standardize or options['group_by']):
+    w, cats = categorical.expand(w, program.parsed(goal.text, config.limits), data, config.limits, config.memory_limit)
+    shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns, cats.codes), cats)
+    if (shapes.columns or any(n not in cats.keys for n, _ in shapes.weights) or
+            vectors.needed(goal.model) and not categorical.only(goal.model, cats)) and \
+            (standardize or options['group_by']):
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')
     prog = program.build(goal.text, tuple(names), options['mode'], True, config.limits, shapes)
@@ -171,12 +177,14 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     groups = options['group_by']
     with ExitStack() as stack:
         if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
-            group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit)
+            group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit,
+                                                    cats.codes)
             group_types = catalog.group_types(groups, group_types)  # domains as their base types
             _check_groups(len(parts), config.memory_limit)
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
-            table, kernel = stack.enter_context(_loading(data, spread=not standardize)(prog, config, job, start))
+            table, kernel = stack.enter_context(_loading(data, spread=not standardize)(prog, config, job, start,
+                                                                                        cats.codes))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
         rows, fits = [], []
         for part, kernel in parts:
@@ -197,7 +205,8 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                                clock)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
-                             weights=_with(unread, prog.nest([fitted[n] for n in prog.weights])),
+                             weights=_with(unread, categorical.named(prog.nest([fitted[n] for n in prog.weights]),
+                                                                     cats)),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
                              training_time=fit.seconds))
@@ -207,7 +216,9 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     if shapes or vectors.needed(goal.model):
         lam, prediction = vectors.unrolled_value(goal.model, shapes, config.limits)
         unrolled = (lam, prediction, dict(shapes.columns))
-    scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled)
+    kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
+    scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
+                              {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)})
     return catalog.store(scoring, rows, fits)
 
 

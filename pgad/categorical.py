@@ -18,6 +18,7 @@ import numpy as np
 from . import loader, server
 from .errors import PgadError
 from .lang.printer import quote_ident
+from .lang.rules import OPERATIONS
 
 INTEGERS = {20, 21, 23}  # bigint, smallint, integer
 KINDS = ('S', 'E', 'B')  # string, enum, boolean: typcategory of the other types a category may have
@@ -84,6 +85,15 @@ def indexed(w, lam):
     for name in names & set(lam.weights) - set(found):
         raise _misread(f'weight "{name}" is categorical and must be indexed by a column')
     return found
+
+
+def only(lam, cats):
+    """Is every vector operation of lam an index of a categorical weight (cats), so that it is a model of numbers
+    otherwise (one that group_by takes)?"""
+    nodes = lam.graph.nodes
+    return all(node.op != 'index' and node.op not in OPERATIONS or node.op == 'index' and
+               nodes[node.args[0]].op == 'weight' and nodes[node.args[0]].value in cats.keys
+               for node in (nodes[i] for i in lam.graph.ancestors([lam.root])))
 
 
 def _misread(message):

@@ -60,3 +60,30 @@ def test_gradient_matches_one_hot_model(db, houses):
     for k, key in enumerate(keys):
         assert got['region'][key] == pytest.approx(want[k], rel=1e-12, abs=1e-12)
     assert got['a'] == pytest.approx(float(2 * x @ resid / len(y)), rel=1e-12)
+
+
+def lstsq_fit(rows, columns):
+    """The least-squares coefficients of price on the one-hot designs of columns ((index, keys), …) and sqft."""
+    X = np.hstack([one_hot(rows, c, keys) for c, keys in columns] + [np.array([[r[4]] for r in rows])])
+    y = np.array([r[5] for r in rows])
+    return np.linalg.lstsq(X, y, rcond=None)[0]
+
+
+@pytest.mark.parametrize('column, index, keys', [
+    ('region', 0, sorted(REGIONS)), ('mood', 1, ['sad', 'ok', 'happy']), ('garden', 2, [False, True]),
+    ('floors', 3, [1, 2, 3, 4, 5])])
+def test_train_matches_least_squares(db, houses, column, index, keys):
+    """pgad.train with a category of each kind reaches the one-hot least squares solution; the stored weights are an
+    object by category (the column's text), the scoring function gives the fitted prediction."""
+    name = f'cat_{column}'
+    db.execute("SELECT pgad.train(%s, %s, 'squared', 'houses', %s, label => 'price', optimizer => 'lbfgs', "
+               'iterations => 500, tolerance => 1e-14)',
+               (name, f'λ(d, w) w.c[d.{column}] + w.a*d.sqft', json.dumps({'c': {}, 'a': 0})))
+    weights = json.loads(fetch(db, 'SELECT weights::text FROM pgad.models WHERE name = %s', (name,)))
+    want = lstsq_fit(houses, [(index, keys)])
+    text = [str(k).lower() if isinstance(k, bool) else str(k) for k in keys]
+    assert sorted(weights['c']) == sorted(text)  # jsonb orders an object's keys its own way
+    np.testing.assert_allclose([weights['c'][t] for t in text] + [weights['a']], want, rtol=1e-6, atol=1e-7)
+    got = db.execute(f'SELECT pgad_models.{name}(h.{column}, h.sqft) FROM houses AS h').fetchall()
+    np.testing.assert_allclose([g for g, in got], [want[keys.index(r[index])] + want[-1] * r[4] for r in houses],
+                               rtol=1e-6, atol=1e-7)
