@@ -87,3 +87,73 @@ def test_train_matches_least_squares(db, houses, column, index, keys):
     got = db.execute(f'SELECT pgad_models.{name}(h.{column}, h.sqft) FROM houses AS h').fetchall()
     np.testing.assert_allclose([g for g, in got], [want[keys.index(r[index])] + want[-1] * r[4] for r in houses],
                                rtol=1e-6, atol=1e-7)
+
+
+LOSS = 'λ(d, w) (w.region[d.region] + w.m[d.mood] * d.sqft + w.a*d.sqft - d.price)^2'
+START = {'region': {'north': 0.5, 'east': -0.2}, 'm': {'ok': 0.1}, 'a': 0.3}
+
+
+def flat(weights):
+    """The weights jsonb as {name or 'weight[category]': number}."""
+    return {f'{n}[{k}]' if isinstance(v, dict) else n: x for n, v in weights.items()
+            for k, x in (v.items() if isinstance(v, dict) else [(None, v)])}
+
+
+def nested(values):
+    out = {}
+    for name, x in values.items():
+        if '[' in name:
+            n, k = name.split('[', 1)
+            out.setdefault(n, {})[k[:-1]] = x
+        else:
+            out[name] = x
+    return out
+
+
+def test_gradient_matches_finite_differences(db, houses):
+    """Each entry of each categorical weight's gradient against central differences of pgad.loss (rel 1e-6)."""
+    got = flat(json.loads(fetch(db, 'SELECT pgad.gradient(%s, %s, %s)::text', (LOSS, 'houses', json.dumps(START)))))
+    base = {**flat({'region': dict.fromkeys(REGIONS, 0.0), 'm': dict.fromkeys(['sad', 'ok', 'happy'], 0.0)}),
+            **flat(START)}
+    assert set(got) == set(base)
+    h = 1e-5
+    for name in base:
+        up, down = dict(base), dict(base)
+        up[name] += h
+        down[name] -= h
+        f = [fetch(db, 'SELECT pgad.loss(%s, %s, %s)', (LOSS, 'houses', json.dumps(nested(v)))) for v in (up, down)]
+        assert got[name] == pytest.approx((f[0] - f[1]) / (2 * h), rel=1e-6, abs=1e-8), name
+
+
+@pytest.mark.parametrize('mode, backend', [('forward', 'llvm'), ('reverse', 'python'), ('forward', 'python'),
+                                           ('reverse', 'cuda')])
+def test_modes_and_backends_agree(db, houses, mode, backend):
+    """Forward and reverse mode, the llvm, python and cuda backends: the same gradient (rel 1e-12)."""
+    want = flat(json.loads(fetch(db, 'SELECT pgad.gradient(%s, %s, %s)::text', (LOSS, 'houses', json.dumps(START)))))
+    got = flat(json.loads(fetch(db, 'SELECT pgad.gradient(%s, %s, %s, mode => %s, backend => %s)::text',
+                                (LOSS, 'houses', json.dumps(START), mode, backend))))
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name] == pytest.approx(want[name], rel=1e-12, abs=1e-14), name
+
+
+def test_many_categories_scatter_add(db):
+    """400 categories: the llvm backend's loop kernel (a gather forward, a scatter-add over the categories backwards)
+    gives the one-hot gradient, as the python backend's unrolled program does."""
+    db.execute('CREATE TABLE many AS SELECT (k % 400)::text AS c, (k % 7)::float8 AS x, (k % 11)::float8 AS y '
+               'FROM pg_catalog.generate_series(1, 2000) AS k')
+    loss = 'λ(d, w) (w.c[d.c] + w.a * d.x - d.y)^2'
+    start = json.dumps({'c': {'5': 1.0}, 'a': 0.5})
+    rows = db.execute('SELECT c, x, y FROM many').fetchall()
+    keys = sorted({r[0] for r in rows})  # text order: the categories' order does not matter to the gradient
+    b = {k: 0.0 for k in keys}
+    b['5'] = 1.0
+    resid = {}
+    for c, x, y in rows:
+        resid[c] = resid.get(c, 0.0) + 2 * (b[c] + 0.5 * x - y) / len(rows)
+    for backend in ('llvm', 'python'):
+        got = json.loads(fetch(db, 'SELECT pgad.gradient(%s, %s, %s, backend => %s)::text',
+                               (loss, 'many', start, backend)))
+        assert len(got['c']) == 400
+        for k in keys:
+            assert got['c'][k] == pytest.approx(resid[k], rel=1e-12, abs=1e-15), (backend, k)
