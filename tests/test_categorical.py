@@ -157,3 +157,60 @@ def test_many_categories_scatter_add(db):
         assert len(got['c']) == 400
         for k in keys:
             assert got['c'][k] == pytest.approx(resid[k], rel=1e-12, abs=1e-15), (backend, k)
+
+
+def test_scoring_function_case(db, houses):
+    """The scoring function codes the category by a CASE over its quoted values: a value never seen in training
+    contributes 0, NULL gives NULL, a hostile value is one more literal; PostgreSQL inlines the function."""
+    db.execute("SELECT pgad.train('cat_score', 'λ(d, w) w.r[d.region] + w.a*d.sqft', 'squared', 'houses', "
+               "'{\"r\": {}, \"a\": 0}', label => 'price', optimizer => 'lbfgs', iterations => 300)")
+    weights = json.loads(fetch(db, "SELECT weights::text FROM pgad.models WHERE name = 'cat_score'"))
+    for region in REGIONS:
+        assert fetch(db, 'SELECT pgad_models.cat_score(%s, 2)', (region,)) == pytest.approx(
+            weights['r'][region] + 2 * weights['a'], rel=1e-12)
+    assert fetch(db, "SELECT pgad_models.cat_score('west', 2)") == pytest.approx(2 * weights['a'], rel=1e-12)
+    assert fetch(db, "SELECT pgad_models.cat_score(NULL, 2)") is None
+    body = fetch(db, "SELECT pg_get_functiondef('pgad_models.cat_score'::regproc)")
+    assert "o''hare" in body and body.count('CASE') >= 2
+    plan = '\n'.join(r[0] for r in db.execute(
+        'EXPLAIN (VERBOSE) SELECT pgad_models.cat_score(h.region, h.sqft) FROM houses AS h').fetchall())
+    assert 'cat_score' not in plan and 'CASE' in plan  # inlined
+
+
+def test_group_by_with_category(db, houses):
+    """group_by and a categorical weight: each group's fit is the least squares fit of its own rows; the categories
+    are the whole data's, a group that lacks one keeps its starting value."""
+    db.execute("SELECT pgad.train('cat_groups', 'λ(d, w) w.r[d.region] + w.a*d.sqft', 'squared', 'houses', "
+               "'{\"r\": {}, \"a\": 0}', label => 'price', optimizer => 'lbfgs', iterations => 500, "
+               "tolerance => 1e-14, group_by => 'garden')")
+    for garden in (False, True):
+        part = [r for r in houses if r[2] == garden]
+        weights = json.loads(fetch(db, "SELECT weights::text FROM pgad.models WHERE name = 'cat_groups' "
+                                       "AND group_key->>'garden' = %s", (str(garden).lower(),)))
+        keys = sorted({r[0] for r in part})
+        want = lstsq_fit(part, [(0, keys)])
+        np.testing.assert_allclose([weights['r'][k] for k in keys] + [weights['a']], want, rtol=1e-6, atol=1e-7)
+        got = fetch(db, 'SELECT pgad_models.cat_groups(%s, %s, 1.5)', (garden, part[0][0]))
+        assert got == pytest.approx(want[keys.index(part[0][0])] + 1.5 * want[-1], rel=1e-6)
+
+
+def test_null_category_skips_the_row(db, houses):
+    db.execute("CREATE TABLE some_nulls AS SELECT CASE WHEN sqft > 1 THEN NULL ELSE region END AS region, sqft, "
+               "price FROM houses")
+    skipped = fetch(db, 'SELECT pg_catalog.count(*) FROM some_nulls WHERE region IS NULL')
+    assert skipped > 0
+    notices = []
+    db.add_notice_handler(lambda n: notices.append(n.message_primary))
+    got = json.loads(fetch(db, "SELECT pgad.gradient('λ(d, w) (w.r[d.region] - d.price)^2', 'some_nulls', "
+                               "'{\"r\": {}}')::text"))
+    assert 'null' not in got['r'] and len(got['r']) == 4
+    assert any(f'skipped {skipped} of 60 rows' in n for n in notices)
+
+
+def test_gradient_descent_returns_an_object(db, houses):
+    weights, loss, _ = db.execute("SELECT * FROM pgad.gradient_descent('λ(d, w) (w.r[d.region] - d.price)^2', "
+                                  "'houses', '{\"r\": {\"north\": 1}}', learning_rate => 0.5, iterations => 200)"
+                                  ).fetchone()
+    means = {k: np.mean([r[5] for r in houses if r[0] == k]) for k in REGIONS}
+    for k in REGIONS:
+        assert weights['r'][k] == pytest.approx(means[k], rel=1e-6)
