@@ -89,6 +89,7 @@ def lambda_columns(loss, names, types):
     """The position (from 1) in a row, whose column names and type oids are names and types, of each column the
     lambda reads: the error for one that is not there or not a number is the functions' own."""
     lam = program.parsed(loss, settings().limits)
+    categorical.refuse_aggregate(lam, names, types)
     return [k + 1 for k in loader.positions(lam.columns, names, types)]
 
 
@@ -161,6 +162,7 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name)
     w, cats = categorical.expand(w, program.parsed(goal.text, config.limits), data, config.limits, config.memory_limit)
+    kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
     shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns, cats.codes), cats)
     if (shapes.columns or any(n not in cats.keys for n, _ in shapes.weights) or
             vectors.needed(goal.model) and not categorical.only(goal.model, cats)) and \
@@ -216,7 +218,6 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
     if shapes or vectors.needed(goal.model):
         lam, prediction = vectors.unrolled_value(goal.model, shapes, config.limits)
         unrolled = (lam, prediction, dict(shapes.columns))
-    kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
                               {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)})
     return catalog.store(scoring, rows, fits)

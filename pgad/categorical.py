@@ -96,6 +96,24 @@ def only(lam, cats):
                for node in (nodes[i] for i in lam.graph.ancestors([lam.root])))
 
 
+def refuse_aggregate(lam, names, types):
+    """The aggregates' error for a lambda that indexes a weight by a column (names, types: the row's columns and
+    their type names) that is not a number: the aggregates pack numbers only, so they take no categorical weight."""
+    nodes = lam.graph.nodes
+    for node in nodes:
+        if node.op == 'index' and nodes[node.args[0]].op == 'weight' and nodes[node.args[1]].op == 'column':
+            column = nodes[node.args[1]].value
+            if column in names and types[names.index(column)] not in loader.NUMERIC_TYPES.values():
+                raise _aggregate(f'Column "{column}" is of type {types[names.index(column)]}; the lambda indexes '
+                                 f'weight "{nodes[node.args[0]].value}" by it.')
+
+
+def _aggregate(detail):
+    return PgadError('0A000', 'the aggregates take no categorical weight', detail=detail,
+                     hint='Use pgad.gradient, pgad.gradient_descent, pgad.loss or pgad.train (with group_by for a '
+                          'model per group), whose data is a query; or code the categories as numbers in the data.')
+
+
 def _misread(message):
     return PgadError('0A000', message, hint='A categorical weight (a JSON object of numbers, {} to start every '
                                             'category at 0) is read as w.region[d.region]; its column only so.')
@@ -109,10 +127,7 @@ def expand(w, lam, data, limits, memory_limit=None):
     if not found:
         return w, cats
     if data is None:
-        raise PgadError('0A000', 'the aggregates take no categorical weight',
-                        detail=f'Weight "{next(iter(found))}" is a JSON object, a categorical weight.',
-                        hint='Use pgad.gradient, pgad.gradient_descent, pgad.loss or pgad.train, whose data is a '
-                             'query; or code the categories as numbers in the query.')
+        raise _aggregate(f'Weight "{next(iter(found))}" is a JSON object, a categorical weight.')
     query = loader.as_query(data)
     names, types = loader.check_columns(query, [c for c in lam.columns if c not in found.values()],
                                         arrays=set(lam.columns), categorical=set(found.values()))

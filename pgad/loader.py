@@ -414,10 +414,15 @@ def positions(columns, names, types, arrays=(), categorical=False):
             raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '
                                  f'{quote_ident(name)} …, or use a numeric column (smallint to float8, numeric). '
-                                 f'To read its values as categories, index a weight by it: w.{quote_ident(name)}'
-                                 f'[d.{quote_ident(name)}] with {json.dumps(name)}: {{}} in the weights (a weight per '
+                                 f'To read its values as categories, index a weight by it: w.{_shown(name)}'
+                                 f'[d.{_shown(name)}] with {json.dumps(name)}: {{}} in the weights (a weight per '
                                  'category).')
     return found
+
+
+def _shown(name):
+    """A column's name as a lambda writes it: bare where it folds to itself, else quoted."""
+    return name if re.fullmatch('[a-z_][a-z0-9_]*', name) else quote_ident(name)
 
 
 def packed(data, names, columns):

@@ -214,3 +214,65 @@ def test_gradient_descent_returns_an_object(db, houses):
     means = {k: np.mean([r[5] for r in houses if r[0] == k]) for k in REGIONS}
     for k in REGIONS:
         assert weights['r'][k] == pytest.approx(means[k], rel=1e-6)
+
+
+def test_an_enum_another_role_owns_is_refused(db, cluster, dbname):
+    """A scoring function compares the category as its type: an enum of another role (not a superuser, not the
+    trainer) is refused before training, as a group column of such a type is; cast in the data query, it trains."""
+    db.execute('DROP ROLE IF EXISTS cat_owner; CREATE ROLE cat_owner LOGIN; CREATE SCHEMA cat_s AUTHORIZATION cat_owner')
+    with psycopg.connect(cluster.conninfo(dbname, user='cat_owner'), autocommit=True) as owner:
+        owner.execute("CREATE TYPE cat_s.color AS ENUM ('red', 'blue')")
+        owner.execute("CREATE TABLE cat_s.shops AS SELECT (CASE WHEN k % 2 = 0 THEN 'red' ELSE 'blue' END)::cat_s.color "
+                      "AS color, k::float8 AS y FROM generate_series(1, 10) AS k")
+        owner.execute('GRANT USAGE ON SCHEMA cat_s TO PUBLIC; GRANT SELECT ON cat_s.shops TO PUBLIC')
+    e = error_of(db, "SELECT pgad.train('by_color_cat', 'λ(d, w) w.c[d.color]', 'squared', 'cat_s.shops', "
+                     "'{\"c\": {}}', optimizer => 'lbfgs')")
+    assert e.sqlstate == '0A000'
+    assert e.message_primary == ('column "color" of a categorical weight is of type cat_s.color, which role '
+                                 '"cat_owner" owns')
+    assert 'color::text AS color' in e.message_hint
+    assert fetch(db, "SELECT count(*) FROM pg_proc WHERE proname = 'by_color_cat'") == 0
+    db.execute("SELECT pgad.train('by_color_cat', 'λ(d, w) w.c[d.color]', 'squared', "
+               "'SELECT color::text AS color, y FROM cat_s.shops', '{\"c\": {}}', optimizer => 'lbfgs')")
+    assert fetch(db, "SELECT pgad_models.by_color_cat('red')") == pytest.approx(6.0, rel=1e-6)
+
+
+def test_too_many_categories_are_refused(db, cluster):
+    """Past pgad.max_lambda_nodes / 10 categories: 54000, before any program is built."""
+    name = new_database(cluster)
+    with psycopg.connect(cluster.conninfo(name), autocommit=True) as other:
+        other.execute('CREATE EXTENSION pgad CASCADE')
+        other.execute('SET pgad.max_lambda_nodes = 100')
+        e = error_of(other, "SELECT pgad.gradient('λ(d, w) w.c[d.c]', 'SELECT (k % 11)::text AS c FROM "
+                            "generate_series(1, 50) AS k', '{\"c\": {}}')")
+        assert e.sqlstate == '54000'
+        assert e.message_primary == 'column "c" has more than 10 categories, the most a categorical weight takes'
+        assert other.execute("SELECT pgad.gradient('λ(d, w) w.c[d.c]', 'SELECT (k % 10)::text AS c FROM "
+                             "generate_series(1, 50) AS k', '{\"c\": {}}')").fetchone()[0] is not None
+
+
+@pytest.mark.parametrize('sql, sqlstate, message', [
+    ("SELECT pgad.gradient('λ(d, w) w.r[d.region] + d.region', 'houses', '{\"r\": {}}')", '0A000',
+     'column "region" indexes a categorical weight and cannot be read as a number'),
+    ("SELECT pgad.gradient('λ(d, w) w.r * d.sqft', 'houses', '{\"r\": {}}')", '0A000',
+     'weight "r" is categorical and must be indexed by a column'),
+    ("SELECT pgad.gradient('λ(d, w) w.r[d.sqft]', 'houses', '{\"r\": {}}')", '42804',
+     'column "sqft" is of type pg_catalog.float8, which cannot index a categorical weight'),
+    ("SELECT pgad.gradient('λ(d, w) w.r[d.mood]', 'houses', '{\"r\": {\"angry\": 1}}')", '22P02',
+     'invalid input value for enum mood: "angry"'),
+    ("SELECT pgad.train('cat_std', 'λ(d, w) w.r[d.region] + w.a*d.sqft', 'squared', 'houses', "
+     "'{\"r\": {}, \"a\": 0}', label => 'price', standardize => true)", '0A000',
+     'pgad.train takes no standardize for a model with a categorical weight'),
+    ("SELECT pgad.loss_agg('λ(d, w) (w.r[d.region] - d.price)^2', '{\"r\": {}}', h) FROM houses AS h", '0A000',
+     'the aggregates take no categorical weight'),
+])
+def test_refusals(db, houses, sql, sqlstate, message):
+    e = error_of(db, sql)
+    assert (e.sqlstate, e.message_primary) == (sqlstate, message)
+
+
+def test_a_text_column_read_as_a_number_names_the_categorical_form(db, houses):
+    e = error_of(db, "SELECT pgad.gradient('λ(d, w) w.a*d.region', 'houses', '{\"a\": 0}')")
+    assert e.sqlstate == '42804'
+    assert '"region"::float8 AS "region"' in e.message_hint
+    assert 'w.region[d.region] with "region": {}' in e.message_hint
