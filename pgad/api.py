@@ -309,6 +309,10 @@ def explain(loss, mode='reverse', backend='auto', rows=None, data=None, weights=
     tape = arguments.tape(tape, mode, backend)
     lam = program.parsed(loss, limits)
     w, shapes = _given(lam, weights, data, lengths=weights is not None or vectors.needed(lam))
+    if shapes.categorical and data is not None:
+        raise PgadError('0A000', 'pgad.explain takes no data with a categorical weight',
+                        hint='Leave data out and list the categories in the weights ({"region": {"north": 0, '
+                             '"south": 0}}), or give rows.')
     return explaining.stages(loss, mode, limits, backend, rows, data, shapes, list(arguments.unread(w, lam)[0]), tape)
 
 
@@ -417,9 +421,14 @@ def _given(lam, weights, data, lengths):
     """(the weights, their vectors.Shapes) of a function that takes weights and data only for their shapes
     (pgad.derivatives, pgad.explain): every weight the lambda reads a number unless weights (a jsonb, or None) says
     otherwise; the array columns' lengths from data where it is given and lengths is true."""
-    w = arguments.weights(weights, lam, settings().memory_limit) if weights is not None else \
+    config = settings()
+    w = arguments.weights(weights, lam, config.memory_limit) if weights is not None else \
         dict.fromkeys(lam.weights, 0.0)
-    return w, _shapes(w, loader.lengths(data, lam.columns) if data is not None and lengths else ())
+    cats = categorical.Categories()
+    if categorical.indexed(w, lam):  # the categories of the data, or without data those weights lists
+        w, cats = categorical.expand(w, lam, data, config.limits, config.memory_limit) if data is not None else \
+            categorical.listed(w, lam)
+    return w, _shapes(w, loader.lengths(data, lam.columns, cats.codes) if data is not None and lengths else (), cats)
 
 
 def _with(unread, nested):
@@ -448,7 +457,7 @@ def _loss(call):
 def _gradient(call):
     sums = descent.evaluate(call.kernel, call.table, call.vector, server.check_interrupts)
     descent.check_finite(sums, call.vector, 1, call.names, 0, call.why)
-    zeros = {n: _zeros(np.shape(v)) for n, v in call.unread.items()}
+    zeros = {n: dict.fromkeys(v, 0.0) if isinstance(v, dict) else _zeros(np.shape(v)) for n, v in call.unread.items()}
     return _with(zeros, categorical.named(call.prog.nest((sums[1:] / call.table.rows).tolist()), call.categories))
 
 

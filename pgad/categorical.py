@@ -169,6 +169,20 @@ def expand(w, lam, data, limits, memory_limit=None):
     return out, cats
 
 
+def listed(w, lam):
+    """(w with each categorical weight a vector of the categories it lists, Categories) where there is no data to
+    read them from (pgad.derivatives and pgad.explain without data)."""
+    found, cats, out = indexed(w, lam), Categories(), dict(w)
+    for weight, column in found.items():
+        if not w[weight]:
+            raise PgadError('22023', f'weight "{weight}" is categorical and lists no category',
+                            hint=f'Give data to read its categories from, or list them: {{"{weight}": {{"north": 0, '
+                                 '"south": 0}}.')
+        out[weight] = np.array([float(v) for v in w[weight].values()])
+        cats.keys[weight], cats.column[weight] = list(w[weight]), column
+    return out, cats
+
+
 def code(column, keys):
     """The SQL of a row's code of column (1 … K by keys; NULL for NULL) in the loader's query."""
     lookup = json.dumps({k: n + 1 for n, k in enumerate(keys)})

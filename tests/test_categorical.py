@@ -276,3 +276,39 @@ def test_a_text_column_read_as_a_number_names_the_categorical_form(db, houses):
     assert e.sqlstate == '42804'
     assert '"region"::float8 AS "region"' in e.message_hint
     assert 'w.region[d.region] with "region": {}' in e.message_hint
+
+
+def test_same_loss_and_gradient_as_the_one_hot_lambda(db, houses):
+    """The categorical model and the same model written over one-hot float columns: the same loss and gradient."""
+    keys = sorted(REGIONS)
+    quoted = ["'" + key.replace("'", "''") + "'" for key in keys]  # standard_conforming_strings: \\ is itself
+    data = 'SELECT ' + ', '.join(f'(region = {q})::int::float8 AS h{k}' for k, q in enumerate(quoted)) + \
+        ', sqft, price FROM houses'
+    one_hot_loss = 'λ(d, w) (' + ' + '.join(f'w.r{k}*d.h{k}' for k in range(len(keys))) + ' + w.a*d.sqft - d.price)^2'
+    start = {'region': {'north': 0.5, 'east': -0.2}, 'a': 0.3}
+    hot_start = {f'r{k}': start['region'].get(key, 0.0) for k, key in enumerate(keys)} | {'a': 0.3}
+    loss = 'λ(d, w) (w.region[d.region] + w.a*d.sqft - d.price)^2'
+    assert fetch(db, 'SELECT pgad.loss(%s, %s, %s)', (loss, 'houses', json.dumps(start))) == pytest.approx(
+        fetch(db, 'SELECT pgad.loss(%s, %s, %s)', (one_hot_loss, data, json.dumps(hot_start))), rel=1e-14)
+    got = json.loads(fetch(db, 'SELECT pgad.gradient(%s, %s, %s)::text', (loss, 'houses', json.dumps(start))))
+    want = json.loads(fetch(db, 'SELECT pgad.gradient(%s, %s, %s)::text', (one_hot_loss, data, json.dumps(hot_start))))
+    for k, key in enumerate(keys):
+        assert got['region'][key] == pytest.approx(want[f'r{k}'], rel=1e-13, abs=1e-15)
+    assert got['a'] == pytest.approx(want['a'], rel=1e-13)
+
+
+def test_derivatives_explain_and_unread_weights(db, houses):
+    """pgad.derivatives prints a categorical weight's derivative (its categories from the data, or those listed);
+    pgad.explain takes the listed ones and refuses data; a categorical weight the lambda does not read comes back
+    with a 0 by each of its categories."""
+    loss = 'λ(d, w) (w.r[d.region] - d.price)^2'
+    printed = db.execute("SELECT * FROM pgad.derivatives(%s, '{\"r\": {}}', 'houses')", (loss,)).fetchall()
+    assert printed == [('r', 'CASE WHEN [1, 2, 3, 4] = d.region THEN 2*(w.r[d.region] - d.price) ELSE 0 END')]
+    e = error_of(db, "SELECT * FROM pgad.derivatives(%s, '{\"r\": {}}')", (loss,))
+    assert (e.sqlstate, e.message_primary) == ('22023', 'weight "r" is categorical and lists no category')
+    assert fetch(db, "SELECT count(*) FROM pgad.explain(%s, weights => '{\"r\": {\"a\": 0}}')", (loss,)) > 0
+    e = error_of(db, "SELECT * FROM pgad.explain(%s, data => 'houses', weights => '{\"r\": {}}')", (loss,))
+    assert (e.sqlstate, e.message_primary) == ('0A000', 'pgad.explain takes no data with a categorical weight')
+    got = json.loads(fetch(db, "SELECT pgad.gradient('λ(d, w) (w.a - d.price)^2', 'houses', "
+                               "'{\"a\": 0, \"r\": {\"x\": 1}}')::text"))
+    assert got['r'] == {'x': 0.0}
