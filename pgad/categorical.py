@@ -183,11 +183,24 @@ def listed(w, lam):
     return out, cats
 
 
-def code(column, keys):
-    """The SQL of a row's code of column (1 … K by keys; NULL for NULL) in the loader's query."""
+def code(column, keys, unseen=False):
+    """The SQL of a row's code of column (1 … K by keys; NULL for NULL) in the loader's query. A value not in keys
+    is NULL too (the row is skipped), or with unseen, 0: the code every kernel reads as a category whose weight is 0
+    (vectors._index's chain, jit/loops.py's index), as a scoring function does; for scoring stored weights on new
+    data (the categories then the stored ones, not the data's)."""
     lookup = json.dumps({k: n + 1 for n, k in enumerate(keys)})
-    return (f'({quote_literal(lookup)}::pg_catalog.jsonb OPERATOR(pg_catalog.->>) '
-            f'pgad_data.{quote_ident(column)}::pg_catalog.text)')
+    value = f'pgad_data.{quote_ident(column)}'
+    found = f'({quote_literal(lookup)}::pg_catalog.jsonb OPERATOR(pg_catalog.->>) {value}::pg_catalog.text)'
+    if not unseen:
+        return found
+    return f'pg_catalog.coalesce({found}, CASE WHEN {value} IS NOT NULL THEN \'0\' END)'
+
+
+def stored(weights, lam):
+    """(the stored weights jsonb's values {name: value} with each categorical weight a vector of its stored
+    categories, Categories) of a trained model (lam, its lambda): what scoring it on new data loads the column by,
+    with code(…, unseen=True)."""
+    return listed(weights, lam)
 
 
 def scoring_code(argument, keys, kind):

@@ -80,11 +80,12 @@ class Table:
     skipped: int    # rows skipped for NULL
 
 
-def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None):
+def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False):
     """Load `columns` (names, exactly as the data spells them) of the data into a Table; chunk_rows, when not 0,
     loads it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
     elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index);
-    categories a categorical column to its categories, loaded as each row's code 1 … K (categorical.code)."""
+    categories a categorical column to its categories, loaded as each row's code 1 … K (categorical.code; a value
+    not among them skips the row, or with unseen, is code 0)."""
     query = as_query(data)
     elements = elements or {}
     categories = categories or {}
@@ -94,7 +95,8 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
         return Table([], rows, 0)
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns, elements)
-    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories), k) for k, c in enumerate(columns)),
+    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen), k)
+                                     for k, c in enumerate(columns)),
                            query)
     packs = aggregate(len(columns))
     try:
@@ -117,12 +119,12 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
                            for k in range(len(columns))], rows, skipped), columns)
 
 
-def value(column, elements, categories=None):
+def value(column, elements, categories=None, unseen=False):
     """The SQL of one column's value in a row of the data: pgad_data.x, or (pgad_data.pixels)[3] for an element,
     or a categorical column's code (categories: {column: its categories})."""
     if categories and column in categories:
         from .categorical import code
-        return code(column, categories[column])
+        return code(column, categories[column], unseen)
     if column in elements:
         name, index = elements[column]
         return f'(pgad_data.{quote_ident(name)})[{int(index)}]'
