@@ -26,7 +26,8 @@ TOO_MANY = '54000'
 NODES_PER_CATEGORY = 10  # a categorical weight takes at most pgad.max_lambda_nodes / this many categories
 # The type of a column (a domain followed down to its base type): its schema-qualified name and typcategory.
 BASE = ("WITH RECURSIVE up AS (SELECT t.oid AS id, t.typbasetype AS base, 0 AS depth FROM pg_catalog.pg_type AS t "
-        "WHERE t.oid OPERATOR(pg_catalog.=) $1 UNION ALL SELECT t.oid, t.typbasetype, up.depth OPERATOR(pg_catalog.+) 1 "
+        "WHERE t.oid OPERATOR(pg_catalog.=) $1 "
+        "UNION ALL SELECT t.oid, t.typbasetype, up.depth OPERATOR(pg_catalog.+) 1 "
         "FROM up JOIN pg_catalog.pg_type AS t ON t.oid OPERATOR(pg_catalog.=) up.base) "
         "SELECT t.oid AS oid, pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) "
         "pg_catalog.quote_ident(t.typname) AS name, t.typcategory AS category FROM up JOIN pg_catalog.pg_type AS t "
@@ -39,7 +40,7 @@ LEVELS = ('SELECT pgad_data.{c}::pg_catalog.text AS v FROM ({query}\n) AS pgad_d
 @dataclass
 class Categories:
     """The categorical weights of one call."""
-    keys: dict = field(default_factory=dict)     # weight → its categories, as the column's text ('north', 'true', '3')
+    keys: dict = field(default_factory=dict)     # weight → its categories, as the column's text ('north', '3')
     column: dict = field(default_factory=dict)   # weight → the column that indexes it
     types: dict = field(default_factory=dict)    # column → its (base) type's schema-qualified name
 
