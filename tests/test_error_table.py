@@ -46,6 +46,10 @@ CALLS = {
         [('SET pgad.max_lambda_nodes = 100', ())] +
         call("SELECT pgad.loss('λ(d, w) w.r[d.c]', 'SELECT (k % 11)::text AS c FROM pg_catalog.generate_series(1, 50) "
              "AS k', '{\"r\": {}}')"),
+    'the categories of column "c" need 1.1 MB, more than pgad.memory_limit (1.0 MB)':
+        [("SET pgad.memory_limit = '1MB'", ())] +
+        call("SELECT pgad.loss('λ(d, w) w.r[d.c]', 'SELECT k::text AS c FROM pg_catalog.generate_series(1, 1100) "
+             "AS k', '{\"r\": {}}')"),
     'the aggregates take no categorical weight':
         call("SELECT pgad.loss_agg('λ(d, w) w.r[d.t]', '{\"r\": {}}', m) FROM mixed AS m"),
     'pgad.train takes no standardize for a model with a categorical weight':
