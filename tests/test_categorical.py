@@ -329,3 +329,19 @@ def test_code_zero_is_a_category_never_trained(backend, tape):
     np.testing.assert_allclose(sums[1:], [1, 1, 1, 15], rtol=1e-14)
     assert 'coalesce' in categorical.code('c', ['a'], unseen=True)
     assert program.categorical_names('region', ['north', "o'x"]) == ['region[north]', "region[o'x]"]
+
+
+def test_hostile_names_and_listed_values(db, houses):
+    """A category column whose name holds quotes and $$, and a listed value that is SQL: each stays a name or a
+    literal (the listed value is kept, its derivative 0, and the scoring function compares it as a literal)."""
+    db.execute('CREATE TABLE odd AS SELECT region AS "we""ird $$", price FROM houses')
+    hostile = "x'); DROP TABLE houses; --"
+    start = json.dumps({'r': {hostile: 1.5}})
+    got = json.loads(fetch(db, 'SELECT pgad.gradient(%s, %s, %s)::text',
+                           ('λ(d, w) (w.r[d."we""ird $$"] - d.price)^2', 'odd', start)))
+    assert got['r'][hostile] == 0.0 and set(got['r']) == {*REGIONS, hostile}
+    db.execute("SELECT pgad.train('odd_names', 'λ(d, w) w.r[d.\"we\"\"ird $$\"]', 'squared', 'odd', %s, "
+               "label => 'price', optimizer => 'lbfgs', iterations => 100)", (start,))
+    assert fetch(db, 'SELECT pgad_models.odd_names(%s)', (hostile,)) == pytest.approx(1.5, rel=1e-12)
+    assert fetch(db, "SELECT pgad_models.odd_names('nowhere')") == 0.0
+    assert fetch(db, 'SELECT count(*) FROM houses') == 60
