@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import arguments, backends, domain, explain as explaining, loader, program, server, shards
+from . import arguments, backends, categorical, domain, explain as explaining, loader, program, server, shards
 from .models import (catalog, descent, evaluate as evaluating, initial, objective, standardize as standardizing,
                      summary as summarizing, validation as validating)
 from .errors import PgadError
@@ -176,6 +176,7 @@ def lambda_columns(loss, names, types):
     """The position (from 1) in a row, whose column names and type oids are names and types, of each column the
     lambda reads: the error for one that is not there or not a number is the functions' own."""
     lam = program.parsed(loss, settings().limits)
+    categorical.refuse_aggregate(lam, names, types)
     return [k + 1 for k in loader.positions(lam.columns, names, types)]
 
 
@@ -244,14 +245,21 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                    dtype=arguments.dtype(dtype, backend),  # backend checked just above
                    validation=validating.option(validation))
     options['early_stopping'] = validating.early_stopping(early_stopping, options['validation'])
+    if standardize and categorical.indexed(w, goal.model):
+        raise PgadError('0A000', 'pgad.train takes no standardize for a model with a categorical weight',
+                        hint='Standardise the numeric columns in the data query, or train without standardize.')
     plan = standardizing.plan(goal.model) if standardize else None
     for column in goal.loss_columns if standardize else ():
         if column in goal.columns:
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name, loss)
-    shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns))
-    if (shapes or vectors.needed(goal.model)) and (standardize or options['group_by']):
+    w, cats = categorical.expand(w, program.parsed(goal.text, config.limits), data, config.limits, config.memory_limit)
+    kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
+    shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns, cats.codes), cats)
+    if (shapes.columns or any(n not in cats.keys for n, _ in shapes.weights) or
+            vectors.needed(goal.model) and not categorical.only(goal.model, cats)) and \
+            (standardize or options['group_by']):
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')
     prog = (program.build_hessian(goal.text, tuple(names), config.limits, shapes)  # newton: the Hessian's sums too
@@ -266,16 +274,17 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     groups = options['group_by']
     with ExitStack() as stack:
         if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
-            group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit)
+            group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit,
+                                                    cats.codes)
             group_types = catalog.group_types(groups, group_types)  # domains as their base types
             _check_groups(len(parts), config.memory_limit)
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
             # standardize, validation and newton need the rows here: the shards send only the gradient's sums
             spread = not standardize and validation is None and options['optimizer'] != 'newton'
-            table, kernel = stack.enter_context(_loading(data, spread=spread)(prog, config, job, start))
+            table, kernel = stack.enter_context(_loading(data, spread=spread)(prog, config, job, start, cats.codes))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
-        held_out = _held_out(options['validation'], prog, groups, config)
+        held_out = _held_out(options['validation'], prog, groups, config, cats.codes)
         rows, fits = [], []
         for part, kernel in parts:
             where = f'model "{name}"' + (f', group {part.key}' if part.key else '')
@@ -300,7 +309,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                                       penalty, clock, held)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
-                             weights=_with(unread, prog.nest([fitted[n] for n in prog.weights])),
+                             weights=_with(unread, categorical.named(prog.nest([fitted[n] for n in prog.weights]),
+                                                                     cats)),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
                              training_time=fit.seconds,
@@ -311,7 +321,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     if shapes or vectors.needed(goal.model):
         lam, prediction = vectors.unrolled_value(goal.model, shapes, config.limits)
         unrolled = (lam, prediction, dict(shapes.columns))
-    scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled)
+    scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
+                              {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)})
     return catalog.store(scoring, rows, fits)
 
 
@@ -387,15 +398,16 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None):
     return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit, watch
 
 
-def _held_out(validation, prog, groups, config):
+def _held_out(validation, prog, groups, config, categories=None):
     """The rows of a validation query (None for a fraction, or no validation): a loader.Table, or with group_by
-    {group key: Table}."""
+    {group key: Table}; a categorical column coded by the training's categories, a category it has not seen as 0."""
     if not isinstance(validation, str):
         return None
     if groups:
-        _, found = loader.load_groups(validation, list(prog.columns), groups, config.memory_limit)
+        _, found = loader.load_groups(validation, list(prog.columns), groups, config.memory_limit, categories)
         return {part.key: part.table for part in found}
-    return loader.load(validation, list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of))
+    return loader.load(validation, list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of),
+                       categories, unseen=True)
 
 
 def _validation_rows(part, held_out, options, where):
@@ -471,6 +483,10 @@ def explain(loss, mode='reverse', backend='auto', rows=None, data=None, weights=
     tape = arguments.tape(tape, mode, backend)
     lam = program.parsed(loss, limits)
     w, shapes = _given(lam, weights, data, lengths=weights is not None or vectors.needed(lam))
+    if shapes.categorical and data is not None:
+        raise PgadError('0A000', 'pgad.explain takes no data with a categorical weight',
+                        hint='Leave data out and list the categories in the weights ({"region": {"north": 0, '
+                             '"south": 0}}), or give rows.')
     return explaining.stages(loss, mode, limits, backend, rows, data, shapes, list(arguments.unread(w, lam)[0]), tape)
 
 
@@ -482,6 +498,7 @@ class Call:
     kernel: object
     vector: np.ndarray  # the starting weights, in the order of prog.weights
     unread: dict        # the weights the lambda does not read, {name: value}: given back as they came
+    categories: categorical.Categories = None  # the categorical weights' categories
 
     @property
     def names(self):
@@ -505,11 +522,11 @@ def _loading(data, spread=True):
     is where a sharded load's first round counts the rows. load.lengths(lam) gives the lengths of the array columns
     the lambda reads (loader.lengths). A lambda with vectors pulls a sharded table's rows."""
     @contextmanager
-    def load(prog, config, job, start):
+    def load(prog, config, job, start, categories=None):
         layout = shards.layout(data, prog.columns) if spread and not prog.shaped else None
         if layout is None:
             table = _some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit,
-                                           dict(prog.columns_of)))
+                                           dict(prog.columns_of), categories))
             yield table, _kernel(prog, job.backend, job.dtype, config, table.rows)
             return
         with shards.Shards(layout, job) as remote:
@@ -519,7 +536,8 @@ def _loading(data, spread=True):
                                     len(prog.outputs), server.check_interrupts)
             rows = int(kernel.round(start)[0])
             yield _some_rows(loader.Table(here.columns, rows, here.skipped)), kernel
-    load.lengths = lambda lam: loader.lengths(data, lam.columns)
+    load.lengths = lambda lam, categorical=(): loader.lengths(data, lam.columns, categorical)
+    load.data = data
     return load
 
 
@@ -534,10 +552,11 @@ def _some_rows(table):
 def _unpacking(packed, names):
     """How an aggregate loads its columns: from the rows its transition function packed. No row gives None."""
     @contextmanager
-    def load(prog, config, job, start):
+    def load(prog, config, job, start, categories=None):
         table = loader.packed(packed, names, list(prog.columns))
         yield (table, _kernel(prog, job.backend, job.dtype, config, table.rows)) if table.rows else (None, None)
-    load.lengths = lambda lam: ()  # the aggregates pack numbers: lambda_columns refuses an array column
+    load.lengths = lambda lam, categorical=(): ()  # the aggregates pack numbers: lambda_columns refuses an array column
+    load.data = None  # categorical.expand refuses a categorical weight
     return load
 
 
@@ -555,26 +574,35 @@ def _prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float6
     mode, backend = arguments.mode(mode), arguments.backend(backend)
     precision = arguments.dtype(dtype, backend)
     tape = arguments.tape(tape, mode, backend)
-    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits, _shapes(w, load.lengths(lam)), tape)
+    w, cats = categorical.expand(w, lam, load.data, config.limits, config.memory_limit)
+    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits,
+                         _shapes(w, load.lengths(lam, cats.codes), cats), tape)
     _kernel(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
     vector = _vector(w)
-    with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector) as (table, kernel):
-        yield None if table is None else Call(prog, table, kernel, vector, unread)
+    with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector, cats.codes) \
+            as (table, kernel):
+        yield None if table is None else Call(prog, table, kernel, vector, unread, cats)
 
 
-def _shapes(w, columns=()):
-    """The vectors.Shapes of the weights (a dict of numbers and arrays, as arguments.weights gives) and of array
-    columns ((name, length), … as loader.lengths gives)."""
-    return vectors.Shapes(tuple((name, v.shape) for name, v in w.items() if np.ndim(v)), tuple(columns))
+def _shapes(w, columns=(), cats=None):
+    """The vectors.Shapes of the weights (a dict of numbers and arrays, as arguments.weights gives), of array
+    columns ((name, length), … as loader.lengths gives) and the columns that index categorical weights (cats)."""
+    return vectors.Shapes(tuple((name, v.shape) for name, v in w.items() if np.ndim(v)), tuple(columns),
+                          tuple(cats.codes) if cats else ())
 
 
 def _given(lam, weights, data, lengths):
     """(the weights, their vectors.Shapes) of a function that takes weights and data only for their shapes
     (pgad.derivatives, pgad.explain): every weight the lambda reads a number unless weights (a jsonb, or None) says
     otherwise; the array columns' lengths from data where it is given and lengths is true."""
-    w = arguments.weights(weights, lam, settings().memory_limit) if weights is not None else \
+    config = settings()
+    w = arguments.weights(weights, lam, config.memory_limit) if weights is not None else \
         dict.fromkeys(lam.weights, 0.0)
-    return w, _shapes(w, loader.lengths(data, lam.columns) if data is not None and lengths else ())
+    cats = categorical.Categories()
+    if categorical.indexed(w, lam):  # the categories of the data, or without data those weights lists
+        w, cats = categorical.expand(w, lam, data, config.limits, config.memory_limit) if data is not None else \
+            categorical.listed(w, lam)
+    return w, _shapes(w, loader.lengths(data, lam.columns, cats.codes) if data is not None and lengths else (), cats)
 
 
 def _with(unread, nested):
@@ -603,8 +631,8 @@ def _loss(call):
 def _gradient(call):
     sums = descent.evaluate(call.kernel, call.table, call.vector, server.check_interrupts)
     descent.check_finite(sums, call.vector, 1, call.names, 0, call.why)
-    zeros = {n: _zeros(np.shape(v)) for n, v in call.unread.items()}
-    return _with(zeros, call.prog.nest((sums[1:] / call.table.rows).tolist()))
+    zeros = {n: dict.fromkeys(v, 0.0) if isinstance(v, dict) else _zeros(np.shape(v)) for n, v in call.unread.items()}
+    return _with(zeros, categorical.named(call.prog.nest((sums[1:] / call.table.rows).tolist()), call.categories))
 
 
 def _zeros(shape):
@@ -618,4 +646,4 @@ def _zeros(shape):
 def _descend(call, learning_rate, iterations):
     fitted, value, ran = descent.run(call.kernel, call.table, call.vector, learning_rate, iterations, call.names,
                                      server.check_interrupts, server.notice, why=call.why, warning=server.warning)
-    return _with(call.unread, call.prog.nest(fitted.tolist())), float(value), ran
+    return _with(call.unread, categorical.named(call.prog.nest(fitted.tolist()), call.categories)), float(value), ran

@@ -69,7 +69,10 @@ EXAMPLE = 'Write the weights as {"a": 0, "b": 0}; a vector as [1, 2, 3], a matri
 
 
 def _weight(name, value):
-    """One weight's value: a float, or a float64 array of one or two dimensions."""
+    """One weight's value: a float, or a float64 array of one or two dimensions; or, for a categorical weight (a
+    JSON object, pgad/categorical.py), {category: float}."""
+    if isinstance(value, dict):
+        return {k: _number(f'{name}[{k}]', v) for k, v in value.items()}
     if isinstance(value, list):
         rows = [v for v in value if isinstance(v, list)]
         if rows and (len(rows) != len(value) or len({len(r) for r in rows}) != 1):

@@ -27,6 +27,7 @@ its state grows; the loader then counts the rows the data has, with no NULL in t
 much the whole data would need. A lambda reading more than 99 columns, whose several aggregates each see only their
 own columns, counts the rows first.
 """
+import json
 import re
 import string
 import struct
@@ -79,19 +80,24 @@ class Table:
     skipped: int    # rows skipped for NULL
 
 
-def load(data, columns, chunk_rows=0, memory_limit=None, elements=None):
+def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False):
     """Load `columns` (names, exactly as the data spells them) of the data into a Table; chunk_rows, when not 0,
     loads it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
-    elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index)."""
+    elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index);
+    categories a categorical column to its categories, loaded as each row's code 1 … K (categorical.code; a value
+    not among them skips the row, or with unseen, is code 0)."""
     query = as_query(data)
     elements = elements or {}
-    check_columns(query, _read(columns, elements), {c for c, _ in elements.values()})
+    categories = categories or {}
+    check_columns(query, _read(columns, elements), {c for c, _ in elements.values()}, set(categories))
     if not columns:
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns, elements)
-    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements), k) for k, c in enumerate(columns)), query)
+    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen), k)
+                                     for k, c in enumerate(columns)),
+                           query)
     packs = aggregate(len(columns))
     try:
         parts = None if chunk_rows else server.rows_unless(f'SELECT {packs} FROM ({rows_sql}) AS pgad_rows',
@@ -113,8 +119,12 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None):
                            for k in range(len(columns))], rows, skipped), columns)
 
 
-def value(column, elements):
-    """The SQL of one column's value in a row of the data: pgad_data.x, or (pgad_data.pixels)[3] for an element."""
+def value(column, elements, categories=None, unseen=False):
+    """The SQL of one column's value in a row of the data: pgad_data.x, or (pgad_data.pixels)[3] for an element,
+    or a categorical column's code (categories: {column: its categories})."""
+    if categories and column in categories:
+        from .categorical import code
+        return code(column, categories[column], unseen)
     if column in elements:
         name, index = elements[column]
         return f'(pgad_data.{quote_ident(name)})[{int(index)}]'
@@ -133,13 +143,13 @@ def _read(columns, elements):
     return list(dict.fromkeys(elements[c][0] if c in elements else c for c in columns))
 
 
-def lengths(data, columns):
+def lengths(data, columns, categorical=()):
     """((column, length), …) for each of columns (names the lambda reads) that is an array in the data: the
     length of its arrays, which must be the same in every row (a row whose array has another length, more than one
     dimension, or starts at another index than 1 is SQLSTATE 2202E, named by its place in the data)."""
     query = as_query(data)
-    names, types = check_columns(query, [c for c in columns], arrays=set(columns))
-    arrays = [c for c in columns if types[names.index(c)] in ARRAY_TYPES]
+    names, types = check_columns(query, [c for c in columns], arrays=set(columns), categorical=set(categorical))
+    arrays = [c for c in columns if c not in categorical and types[names.index(c)] in ARRAY_TYPES]
     if not arrays:
         return ()
     extents = server.query(f'SELECT {", ".join(EXTENT.format(c=value(c, {}), k=k) for k, c in enumerate(arrays))} '
@@ -196,12 +206,13 @@ TYPE = ('SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) \'.\' 
         'WHERE t.oid OPERATOR(pg_catalog.=) $1')
 
 
-def load_groups(data, columns, group_by, memory_limit=None):
+def load_groups(data, columns, group_by, memory_limit=None, categories=None):
     """(the group columns' type names, one Group per distinct value of the group_by columns, in their order): the
     data loaded once, by one GROUP BY query whose every group packs its own rows with pgad.pack; memory_limit
     (bytes) bounds all the groups together."""
     query = as_query(data)
-    names, types = check_columns(query, columns)
+    categories = categories or {}
+    names, types = check_columns(query, columns, categorical=set(categories))
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns)
     group_types = []
@@ -221,7 +232,8 @@ def load_groups(data, columns, group_by, memory_limit=None):
         values=', '.join(f'pg_catalog.to_jsonb(pgad_rows.g{k})::pg_catalog.text AS g{k}' for k in range(len(group_by))),
         packs=aggregate(len(columns)) if columns else 'pg_catalog.count(*) AS total', query=query,
         groups=', '.join(f'pgad_data.{quote_ident(g)} AS g{k}' for k, g in enumerate(group_by)),
-        columns=', '.join([VALUE.format(value(c, {}), k) for k, c in enumerate(columns)] or ['0 AS pgad_none']),
+        columns=', '.join([VALUE.format(value(c, {}, categories), k) for k, c in enumerate(columns)]
+                          or ['0 AS pgad_none']),
         by=', '.join(f'pgad_rows.g{k}' for k in range(len(group_by))))
     try:
         parts = server.query(sql, list(group_by), ['pg_catalog.text'] * len(group_by))
@@ -348,9 +360,10 @@ def relation(data):
     return found[0]['relation']
 
 
-def check_columns(query, columns, arrays=()):
+def check_columns(query, columns, arrays=(), categorical=()):
     """The data's (column names, type oids); every column the lambda reads must be in it, and numeric (or, for the
-    names in arrays, an array of numbers; for a column read as a boolean, boolean)."""
+    names in arrays, an array of numbers; for a column read as a boolean, boolean; the names in categorical, of any
+    type: categorical.expand checks theirs)."""
     try:
         names, types = server.describe(f'SELECT * FROM ({query}\n) AS pgad_data')
     except server.SPIError as e:  # the data query's own error, with the query shown
@@ -359,8 +372,11 @@ def check_columns(query, columns, arrays=()):
         raise PgadError(e.sqlstate or '42601', e.args[0] if e.args else str(e), detail=f'The data query: {query}',
                         hint=server.hint_of(e)) from None
     used = {names.index(c) for c in columns if c in names}  # only these need a type name looked up
-    positions(columns, names, [KNOWN_TYPES.get(oid) or (type_name(oid) if k in used else '')
-                               for k, oid in enumerate(types)], arrays)
+    positions([c for c in columns if c not in categorical], names,
+              [KNOWN_TYPES.get(oid) or (type_name(oid) if k in used else '') for k, oid in enumerate(types)], arrays)
+    for name in categorical:
+        if name in columns:
+            positions([name], names, [''] * len(names), (), categorical=True)
     return names, types
 
 
@@ -369,7 +385,7 @@ def type_name(oid):
                         ['pg_catalog.oid'])[0]['t']
 
 
-def positions(columns, names, types, arrays=()):
+def positions(columns, names, types, arrays=(), categorical=False):
     """The position in names of each column the lambda reads (names and types: the data's columns, and the names
     of their types), or the error for the first that is not there or not a number (or an array of numbers, for
     the names in arrays)."""
@@ -381,6 +397,8 @@ def positions(columns, names, types, arrays=()):
                             hint='Column names fold to lower case; write d."Name" for a mixed-case column.'
                             if name.lower() in [n.lower() for n in names] else None)
         found.append(names.index(name))
+        if categorical:
+            continue
         if boolean(name):
             if types[found[-1]] != BOOLEAN:
                 raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not boolean',
@@ -397,8 +415,16 @@ def positions(columns, names, types, arrays=()):
         if types[found[-1]] not in NUMERIC_TYPES.values():
             raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '
-                                 f'{quote_ident(name)} …, or use a numeric column (smallint to float8, numeric).')
+                                 f'{quote_ident(name)} …, or use a numeric column (smallint to float8, numeric). '
+                                 f'To read its values as categories, index a weight by it: w.{_shown(name)}'
+                                 f'[d.{_shown(name)}] with {json.dumps(name)}: {{}} in the weights (a weight per '
+                                 'category).')
     return found
+
+
+def _shown(name):
+    """A column's name as a lambda writes it: bare where it folds to itself, else quoted."""
+    return name if re.fullmatch('[a-z_][a-z0-9_]*', name) else quote_ident(name)
 
 
 def packed(data, names, columns):

@@ -65,6 +65,11 @@ def parsed(text, limits=DEFAULT):
     return lang.parse(text, limits)
 
 
+def categorical_names(name, keys):
+    """The names of a categorical weight's entries, one per category (keys, as the column's text): 'region[north]'."""
+    return [f'{name}[{k}]' for k in keys]
+
+
 TAPES = ('auto', 'store', 'recompute', 'reversible')
 
 

@@ -297,7 +297,9 @@ DATA_HINT = 'data is a query (SELECT, VALUES, WITH or TABLE) or the name of a ta
                                       'Column names fold to lower case; write d."Name" for a mixed-case column.')),
     ('λ(d, w) w.a*d.t', 'mixed', ('42804', 'column "t" is of type text, not a number', None,
                                   'Cast it in the data query, for example SELECT "t"::float8 AS "t" …, or use a '
-                                  'numeric column (smallint to float8, numeric).')),
+                                  'numeric column (smallint to float8, numeric). To read its values as categories, '
+                                  'index a weight by it: w.t[d.t] with "t": {} in the weights (a weight per '
+                                  'category).')),
     (LINEAR, 'SELECT lower(1) AS x, 1 AS y', ('42883', 'function lower(integer) does not exist',
                                               'The data query: SELECT lower(1) AS x, 1 AS y',
                                               'No function matches the given name and argument types. You might '

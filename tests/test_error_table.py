@@ -41,6 +41,25 @@ def shard2(dbname):
 # example message → the statements that produce it (the last one fails); an example appears once even if the table
 # repeats it
 CALLS = {
+    'column "t" indexes a categorical weight and cannot be read as a number':
+        call("SELECT pgad.loss('λ(d, w) w.r[d.t] + d.t', 'mixed', '{\"r\": {}}')"),
+    'weight "r" is categorical and must be indexed by a column':
+        call("SELECT pgad.loss('λ(d, w) w.r * d.x', 'mixed', '{\"r\": {}}')"),
+    'column "x" is of type pg_catalog.float8, which cannot index a categorical weight':
+        call("SELECT pgad.loss('λ(d, w) w.r[d.x]', 'mixed', '{\"r\": {}}')"),
+    'column "c" has more than 10 categories, the most a categorical weight takes':
+        [('SET pgad.max_lambda_nodes = 100', ())] +
+        call("SELECT pgad.loss('λ(d, w) w.r[d.c]', 'SELECT (k % 11)::text AS c FROM pg_catalog.generate_series(1, 50) "
+             "AS k', '{\"r\": {}}')"),
+    'the categories of column "c" need 1.1 MB, more than pgad.memory_limit (1.0 MB)':
+        [("SET pgad.memory_limit = '1MB'", ())] +
+        call("SELECT pgad.loss('λ(d, w) w.r[d.c]', 'SELECT k::text AS c FROM pg_catalog.generate_series(1, 1100) "
+             "AS k', '{\"r\": {}}')"),
+    'the aggregates take no categorical weight':
+        call("SELECT pgad.loss_agg('λ(d, w) w.r[d.t]', '{\"r\": {}}', m) FROM mixed AS m"),
+    'pgad.train takes no standardize for a model with a categorical weight':
+        call("SELECT pgad.train('m', 'λ(d, w) w.r[d.t]', 'squared', 'SELECT t, x AS y FROM mixed', '{\"r\": {}}', "
+             "standardize => true)"),
     'syntax error at or near "*"': call("SELECT pgad.loss('λ(d, w) * d.x', 'points', %s)", AB),
     'function foo(double precision) does not exist': call("SELECT pgad.loss('λ(d, w) foo(w.a)', 'points', %s)", AB),
     '"q" is neither the data row "d" nor the weights "w"': call("SELECT pgad.loss('λ(d, w) q.a', 'points', %s)", AB),
@@ -158,6 +177,8 @@ CALLS = {
         + call("SELECT * FROM pgad.summary('m')"),
 }
 ELSEWHERE = {
+    'column "color" of a categorical weight is of type …, which role "…" owns':
+        'tests/test_categorical.py::test_an_enum_another_role_owns_is_refused',
     'the cuda backend is not installed': 'tests/test_gpu.py::test_without_numba_cuda_the_error_says_how_to_install_it',
     'no CUDA GPU is available to the server': 'tests/test_gpu.py::test_without_a_gpu_backend_cuda_is_a_clear_error',
     'the data needs 24000 MB on the GPU, more than the 20000 MB free there': 'tests/test_gpu.py (a GPU\'s memory)',

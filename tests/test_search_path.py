@@ -101,6 +101,11 @@ CALLS = [
      "optimizer => 'lbfgs', iterations => 5, group_by => 'y')", ('{"a": 0, "b": 0}',)),
     ("SELECT pgad_models.line(y, x) FROM points", ()),
     ("SELECT pgad.drop_model('line')", ()),
+    ("SELECT pgad.gradient('λ(d, w) (w.r[d.region] - d.y)^2', 'shops', '{\"r\": {\"1\": 2}}')", ()),
+    ("SELECT * FROM pgad.train('cat', 'λ(d, w) w.r[d.region] + w.a*d.x', 'squared', 'shops', "
+     "'{\"r\": {}, \"a\": 0}', iterations => 5, group_by => 'part')", ()),
+    ("SELECT pgad_models.cat(part, region, x) FROM shops", ()),
+    ("SELECT pgad.drop_model('cat')", ()),
 ]
 FAILING = [  # the error paths, whose queries must be safe too
     ("SELECT pgad.loss('λ(d, w) d.t', 'labels', '{}')", ()),
@@ -131,6 +136,7 @@ def dbname(server):
                    'FROM generate_series(1, 50) AS x')
         db.execute('CREATE TABLE with_nulls AS SELECT * FROM points UNION ALL SELECT NULL, 1')
         db.execute("CREATE TABLE labels AS SELECT 'a'::text AS t")
+        db.execute("CREATE TABLE shops AS SELECT (x::int % 3)::text AS region, x::int % 2 AS part, x, y FROM points")
         db.execute('CREATE ROLE mallory LOGIN')
         db.execute('CREATE SCHEMA mallory AUTHORIZATION mallory')
         db.execute('GRANT CREATE ON SCHEMA public TO mallory')  # as every database made before PostgreSQL 15

@@ -178,6 +178,15 @@ def test_group_by_and_standardize_pull_the_rows(db):
             close(a, b)
 
 
+def test_a_categorical_weight_pulls_the_rows(db):
+    """A categorical weight (by the integer column part) on a sharded table: its rows are pulled here, with the
+    single server's result."""
+    loss, start = 'λ(d, w) (w.p[d.part] + w.a*d.x - d.y)^2', '{"p": {}, "a": 0}'
+    sharded, single = (fit(db, data, loss=loss, weights=start) for data in ('sharded', 'everything'))
+    assert sorted(sharded[0]['p']) == ['0', '1', '2']
+    close(sharded[0], single[0])
+
+
 def test_a_foreign_table_alone_is_one_shard(db):
     db.execute("CREATE FOREIGN TABLE IF NOT EXISTS alone (x float8, y float8) SERVER shard1 OPTIONS (table_name 'pts')")
     db.execute('CREATE TABLE IF NOT EXISTS alone_here AS SELECT x, y FROM everything WHERE part = 1')

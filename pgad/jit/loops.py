@@ -882,7 +882,9 @@ def _index_forward(kn, i, args):
     v, index = args
     inner = size_of(kn.lay.shape[v][1:])
     at, ok = _position(kn, v, index)
-    nan = ir.Constant(DOUBLE, math.nan)
+    node = kn.program.tensor.graph.nodes[index]  # a categorical column's code 0, a category never trained: 0
+    categorical = node.op == 'column' and node.value in kn.program.dims.categorical
+    nan = ir.Constant(DOUBLE, 0.0 if categorical else math.nan)
     kn.loop(inner, lambda k: kn.put(i, k, kn.b.select(ok, kn.val(v, kn.index((at, inner), (k, 1))), nan)))
 
 

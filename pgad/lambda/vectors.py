@@ -34,6 +34,7 @@ class Shapes:
     """The shapes a lambda meets: of the weights that are not numbers, and the lengths of float8[] columns."""
     weights: tuple = ()   # ((name, shape), …)
     columns: tuple = ()   # ((name, length), …)
+    categorical: tuple = ()  # the columns read as categories' codes (1 … K): an index by one past its vector is 0
 
     def __bool__(self):
         return bool(self.weights or self.columns)
@@ -82,7 +83,7 @@ def unrolled_value(lam, shapes, limits=bounds.DEFAULT):
         else:
             args = [values[a] for a in node.args]
             try:
-                values[i] = _apply(graph, node.op, args)
+                values[i] = _apply(graph, node.op, args, shapes.categorical)
             except VectorError as e:
                 raise _error(lam, i, str(e)) from None
     root = values[lam.root]
@@ -128,12 +129,12 @@ def _leaves(make, name, shape, seen):
     return np.array([make(n) for n in names], dtype=object).reshape(shape)
 
 
-def _apply(graph, op, args):
+def _apply(graph, op, args, categorical=()):
     """op of the argument arrays, as an array of scalar nodes."""
     shapes = [a.shape for a in args]
     if op in OPERATIONS:
         OPERATIONS[op].shape(*shapes)  # a VectorError where the shapes do not fit
-        out = _index(graph, *args) if op == 'index' else OPERATIONS[op].unroll(*args)
+        out = _index(graph, *args, categorical) if op == 'index' else OPERATIONS[op].unroll(*args)
         return out if isinstance(out, np.ndarray) else np.array(out, dtype=object)
     shape = broadcast(op, shapes)
     out = np.empty(shape, dtype=object)
@@ -150,11 +151,14 @@ def broadcast(op, shapes):
     return shape
 
 
-def _index(graph, v, i):
+def _index(graph, v, i, categorical=()):
     """v[i]: the i-th row or element (1-based). A constant i picks it; an i that changes from row to row is a chain
-    of CASEs, NaN where i is no position of v (as the loss's error then says where)."""
+    of CASEs, NaN where i is no position of v (as the loss's error then says where). Where i is a categorical
+    column's code (in categorical), the chain ends in i·0: 0 for a category the weight does not know (code 0, as
+    a scoring function codes a value training never saw), NULL for a NULL one."""
     i = i[()]
     node = graph.nodes[i.id]
+    unknown = graph.apply('mul', i, 0.0) if node.op == 'column' and node.value in categorical else None
     n = v.shape[0]
     if node.op == 'const':
         k = node.value
@@ -163,7 +167,7 @@ def _index(graph, v, i):
         return v[int(k) - 1]
     out = np.empty(v.shape[1:], dtype=object)
     for index in np.ndindex(*v.shape[1:]):
-        result = graph.const(float('nan'))
+        result = graph.const(float('nan')) if unknown is None else unknown
         for k in range(n, 0, -1):
             result = graph.apply('case', graph.apply('eq', i, float(k)), v[(k - 1, *index)], result)
         out[index] = result

@@ -35,7 +35,7 @@ import re
 
 import numpy as np
 
-from .. import server
+from .. import categorical, server
 from ..errors import PgadError
 from ..lang import printer, sql, vectors
 
@@ -218,7 +218,7 @@ def current_user():
     return server.query(ME)[0]['me']
 
 
-def group_types(group_by, types):
+def group_types(group_by, types, what='group_by'):
     """The types a scoring function takes its group columns as (group_by's columns, types: their schema-qualified
     type names): a domain's base type, followed down through domains over domains, so that neither the function's
     arguments nor its comparisons run a domain's CHECK constraints, which are its owner's code. A type that neither
@@ -228,7 +228,7 @@ def group_types(group_by, types):
         base = server.query(BASE_TYPE, [kind], ['pg_catalog.text'])[0]
         if not base['trusted']:
             shown = column if re.fullmatch('[a-z_][a-z0-9_]*', column) else printer.quote_ident(column)
-            raise PgadError('0A000', f'column "{column}" of group_by is of type {base["name"]}, which role '
+            raise PgadError('0A000', f'column "{column}" of {what} is of type {base["name"]}, which role '
                                      f'"{base["owner"]}" owns',
                             detail='A scoring function compares the group column as its type, and anyone may call '
                                    'it: it uses only the types of superusers and of the role that trains.',
@@ -248,10 +248,12 @@ def _argument(column, k, grouped):
 class Scoring:
     """The scoring function of a model: its arguments, and its body from the model DAG and each group's weights."""
 
-    def __init__(self, name, model, group_by=(), group_types=(), max_chars=None, unrolled=None):
+    def __init__(self, name, model, group_by=(), group_types=(), max_chars=None, unrolled=None, categories=None):
         """unrolled: for a model with vectors, (its unrolled Lambda, its prediction as an array of that Lambda's
         nodes, {array column: length}): the function takes a float8[] for an array column and returns a float8[]
-        for a vector prediction."""
+        for a vector prediction. categories: {column indexing a categorical weight: (its base type, its categories)},
+        each taken as its type and coded by a CASE (categorical.scoring_code)."""
+        categories = categories or {}
         self.name, self.model, self.group_by, self.max_chars = name, model, list(group_by), max_chars
         lam, self.outputs, lengths = unrolled or (model, np.array(model.graph.expr(model.root), dtype=object), {})
         self.lam = lam
@@ -260,11 +262,14 @@ class Scoring:
                                      f'{"×".join(map(str, self.outputs.shape))} matrix',
                             hint='Predict a vector (its scoring function returns a float8[]), or a number.')
         params = [(g, t) for g, t in zip(group_by, group_types)]
-        params += [(c, 'pg_catalog.float8[]' if c in lengths else 'pg_catalog.bool' if c.boolean else
-                    'pg_catalog.float8') for c in model.columns if c not in self.group_by]
+        params += [(c, 'pg_catalog.float8[]' if c in lengths else categories[c][0] if c in categories else
+                    'pg_catalog.bool' if c.boolean else 'pg_catalog.float8') for c in model.columns
+                   if c not in self.group_by]
         self.params = params
         at = {p: k + 1 for k, (p, _) in enumerate(params)}
-        self.columns = {c: _argument(c, at[c], c in self.group_by) for c in model.columns if c not in lengths}
+        self.columns = {c: _argument(c, at[c], c in self.group_by) if c not in categories else
+                        categorical.scoring_code(f'${at[c]}', categories[c][1], categories[c][0])
+                        for c in model.columns if c not in lengths}
         self.columns.update({vectors.element(c, (k + 1,)): f'(${at[c]})[{k + 1}]' for c, n in lengths.items()
                              for k in range(n)})
         self.returns = 'pg_catalog.float8[]' if self.outputs.ndim else 'pg_catalog.float8'

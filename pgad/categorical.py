@@ -1,0 +1,225 @@
+"""Categorical features: a weight indexed by a text, varchar, enum, boolean or integer column, w.region[d.region].
+
+A weight whose starting value is a JSON object ({} or {"north": 0.5, …}) is categorical: one entry per category.
+expand() meets the call's weights with the data: the categories are the column's distinct values in the data
+(NULL aside), in the column type's order, decided once per call, then the values the object lists that the data does
+not have; a value the data has that the object does not list starts at 0. The weight becomes a vector of K entries
+(vectors.Shapes), and the loader reads the column as each row's code, 1 … K (code()): w.region[d.region] is then an
+ordinary index of a vector by a column, which the unrolled program writes as masks and the loop kernel as a gather
+forward and a scatter-add over the categories backwards (jit/loops.py's index rows: Futhark's histogram rule). A
+NULL category skips the row, as any NULL does. named() gives the fitted vector back as an object by category, and
+program.categorical_names names its entries region[north].
+"""
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import loader, server
+from .errors import PgadError
+from .lang.printer import quote_ident
+from .lang.rules import OPERATIONS
+
+INTEGERS = {20, 21, 23}  # bigint, smallint, integer
+KINDS = ('S', 'E', 'B')  # string, enum, boolean: typcategory of the other types a category may have
+TOO_MANY = '54000'
+NODES_PER_CATEGORY = 10  # a categorical weight takes at most pgad.max_lambda_nodes / this many categories
+# The type of a column (a domain followed down to its base type): its schema-qualified name and typcategory.
+BASE = ("WITH RECURSIVE up AS (SELECT t.oid AS id, t.typbasetype AS base, 0 AS depth FROM pg_catalog.pg_type AS t "
+        "WHERE t.oid OPERATOR(pg_catalog.=) $1 "
+        "UNION ALL SELECT t.oid, t.typbasetype, up.depth OPERATOR(pg_catalog.+) 1 "
+        "FROM up JOIN pg_catalog.pg_type AS t ON t.oid OPERATOR(pg_catalog.=) up.base) "
+        "SELECT t.oid AS oid, pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) "
+        "pg_catalog.quote_ident(t.typname) AS name, t.typcategory AS category FROM up JOIN pg_catalog.pg_type AS t "
+        "ON t.oid OPERATOR(pg_catalog.=) up.id JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) "
+        "t.typnamespace WHERE up.base OPERATOR(pg_catalog.=) 0 ORDER BY up.depth DESC LIMIT 1")
+LEVELS = ('SELECT pgad_data.{c}::pg_catalog.text AS v FROM ({query}\n) AS pgad_data WHERE pgad_data.{c} IS NOT NULL '
+          'GROUP BY pgad_data.{c} ORDER BY pgad_data.{c} LIMIT {limit}')
+
+
+@dataclass
+class Categories:
+    """The categorical weights of one call."""
+    keys: dict = field(default_factory=dict)     # weight → its categories, as the column's text ('north', '3')
+    column: dict = field(default_factory=dict)   # weight → the column that indexes it
+    types: dict = field(default_factory=dict)    # column → its (base) type's schema-qualified name
+
+    @property
+    def codes(self):
+        """{column: its categories}: what the loader codes the column by (code())."""
+        return {self.column[w]: keys for w, keys in self.keys.items()}
+
+    def __bool__(self):
+        return bool(self.keys)
+
+
+def indexed(w, lam):
+    """{categorical weight: the column that indexes it} of the weights w (a dict; a categorical weight's value is a
+    dict) in lam: the error where a categorical weight is read other than as w.x[d.c], or its column other than so."""
+    names = {n for n, v in w.items() if isinstance(v, dict)}
+    if not names:
+        return {}
+    nodes, found, columns = lam.graph.nodes, {}, set()
+    for i in lam.graph.ancestors([lam.root]):
+        node = nodes[i]
+        if node.op != 'index' or nodes[node.args[0]].op != 'weight' or nodes[node.args[0]].value not in names:
+            continue
+        at = nodes[node.args[1]]
+        weight = nodes[node.args[0]].value
+        if at.op != 'column':
+            raise _misread(f'weight "{weight}" is categorical and must be indexed by a column')
+        if found.get(weight, at.value) != at.value:
+            raise _misread(f'weight "{weight}" is categorical and indexed by two columns, "{found[weight]}" and '
+                           f'"{at.value}"')
+        found[weight] = at.value
+        columns.add(at.value)
+    for i in lam.graph.ancestors([lam.root]):  # every other use of the weights or columns
+        node = nodes[i]
+        for k, a in enumerate(node.args):
+            leaf = nodes[a]
+            if leaf.op == 'weight' and leaf.value in names and not (node.op == 'index' and k == 0):
+                raise _misread(f'weight "{leaf.value}" is categorical and must be indexed by a column')
+            if leaf.op == 'column' and leaf.value in columns and not (
+                    node.op == 'index' and k == 1 and nodes[node.args[0]].op == 'weight'
+                    and nodes[node.args[0]].value in names):
+                raise _misread(f'column "{leaf.value}" indexes a categorical weight and cannot be read as a number')
+    for name in names & set(lam.weights) - set(found):
+        raise _misread(f'weight "{name}" is categorical and must be indexed by a column')
+    return found
+
+
+def only(lam, cats):
+    """Is every vector operation of lam an index of a categorical weight (cats), so that it is a model of numbers
+    otherwise (one that group_by takes)?"""
+    nodes = lam.graph.nodes
+    return all(node.op != 'index' and node.op not in OPERATIONS or node.op == 'index' and
+               nodes[node.args[0]].op == 'weight' and nodes[node.args[0]].value in cats.keys
+               for node in (nodes[i] for i in lam.graph.ancestors([lam.root])))
+
+
+def refuse_aggregate(lam, names, types):
+    """The aggregates' error for a lambda that indexes a weight by a column (names, types: the row's columns and
+    their type names) that is not a number: the aggregates pack numbers only, so they take no categorical weight."""
+    nodes = lam.graph.nodes
+    for node in nodes:
+        if node.op == 'index' and nodes[node.args[0]].op == 'weight' and nodes[node.args[1]].op == 'column':
+            column = nodes[node.args[1]].value
+            if column in names and types[names.index(column)] not in loader.NUMERIC_TYPES.values():
+                raise _aggregate(f'Column "{column}" is of type {types[names.index(column)]}; the lambda indexes '
+                                 f'weight "{nodes[node.args[0]].value}" by it.')
+
+
+def _aggregate(detail):
+    return PgadError('0A000', 'the aggregates take no categorical weight', detail=detail,
+                     hint='Use pgad.gradient, pgad.gradient_descent, pgad.loss or pgad.train (with group_by for a '
+                          'model per group), whose data is a query; or code the categories as numbers in the data.')
+
+
+def _misread(message):
+    return PgadError('0A000', message, hint='A categorical weight (a JSON object of numbers, {} to start every '
+                                            'category at 0) is read as w.region[d.region]; its column only so.')
+
+
+def expand(w, lam, data, limits, memory_limit=None):
+    """(the weights w with each categorical weight a vector of its categories' values, Categories) for a call on
+    the data (a query or relation name; None for an aggregate, which refuses categories)."""
+    found = indexed(w, lam)
+    cats = Categories()
+    if not found:
+        return w, cats
+    if data is None:
+        raise _aggregate(f'Weight "{next(iter(found))}" is a JSON object, a categorical weight.')
+    query = loader.as_query(data)
+    names, types = loader.check_columns(query, [c for c in lam.columns if c not in found.values()],
+                                        arrays=set(lam.columns), categorical=set(found.values()))
+    most = max(1, limits.lambda_nodes // NODES_PER_CATEGORY)
+    out = dict(w)
+    for weight, column in found.items():
+        if column not in names:
+            loader.positions([column], names, [''] * len(names))  # its error: no such column
+        base = server.query(BASE, [types[names.index(column)]], ['pg_catalog.oid'])[0]
+        if base['oid'] not in INTEGERS and base['category'] not in KINDS:
+            raise PgadError('42804', f'column "{column}" is of type {base["name"]}, which cannot index a categorical '
+                                     'weight',
+                            hint='A category is text, varchar, an enum, boolean or an integer: cast the column in the '
+                                 f'data query ({quote_ident(column)}::text AS {quote_ident(column)}).')
+        cats.types[column] = base['name']
+        seen = [r['v'] for r in server.query(LEVELS.format(c=quote_ident(column), query=query, limit=most + 1))]
+        given = w[weight]
+        keys = seen + [k for k in given if k not in set(seen)]
+        if len(keys) > most:
+            raise PgadError(TOO_MANY, f'column "{column}" has more than {most} categories, the most a categorical '
+                                      'weight takes',
+                            detail=f'The limit is pgad.max_lambda_nodes / {NODES_PER_CATEGORY}.',
+                            hint='Group rare values into one category in the data query, or have a superuser raise '
+                                 'pgad.max_lambda_nodes.')
+        if memory_limit is not None and len(keys) * 1024 > memory_limit:
+            raise PgadError(loader.OUT_OF_MEMORY, f'the categories of column "{column}" need '
+                                                  f'{loader.megabytes(len(keys) * 1024)}, more than pgad.memory_limit '
+                                                  f'({loader.megabytes(memory_limit)})',
+                            hint='Group rare values into one category in the data query, or have a superuser raise '
+                                 'pgad.memory_limit.')
+        if not keys:
+            raise PgadError('22000', f'every row of the data has NULL in column "{column}", which the lambda reads',
+                            hint='data must have at least one row to average the loss over.')
+        extra = [k for k in given if k not in set(seen)]
+        if extra:  # a listed value must be one of the column's type: PostgreSQL's own error otherwise
+            server.query(f'SELECT $1::{base["name"]}[] AS listed', [extra], ['pg_catalog.text[]'])
+        out[weight] = np.array([float(given.get(k, 0.0)) for k in keys])
+        cats.keys[weight], cats.column[weight] = keys, column
+    return out, cats
+
+
+def listed(w, lam):
+    """(w with each categorical weight a vector of the categories it lists, Categories) where there is no data to
+    read them from (pgad.derivatives and pgad.explain without data)."""
+    found, cats, out = indexed(w, lam), Categories(), dict(w)
+    for weight, column in found.items():
+        if not w[weight]:
+            raise PgadError('22023', f'weight "{weight}" is categorical and lists no category',
+                            hint=f'Give data to read its categories from, or list them: {{"{weight}": {{"north": 0, '
+                                 '"south": 0}}.')
+        out[weight] = np.array([float(v) for v in w[weight].values()])
+        cats.keys[weight], cats.column[weight] = list(w[weight]), column
+    return out, cats
+
+
+def code(column, keys, unseen=False):
+    """The SQL of a row's code of column (1 … K by keys; NULL for NULL) in the loader's query. A value not in keys
+    is NULL too (the row is skipped), or with unseen, 0: the code every kernel reads as a category whose weight is 0
+    (vectors._index's chain, jit/loops.py's index), as a scoring function does; for scoring stored weights on new
+    data (the categories then the stored ones, not the data's)."""
+    lookup = json.dumps({k: n + 1 for n, k in enumerate(keys)})
+    value = f'pgad_data.{quote_ident(column)}'
+    found = f'({quote_literal(lookup)}::pg_catalog.jsonb OPERATOR(pg_catalog.->>) {value}::pg_catalog.text)'
+    if not unseen:
+        return found
+    return f'pg_catalog.coalesce({found}, CASE WHEN {value} IS NOT NULL THEN \'0\' END)'
+
+
+def stored(weights, lam):
+    """(the stored weights jsonb's values {name: value} with each categorical weight a vector of its stored
+    categories, Categories) of a trained model (lam, its lambda): what scoring it on new data loads the column by,
+    with code(…, unseen=True)."""
+    return listed(weights, lam)
+
+
+def scoring_code(argument, keys, kind):
+    """The SQL of the code a scoring function reads for its argument (`$2`) of type kind: 1 … K by keys compared as
+    that type, 0 for a value training never saw (its weight contributes 0), NULL for NULL."""
+    arms = ' '.join(f'WHEN {argument} OPERATOR(pg_catalog.=) {quote_literal(k)}::{kind} THEN '
+                    f'{n + 1}::pg_catalog.float8' for n, k in enumerate(keys))
+    return f'CASE WHEN {argument} IS NULL THEN NULL::pg_catalog.float8 {arms} ELSE 0::pg_catalog.float8 END'
+
+
+def named(nested, cats):
+    """nested ({weight: value}, as Program.nest gives) with each categorical weight an object by category."""
+    if not cats:
+        return nested
+    return {n: dict(zip(cats.keys[n], v)) if n in cats.keys else v for n, v in nested.items()}
+
+
+def quote_literal(text):
+    """PostgreSQL's quote_literal: quotes doubled, and backslashes too behind E when there are any."""
+    quoted = "'" + text.replace("'", "''").replace('\\', '\\\\') + "'"
+    return 'E' + quoted if '\\' in text else quoted
