@@ -89,7 +89,7 @@ def lambda_columns(loss, names, types):
     """The position (from 1) in a row, whose column names and type oids are names and types, of each column the
     lambda reads: the error for one that is not there or not a number is the functions' own."""
     lam = program.parsed(loss, settings().limits)
-    return [k + 1 for k in loader.positions(lam.columns, names, types)]
+    return [k + 1 for k in loader.positions(lam.columns, names, types, aggregate=True)]
 
 
 @server.entry
@@ -157,7 +157,10 @@ def train(name, model, loss, data, weights, learning_rate=0.05, iterations=100, 
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name)
-    shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns))
+    try:
+        shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns))
+    except PgadError as e:
+        raise objective.without_label(e, goal, loss) from None
     if (shapes or vectors.needed(goal.model)) and (standardize or options['group_by']):
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')

@@ -108,9 +108,9 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None):
     rows, skipped = sum(part[1] for part in loaded), sum(part[2] for part in loaded)
     server.debug(f'pgad: loaded {rows} rows of {len(columns)} columns in {len(parts)} part{"s" * (len(parts) != 1)}')
     if len(loaded) == 1:
-        return skipping(Table(loaded[0][0], rows, skipped), columns)
+        return skipping(Table(loaded[0][0], rows, skipped), columns, query, elements)
     return skipping(Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded])
-                           for k in range(len(columns))], rows, skipped), columns)
+                           for k in range(len(columns))], rows, skipped), columns, query, elements)
 
 
 def value(column, elements):
@@ -238,8 +238,9 @@ def load_groups(data, columns, group_by, memory_limit=None):
             values, rows, skipped = unpack(part, len(columns))
         else:
             values, rows, skipped = [], part['total'], 0
-        groups.append(Group(part['pgad_key'], [part[f'g{k}'] for k in range(len(group_by))],
-                            skipping(Table(values, rows, skipped), columns)))
+        keys = [part[f'g{k}'] for k in range(len(group_by))]
+        groups.append(Group(part['pgad_key'], keys, skipping(Table(values, rows, skipped), columns, query, None,
+                                                             (part['pgad_key'], dict(zip(group_by, keys))))))
     return group_types, groups
 
 
@@ -274,12 +275,31 @@ def check_memory(memory_limit, query, columns, elements=None):
                              'superuser raise pgad.memory_limit.')
 
 
-def skipping(table, columns):
-    """The table, after a NOTICE of the rows it skipped for a NULL in the columns (if any)."""
+def skipping(table, columns, query=None, elements=None, group=None):
+    """The table, after a NOTICE of the rows it skipped for a NULL (if any): in which of the columns, counted by
+    one more query of the data (its rows are read again only then), and in which group ((key, {column: value as
+    jsonb text}) of group_by)."""
     if table.skipped:
-        server.notice(f'skipped {table.skipped} of {table.rows + table.skipped} rows with NULL in ' +
-                      ', '.join(quote_ident(c) for c in columns))
+        nulls = [(c, None) for c in columns] if query is None else null_counts(query, columns, elements or {}, group)
+        server.notice((f'group {group[0]}: ' if group else '') +
+                      f'skipped {table.skipped} of {table.rows + table.skipped} rows with NULL in ' +
+                      ', '.join(quote_ident(c) + ('' if n is None else f' ({n} row{"s" * (n != 1)})')
+                                for c, n in nulls))
     return table
+
+
+def null_counts(query, columns, elements, group=None):
+    """[(column, rows with NULL in it)] of the columns that have a NULL in the data (in the group)."""
+    where, args = [], []
+    for name, text in (group[1].items() if group else ()):
+        args.append(text)
+        where.append(f'pg_catalog.to_jsonb(pgad_data.{quote_ident(name)})::pg_catalog.text IS NOT DISTINCT FROM '
+                     f'${len(args)}::pg_catalog.text')
+    counts = ', '.join(f'pg_catalog.count(*) FILTER (WHERE {value(c, elements)} IS NULL) AS n{k}'
+                       for k, c in enumerate(columns))
+    sql = f'SELECT {counts} FROM ({query}\n) AS pgad_data' + (' WHERE ' + ' AND '.join(where) if where else '')
+    row = server.query(sql, args, ['pg_catalog.text'] * len(args)) if args else server.query(sql)
+    return [(c, row[0][f'n{k}']) for k, c in enumerate(columns) if row[0][f'n{k}']]
 
 
 def aggregate(count):
@@ -369,10 +389,10 @@ def type_name(oid):
                         ['pg_catalog.oid'])[0]['t']
 
 
-def positions(columns, names, types, arrays=()):
+def positions(columns, names, types, arrays=(), aggregate=False):
     """The position in names of each column the lambda reads (names and types: the data's columns, and the names
     of their types), or the error for the first that is not there or not a number (or an array of numbers, for
-    the names in arrays)."""
+    the names in arrays); aggregate: for the aggregates, which take no arrays."""
     found = []
     for name in columns:
         if name not in names:
@@ -394,6 +414,12 @@ def positions(columns, names, types, arrays=()):
                             hint='Read it where PostgreSQL takes a boolean (CASE WHEN d.flag THEN 1 ELSE 0 END), '
                                  f'or cast it in the data query: SELECT {quote_ident(name)}::int AS '
                                  f'{quote_ident(name)} ….')
+        if aggregate and types[found[-1]].endswith('[]'):
+            raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}: the aggregates take numbers',
+                            hint='pgad.loss_agg, gradient_agg and gradient_descent_agg read one number per column; '
+                                 'a vector column is read by pgad.train, pgad.loss, pgad.gradient and '
+                                 'pgad.gradient_descent, which take the data query, or pass its elements as columns '
+                                 f'(SELECT {quote_ident(name)}[1] AS x1, …).')
         if types[found[-1]] not in NUMERIC_TYPES.values():
             raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '
