@@ -232,15 +232,12 @@ def load_groups(data, columns, group_by, memory_limit=None):
             raise
         raise PgadError(TOO_LONG, 'a group of the data is too large to load: its columns pass 1 GB packed',
                         hint='Group by more columns, or train on fewer rows.') from None
-    groups = []
-    for part in parts:
-        if columns:
-            values, rows, skipped = unpack(part, len(columns))
-        else:
-            values, rows, skipped = [], part['total'], 0
-        keys = [part[f'g{k}'] for k in range(len(group_by))]
-        groups.append(Group(part['pgad_key'], keys, skipping(Table(values, rows, skipped), columns, query, None,
-                                                             (part['pgad_key'], dict(zip(group_by, keys))))))
+    groups, loaded = [], [unpack(part, len(columns)) if columns else ([], part['total'], 0) for part in parts]
+    nulls = null_counts(query, columns, {}, group_by) if any(skipped for _, _, skipped in loaded) else {}
+    for part, (values, rows, skipped) in zip(parts, loaded):
+        groups.append(Group(part['pgad_key'], [part[f'g{k}'] for k in range(len(group_by))],
+                            skipping(Table(values, rows, skipped), columns, group=part['pgad_key'],
+                                     nulls=nulls.get(part['pgad_key']))))
     return group_types, groups
 
 
@@ -275,31 +272,34 @@ def check_memory(memory_limit, query, columns, elements=None):
                              'superuser raise pgad.memory_limit.')
 
 
-def skipping(table, columns, query=None, elements=None, group=None):
+def skipping(table, columns, query=None, elements=None, group=None, nulls=None):
     """The table, after a NOTICE of the rows it skipped for a NULL (if any): in which of the columns, counted by
-    one more query of the data (its rows are read again only then), and in which group ((key, {column: value as
-    jsonb text}) of group_by)."""
+    one more query of the data (its rows are read again only then; nulls: those counts, already made), and in which
+    group (its key, with group_by). The aggregates, which have no query, name every column they read."""
     if table.skipped:
-        nulls = [(c, None) for c in columns] if query is None else null_counts(query, columns, elements or {}, group)
-        server.notice((f'group {group[0]}: ' if group else '') +
+        if nulls is None:
+            nulls = [(c, None) for c in columns] if query is None else null_counts(query, columns, elements or {})[None]
+        server.notice((f'group {group}: ' if group else '') +
                       f'skipped {table.skipped} of {table.rows + table.skipped} rows with NULL in ' +
                       ', '.join(quote_ident(c) + ('' if n is None else f' ({n} row{"s" * (n != 1)})')
                                 for c, n in nulls))
     return table
 
 
-def null_counts(query, columns, elements, group=None):
-    """[(column, rows with NULL in it)] of the columns that have a NULL in the data (in the group)."""
-    where, args = [], []
-    for name, text in (group[1].items() if group else ()):
-        args.append(text)
-        where.append(f'pg_catalog.to_jsonb(pgad_data.{quote_ident(name)})::pg_catalog.text IS NOT DISTINCT FROM '
-                     f'${len(args)}::pg_catalog.text')
-    counts = ', '.join(f'pg_catalog.count(*) FILTER (WHERE {value(c, elements)} IS NULL) AS n{k}'
-                       for k, c in enumerate(columns))
-    sql = f'SELECT {counts} FROM ({query}\n) AS pgad_data' + (' WHERE ' + ' AND '.join(where) if where else '')
-    row = server.query(sql, args, ['pg_catalog.text'] * len(args)) if args else server.query(sql)
-    return [(c, row[0][f'n{k}']) for k, c in enumerate(columns) if row[0][f'n{k}']]
+def null_counts(query, columns, elements, group_by=()):
+    """{group key (None without group_by): [(column, rows with NULL in it)] of the columns that have a NULL}, by one
+    query of the data."""
+    counts = ', '.join(['pg_catalog.count(*) AS pgad_rows'] + [f'pg_catalog.count({value(c, elements)}) AS n{k}'
+                                                               for k, c in enumerate(columns)])
+    key = ('pg_catalog.jsonb_build_object(' + ', '.join(f'${k + 1}::pg_catalog.text, pgad_data.{quote_ident(g)}'
+                                                        for k, g in enumerate(group_by)) + ')::pg_catalog.text'
+           if group_by else 'NULL::pg_catalog.text')
+    sql = f'SELECT {key} AS pgad_key, {counts} FROM ({query}\n) AS pgad_data'
+    if group_by:
+        sql += ' GROUP BY ' + ', '.join(f'pgad_data.{quote_ident(g)}' for g in group_by)
+    rows = server.query(sql, list(group_by), ['pg_catalog.text'] * len(group_by)) if group_by else server.query(sql)
+    return {row['pgad_key']: [(c, row['pgad_rows'] - row[f'n{k}']) for k, c in enumerate(columns)
+                              if row[f'n{k}'] < row['pgad_rows']] for row in rows}
 
 
 def aggregate(count):
