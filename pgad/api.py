@@ -177,7 +177,7 @@ def lambda_columns(loss, names, types):
     lambda reads: the error for one that is not there or not a number is the functions' own."""
     lam = program.parsed(loss, settings().limits)
     categorical.refuse_aggregate(lam, names, types)
-    return [k + 1 for k in loader.positions(lam.columns, names, types)]
+    return [k + 1 for k in loader.positions(lam.columns, names, types, aggregate=True)]
 
 
 @server.entry
@@ -256,7 +256,11 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     catalog.check_can_store(name, loss)
     w, cats = categorical.expand(w, program.parsed(goal.text, config.limits), data, config.limits, config.memory_limit)
     kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
-    shapes = _shapes(w, loader.lengths(data, program.parsed(goal.text, config.limits).columns, cats.codes), cats)
+    try:
+        lengths = loader.lengths(data, program.parsed(goal.text, config.limits).columns, cats.codes)
+    except PgadError as e:
+        raise objective.without_label(e, goal, loss) from None
+    shapes = _shapes(w, lengths, cats)
     if (shapes.columns or any(n not in cats.keys for n, _ in shapes.weights) or
             vectors.needed(goal.model) and not categorical.only(goal.model, cats)) and \
             (standardize or options['group_by']):

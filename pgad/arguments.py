@@ -35,9 +35,12 @@ def weights(text, lam, memory_limit=None):
     for name in lam.weights:
         if name not in value:
             example = json.dumps({**{k: value[k] for k in value}, name: 0})
+            folded = [k for k in value if k.lower() == name and k != name]
             raise PgadError('22023', f'weight "{name}" is not in the weights',
                             detail='The weights are: ' + (', '.join(f'"{k}"' for k in value) or 'none') + '.',
-                            hint=f'Give every weight the lambda reads a starting value: {example}.')
+                            hint=f'Names in the lambda fold to lower case, as PostgreSQL identifiers do: write '
+                                 f'{lam.params}."{folded[0]}" for the weight "{folded[0]}".' if folded else
+                            f'Give every weight the lambda reads a starting value: {example}.')
     return given
 
 

@@ -46,8 +46,15 @@ def diagnose(program, table, weights, output):
     found = _first_bad_row(program, table, weights, program.outputs[output])
     if found is None:
         return None
-    values, row = found
+    values, row, start = found
     node = _origin(program.graph, values, row, program.outputs[output])
+    if program.graph.nodes[node].op == 'column':  # the data itself holds the NaN or infinity
+        column, value = program.graph.nodes[node].value, _number(_at(values[node], row))
+        return PgadError('22000', f'column "{column}" of the data is {value}',
+                         detail=f'Row {start + row + 1} of the rows the lambda reads (the data\'s rows without NULL '
+                                f'in them, in the order the data query gives) has {column} = {value}.',
+                         hint='pgad trains on finite numbers: leave the row out in the data query '
+                              f"(WHERE {column} <> 'NaN'), or make it NULL (NULLIF({column}, 'NaN')), which skips it.")
     past = _past_the_end(program.graph, node)
     if past is not None:  # v[i] with i no position of v: the NaN that ends the CASEs of vectors.py's index
         index, length = past
@@ -90,7 +97,7 @@ def _first_bad_row(program, table, weights, output):
                              PRIMITIVES[node.op].evaluate(*[values[a] for a in node.args]))
         bad = ~np.isfinite(np.broadcast_to(values[output], (min(block, table.rows - start) or 1,)))
         if bad.any():
-            return values, int(np.argmax(bad))
+            return values, int(np.argmax(bad)), start
     return None
 
 

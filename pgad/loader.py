@@ -114,9 +114,9 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     rows, skipped = sum(part[1] for part in loaded), sum(part[2] for part in loaded)
     server.debug(f'pgad: loaded {rows} rows of {len(columns)} columns in {len(parts)} part{"s" * (len(parts) != 1)}')
     if len(loaded) == 1:
-        return skipping(Table(loaded[0][0], rows, skipped), columns)
+        return skipping(Table(loaded[0][0], rows, skipped), columns, query, elements)
     return skipping(Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded])
-                           for k in range(len(columns))], rows, skipped), columns)
+                           for k in range(len(columns))], rows, skipped), columns, query, elements)
 
 
 def value(column, elements, categories=None, unseen=False):
@@ -244,14 +244,12 @@ def load_groups(data, columns, group_by, memory_limit=None, categories=None):
             raise
         raise PgadError(TOO_LONG, 'a group of the data is too large to load: its columns pass 1 GB packed',
                         hint='Group by more columns, or train on fewer rows.') from None
-    groups = []
-    for part in parts:
-        if columns:
-            values, rows, skipped = unpack(part, len(columns))
-        else:
-            values, rows, skipped = [], part['total'], 0
+    groups, loaded = [], [unpack(part, len(columns)) if columns else ([], part['total'], 0) for part in parts]
+    nulls = null_counts(query, columns, {}, group_by) if any(skipped for _, _, skipped in loaded) else {}
+    for part, (values, rows, skipped) in zip(parts, loaded):
         groups.append(Group(part['pgad_key'], [part[f'g{k}'] for k in range(len(group_by))],
-                            skipping(Table(values, rows, skipped), columns)))
+                            skipping(Table(values, rows, skipped), columns, group=part['pgad_key'],
+                                     nulls=nulls.get(part['pgad_key']))))
     return group_types, groups
 
 
@@ -286,12 +284,34 @@ def check_memory(memory_limit, query, columns, elements=None):
                              'superuser raise pgad.memory_limit.')
 
 
-def skipping(table, columns):
-    """The table, after a NOTICE of the rows it skipped for a NULL in the columns (if any)."""
+def skipping(table, columns, query=None, elements=None, group=None, nulls=None):
+    """The table, after a NOTICE of the rows it skipped for a NULL (if any): in which of the columns, counted by
+    one more query of the data (its rows are read again only then; nulls: those counts, already made), and in which
+    group (its key, with group_by). The aggregates, which have no query, name every column they read."""
     if table.skipped:
-        server.notice(f'skipped {table.skipped} of {table.rows + table.skipped} rows with NULL in ' +
-                      ', '.join(quote_ident(c) for c in columns))
+        if nulls is None:
+            nulls = [(c, None) for c in columns] if query is None else null_counts(query, columns, elements or {})[None]
+        server.notice((f'group {group}: ' if group else '') +
+                      f'skipped {table.skipped} of {table.rows + table.skipped} rows with NULL in ' +
+                      ', '.join(quote_ident(c) + ('' if n is None else f' ({n} row{"s" * (n != 1)})')
+                                for c, n in nulls))
     return table
+
+
+def null_counts(query, columns, elements, group_by=()):
+    """{group key (None without group_by): [(column, rows with NULL in it)] of the columns that have a NULL}, by one
+    query of the data."""
+    counts = ', '.join(['pg_catalog.count(*) AS pgad_rows'] + [f'pg_catalog.count({value(c, elements)}) AS n{k}'
+                                                               for k, c in enumerate(columns)])
+    key = ('pg_catalog.jsonb_build_object(' + ', '.join(f'${k + 1}::pg_catalog.text, pgad_data.{quote_ident(g)}'
+                                                        for k, g in enumerate(group_by)) + ')::pg_catalog.text'
+           if group_by else 'NULL::pg_catalog.text')
+    sql = f'SELECT {key} AS pgad_key, {counts} FROM ({query}\n) AS pgad_data'
+    if group_by:
+        sql += ' GROUP BY ' + ', '.join(f'pgad_data.{quote_ident(g)}' for g in group_by)
+    rows = server.query(sql, list(group_by), ['pg_catalog.text'] * len(group_by)) if group_by else server.query(sql)
+    return {row['pgad_key']: [(c, row['pgad_rows'] - row[f'n{k}']) for k, c in enumerate(columns)
+                              if row[f'n{k}'] < row['pgad_rows']] for row in rows}
 
 
 def aggregate(count):
@@ -385,10 +405,10 @@ def type_name(oid):
                         ['pg_catalog.oid'])[0]['t']
 
 
-def positions(columns, names, types, arrays=(), categorical=False):
+def positions(columns, names, types, arrays=(), categorical=False, aggregate=False):
     """The position in names of each column the lambda reads (names and types: the data's columns, and the names
     of their types), or the error for the first that is not there or not a number (or an array of numbers, for
-    the names in arrays)."""
+    the names in arrays); aggregate: for the aggregates, which take no arrays."""
     found = []
     for name in columns:
         if name not in names:
@@ -412,6 +432,12 @@ def positions(columns, names, types, arrays=(), categorical=False):
                             hint='Read it where PostgreSQL takes a boolean (CASE WHEN d.flag THEN 1 ELSE 0 END), '
                                  f'or cast it in the data query: SELECT {quote_ident(name)}::int AS '
                                  f'{quote_ident(name)} ….')
+        if aggregate and types[found[-1]].endswith('[]'):
+            raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}: the aggregates take numbers',
+                            hint='pgad.loss_agg, gradient_agg and gradient_descent_agg read one number per column; '
+                                 'a vector column is read by pgad.train, pgad.loss, pgad.gradient and '
+                                 'pgad.gradient_descent, which take the data query, or pass its elements as columns '
+                                 f'(SELECT {quote_ident(name)}[1] AS x1, …).')
         if types[found[-1]] not in NUMERIC_TYPES.values():
             raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '

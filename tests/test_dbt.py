@@ -1,6 +1,8 @@
 """examples/dbt works as a dbt user runs it: dbt itself (pyproject's dbt group, installed in build/dbt-venv) seeds,
-runs and tests the project against a fresh database of the throwaway cluster; then the models pgad.train stored and
-the predictions of its scoring functions are checked in SQL against the rule the seed's prices follow."""
+runs and tests the project against a fresh database of the throwaway cluster, in two targets (prod, schema analytics,
+and dev, schema dev); then the models pgad.train stored and the predictions of its scoring functions are checked in
+SQL against the rule the seed's prices follow, and dev's run against prod's models."""
+import re
 import csv
 import os
 import pathlib
@@ -60,29 +62,81 @@ def project(cluster, tmp_path_factory):
            'PGPASSWORD': '', 'PGDATABASE': name, 'DBT_PROFILES_DIR': str(directory), 'DO_NOT_TRACK': '1',
            'DBT_USE_COLORS': 'false'}
 
-    def run(*args):
-        result = subprocess.run([str(dbt), *args], cwd=directory, env=env, capture_output=True, text=True)
-        assert result.returncode == 0, f'dbt {" ".join(args)} failed:\n{result.stdout}\n{result.stderr}'
+    def run(*args, fails=False, schema=None):
+        result = subprocess.run([str(dbt), *args], cwd=directory, capture_output=True, text=True,
+                                env={**env, **({'PGAD_DBT_SCHEMA': schema} if schema else {})})
+        assert fails is None or (result.returncode != 0) == fails, f'dbt {" ".join(args)}:\n{result.stdout}\n{result.stderr}'
         return result.stdout
 
+    run.directory = directory
     yield run, name
     if isinstance(cluster, Running):  # a cluster that outlives the session keeps no database of it
         with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
 
 
+PROD = 'analytics__house_prices', 'analytics__house_prices_by_region'
+DEV = 'dev__house_prices', 'dev__house_prices_by_region'
+
+
+def state(db, names):
+    """What a target's runs made: its models' rows in pgad.models and its scoring functions' definitions."""
+    rows = db.execute("SELECT name, group_key, weights, final_loss, trained_at FROM pgad.models "
+                      "WHERE name = ANY(%s) ORDER BY name, group_key::text", (list(names),)).fetchall()
+    functions = [db.execute("SELECT pg_get_functiondef(%s::regproc)", (f'pgad_models."{n}"',)).fetchone()[0]
+                 for n in names]
+    return rows, functions
+
+
 @pytest.fixture(scope='module')
 def built(cluster, project):
-    """The database after dbt seed, dbt run and dbt test (each must succeed): a connection to it."""
+    """The database after dbt seed, dbt run and dbt test in the prod target (each must succeed), then dbt seed and
+    dbt run in the dev target on dev's data, the seed's prices doubled: (a connection to it, prod's state before
+    dev's run, the output of prod's run)."""
     run, name = project
-    run('seed')
-    out = run('run')
-    assert 'OK created sql pgad_model model public.house_prices ' in out
-    assert 'OK created sql pgad_model model public.house_prices_by_region ' in out
-    out = run('test')  # dbt test exits 1 when a test fails
-    assert 'PASS assert_predictions_within_5_percent' in out and 'PASS not_null_scored_houses_predicted ' in out
+    run('seed', '--target', 'prod')
+    out = run('run', '--target', 'prod')
+    assert 'OK created sql pgad_model model analytics.house_prices ' in out
+    assert 'OK created sql pgad_model model analytics.house_prices_by_region ' in out
+    test = run('test', '--target', 'prod')  # dbt test exits 1 when a test fails
+    assert 'PASS assert_predictions_within_5_percent' in test and 'PASS not_null_scored_houses_predicted ' in test
     with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
-        yield db
+        prod = state(db, PROD)
+        run('seed')  # the default target, dev
+        db.execute('UPDATE dev.houses SET price = 2 * price')
+        run('run')
+        yield db, prod, out
+
+
+def test_the_final_loss_shows_in_dbts_output(built):
+    _, _, out = built
+    assert re.search(r'pgad model analytics__house_prices: final loss [0-9.eE+-]+ after \d+ iterations', out)
+    for region in OFFSET:
+        assert re.search(rf'pgad model analytics__house_prices_by_region {{"region": "{region}"}}: final loss '
+                         r'[0-9.eE+-]+ after \d+ iterations', out)
+
+
+def test_a_dev_run_leaves_prods_models_alone(built):
+    db, prod, _ = built
+    # dev's run trained models of its own, and changed nothing of prod's: rows, weights, functions
+    assert state(db, PROD) == prod
+    dev_rows, _ = state(db, DEV)
+    assert [(n, g) for n, g, *_ in dev_rows] == [('dev__house_prices', None)] + [
+        ('dev__house_prices_by_region', {'region': r}) for r in sorted(OFFSET)]
+    # each target's scored table used its own target's weights: dev's prices are prod's doubled, and so are its
+    # weights (least squares is linear in the label), within the fit's 1e-6
+    for schema, names in (('analytics', PROD), ('dev', DEV)):
+        weights = {(n, (g or {}).get('region')): w for n, g, w, *_ in state(db, names)[0]}
+        for sqft, rooms, region, predicted, by_region in db.execute(
+                f'SELECT h.sqft, h.rooms, h.region, s.predicted, s.predicted_by_region FROM {schema}.scored_houses s '
+                f'JOIN {schema}.stg_houses h USING (id)').fetchall():
+            w = weights[(names[0], None)]
+            assert predicted == pytest.approx(w['per_sqft'] * sqft + w['per_room'] * rooms + w['base'], rel=1e-9)
+            w = weights[(names[1], region)]
+            assert by_region == pytest.approx(w['per_sqft'] * sqft + w['per_room'] * rooms + w['base'], rel=1e-9)
+    ratios = db.execute('SELECT d.predicted / p.predicted FROM dev.scored_houses d JOIN analytics.scored_houses p '
+                        'USING (id)').fetchall()
+    assert [r for r, in ratios] == pytest.approx([2.0] * 45, rel=1e-6)
 
 
 def houses():
@@ -99,25 +153,27 @@ def test_the_seed_follows_the_rule():
 
 
 def test_dbt_trains_one_model_and_one_per_region(built):
-    models = built.execute("SELECT name, group_key, data, model, loss FROM pgad.models "
-                           "WHERE name LIKE 'house_prices%' ORDER BY name, group_key::text").fetchall()
-    assert [(n, g) for n, g, *_ in models] == [('house_prices', None)] + [
-        ('house_prices_by_region', {'region': r}) for r in sorted(OFFSET)]
+    db, _, _ = built
+    models = db.execute("SELECT name, group_key, data, model, loss FROM pgad.models "
+                        "WHERE name LIKE 'analytics__house_prices%' ORDER BY name, group_key::text").fetchall()
+    assert [(n, g) for n, g, *_ in models] == [('analytics__house_prices', None)] + [
+        ('analytics__house_prices_by_region', {'region': r}) for r in sorted(OFFSET)]
     assert {(d, m, l) for _, _, d, m, l in models} == {
-        (f'"public"."{n}"', 'λ(d, w) w.per_sqft*d.sqft + w.per_room*d.rooms + w.base', 'squared')
+        (f'"analytics"."{n}"', 'λ(d, w) w.per_sqft*d.sqft + w.per_room*d.rooms + w.base', 'squared')
         for n in ('house_prices', 'house_prices_by_region')}
     # the options in the config blocks reached pgad.train
-    options = built.execute("SELECT options FROM pgad.models WHERE name = 'house_prices'").fetchone()[0]
+    options = db.execute("SELECT options FROM pgad.models WHERE name = 'analytics__house_prices'").fetchone()[0]
     assert options['optimizer'] == 'lbfgs' and options['standardize'] is True and options['iterations'] == 200
     # the training data are views named after the dbt models
-    kinds = dict(built.execute("SELECT relname, relkind FROM pg_class WHERE relname LIKE 'house_prices%' "
-                               "AND relnamespace = 'public'::regnamespace").fetchall())
+    kinds = dict(db.execute("SELECT relname, relkind FROM pg_class WHERE relname LIKE 'house_prices%' "
+                            "AND relnamespace = 'analytics'::regnamespace").fetchall())
     assert kinds == {'house_prices': 'v', 'house_prices_by_region': 'v'}
 
 
 def test_the_predictions_follow_the_rule(built):
+    db, _, _ = built
     scored = {i: (p, by_region) for i, p, by_region in
-              built.execute('SELECT id, predicted, predicted_by_region FROM scored_houses').fetchall()}
+              db.execute('SELECT id, predicted, predicted_by_region FROM analytics.scored_houses').fetchall()}
     rows = houses()
     assert sorted(scored) == [r['id'] for r in rows]
     # The ungrouped model cannot see the regions: its best fit is the rule without their offsets (which average
@@ -141,12 +197,94 @@ def test_the_predictions_follow_the_rule(built):
 
 
 def test_a_second_dbt_run_retrains_the_models(built, project):
+    db, _, _ = built
     run, _ = project
-    before = dict(built.execute("SELECT name || coalesce(group_key::text, ''), trained_at FROM pgad.models "
-                                "WHERE name LIKE 'house_prices%'").fetchall())
-    run('run')  # the scoring functions are replaced while scored_houses, made with them, exists
-    after = dict(built.execute("SELECT name || coalesce(group_key::text, ''), trained_at FROM pgad.models "
-                               "WHERE name LIKE 'house_prices%'").fetchall())
+    names = "name LIKE 'analytics__house_prices%'"
+    before = dict(db.execute("SELECT name || coalesce(group_key::text, ''), trained_at FROM pgad.models "
+                             f"WHERE {names}").fetchall())
+    run('run', '--target', 'prod')  # the scoring functions are replaced while scored_houses, made with them, exists
+    after = dict(db.execute("SELECT name || coalesce(group_key::text, ''), trained_at FROM pgad.models "
+                            f"WHERE {names}").fetchall())
     assert after.keys() == before.keys() and len(after) == 4
     assert all(after[k] > before[k] for k in before)
-    assert built.execute('SELECT count(*), count(predicted) FROM scored_houses').fetchone() == (45, 45)
+    assert db.execute('SELECT count(*), count(predicted) FROM analytics.scored_houses').fetchone() == (45, 45)
+
+
+def test_dbt_build_empty_trains_nothing(built, project):
+    """--empty builds every SELECT on no rows: in a fresh target (schema ci) the models are not trained and the
+    scored table is built empty; in prod, the trained models and their scoring functions stay as they were."""
+    db, _, _ = built
+    run, _ = project
+    out = run('build', '--empty', schema='ci')
+    assert 'pgad model ci__house_prices: not trained (--empty)' in out and 'ERROR=0' in out
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name LIKE 'ci\\_\\_%'").fetchone() == (0,)
+    assert db.execute('SELECT count(*) FROM ci.scored_houses').fetchone() == (0,)
+    prod = state(db, PROD)
+    run('build', '--empty', '--target', 'prod')  # dbt rebuilds the views, on no rows, and the tables, empty
+    assert state(db, PROD) == prod
+    assert db.execute('SELECT count(*) FROM analytics.house_prices').fetchone() == (0,)
+    run('build', '--target', 'prod')  # and a run builds them again on the data
+    assert db.execute('SELECT count(*) FROM analytics.scored_houses').fetchone() == (45,)
+
+
+def with_model(run, name, text, *args, fails=False):
+    """dbt run of one more model, models/<name>.sql holding text, in the dev target (removed afterwards)."""
+    path = run.directory / 'models' / f'{name}.sql'
+    path.write_text(text)
+    try:
+        return run('run', '-s', name, *args, fails=fails)
+    finally:
+        path.unlink()
+
+
+def test_an_unknown_config_key_is_an_error_naming_it(built, project):
+    run, _ = project
+    config = ("materialized='pgad_model', model='λ(d, w) w.a*d.sqft', loss='squared', label='price', "
+              "weights={'a': 0}")
+    out = with_model(run, 'misspelt', f"{{{{ config({config}, optimiser='lbfgs') }}}}\n"
+                     "select sqft, price from {{ ref('stg_houses') }}", fails=True)
+    assert "unknown config key 'optimiser': did you mean 'optimizer'?" in out
+    out = with_model(run, 'misspelt', f"{{{{ config({config}, meta={{'pgad': {{'standardise': true}}}}) }}}}\n"
+                     "select sqft, price from {{ ref('stg_houses') }}", fails=True)
+    assert "unknown config meta['pgad'] key 'standardise': did you mean 'standardize'?" in out
+    db, _, _ = built
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'dev__misspelt'").fetchone() == (0,)
+
+
+def test_every_option_reaches_pgad_train_and_its_messages_show(built, project):
+    """dtype (once lost) reaches pgad.train, from the config and from meta['pgad']; the NOTICE of the rows skipped for a
+    NULL and the WARNING of a diverging descent show in dbt's output."""
+    db, _, _ = built
+    run, _ = project
+    out = with_model(run, 'noisy', "{{ config(materialized='pgad_model', model='λ(d, w) w.a*d.sqft', "
+                     "loss='squared', label='price', weights={'a': 0}, dtype='float32', learning_rate=1, "
+                     "meta={'pgad': {'iterations': 5}}) }}\n"
+                     "select sqft, case when id = 1 then null else price end as price from {{ ref('stg_houses') }}")
+    options = db.execute("SELECT options FROM pgad.models WHERE name = 'dev__noisy'").fetchone()[0]
+    assert options['dtype'] == 'float32' and options['iterations'] == 5 and options['learning_rate'] == 1
+    assert 'pgad model dev__noisy: NOTICE:  skipped 1 of 45 rows with NULL' in out
+    assert re.search(r'pgad model dev__noisy: WARNING: .*the loss grew', out)
+    # options pgad.train gains (issue 28 §5) are passed, by name, already
+    directory = run.directory
+    with_model(run, 'later', "{{ config(materialized='pgad_model', model='λ(d, w) w.a*d.sqft', loss='squared', "
+               "label='price', weights={'a': 0}, validation=0.2, early_stopping=5) }}\n"
+               "select sqft, price from {{ ref('stg_houses') }}", fails=None)
+    sent = (directory / 'target' / 'run' / 'pgad_houses' / 'models' / 'later.sql').read_text()
+    assert "validation => '0.2'" in sent and "early_stopping => '5'" in sent
+
+
+def test_the_macros_list_of_dbt_configs_is_dbts():
+    """pgad_dbt_configs in the macro lists every config key of dbt's models at the pinned versions (a new one would
+    otherwise be refused as unknown)."""
+    python = VENV / 'bin' / 'python'
+    dbt_program()
+    names = subprocess.run([str(python), '-c', 'import dataclasses\n'
+                            'from dbt.artifacts.resources.v1.model import ModelConfig\n'
+                            'from dbt.adapters.postgres.impl import PostgresConfig\n'
+                            'print(*(f.metadata.get("alias") or f.name for c in (ModelConfig, PostgresConfig) '
+                            'for f in dataclasses.fields(c) if f.name != "_extra"))'],
+                           capture_output=True, text=True, check=True).stdout.split()
+    macro = (EXAMPLE / 'macros' / 'pgad_model.sql').read_text()
+    listed = macro[macro.index('macro pgad_dbt_configs'):]
+    listed = set(re.findall(r"'([a-z_-]+)'", listed[:listed.index('endmacro')]))
+    assert set(names) <= listed, set(names) - listed

@@ -54,7 +54,9 @@ def test_the_error_names_the_operation(text, x, w, sqlstate, message, detail):
 
 def test_a_nan_in_the_data_is_named_as_such():
     caught = error('λ(d, w) w.a*d.x', [1.0, np.nan], [1.0])
-    assert caught.sqlstate == '22003' and caught.detail == 'The first value that is NaN: d.x = NaN where d.x = NaN.'
+    assert (caught.sqlstate, caught.message) == ('22000', 'column "x" of the data is NaN')
+    assert caught.detail == ("Row 2 of the rows the lambda reads (the data's rows without NULL in them, in the order "
+                             "the data query gives) has x = NaN.")
 
 
 def test_the_bad_row_is_found_past_the_first_block(monkeypatch):
@@ -63,6 +65,9 @@ def test_the_bad_row_is_found_past_the_first_block(monkeypatch):
     x[777] = 0.0
     caught = error('λ(d, w) w.a*ln(d.x)', x, [1.0])
     assert caught.message == 'cannot take logarithm of zero'
+    x[777] = np.inf  # the row is counted from the first, past the first block
+    caught = error('λ(d, w) w.a*d.x', x, [1.0])
+    assert caught.message == 'column "x" of the data is Infinity' and caught.detail.startswith('Row 778 of ')
 
 
 def test_a_long_expression_is_not_printed_whole():

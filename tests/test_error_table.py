@@ -60,6 +60,17 @@ CALLS = {
     'pgad.train takes no standardize for a model with a categorical weight':
         call("SELECT pgad.train('m', 'λ(d, w) w.r[d.t]', 'squared', 'SELECT t, x AS y FROM mixed', '{\"r\": {}}', "
              "standardize => true)"),
+    'the label column "y" is not in the data':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'SELECT 1.0::float8 AS x', '{\"a\": 0}')"),
+    'column "v" is of type double precision[]: the aggregates take numbers':
+        call("SELECT pgad.loss_agg('λ(d, w) w.a*d.v', '{\"a\": 0}', t) FROM (SELECT ARRAY[1.0::float8] AS v) AS t"),
+    'column "y" of the data is NaN':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'SELECT 1.0::float8 AS x, ''NaN''::float8 AS y', "
+             "'{\"a\": 0}')"),
+    'cannot drop model "viewed" because other objects depend on its scoring function':
+        call("SELECT pgad.train('viewed', 'λ(d, w) w.a*d.x', 'squared', 'points', %s)", '{"a": 0}')
+        + call('CREATE VIEW viewed_scores AS SELECT pgad_models.viewed(x) FROM points')
+        + call("SELECT pgad.drop_model('viewed')"),
     'syntax error at or near "*"': call("SELECT pgad.loss('λ(d, w) * d.x', 'points', %s)", AB),
     'function foo(double precision) does not exist': call("SELECT pgad.loss('λ(d, w) foo(w.a)', 'points', %s)", AB),
     '"q" is neither the data row "d" nor the weights "w"': call("SELECT pgad.loss('λ(d, w) q.a', 'points', %s)", AB),

@@ -536,7 +536,9 @@ class Parser:
             return self.graph.weight(name)
         if owner.value == self.value:
             raise self.fail('42809', f'"{owner.value}" is the prediction, a number: it has no field "{name}"', owner,
-                            hint=f'Read columns of the data as {self.row}.{tok.text}.')
+                            hint=f'The loss is a λ(p, d) of the prediction p and the data row d, for example '
+                                 f"'λ(p, d) (p - d.y)^2', or a named loss ('squared', 'absolute', 'logistic', "
+                                 f"'hinge'); the model λ(d, w) goes in model.")
         if self.value is not None:
             raise self.fail('42P01', f'"{owner.value}" is not the data row "{self.row}"', owner,
                             hint=f'A loss reads columns as {self.row}.column and the prediction as {self.value}; '

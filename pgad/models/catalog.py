@@ -421,7 +421,26 @@ def drop(name):
         for _, each in [*extras(name, loss, signature), ('', signature)]:
             for found in function(each):
                 if found['owner'] == owner:
-                    server.query(f'DROP FUNCTION {found["identity"]}')
+                    try:
+                        server.query(f'DROP FUNCTION {found["identity"]}')
+                    except server.SPIError as e:
+                        raise dependents(e, name) from None
+
+
+def dependents(error, name):
+    """error, or for objects that depend on the scoring function (2BP01), the error that names them and says to drop
+    them first: pgad.drop_model has no CASCADE."""
+    if getattr(error, 'sqlstate', None) != '2BP01':
+        return error
+    detail = (getattr(error, 'spidata', None) or (None, None))[1] or ''
+    objects = re.findall(r'^((?:materialized )?view|function|rule|constraint|default value|trigger) (.+?) depends on ',
+                         detail, re.MULTILINE)
+    drops = '; '.join(f'DROP {kind.upper()} {what}' for kind, what in objects
+                      if kind in ('view', 'materialized view', 'function'))
+    return PgadError('2BP01', f'cannot drop model "{name}" because other objects depend on its scoring function',
+                     detail=detail or None,
+                     hint=(f'Drop them first ({drops}), then the model' if drops else 'Drop them first, then the model')
+                     + ': pgad.drop_model drops no other object.')
 
 
 # pgad.models is written by pgad._write_models alone (extension/sql), a SECURITY DEFINER function of the extension's

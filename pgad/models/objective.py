@@ -40,6 +40,19 @@ class Objective:
     loss_columns: tuple    # the columns the loss reads itself (the label)
 
 
+def without_label(error, goal, loss):
+    """error, or for a column missing from the data that is the label of a named loss, the error that says so."""
+    missing = re.match(r'column "(.*)" does not exist in the data$', error.message)
+    if loss not in LOSSES or not missing or missing.group(1) not in goal.loss_columns:
+        return error
+    label = missing.group(1)
+    return PgadError('42703', f'the label column "{label}" is not in the data', detail=error.detail,
+                     hint=(f"label is 'y' unless given: label => 'price' names the column the loss '{loss}' compares "
+                           'the prediction with.' if label == 'y' else
+                           f"label => '{label}' names the column the loss '{loss}' compares the prediction with: "
+                           'give one of the data\'s columns (as it is spelt there, "Price" and price are two).'))
+
+
 def build(model_text, loss, label, limits):
     """The Objective of the model lambda under loss (a lambda text or a name in LOSSES), label naming the label
     column of a named loss."""

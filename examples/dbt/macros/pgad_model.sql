@@ -1,16 +1,40 @@
 {#-
   materialized='pgad_model': a dbt model whose SELECT is the training data of a pgad model.
 
-  The SELECT becomes a view named after the dbt model (what the model was trained on stays readable), then
-  pgad.train fits the model on that view: it stores the fit in pgad.models under the dbt model's name and creates the
-  scoring function pgad_models."<name>"(<group_by columns>, <the columns the model reads>), which downstream models
-  call. As dbt's own view materialization does, the view is built under a temporary name and swapped in; the view
-  and the training commit together, so a failed training leaves the previous view and model in place.
+  The model belongs to the dbt target: its pgad name is "<schema>__<model>" (pgad_model_name), the schema the dbt
+  target builds the view in, so that a run in a dev schema never changes the model or the scoring function
+  pgad_models."<schema>__<model>"(<group_by columns>, <the columns the model reads>) that a run in the production
+  schema made. Downstream models call that function through {{ pgad_score('<model>') }}(...).
 
-  Config: model (the prediction lambda), loss and weights (a dict), required; any of pgad.train's options (train_options below),
-  passed by name when set. A key may also sit in the config's meta. Every value reaches SQL as a quoted literal cast
-  to its argument's type, never as SQL text.
+  The SELECT becomes a view named after the dbt model (what the model was trained on stays readable), then
+  pgad.train fits the model on that view. As dbt's own view materialization does, the view is built under a
+  temporary name and swapped in; the view and the training commit together, so a failed training leaves the
+  previous view and model in place. Under `--empty` the SELECT is built and checked but nothing is trained: an
+  existing view and model are left as they were.
+
+  Config: model (the prediction lambda), loss and weights (a dict), required; any of pgad.train's options
+  (pgad_train_options below), passed by name when set; or all of these in meta={'pgad': {...}}. A key that is
+  neither dbt's nor pgad's is an error naming it. Every value reaches SQL as a quoted literal that PostgreSQL reads
+  as the type of pgad.train's argument, never as SQL text. The final loss, and every NOTICE and WARNING of
+  pgad.train, show in dbt's output.
 -#}
+
+{#- pgad.train's arguments that a config may set: the one list to extend when pgad.train gains an option. -#}
+{% macro pgad_train_options() -%}
+  {{ return(['model', 'loss', 'weights', 'learning_rate', 'iterations', 'mode', 'backend', 'optimizer',
+             'batch_size', 'seed', 'tolerance', 'l1', 'l2', 'regularize', 'standardize', 'label', 'group_by',
+             'progress_every', 'dtype', 'validation', 'early_stopping']) }}
+{%- endmacro %}
+
+{#- dbt's own model configs (dbt-core's ModelConfig and dbt-postgres's PostgresConfig, at the versions pinned in
+    pyproject.toml; tests/test_dbt.py checks the list against them). -#}
+{% macro pgad_dbt_configs() -%}
+  {{ return(['access', 'alias', 'batch_size', 'begin', 'column_types', 'concurrent_batches', 'contract', 'database',
+             'docs', 'enabled', 'event_time', 'freshness', 'full_refresh', 'grants', 'group', 'incremental_strategy',
+             'lookback', 'materialized', 'meta', 'on_configuration_change', 'on_schema_change', 'packages',
+             'persist_docs', 'post-hook', 'pre-hook', 'quoting', 'schema', 'static_analysis', 'tags', 'unique_key',
+             'indexes', 'unlogged']) }}
+{%- endmacro %}
 
 {% materialization pgad_model, adapter='postgres' %}
 
@@ -23,26 +47,22 @@
   {%- set backup_relation = make_backup_relation(target_relation, backup_relation_type) -%}
   {%- set preexisting_backup_relation = load_cached_relation(backup_relation) -%}
   {%- set grant_config = config.get('grants') -%}
+  {%- set pgad_name = pgad_model_name(this) -%}
+  {%- set empty = flags.EMPTY -%}
 
-  {#- pgad.train's options, and the types of their arguments -#}
-  {%- set train_options = {
-      'learning_rate': 'float8', 'iterations': 'int4', 'mode': 'text', 'backend': 'text', 'optimizer': 'text',
-      'batch_size': 'int4', 'seed': 'int8', 'tolerance': 'float8', 'l1': 'float8', 'l2': 'float8',
-      'regularize': 'jsonb', 'standardize': 'bool', 'label': 'text', 'group_by': 'text', 'progress_every': 'int4',
-  } -%}
-
+  {%- do pgad_check_config() -%}
   {%- set arguments = [
-      ('name', pgad_literal(this.identifier, 'text')),
-      ('model', pgad_literal(pgad_config('model', required=true), 'text')),
-      ('loss', pgad_literal(pgad_config('loss', required=true), 'text')),
-      ('data', pgad_literal(target_relation.include(database=false) | string, 'text')),
-      ('weights', pgad_literal(pgad_config('weights', required=true), 'jsonb')),
+      ('name', pgad_literal(pgad_name)),
+      ('model', pgad_literal(pgad_config('model', required=true))),
+      ('loss', pgad_literal(pgad_config('loss', required=true))),
+      ('data', pgad_literal(target_relation.include(database=false) | string)),
+      ('weights', pgad_literal(pgad_config('weights', required=true))),
   ] -%}
-  {%- for option, type in train_options.items() -%}
+  {%- for option in pgad_train_options() if option not in ('model', 'loss', 'weights') -%}
     {%- set value = pgad_config(option) -%}
     {%- if value is not none -%}
       {%- if option == 'group_by' and value is not string -%}{%- set value = value | join(', ') -%}{%- endif -%}
-      {%- do arguments.append((option, pgad_literal(value, type))) -%}
+      {%- do arguments.append((option, pgad_literal(value))) -%}
     {%- endif -%}
   {%- endfor -%}
 
@@ -54,30 +74,51 @@
   -- `BEGIN` happens here:
   {{ run_hooks(pre_hooks, inside_transaction=True) }}
 
-  {% call statement('training_data') -%}
-    {{ get_create_view_as_sql(intermediate_relation, sql) }}
-  {%- endcall %}
+  {#- the view, through add_query for its connection: pgad.train's NOTICEs and WARNINGs arrive in its list -#}
+  {%- set connection = adapter.add_query(get_create_view_as_sql(intermediate_relation, sql))[0] -%}
 
-  {% if existing_relation is not none %}
-    {% set existing_relation = load_cached_relation(existing_relation) %}
-    {% if existing_relation is not none %}
-      {{ adapter.rename_relation(existing_relation, backup_relation) }}
+  {% if empty %}
+    {#- --empty: the SELECT was built and checked; nothing is trained, and a view already there stays -#}
+    {% if existing_relation is none %}
+      {{ adapter.rename_relation(intermediate_relation, target_relation) }}
+    {% else %}
+      {{ adapter.drop_relation(intermediate_relation) }}
     {% endif %}
+    {% call statement('main') -%}
+      select
+    {%- endcall %}
+    {{ log('pgad model ' ~ pgad_name ~ ': not trained (--empty)', info=true) }}
+  {% else %}
+    {% if existing_relation is not none %}
+      {% set existing_relation = load_cached_relation(existing_relation) %}
+      {% if existing_relation is not none %}
+        {{ adapter.rename_relation(existing_relation, backup_relation) }}
+      {% endif %}
+    {% endif %}
+    {{ adapter.rename_relation(intermediate_relation, target_relation) }}
+
+    {%- do connection.handle.notices.clear() if connection.handle is not none -%}
+    {% call statement('main', fetch_result=True) -%}
+      select name, group_key, final_loss, iterations from pgad.train(
+        {%- for name, value in arguments %}
+        {{ name }} => {{ value }}{{ ',' if not loop.last }}
+        {%- endfor %}
+      )
+    {%- endcall %}
+
+    {% for message in (connection.handle.notices if connection.handle is not none else []) %}
+      {%- set message = message | trim -%}
+      {% if message.startswith('WARNING') %}
+        {% do exceptions.warn('pgad model ' ~ pgad_name ~ ': ' ~ message) %}
+      {% else %}
+        {{ log('pgad model ' ~ pgad_name ~ ': ' ~ message, info=true) }}
+      {% endif %}
+    {% endfor %}
+    {% for row in load_result('main')['table'] %}
+      {{ log('pgad model ' ~ row['name'] ~ (' ' ~ row['group_key'] if row['group_key'] else '') ~ ': final loss '
+             ~ row['final_loss'] ~ ' after ' ~ row['iterations'] ~ ' iterations', info=true) }}
+    {% endfor %}
   {% endif %}
-  {{ adapter.rename_relation(intermediate_relation, target_relation) }}
-
-  {% call statement('main', fetch_result=True) -%}
-    select name, group_key, final_loss, iterations from pgad.train(
-      {%- for name, value in arguments %}
-      {{ name }} => {{ value }}{{ ',' if not loop.last }}
-      {%- endfor %}
-    )
-  {%- endcall %}
-
-  {% for row in load_result('main')['table'] %}
-    {{ log('pgad model ' ~ row['name'] ~ (' ' ~ row['group_key'] if row['group_key'] else '') ~ ': final loss '
-           ~ row['final_loss'] ~ ' after ' ~ row['iterations'] ~ ' iterations') }}
-  {% endfor %}
 
   {% set should_revoke = should_revoke(existing_relation, full_refresh_mode=True) %}
   {% do apply_grants(target_relation, grant_config, should_revoke=should_revoke) %}
@@ -98,11 +139,78 @@
 {% endmaterialization %}
 
 
-{#- A config value of the model: config.<name>, else config.meta.<name> (where dbt asks custom keys to go). -#}
+{#- The pgad name of the model that a dbt model (a relation: this, or ref('<model>')) trains in its target:
+    "<schema>__<model>", so that each target's schema has models and scoring functions of its own. -#}
+{% macro pgad_model_name(relation) -%}
+  {%- set name = relation.schema ~ '__' ~ relation.identifier -%}
+  {%- if name.encode('utf-8') | length > 63 -%}
+    {{ exceptions.raise_compiler_error("pgad model name '" ~ name ~ "' (<schema>__<model>) is longer than 63 "
+                                       ~ "bytes, PostgreSQL's limit for the name of its scoring function: "
+                                       ~ "shorten the schema or the model's name") }}
+  {%- endif -%}
+  {{ return(name) }}
+{%- endmacro %}
+
+
+{#- {{ pgad_score('house_prices') }}(sqft, rooms): the scoring function that the dbt model house_prices trained in
+    this target, pgad_models."<schema>__house_prices", quoted; kind 'probability' or 'class' names the functions
+    pgad.train makes beside it for a logistic or hinge model. ref() makes the calling model depend on the training.
+    Under --empty, before the target has the function, it stands in as a NULL of float8 (no row is read). -#}
+{% macro pgad_score(model, kind=none) -%}
+  {%- set relation = ref(model) if model is string else model -%}
+  {%- set name = pgad_model_name(relation) ~ ('_' ~ kind if kind else '') -%}
+  {%- set function = 'pgad_models."' ~ name.replace('"', '""') ~ '"' -%}
+  {%- if execute and flags.EMPTY -%}
+    {%- set found = run_query("select pg_catalog.count(*) from pg_catalog.pg_proc where pronamespace "
+                              ~ "OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace and proname "
+                              ~ "OPERATOR(pg_catalog.=) " ~ pgad_literal(name)).columns[0].values()[0] -%}
+    {%- if found == 0 -%}
+      {{- return('NULL::pg_catalog.float8 OPERATOR(pg_catalog.+) 0 OPERATOR(pg_catalog.*) pg_catalog.num_nonnulls') -}}
+    {%- endif -%}
+  {%- endif -%}
+  {{- return(function) -}}
+{%- endmacro %}
+
+
+{#- Every config key of the model is dbt's or pgad's, and every key of meta.pgad is pgad's; else an error naming the
+    key, and the nearest known key. -#}
+{% macro pgad_check_config() -%}
+  {%- set known = pgad_train_options() -%}
+  {%- for where, keys, allowed in [('config', model.config.keys(), known + pgad_dbt_configs()),
+                                    ("config meta['pgad']", ((model.config.get('meta') or {}).get('pgad') or {}).keys(), known)] -%}
+    {%- for key in keys if key not in allowed -%}
+      {%- set near = namespace(key=none, distance=3) -%}
+      {%- for other in known -%}
+        {%- set distance = pgad_distance(key, other) | int -%}
+        {%- if distance < near.distance -%}{%- set near.key, near.distance = other, distance -%}{%- endif -%}
+      {%- endfor -%}
+      {{ exceptions.raise_compiler_error("materialized='pgad_model': unknown " ~ where ~ " key '" ~ key ~ "'"
+          ~ (": did you mean '" ~ near.key ~ "'?" if near.key else '')
+          ~ " pgad.train's options are " ~ known | join(', ') ~ "; other keys of your own go in meta") }}
+    {%- endfor -%}
+  {%- endfor -%}
+{%- endmacro %}
+
+
+{#- The edit distance (Levenshtein) between two strings. -#}
+{% macro pgad_distance(a, b) -%}
+  {%- set ns = namespace(previous=range(b | length + 1) | list) -%}
+  {%- for i in range(a | length) -%}
+    {%- set row = [i + 1] -%}
+    {%- for j in range(b | length) -%}
+      {%- do row.append([ns.previous[j + 1] + 1, row[j] + 1, ns.previous[j] + (0 if a[i] == b[j] else 1)] | min) -%}
+    {%- endfor -%}
+    {%- set ns.previous = row -%}
+  {%- endfor -%}
+  {{- return(ns.previous[-1]) -}}
+{%- endmacro %}
+
+
+{#- A config value of the model: config.<name>, else config.meta['pgad'].<name> (dbt asks custom keys to go in meta). -#}
 {% macro pgad_config(name, required=false) -%}
   {%- set value = config.get(name) -%}
   {%- if value is none -%}
-    {%- set value = (config.get('meta') or {}).get(name) -%}
+    {%- set value = ((config.get('meta') or {}).get('pgad') or {}).get(name) -%}
   {%- endif -%}
   {%- if value is none and required -%}
     {{ exceptions.raise_compiler_error("materialized='pgad_model' needs config '" ~ name ~ "' (see pgad's "
@@ -112,10 +220,10 @@
 {%- endmacro %}
 
 
-{#- value as a PostgreSQL literal of type pg_catalog.<type>: its text quoted as quote_literal quotes it (quotes
-    doubled; backslashes doubled behind E when there are any), so any value reads back as itself. A dict or list is
-    written as JSON. -#}
-{% macro pgad_literal(value, type) -%}
+{#- value as a PostgreSQL literal of unknown type, which PostgreSQL reads as the type of the argument it is passed
+    to: its text quoted as quote_literal quotes it (quotes doubled; backslashes doubled behind E when there are any),
+    so any value reads back as itself. A dict or list is written as JSON. -#}
+{% macro pgad_literal(value) -%}
   {%- if value is boolean -%}
     {%- set text = 'true' if value else 'false' -%}
   {%- elif value is mapping or (value is iterable and value is not string) -%}
@@ -124,5 +232,5 @@
     {%- set text = value | string -%}
   {%- endif -%}
   {%- set quoted = "'" ~ text.replace("'", "''").replace('\\', '\\\\') ~ "'" -%}
-  {{- ('E' if '\\' in text else '') ~ quoted ~ '::pg_catalog.' ~ type -}}
+  {{- ('E' if '\\' in text else '') ~ quoted -}}
 {%- endmacro %}
