@@ -408,7 +408,8 @@ def _held_out(validation, prog, groups, config, categories=None):
     if not isinstance(validation, str):
         return None
     if groups:
-        _, found = loader.load_groups(validation, list(prog.columns), groups, config.memory_limit, categories)
+        _, found = loader.load_groups(validation, list(prog.columns), groups, config.memory_limit, categories,
+                                      unseen=True)
         return {part.key: part.table for part in found}
     return loader.load(validation, list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of),
                        categories, unseen=True)

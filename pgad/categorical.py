@@ -194,7 +194,7 @@ def code(column, keys, unseen=False):
     found = f'({quote_literal(lookup)}::pg_catalog.jsonb OPERATOR(pg_catalog.->>) {value}::pg_catalog.text)'
     if not unseen:
         return found
-    return f'pg_catalog.coalesce({found}, CASE WHEN {value} IS NOT NULL THEN \'0\' END)'
+    return f'COALESCE({found}, CASE WHEN {value} IS NOT NULL THEN \'0\' END)'  # a keyword, not a function
 
 
 def stored(weights, lam):

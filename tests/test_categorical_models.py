@@ -1,0 +1,112 @@
+"""Categorical weights in pgad.evaluate, pgad.summary and pgad.hessian, against a real server: evaluate's metrics
+against scikit-learn on the one-hot model's predictions (a category never trained contributing 0 and counted as
+unseen_category_rows), grouped models too; summary's table against statsmodels' OLS and Logit on the one-hot design
+(one row per category, named region[north]); the Hessian against the one-hot design's 2·XᵀX / n."""
+import json
+
+import numpy as np
+import psycopg
+import pytest
+import statsmodels.api as sm
+from sklearn import metrics as sk
+
+from conftest import error_of
+
+N = 240
+REGIONS = ['east', 'north', 'south']
+rng = np.random.default_rng(11)
+REGION = np.array([REGIONS[k % 3] for k in range(N)])
+PART = np.where(np.arange(N) % 2 == 0, 'a', 'b')
+SQFT = rng.normal(size=N)
+EFFECT = {'east': 1.0, 'north': -2.0, 'south': 0.5}
+PRICE = np.array([EFFECT[r] for r in REGION]) + 0.7 * SQFT + rng.normal(scale=0.5, size=N)
+T = (rng.uniform(size=N) < 1 / (1 + np.exp(-(np.array([EFFECT[r] for r in REGION]) * 0.6 + 0.9 * SQFT)))) * 1.0
+MODEL = 'λ(d, w) w.region[d.region] + w.a*d.sqft'
+START = '{"region": {}, "a": 0}'
+
+
+@pytest.fixture(scope='module', autouse=True)
+def tables(cluster, dbname):
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute('CREATE TABLE sales (region text, part text, sqft float8, price float8, t float8)')
+        with db.cursor() as cur:
+            cur.executemany('INSERT INTO sales VALUES (%s, %s, %s, %s, %s)',
+                            [(str(r), str(p), float(x), float(y), float(t))
+                             for r, p, x, y, t in zip(REGION, PART, SQFT, PRICE, T)])
+        # new data: a region training never saw (west), and a NULL region (skipped)
+        db.execute("CREATE TABLE fresh AS SELECT * FROM sales WHERE sqft > 0")
+        db.execute("INSERT INTO fresh VALUES ('west', 'a', 0.5, 2.0, 1), ('west', 'b', -1.0, 0.0, 0), "
+                   "(NULL, 'a', 1.0, 1.0, 1)")
+
+
+def train(db, name, loss, label, **options):
+    args = ''.join(f', {k} => %({k})s' for k in options)
+    db.execute(f"SELECT * FROM pgad.train(%(name)s, %(model)s, %(loss)s, 'sales', %(start)s, label => %(label)s, "
+               f"optimizer => 'lbfgs', iterations => 500, tolerance => 1e-14{args})",
+               dict(name=name, model=MODEL, loss=loss, start=START, label=label, **options))
+    return {key: json.loads(w) for key, w in
+            db.execute('SELECT group_key::text, weights::text FROM pgad.models WHERE name = %s', [name])}
+
+
+def evaluated(db, name, data):
+    found = {}
+    for key, metric, value in db.execute('SELECT * FROM pgad.evaluate(%s, %s)', [name, data]):
+        found.setdefault(None if key is None else json.dumps(key, sort_keys=True), {})[metric] = value
+    return found
+
+
+def fresh_rows(db, where='true'):
+    return db.execute(f'SELECT region, sqft, price, t FROM fresh WHERE region IS NOT NULL AND {where} '
+                      'ORDER BY ctid').fetchall()
+
+
+def predict(weights, rows):
+    """The one-hot model's prediction: an unseen region contributes 0."""
+    return np.array([weights['region'].get(r, 0.0) + weights['a'] * x for r, x, _, _ in rows])
+
+
+def test_evaluate_squared_with_an_unseen_category(db):
+    weights = train(db, 'cat_sq', 'squared', 'price')[None]
+    got = evaluated(db, 'cat_sq', 'fresh')[None]
+    rows = fresh_rows(db)
+    z, y = predict(weights, rows), np.array([r[2] for r in rows])
+    assert got['rows'] == len(rows) and got['skipped_rows'] == 1
+    assert got['unseen_category_rows'] == 2
+    assert got['mse'] == pytest.approx(sk.mean_squared_error(y, z), rel=1e-12)
+    assert got['mae'] == pytest.approx(sk.mean_absolute_error(y, z), rel=1e-12)
+    assert got['r2'] == pytest.approx(sk.r2_score(y, z), rel=1e-12)
+    assert got['loss'] == pytest.approx(sk.mean_squared_error(y, z), rel=1e-12)
+    # the scoring function agrees row by row, the unseen region included
+    scored = [v for v, in db.execute('SELECT pgad_models.cat_sq(region, sqft) FROM fresh WHERE region IS NOT NULL '
+                                     'ORDER BY ctid')]
+    assert scored == pytest.approx(z.tolist(), rel=1e-12)
+
+
+def test_evaluate_logistic(db):
+    weights = train(db, 'cat_lo', 'logistic', 't')[None]
+    got = evaluated(db, 'cat_lo', 'fresh')[None]
+    rows = fresh_rows(db)
+    z, y = predict(weights, rows), np.array([r[3] for r in rows])
+    p = 1 / (1 + np.exp(-z))
+    assert got['unseen_category_rows'] == 2
+    assert got['log_loss'] == pytest.approx(sk.log_loss(y, p), rel=1e-9)
+    assert got['accuracy'] == pytest.approx(sk.accuracy_score(y, p >= 0.5))
+    assert got['roc_auc'] == pytest.approx(sk.roc_auc_score(y, z), rel=1e-12)
+
+
+def test_evaluate_grouped(db):
+    weights = train(db, 'cat_gr', 'squared', 'price', group_by='part')
+    got = evaluated(db, 'cat_gr', 'fresh')
+    assert len(got) == 2
+    for key, found in got.items():
+        part = json.loads(key)['part']
+        rows = fresh_rows(db, f"part = '{part}'")
+        w = weights[next(k for k in weights if json.loads(k)['part'] == part)]
+        z, y = predict(w, rows), np.array([r[2] for r in rows])
+        assert found['rows'] == len(rows) and found['unseen_category_rows'] == 1
+        assert found['mse'] == pytest.approx(sk.mean_squared_error(y, z), rel=1e-12)
+
+
+def test_evaluate_no_unseen_category(db):
+    train(db, 'cat_none', 'squared', 'price')
+    assert evaluated(db, 'cat_none', 'sales')[None]['unseen_category_rows'] == 0
