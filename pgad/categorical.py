@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import loader, server
+from . import loader, program, server
 from .errors import PgadError
+from .lang import vectors
 from .lang.printer import quote_ident
 from .lang.rules import OPERATIONS
 
@@ -202,6 +203,13 @@ def stored(weights, lam):
     categories, Categories) of a trained model (lam, its lambda): what scoring it on new data loads the column by,
     with code(…, unseen=True)."""
     return listed(weights, lam)
+
+
+def element_names(prog, cats):
+    """The names of the elements of prog's weight vector (a Program's), each categorical weight's entries by category,
+    region[north] (program.categorical_names); the others as vectors.elements names them."""
+    return [e for name, shape in prog.shapes for e in (program.categorical_names(name, cats.keys[name])
+                                                       if name in cats.keys else vectors.elements(name, shape))]
 
 
 def scoring_code(argument, keys, kind):

@@ -110,3 +110,66 @@ def test_evaluate_grouped(db):
 def test_evaluate_no_unseen_category(db):
     train(db, 'cat_none', 'squared', 'price')
     assert evaluated(db, 'cat_none', 'sales')[None]['unseen_category_rows'] == 0
+
+
+def design(mask=slice(None)):
+    """The one-hot design of the model: a column per region (east, north, south), then sqft."""
+    return np.column_stack([(REGION[mask] == r) * 1.0 for r in REGIONS] + [SQFT[mask]])
+
+
+NAMES = ['region[east]', 'region[north]', 'region[south]', 'a']
+
+
+def summarized(db, name):
+    out = {}
+    for key, *line in db.execute('SELECT * FROM pgad.summary(%s)', [name]):
+        out.setdefault(None if key is None else key['part'], []).append(line)
+    return out
+
+
+def check(rows, result, estimate_tol):
+    assert sorted(r[0] for r in rows) == sorted(NAMES)  # in the stored weights' order
+    by_name = {r[0]: r[1:] for r in rows}
+    got = np.array([by_name[n] for n in NAMES], dtype=float)
+    assert got[:, 0] == pytest.approx(result.params, abs=estimate_tol)
+    assert got[:, 1] == pytest.approx(result.bse, rel=1e-6)
+    assert got[:, 2] == pytest.approx(result.tvalues, rel=1e-6)
+    assert got[:, 3] == pytest.approx(result.pvalues, rel=1e-5, abs=1e-300)
+    assert got[:, 4:] == pytest.approx(result.conf_int(), rel=1e-6, abs=1e-9)
+
+
+def test_summary_ols_names_categories(db):
+    train(db, 'cat_ols', 'squared', 'price')
+    check(summarized(db, 'cat_ols')[None], sm.OLS(PRICE, design()).fit(), 1e-8)
+
+
+def test_summary_logistic(db):
+    train(db, 'cat_logit', 'logistic', 't')
+    check(summarized(db, 'cat_logit')[None], sm.Logit(T, design()).fit(disp=0, tol=1e-12), 1e-6)
+
+
+def test_summary_grouped(db):
+    train(db, 'cat_parts', 'squared', 'price', group_by='part')
+    tables = summarized(db, 'cat_parts')
+    assert set(tables) == {'a', 'b'}
+    for part, rows in tables.items():
+        mask = PART == part
+        check(rows, sm.OLS(PRICE[mask], design(mask)).fit(), 1e-8)
+
+
+def test_summary_dummy_trap_is_singular(db):
+    """An intercept beside a weight for every category: the Hessian is singular (22000)."""
+    db.execute("SELECT * FROM pgad.train('cat_trap', 'λ(d, w) w.region[d.region] + w.a*d.sqft + w.c', 'squared', "
+               "'sales', '{\"region\": {}, \"a\": 0, \"c\": 0}', label => 'price', optimizer => 'lbfgs')")
+    diag = error_of(db, "SELECT * FROM pgad.summary('cat_trap')")
+    assert diag.sqlstate == '22000' and 'singular' in diag.message_primary
+
+
+def test_hessian_names_categories(db):
+    loss = 'λ(d, w) (w.region[d.region] + w.a*d.sqft - d.price)^2'
+    got = json.loads(db.execute('SELECT pgad.hessian(%s, %s, %s)::text', [loss, 'sales', START]).fetchone()[0])
+    assert sorted(got) == sorted(NAMES)
+    X = design()
+    want = 2 * X.T @ X / N
+    for i, a in enumerate(NAMES):
+        assert [got[a][b] for b in NAMES] == pytest.approx(want[i].tolist(), rel=1e-12, abs=1e-12)
