@@ -173,3 +173,17 @@ def test_hessian_names_categories(db):
     want = 2 * X.T @ X / N
     for i, a in enumerate(NAMES):
         assert [got[a][b] for b in NAMES] == pytest.approx(want[i].tolist(), rel=1e-12, abs=1e-12)
+
+
+def test_evaluate_an_integer_category(db):
+    """An integer column's categories are its text ('3'): a floor training never saw (4) contributes 0."""
+    db.execute('CREATE TABLE floors AS SELECT (1 + g % 3)::int AS floor, g::float8 / 10 AS x, '
+               '(1 + g % 3) * 2 + g::float8 / 10 AS y FROM generate_series(1, 30) AS g')
+    db.execute("SELECT * FROM pgad.train('by_floor', 'λ(d, w) w.f[d.floor] + w.a*d.x', 'squared', 'floors', "
+               "'{\"f\": {}, \"a\": 0}', optimizer => 'lbfgs', iterations => 500, tolerance => 1e-14)")
+    got = {m: v for _, m, v in db.execute(
+        "SELECT * FROM pgad.evaluate('by_floor', "
+        "'SELECT * FROM (VALUES (2, 1.0, 5.0), (4, 1.0, 1.0)) AS v(floor, x, y)')")}
+    # floor 2: 2·2 + 1 = 5 exactly; floor 4: 0 + 1·1 = 1 exactly
+    assert got['rows'] == 2 and got['unseen_category_rows'] == 1
+    assert got['mse'] == pytest.approx(0, abs=1e-12)
