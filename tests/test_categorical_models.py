@@ -187,3 +187,13 @@ def test_evaluate_an_integer_category(db):
     # floor 2: 2·2 + 1 = 5 exactly; floor 4: 0 + 1·1 = 1 exactly
     assert got['rows'] == 2 and got['unseen_category_rows'] == 1
     assert got['mse'] == pytest.approx(0, abs=1e-12)
+
+
+@pytest.mark.parametrize('group_by', [None, 'part'])
+def test_validation_query_with_an_unseen_category(db, group_by):
+    """A validation query with a region training never saw loads it as code 0 (categorical.code's COALESCE, a
+    keyword: there is no pg_catalog.coalesce), with group_by too."""
+    options = {'validation': 'SELECT * FROM fresh'} | ({'group_by': group_by} if group_by else {})
+    train(db, 'cat_valid', 'squared', 'price', **options)
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'cat_valid'").fetchone()[0] == (2 if group_by
+                                                                                                     else 1)
