@@ -64,13 +64,15 @@ def _hessian_at(loss, data, weights, backend='auto'):
     w, unread = arguments.unread(arguments.weights(weights, lam, config.memory_limit), lam)
     backend = arguments.backend(backend)
     load = _loading(data, spread=False)
-    prog = program.build_hessian(lam.text, tuple(w), config.limits, _shapes(w, load.lengths(lam)))
+    w, cats = categorical.expand(w, lam, load.data, config.limits, config.memory_limit)
+    prog = program.build_hessian(lam.text, tuple(w), config.limits, _shapes(w, load.lengths(lam, cats.codes), cats))
     _kernel(prog, backend, 'float64', config)
     vector = _vector(w)
-    with load(prog, config, shards.Job(lam.text, tuple(w), 'reverse', backend, 'float64'), vector) as (table, kernel):
-        sums = _second_sums(Call(prog, table, kernel, vector, unread))
+    with load(prog, config, shards.Job(lam.text, tuple(w), 'reverse', backend, 'float64'), vector, cats.codes) \
+            as (table, kernel):
+        sums = _second_sums(Call(prog, table, kernel, vector, unread, cats))
     p = len(prog.weights)
-    return second.full(sums[1 + p:] / table.rows, p), list(prog.weights)
+    return second.full(sums[1 + p:] / table.rows, p), categorical.element_names(prog, cats)
 
 
 def _second_sums(call):
@@ -107,16 +109,18 @@ def summary(name):
     goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits)
     lam = program.parsed(goal.text, config.limits)
     w, unread = arguments.unread(arguments.weights(first['weights'], goal.model, config.memory_limit), lam)
+    w, cats = categorical.stored(w, goal.model)  # the stored categories; a row of another category is skipped
     prog = program.build_hessian(goal.text, tuple(w), config.limits,
-                                 _shapes(w, loader.lengths(first['data'], lam.columns)))
+                                 _shapes(w, loader.lengths(first['data'], lam.columns, cats.codes), cats))
+    names = categorical.element_names(prog, cats)
     backend = options.get('backend', 'auto')
     groups = options.get('group_by') or []
     if groups:
-        _, parts = loader.load_groups(first['data'], list(prog.columns), groups, config.memory_limit)
+        _, parts = loader.load_groups(first['data'], list(prog.columns), groups, config.memory_limit, cats.codes)
         tables = {json.dumps(json.loads(part.key), sort_keys=True): part.table for part in parts}
     else:
         tables = {None: _some_rows(loader.load(first['data'], list(prog.columns), config.chunk_rows,
-                                               config.memory_limit, dict(prog.columns_of)))}
+                                               config.memory_limit, dict(prog.columns_of), cats.codes))}
     out = []
     for row in found:
         key = None if row['group_key'] is None else json.dumps(json.loads(row['group_key']), sort_keys=True)
@@ -124,11 +128,12 @@ def summary(name):
         if table is None or table.rows == 0:
             continue  # the group is no longer in the data
         w, unread = arguments.unread(arguments.weights(row['weights'], goal.model, config.memory_limit), lam)
+        w = {n: np.array([float(v.get(k, 0.0)) for k in cats.keys[n]]) if n in cats.keys else v for n, v in w.items()}
         vector = _vector(w)
         sums = _second_sums(Call(prog, table, _kernel(prog, backend, 'float64', config, table.rows), vector, unread))
         p = len(prog.weights)
         for line in summarizing.table(name, first['loss'], vector, sums[0], second.full(sums[1 + p:], p),
-                                      table.rows, prog.weights):
+                                      table.rows, names):
             out.append((row['group_key'], *line))
     return out
 
@@ -408,7 +413,8 @@ def _held_out(validation, prog, groups, config, categories=None):
     if not isinstance(validation, str):
         return None
     if groups:
-        _, found = loader.load_groups(validation, list(prog.columns), groups, config.memory_limit, categories)
+        _, found = loader.load_groups(validation, list(prog.columns), groups, config.memory_limit, categories,
+                                      unseen=True)
         return {part.key: part.table for part in found}
     return loader.load(validation, list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of),
                        categories, unseen=True)

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import loader, server
+from . import loader, program, server
 from .errors import PgadError
+from .lang import vectors
 from .lang.printer import quote_ident
 from .lang.rules import OPERATIONS
 
@@ -194,7 +195,7 @@ def code(column, keys, unseen=False):
     found = f'({quote_literal(lookup)}::pg_catalog.jsonb OPERATOR(pg_catalog.->>) {value}::pg_catalog.text)'
     if not unseen:
         return found
-    return f'pg_catalog.coalesce({found}, CASE WHEN {value} IS NOT NULL THEN \'0\' END)'
+    return f'COALESCE({found}, CASE WHEN {value} IS NOT NULL THEN \'0\' END)'  # a keyword, not a function
 
 
 def stored(weights, lam):
@@ -202,6 +203,13 @@ def stored(weights, lam):
     categories, Categories) of a trained model (lam, its lambda): what scoring it on new data loads the column by,
     with code(…, unseen=True)."""
     return listed(weights, lam)
+
+
+def element_names(prog, cats):
+    """The names of the elements of prog's weight vector (a Program's), each categorical weight's entries by category,
+    region[north] (program.categorical_names); the others as vectors.elements names them."""
+    return [e for name, shape in prog.shapes for e in (program.categorical_names(name, cats.keys[name])
+                                                       if name in cats.keys else vectors.elements(name, shape))]
 
 
 def scoring_code(argument, keys, kind):

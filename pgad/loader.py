@@ -206,10 +206,10 @@ TYPE = ('SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) \'.\' 
         'WHERE t.oid OPERATOR(pg_catalog.=) $1')
 
 
-def load_groups(data, columns, group_by, memory_limit=None, categories=None):
+def load_groups(data, columns, group_by, memory_limit=None, categories=None, unseen=False):
     """(the group columns' type names, one Group per distinct value of the group_by columns, in their order): the
     data loaded once, by one GROUP BY query whose every group packs its own rows with pgad.pack; memory_limit
-    (bytes) bounds all the groups together."""
+    (bytes) bounds all the groups together; categories and unseen as load() takes them."""
     query = as_query(data)
     categories = categories or {}
     names, types = check_columns(query, columns, categorical=set(categories))
@@ -232,7 +232,7 @@ def load_groups(data, columns, group_by, memory_limit=None, categories=None):
         values=', '.join(f'pg_catalog.to_jsonb(pgad_rows.g{k})::pg_catalog.text AS g{k}' for k in range(len(group_by))),
         packs=aggregate(len(columns)) if columns else 'pg_catalog.count(*) AS total', query=query,
         groups=', '.join(f'pgad_data.{quote_ident(g)} AS g{k}' for k, g in enumerate(group_by)),
-        columns=', '.join([VALUE.format(value(c, {}, categories), k) for k, c in enumerate(columns)]
+        columns=', '.join([VALUE.format(value(c, {}, categories, unseen), k) for k, c in enumerate(columns)]
                           or ['0 AS pgad_none']),
         by=', '.join(f'pgad_rows.g{k}' for k in range(len(group_by))))
     try:

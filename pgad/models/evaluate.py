@@ -10,13 +10,15 @@ kernels give sums over the rows only, and the metrics need each row's prediction
 `loss` is the model's objective on the data without regularisation, the mean over the rows (pgad.models.final_loss's
 convention, which adds the penalty). The other metrics follow the named loss (METRICS); a lambda loss has no label
 that pgad knows the meaning of, so it gets rows and loss only. A group of the data that the model has no weights for
-is reported as its `unseen_rows`; the rows skipped for a NULL as `skipped_rows`.
+is reported as its `unseen_rows`; the rows skipped for a NULL as `skipped_rows`. A categorical weight's column is
+coded by the stored model's categories (categorical.stored, loader's unseen): a category the model never saw
+contributes 0, as in the scoring function, and the rows with one are counted as `unseen_category_rows`.
 """
 import json
 
 import numpy as np
 
-from .. import limits, loader, program, server
+from .. import categorical, limits, loader, program, server
 from ..errors import PgadError
 from ..lang import vectors
 from ..lang.rules import PRIMITIVES
@@ -88,8 +90,10 @@ METRICS = {
 
 def values(graph, roots, columns, weights, rows):
     """The value over the rows of each of graph's nodes roots, as float64 arrays of `rows` values: the rules table's
-    numpy functions over whole columns ({name: array}), the weights {name: number}. A node's array is dropped after
-    its last use, as the python backend does."""
+    numpy functions over whole columns ({name: array}), the weights {name: number, or a categorical weight's vector
+    of its categories' values}. A categorical weight is read as w.x[d.c] only (categorical.indexed), d.c each row's
+    code 1 … K, 0 for a category the model never saw: the row's value is the vector's entry at the code, 0 at code 0,
+    as the scoring function's CASE gives. A node's array is dropped after its last use, as the python backend does."""
     found, order = {}, graph.ancestors(roots)
     last_use = {i: len(order) for i in roots}
     for k, i in enumerate(order):
@@ -103,8 +107,13 @@ def values(graph, roots, columns, weights, rows):
                 found[i] = node.value
             elif node.op == 'column':
                 found[i] = columns[str(node.value)]
+            elif node.op == 'weight' and np.ndim(weights[node.value]):  # 0 then the categories' values
+                found[i] = np.concatenate([[0.0], np.asarray(weights[node.value], dtype=np.float64)])
             elif node.op == 'weight':
                 found[i] = np.float64(weights[node.value])
+            elif node.op == 'index':
+                at = np.asarray(found[node.args[1]], dtype=np.float64).astype(np.int64)
+                found[i] = found[node.args[0]][at]
             else:
                 found[i] = PRIMITIVES[node.op].evaluate(*[found[a] for a in node.args])
             for a in set(node.args):
@@ -130,7 +139,13 @@ def evaluate(name, data, config):
     goal = objective.build(first['model'], first['loss'], label, config.limits)
     lam = program.parsed(goal.text, config.limits)
     weights = {r['group_key']: json.loads(r['weights']) for r in stored}
-    if vectors.needed(goal.model) or any(isinstance(v, list) for w in weights.values() for v in w.values()):
+    cats = categorical.Categories()
+    if categorical.indexed(weights[first['group_key']], goal.model):  # coded by the stored categories, unseen as 0
+        _, cats = categorical.stored(weights[first['group_key']], goal.model)
+        weights = {key: {n: np.array([float(v[n].get(k, 0.0)) for k in cats.keys[n]]) if n in cats.keys else v[n]
+                         for n in v} for key, v in weights.items()}
+    if vectors.needed(goal.model) and not categorical.only(goal.model, cats) or any(
+            isinstance(v, list) for w in weights.values() for v in w.values()):
         raise PgadError('0A000', f'pgad.evaluate does not take model "{name}", a model with vectors',
                         hint=f'Score the data with pgad_models."{name}"(…) and compare in SQL.')
     columns = list(dict.fromkeys([*lam.columns, *goal.model.columns]))
@@ -138,9 +153,10 @@ def evaluate(name, data, config):
     label = label if first['loss'] in METRICS else None
     group_by = options.get('group_by') or []
     if group_by:
-        _, parts = loader.load_groups(data, columns, group_by, config.memory_limit)
+        _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, cats.codes, unseen=True)
     else:
-        parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit))]
+        parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit, None,
+                                                      cats.codes, unseen=True))]
     if not any(part.table.rows for part in parts):
         skipped = sum(part.table.skipped for part in parts)
         raise PgadError('22000', 'the data has no rows' if not skipped else
@@ -161,6 +177,9 @@ def evaluate(name, data, config):
             z, = values(goal.model.graph, [goal.model.root], cols, weights[key], table.rows)
             per_row, = values(lam.graph, [lam.root], cols, weights[key], table.rows)
             out.append((key, 'loss', float(np.mean(per_row))))
+            if cats:  # the rows with a category the model never saw (code 0), whose weight contributed 0
+                codes = [cols[c] for c in cats.codes]
+                out.append((key, 'unseen_category_rows', float(np.sum(np.any([c == 0 for c in codes], axis=0)))))
             y = cols[label] if label is not None else None
             for metric, rule in metrics.items():
                 value = rule(y, z)
