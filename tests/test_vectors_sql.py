@@ -161,7 +161,7 @@ def test_the_aggregates_take_vector_literals_and_matrices(db, tables):
                         (loss,)).fetchone()[0]
     np.testing.assert_allclose(fitted['v'], direct['v'], rtol=1e-12)
     diag = error_of(db, "SELECT pgad.loss_agg('λ(d, w) sum(d.x)', '{}', b) FROM blobs AS b")
-    assert (diag.sqlstate, diag.message_primary) == ('42804', 'column "x" is of type double precision[], not a number')
+    assert (diag.sqlstate, diag.message_primary) == ('42804', 'column "x" is of type double precision[]: the aggregates take numbers')
 
 
 # --- pgad.init_weights ---------------------------------------------------------------------------------------------
