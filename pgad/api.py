@@ -105,11 +105,11 @@ def summary(name):
     options = json.loads(first['options'])
     summarizing.check_model(name, first['loss'], options)
     goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits)
-    lam = objective.labelled(program.parsed(goal.text, config.limits), first['loss'], options.get('label', 'y'))
+    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])
     w, unread = arguments.unread(arguments.weights(first['weights'], goal.model, config.memory_limit), lam)
     prog = program.build_hessian(goal.text, tuple(w), config.limits,
                                  _shapes(w, loader.lengths(first['data'], lam.columns)))
-    prog = replace(prog, lam=objective.labelled(prog.lam, first['loss'], options.get('label', 'y')))
+    prog = replace(prog, lam=objective.labelled(prog.lam, goal, first['loss']))
     backend = options.get('backend', 'auto')
     groups = options.get('group_by') or []
     if groups:
@@ -255,7 +255,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name, loss)
-    read = objective.labelled(program.parsed(goal.text, config.limits), loss, label)  # a boolean label too
+    read = objective.labelled(program.parsed(goal.text, config.limits), goal, loss)  # a boolean label too
     w, cats = categorical.expand(w, read, data, config.limits, config.memory_limit)
     kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
     try:
@@ -271,7 +271,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     prog = (program.build_hessian(goal.text, tuple(names), config.limits, shapes)  # newton: the Hessian's sums too
             if options['optimizer'] == 'newton' else
             program.build(goal.text, tuple(names), options['mode'], True, config.limits, shapes))
-    prog = replace(prog, lam=objective.labelled(prog.lam, loss, label))  # what the loads read: a boolean label too
+    prog = replace(prog, lam=objective.labelled(prog.lam, goal, loss))  # what the loads read: a boolean label too
     _kernel(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
     job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
     start = _vector(w)

@@ -118,11 +118,14 @@ def test_hinge_refuses_a_boolean_label_and_says_how_to_map_it(db):
 
 
 def test_only_the_label_may_be_boolean(db):
-    """A boolean feature the model reads as a number, or a boolean label under a loss without label values
-    ('squared', a lambda loss), is the loader's error as before."""
+    """A boolean feature the model reads as a number (the label itself included), or a boolean label under a loss
+    without label values ('squared', a lambda loss), is the loader's error as before."""
     e = error_of(db, "SELECT pgad.train('featured', 'λ(d, w) w.a*d.flag + w.c', 'logistic', "
                      "'SELECT flag, flag AS y FROM flags', '{\"a\": 0, \"c\": 0}')")
     assert (e.sqlstate, e.message_primary) == ('42804', 'column "flag" is of type boolean, not a number')
+    e = error_of(db, "SELECT pgad.train('featured', 'λ(d, w) w.a*d.y + w.c', 'logistic', %s, "
+                     "'{\"a\": 0, \"c\": 0}')", (BOOLEAN,))
+    assert (e.sqlstate, e.message_primary) == ('42804', 'column "y" is of type boolean, not a number')
     for loss in ('squared', 'λ(p, d) (p - d.y)^2'):
         e = error_of(db, "SELECT pgad.train('squared_flag', %s, %s, %s, %s)", (MODEL, loss, BOOLEAN, START))
         assert (e.sqlstate, e.message_primary) == ('42804', 'column "y" is of type boolean, not a number')

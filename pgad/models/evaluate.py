@@ -128,7 +128,7 @@ def evaluate(name, data, config):
     options = json.loads(first['options'])
     label = options.get('label', 'y')
     goal = objective.build(first['model'], first['loss'], label, config.limits)
-    lam = objective.labelled(program.parsed(goal.text, config.limits), first['loss'], label)  # a boolean label too
+    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])  # a boolean label too
     weights = {r['group_key']: json.loads(r['weights']) for r in stored}
     if vectors.needed(goal.model) or any(isinstance(v, list) for w in weights.values() for v in w.values()):
         raise PgadError('0A000', f'pgad.evaluate does not take model "{name}", a model with vectors',

@@ -52,13 +52,12 @@ class Label(str):
                               "'logistic', which takes a boolean label.")
 
 
-def labelled(lam, loss, label):
-    """lam (a parsed objective) with its label column a Label, for the loader, under a named loss that checks its
-    labels; as it is under any other loss, or where the lambda reads the label as a boolean itself."""
-    if loss not in LABELS:
+def labelled(lam, goal, loss):
+    """lam (goal's objective, parsed) with its label column a Label, for the loader, under a named loss that checks
+    its labels; as it is under any other loss, or where the model reads the label too (a number there)."""
+    if loss not in LABELS or set(goal.loss_columns) & set(goal.columns):
         return lam
-    return replace(lam, columns=[Label(c, loss) if c == label and not getattr(c, 'boolean', False) else c
-                                 for c in lam.columns])
+    return replace(lam, columns=[Label(c, loss) if c in goal.loss_columns else c for c in lam.columns])
 
 LAMBDA = re.compile(r'\s*(λ|lambda\b)', re.IGNORECASE)
 
