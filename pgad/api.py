@@ -6,7 +6,7 @@ arguments → program (parse, differentiate) → backend kernel → loader → d
 """
 import json
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -107,11 +107,12 @@ def summary(name):
     options = json.loads(first['options'])
     summarizing.check_model(name, first['loss'], options)
     goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits)
-    lam = program.parsed(goal.text, config.limits)
+    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])
     w, unread = arguments.unread(arguments.weights(first['weights'], goal.model, config.memory_limit), lam)
     w, cats = categorical.stored(w, goal.model)  # the stored categories; a row of another category is skipped
     prog = program.build_hessian(goal.text, tuple(w), config.limits,
                                  _shapes(w, loader.lengths(first['data'], lam.columns, cats.codes), cats))
+    prog = replace(prog, lam=objective.labelled(prog.lam, goal, first['loss']))
     names = categorical.element_names(prog, cats)
     backend = options.get('backend', 'auto')
     groups = options.get('group_by') or []
@@ -259,10 +260,11 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name, loss)
-    w, cats = categorical.expand(w, program.parsed(goal.text, config.limits), data, config.limits, config.memory_limit)
+    read = objective.labelled(program.parsed(goal.text, config.limits), goal, loss)  # a boolean label too
+    w, cats = categorical.expand(w, read, data, config.limits, config.memory_limit)
     kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
     try:
-        lengths = loader.lengths(data, program.parsed(goal.text, config.limits).columns, cats.codes)
+        lengths = loader.lengths(data, read.columns, cats.codes)
     except PgadError as e:
         raise objective.without_label(e, goal, loss) from None
     shapes = _shapes(w, lengths, cats)
@@ -274,6 +276,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     prog = (program.build_hessian(goal.text, tuple(names), config.limits, shapes)  # newton: the Hessian's sums too
             if options['optimizer'] == 'newton' else
             program.build(goal.text, tuple(names), options['mode'], True, config.limits, shapes))
+    prog = replace(prog, lam=objective.labelled(prog.lam, goal, loss))  # what the loads read: a boolean label too
     _kernel(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
     job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
     start = _vector(w)

@@ -14,7 +14,8 @@ more than 99 columns packs them in several aggregates over the rows with no NULL
 lambda reads are skipped, and a NOTICE says how many.
 
 A column the lambda reads as a boolean (CASE WHEN d.flag …: parser.Column.boolean) must be boolean in the data, and
-is packed as 1 (true) or 0 (false), flag::int4::float8; a column the lambda reads as a number must be numeric.
+is packed as 1 (true) or 0 (false), flag::int4::float8; a column the lambda reads as a number must be numeric, except
+the label of loss 'logistic' (objective.Label), which may be boolean and is then packed as one is.
 
 A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
@@ -37,12 +38,14 @@ import numpy as np
 
 from . import server
 from .errors import PgadError
+from .lang.parser import Column
 from .lang.printer import quote_ident
 
 NUMERIC_TYPES = {21: 'smallint', 23: 'integer', 20: 'bigint', 700: 'real', 701: 'double precision',
                  1700: 'numeric'}
 BOOLEAN = 'boolean'
-KNOWN_TYPES = {**NUMERIC_TYPES, 16: BOOLEAN}  # the type names positions() needs, without asking the server
+BOOLEAN_OID = 16
+KNOWN_TYPES = {**NUMERIC_TYPES, BOOLEAN_OID: BOOLEAN}  # the type names positions() needs, without asking the server
 ARRAY_TYPES = {1005: 'smallint[]', 1007: 'integer[]', 1016: 'bigint[]', 1021: 'real[]', 1022: 'double precision[]',
                1231: 'numeric[]'}
 ARRAY_SUBSCRIPT_ERROR = '2202E'
@@ -89,7 +92,8 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     query = as_query(data)
     elements = elements or {}
     categories = categories or {}
-    check_columns(query, _read(columns, elements), {c for c, _ in elements.values()}, set(categories))
+    names, types = check_columns(query, _read(columns, elements), {c for c, _ in elements.values()}, set(categories))
+    columns = typed(columns, names, types)
     if not columns:
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
@@ -131,6 +135,13 @@ def value(column, elements, categories=None, unseen=False):
     if boolean(column):
         return f'pgad_data.{quote_ident(column)}::pg_catalog.int4'  # 1 or 0 (NULL stays NULL), then as float8
     return f'pgad_data.{quote_ident(column)}'
+
+
+def typed(columns, names, types):
+    """columns, with a label (objective.Label) that is boolean in the data (names, type oids: check_columns') read as
+    a boolean column is, 1 or 0."""
+    return [Column(c, boolean=True) if hasattr(c, 'refusal') and c in names and types[names.index(c)] == BOOLEAN_OID
+            else c for c in columns]
 
 
 def boolean(column):
@@ -213,6 +224,7 @@ def load_groups(data, columns, group_by, memory_limit=None, categories=None, uns
     query = as_query(data)
     categories = categories or {}
     names, types = check_columns(query, columns, categorical=set(categories))
+    columns = typed(columns, names, types)
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns)
     group_types = []
@@ -418,6 +430,10 @@ def positions(columns, names, types, arrays=(), categorical=False, aggregate=Fal
                             if name.lower() in [n.lower() for n in names] else None)
         found.append(names.index(name))
         if categorical:
+            continue
+        if types[found[-1]] == BOOLEAN and hasattr(name, 'refusal'):  # a named loss's label (objective.Label)
+            if name.refusal() is not None:
+                raise name.refusal()
             continue
         if boolean(name):
             if types[found[-1]] != BOOLEAN:

@@ -130,6 +130,8 @@ CALLS = {
         call("SELECT * FROM pgad.gradient_descent('λ(d, w) (w.a*d.x - d.y)^2', 'points', '{\"a\": 1}', 1e100, 10)"),
     'loss "logistic" takes labels 0 or 1, but column "y" is 3':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'logistic', 'points', '{\"a\": 0}')"),
+    'loss "hinge" takes labels -1 or 1, but column "y" is of type boolean':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', 'SELECT x, x > 5 AS y FROM points', '{\"a\": 0}')"),
     'early_stopping needs validation rows':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', early_stopping => 3)"),
     'lambda is too long: 2000000 bytes':

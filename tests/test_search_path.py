@@ -101,6 +101,14 @@ CALLS = [
      "optimizer => 'lbfgs', iterations => 5, group_by => 'y')", ('{"a": 0, "b": 0}',)),
     ("SELECT pgad_models.line(y, x) FROM points", ()),
     ("SELECT pgad.drop_model('line')", ()),
+    ("SELECT * FROM pgad.train('flag', 'λ(d, w) w.a*d.x + w.b', 'logistic', 'flags', %s, "
+     "iterations => 5, validation => 'TABLE flags')", ('{"a": 0, "b": 0}',)),
+    ("SELECT * FROM pgad.evaluate('flag', 'flags')", ()),
+    ("SELECT * FROM pgad.summary('flag')", ()),
+    ("SELECT * FROM pgad.train('flag', 'λ(d, w) w.a*d.x + w.b', 'logistic', 'flags', %s, iterations => 5, "
+     "group_by => 'part')",
+     ('{"a": 0, "b": 0}',)),
+    ("SELECT pgad.drop_model('flag')", ()),
     ("SELECT pgad.gradient('λ(d, w) (w.r[d.region] - d.y)^2', 'shops', '{\"r\": {\"1\": 2}}')", ()),
     ("SELECT * FROM pgad.train('cat', 'λ(d, w) w.r[d.region] + w.a*d.x', 'squared', 'shops', "
      "'{\"r\": {}, \"a\": 0}', iterations => 5, group_by => 'part')", ()),
@@ -136,6 +144,8 @@ def dbname(server):
                    'FROM generate_series(1, 50) AS x')
         db.execute('CREATE TABLE with_nulls AS SELECT * FROM points UNION ALL SELECT NULL, 1')
         db.execute("CREATE TABLE labels AS SELECT 'a'::text AS t")
+        db.execute('CREATE TABLE flags AS SELECT x, x::int % 3 = 0 AS y, x > 25 AS part FROM points '
+                   'UNION ALL SELECT NULL, true, true')  # a boolean label, and a row it skips
         db.execute("CREATE TABLE shops AS SELECT (x::int % 3)::text AS region, x::int % 2 AS part, x, y FROM points")
         db.execute('CREATE ROLE mallory LOGIN')
         db.execute('CREATE SCHEMA mallory AUTHORIZATION mallory')

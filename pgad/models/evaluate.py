@@ -137,7 +137,7 @@ def evaluate(name, data, config):
     options = json.loads(first['options'])
     label = options.get('label', 'y')
     goal = objective.build(first['model'], first['loss'], label, config.limits)
-    lam = program.parsed(goal.text, config.limits)
+    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])  # a boolean label too
     weights = {r['group_key']: json.loads(r['weights']) for r in stored}
     cats = categorical.Categories()
     if categorical.indexed(weights[first['group_key']], goal.model):  # coded by the stored categories, unseen as 0

@@ -7,7 +7,7 @@ the program, the kernel cache and every backend take, as for pgad.gradient_desce
 pasted: the objective is printed from its DAG.
 """
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,6 +28,36 @@ LOSSES = {
 
 # name → the labels it takes, and how the error says so
 LABELS = {'logistic': ((0.0, 1.0), '0 or 1'), 'hinge': ((-1.0, 1.0), '-1 or 1')}
+BOOLEAN_LABELS = ('logistic',)  # the named losses that take a boolean label column, read as 1 (true) or 0 (false)
+
+
+class Label(str):
+    """The label column of a named loss in LABELS, as the loader reads it: a number, or a boolean column, packed as
+    1 (true) or 0 (false) where the loss takes one (BOOLEAN_LABELS) and refused where it does not (refusal)."""
+    loss = None
+
+    def __new__(cls, name, loss=None):
+        column = super().__new__(cls, name)
+        column.loss = loss
+        return column
+
+    def refusal(self):
+        """None where a boolean column may be this label; else the error that says how to map it."""
+        if self.loss in BOOLEAN_LABELS:
+            return None
+        name = self if re.fullmatch('[a-z_][a-z0-9_]*', self) else printer.quote_ident(self)
+        return PgadError('42804', f'loss "{self.loss}" takes labels {LABELS[self.loss][1]}, but column "{self}" is of '
+                                  'type boolean',
+                         hint=f'Map it in the data query (CASE WHEN {name} THEN 1 ELSE -1 END AS {name}), or use loss '
+                              "'logistic', which takes a boolean label.")
+
+
+def labelled(lam, goal, loss):
+    """lam (goal's objective, parsed) with its label column a Label, for the loader, under a named loss that checks
+    its labels; as it is under any other loss, or where the model reads the label too (a number there)."""
+    if loss not in LABELS or set(goal.loss_columns) & set(goal.columns):
+        return lam
+    return replace(lam, columns=[Label(c, loss) if c in goal.loss_columns else c for c in lam.columns])
 
 LAMBDA = re.compile(r'\s*(λ|lambda\b)', re.IGNORECASE)
 
