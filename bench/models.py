@@ -1,6 +1,6 @@
 """pgad.train's models: what scoring with a generated function costs, and how the optimizers compare.
 
-    .venv/bin/python bench/models.py [--rows 1000000] [--features 8] [--repeats 5] [--newton]
+    .venv/bin/python bench/models.py [--rows 1000000] [--features 8] [--repeats 5] [--newton] [--categorical]
 
 On one throwaway cluster, in one connection (so connection start and first-call imports do not count), with
 max_parallel_workers_per_gather = 0, best of the repeats, the contenders interleaved:
@@ -22,7 +22,9 @@ The peers' shape, 1M rows of 2 features and an intercept (shared/peers.md measur
 logregr_train and psql-autodiff's gradient_descent_l4 on it): pgad.train by lbfgs to convergence for the linear and
 the logistic model (and the logistic one by newton, beside MADlib's IRLS figure, quoted), and 100 iterations of
 batch gd at rate 0.5 (psql-autodiff's run). --newton runs only the logistic model by lbfgs and by newton on that
-shape (docs/performance.md). Timings are printed, never asserted.
+shape (docs/performance.md). --categorical runs only a model with a categorical weight (a text column of 50
+values, `w.c[d.c] + w.a*d.x`) against the same model one-hot encoded by hand (50 float8 columns and weights): one
+pgad.gradient call, and pgad.train to the optimum. Timings are printed, never asserted.
 """
 import argparse
 import math
@@ -85,8 +87,16 @@ def main():
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--newton', action='store_true',
                         help="only newton against lbfgs on the peers' logistic shape (docs/performance.md)")
+    parser.add_argument('--categorical', action='store_true',
+                        help='only a categorical weight against its one-hot encoding (docs/performance.md)')
     args = parser.parse_args()
     p, n = args.features, args.rows
+    if args.categorical:
+        with Cluster() as pg, psycopg.connect(pg.conninfo(), autocommit=True) as db:
+            db.execute('CREATE EXTENSION pgad CASCADE')
+            db.execute('SET max_parallel_workers_per_gather = 0')
+            categorical(db, n, args.repeats)
+        return
     if args.newton:
         with Cluster() as pg, psycopg.connect(pg.conninfo(), autocommit=True) as db:
             db.execute('CREATE EXTENSION pgad CASCADE')
@@ -166,6 +176,36 @@ def main():
                 seconds = min(seconds, took)
             print(f'  {name:<34} {seconds:7.2f}  {loss - optimum:.2e} ({ran} iterations)')
         peers(db, n, args.repeats)
+
+
+def categorical(db, n, repeats, k=50):
+    """A weight per category of a text column against the same model over k one-hot float8 columns, on n rows: the
+    gradient call and the training to the optimum (lbfgs), interleaved, best of the repeats."""
+    db.execute(f"CREATE TABLE cat AS SELECT 'r' || (g % {k}) AS c, (g % 13)::float8 AS x, "
+               f"(g % {k}) + 0.5 * (g % 13) + random() AS y FROM generate_series(1, {n}) AS g")
+    db.execute('CREATE TABLE hot AS SELECT ' + ', '.join(f"(c = 'r{j}')::int::float8 AS h{j}" for j in range(k)) +
+               ', x, y FROM cat')
+    cases = {'categorical': ('λ(d, w) w.c[d.c] + w.a*d.x', 'cat', '{"c": {}, "a": 0}'),
+             'one-hot': ('λ(d, w) ' + ' + '.join(f'w.c{j}*d.h{j}' for j in range(k)) + ' + w.a*d.x', 'hot',
+                         '{' + ', '.join(f'"c{j}": 0' for j in range(k)) + ', "a": 0}')}
+    times = {name: {'gradient': [], 'train': []} for name in cases}
+    for _ in range(repeats):
+        for name, (model, data, w) in cases.items():
+            loss = 'λ(d, w) (' + model[len('λ(d, w) '):] + ' - d.y)^2'
+            for what, sql, args in (('gradient', 'SELECT pgad.gradient(%s, %s, %s)', (loss, data, w)),
+                                    ('train', "SELECT final_loss FROM pgad.train('bench_' || %s, %s, 'squared', %s, "
+                                              "%s, optimizer => 'lbfgs', iterations => 200)",
+                                     (name.replace('-', '_'), model, data, w))):
+                db.execute(sql, args)  # warm: the kernel compiled and cached
+                start = time.perf_counter()
+                db.execute(sql, args).fetchall()
+                times[name][what].append(time.perf_counter() - start)
+    for name in cases:
+        print(f'{name:12s} gradient {min(times[name]["gradient"]):.3f} s   train (lbfgs) '
+              f'{min(times[name]["train"]):.3f} s   ({n:,} rows, {k} categories)')
+    print(f'one-hot / categorical: gradient '
+          f'{min(times["one-hot"]["gradient"]) / min(times["categorical"]["gradient"]):.1f}x, train '
+          f'{min(times["one-hot"]["train"]) / min(times["categorical"]["train"]):.1f}x')
 
 
 def peers(db, n, repeats, only_logistic=False):
