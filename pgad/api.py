@@ -53,11 +53,11 @@ def hessian(loss, data, weights, backend='auto'):
     weight's elements named "v[1]", a matrix's "m[1,2]" (vectors.elements). Forward over reverse (lang/hessian.py),
     summed over the rows by the same backends as the gradient."""
     hess, names = _hessian_at(loss, data, weights, backend)
-    return json.dumps({a: {b: hess[i][j] for j, b in enumerate(names)} for i, a in enumerate(names)})
+    return json.dumps({a: {b: float(hess[i, j]) for j, b in enumerate(names)} for i, a in enumerate(names)})
 
 
 def _hessian_at(loss, data, weights, backend='auto'):
-    """(the Hessian of the mean loss as a p × p list of lists, the weights' element names) of lambda text loss over
+    """(the Hessian of the mean loss as a p × p array, the weights' element names) of lambda text loss over
     data at the weights jsonb."""
     config = settings()
     lam = program.parsed(loss, config.limits)
@@ -86,17 +86,10 @@ def _second_sums(call):
 # at the fitted weights over its data query, run again as the caller; per group for a grouped model.
 # Only the role that trained the model may: the data query is that role's SQL text, and running it as another role
 # (a superuser above all) would run whatever functions it calls with that role's privileges.
-MODEL_ROWS = ('SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS '
-              'weights, m.options::pg_catalog.text AS options, m.data, m.trained_by::pg_catalog.text AS trained_by '
-              'FROM pgad.models AS m WHERE m.name OPERATOR(pg_catalog.=) $1 ORDER BY m.group_key')
-
-
 @server.entry
 def summary(name):
     config = settings()
-    found = server.query(MODEL_ROWS, [name], ['pg_catalog.text'])
-    if not found:
-        raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+    found = catalog.rows(name)
     me = catalog.current_user()
     for owner in {row['trained_by'] for row in found} - {me}:
         raise PgadError('42501', f'model "{name}" belongs to role "{owner}"',
@@ -129,7 +122,7 @@ def summary(name):
         if table is None or table.rows == 0:
             continue  # the group is no longer in the data
         w, unread = arguments.unread(arguments.weights(row['weights'], goal.model, config.memory_limit), lam)
-        w = {n: np.array([float(v.get(k, 0.0)) for k in cats.keys[n]]) if n in cats.keys else v for n, v in w.items()}
+        w = categorical.as_vectors(w, cats)
         vector = _vector(w)
         sums = _second_sums(Call(prog, table, _kernel(prog, backend, 'float64', config, table.rows), vector, unread))
         p = len(prog.weights)

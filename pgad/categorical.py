@@ -4,13 +4,12 @@ A weight whose starting value is a JSON object ({} or {"north": 0.5, …}) is ca
 expand() meets the call's weights with the data: the categories are the column's distinct values in the data
 (NULL aside), in the column type's order, decided once per call, then the values the object lists that the data does
 not have; a value the data has that the object does not list starts at 0. The weight becomes a vector of K entries
-(vectors.Shapes), and the loader reads the column as each row's code, 1 … K (code()): w.region[d.region] is then an
+(vectors.Shapes), and the loader reads the column as each row's code, 1 … K (loader.category_code): w.region[d.region] is then an
 ordinary index of a vector by a column, which the unrolled program writes as masks and the loop kernel as a gather
 forward and a scatter-add over the categories backwards (jit/loops.py's index rows: Futhark's histogram rule). A
 NULL category skips the row, as any NULL does. named() gives the fitted vector back as an object by category, and
 program.categorical_names names its entries region[north].
 """
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy as np
 from . import loader, program, server
 from .errors import PgadError
 from .lang import vectors
-from .lang.printer import quote_ident
+from .lang.printer import quote_ident, quote_literal
 from .lang.rules import OPERATIONS
 
 INTEGERS = {20, 21, 23}  # bigint, smallint, integer
@@ -47,7 +46,7 @@ class Categories:
 
     @property
     def codes(self):
-        """{column: its categories}: what the loader codes the column by (code())."""
+        """{column: its categories}: what the loader codes the column by (loader.category_code)."""
         return {self.column[w]: keys for w, keys in self.keys.items()}
 
     def __bool__(self):
@@ -166,7 +165,7 @@ def expand(w, lam, data, limits, memory_limit=None):
         extra = [k for k in given if k not in set(seen)]
         if extra:  # a listed value must be one of the column's type: PostgreSQL's own error otherwise
             server.query(f'SELECT $1::{base["name"]}[] AS listed', [extra], ['pg_catalog.text[]'])
-        out[weight] = np.array([float(given.get(k, 0.0)) for k in keys])
+        out[weight] = _entries(given, keys)
         cats.keys[weight], cats.column[weight] = keys, column
     return out, cats
 
@@ -185,24 +184,22 @@ def listed(w, lam):
     return out, cats
 
 
-def code(column, keys, unseen=False):
-    """The SQL of a row's code of column (1 … K by keys; NULL for NULL) in the loader's query. A value not in keys
-    is NULL too (the row is skipped), or with unseen, 0: the code every kernel reads as a category whose weight is 0
-    (vectors._index's chain, jit/loops.py's index), as a scoring function does; for scoring stored weights on new
-    data (the categories then the stored ones, not the data's)."""
-    lookup = json.dumps({k: n + 1 for n, k in enumerate(keys)})
-    value = f'pgad_data.{quote_ident(column)}'
-    found = f'({quote_literal(lookup)}::pg_catalog.jsonb OPERATOR(pg_catalog.->>) {value}::pg_catalog.text)'
-    if not unseen:
-        return found
-    return f'COALESCE({found}, CASE WHEN {value} IS NOT NULL THEN \'0\' END)'  # a keyword, not a function
-
-
 def stored(weights, lam):
     """(the stored weights jsonb's values {name: value} with each categorical weight a vector of its stored
     categories, Categories) of a trained model (lam, its lambda): what scoring it on new data loads the column by,
-    with code(…, unseen=True)."""
+    with loader.category_code(…, unseen=True)."""
     return listed(weights, lam)
+
+
+def as_vectors(w, cats):
+    """w ({name: value}) with each categorical weight of cats, an object by category (a group's stored weights),
+    the vector of cats' categories in their order, 0 for a category the object lacks."""
+    return {n: _entries(v, cats.keys[n]) if n in cats.keys else v for n, v in w.items()}
+
+
+def _entries(value, keys):
+    """The vector of a categorical weight's value (an object by category) at keys, 0 where it has no entry."""
+    return np.array([float(value.get(k, 0.0)) for k in keys])
 
 
 def element_names(prog, cats):
@@ -225,9 +222,3 @@ def named(nested, cats):
     if not cats:
         return nested
     return {n: dict(zip(cats.keys[n], v)) if n in cats.keys else v for n, v in nested.items()}
-
-
-def quote_literal(text):
-    """PostgreSQL's quote_literal: quotes doubled, and backslashes too behind E when there are any."""
-    quoted = "'" + text.replace("'", "''").replace('\\', '\\\\') + "'"
-    return 'E' + quoted if '\\' in text else quoted

@@ -39,7 +39,7 @@ import numpy as np
 from . import server
 from .errors import PgadError
 from .lang.parser import Column
-from .lang.printer import quote_ident
+from .lang.printer import identifier, quote_ident, quote_literal
 
 NUMERIC_TYPES = {21: 'smallint', 23: 'integer', 20: 'bigint', 700: 'real', 701: 'double precision',
                  1700: 'numeric'}
@@ -87,7 +87,7 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     """Load `columns` (names, exactly as the data spells them) of the data into a Table; chunk_rows, when not 0,
     loads it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
     elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index);
-    categories a categorical column to its categories, loaded as each row's code 1 … K (categorical.code; a value
+    categories a categorical column to its categories, loaded as each row's code 1 … K (category_code; a value
     not among them skips the row, or with unseen, is code 0)."""
     query = as_query(data)
     elements = elements or {}
@@ -127,14 +127,26 @@ def value(column, elements, categories=None, unseen=False):
     """The SQL of one column's value in a row of the data: pgad_data.x, or (pgad_data.pixels)[3] for an element,
     or a categorical column's code (categories: {column: its categories})."""
     if categories and column in categories:
-        from .categorical import code
-        return code(column, categories[column], unseen)
+        return category_code(column, categories[column], unseen)
     if column in elements:
         name, index = elements[column]
         return f'(pgad_data.{quote_ident(name)})[{int(index)}]'
     if boolean(column):
         return f'pgad_data.{quote_ident(column)}::pg_catalog.int4'  # 1 or 0 (NULL stays NULL), then as float8
     return f'pgad_data.{quote_ident(column)}'
+
+
+def category_code(column, keys, unseen=False):
+    """The SQL of a row's code of column (1 … K by keys; NULL for NULL) in the loader's query. A value not in keys
+    is NULL too (the row is skipped), or with unseen, 0: the code every kernel reads as a category whose weight is 0
+    (vectors._index's chain, jit/loops.py's index), as a scoring function does; for scoring stored weights on new
+    data (the categories then the stored ones, not the data's)."""
+    lookup = json.dumps({k: n + 1 for n, k in enumerate(keys)})
+    value = f'pgad_data.{quote_ident(column)}'
+    found = f'({quote_literal(lookup)}::pg_catalog.jsonb OPERATOR(pg_catalog.->>) {value}::pg_catalog.text)'
+    if not unseen:
+        return found
+    return f'COALESCE({found}, CASE WHEN {value} IS NOT NULL THEN \'0\' END)'  # a keyword, not a function
 
 
 def typed(columns, names, types):
@@ -239,8 +251,7 @@ def load_groups(data, columns, group_by, memory_limit=None, categories=None, uns
                                                                  'a date, …), or cast it in the data query.')
         group_types.append(found['name'])
     sql = GROUPED.format(
-        keys='pg_catalog.jsonb_build_object(' + ', '.join(f'${k + 1}::pg_catalog.text, pgad_rows.g{k}'
-                                                         for k in range(len(group_by))) + ')::pg_catalog.text',
+        keys=group_key([f'pgad_rows.g{k}' for k in range(len(group_by))]),
         values=', '.join(f'pg_catalog.to_jsonb(pgad_rows.g{k})::pg_catalog.text AS g{k}' for k in range(len(group_by))),
         packs=aggregate(len(columns)) if columns else 'pg_catalog.count(*) AS total', query=query,
         groups=', '.join(f'pgad_data.{quote_ident(g)} AS g{k}' for k, g in enumerate(group_by)),
@@ -310,14 +321,19 @@ def skipping(table, columns, query=None, elements=None, group=None, nulls=None):
     return table
 
 
+def group_key(values):
+    """The SQL of a group's key, {"region": "north", …} as jsonb text: the group_by columns' names are the query's
+    parameters $1, $2, … and values the SQL of their values."""
+    return ('pg_catalog.jsonb_build_object(' + ', '.join(f'${k + 1}::pg_catalog.text, {v}' for k, v in enumerate(values))
+            + ')::pg_catalog.text')
+
+
 def null_counts(query, columns, elements, group_by=()):
     """{group key (None without group_by): [(column, rows with NULL in it)] of the columns that have a NULL}, by one
     query of the data."""
     counts = ', '.join(['pg_catalog.count(*) AS pgad_rows'] + [f'pg_catalog.count({value(c, elements)}) AS n{k}'
                                                                for k, c in enumerate(columns)])
-    key = ('pg_catalog.jsonb_build_object(' + ', '.join(f'${k + 1}::pg_catalog.text, pgad_data.{quote_ident(g)}'
-                                                        for k, g in enumerate(group_by)) + ')::pg_catalog.text'
-           if group_by else 'NULL::pg_catalog.text')
+    key = group_key([f'pgad_data.{quote_ident(g)}' for g in group_by]) if group_by else 'NULL::pg_catalog.text'
     sql = f'SELECT {key} AS pgad_key, {counts} FROM ({query}\n) AS pgad_data'
     if group_by:
         sql += ' GROUP BY ' + ', '.join(f'pgad_data.{quote_ident(g)}' for g in group_by)
@@ -458,15 +474,10 @@ def positions(columns, names, types, arrays=(), categorical=False, aggregate=Fal
             raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '
                                  f'{quote_ident(name)} …, or use a numeric column (smallint to float8, numeric). '
-                                 f'To read its values as categories, index a weight by it: w.{_shown(name)}'
-                                 f'[d.{_shown(name)}] with {json.dumps(name)}: {{}} in the weights (a weight per '
+                                 f'To read its values as categories, index a weight by it: w.{identifier(name)}'
+                                 f'[d.{identifier(name)}] with {json.dumps(name)}: {{}} in the weights (a weight per '
                                  'category).')
     return found
-
-
-def _shown(name):
-    """A column's name as a lambda writes it: bare where it folds to itself, else quoted."""
-    return name if re.fullmatch('[a-z_][a-z0-9_]*', name) else quote_ident(name)
 
 
 def packed(data, names, columns):

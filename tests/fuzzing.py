@@ -396,7 +396,7 @@ def _overflowed(f, b):
 
 def _check_printed(result, lam, weights, forward, data, vector, rows):
     """The primal and its forward derivatives as pgad prints them (pgad.derivatives) parse to the same values."""
-    head = f'λ({printer._ident(lam.row)}, {printer._ident(lam.params)}) '
+    head = f'λ({printer.identifier(lam.row)}, {printer.identifier(lam.params)}) '
     for position, node in enumerate((lam.root, *(forward[w] for w in weights))):
         try:
             printed = printer.to_lambda(lam, node)

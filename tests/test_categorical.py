@@ -317,9 +317,9 @@ def test_derivatives_explain_and_unread_weights(db, houses):
 @pytest.mark.parametrize('backend, tape', [('llvm', 'auto'), ('llvm', 'store'), ('llvm', 'recompute'),
                                            ('python', 'auto')])
 def test_code_zero_is_a_category_never_trained(backend, tape):
-    """Code 0 (categorical.code with unseen, for scoring stored weights on new data) contributes 0 in every kernel:
+    """Code 0 (loader.category_code with unseen, for scoring stored weights on new data) contributes 0 in every kernel:
     the unrolled chain ends in code·0, the loop kernel's index gives 0 for a categorical column."""
-    from pgad import backends, categorical, program
+    from pgad import backends, loader, program
     from pgad.lang import vectors
     prog = program.build('λ(d, w) w.c[d.c] + w.a*d.x', ('c', 'a'), shapes=vectors.Shapes((('c', (3,)),), (), ('c',)),
                          tape=tape)
@@ -327,7 +327,7 @@ def test_code_zero_is_a_category_never_trained(backend, tape):
     sums = backends.compile(prog, backend)([codes, x], 5, np.array([10.0, 20, 30, 0.5]))
     assert sums[0] == pytest.approx(10 + 20 + 30 + 0.5 * 15, rel=1e-14)
     np.testing.assert_allclose(sums[1:], [1, 1, 1, 15], rtol=1e-14)
-    assert 'COALESCE(' in categorical.code('c', ['a'], unseen=True)  # a keyword: there is no pg_catalog.coalesce
+    assert 'COALESCE(' in loader.category_code('c', ['a'], unseen=True)  # a keyword: there is no pg_catalog.coalesce
     assert program.categorical_names('region', ['north', "o'x"]) == ['region[north]', "region[o'x]"]
 
 

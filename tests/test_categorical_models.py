@@ -191,7 +191,7 @@ def test_evaluate_an_integer_category(db):
 
 @pytest.mark.parametrize('group_by', [None, 'part'])
 def test_validation_query_with_an_unseen_category(db, group_by):
-    """A validation query with a region training never saw loads it as code 0 (categorical.code's COALESCE, a
+    """A validation query with a region training never saw loads it as code 0 (loader.category_code's COALESCE, a
     keyword: there is no pg_catalog.coalesce), with group_by too."""
     options = {'validation': 'SELECT * FROM fresh'} | ({'group_by': group_by} if group_by else {})
     train(db, 'cat_valid', 'squared', 'price', **options)

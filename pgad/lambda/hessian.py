@@ -7,6 +7,8 @@ The Hessian is symmetric: only the upper half (i ≤ j) is kept, p(p+1)/2 nodes,
 Its size is bounded twice: at most MAX_WEIGHTS weights (the p² outputs a kernel sums), and pgad.max_lambda_nodes
 on the graph as it grows (54001), as for the gradient.
 """
+import numpy as np
+
 from . import forward
 from ..errors import PgadError
 
@@ -35,8 +37,8 @@ def hessian(graph, gradient, weights):
 
 
 def full(upper_values, p):
-    """The p × p matrix (lists of lists) of the values of the upper half, in the order of upper()."""
-    matrix = [[0.0] * p for _ in range(p)]
-    for (i, j), v in zip(upper(range(p)), upper_values):
-        matrix[i][j] = matrix[j][i] = float(v)
-    return matrix
+    """The symmetric p × p matrix (a float64 array) of the values of the upper half, in the order of upper() (row by
+    row, numpy's triu_indices)."""
+    matrix = np.zeros((p, p))
+    matrix[np.triu_indices(p)] = upper_values
+    return matrix + np.triu(matrix, 1).T

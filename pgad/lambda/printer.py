@@ -48,7 +48,7 @@ def to_listing(graph, roots):
     for i in graph.ancestors(roots):
         bounds.tick()
         node = graph.nodes[i]
-        what = (_number(node.value) if node.op == 'const' else f'{node.op} {_ident(node.value)}'
+        what = (_number(node.value) if node.op == 'const' else f'{node.op} {identifier(node.value)}'
                 if node.op in ('column', 'weight') else f'{node.op}({", ".join(f"%{a}" for a in node.args)})')
         lines.append(f'%{i} = {what}' + ('   ← output' if i in roots else ''))
     return '\n'.join(lines)
@@ -59,14 +59,22 @@ def quote_ident(name):
     return '"' + name.replace('"', '""') + '"'
 
 
-def _ident(name):
+def quote_literal(text):
+    """PostgreSQL's quote_literal: quotes doubled, and backslashes too behind E when there are any."""
+    quoted = "'" + text.replace("'", "''").replace('\\', '\\\\') + "'"
+    return 'E' + quoted if '\\' in text else quoted
+
+
+def identifier(name):
+    """A name as the lambda language writes it: bare where it folds to itself (lower case, a letter or _ first),
+    else quoted."""
     plain = name.isidentifier() and name == name.lower() and name.isascii()
     return name if plain else quote_ident(name)
 
 
 def parameter(name):
     """A lambda's parameter name as the parser reads it back: quoted where it is not a plain name, or a keyword."""
-    return quote_ident(name) if name in KEYWORDS else _ident(name)
+    return quote_ident(name) if name in KEYWORDS else identifier(name)
 
 
 def _number(value):
@@ -112,9 +120,9 @@ class _Printer:
             text = _number(node.value)
             return [text], PREFIX['neg'][1] if text.startswith('-') else ATOM
         if node.op == 'column':
-            return [f'{parameter(self.lam.row)}.{_ident(node.value)}'], ATOM
+            return [f'{parameter(self.lam.row)}.{identifier(node.value)}'], ATOM
         if node.op == 'weight':
-            return [f'{parameter(self.lam.params)}.{_ident(node.value)}'], ATOM
+            return [f'{parameter(self.lam.params)}.{identifier(node.value)}'], ATOM
         if node.op == 'truth':  # a boolean column reads as itself
             column, = node.args
             return [column], precedence[column]

@@ -136,12 +136,6 @@ def function_name(name):
     return f'{SCHEMA}.{printer.quote_ident(name)}'
 
 
-def quote_literal(text):
-    """PostgreSQL's quote_literal: quotes doubled, and backslashes too behind E when there are any."""
-    quoted = "'" + text.replace("'", "''").replace('\\', '\\\\') + "'"
-    return 'E' + quoted if '\\' in text else quoted
-
-
 def check_can_store(name, loss=None):
     """The caller may store model `name`: CREATE on pgad_models, and no other role's model of that name (the writer,
     pgad._write_models, checks that again as it writes)."""
@@ -227,7 +221,7 @@ def group_types(group_by, types, what='group_by'):
     for column, kind in zip(group_by, types):
         base = server.query(BASE_TYPE, [kind], ['pg_catalog.text'])[0]
         if not base['trusted']:
-            shown = column if re.fullmatch('[a-z_][a-z0-9_]*', column) else printer.quote_ident(column)
+            shown = printer.identifier(column)
             raise PgadError('0A000', f'column "{column}" of {what} is of type {base["name"]}, which role '
                                      f'"{base["owner"]}" owns',
                             detail='A scoring function compares the group column as its type, and anyone may call '
@@ -323,7 +317,7 @@ class Scoring:
         if not self.lengths:
             return text
         arms = [f"WHEN (pg_catalog.cardinality(${k}) OPERATOR(pg_catalog.<>) {n}) THEN pgad._wrong_length("
-                f"{quote_literal(str(column))}::pg_catalog.text, {n}, pg_catalog.cardinality(${k}), "
+                f"{printer.quote_literal(str(column))}::pg_catalog.text, {n}, pg_catalog.cardinality(${k}), "
                 f"NULL::{returns})" for column, k, n in self.lengths]
         return f'CASE {" ".join(arms)} ELSE {text} END'
 
@@ -334,7 +328,7 @@ class Scoring:
                 tests.append(f'${k + 1} IS NULL')
                 continue
             literal = json.loads(text) if text.startswith('"') else text
-            tests.append(f'${k + 1} OPERATOR(pg_catalog.=) {quote_literal(literal)}::{kind}')
+            tests.append(f'${k + 1} OPERATOR(pg_catalog.=) {printer.quote_literal(literal)}::{kind}')
         return '(' + ' AND '.join(tests) + ')'
 
 
@@ -409,12 +403,30 @@ def function(signature):
         return []
 
 
+# A model's rows as pgad.evaluate and pgad.summary read them, its groups in order.
+ROWS = (f'SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS weights, '
+        f'm.options::pg_catalog.text AS options, m.data, m.trained_by::pg_catalog.text AS trained_by '
+        f'FROM pgad.models AS m WHERE m.name {EQ} $1 ORDER BY m.group_key')
+
+
+def rows(name):
+    """The rows of model `name` in pgad.models (ROWS); the error when there is none."""
+    found = server.query(ROWS, [name], ['pg_catalog.text'])
+    if not found:
+        raise missing(name)
+    return found
+
+
+def missing(name):
+    return PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+
+
 def drop(name):
     """Drop model `name`: its rows in pgad.models and the scoring function pgad created for it."""
     me = current_user()
     found = owners(name)
     if not found:
-        raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+        raise missing(name)
     check_owner(name, found, me, dropping=True)
     deleted = _write(dict(op='drop', name=name, caller=me))
     for signature, owner, loss in {(r['scoring_function'], r['trained_by'], r['loss']) for r in deleted}:
@@ -483,7 +495,7 @@ def write():
     name, caller = job['name'], job['caller']
     found = owners(name)
     if job['op'] == 'drop' and not found:
-        raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+        raise missing(name)
     check_owner(name, found, caller, dropping=job['op'] == 'drop')
     deleted = server.query(DELETE, [name], ['pg_catalog.text'])
     if job['op'] == 'drop':

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import PgadError
+from ..lang import hessian as second
 
 CHUNK_ROWS = 1 << 20  # rows per kernel call on big tables: between calls, the server may cancel
 OPTIMIZERS = ('gd', 'sgd', 'momentum', 'adam', 'lbfgs', 'newton')
@@ -280,16 +281,10 @@ def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
             pairs.clear()
             d = -g
         slope = d @ g
-        t = 1.0 if pairs else 1.0 / max(1.0, float(np.sqrt(g @ g)))
-        for _ in range(HALVINGS):
-            with np.errstate(over='ignore', invalid='ignore'):
-                step = w + t * d
-                new_sums, new_f, new_g = objective(step)
-            if np.isfinite(new_f) and np.all(np.isfinite(new_sums)) and new_f <= f + ARMIJO * t * slope:
-                break
-            t /= 2
-        else:
+        found = _line_search(objective, w, d, f, slope, 1.0 if pairs else 1.0 / max(1.0, float(np.sqrt(g @ g))))
+        if found is None:
             break  # no step lowers the objective
+        step, (new_sums, new_f, new_g) = found
         if not new_f < f:
             break  # the objective no longer changes: the optimum, to the precision of the sums
         s, y = step - w, new_g - g
@@ -312,14 +307,11 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
     the Armijo condition. It stops where the Newton decrement −g·d is below the precision of the objective, or no
     step lowers it. l2 adds 2·l2 on the diagonal; l1, not differentiable, is not taken (arguments refuses it)."""
     p = len(w)
-    upper = np.triu_indices(p)
 
     def objective(at):
         sums = evaluate(kernel, table, at, clock.interrupts)
         clock.rows += table.rows
-        h = np.zeros((p, p))
-        h[upper] = sums[1 + p:] / table.rows
-        h = h + np.triu(h, 1).T + 2 * penalty.l2 * np.diag(penalty.mask)
+        h = second.full(sums[1 + p:] / table.rows, p) + 2 * penalty.l2 * np.diag(penalty.mask)
         return sums, sums[0] / table.rows + penalty.value(at), penalty.gradient(sums[1:1 + p] / table.rows, at), h
 
     sums, f, g, h = objective(w)
@@ -330,16 +322,10 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
         slope = d @ g
         if not -slope > 4 * np.finfo(np.float64).eps * abs(f):
             break  # the decrement is below the precision of the objective: the optimum
-        t = 1.0
-        for _ in range(HALVINGS):
-            with np.errstate(over='ignore', invalid='ignore'):
-                step = w + t * d
-                new_sums, new_f, new_g, new_h = objective(step)
-            if np.isfinite(new_f) and np.all(np.isfinite(new_sums)) and new_f <= f + ARMIJO * t * slope:
-                break
-            t /= 2
-        else:
+        found = _line_search(objective, w, d, f, slope, 1.0)
+        if found is None:
             break
+        step, (new_sums, new_f, new_g, new_h) = found
         if not new_f < f:
             break
         w, f, g, h = step, new_f, new_g, new_h
@@ -349,6 +335,20 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
             break
     check_finite(np.array([f, *g]), w, len(history) + 1, names, 0.0, why)
     return Fit(w, f, history, len(history), clock.seconds())
+
+
+def _line_search(objective, w, d, f, slope, t):
+    """(the step w + t·d, objective(step)) for the first t of t, t/2, … (HALVINGS of them) where the objective is
+    finite and meets the Armijo condition against f and the slope g·d; None where no such step is found.
+    objective(at) gives (the kernel's sums, the objective, …)."""
+    for _ in range(HALVINGS):
+        with np.errstate(over='ignore', invalid='ignore'):
+            step = w + t * d
+            found = objective(step)
+        if np.isfinite(found[1]) and np.all(np.isfinite(found[0])) and found[1] <= f + ARMIJO * t * slope:
+            return step, found
+        t /= 2
+    return None
 
 
 def _newton_direction(g, h):

@@ -18,16 +18,11 @@ import json
 
 import numpy as np
 
-from .. import categorical, limits, loader, program, server
+from .. import categorical, limits, loader, program
 from ..errors import PgadError
 from ..lang import vectors
 from ..lang.rules import PRIMITIVES
-from . import objective
-
-MODEL = ('SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS weights, '
-         'm.options::pg_catalog.text AS options FROM pgad.models AS m WHERE m.name OPERATOR(pg_catalog.=) $1 '
-         'ORDER BY m.group_key')
-
+from . import catalog, objective
 
 def _ranks(x):
     """The rank (from 1) of each value of x, ties given their mean rank."""
@@ -122,17 +117,9 @@ def values(graph, roots, columns, weights, rows):
     return [np.broadcast_to(np.asarray(found[r], dtype=np.float64), (rows,)) for r in roots]
 
 
-def model_rows(name):
-    """The rows of model `name` in pgad.models; the error when there is none."""
-    found = server.query(MODEL, [name], ['pg_catalog.text'])
-    if not found:
-        raise PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
-    return found
-
-
 def evaluate(name, data, config):
     """pgad.evaluate's rows, (group_key as jsonb text or None, metric, value)."""
-    stored = model_rows(name)
+    stored = catalog.rows(name)
     first = stored[0]
     options = json.loads(first['options'])
     label = options.get('label', 'y')
@@ -142,8 +129,7 @@ def evaluate(name, data, config):
     cats = categorical.Categories()
     if categorical.indexed(weights[first['group_key']], goal.model):  # coded by the stored categories, unseen as 0
         _, cats = categorical.stored(weights[first['group_key']], goal.model)
-        weights = {key: {n: np.array([float(v[n].get(k, 0.0)) for k in cats.keys[n]]) if n in cats.keys else v[n]
-                         for n in v} for key, v in weights.items()}
+        weights = {key: categorical.as_vectors(v, cats) for key, v in weights.items()}
     if vectors.needed(goal.model) and not categorical.only(goal.model, cats) or any(
             isinstance(v, list) for w in weights.values() for v in w.values()):
         raise PgadError('0A000', f'pgad.evaluate does not take model "{name}", a model with vectors',

@@ -45,7 +45,7 @@ class Label(str):
         """None where a boolean column may be this label; else the error that says how to map it."""
         if self.loss in BOOLEAN_LABELS:
             return None
-        name = self if re.fullmatch('[a-z_][a-z0-9_]*', self) else printer.quote_ident(self)
+        name = printer.identifier(self)
         return PgadError('42804', f'loss "{self.loss}" takes labels {LABELS[self.loss][1]}, but column "{self}" is of '
                                   'type boolean',
                          hint=f'Map it in the data query (CASE WHEN {name} THEN 1 ELSE -1 END AS {name}), or use loss '
@@ -58,6 +58,7 @@ def labelled(lam, goal, loss):
     if loss not in LABELS or set(goal.loss_columns) & set(goal.columns):
         return lam
     return replace(lam, columns=[Label(c, loss) if c in goal.loss_columns else c for c in lam.columns])
+
 
 LAMBDA = re.compile(r'\s*(λ|lambda\b)', re.IGNORECASE)
 
