@@ -144,6 +144,20 @@ def test_validation_takes_a_query_and_a_fraction_as_text_or_number(db):
     assert no[0] is None
 
 
+@pytest.mark.parametrize('optimizer', ['gd', 'sgd', 'momentum', 'adam', 'lbfgs', 'newton'])
+def test_every_optimizer_records_the_validation_loss_after_each_iteration(db, optimizer):
+    """The validation history has one entry an iteration (epoch), the last the mean squared error on the held-out
+    rows at the fitted weights, whichever optimizer trains."""
+    weights, iterations, history = db.execute(
+        "SELECT weights, iterations, validation_history FROM pgad.train('watched', %s, 'squared', 'sales', %s, "
+        "label => 'price', optimizer => %s, standardize => true, learning_rate => 0.01, iterations => 5, "
+        "validation => 'SELECT * FROM sales WHERE id >= 400')", (HOUSE, START, optimizer)).fetchone()
+    held = np.array(db.execute('SELECT sqft, rooms, price FROM sales WHERE id >= 400').fetchall())
+    mse = np.mean((held[:, 0] * weights['a'] + held[:, 1] * weights['b'] + weights['c'] - held[:, 2]) ** 2)
+    assert len(history) == iterations >= 1
+    assert history[-1] == pytest.approx(mse, rel=1e-9)
+
+
 def test_early_stopping_keeps_the_weights_of_the_lowest_validation_loss(db):
     """gd on standardised columns overfits nothing here, so a validation query that disagrees with the training
     rows (prices doubled) has its lowest loss early: training stops `early_stopping` epochs after it, and the

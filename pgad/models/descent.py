@@ -330,6 +330,7 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
             break
         w, f, g, h = step, new_f, new_g, new_h
         history.append(f)
+        clock.validate(w, f)
         clock.iteration(it, f)
         if stalled(history, tolerance) or not np.any(g):
             break
