@@ -17,42 +17,13 @@ BLOCK_BYTES = 64 << 20
 def compile(program):
     """A kernel(columns, rows, weights) → the sum over the rows of each of program.outputs."""
     graph, outputs = program.graph, program.outputs
-    order = graph.ancestors(outputs)
-    column_at = {name: k for k, name in enumerate(program.columns)}
-    weight_at = {name: k for k, name in enumerate(program.weights)}
-    last_use = {i: len(order) for i in outputs}  # outputs live to the end, to be summed
-    for k, i in enumerate(order):
-        for a in graph.nodes[i].args:
-            last_use[a] = max(last_use.get(a, k), k)
-    steps = []  # (node id, how to get its value, from what, the nodes whose last use this is)
-    for k, i in enumerate(order):
-        node = graph.nodes[i]
-        dead = tuple(a for a in set(node.args) if last_use[a] == k)
-        if node.op == 'const':
-            steps.append((i, 'const', node.value, dead))
-        elif node.op == 'column':
-            steps.append((i, 'column', column_at[node.value], dead))
-        elif node.op == 'weight':
-            steps.append((i, 'weight', weight_at[node.value], dead))
-        else:
-            steps.append((i, PRIMITIVES[node.op].evaluate, node.args, dead))
+    order, last_use, plan = steps(graph, outputs, {name: k for k, name in enumerate(program.columns)},
+                                  {name: k for k, name in enumerate(program.weights)})
     block = max(1, BLOCK_BYTES // (8 * max(1, _most_alive(order, last_use, graph.depends_on_data()))))
 
     def run(columns, rows, weights):
-        values = {}
         with np.errstate(all='ignore'):
-            for i, how, what, dead in steps:
-                limits.tick()
-                if how == 'const':
-                    values[i] = what
-                elif how == 'column':
-                    values[i] = columns[what]
-                elif how == 'weight':
-                    values[i] = weights[what]
-                else:
-                    values[i] = how(*[values[a] for a in what])
-                for a in dead:
-                    del values[a]
+            values = evaluate(plan, columns, weights)
             return np.array([np.sum(values[o]) if np.ndim(values[o]) else values[o] * rows for o in outputs],
                             dtype=np.float64)
 
@@ -62,6 +33,57 @@ def compile(program):
         return sum(run([c[start:start + block] for c in columns], min(block, rows - start), weights)
                    for start in range(0, rows, block))
     return kernel
+
+
+def steps(graph, roots, column_at, weight_at):
+    """(the ancestors of roots in order, each node's last use there, the plan evaluate() follows): a step per node,
+    (node id, how to get its value, from what, the nodes whose last use this is), a column's value from
+    columns[column_at[name]] and a weight's from weights[weight_at[name]]. The roots live to the end."""
+    order = graph.ancestors(roots)
+    last_use = {i: len(order) for i in roots}
+    for k, i in enumerate(order):
+        for a in graph.nodes[i].args:
+            last_use[a] = max(last_use.get(a, k), k)
+    plan = []
+    for k, i in enumerate(order):
+        node = graph.nodes[i]
+        dead = tuple(a for a in set(node.args) if last_use[a] == k)
+        if node.op == 'const':
+            plan.append((i, 'const', node.value, dead))
+        elif node.op == 'column':
+            plan.append((i, 'column', column_at[node.value], dead))
+        elif node.op == 'weight':
+            plan.append((i, 'weight', weight_at[node.value], dead))
+        elif node.op == 'index':  # a vector weight read at each row's position (pgad.evaluate's categories)
+            plan.append((i, _gather, node.args, dead))
+        else:
+            plan.append((i, PRIMITIVES[node.op].evaluate, node.args, dead))
+    return order, last_use, plan
+
+
+def evaluate(plan, columns, weights):
+    """{root: its value} (an array over the rows, or a number where it reads no column) by the plan steps() made,
+    each node one numpy call over whole columns, a node's value dropped after its last use; interrupts checked
+    between nodes (limits.tick)."""
+    values = {}
+    with np.errstate(all='ignore'):
+        for i, how, what, dead in plan:
+            limits.tick()
+            if how == 'const':
+                values[i] = what
+            elif how == 'column':
+                values[i] = columns[what]
+            elif how == 'weight':
+                values[i] = weights[what]
+            else:
+                values[i] = how(*[values[a] for a in what])
+            for a in dead:
+                del values[a]
+    return values
+
+
+def _gather(vector, at):
+    return vector[np.asarray(at, dtype=np.float64).astype(np.int64)]
 
 
 def _most_alive(order, last_use, per_row):

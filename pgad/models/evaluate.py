@@ -18,10 +18,9 @@ import json
 
 import numpy as np
 
-from .. import categorical, limits, loader, program
+from .. import categorical, loader, program, python_backend
 from ..errors import PgadError
 from ..lang import vectors
-from ..lang.rules import PRIMITIVES
 from . import catalog, objective
 
 def _ranks(x):
@@ -84,36 +83,15 @@ METRICS = {
 
 
 def values(graph, roots, columns, weights, rows):
-    """The value over the rows of each of graph's nodes roots, as float64 arrays of `rows` values: the rules table's
-    numpy functions over whole columns ({name: array}), the weights {name: number, or a categorical weight's vector
-    of its categories' values}. A categorical weight is read as w.x[d.c] only (categorical.indexed), d.c each row's
-    code 1 … K, 0 for a category the model never saw: the row's value is the vector's entry at the code, 0 at code 0,
-    as the scoring function's CASE gives. A node's array is dropped after its last use, as the python backend does."""
-    found, order = {}, graph.ancestors(roots)
-    last_use = {i: len(order) for i in roots}
-    for k, i in enumerate(order):
-        for a in graph.nodes[i].args:
-            last_use[a] = max(last_use.get(a, k), k)
-    with np.errstate(all='ignore'):
-        for k, i in enumerate(order):
-            limits.tick()
-            node = graph.nodes[i]
-            if node.op == 'const':
-                found[i] = node.value
-            elif node.op == 'column':
-                found[i] = columns[str(node.value)]
-            elif node.op == 'weight' and np.ndim(weights[node.value]):  # 0 then the categories' values
-                found[i] = np.concatenate([[0.0], np.asarray(weights[node.value], dtype=np.float64)])
-            elif node.op == 'weight':
-                found[i] = np.float64(weights[node.value])
-            elif node.op == 'index':
-                at = np.asarray(found[node.args[1]], dtype=np.float64).astype(np.int64)
-                found[i] = found[node.args[0]][at]
-            else:
-                found[i] = PRIMITIVES[node.op].evaluate(*[found[a] for a in node.args])
-            for a in set(node.args):
-                if last_use[a] == k:
-                    del found[a]
+    """The value over the rows of each of graph's nodes roots, as float64 arrays of `rows` values: the python
+    backend's evaluation over whole columns ({name: array}), the weights {name: number, or a categorical weight's
+    vector of its categories' values}. A categorical weight is read as w.x[d.c] only (categorical.indexed), d.c each
+    row's code 1 … K, 0 for a category the model never saw: the row's value is the vector's entry at the code, 0 at
+    code 0, as the scoring function's CASE gives."""
+    at = {n: np.concatenate([[0.0], np.asarray(v, dtype=np.float64)]) if np.ndim(v) else np.float64(v)
+          for n, v in weights.items()}  # a categorical weight: 0, then its categories' values
+    _, _, plan = python_backend.steps(graph, roots, {name: name for name in columns}, {name: name for name in at})
+    found = python_backend.evaluate(plan, columns, at)
     return [np.broadcast_to(np.asarray(found[r], dtype=np.float64), (rows,)) for r in roots]
 
 
