@@ -384,8 +384,7 @@ def store(scoring, rows, fits):
                                    'the role that trains.',
                             hint='Cast the column to a built-in type in the data query.')
         server.query(f"COMMENT ON FUNCTION {identity} IS '{comment}'")
-    quoted = server.query('SELECT pg_catalog.quote_ident($1) AS name', [name], ['pg_catalog.text'])[0]['name']
-    shown = f'{SCHEMA}.{quoted}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
+    shown = f'{SCHEMA}.{quote_ident(name)}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
     return _write(dict(op='store', name=name, caller=me, function=shown, rows=[
         [row[c] for c in ('name', 'group_key', 'model', 'loss', 'weights', 'final_loss', 'loss_history',
                           'iterations', 'options', 'data', 'rows', 'training_time', 'validation_history')]
