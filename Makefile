@@ -59,6 +59,7 @@ test: install $(DEV)/.done
 bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/run.py $(BENCH_ARGS)
 	$(DEV)/bin/python bench/load.py
+	$(DEV)/bin/python bench/cores.py
 	$(DEV)/bin/python bench/models.py
 	$(DEV)/bin/python bench/shards.py
 	$(DEV)/bin/python bench/mlp.py
