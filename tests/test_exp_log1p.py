@@ -1,5 +1,5 @@
-"""The kernels' inline exp and log1p (jit/codegen.py's _Emitter.exp_polynomial and .log1p_polynomial) against libm in float64, in
-process: random and edge arguments, each compiled as the kernels are (O3, vectorised, so the vector loop and its
+"""The kernels' inline exp and log1p (jit/codegen.py's _Emitter.exp_polynomial and .log1p_polynomial) against
+libm in float64, in process: random and edge arguments, each compiled as the kernels are (O3, vectorised, so the vector loop and its
 scalar tail both run). The error bound (docs/design.md, "exp and log1p in the kernels"): under 1 ulp of the exact
 value, taken from long double (64-bit significand: its own error is 2^-11 ulp of a double), so at most 1 ulp from
 libm's (itself within 0.5 ulp)."""
@@ -176,8 +176,8 @@ def test_logistic_kernel_computes_exp_once_a_row(mode, monkeypatch):
     text = codegen.kernel_ir(prog, polynomial=frozenset())
     assert text.count('call double @"pgad_libm_exp"(') == 1 and text.count('call double @"pgad_libm_log1p"(') == 1
     optimised = str(compiler.optimise(text))
-    lanes = {name: sum(int(width or 1) for width in re.findall(rf'call [^@]*@"?(?:_ZGV[bde]N(\d+)v_|pgad_libm_){name}\b',
-                                                                   optimised)) for name in ('exp', 'log1p')}
+    call = r'call [^@]*@"?(?:_ZGV[bde]N(\d+)v_|pgad_libm_){}\b'
+    lanes = {name: sum(int(width or 1) for width in re.findall(call.format(name), optimised)) for name in ('exp', 'log1p')}
     assert lanes['exp'] == lanes['log1p'] > 0, lanes
 
 
@@ -187,7 +187,11 @@ def test_logistic_kernel_computes_exp_once_a_row(mode, monkeypatch):
     ('softplus(w.a*d.x) + sin(w.b*d.x)', False),  # sin stays libmvec's call: exp and log1p do too
     ('exp(w.a*d.x) + ln(d.x + w.b)', False),
     ('exp(w.a*d.x) + d.x^w.b', False),  # pow of a weight: a call to pow
+    (' + '.join(f'softplus(w.a*d.x + {k}) + exp(w.b*d.x + {k})' for k in range(4)), True),  # 8 exps
+    (' + '.join(f'softplus(w.a*d.x + {k}) + exp(w.b*d.x + {k})' for k in range(4)) + ' + exp(d.x)', False),  # 9
+    (' + '.join(f'w.c{k}*d.x^{k % 9 + 1}' for k in range(45)) + ' + softplus(w.b*d.x)', False),  # 47 outputs: O3
 ])
 def test_inline_where_no_other_libm_call_stays(body, inline):
-    prog = program.build(f'λ(d, w) {body}', ('a', 'b'), 'reverse')
+    """Inline where the kernel is vectorised and calls libm only for at most codegen.INLINE_EXPS exps."""
+    prog = program.build(f'λ(d, w) {body}', ('a', 'b', *(f'c{k}' for k in range(45) if f'w.c{k}*' in body)), 'reverse')
     assert codegen.inline(prog) == (codegen.POLYNOMIAL if inline else frozenset())

@@ -35,6 +35,10 @@ REDUCE = ('reassoc', 'nsz')  # the sums over rows may be reordered; nothing else
 # softplus's log1p. Measured faster than libmvec's vector variants there, and slower beside a call that stays
 # (bench/logistic_math.py)
 POLYNOMIAL = frozenset({'exp', 'log1p'})
+# The most exps (of exp's argument, or sigmoid's and softplus's shared exp(−|x|)) a kernel computes inline: each
+# adds about 40 instructions for LLVM's vectoriser (8 softplus terms and their sigmoids took 0.06 s to compile, with
+# libm 0.03 s; 60 took 0.49 s, with libm 0.09 s)
+INLINE_EXPS = 8
 # The primitives whose EMIT line calls libm, but for exp and log1p (pow where its exponent is not a constant)
 CALLS_LIBM = frozenset({'ln', 'log10', 'sin', 'cos', 'tan', 'asin', 'acos', 'atan', 'atan2', 'sinh', 'cosh', 'tanh',
                         'cbrt'})
@@ -254,11 +258,15 @@ def kernel_ir(program, name=NAME, polynomial=None):
 
 
 def inline(program):
-    """What program's kernel computes inline: POLYNOMIAL where no other primitive of it calls libm, else nothing."""
+    """What program's kernel computes inline: POLYNOMIAL where it compiles vectorised (the compiler's first tier: only
+    the vector loop gains), computes at most INLINE_EXPS exps, and no other primitive of it calls libm; else
+    nothing."""
+    from .compiler import tier_of  # compiler.py imports this module
     nodes = program.graph.nodes
-    calls = any(nodes[n].op in CALLS_LIBM or nodes[n].op == 'pow' and nodes[nodes[n].args[1]].op != 'const'
-                for n in program.graph.ancestors(program.outputs))
-    return frozenset() if calls else POLYNOMIAL
+    ops = [nodes[n] for n in program.graph.ancestors(program.outputs)]
+    calls = any(n.op in CALLS_LIBM or n.op == 'pow' and nodes[n.args[1]].op != 'const' for n in ops)
+    exps = {(n.op == 'exp', n.args[0]) for n in ops if n.op in ('exp', 'sigmoid', 'softplus')}  # exp(x), exp(−|x|)
+    return POLYNOMIAL if tier_of(program).vectorise and len(exps) <= INLINE_EXPS and not calls else frozenset()
 
 
 @functools.lru_cache(maxsize=None)
