@@ -30,9 +30,9 @@ PRIVATE = 'pgad_libm_'
 
 REDUCE = ('reassoc', 'nsz')  # the sums over rows may be reordered; nothing else is
 
-# What an unrolled kernel computes inline, as the polynomials below, where it calls no other libm function
-# (docs/design.md, "exp and log1p in the kernels"): exp (the primitive's, and sigmoid's and softplus's exp(−|x|)) and
-# softplus's log1p. Measured faster than libmvec's vector variants there, and slower beside a call that stays
+# What an unrolled kernel computes inline, as the polynomials below, where `inline` says (docs/design.md, "exp and
+# log1p in the kernels"): exp (the primitive's, and sigmoid's and softplus's exp(−|x|)) and softplus's log1p.
+# Measured faster than libmvec's vector variants where no call stays in the loop, and slower beside one that does
 # (bench/logistic_math.py)
 POLYNOMIAL = frozenset({'exp', 'log1p'})
 # The most exps (of exp's argument, or sigmoid's and softplus's shared exp(−|x|)) a kernel computes inline: each
