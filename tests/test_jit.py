@@ -88,8 +88,9 @@ def test_a_kernel_past_the_vectorised_tier_is_compiled_without_vectorisation():
 @pytest.mark.skipif(not codegen.link_math() or not codegen.vector_widths(), reason='no libmvec variant this CPU runs')
 def test_libm_calls_are_vectorised_with_libmvec():
     """exp under its private name (docs/design.md): the loop vectoriser calls libmvec's variant on several rows.
-    A call, not the declaration: the variants are declared (and kept) whether or not the vectoriser uses them."""
-    prog = program.build('λ(d, w) exp(w.a*d.x)', ('a',), 'reverse')
+    A call, not the declaration: the variants are declared (and kept) whether or not the vectoriser uses them. (A
+    kernel that calls cos calls libm's exp too; one without other calls computes exp inline: codegen.inline.)"""
+    prog = program.build('λ(d, w) exp(w.a*d.x) * cos(w.a)', ('a',), 'reverse')
     optimised = compiler.compile(prog).optimized_ir
     assert re.search(r'call [^@]*@"?pgad_libm_exp"?\(', optimised)  # the loop's remainder, row by row
     assert any(re.search(rf'call [^@]*@_ZGV{isa}N{width}v_exp\(', optimised) for isa, width in codegen.vector_widths())

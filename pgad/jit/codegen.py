@@ -30,6 +30,30 @@ PRIVATE = 'pgad_libm_'
 
 REDUCE = ('reassoc', 'nsz')  # the sums over rows may be reordered; nothing else is
 
+# What an unrolled kernel computes inline, as the polynomials below, where `inline` says (docs/design.md, "exp and
+# log1p in the kernels"): exp (the primitive's, and sigmoid's and softplus's exp(−|x|)) and softplus's log1p.
+# Measured faster than libmvec's vector variants where no call stays in the loop, and slower beside one that does
+# (bench/logistic_math.py)
+POLYNOMIAL = frozenset({'exp', 'log1p'})
+# The most exps (of exp's argument, or sigmoid's and softplus's shared exp(−|x|)) a kernel computes inline: each
+# adds about 40 instructions for LLVM's vectoriser (8 softplus terms and their sigmoids took 0.06 s to compile, with
+# libm 0.03 s; 60 took 0.49 s, with libm 0.09 s)
+INLINE_EXPS = 8
+# The primitives whose EMIT line calls libm, but for exp and log1p (pow where its exponent is not a constant)
+CALLS_LIBM = frozenset({'ln', 'log10', 'sin', 'cos', 'tan', 'asin', 'acos', 'atan', 'atan2', 'sinh', 'cosh', 'tanh',
+                        'cbrt'})
+# exp(r) = 1 + r + r²·q(r) on |r| ≤ ln2/2, q of degree 10 (highest first): mpmath.chebyfit of (exp(r) − 1 − r)/r², a
+# near-minimax fit whose error, 1.4e-18 in q, is 0.002 ulp of exp; tools/fit_math.py fits it again
+EXP_Q = (2.0914686968086876e-09, 2.5105217004720745e-08, 2.75572736431103e-07, 2.7557255400206422e-06,
+         2.4801587325547743e-05, 0.00019841269874820627, 0.0013888888888883748, 0.008333333333326136,
+         0.04166666666666667, 0.1666666666666667, 0.5)
+# log(1 + f) = f − f²/2 + s·(f²/2 + z·R(z)), s = f/(2 + f), z = s², as fdlibm's log does it, for f in [−1/4, 1/2),
+# z ≤ 0.04: R of degree 7 (highest first), mpmath.chebyfit of (2·atanh(s)/s − 2)/z; its error, 2.5e-17 in R, is
+# 0.005 ulp of the log
+LOG_R = (0.13604216246696962, 0.1321033443219967, 0.15388835999460426, 0.18181738421712204, 0.2222222303822691,
+         0.28571428567336676, 0.40000000000007807, 0.6666666666666666)
+LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10  # ln 2 = LN2_HI + LN2_LO; n·LN2_HI exact
+
 
 def _const(value):
     return ir.Constant(DOUBLE, value)
@@ -37,10 +61,12 @@ def _const(value):
 
 class _Emitter:
     """An IRBuilder with the math the rules need: LLVM intrinsics for what the CPU does in one instruction (sqrt,
-    fabs), libm for the rest — whose calls vectorise where glibc's libmvec has a vector variant (see vectorised)."""
+    fabs), libm for the rest — whose calls vectorise where glibc's libmvec has a vector variant (see vectorised) —
+    but exp and softplus's log1p inline where `polynomial` names them (exp_polynomial, log1p_polynomial).
+    exp(−|x|) and 1 + exp(−|x|) are made once per x and block: softplus(x) and its derivative sigmoid(x) share them."""
 
-    def __init__(self, builder, module):
-        self.b, self.module = builder, module
+    def __init__(self, builder, module, polynomial=frozenset()):
+        self.b, self.module, self.polynomial, self.memo = builder, module, polynomial, {}
 
     def call(self, name, *args):
         name = PRIVATE + name if name in LIBMVEC else name
@@ -51,16 +77,77 @@ class _Emitter:
     def select(self, c, a, b):
         return self.b.select(c, a, b)
 
-    def sigmoid(self, x):  # as numpy does it in python_backend: e = exp(-|x|), no overflow either side
-        e = self.call('exp', self.b.fneg(self.call('llvm.fabs.f64', x)))
-        one_plus = self.b.fadd(_const(1.0), e)
+    def once(self, key, make):
+        """make()'s value, made once per key in the block being built (a value made in another block need not
+        dominate this one)."""
+        key = (self.b.block, *key)
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
+    def fma(self, a, b, c):  # a·b + c, fused where the CPU has FMA
+        return self.call('llvm.fmuladd.f64', a, b, c)
+
+    def horner(self, x, coefficients):
+        value = _const(coefficients[0])
+        for c in coefficients[1:]:
+            value = self.fma(value, x, _const(c))
+        return value
+
+    def exp(self, x):
+        return self.exp_polynomial(x) if 'exp' in self.polynomial else self.call('exp', x)
+
+    def exp_polynomial(self, x, negative=False):
+        """exp(x) for every double, inline: n = round(x/ln2), r = x − n·ln2 (|r| ≤ ln2/2, Cody and Waite's two
+        steps), exp(r) by EXP_Q, times 2^n as two powers of two (each a normal number, so that results down to the
+        subnormals round once). x is clamped to [−746, 710] first (to −746 only where it is `negative`, ≤ 0), where exp
+        is 0 and ∞; NaN stays NaN."""
+        b = self.b
+        x = self.select(b.fcmp_ordered('<', x, _const(-746.0)), _const(-746.0), x)
+        if not negative:
+            x = self.select(b.fcmp_ordered('>', x, _const(710.0)), _const(710.0), x)
+        shift = 6755399441055744.0  # 1.5·2^52: adding it rounds to an integer, kept in the low bits
+        t = self.fma(x, _const(1.4426950408889634), _const(shift))
+        n = b.fsub(t, _const(shift))
+        r = self.fma(n, _const(-LN2_HI), x)
+        r = self.fma(n, _const(-LN2_LO), r)
+        p = self.fma(self.fma(self.horner(r, EXP_Q), r, _const(1.0)), r, _const(1.0))
+        k = b.sub(b.bitcast(t, I64), b.bitcast(_const(shift), I64))  # n, an integer in [−1077, 1025]
+        half = b.sub(b.lshr(b.add(k, ir.Constant(I64, 2048)), ir.Constant(I64, 1)), ir.Constant(I64, 1024))
+        scale = [b.bitcast(b.shl(b.add(h, ir.Constant(I64, 1023)), ir.Constant(I64, 52)), DOUBLE)
+                 for h in (half, b.sub(k, half))]
+        return b.fmul(b.fmul(p, scale[0]), scale[1])
+
+    def log1p_polynomial(self, y):
+        """log1p(y) for y in [0, 1] (and NaN), inline: 1 + y = 2^k·(1 + f) with k = 0, f = y below 1/2 and k = 1,
+        f = (y − 1)/2 from 1/2 (both exact), then fdlibm's log(1 + f) with LOG_R."""
+        b = self.b
+        upper = b.fcmp_ordered('>=', y, _const(0.5))
+        f = self.select(upper, b.fmul(b.fsub(y, _const(1.0)), _const(0.5)), y)
+        k = self.select(upper, _const(1.0), _const(0.0))
+        s = b.fdiv(f, b.fadd(_const(2.0), f))
+        z = b.fmul(s, s)
+        half_square = b.fmul(b.fmul(_const(0.5), f), f)
+        r = b.fmul(z, self.horner(z, LOG_R))
+        tail = self.fma(s, b.fadd(half_square, r), b.fmul(k, _const(LN2_LO)))
+        return self.fma(k, _const(LN2_HI), b.fsub(f, b.fsub(half_square, tail)))
+
+    def exp_minus_abs(self, x):  # exp(−|x|), ≤ 1: no overflow either side
+        def make():
+            minus_abs = self.b.fneg(self.call('llvm.fabs.f64', x))
+            return self.exp_polynomial(minus_abs, True) if 'exp' in self.polynomial else self.call('exp', minus_abs)
+        return self.once(('exp(-|x|)', x), make)
+
+    def sigmoid(self, x):  # as numpy does it in python_backend: 1/(1 + e) or e/(1 + e), e = exp(−|x|)
+        e = self.exp_minus_abs(x)
+        one_plus = self.once(('1 + ', e), lambda: self.b.fadd(_const(1.0), e))
         return self.select(self.b.fcmp_ordered('>=', x, _const(0.0)), self.b.fdiv(_const(1.0), one_plus),
                            self.b.fdiv(e, one_plus))
 
-    def softplus(self, x):  # max(x, 0) + log1p(exp(-|x|))
-        e = self.call('exp', self.b.fneg(self.call('llvm.fabs.f64', x)))
+    def softplus(self, x):  # max(x, 0) + log1p(exp(−|x|))
+        e = self.exp_minus_abs(x)
         positive = self.select(self.b.fcmp_ordered('>', x, _const(0.0)), x, _const(0.0))
-        return self.b.fadd(positive, self.call('log1p', e))
+        return self.b.fadd(positive, self.log1p_polynomial(e) if 'log1p' in self.polynomial else self.call('log1p', e))
 
     def sign(self, x):
         return self.select(self.b.fcmp_ordered('>', x, _const(0.0)), _const(1.0),
@@ -75,7 +162,7 @@ EMIT = {
     'neg': lambda e, x: e.b.fneg(x),
     'mod': lambda e, x, y: e.b.frem(x, y),  # frem is C's fmod: the sign of x
     'pow': lambda e, x, y: e.call('llvm.pow.f64', x, y),  # an intrinsic: LLVM turns x^2 into x*x
-    'exp': lambda e, x: e.call('exp', x),
+    'exp': lambda e, x: e.exp(x),
     'ln': lambda e, x: e.call('log', x),
     'log10': lambda e, x: e.call('log10', x),
     'sqrt': lambda e, x: e.call('llvm.sqrt.f64', x),
@@ -116,8 +203,9 @@ assert set(EMIT) == set(PRIMITIVES), set(PRIMITIVES) ^ set(EMIT)
 NAME = 'pgad_kernel'
 
 
-def kernel_ir(program, name=NAME):
-    """The LLVM IR module (text) of program's kernel, a function called name."""
+def kernel_ir(program, name=NAME, polynomial=None):
+    """The LLVM IR module (text) of program's kernel, a function called name; it computes inline what polynomial
+    names of exp and log1p (_Emitter), by default POLYNOMIAL where it calls no other libm function (inline)."""
     module = ir.Module(name='pgad')
     module.triple = llvm.get_process_triple()
     columns = len(program.columns)
@@ -138,7 +226,7 @@ def kernel_ir(program, name=NAME):
     b.position_at_end(loop)
     i = b.phi(I64, 'i')
     sums = [b.phi(DOUBLE, f'sum{k}') for k in range(len(program.outputs))]
-    emitter, values = _Emitter(b, module), {}
+    emitter, values = _Emitter(b, module, inline(program) if polynomial is None else polynomial), {}
     for n in program.graph.ancestors(program.outputs):
         limits.tick()
         node = nodes[n]
@@ -169,6 +257,16 @@ def kernel_ir(program, name=NAME):
     return vectorised(str(module), vector_widths())
 
 
+def inline(program):
+    """What program's kernel computes inline: POLYNOMIAL where it compiles vectorised (the compiler's first tier: only
+    the vector loop gains), computes at most INLINE_EXPS exps, and no other primitive of it calls libm; else
+    nothing."""
+    from .compiler import tier_of  # compiler.py imports this module
+    nodes = program.graph.nodes
+    ops = [nodes[n] for n in program.graph.ancestors(program.outputs)]
+    calls = any(n.op in CALLS_LIBM or n.op == 'pow' and nodes[n.args[1]].op != 'const' for n in ops)
+    exps = {(n.op == 'exp', n.args[0]) for n in ops if n.op in ('exp', 'sigmoid', 'softplus')}  # exp(x), exp(−|x|)
+    return POLYNOMIAL if tier_of(program).vectorise and len(exps) <= INLINE_EXPS and not calls else frozenset()
 
 
 @functools.lru_cache(maxsize=None)
