@@ -28,10 +28,12 @@ its state grows; the loader then counts the rows the data has, with no NULL in t
 much the whole data would need. A lambda reading more than 99 columns, whose several aggregates each see only their
 own columns, counts the rows first.
 """
+import ctypes
 import json
 import re
 import string
 import struct
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,9 +85,10 @@ class Table:
     skipped: int    # rows skipped for NULL
 
 
-def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False):
-    """Load `columns` (names, exactly as the data spells them) of the data into a Table; chunk_rows, when not 0,
-    loads it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
+def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False, packed=False):
+    """Load `columns` (names, exactly as the data spells them) of the data into a Table: natively where pgad.so is
+    there (load_natively), else, or with packed (the tests compare the two), with pgad.pack; chunk_rows, when not
+    0, packs it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
     elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index);
     categories a categorical column to its categories, loaded as each row's code 1 … K (category_code; a value
     not among them skips the row, or with unseen, is code 0)."""
@@ -97,6 +100,16 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     if not columns:
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
+    library = None if chunk_rows or packed else native_loader()
+    if library is not None:
+        try:
+            table = load_natively(library, query, columns, elements, categories, unseen)
+        except server.SPIError as e:
+            if e.sqlstate == OUT_OF_MEMORY:
+                check_memory(memory_limit, query, columns, elements)
+            raise
+        server.debug(f'pgad: loaded {table.rows} rows of {len(columns)} columns in 1 part')
+        return skipping(table, columns, query, elements)
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns, elements)
     rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen), k)
@@ -121,6 +134,96 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
         return skipping(Table(loaded[0][0], rows, skipped), columns, query, elements)
     return skipping(Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded])
                            for k in range(len(columns))], rows, skipped), columns, query, elements)
+
+
+PARALLEL = 0  # the native load's plan: serial, where parallel workers lose (measured: docs/design.md)
+
+
+class LoadResult(ctypes.Structure):
+    """What pgad_load gives (extension/pgad.c's PgadLoad, its public fields): the rows loaded and skipped, or the
+    error that stopped the load (sqlerrcode, PostgreSQL's packed SQLSTATE), and each column's values."""
+    _fields_ = [('rows', ctypes.c_int64), ('skipped', ctypes.c_int64), ('columns', ctypes.c_int32),
+                ('sqlerrcode', ctypes.c_int32), ('odd_attribute', ctypes.c_int32), ('message', ctypes.c_char_p),
+                ('detail', ctypes.c_char_p), ('hint', ctypes.c_char_p), ('context', ctypes.c_char_p),
+                ('values', ctypes.POINTER(ctypes.c_void_p))]
+
+
+_loader = []
+
+
+def native_loader():
+    """pgad.so's functions for the native load (extension/pgad.c, part 6), or None outside the server (and where
+    the library predates them)."""
+    if not _loader:
+        library = server.native()
+        if library is None:
+            return None
+        try:
+            library.pgad_load.restype = ctypes.POINTER(LoadResult)
+            library.pgad_load.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                                          ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+            for name in ('pgad_load_claim', 'pgad_load_free_column', 'pgad_load_done'):
+                getattr(library, name).restype = None
+            library.pgad_load_claim.argtypes = [ctypes.POINTER(LoadResult)]
+            library.pgad_load_free_column.argtypes = [ctypes.POINTER(LoadResult), ctypes.c_int]
+            library.pgad_load_done.argtypes = [ctypes.POINTER(LoadResult), ctypes.c_int]
+            library.pgad_load_unclaimed.argtypes = []
+        except AttributeError:
+            return None
+        _loader.append(library)
+    return _loader[0]
+
+
+class Mapped:
+    """One column of a native load as numpy reads it in place (__array_interface__, read-only): rows float8 in
+    memory that pgad.so mapped, which it frees when the last array that views it goes (the finaliser)."""
+    def __init__(self, library, load, column, rows, address):
+        self.__array_interface__ = {'version': 3, 'shape': (rows,), 'typestr': np.dtype(np.float64).str,
+                                    'data': (address, True)}
+        weakref.finalize(self, library.pgad_load_free_column, load, column)
+
+
+def load_natively(library, query, columns, elements, categories, unseen):
+    """A Table of the columns (typed) of the data query, loaded by pgad.so's pgad_load: each column is one native
+    float8 array that numpy wraps without a copy. An array column is read once, as pg_catalog.float8[], and its
+    elements become columns in pgad.so. The server's error, if any, is raised as plpy.execute raises it (a
+    server.SPIError), and an array of another length than the first row's as lengths() reports it."""
+    select, attributes, indexes, arrays = [], [], [], {}
+    for c in columns:
+        if c in elements and c not in categories:
+            name, index = elements[c]
+            if name not in arrays:
+                arrays[name] = len(select)
+                select.append(f'pgad_data.{quote_ident(name)}::pg_catalog.float8[] AS c{len(select)}')
+            attributes.append(arrays[name])
+            indexes.append(int(index))
+        else:
+            attributes.append(len(select))
+            indexes.append(0)
+            select.append(VALUE.format(value(c, elements, categories, unseen), len(select)))
+    n = len(columns)
+    load = library.pgad_load(ROWS.format(', '.join(select), query).encode(), n, (ctypes.c_int * n)(*attributes),
+                             (ctypes.c_int * n)(*indexes), PARALLEL)
+    if not load:
+        raise MemoryError('pgad_load')
+    library.pgad_load_claim(load)
+    wrapped = 0
+    try:
+        result = load.contents
+        if result.sqlerrcode:
+            text = [(f or b'').decode(errors='replace') or None for f in (result.message, result.detail, result.hint)]
+            odd = [name for name, a in arrays.items() if a == result.odd_attribute]
+            error = server.spi_error(result.sqlerrcode, *text)
+            if odd and error.sqlstate == ARRAY_SUBSCRIPT_ERROR:
+                raise _odd_array(query, odd[0])
+            raise error
+        values = []
+        for k in range(n):
+            values.append(np.asarray(Mapped(library, load, k, result.rows, result.values[k])))
+            wrapped += 1
+        return Table(values, result.rows, result.skipped)
+    finally:
+        library.pgad_load_done(load, wrapped)
 
 
 def value(column, elements, categories=None, unseen=False):
