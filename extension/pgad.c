@@ -22,6 +22,10 @@
  *
  * 3. The packing aggregate pgad.pack (below), which turns rows into numpy's columns at about the cost of a scan:
  *    a PL/Python transition function would cost a microsecond a row.
+ *
+ * Further down: the aggregates pgad.loss_agg, gradient_agg and gradient_descent_agg (4), the doors from pgad's
+ * Python back into the server (5), and the native load (6), which runs the functions' data query into one native
+ * array per column that numpy wraps without a copy (pgad.pack remains for group_by and chunked loads).
  */
 #include "postgres.h"
 
@@ -106,7 +110,7 @@ _PG_init(void)
 							&cache_size_kb, 256 * 1024, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("pgad.load_chunk_rows",
-							"Rows per chunk when loading data; 0 loads it whole, in chunks only past 1 GB.",
+							"Rows per chunk when loading data through pgad.pack; 0 loads it natively, whole.",
 							NULL,
 							&load_chunk_rows, 0, 0, INT_MAX,
 							PGC_SUSET, 0, NULL, NULL, NULL);
@@ -1748,10 +1752,11 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 		SPIExecuteOptions options;
 		SPIPlanPtr	plan;
 		int			result;
+		const char *text;
 
-		/* The query's text is UTF-8, as Python encodes it; SPI takes the server's encoding. */
-		const char *text = pg_any_to_server(query, strlen(query), PG_UTF8);
-
+		/* From here to SPI_finish, allocations are in SPI's procedure context, which SPI_finish (or the abort) frees. */
+		if ((result = SPI_connect()) != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(result));
 		memset(&receiver, 0, sizeof(receiver));
 		receiver.pub.receiveSlot = load_receive;
 		receiver.pub.rStartup = load_receiver_startup;
@@ -1762,22 +1767,23 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 		receiver.attributes = attributes;
 		receiver.indexes = indexes;
 		receiver.limit_rows = pack_limit_rows(load->columns);
-		receiver.row_context = AllocSetContextCreate(CurrentMemoryContext, "pgad load row",
-													 ALLOCSET_SMALL_SIZES);
-		if ((result = SPI_connect()) != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(result));
+		receiver.row_context = AllocSetContextCreate(CurrentMemoryContext, "pgad load row", ALLOCSET_SMALL_SIZES);
+		/* The query's text is UTF-8, as Python encodes it; SPI takes the server's encoding. */
+		text = pg_any_to_server(query, strlen(query), PG_UTF8);
 		plan = SPI_prepare_cursor(text, 0, NULL, parallel ? CURSOR_OPT_PARALLEL_OK : 0);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare_cursor failed: %s", SPI_result_code_string(SPI_result));
 		memset(&options, 0, sizeof(options));
-		/* A query of the caller's statement's snapshot, as a STABLE function's plpy.execute runs one. */
+		/*
+		 * In the caller's statement's snapshot, as a STABLE function's plpy.execute runs its queries (pgad.train,
+		 * VOLATILE, writes its model only after it has loaded).
+		 */
 		options.read_only = ActiveSnapshotSet();
 		options.dest = &receiver.pub;
 		if ((result = SPI_execute_plan_extended(plan, &options)) < 0)
 			elog(ERROR, "SPI_execute_plan_extended failed: %s", SPI_result_code_string(result));
 		if ((result = SPI_finish()) != SPI_OK_FINISH)
 			elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(result));
-		MemoryContextDelete(receiver.row_context);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(context);
 		CurrentResourceOwner = owner;

@@ -1,32 +1,38 @@
 """Data → numpy: the columns a lambda reads, loaded once per call with no per-row Python.
 
 The data argument is a query (SELECT, VALUES, WITH, TABLE; a trailing semicolon is dropped) or the name of a table
-or view; it runs with the caller's privileges, snapshot and search_path (it is the caller's text). One aggregate
-query packs the rows with pgad's native aggregate (extension/pgad.c),
-    SELECT pgad.pack(c0, c1) FROM (SELECT x::float8 AS c0, y::float8 AS c1 FROM (<data>) AS pgad_data) AS pgad_rows
-(every name in it schema-qualified, as in all SQL pgad builds: docs/security.md), which skips and counts the rows
-with a NULL and gives a bytea: a header, then each column's values as native float8, which numpy reads in place.
-PostgreSQL may run it in parallel workers. That one aggregate is the fast path; when its result would pass
-PostgreSQL's 1 GB limit on a value (SQLSTATE 54000), the rows are numbered and packed a chunk at a time instead,
-each chunk 256 MB, or pgad.load_chunk_rows rows when that setting is set (tests set it to force tiny chunks; a
-DEBUG2 message says how many parts the load took). A function takes at most 100 arguments, so a lambda reading
-more than 99 columns packs them in several aggregates over the rows with no NULL. Rows with NULL in a column the
-lambda reads are skipped, and a NOTICE says how many.
+or view; it runs with the caller's privileges, snapshot and search_path (it is the caller's text). One query reads
+the rows,
+    SELECT x::pg_catalog.float8 AS c0, y::pg_catalog.float8 AS c1 FROM (<data>) AS pgad_data
+(every name in it schema-qualified, as in all SQL pgad builds: docs/security.md), run by pgad.so's native load
+(load_natively; extension/pgad.c, part 6): a DestReceiver appends each row's values as native float8 to one mapped
+array per column, which numpy wraps without a copy; rows with NULL in a column the lambda reads are skipped, and a
+NOTICE says how many. Its plan is serial (PARALLEL; measured: docs/design.md).
+
+Without pgad.so (the in-process tests), with pgad.load_chunk_rows set, and for load_groups, the rows are packed by
+pgad's native aggregate instead, SELECT pgad.pack(c0, c1) FROM (<the query above>) AS pgad_rows, which gives a
+bytea: a header, then each column's values as native float8, which numpy reads in place. PostgreSQL may run it in
+parallel workers. When its result would pass PostgreSQL's 1 GB limit on a value (SQLSTATE 54000), the rows are
+numbered and packed a chunk at a time instead, each chunk 256 MB, or pgad.load_chunk_rows rows when that setting is
+set (tests set it to force tiny chunks; a DEBUG2 message says how many parts the load took, 1 for a native load). A
+function takes at most 100 arguments, so a lambda reading more than 99 columns packs them in several aggregates over
+the rows with no NULL.
 
 A column the lambda reads as a boolean (CASE WHEN d.flag …: parser.Column.boolean) must be boolean in the data, and
-is packed as 1 (true) or 0 (false), flag::int4::float8; a column the lambda reads as a number must be numeric, except
-the label of loss 'logistic' (objective.Label), which may be boolean and is then packed as one is.
+is loaded as 1 (true) or 0 (false), flag::int4::float8; a column the lambda reads as a number must be numeric, except
+the label of loss 'logistic' (objective.Label), which may be boolean and is then loaded as one is.
 
 A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
-load packs its elements as columns of their own, (pgad_data.pixels)[1] … (pgad_data.pixels)[64]: a NULL array or a
-NULL element skips the row, as a NULL number does.
+load reads its elements as columns of their own: the native load takes them from pgad_data.pixels::float8[] in C,
+the aggregate by subscripts, (pgad_data.pixels)[1] … (pgad_data.pixels)[64]. A NULL array or a NULL element skips
+the row, as a NULL number does.
 
 pgad.memory_limit bounds what a call holds: its rows times its columns times 8 bytes, COPIES times over (measured:
-docs/security.md). pgad.pack stops the query at the row that passes it (SQLSTATE 53200, extension/pgad.c), before
-its state grows; the loader then counts the rows the data has, with no NULL in the columns read, and reports how
-much the whole data would need. A lambda reading more than 99 columns, whose several aggregates each see only their
-own columns, counts the rows first.
+docs/security.md). The native load and pgad.pack stop the query at the row that passes it (SQLSTATE 53200,
+extension/pgad.c), before anything grows; the loader then counts the rows the data has, with no NULL in the columns
+read, and reports how much the whole data would need. A lambda reading more than 99 columns, whose several
+aggregates each see only their own columns, counts the rows first on the aggregate's path.
 """
 import ctypes
 import json

@@ -16,6 +16,8 @@ import pytest
 from conftest import error_of
 
 ROLE = 'pgad_native_load_user'
+HINT = ('Train on a sample of the data (TABLESAMPLE, WHERE or LIMIT in its query), or have a superuser raise '
+        'pgad.memory_limit.')
 ROWS = 2000
 # Every column type the loader accepts: the six numeric types, booleans, a categorical text, arrays of each number.
 TYPES = ('s smallint', 'i integer', 'b bigint', 'r real', 'd double precision', 'n numeric', 'flag boolean',
@@ -50,7 +52,7 @@ from pgad import loader
 try:
     loader.load_natively(loader.native_loader(), data, columns, {}, {}, False)
 except plpy.SPIError as e:
-    return [e.sqlstate, e.args[0], e.spidata[1]]
+    return [e.sqlstate, e.args[0], e.spidata[1], e.spidata[2]]
 $$;
 """
 
@@ -148,8 +150,13 @@ def test_skipped_rows_are_counted_in_a_notice(db):
     assert notices == ['skipped 25 of 1000 rows with NULL in "y" (25 rows)']
 
 
-def test_a_data_query_that_fails_halfway_gives_its_error_and_the_session_goes_on(db):
+def test_a_data_query_that_fails_halfway_gives_its_error_and_the_session_goes_on(py):
+    db = py
     data = 'SELECT g::float8 AS x, 1.0 / (g - 500) AS y FROM generate_series(1, 1000) AS g'
+    for _ in range(2):  # the native load's own error, caught in Python as plpy.execute's would be
+        assert db.execute('SELECT native_error(%s, %s)', (data, ['x', 'y'])).fetchone()[0] == [
+            '22012', 'division by zero', None, None]
+    assert db.execute('SELECT unclaimed()').fetchone()[0] == 0
     for _ in range(2):
         diag = error_of(db, "SELECT pgad.loss('λ(d, w) (w.a*d.x - d.y)^2', %s, '{\"a\": 2}')", (data,))
         assert (diag.sqlstate, diag.message_primary) == ('22012', 'division by zero')
@@ -163,7 +170,8 @@ def test_a_data_query_that_fails_halfway_gives_its_error_and_the_session_goes_on
         assert db.execute('SELECT count(*) FROM kept').fetchone()[0] == 1
 
 
-def test_an_error_keeps_its_detail_and_hint(db):
+def test_an_error_keeps_its_detail_and_hint(py):
+    db = py
     db.execute("CREATE OR REPLACE FUNCTION complain(x float8) RETURNS float8 LANGUAGE plpgsql AS $$ BEGIN "
                "IF x > 10 THEN RAISE EXCEPTION USING MESSAGE = 'too big', ERRCODE = '22023', DETAIL = 'x is ' || x, "
                "HINT = 'smaller'; END IF; RETURN x; END $$")
@@ -171,6 +179,8 @@ def test_an_error_keeps_its_detail_and_hint(db):
                         "'{\"a\": 2}')")
     assert (diag.sqlstate, diag.message_primary, diag.message_detail, diag.message_hint) == (
         '22023', 'too big', 'x is 11', 'smaller')
+    assert db.execute('SELECT native_error(%s, %s)', ('SELECT complain(g) AS x FROM generate_series(1, 20) AS g',
+                                                     ['x'])).fetchone()[0] == ['22023', 'too big', 'x is 11', 'smaller']
 
 
 def cancel_after(cluster, dbname, pid, seconds):
@@ -188,7 +198,8 @@ def cancel_after(cluster, dbname, pid, seconds):
 SLOW = "SELECT pgad.loss('λ(d, w) (w.a*d.x - d.y)^2', 'SELECT slow(x) AS x, y FROM pts', '{\"a\": 2}')"
 
 
-def test_a_cancel_stops_the_load_within_a_second(cluster, dbname, db):
+def test_a_cancel_stops_the_load_within_a_second(cluster, dbname, py):
+    db = py
     """200,000 rows at a millisecond each: 200 s to load; cancelled after 1.5 s."""
     db.execute("SELECT pgad.loss('λ(d, w) (w.a*d.x - d.y)^2', 'SELECT slow(x) AS x, y FROM pts LIMIT 3', '{\"a\": 2}')")
     pid = db.execute('SELECT pg_backend_pid()').fetchone()[0]
@@ -198,18 +209,29 @@ def test_a_cancel_stops_the_load_within_a_second(cluster, dbname, db):
     thread.join()
     assert (diag.sqlstate, diag.message_primary) == ('57014', 'canceling statement due to user request')
     assert stopped - cancelled[0] < 2.0  # within a second, with a margin for this shared machine
+    thread, cancelled = cancel_after(cluster, dbname, pid, 1.5)  # the native load's own error, as Python sees it
+    found = db.execute('SELECT native_error(%s, %s)', ('SELECT slow(x) AS x, y FROM pts', ['x', 'y'])).fetchone()[0]
+    stopped = time.monotonic()
+    thread.join()
+    assert found == ['57014', 'canceling statement due to user request', None, None]
+    assert stopped - cancelled[0] < 2.0
     assert db.execute("SELECT pgad.loss('λ(d, w) (w.a*d.x - d.y)^2', 'pts', '{\"a\": 3}')").fetchone()[0] > 0
 
 
-def test_statement_timeout_stops_the_load(db):
+def test_statement_timeout_stops_the_load(py):
+    db = py
     db.execute("SET statement_timeout = '1s'")
     try:
         start = time.monotonic()
         diag = error_of(db, SLOW)
         assert time.monotonic() - start < 3.0
+        start = time.monotonic()
+        found = db.execute('SELECT native_error(%s, %s)', ('SELECT slow(x) AS x, y FROM pts', ['x', 'y'])).fetchone()[0]
+        assert time.monotonic() - start < 3.0
     finally:
         db.execute('RESET statement_timeout')
     assert (diag.sqlstate, diag.message_primary) == ('57014', 'canceling statement due to statement timeout')
+    assert found == ['57014', 'canceling statement due to statement timeout', None, None]
 
 
 def test_data_past_pgad_memory_limit_stops_with_the_loaders_message(db):
@@ -233,7 +255,7 @@ def test_the_load_stops_at_pgad_memory_limit_before_reading_the_rest(py):
         py.execute('RESET pgad.memory_limit')
     assert found == ['53200', 'the data needs more than pgad.memory_limit (1.0 MB)',
                      'Packing stopped at row 16385 of 2 columns, 8 bytes a value, held up to 4 times over while a call '
-                     'loads and trains.']
+                     'loads and trains.', HINT]
 
 
 def test_a_role_cannot_load_what_it_may_not_read(cluster, dbname, db):
