@@ -46,6 +46,14 @@ from pgad import loader
 return loader.native_loader().pgad_load_unclaimed()
 $$;
 GRANT EXECUTE ON FUNCTION unclaimed() TO PUBLIC;
+CREATE FUNCTION odd_arrays(data text) RETURNS text[] LANGUAGE plpython3u AS $$
+from pgad import loader
+from pgad.errors import PgadError
+try:
+    loader.load_natively(loader.native_loader(), data, ['v[1]', 'v[2]'], {'v[1]': ('v', 1), 'v[2]': ('v', 2)}, {}, False)
+except PgadError as e:
+    return [e.sqlstate, e.message, e.detail]
+$$;
 CREATE FUNCTION native_error(data text, columns text[]) RETURNS text[] LANGUAGE plpython3u AS $$
 import plpy
 from pgad import loader
@@ -136,6 +144,15 @@ def test_rows_with_a_null_number_array_or_element_are_skipped(py):
     found = load_both(py, 'with_nulls', ['x', 'y', 'v[1]', 'v[2]', 'w[2]'], elements=elements)
     skipped = sum(1 for g in range(1, 1001) if g % 40 == 0 or g % 50 == 0 or g % 70 == 0)
     same(found, 1000 - skipped, skipped)
+
+
+def test_an_array_of_another_length_is_named_as_lengths_names_it(py):
+    """lengths() checks every row's array before the load; should a row differ in the load itself (the data
+    changed between the two queries), the load stops with the error lengths() gives, naming the row."""
+    found = py.execute('SELECT odd_arrays(%s)', ('SELECT ARRAY[1, 2, g]::float8[] AS v FROM generate_series(1, 3) AS g '
+                                                 'UNION ALL SELECT ARRAY[1, 2]',)).fetchone()[0]
+    assert found == ['2202E', 'column "v" has arrays of different lengths',
+                     "The first row's array has 3 elements; row 4's has 2."]
 
 
 def test_zero_rows_give_empty_columns(py):
