@@ -1300,12 +1300,16 @@ pgad_lambda_deserialize(PG_FUNCTION_ARGS)
 	PG_RETURN_POINTER(state);
 }
 
+static bytea *load_reference(const PackState *pack, int64 more_skipped);
+
 PG_FUNCTION_INFO_V1(pgad_lambda_final);
 
 /*
  * The final function of pgad.f_agg, pgad._f_agg_final(internal): pgad._f_agg(packed bytea, columns text[],
- * loss text, weights jsonb, options jsonb), whose packed bytea is pgad.pack's (with no column when no row was
- * packed). STRICT: a group with no rows gives NULL without a call.
+ * loss text, weights jsonb, options jsonb). Its packed bytea is, when rows were packed, a reference to the rows
+ * copied once into a native load (load_reference, part 6), which numpy wraps as the functions' data is wrapped:
+ * not the rows themselves, which the bytea and then PL/Python's Python bytes would copy twice; with no row packed,
+ * pgad.pack's bytea (with no column). STRICT: a group with no rows gives NULL without a call.
  */
 Datum
 pgad_lambda_final(PG_FUNCTION_ARGS)
@@ -1313,7 +1317,9 @@ pgad_lambda_final(PG_FUNCTION_ARGS)
 	LambdaState *state = (LambdaState *) PG_GETARG_POINTER(0);
 	FmgrInfo   *implementation = (FmgrInfo *) fcinfo->flinfo->fn_extra;
 	PackState	nothing = {0, 0, 0, 0, NULL, 0};
-	bytea	   *packed = pack_bytea(state->pack != NULL ? state->pack : &nothing, state->null_rows);
+	bytea	   *packed = state->pack != NULL && state->pack->rows > 0 && state->pack->columns > 0 ?
+		load_reference(state->pack, state->null_rows) :
+		pack_bytea(state->pack != NULL ? state->pack : &nothing, state->null_rows);
 	Datum		result;
 
 	LOCAL_FCINFO(call, 5);
@@ -1469,11 +1475,15 @@ typedef struct PgadLoad
 	Size		mapped;			/* bytes each column's mapping has */
 	int			references;		/* Python's reader, and each column not yet freed */
 	bool		claimed;		/* by Python: no longer the transaction's to free */
+	uint64		id;				/* how load_reference's bytea names it */
 	struct PgadLoad *next;		/* in unclaimed_loads */
 } PgadLoad;
 
 /* The loads that Python has not claimed yet: freed at the end of the transaction. */
 static PgadLoad *unclaimed_loads = NULL;
+static uint64 last_load_id = 0;
+
+#define LOAD_MAGIC		0x4c504750	/* "PGPL": load_reference's bytea, where pgad.pack's has "PGPK" */
 
 /* The DestReceiver: each row's values appended to the load's columns. */
 typedef struct LoadReceiver
@@ -1496,6 +1506,7 @@ extern PGDLLEXPORT void pgad_load_claim(PgadLoad *load);
 extern PGDLLEXPORT void pgad_load_free_column(PgadLoad *load, int column);
 extern PGDLLEXPORT void pgad_load_done(PgadLoad *load, int wrapped);
 extern PGDLLEXPORT int pgad_load_unclaimed(void);
+extern PGDLLEXPORT PgadLoad *pgad_load_take(uint64 id);
 
 /* The load is freed once nothing refers to it: its strings and itself (its columns are freed one at a time). */
 static void
@@ -1737,6 +1748,49 @@ load_receiver_destroy(DestReceiver *self)
 {
 }
 
+/*
+ * A new load of so many columns, each mapped with mapped bytes, on the unclaimed list; with its error set (and no
+ * column) when the memory could not be mapped; NULL when there is no memory even for that.
+ */
+static PgadLoad *
+load_new(int columns, Size mapped)
+{
+	PgadLoad   *load = calloc(1, sizeof(PgadLoad));
+	int			k;
+
+	if (load == NULL)
+		return NULL;
+	load->odd_attribute = -1;
+	load->references = 1;
+	load->columns = Max(columns, 0);
+	load->mapped = Max(mapped, (Size) sysconf(_SC_PAGESIZE));
+	load->values = calloc(Max(load->columns, 1), sizeof(float8 *));
+	if (load->values == NULL)
+	{
+		free(load);
+		return NULL;
+	}
+	load->id = ++last_load_id;
+	load->next = unclaimed_loads;
+	unclaimed_loads = load;
+	for (k = 0; k < load->columns; k++)
+	{
+		void	   *mapping = mmap(NULL, load->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (mapping == MAP_FAILED)
+		{
+			load_free_columns(load, 0);
+			load->sqlerrcode = ERRCODE_OUT_OF_MEMORY;
+			load->message = load_strdup("out of memory");
+			load->detail = load_strdup("pgad could not map memory for a loaded column.");
+			return load;
+		}
+		load->values[k] = mapping;
+		load->references++;
+	}
+	return load;
+}
+
 /* The query, run into load's columns in a subtransaction; an error is left in load's fields. */
 static void
 load_run(PgadLoad *load, const char *query, const int *attributes, const int *indexes, int parallel)
@@ -1820,38 +1874,63 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 PgadLoad *
 pgad_load(const char *query, int columns, const int *attributes, const int *indexes, int parallel)
 {
-	PgadLoad   *load = calloc(1, sizeof(PgadLoad));
+	PgadLoad   *load = load_new(columns, LOAD_FIRST_BYTES);
+
+	if (load != NULL && load->sqlerrcode == 0)
+		load_run(load, query, attributes, indexes, parallel);
+	return load;
+}
+
+/*
+ * The rows of an aggregate's state (pgad.pack's form), copied into a new load for pgad's Python to take, and the
+ * bytea that names it: a PackHeader whose magic is LOAD_MAGIC, then the load's id. Python takes the load by its id
+ * (pgad_load_take), among this backend's loads not yet claimed, so a bytea can name nothing else; one it never takes
+ * is freed at the end of the transaction, as every unclaimed load is.
+ */
+static bytea *
+load_reference(const PackState *pack, int64 more_skipped)
+{
+	Size		page = (Size) sysconf(_SC_PAGESIZE);
+	PgadLoad   *load = load_new(pack->columns, ((Size) pack->rows * sizeof(float8) + page - 1) / page * page);
+	PackHeader	header = {LOAD_MAGIC, (uint32) pack->columns, pack->rows, pack->skipped + more_skipped};
+	Size		size = VARHDRSZ + sizeof(PackHeader) + sizeof(uint64);
+	bytea	   *result;
 	int			k;
 
-	if (load == NULL)
-		return NULL;
-	load->odd_attribute = -1;
-	load->references = 1;
-	load->columns = Max(columns, 0);
-	load->mapped = LOAD_FIRST_BYTES;
-	load->values = calloc(Max(load->columns, 1), sizeof(float8 *));
-	if (load->values == NULL)
+	if (load == NULL || load->sqlerrcode != 0)
 	{
-		free(load);
-		return NULL;
-	}
-	load->next = unclaimed_loads;
-	unclaimed_loads = load;
-	for (k = 0; k < load->columns; k++)
-	{
-		void	   *mapping = mmap(NULL, load->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-		if (mapping == MAP_FAILED)
+		if (load != NULL)
 		{
-			load_free_columns(load, 0);
-			load->sqlerrcode = ERRCODE_OUT_OF_MEMORY;
-			load->message = load_strdup("out of memory");
-			load->detail = load_strdup("pgad could not map memory for a loaded column.");
+			pgad_load_claim(load);
+			pgad_load_done(load, 0);
+		}
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("pgad could not map memory for an aggregate's rows.")));
+	}
+	for (k = 0; k < pack->columns; k++)
+		memcpy(load->values[k], pack->values + k * pack->capacity, sizeof(float8) * pack->rows);
+	load->rows = pack->rows;
+	load->skipped = header.skipped;
+	result = palloc(size);
+	SET_VARSIZE(result, size);
+	memcpy(VARDATA(result), &header, sizeof(PackHeader));
+	memcpy(VARDATA(result) + sizeof(PackHeader), &load->id, sizeof(uint64));
+	return result;
+}
+
+/* The unclaimed load of this id, claimed; NULL when there is none. */
+PgadLoad *
+pgad_load_take(uint64 id)
+{
+	PgadLoad   *load;
+
+	for (load = unclaimed_loads; load != NULL; load = load->next)
+		if (load->id == id)
+		{
+			pgad_load_claim(load);
 			return load;
 		}
-		load->values[k] = mapping;
-		load->references++;
-	}
-	load_run(load, query, attributes, indexes, parallel);
-	return load;
+	return NULL;
 }

@@ -174,6 +174,8 @@ def native_loader():
             library.pgad_load_free_column.argtypes = [ctypes.POINTER(LoadResult), ctypes.c_int]
             library.pgad_load_done.argtypes = [ctypes.POINTER(LoadResult), ctypes.c_int]
             library.pgad_load_unclaimed.argtypes = []
+            library.pgad_load_take.restype = ctypes.POINTER(LoadResult)
+            library.pgad_load_take.argtypes = [ctypes.c_uint64]
         except AttributeError:
             return None
         _loader.append(library)
@@ -213,23 +215,30 @@ def load_natively(library, query, columns, elements, categories, unseen):
     if not load:
         raise MemoryError('pgad_load')
     library.pgad_load_claim(load)
-    wrapped = 0
+
+    def failed(result):
+        text = [(f or b'').decode(errors='replace') or None for f in (result.message, result.detail, result.hint)]
+        odd = [name for name, a in arrays.items() if a == result.odd_attribute]
+        error = server.spi_error(result.sqlerrcode, *text)
+        return _odd_array(query, odd[0]) if odd and error.sqlstate == ARRAY_SUBSCRIPT_ERROR else error
+    return wrapped(library, load, failed)
+
+
+def wrapped(library, load, failed):
+    """A Table of a load that Python has claimed, each column wrapped by numpy in place; the exception that
+    failed(its LoadResult) gives when it holds an error. The load's columns not wrapped are freed on the way out."""
+    count = 0
     try:
         result = load.contents
         if result.sqlerrcode:
-            text = [(f or b'').decode(errors='replace') or None for f in (result.message, result.detail, result.hint)]
-            odd = [name for name, a in arrays.items() if a == result.odd_attribute]
-            error = server.spi_error(result.sqlerrcode, *text)
-            if odd and error.sqlstate == ARRAY_SUBSCRIPT_ERROR:
-                raise _odd_array(query, odd[0])
-            raise error
+            raise failed(result)
         values = []
-        for k in range(n):
+        for k in range(result.columns):
             values.append(np.asarray(Mapped(library, load, k, result.rows, result.values[k])))
-            wrapped += 1
+            count += 1
         return Table(values, result.rows, result.skipped)
     finally:
-        library.pgad_load_done(load, wrapped)
+        library.pgad_load_done(load, count)
 
 
 def value(column, elements, categories=None, unseen=False):
@@ -590,9 +599,37 @@ def positions(columns, names, types, arrays=(), categorical=False, aggregate=Fal
 
 
 def packed(data, names, columns):
-    """A Table of `columns` from the bytes an aggregate packed (pgad.pack's form) of the data's columns `names`."""
-    rows, skipped = HEADER.unpack_from(data)[2:]
-    if rows == 0:  # no row packed; with no row read at all, no column either
+    """A Table of `columns` from the bytes an aggregate packed (pgad.pack's form) of the data's columns `names`, or
+    from the load they name (an aggregate's final function: its rows copied once, where numpy wraps them)."""
+    magic, stored, rows, skipped = HEADER.unpack_from(data)
+    if magic == LOADED:
+        values = taken(data, len(names)).columns
+    elif rows == 0:  # no row packed; with no row read at all, no column either
         return skipping(Table([np.empty(0) for _ in columns], 0, skipped), columns)
-    values, rows, skipped = read(data, len(names))
+    else:
+        values, rows, skipped = read(data, len(names))
     return skipping(Table([values[names.index(c)] for c in columns], rows, skipped), columns)
+
+
+LOADED = 0x4c504750  # "PGPL": an aggregate's rows as a load (extension/pgad.c's LOAD_MAGIC), not pgad.pack's bytes
+LOAD_ID = struct.Struct('=Q')
+
+
+def taken(data, width):
+    """The Table of the load that an aggregate's final function made of its rows, named by data (a PackHeader with
+    LOADED, then the load's id): taken from pgad.so's loads not yet claimed, and wrapped in place."""
+    library = native_loader()
+    magic, stored, rows, skipped = HEADER.unpack_from(data)
+    load = None
+    if library is not None and len(data) == HEADER.size + LOAD_ID.size and stored == width:
+        load = library.pgad_load_take(LOAD_ID.unpack_from(data, HEADER.size)[0])
+    if not load:
+        raise PgadError('XX000', 'pgad.pack returned a malformed result',
+                        detail=f'{len(data)} bytes, header {(magic, stored, rows, skipped)}, for {width} columns: no '
+                               'such load.')
+    table = wrapped(library, load, lambda result: PgadError('XX000', 'pgad could not load an aggregate\'s rows'))
+    server.debug(f'pgad: loaded {table.rows} rows of {width} columns in 1 part, from the aggregate\'s state')
+    if (table.rows, table.skipped, len(table.columns)) != (rows, skipped, width):
+        raise PgadError('XX000', 'pgad.pack returned a malformed result',
+                        detail=f'header {(magic, stored, rows, skipped)}, load {(table.rows, table.skipped)}.')
+    return table

@@ -7,6 +7,7 @@ an error halfway, a cancel, pgad.memory_limit, a role's privileges) and to its m
 unclaimed).
 """
 import json
+import struct
 import threading
 import time
 
@@ -308,4 +309,31 @@ def test_the_memory_of_a_load_is_returned(py):
         py.execute('RESET pgad.memory_limit')
     grown = resident_kb(pid) - start
     assert grown < 16 * 1024, f'{grown} kB'
+    assert py.execute('SELECT unclaimed()').fetchone()[0] == 0
+
+
+AGG = "SELECT pgad.loss_agg('λ(d, w) (w.a*d.x - d.y)^2', '{\"a\": 2}', t) FROM with_nulls AS t"
+
+
+def test_an_aggregates_rows_reach_numpy_copied_once(py):
+    """The final function copies the state's rows into a load, which numpy wraps, rather than into a bytea that
+    PL/Python copies again into Python bytes; the result is the same, and no load is left unclaimed."""
+    messages = []
+    py.add_notice_handler(lambda d: messages.append(d.message_primary))
+    py.execute('SET client_min_messages = debug2')
+    try:
+        got = py.execute(AGG).fetchone()[0]
+    finally:
+        py.execute('RESET client_min_messages')
+    assert "pgad: loaded 975 rows of 2 columns in 1 part, from the aggregate's state" in messages
+    assert got == pytest.approx(py.execute('SELECT avg((2*x - y)^2) FROM with_nulls').fetchone()[0], rel=1e-12)
+    assert py.execute('SELECT unclaimed()').fetchone()[0] == 0
+
+
+def test_a_bytea_naming_no_load_is_refused(py):
+    """Only this backend's loads not yet claimed can be named (a superuser calling the implementation directly)."""
+    forged = struct.pack('=IIqqQ', 0x4c504750, 1, 3, 0, 12345)
+    diag = error_of(py, "SELECT pgad._loss_agg(%s, ARRAY['x'], 'λ(d, w) w.a*d.x', '{\"a\": 1}', NULL)", (forged,))
+    assert diag.sqlstate == 'XX000'  # called directly, not through pgad_call: PL/Python's own form of the error
+    assert diag.message_primary == 'plpy.Error: pgad.pack returned a malformed result'
     assert py.execute('SELECT unclaimed()').fetchone()[0] == 0
