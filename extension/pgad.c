@@ -1447,14 +1447,18 @@ pgad_error_query(const char *query, int position)
  *    numpy view to go frees it (pgad_load_free_column). Until Python claims a load (pgad_load_claim), it is kept
  *    in a list that the end of the transaction frees, so that nothing leaks if Python fails in between.
  *
- *    The plan is serial (cursorOptions 0: no CURSOR_OPT_PARALLEL_OK) unless asked otherwise: measured, a parallel
- *    plan's workers only queue their tuples to the leader, which still appends every value, and so lose
- *    (docs/design.md). Errors never cross Python's frames: the query runs in a subtransaction, as PL/Python's
- *    plpy.execute runs one (plpy_spi.c), and an error it raises, a cancel or a statement_timeout among them, is
- *    caught, the subtransaction rolled back, the columns freed, and the error's SQLSTATE, message, detail, hint and
- *    context handed back for Python to raise as plpy.execute would have. pgad.memory_limit stops the load at the
- *    row that passes it, before anything grows, with pgad.pack's error (53200: PACK_COPIES times the packed
- *    bytes, as pgad.pack counts them).
+ *    The plan is serial (cursorOptions 0: no CURSOR_OPT_PARALLEL_OK) unless asked otherwise, so the rows come in
+ *    the same order every time: measured (docs/design.md), allowing parallel workers changed nothing on a table
+ *    scan (the planner chose the serial plan), and a parallel plan forced on it gained a few percent with an idle
+ *    core and lost 1.6 times with a busy one, since the leader still receives and appends every row. Errors never
+ *    cross Python's frames: the query runs in a subtransaction, as PL/Python's plpy.execute runs one (plpy_spi.c),
+ *    and an error it raises, a cancel or a statement_timeout among them, is caught, the subtransaction rolled back,
+ *    the columns freed, and the error's SQLSTATE, message, detail and hint (and context) handed back for Python to
+ *    raise as plpy.execute would have. pgad.memory_limit stops the load at the row that passes it, before anything
+ *    grows, with pgad.pack's error (53200: PACK_COPIES times the packed bytes, as pgad.pack counts them).
+ *
+ *    The aggregates' final function (part 4) hands its state's rows to Python the same way: copied once into a
+ *    load, which a small bytea names (load_reference), rather than into a bytea that PL/Python copies again.
  */
 #define LOAD_FIRST_BYTES ((Size) 64 * 1024)	/* each column's first mapping */
 
@@ -1474,7 +1478,6 @@ typedef struct PgadLoad
 	/* Not seen by Python: */
 	Size		mapped;			/* bytes each column's mapping has */
 	int			references;		/* Python's reader, and each column not yet freed */
-	bool		claimed;		/* by Python: no longer the transaction's to free */
 	uint64		id;				/* how load_reference's bytea names it */
 	struct PgadLoad *next;		/* in unclaimed_loads */
 } PgadLoad;
@@ -1557,7 +1560,6 @@ pgad_load_claim(PgadLoad *load)
 			*link = load->next;
 			break;
 		}
-	load->claimed = true;
 }
 
 /*
@@ -1592,7 +1594,6 @@ load_xact_callback(XactEvent event, void *arg)
 		PgadLoad   *load = unclaimed_loads;
 
 		unclaimed_loads = load->next;
-		load->claimed = true;
 		pgad_load_done(load, 0);
 	}
 }
