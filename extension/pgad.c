@@ -22,16 +22,24 @@
  *
  * 3. The packing aggregate pgad.pack (below), which turns rows into numpy's columns at about the cost of a scan:
  *    a PL/Python transition function would cost a microsecond a row.
+ *
+ * Further down: the aggregates pgad.loss_agg, gradient_agg and gradient_descent_agg (4), the doors from pgad's
+ * Python back into the server (5), and the native load (6), which runs the functions' data query into one native
+ * array per column that numpy wraps without a copy (pgad.pack remains for group_by and chunked loads).
  */
 #include "postgres.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -40,6 +48,8 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
@@ -57,6 +67,7 @@ static int	load_chunk_rows = 0;
 static int	memory_limit_kb = 1024 * 1024;
 
 void		_PG_init(void);
+static void load_xact_callback(XactEvent event, void *arg);
 
 /*
  * pgad.memory_limit's default: a quarter of the machine's physical memory (1 GB where the system does not say),
@@ -99,7 +110,7 @@ _PG_init(void)
 							&cache_size_kb, 256 * 1024, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("pgad.load_chunk_rows",
-							"Rows per chunk when loading data; 0 loads it whole, in chunks only past 1 GB.",
+							"Rows per chunk when loading data through pgad.pack; 0 loads it natively, whole.",
 							NULL,
 							&load_chunk_rows, 0, 0, INT_MAX,
 							PGC_SUSET, 0, NULL, NULL, NULL);
@@ -111,6 +122,7 @@ _PG_init(void)
 							&memory_limit_kb, memory_limit_kb, 1024, INT_MAX,
 							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgad");
+	RegisterXactCallback(load_xact_callback, NULL);
 }
 
 /* The oid of function name(argtypes) in schema namespace: pgad's own functions, never found on a search_path. */
@@ -1288,12 +1300,16 @@ pgad_lambda_deserialize(PG_FUNCTION_ARGS)
 	PG_RETURN_POINTER(state);
 }
 
+static bytea *load_reference(const PackState *pack, int64 more_skipped);
+
 PG_FUNCTION_INFO_V1(pgad_lambda_final);
 
 /*
  * The final function of pgad.f_agg, pgad._f_agg_final(internal): pgad._f_agg(packed bytea, columns text[],
- * loss text, weights jsonb, options jsonb), whose packed bytea is pgad.pack's (with no column when no row was
- * packed). STRICT: a group with no rows gives NULL without a call.
+ * loss text, weights jsonb, options jsonb). Its packed bytea is, when rows were packed, a reference to the rows
+ * copied once into a native load (load_reference, part 6), which numpy wraps as the functions' data is wrapped:
+ * not the rows themselves, which the bytea and then PL/Python's Python bytes would copy twice; with no row packed,
+ * pgad.pack's bytea (with no column). STRICT: a group with no rows gives NULL without a call.
  */
 Datum
 pgad_lambda_final(PG_FUNCTION_ARGS)
@@ -1301,7 +1317,9 @@ pgad_lambda_final(PG_FUNCTION_ARGS)
 	LambdaState *state = (LambdaState *) PG_GETARG_POINTER(0);
 	FmgrInfo   *implementation = (FmgrInfo *) fcinfo->flinfo->fn_extra;
 	PackState	nothing = {0, 0, 0, 0, NULL, 0};
-	bytea	   *packed = pack_bytea(state->pack != NULL ? state->pack : &nothing, state->null_rows);
+	bytea	   *packed = state->pack != NULL && state->pack->rows > 0 && state->pack->columns > 0 ?
+		load_reference(state->pack, state->null_rows) :
+		pack_bytea(state->pack != NULL ? state->pack : &nothing, state->null_rows);
 	Datum		result;
 
 	LOCAL_FCINFO(call, 5);
@@ -1413,4 +1431,507 @@ pgad_error_query(const char *query, int position)
 	}
 	PG_END_TRY();
 	return kept;
+}
+
+/*
+ * 6. The native load (pgad_load), which the loader (pgad/loader.py) calls with ctypes in place of pgad.pack's
+ *    query: the loader's query, SELECT x::pg_catalog.float8 AS c0, … FROM (<data>) AS pgad_data, an array column
+ *    as pg_catalog.float8[], runs through SPI with a DestReceiver of its own that appends each row's float8
+ *    values straight into one array per column: no aggregate state that doubles and moves, no bytea, no SPI
+ *    result tuple, no Python bytes. An array column's elements become columns of their own, as the loader asks
+ *    (the element index of each column); every row's array must have the first row's length (SQLSTATE 2202E), and
+ *    a NULL array, a NULL element or an element past the array's end skips the row, as a NULL number does.
+ *
+ *    Each column is one anonymous mmap, grown by mremap(MREMAP_MAYMOVE), which moves the pages rather than
+ *    copying them, and handed to Python: numpy wraps it without a copy (pgad/loader.py's Mapped), and the last
+ *    numpy view to go frees it (pgad_load_free_column). Until Python claims a load (pgad_load_claim), it is kept
+ *    in a list that the end of the transaction frees, so that nothing leaks if Python fails in between.
+ *
+ *    The plan is serial (cursorOptions 0: no CURSOR_OPT_PARALLEL_OK) unless asked otherwise, so the rows come in
+ *    the same order every time: measured (docs/design.md), allowing parallel workers changed nothing on a table
+ *    scan (the planner chose the serial plan), and a parallel plan forced on it gained a few percent with an idle
+ *    core and lost 1.6 times with a busy one, since the leader still receives and appends every row. Errors never
+ *    cross Python's frames: the query runs in a subtransaction, as PL/Python's plpy.execute runs one (plpy_spi.c),
+ *    and an error it raises, a cancel or a statement_timeout among them, is caught, the subtransaction rolled back,
+ *    the columns freed, and the error's SQLSTATE, message, detail and hint (and context) handed back for Python to
+ *    raise as plpy.execute would have. pgad.memory_limit stops the load at the row that passes it, before anything
+ *    grows, with pgad.pack's error (53200: PACK_COPIES times the packed bytes, as pgad.pack counts them).
+ *
+ *    The aggregates' final function (part 4) hands its state's rows to Python the same way: copied once into a
+ *    load, which a small bytea names (load_reference), rather than into a bytea that PL/Python copies again.
+ */
+#define LOAD_FIRST_BYTES ((Size) 64 * 1024)	/* each column's first mapping */
+
+/* What a load gives Python; pgad/loader.py's LoadResult mirrors the fields up to values. */
+typedef struct PgadLoad
+{
+	int64		rows;			/* rows loaded */
+	int64		skipped;		/* rows skipped for a NULL */
+	int32		columns;
+	int32		sqlerrcode;		/* 0, or the error that stopped the load (its fields follow, malloc'd) */
+	int32		odd_attribute;	/* the query's column whose arrays differ in length (2202E), or -1 */
+	char	   *message;
+	char	   *detail;
+	char	   *hint;
+	char	   *context;
+	float8	  **values;			/* each column's rows; NULL once freed */
+	/* Not seen by Python: */
+	Size		mapped;			/* bytes each column's mapping has */
+	int			references;		/* Python's reader, and each column not yet freed */
+	uint64		id;				/* how load_reference's bytea names it */
+	struct PgadLoad *next;		/* in unclaimed_loads */
+} PgadLoad;
+
+/* The loads that Python has not claimed yet: freed at the end of the transaction. */
+static PgadLoad *unclaimed_loads = NULL;
+static uint64 last_load_id = 0;
+
+#define LOAD_MAGIC		0x4c504750	/* "PGPL": load_reference's bytea, where pgad.pack's has "PGPK" */
+
+/* The DestReceiver: each row's values appended to the load's columns. */
+typedef struct LoadReceiver
+{
+	DestReceiver pub;
+	PgadLoad   *load;
+	const int  *attributes;		/* per column: the query's column it reads (0-based) */
+	const int  *indexes;		/* per column: 0 for a number, the element (1-based) of an array */
+	int			natts;			/* the query's columns */
+	int		   *lengths;		/* per query column: its first array's length, -1 before it; 0 for a number */
+	int		   *reach;			/* per query column: the highest element read */
+	const float8 **elements;	/* per query column: one row's array elements */
+	int64		limit_rows;		/* the most rows pgad.memory_limit lets the load hold */
+	MemoryContext row_context;	/* a row's detoasted arrays, reset after each row */
+} LoadReceiver;
+
+extern PGDLLEXPORT PgadLoad *pgad_load(const char *query, int columns, const int *attributes, const int *indexes,
+									   int parallel);
+extern PGDLLEXPORT void pgad_load_claim(PgadLoad *load);
+extern PGDLLEXPORT void pgad_load_free_column(PgadLoad *load, int column);
+extern PGDLLEXPORT void pgad_load_done(PgadLoad *load, int wrapped);
+extern PGDLLEXPORT int pgad_load_unclaimed(void);
+extern PGDLLEXPORT PgadLoad *pgad_load_take(uint64 id);
+
+/* The load is freed once nothing refers to it: its strings and itself (its columns are freed one at a time). */
+static void
+load_unref(PgadLoad *load)
+{
+	if (--load->references > 0)
+		return;
+	free(load->message);
+	free(load->detail);
+	free(load->hint);
+	free(load->context);
+	free(load->values);
+	free(load);
+}
+
+/*
+ * Frees column k's mapping (once; nothing when it is gone already). Safe anywhere, outside a transaction too: it
+ * touches nothing of PostgreSQL's.
+ */
+void
+pgad_load_free_column(PgadLoad *load, int column)
+{
+	if (column < 0 || column >= load->columns || load->values[column] == NULL)
+		return;
+	munmap(load->values[column], load->mapped);
+	load->values[column] = NULL;
+	load_unref(load);
+}
+
+static void
+load_free_columns(PgadLoad *load, int from)
+{
+	int			k;
+
+	for (k = from; k < load->columns; k++)
+		pgad_load_free_column(load, k);
+}
+
+/* Python has the load: the transaction's end no longer frees it. */
+void
+pgad_load_claim(PgadLoad *load)
+{
+	PgadLoad  **link;
+
+	for (link = &unclaimed_loads; *link != NULL; link = &(*link)->next)
+		if (*link == load)
+		{
+			*link = load->next;
+			break;
+		}
+}
+
+/*
+ * Python is done reading the load: it wrapped its first wrapped columns (each freed later by its numpy arrays'
+ * finaliser), and the others, if any, are freed now.
+ */
+void
+pgad_load_done(PgadLoad *load, int wrapped)
+{
+	load_free_columns(load, Max(wrapped, 0));
+	load_unref(load);
+}
+
+/* How many loads wait for Python to claim them (the tests: none, between calls). */
+int
+pgad_load_unclaimed(void)
+{
+	int			count = 0;
+	PgadLoad   *load;
+
+	for (load = unclaimed_loads; load != NULL; load = load->next)
+		count++;
+	return count;
+}
+
+/* At the end of a transaction, the loads Python never claimed (it failed between pgad_load and its claim). */
+static void
+load_xact_callback(XactEvent event, void *arg)
+{
+	while (unclaimed_loads != NULL)
+	{
+		PgadLoad   *load = unclaimed_loads;
+
+		unclaimed_loads = load->next;
+		pgad_load_done(load, 0);
+	}
+}
+
+/* A copy of s with malloc, or NULL (for none, or no memory: the error then goes without it). */
+static char *
+load_strdup(const char *s)
+{
+	return s == NULL ? NULL : strdup(s);
+}
+
+static void
+load_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
+{
+	LoadReceiver *receiver = (LoadReceiver *) self;
+	int			k;
+
+	receiver->natts = typeinfo->natts;
+	receiver->lengths = palloc0(sizeof(int) * typeinfo->natts);
+	receiver->reach = palloc0(sizeof(int) * typeinfo->natts);
+	receiver->elements = palloc0(sizeof(float8 *) * typeinfo->natts);
+	for (k = 0; k < receiver->load->columns; k++)
+	{
+		int			a = receiver->attributes[k];
+		Oid			expected = receiver->indexes[k] > 0 ? FLOAT8ARRAYOID : FLOAT8OID;
+
+		if (a < 0 || a >= typeinfo->natts || TupleDescAttr(typeinfo, a)->atttypid != expected)
+			elog(ERROR, "pgad_load: column %d of the query is not of type %s", a + 1, format_type_be(expected));
+		if (receiver->indexes[k] > 0)
+		{
+			receiver->lengths[a] = -1;
+			receiver->reach[a] = Max(receiver->reach[a], receiver->indexes[k]);
+		}
+	}
+}
+
+/*
+ * Room for more rows in every column: each mapping doubled by mremap, to at most the room for the rows
+ * pgad.memory_limit allows (the caller has checked the limit). A column that cannot grow frees every mapping.
+ */
+static void
+load_grow(LoadReceiver *receiver)
+{
+	PgadLoad   *load = receiver->load;
+	Size		page = (Size) sysconf(_SC_PAGESIZE);
+	Size		limit = ((Size) receiver->limit_rows * sizeof(float8) + page - 1) / page * page;
+	Size		mapped = Min(load->mapped * 2, Max(limit, load->mapped + page));
+	int			k;
+
+	for (k = 0; k < load->columns; k++)
+	{
+		void	   *moved = mremap(load->values[k], load->mapped, mapped, MREMAP_MAYMOVE);
+
+		if (moved == MAP_FAILED)
+		{
+			int			j;
+
+			for (j = 0; j < k; j++)		/* these have grown already: freed at their new size */
+			{
+				munmap(load->values[j], mapped);
+				load->values[j] = NULL;
+				load_unref(load);
+			}
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory"),
+					 errdetail("pgad could not grow a loaded column to %zu bytes.", mapped)));
+		}
+		load->values[k] = moved;
+	}
+	load->mapped = mapped;
+}
+
+static bool
+load_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	LoadReceiver *receiver = (LoadReceiver *) self;
+	PgadLoad   *load = receiver->load;
+	MemoryContext outer = NULL;
+	int64		row = load->rows;
+	int			a;
+	int			k;
+
+	CHECK_FOR_INTERRUPTS();
+	slot_getallattrs(slot);
+	for (a = 0; a < receiver->natts; a++)
+	{
+		ArrayType  *array;
+		int			length;
+
+		if (slot->tts_isnull[a])
+		{
+			load->skipped++;
+			goto done;
+		}
+		if (receiver->lengths[a] == 0)
+			continue;
+		if (outer == NULL)
+			outer = MemoryContextSwitchTo(receiver->row_context);
+		array = DatumGetArrayTypeP(slot->tts_values[a]);
+		length = ARR_NDIM(array) == 0 ? 0 : ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+		if (receiver->lengths[a] < 0)
+			receiver->lengths[a] = length;
+		if (length != receiver->lengths[a] || ARR_NDIM(array) > 1 || (length > 0 && ARR_LBOUND(array)[0] != 1))
+		{
+			load->odd_attribute = a;
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("column c%d of pgad's load has arrays of different lengths", a),
+					 errdetail("The first row's array has %d elements; row " INT64_FORMAT "'s has %d.",
+							   receiver->lengths[a], load->rows + load->skipped + 1, length)));
+		}
+		if (ARR_ELEMTYPE(array) != FLOAT8OID)
+			elog(ERROR, "pgad_load: an array of type %s, not double precision", format_type_be(ARR_ELEMTYPE(array)));
+		if (length < receiver->reach[a] || array_contains_nulls(array))
+		{
+			load->skipped++;
+			goto done;
+		}
+		receiver->elements[a] = (const float8 *) ARR_DATA_PTR(array);
+	}
+	if (row + 1 > receiver->limit_rows)
+		pack_over_limit(row + 1, load->columns);
+	if (row == (int64) (load->mapped / sizeof(float8)))
+		load_grow(receiver);
+	for (k = 0; k < load->columns; k++)
+	{
+		int			index = receiver->indexes[k];
+
+		a = receiver->attributes[k];
+		if (index == 0)
+			load->values[k][row] = DatumGetFloat8(slot->tts_values[a]);
+		else
+			memcpy(&load->values[k][row], receiver->elements[a] + (index - 1), sizeof(float8));
+	}
+	load->rows++;
+done:
+	if (outer != NULL)
+	{
+		MemoryContextSwitchTo(outer);
+		MemoryContextReset(receiver->row_context);
+	}
+	return true;
+}
+
+static void
+load_receiver_shutdown(DestReceiver *self)
+{
+}
+
+static void
+load_receiver_destroy(DestReceiver *self)
+{
+}
+
+/*
+ * A new load of so many columns, each mapped with mapped bytes, on the unclaimed list; with its error set (and no
+ * column) when the memory could not be mapped; NULL when there is no memory even for that.
+ */
+static PgadLoad *
+load_new(int columns, Size mapped)
+{
+	PgadLoad   *load = calloc(1, sizeof(PgadLoad));
+	int			k;
+
+	if (load == NULL)
+		return NULL;
+	load->odd_attribute = -1;
+	load->references = 1;
+	load->columns = Max(columns, 0);
+	load->mapped = Max(mapped, (Size) sysconf(_SC_PAGESIZE));
+	load->values = calloc(Max(load->columns, 1), sizeof(float8 *));
+	if (load->values == NULL)
+	{
+		free(load);
+		return NULL;
+	}
+	load->id = ++last_load_id;
+	load->next = unclaimed_loads;
+	unclaimed_loads = load;
+	for (k = 0; k < load->columns; k++)
+	{
+		void	   *mapping = mmap(NULL, load->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (mapping == MAP_FAILED)
+		{
+			load_free_columns(load, 0);
+			load->sqlerrcode = ERRCODE_OUT_OF_MEMORY;
+			load->message = load_strdup("out of memory");
+			load->detail = load_strdup("pgad could not map memory for a loaded column.");
+			return load;
+		}
+		load->values[k] = mapping;
+		load->references++;
+	}
+	return load;
+}
+
+/* The query, run into load's columns in a subtransaction; an error is left in load's fields. */
+static void
+load_run(PgadLoad *load, const char *query, const int *attributes, const int *indexes, int parallel)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		LoadReceiver receiver;
+		SPIExecuteOptions options;
+		SPIPlanPtr	plan;
+		int			result;
+		const char *text;
+
+		/* From here to SPI_finish, allocations are in SPI's procedure context, which SPI_finish (or the abort) frees. */
+		if ((result = SPI_connect()) != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(result));
+		memset(&receiver, 0, sizeof(receiver));
+		receiver.pub.receiveSlot = load_receive;
+		receiver.pub.rStartup = load_receiver_startup;
+		receiver.pub.rShutdown = load_receiver_shutdown;
+		receiver.pub.rDestroy = load_receiver_destroy;
+		receiver.pub.mydest = DestNone;
+		receiver.load = load;
+		receiver.attributes = attributes;
+		receiver.indexes = indexes;
+		receiver.limit_rows = pack_limit_rows(load->columns);
+		receiver.row_context = AllocSetContextCreate(CurrentMemoryContext, "pgad load row", ALLOCSET_SMALL_SIZES);
+		/* The query's text is UTF-8, as Python encodes it; SPI takes the server's encoding. */
+		text = pg_any_to_server(query, strlen(query), PG_UTF8);
+		plan = SPI_prepare_cursor(text, 0, NULL, parallel ? CURSOR_OPT_PARALLEL_OK : 0);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare_cursor failed: %s", SPI_result_code_string(SPI_result));
+		memset(&options, 0, sizeof(options));
+		/*
+		 * In the caller's statement's snapshot, as a STABLE function's plpy.execute runs its queries (pgad.train,
+		 * VOLATILE, writes its model only after it has loaded).
+		 */
+		options.read_only = ActiveSnapshotSet();
+		options.dest = &receiver.pub;
+		if ((result = SPI_execute_plan_extended(plan, &options)) < 0)
+			elog(ERROR, "SPI_execute_plan_extended failed: %s", SPI_result_code_string(result));
+		if ((result = SPI_finish()) != SPI_OK_FINISH)
+			elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(result));
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(context);
+		error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		load_free_columns(load, 0);
+		load->rows = 0;
+		load->sqlerrcode = error->sqlerrcode != 0 ? error->sqlerrcode : ERRCODE_INTERNAL_ERROR;
+		load->message = load_strdup(error->message);
+		load->detail = load_strdup(error->detail);
+		load->hint = load_strdup(error->hint);
+		load->context = load_strdup(error->context);
+		FreeErrorData(error);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Runs query and loads columns columns of it: column k is the query's column attributes[k] (0-based), a float8,
+ * or element indexes[k] (1-based) of it, a float8[], when indexes[k] > 0; parallel lets the planner choose
+ * parallel workers. The load, with its columns or its error (sqlerrcode), or NULL when there is no memory even for
+ * that. Python claims it at once (pgad_load_claim), reads it and says when it is done (pgad_load_done). Nothing
+ * here throws across Python's frames.
+ */
+PgadLoad *
+pgad_load(const char *query, int columns, const int *attributes, const int *indexes, int parallel)
+{
+	PgadLoad   *load = load_new(columns, LOAD_FIRST_BYTES);
+
+	if (load != NULL && load->sqlerrcode == 0)
+		load_run(load, query, attributes, indexes, parallel);
+	return load;
+}
+
+/*
+ * The rows of an aggregate's state (pgad.pack's form), copied into a new load for pgad's Python to take, and the
+ * bytea that names it: a PackHeader whose magic is LOAD_MAGIC, then the load's id. Python takes the load by its id
+ * (pgad_load_take), among this backend's loads not yet claimed, so a bytea can name nothing else; one it never takes
+ * is freed at the end of the transaction, as every unclaimed load is.
+ */
+static bytea *
+load_reference(const PackState *pack, int64 more_skipped)
+{
+	Size		page = (Size) sysconf(_SC_PAGESIZE);
+	PgadLoad   *load = load_new(pack->columns, ((Size) pack->rows * sizeof(float8) + page - 1) / page * page);
+	PackHeader	header = {LOAD_MAGIC, (uint32) pack->columns, pack->rows, pack->skipped + more_skipped};
+	Size		size = VARHDRSZ + sizeof(PackHeader) + sizeof(uint64);
+	bytea	   *result;
+	int			k;
+
+	if (load == NULL || load->sqlerrcode != 0)
+	{
+		if (load != NULL)
+		{
+			pgad_load_claim(load);
+			pgad_load_done(load, 0);
+		}
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("pgad could not map memory for an aggregate's rows.")));
+	}
+	for (k = 0; k < pack->columns; k++)
+		memcpy(load->values[k], pack->values + k * pack->capacity, sizeof(float8) * pack->rows);
+	load->rows = pack->rows;
+	load->skipped = header.skipped;
+	result = palloc(size);
+	SET_VARSIZE(result, size);
+	memcpy(VARDATA(result), &header, sizeof(PackHeader));
+	memcpy(VARDATA(result) + sizeof(PackHeader), &load->id, sizeof(uint64));
+	return result;
+}
+
+/* The unclaimed load of this id, claimed; NULL when there is none. */
+PgadLoad *
+pgad_load_take(uint64 id)
+{
+	PgadLoad   *load;
+
+	for (load = unclaimed_loads; load != NULL; load = load->next)
+		if (load->id == id)
+		{
+			pgad_load_claim(load);
+			return load;
+		}
+	return NULL;
 }

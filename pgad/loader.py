@@ -1,37 +1,45 @@
 """Data → numpy: the columns a lambda reads, loaded once per call with no per-row Python.
 
 The data argument is a query (SELECT, VALUES, WITH, TABLE; a trailing semicolon is dropped) or the name of a table
-or view; it runs with the caller's privileges, snapshot and search_path (it is the caller's text). One aggregate
-query packs the rows with pgad's native aggregate (extension/pgad.c),
-    SELECT pgad.pack(c0, c1) FROM (SELECT x::float8 AS c0, y::float8 AS c1 FROM (<data>) AS pgad_data) AS pgad_rows
-(every name in it schema-qualified, as in all SQL pgad builds: docs/security.md), which skips and counts the rows
-with a NULL and gives a bytea: a header, then each column's values as native float8, which numpy reads in place.
-PostgreSQL may run it in parallel workers. That one aggregate is the fast path; when its result would pass
-PostgreSQL's 1 GB limit on a value (SQLSTATE 54000), the rows are numbered and packed a chunk at a time instead,
-each chunk 256 MB, or pgad.load_chunk_rows rows when that setting is set (tests set it to force tiny chunks; a
-DEBUG2 message says how many parts the load took). A function takes at most 100 arguments, so a lambda reading
-more than 99 columns packs them in several aggregates over the rows with no NULL. Rows with NULL in a column the
-lambda reads are skipped, and a NOTICE says how many.
+or view; it runs with the caller's privileges, snapshot and search_path (it is the caller's text). One query reads
+the rows,
+    SELECT x::pg_catalog.float8 AS c0, y::pg_catalog.float8 AS c1 FROM (<data>) AS pgad_data
+(every name in it schema-qualified, as in all SQL pgad builds: docs/security.md), run by pgad.so's native load
+(load_natively; extension/pgad.c, part 6): a DestReceiver appends each row's values as native float8 to one mapped
+array per column, which numpy wraps without a copy; rows with NULL in a column the lambda reads are skipped, and a
+NOTICE says how many. Its plan is serial (PARALLEL; measured: docs/design.md).
+
+Without pgad.so (the in-process tests), with pgad.load_chunk_rows set, and for load_groups, the rows are packed by
+pgad's native aggregate instead, SELECT pgad.pack(c0, c1) FROM (<the query above>) AS pgad_rows, which gives a
+bytea: a header, then each column's values as native float8, which numpy reads in place. PostgreSQL may run it in
+parallel workers. When its result would pass PostgreSQL's 1 GB limit on a value (SQLSTATE 54000), the rows are
+numbered and packed a chunk at a time instead, each chunk 256 MB, or pgad.load_chunk_rows rows when that setting is
+set (tests set it to force tiny chunks; a DEBUG2 message says how many parts the load took, 1 for a native load). A
+function takes at most 100 arguments, so a lambda reading more than 99 columns packs them in several aggregates over
+the rows with no NULL.
 
 A column the lambda reads as a boolean (CASE WHEN d.flag …: parser.Column.boolean) must be boolean in the data, and
-is packed as 1 (true) or 0 (false), flag::int4::float8; a column the lambda reads as a number must be numeric, except
-the label of loss 'logistic' (objective.Label), which may be boolean and is then packed as one is.
+is loaded as 1 (true) or 0 (false), flag::int4::float8; a column the lambda reads as a number must be numeric, except
+the label of loss 'logistic' (objective.Label), which may be boolean and is then loaded as one is.
 
 A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
-load packs its elements as columns of their own, (pgad_data.pixels)[1] … (pgad_data.pixels)[64]: a NULL array or a
-NULL element skips the row, as a NULL number does.
+load reads its elements as columns of their own: the native load takes them from pgad_data.pixels::float8[] in C,
+the aggregate by subscripts, (pgad_data.pixels)[1] … (pgad_data.pixels)[64]. A NULL array or a NULL element skips
+the row, as a NULL number does.
 
 pgad.memory_limit bounds what a call holds: its rows times its columns times 8 bytes, COPIES times over (measured:
-docs/security.md). pgad.pack stops the query at the row that passes it (SQLSTATE 53200, extension/pgad.c), before
-its state grows; the loader then counts the rows the data has, with no NULL in the columns read, and reports how
-much the whole data would need. A lambda reading more than 99 columns, whose several aggregates each see only their
-own columns, counts the rows first.
+docs/security.md). The native load and pgad.pack stop the query at the row that passes it (SQLSTATE 53200,
+extension/pgad.c), before anything grows; the loader then counts the rows the data has, with no NULL in the columns
+read, and reports how much the whole data would need. A lambda reading more than 99 columns, whose several
+aggregates each see only their own columns, counts the rows first on the aggregate's path.
 """
+import ctypes
 import json
 import re
 import string
 import struct
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,9 +91,10 @@ class Table:
     skipped: int    # rows skipped for NULL
 
 
-def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False):
-    """Load `columns` (names, exactly as the data spells them) of the data into a Table; chunk_rows, when not 0,
-    loads it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
+def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False, packed=False):
+    """Load `columns` (names, exactly as the data spells them) of the data into a Table: natively where pgad.so is
+    there (load_natively), else, or with packed (the tests compare the two), with pgad.pack; chunk_rows, when not
+    0, packs it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
     elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index);
     categories a categorical column to its categories, loaded as each row's code 1 … K (category_code; a value
     not among them skips the row, or with unseen, is code 0)."""
@@ -97,6 +106,16 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     if not columns:
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
+    library = None if chunk_rows or packed else native_loader()
+    if library is not None:
+        try:
+            table = load_natively(library, query, columns, elements, categories, unseen)
+        except server.SPIError as e:
+            if e.sqlstate == OUT_OF_MEMORY:
+                check_memory(memory_limit, query, columns, elements)
+            raise
+        server.debug(f'pgad: loaded {table.rows} rows of {len(columns)} columns in 1 part')
+        return skipping(table, columns, query, elements)
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns, elements)
     rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen), k)
@@ -121,6 +140,105 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
         return skipping(Table(loaded[0][0], rows, skipped), columns, query, elements)
     return skipping(Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded])
                            for k in range(len(columns))], rows, skipped), columns, query, elements)
+
+
+PARALLEL = 0  # the native load's plan: serial, where parallel workers lose (measured: docs/design.md)
+
+
+class LoadResult(ctypes.Structure):
+    """What pgad_load gives (extension/pgad.c's PgadLoad, its public fields): the rows loaded and skipped, or the
+    error that stopped the load (sqlerrcode, PostgreSQL's packed SQLSTATE), and each column's values."""
+    _fields_ = [('rows', ctypes.c_int64), ('skipped', ctypes.c_int64), ('columns', ctypes.c_int32),
+                ('sqlerrcode', ctypes.c_int32), ('odd_attribute', ctypes.c_int32), ('message', ctypes.c_char_p),
+                ('detail', ctypes.c_char_p), ('hint', ctypes.c_char_p), ('context', ctypes.c_char_p),
+                ('values', ctypes.POINTER(ctypes.c_void_p))]
+
+
+_loader = []
+
+
+def native_loader():
+    """pgad.so's functions for the native load (extension/pgad.c, part 6), or None outside the server (and where
+    the library predates them)."""
+    if not _loader:
+        library = server.native()
+        if library is None:
+            return None
+        try:
+            library.pgad_load.restype = ctypes.POINTER(LoadResult)
+            library.pgad_load.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                                          ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+            for name in ('pgad_load_claim', 'pgad_load_free_column', 'pgad_load_done'):
+                getattr(library, name).restype = None
+            library.pgad_load_claim.argtypes = [ctypes.POINTER(LoadResult)]
+            library.pgad_load_free_column.argtypes = [ctypes.POINTER(LoadResult), ctypes.c_int]
+            library.pgad_load_done.argtypes = [ctypes.POINTER(LoadResult), ctypes.c_int]
+            library.pgad_load_unclaimed.argtypes = []
+            library.pgad_load_take.restype = ctypes.POINTER(LoadResult)
+            library.pgad_load_take.argtypes = [ctypes.c_uint64]
+        except AttributeError:
+            return None
+        _loader.append(library)
+    return _loader[0]
+
+
+class Mapped:
+    """One column of a native load as numpy reads it in place (__array_interface__, read-only): rows float8 in
+    memory that pgad.so mapped, which it frees when the last array that views it goes (the finaliser)."""
+    def __init__(self, library, load, column, rows, address):
+        self.__array_interface__ = {'version': 3, 'shape': (rows,), 'typestr': np.dtype(np.float64).str,
+                                    'data': (address, True)}
+        weakref.finalize(self, library.pgad_load_free_column, load, column)
+
+
+def load_natively(library, query, columns, elements, categories, unseen):
+    """A Table of the columns (typed) of the data query, loaded by pgad.so's pgad_load: each column is one native
+    float8 array that numpy wraps without a copy. An array column is read once, as pg_catalog.float8[], and its
+    elements become columns in pgad.so. The server's error, if any, is raised as plpy.execute raises it (a
+    server.SPIError), and an array of another length than the first row's as lengths() reports it."""
+    select, attributes, indexes, arrays = [], [], [], {}
+    for c in columns:
+        if c in elements and c not in categories:
+            name, index = elements[c]
+            if name not in arrays:
+                arrays[name] = len(select)
+                select.append(f'pgad_data.{quote_ident(name)}::pg_catalog.float8[] AS c{len(select)}')
+            attributes.append(arrays[name])
+            indexes.append(int(index))
+        else:
+            attributes.append(len(select))
+            indexes.append(0)
+            select.append(VALUE.format(value(c, elements, categories, unseen), len(select)))
+    n = len(columns)
+    load = library.pgad_load(ROWS.format(', '.join(select), query).encode(), n, (ctypes.c_int * n)(*attributes),
+                             (ctypes.c_int * n)(*indexes), PARALLEL)
+    if not load:
+        raise MemoryError('pgad_load')
+    library.pgad_load_claim(load)
+
+    def failed(result):
+        text = [(f or b'').decode(errors='replace') or None for f in (result.message, result.detail, result.hint)]
+        odd = [name for name, a in arrays.items() if a == result.odd_attribute]
+        error = server.spi_error(result.sqlerrcode, *text)
+        return _odd_array(query, odd[0]) if odd and error.sqlstate == ARRAY_SUBSCRIPT_ERROR else error
+    return wrapped(library, load, failed)
+
+
+def wrapped(library, load, failed):
+    """A Table of a load that Python has claimed, each column wrapped by numpy in place; the exception that
+    failed(its LoadResult) gives when it holds an error. The load's columns not wrapped are freed on the way out."""
+    count = 0
+    try:
+        result = load.contents
+        if result.sqlerrcode:
+            raise failed(result)
+        values = []
+        for k in range(result.columns):
+            values.append(np.asarray(Mapped(library, load, k, result.rows, result.values[k])))
+            count += 1
+        return Table(values, result.rows, result.skipped)
+    finally:
+        library.pgad_load_done(load, count)
 
 
 def value(column, elements, categories=None, unseen=False):
@@ -481,9 +599,37 @@ def positions(columns, names, types, arrays=(), categorical=False, aggregate=Fal
 
 
 def packed(data, names, columns):
-    """A Table of `columns` from the bytes an aggregate packed (pgad.pack's form) of the data's columns `names`."""
-    rows, skipped = HEADER.unpack_from(data)[2:]
-    if rows == 0:  # no row packed; with no row read at all, no column either
+    """A Table of `columns` from the bytes an aggregate packed (pgad.pack's form) of the data's columns `names`, or
+    from the load they name (an aggregate's final function: its rows copied once, where numpy wraps them)."""
+    magic, stored, rows, skipped = HEADER.unpack_from(data)
+    if magic == LOADED:
+        values = taken(data, len(names)).columns
+    elif rows == 0:  # no row packed; with no row read at all, no column either
         return skipping(Table([np.empty(0) for _ in columns], 0, skipped), columns)
-    values, rows, skipped = read(data, len(names))
+    else:
+        values, rows, skipped = read(data, len(names))
     return skipping(Table([values[names.index(c)] for c in columns], rows, skipped), columns)
+
+
+LOADED = 0x4c504750  # "PGPL": an aggregate's rows as a load (extension/pgad.c's LOAD_MAGIC), not pgad.pack's bytes
+LOAD_ID = struct.Struct('=Q')
+
+
+def taken(data, width):
+    """The Table of the load that an aggregate's final function made of its rows, named by data (a PackHeader with
+    LOADED, then the load's id): taken from pgad.so's loads not yet claimed, and wrapped in place."""
+    library = native_loader()
+    magic, stored, rows, skipped = HEADER.unpack_from(data)
+    load = None
+    if library is not None and len(data) == HEADER.size + LOAD_ID.size and stored == width:
+        load = library.pgad_load_take(LOAD_ID.unpack_from(data, HEADER.size)[0])
+    if not load:
+        raise PgadError('XX000', 'pgad.pack returned a malformed result',
+                        detail=f'{len(data)} bytes, header {(magic, stored, rows, skipped)}, for {width} columns: no '
+                               'such load.')
+    table = wrapped(library, load, lambda result: PgadError('XX000', 'pgad could not load an aggregate\'s rows'))
+    server.debug(f'pgad: loaded {table.rows} rows of {width} columns in 1 part, from the aggregate\'s state')
+    if (table.rows, table.skipped, len(table.columns)) != (rows, skipped, width):
+        raise PgadError('XX000', 'pgad.pack returned a malformed result',
+                        detail=f'header {(magic, stored, rows, skipped)}, load {(table.rows, table.skipped)}.')
+    return table

@@ -103,6 +103,24 @@ def hint_of(error):
     return spidata[2] if len(spidata) > 2 else None
 
 
+def spi_error(sqlerrcode, message, detail=None, hint=None):
+    """The exception plpy.execute raises for a server error (sqlerrcode: PostgreSQL's packed SQLSTATE), for an error
+    that pgad.so caught running a query itself (the native load): plpy.spiexceptions' class of its SQLSTATE, with
+    .sqlstate, and DETAIL and HINT in .spidata, which PL/Python re-raises with them."""
+    p = plpy()
+    sqlstate = ''.join(chr(((sqlerrcode >> 6 * k) & 0x3F) + ord('0')) for k in range(5))
+    if not _spi_classes:
+        _spi_classes.update({getattr(c, 'sqlstate', None): c for c in vars(p.spiexceptions).values()
+                             if isinstance(c, type) and issubclass(c, p.SPIError)})
+    error = _spi_classes.get(sqlstate, p.SPIError)(message)
+    error.sqlstate = sqlstate
+    error.spidata = (sqlerrcode, detail, hint, None, 0, None, None, None, None, None)
+    return error
+
+
+_spi_classes = {}
+
+
 def interrupted(error):
     """Is this server error a cancel, a timeout or a shutdown, to be passed on as it is?"""
     return (getattr(error, 'sqlstate', None) or '').startswith(INTERRUPTED)
