@@ -225,9 +225,10 @@ def test_with_pgad_preloaded_every_session_shows_the_settings_and_refuses_a_plai
                                         "WHERE name LIKE 'pgad.%'").fetchall())
             assert listed == {'pgad.max_lambda_bytes': 'superuser', 'pgad.max_lambda_nodes': 'superuser',
                               'pgad.cache_directory': 'superuser', 'pgad.cache_size': 'superuser',
-                              'pgad.memory_limit': 'superuser', 'pgad.load_chunk_rows': 'superuser'}
+                              'pgad.memory_limit': 'superuser', 'pgad.load_chunk_rows': 'superuser',
+                              'pgad.threads': 'user', 'pgad.max_threads': 'superuser'}
             assert error_of(carol, "SET pgad.memory_limit = '1TB'").sqlstate == '42501'
             assert error_of(carol, 'SET pgad.no_such_setting = 1').sqlstate == '42602'
             assert error_of(carol, 'SET pgad.load_chunk_rows = 7').sqlstate == '42501'
             assert carol.execute("SELECT pg_catalog.count(*) FROM pg_catalog.pg_settings WHERE name LIKE 'pgad.%' "
-                                 "AND short_desc <> ''").fetchone()[0] == 6
+                                 "AND short_desc <> ''").fetchone()[0] == 8
