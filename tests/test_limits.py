@@ -130,9 +130,11 @@ def test_the_settings_exist_once_pgad_is_loaded(db):
     db.execute("SELECT pgad.loss('λ(d, w) d.x', 'few', '{}')")
     shown = dict(db.execute("SELECT name, setting FROM pg_settings WHERE name LIKE 'pgad.%'").fetchall())
     assert set(shown) == {'pgad.max_lambda_bytes', 'pgad.max_lambda_nodes', 'pgad.cache_directory',
-                          'pgad.cache_size', 'pgad.load_chunk_rows', 'pgad.memory_limit'}
+                          'pgad.cache_size', 'pgad.load_chunk_rows', 'pgad.memory_limit', 'pgad.threads',
+                          'pgad.max_threads'}
     contexts = dict(db.execute("SELECT name, context FROM pg_settings WHERE name LIKE 'pgad.%'").fetchall())
-    assert {n for n, c in contexts.items() if c == 'superuser'} == set(shown)
+    assert {n for n, c in contexts.items() if c == 'superuser'} == set(shown) - {'pgad.threads'}
+    assert contexts['pgad.threads'] == 'user'  # any role chooses its threads, within pgad.max_threads
 
 
 # --- cancellation from text to machine code ---------------------------------------------------------------------

@@ -134,6 +134,14 @@ def test_an_interrupt_is_raised_once_every_share_has_finished():
     assert threads.run(work, 30, 3) == [0, 10, 20]  # and the pool serves the next call as before
 
 
+def test_where_no_more_threads_start_a_call_runs_on_those_there_are(monkeypatch):
+    threads.run(lambda start, end: None, 10, 2)  # at least one in the pool
+    monkeypatch.setattr(threads.threading.Thread, 'start', lambda self: (_ for _ in ()).throw(
+        RuntimeError("can't start new thread")))
+    there = len(threads._pool)
+    assert threads.run(lambda start, end: (start, end), 100, there + 5) == threads.shares(100, there + 1)
+
+
 def test_a_shares_error_is_raised_in_the_calling_thread():
     def work(start, end):
         if start:

@@ -107,12 +107,16 @@ def run(work, rows, n, interrupts=None):
     """[work(start, end) for each of n shares of rows], in share order: share 0 in this thread, the others in the
     pool, while this thread checks interrupts() at least every WAIT_SECONDS once its own share is done. Whatever is
     raised here, every share has finished first."""
+    if n > 1:
+        try:
+            _grow(n - 1)
+        except RuntimeError:  # the system would start no more threads (its limit on processes): those there are
+            n = len(_pool) + 1
     if n <= 1:
         return [work(0, rows)]
     if _tell is not None and n not in _told:
         _told.add(n)
         _tell(f'pgad: a kernel call over {rows} rows on {n} threads')
-    _grow(n - 1)
     first, *rest = shares(rows, n)
     pending = [_Share(work, start, end) for start, end in rest]
     for share in pending:
