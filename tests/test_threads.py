@@ -7,6 +7,7 @@ import os
 import re
 import threading
 import time
+import uuid
 
 import numpy as np
 import psycopg
@@ -260,8 +261,23 @@ def test_every_thread_of_the_backend_but_its_own_blocks_every_signal(db):
     assert len(masks) >= 4  # the backend's own, and 3 in the pool (and numpy's BLAS threads, if it has any)
     assert {tid: m for tid, m in masks.items() if tid != pid and m != ALL_BLOCKED} == {}
     assert masks[pid] != ALL_BLOCKED  # the backend's own thread takes the server's signals
-    # and the compiler process still starts from a backend with threads: a lambda compiled nowhere before
-    assert db.execute("SELECT pgad.loss('λ(d, w) (w.a*d.x1 - d.y + 0.2929)^2', 'many', '{\"a\": 1}')").fetchone()[0] > 0
+    # and the compiler process still starts from a backend with threads: a lambda compiled nowhere before (the
+    # disk cache is off, and the constant new)
+    db.execute("SET pgad.cache_directory = ''")
+    fresh = f'λ(d, w) (w.a*d.x1 - d.y + {uuid.uuid4().int % 10**9})^2'
+    assert db.execute("SELECT pgad.loss(%s, 'many', '{\"a\": 1}')", (fresh,)).fetchone()[0] > 0
+    assert db.execute("SELECT pgad.gradient(%s, 'many', '{\"a\": 1}')", (fresh,)).fetchone()[0] is not None
+
+
+def test_the_aggregates_final_step_splits_its_rows_too(db):
+    db.execute('SET max_parallel_workers_per_gather = 0')
+    seen = splits(db)
+    db.execute('SET pgad.threads = 2')
+    fit = db.execute("SELECT (f).weights::text, (f).loss FROM (SELECT pgad.gradient_descent_agg(%s, %s, m, "
+                     "'{\"learning_rate\": 0.5, \"iterations\": 100}') AS f FROM many AS m) AS a",
+                     (LINEAR, START)).fetchone()
+    assert seen == [(ROWS, 2)]
+    assert fit == descend(db, 2)  # the same rows in the same order, the same shares: the same bits
 
 
 def test_a_cancel_during_a_threaded_descent_stops_it_within_a_second(cluster, dbname, db):
