@@ -59,11 +59,11 @@ def test_a_call_splits_only_where_each_share_has_enough_rows():
     assert threads.count(100 * threads.SHARE_ROWS) == 1  # nothing installed (outside the server): one thread
 
 
-def with_threads(n, kernel, columns, rows, w):
+def with_threads(n, kernel, columns, rows, w, share_rows=threads.SHARE_ROWS):
+    """The kernel's sums with pgad.threads = n (and rows enough for n shares of share_rows)."""
     threads.on_count(lambda: n)
     try:
-        assert threads.count(rows, threads.LOOP_SHARE_ROWS if kernel is not None and rows < ROWS else
-                             threads.SHARE_ROWS) == n
+        assert threads.count(rows, share_rows) == n
         return kernel(columns, rows, w)
     finally:
         threads.on_count(None)
@@ -100,9 +100,9 @@ def test_a_loop_kernel_offsets_each_block_by_its_rows_and_takes_a_scratch_buffer
                for c in prog.columns]
     w = rng.normal(size=len(prog.weights)) * 0.5
     kernel = compiler.compile(prog).kernel
-    found = {n: with_threads(n, kernel, columns, rows, w) for n in (1, 2, 3, 4)}
+    found = {n: with_threads(n, kernel, columns, rows, w, threads.LOOP_SHARE_ROWS) for n in (1, 2, 3, 4)}
     for n in (2, 3, 4):
-        assert with_threads(n, kernel, columns, rows, w).tobytes() == found[n].tobytes()
+        assert with_threads(n, kernel, columns, rows, w, threads.LOOP_SHARE_ROWS).tobytes() == found[n].tobytes()
         np.testing.assert_allclose(found[n], found[1], rtol=1e-12)
     half = rows // 2
     halves = (kernel([c[:half] for c in columns], half, w) + kernel([c[half:] for c in columns], rows - half, w))

@@ -281,8 +281,8 @@ def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_
         def share(start, end):  # runs in a pool thread: numpy and the machine code only (threads.py)
             sums = np.zeros(outputs, dtype=np.float64)
             pointers = [address + 8 * start * width for address, width in zip(addresses, widths)]
-            buffer = np.empty(max(1, scratch), dtype=np.float64) if scratch is not None else None
-            if buffer is not None:
+            if scratch is not None:
+                buffer = np.empty(max(1, scratch), dtype=np.float64)  # alive until the share returns
                 pointers.append(buffer.ctypes.data)
             function(end - start, w.ctypes.data, sums.ctypes.data, *pointers)
             return sums
