@@ -20,8 +20,9 @@ import threading
 
 MAX_THREADS = 64        # the most a call may use (pgad.max_threads' bound, extension/pgad.c)
 # The fewest rows a share takes: a call over fewer rows per thread runs in the calling thread. Handing shares to the
-# pool and waiting for them costs 20–70 µs on the 2-core VM, and an unrolled kernel at 1–4 ns a row paid for a second
-# thread from about 130K rows (docs/design.md, Threads); a loop kernel's row costs 100 ns or more
+# pool and waiting for them costs 20–70 µs on the 2-core VM; a linear kernel at P = 8 (1 ns a row, the cheapest)
+# broke even on 2 threads between 131K and 262K rows, a logistic one sooner (bench/threads.py); a loop kernel's row
+# costs 100 ns or more
 SHARE_ROWS = 65_536
 LOOP_SHARE_ROWS = 4_096
 WAIT_SECONDS = 0.1      # the longest the calling thread waits on the pool between interrupt checks
