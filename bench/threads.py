@@ -67,12 +67,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=2)
+    parser.add_argument('--only', choices=('linear', 'logistic', 'read'), help='one of the descents, and no small calls')
     args = parser.parse_args()
     n = args.threads
     rng = np.random.default_rng(0)
     print(f'load average before: {os.getloadavg()[0]:.2f}; cores: {len(os.sched_getaffinity(0))}')
     names = tuple([f'a{k}' for k in range(1, P)] + ['b'])
     for label, text in LOSSES.items():
+        if args.only and not label.startswith(args.only):
+            continue
         prog = program.build(text, names if 'read' not in label else ('b',))
         kernel = compiler.compile(prog).kernel
         table = Table([(rng.random(ROWS) < 0.5).astype(float) if c == 'y' else rng.normal(size=ROWS)
@@ -81,6 +84,8 @@ def main():
         best = best_of(args.repeats, {1: lambda: descend(kernel, table, w, 1), n: lambda: descend(kernel, table, w, n)})
         print(f'{label}, 1M rows, 100 iterations: 1 thread {best[1]:.3f} s, {n} threads {best[n]:.3f} s: '
               f'{best[1] / best[n]:.2f}×', flush=True)
+    if args.only:
+        return
     prog = program.build(LOSSES['linear P=8'], names)
     kernel = compiler.compile(prog).kernel
     for rows in (65_536, 131_072, 262_144):
