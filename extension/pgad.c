@@ -5,8 +5,9 @@
  *
  * 1. pgad's settings (_PG_init). Defining them here, rather than leaving them as placeholders anyone may SET,
  *    lets them be PGC_SUSET: only a superuser changes them, in postgresql.conf, ALTER SYSTEM, ALTER ROLE/DATABASE
- *    or SET. All are the DBA's: the limits, and pgad.load_chunk_rows, whose small values multiply what a load
- *    costs beside its rows (each chunk is a group). The Python package reads them per call (pgad/server.py).
+ *    or SET. All are the DBA's — the limits, pgad.max_threads, and pgad.load_chunk_rows, whose small values
+ *    multiply what a load costs beside its rows (each chunk is a group) — but pgad.threads, which any role may
+ *    lower or raise up to pgad.max_threads. The Python package reads them per call (pgad/server.py).
  *
  * 2. The door from SQL into Python (pgad_call). Every public function pgad.f is a C function that calls its
  *    PL/Python implementation pgad._f, found by name and argument types in pgad's own schema, never through the
@@ -65,6 +66,11 @@ static char *cache_directory = NULL;
 static int	cache_size_kb = 256 * 1024;
 static int	load_chunk_rows = 0;
 static int	memory_limit_kb = 1024 * 1024;
+static int	threads = 0;
+static int	max_threads = 1;
+
+/* The most threads one call may use (pgad/jit/threads.py's MAX_THREADS) */
+#define PGAD_MAX_THREADS 64
 
 void		_PG_init(void);
 static void load_xact_callback(XactEvent event, void *arg);
@@ -84,6 +90,15 @@ default_memory_limit_kb(void)
 		return 1024 * 1024;
 	kb = (int64) pages * page_size / 4 / 1024;
 	return (int) Min(Max(kb, 1024), INT_MAX);
+}
+
+/* pgad.max_threads' default: the cores online, at most PGAD_MAX_THREADS. */
+static int
+default_max_threads(void)
+{
+	long		cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return (int) Min(Max(cores, 1), PGAD_MAX_THREADS);
 }
 
 void
@@ -121,6 +136,18 @@ _PG_init(void)
 							"Data that would need more stops while it is packed, with SQLSTATE 53200.",
 							&memory_limit_kb, memory_limit_kb, 1024, INT_MAX,
 							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("pgad.threads",
+							"Threads a pgad kernel call splits its rows over; 0 is max_parallel_workers_per_gather + 1, "
+							"at most the cores.",
+							"Never more than pgad.max_threads; calls with few rows run on one.",
+							&threads, 0, 0, PGAD_MAX_THREADS,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	max_threads = default_max_threads();
+	DefineCustomIntVariable("pgad.max_threads",
+							"The most threads one pgad kernel call may use; by default the cores online.",
+							NULL,
+							&max_threads, max_threads, 1, PGAD_MAX_THREADS,
+							PGC_SUSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgad");
 	RegisterXactCallback(load_xact_callback, NULL);
 }

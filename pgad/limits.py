@@ -55,6 +55,12 @@ def on_interrupts(check):
     return replaced
 
 
+def check():
+    """Check for interrupts now: the check on_interrupts installed, or nothing."""
+    if _interrupts is not None:
+        _interrupts()
+
+
 def tick(units=1):
     """units of work done: now and then, a check for interrupts."""
     global _count, _checked

@@ -11,10 +11,12 @@ in for it: pgad runs as whoever calls it, superusers included (docs/security.md)
 """
 import ctypes
 import functools
+import os
 import warnings
 
 from . import limits
 from .errors import Caret, Interrupted, PgadError
+from .jit import threads
 
 INTERRUPTED = '57'  # operator intervention: a cancel, a statement_timeout, a shutdown; never reported as another
 
@@ -42,6 +44,7 @@ def entry(function):
     @functools.wraps(function)
     def call(*args, **kwargs):
         outer = limits.on_interrupts(check_interrupts)  # a pgad call inside another's data query gives it back
+        outer_count = threads.on_count(thread_count, debug)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
             try:
@@ -54,6 +57,7 @@ def entry(function):
                 error = unexpected(e, function.__name__)
             finally:
                 limits.on_interrupts(outer)
+                threads.on_count(*outer_count)
                 for warning in caught:
                     plpy().warning(str(warning.message))
         detail = error.detail
@@ -126,7 +130,8 @@ def interrupted(error):
     return (getattr(error, 'sqlstate', None) or '').startswith(INTERRUPTED)
 
 
-SETTINGS = ('max_lambda_bytes', 'max_lambda_nodes', 'cache_directory', 'cache_size', 'load_chunk_rows', 'memory_limit')
+SETTINGS = ('max_lambda_bytes', 'max_lambda_nodes', 'cache_directory', 'cache_size', 'load_chunk_rows', 'memory_limit',
+            'threads', 'max_threads')
 MEMORY_UNITS = {'': 1, 'B': 1, 'kB': 1 << 10, 'MB': 1 << 20, 'GB': 1 << 30, 'TB': 1 << 40}
 
 
@@ -137,6 +142,19 @@ def settings():
         return {name: library.pgad_setting(f'pgad.{name}'.encode()).decode() for name in SETTINGS}
     row = query('SELECT ' + ', '.join(f"pg_catalog.current_setting('pgad.{name}') AS {name}" for name in SETTINGS))
     return dict(row[0])
+
+
+def thread_count():
+    """The threads a kernel call may use: pgad.threads, or where it is 0 (automatic) max_parallel_workers_per_gather + 1
+    capped by the cores this process may run on; never more than pgad.max_threads."""
+    s = settings()
+    wanted = int(s['threads'])
+    if wanted == 0:
+        library = native()
+        workers = (library.pgad_setting(b'max_parallel_workers_per_gather').decode() if library is not None else
+                   query("SELECT pg_catalog.current_setting('max_parallel_workers_per_gather') AS v")[0]['v'])
+        wanted = min(int(workers) + 1, len(os.sched_getaffinity(0)))
+    return max(1, min(wanted, int(s['max_threads'])))
 
 
 _native = []

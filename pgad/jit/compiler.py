@@ -24,7 +24,8 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import cache as disk, codegen, frames, loops, worker
+from . import cache as disk, codegen, frames, loops, threads, worker
+from .. import limits
 from ..errors import PgadError
 from ..lang import printer
 from .codegen import kernel_ir
@@ -175,8 +176,12 @@ def compile(program, cache=disk.NONE):
         kernel = _load(data, name, len(program.columns), len(program.outputs))
     else:  # a loop kernel takes an array column as one row-major block
         scalars, arrays = loops.column_arguments(program)
+        elements = dict(program.columns_of)
+        widths = [1] * len(scalars) + [sum(1 for c in program.columns if c in elements and elements[c][0] == a)
+                                       for a in arrays]  # the doubles of a row in each argument
         inner = _load(data, name, len(scalars) + len(arrays), len(program.outputs),
-                      scratch=loops.scratch_doubles(program, form(program)))
+                      scratch=loops.scratch_doubles(program, form(program)), widths=widths,
+                      share_rows=threads.LOOP_SHARE_ROWS)
         to_arguments = loops.blocks(program)
         kernel = lambda columns, rows, weights: inner(to_arguments(columns), rows, weights)  # noqa: E731
     ms['load'] = (time.perf_counter() - started) * 1e3
@@ -246,10 +251,15 @@ def engine():
 _loaded = {}
 
 
-def _load(object_code, name, columns, outputs, scratch=None):
-    """A Python callable for the kernel `name` in object_code: kernel(columns, rows, weights) → sums. A loop kernel
-    takes a scratch buffer of `scratch` doubles as its last argument: allocated here, on the heap, once a call (its
-    buffers grow with the shapes, and a backend's stack is 8 MB), and freed with the call, error or not."""
+def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_rows=threads.SHARE_ROWS):
+    """A Python callable for the kernel `name` in object_code: kernel(columns, rows, weights) → sums. Argument k
+    holds widths[k] doubles a row (None: one each). A loop kernel takes a scratch buffer of `scratch` doubles as its
+    last argument: allocated here, on the heap, once a call and share (its buffers grow with the shapes, and a
+    backend's stack is 8 MB), and freed with the call, error or not.
+
+    A call's rows are split over the pool's threads (threads.py) where each share has at least share_rows rows:
+    each share calls the machine code on its own rows — each argument's address offset by its first row — with sums
+    and a scratch buffer of its own, and the shares' sums are added in share order."""
     if name not in _loaded:
         engine().add_object_file(llvm.ObjectFileRef.from_data(object_code))
         engine().finalize_object()
@@ -257,17 +267,25 @@ def _load(object_code, name, columns, outputs, scratch=None):
     signature = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                  *[ctypes.c_void_p] * (columns + (scratch is not None)))
     function = signature(_loaded[name])
+    widths = widths or [1] * columns
 
     def kernel(column_arrays, rows, weights):
         w = np.ascontiguousarray(weights, dtype=np.float64)
-        sums = np.zeros(outputs, dtype=np.float64)
         # the machine code reads `rows` float64s in a row from each column's address: a strided view is copied
         # (the loader's and descent's columns are contiguous already, and pass through as they are)
         arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in column_arrays]
-        if any(len(a) < rows for a in arrays):
+        if any(len(a) < rows * width for a, width in zip(arrays, widths)):
             raise ValueError(f'a column has fewer than {rows} rows')
-        if scratch is not None:
-            arrays.append(np.empty(max(1, scratch), dtype=np.float64))
-        function(rows, w.ctypes.data, sums.ctypes.data, *[a.ctypes.data for a in arrays])
-        return sums
+        addresses = [a.ctypes.data for a in arrays]
+
+        def share(start, end):  # runs in a pool thread: numpy and the machine code only (threads.py)
+            sums = np.zeros(outputs, dtype=np.float64)
+            pointers = [address + 8 * start * width for address, width in zip(addresses, widths)]
+            if scratch is not None:
+                buffer = np.empty(max(1, scratch), dtype=np.float64)  # alive until the share returns
+                pointers.append(buffer.ctypes.data)
+            function(end - start, w.ctypes.data, sums.ctypes.data, *pointers)
+            return sums
+        parts = threads.run(share, rows, threads.count(rows, share_rows), limits.check)
+        return parts[0] if len(parts) == 1 else threads.combine(parts)
     return kernel

@@ -4,10 +4,12 @@ SET extra_float_digits = 0;
 \set SHOW_CONTEXT never
 CREATE TABLE points AS SELECT x::float8 AS x, (2*x + 1)::float8 AS y FROM generate_series(-10, 10) AS x;
 
--- the settings, once pgad is loaded: a superuser's, every one
+-- the settings, once pgad is loaded: a superuser's, every one but pgad.threads
 SELECT pgad.loss('λ(d, w) d.x', 'SELECT x FROM points;', '{}') AS mean_x;
 SELECT name, setting, unit, context FROM pg_settings WHERE name LIKE 'pgad.%' AND name <> 'pgad.cache_directory'
-AND name <> 'pgad.memory_limit' ORDER BY name;
+AND name <> 'pgad.memory_limit' AND name <> 'pgad.max_threads' ORDER BY name;
+-- pgad.max_threads' default is the machine's cores (test_threads.py checks what it bounds)
+SELECT unit, context FROM pg_settings WHERE name = 'pgad.max_threads';
 -- pgad.memory_limit's default is a quarter of the machine's memory (test_memory.py checks it)
 SELECT unit, context FROM pg_settings WHERE name = 'pgad.memory_limit';
 
@@ -47,6 +49,8 @@ SELECT pgad._loss('λ(d, w) d.y', 'points', '{}');
 SET pgad.max_lambda_bytes = '1GB';
 SET pgad.memory_limit = '1TB';
 SET pgad.load_chunk_rows = 5;
+SET pgad.max_threads = 64;
+SET pgad.threads = 64;
 SELECT pgad.loss('λ(d, w) d.y', 'points', '{}') AS mean_y_in_chunks;
 RESET ROLE;
 REVOKE SELECT ON points FROM regress_pgad_user;
