@@ -58,8 +58,11 @@ def timed(db, sql, threads):
     if THREADS != (1,):  # a pgad with pgad.threads
         db.execute('RESET pgad.threads' if threads is None else f'SET pgad.threads = {int(threads)}')
     started = time.perf_counter()
-    db.execute(sql).fetchall()
-    return time.perf_counter() - started
+    rows = db.execute(sql).fetchall()
+    took = time.perf_counter() - started
+    if 'gradient_descent' in sql and rows[0][2] != ITERATIONS:  # the fit's iterations: every way runs all 100
+        sys.exit(f'bench: {sql} ran {rows[0][2]} iterations, not {ITERATIONS}')
+    return took
 
 
 def torch_end_to_end(db, ds):
