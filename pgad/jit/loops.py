@@ -55,6 +55,8 @@ TILE = 32  # rows a 'store' tile holds: measured fastest (docs/design.md, "Tape 
 REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
 UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 GEMM_ROWS, GEMM_VECTORS = 4, 2  # a tile's weight gradient: blocks of 4 rows by 2 vectors, 8 sums in registers
+GEMM_COLUMNS = 4  # lanes: a tile's weight gradient in blocks of GEMM_ROWS rows by 4 columns, 16 sums in registers
+PRODUCT_OUTPUTS, PRODUCT_UNROLL = 4, 16  # lanes: W @ x 4 outputs at a time, its inputs unrolled up to 16
 PRODUCT_ROWS, PRODUCT_VECTORS = 4, 6  # a tile's W @ (its columns): 4 rows at once, W up to 6 vectors of rows
 SMALL = 1    # the most doubles one alloca() may hold: a scalar accumulator (a buffer is buffer()'s)
 ALIGN = 8    # doubles in a cache line: each scratch buffer starts on one
@@ -149,7 +151,7 @@ class _Kernel:
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64, DOUBLE.as_pointer(), DOUBLE.as_pointer()]
                                                       + [DOUBLE.as_pointer()] * (len(scalars) + len(arrays) + 1)), name)
         self.fn = fn
-        self.rows, self.weights, self.sums, *pointers, self.scratch = fn.args
+        self.rows_arg, self.weights, self.sums, *pointers, self.scratch = fn.args
         for arg in pointers + [self.scratch]:
             arg.add_attribute('noalias')
         self.scratch_used = 0  # doubles of the scratch buffer carved out so far (heap())
@@ -171,11 +173,32 @@ class _Kernel:
         # W @ x with x a row's data alone (an array column, or a vector of columns), in a 'store' tile: y for the
         # whole tile before the rows' forward sweeps, through Wᵀ (made once a call), PRODUCT_ROWS rows at a time
         self.data_products = {i: self.graph.nodes[i].args for i in self.lay.order if self.data_product(i)}
+        # a 'store' tile of more than a row keeps its tape lane by lane (rows_major below): each value's element the
+        # tile's rows side by side, every step a loop over them that LLVM vectorises, rows to a SIMD register
+        self.lanes = tape == 'store' and tile > 1
+        if self.lanes:
+            self.deferred, self.data_products = {}, {}
+            self.blocked = {i for i in self.lay.order if self.weight_product(i)}
+            # the weights whose adjoints a step adds row by row (all but a blocked product's matrix): a lane each,
+            # summed into the gradient at the end of the tile
+            self.lane_of, at = {}, 0
+            for i in self.lay.order:
+                node = self.graph.nodes[i]
+                if not self.lay.live[i] or node.op in LEAVES:
+                    continue
+                for position, a in enumerate(node.args):
+                    if self.graph.nodes[a].op == 'weight' and a not in self.lane_of and not (
+                            i in self.blocked and position == 0):
+                        self.lane_of[a], at = at, at + size_of(self.lay.shape[a])
+            self.lane_slots = at
 
     def buffers(self):
         """The doubles of each buffer the kernel carves out of its scratch buffer, in build()'s order: the tape (a
         tile's value records), the reversible tape's recovered values, the adjoint records, each Wᵀ, the gradient."""
         lay, records = self.lay, self.tile if self.tape == 'store' else 1
+        if self.lanes:
+            return [lay.record * records, lay.adjoints * records, max(1, self.lane_slots) * records,
+                    max(1, len(self.program.weights))]
         weights = list(dict.fromkeys(w for w, _ in self.data_products.values()))
         return ([lay.record * records] + ([lay.record] if self.tape == 'reversible' else [])
                 + [lay.adjoints * records] + [size_of(lay.shape[w]) for w in weights]
@@ -327,7 +350,7 @@ class _Kernel:
         step one by one), the rest one by one."""
         b, width = self.b, self.width
         name = next((f'_ZGV{isa}N{w}v_exp' for isa, w in vector_widths() if w == width), None)
-        chunks = n // width if name in link_math() else 0
+        chunks = n // width if name in link_math() and not self.lanes else 0
         if chunks:
             fn = self.module.globals.get(name) or ir.Function(
                 self.module, ir.FunctionType(self.vector_type(), [self.vector_type()]), name)
@@ -343,9 +366,16 @@ class _Kernel:
             b.add(k, ir.Constant(I64, chunks * width)),
             self.e.call('exp', b.fsub(self.val(v, b.add(k, ir.Constant(I64, chunks * width))), top))))
 
+    def extra(self, i, k):
+        """A pointer to slot k of node i's value, its extra slots past its elements (EXTRA) among them."""
+        if self.lanes:
+            return self.lane(self.tape_base, self.lay.value[i], k)
+        return self.gep(self.values, self.b.add(ir.Constant(I64, self.lay.value[i]), self.i64(k)))
+
     def ptr(self, i, k=0):
         """A pointer to element k of node i's value (a weight's in the weight vector; an array column's in its
         block, at the current row)."""
+        assert not self.lanes or self.graph.nodes[i].op == 'weight', i  # a lane's elements are not contiguous
         if i in self.blocks:
             return self.block_at(i, self.row, k)
         if self.graph.nodes[i].op == 'weight':
@@ -375,10 +405,20 @@ class _Kernel:
         return self.gep(block, self.index((row, n), (k, 1)))
 
     # --- values and adjoints ---
+    def lane(self, base, at, k, t=None):
+        """A pointer to element k of the slots from at in a lanes tape (base): the tile's rows side by side, row t
+        (the current row, self.t, if None)."""
+        return self.gep(base, self.b.add(self.b.mul(self.b.add(ir.Constant(I64, at), self.i64(k)),
+                                                    ir.Constant(I64, self.tile)), self.t if t is None else self.i64(t)))
+
     def val(self, i, k):
         """Element k of node i's value (a number broadcasts: element 0)."""
         node, lay = self.graph.nodes[i], self.lay
         k = ir.Constant(I64, 0) if not lay.shape[i] else k
+        if self.lanes and i in lay.value:
+            value = self.b.load(self.lane(self.tape_base, lay.value[i], k))
+            return self.b.fcmp_ordered('!=', value, ir.Constant(DOUBLE, 0.0)) if self.graph.type_of(i) == 'b' \
+                else value
         if i in self.blocks:
             return self.b.load(self.block_at(i, self.row, k))
         if node.op == 'const':
@@ -392,11 +432,18 @@ class _Kernel:
     def put(self, i, k, v):
         if v.type == BOOL:
             v = self.b.uitofp(v, DOUBLE)
+        if self.lanes:
+            self.b.store(v, self.lane(self.tape_base, self.lay.value[i], k))
+            return
         self.b.store(v, self.gep(self.values, self.b.add(ir.Constant(I64, self.lay.value[i]), self.i64(k))))
 
     def adj_ptr(self, i, k):
         lay = self.lay
         k = ir.Constant(I64, 0) if not lay.shape[i] else k
+        if self.lanes:
+            if self.graph.nodes[i].op == 'weight':
+                return self.lane(self.lanes_base, self.lane_of[i], k)
+            return self.lane(self.adjoint_base, lay.adjoint[i], k)
         if self.graph.nodes[i].op == 'weight':
             return self.gep(self.grad, self.b.add(ir.Constant(I64, lay.weight[i]), self.i64(k)))
         return self.gep(self.adjoints, self.b.add(ir.Constant(I64, lay.adjoint[i]), self.i64(k)))
@@ -430,14 +477,16 @@ class _Kernel:
                 self.transposed[w] = t = self.buffer(m * n)
                 self.loop(m, lambda r, w=w, t=t, m=m, n=n: self.loop(n, lambda k: b.store(
                     self.val(w, self.index((r, n), (k, 1))), self.gep(t, self.index((k, m), (r, 1))))))
+        if self.lanes:
+            self.lanes_base = self.buffer(max(1, self.lane_slots) * records)
         self.grad = self.buffer(max(1, len(program.weights)))
         self.loss = self.alloca(1)
         b.store(ir.Constant(DOUBLE, 0.0), self.loss)
         self.loop(max(1, len(program.weights)), lambda k: b.store(ir.Constant(DOUBLE, 0.0), self.gep(self.grad, k)))
         if self.tape == 'reversible':
             self.check_reversible()
-        tiles = b.sdiv(b.add(self.rows, ir.Constant(I64, self.tile - 1)), ir.Constant(I64, self.tile))
-        self.loop(tiles, self.one_tile)
+        tiles = b.sdiv(b.add(self.rows_arg, ir.Constant(I64, self.tile - 1)), ir.Constant(I64, self.tile))
+        self.loop(tiles, self.lanes_tile if self.lanes else self.one_tile)
         b.store(b.load(self.loss), self.sums)
         if self.gradient:
             self.loop(len(program.weights), lambda k: b.store(b.load(self.gep(self.grad, k)),
@@ -451,7 +500,7 @@ class _Kernel:
     def one_tile(self, t):
         b = self.b
         start = b.mul(t, ir.Constant(I64, self.tile))
-        left = b.sub(self.rows, start)
+        left = b.sub(self.rows_arg, start)
         count = b.select(b.icmp_signed('<', left, ir.Constant(I64, self.tile)), left, ir.Constant(I64, self.tile))
         record = self.lay.record
         for i, (w, x) in self.data_products.items():
@@ -599,6 +648,206 @@ class _Kernel:
                 b.store(b.fadd(b.load(ptr), total), ptr)
             self.loop(m, column)
 
+    # --- a tile lane by lane: each value's element the tile's rows side by side ---
+    def rows(self, body):
+        """body() for each row of the tile (self.t, from 0): the innermost loop, along a lane, which LLVM
+        vectorises."""
+        def row(t):
+            self.t = t
+            body()
+        self.loop(self.count, row)
+
+    def lanes_tile(self, t):
+        """One tile of a 'store' tape kept lane by lane: each node's step for all the tile's rows, node after node
+        (the forward sweep, then the reverse), each a loop over the rows, innermost; the products of a weight
+        matrix and a vector blocked (lane_product, lane_gradient)."""
+        b, lay, root = self.b, self.lay, self.program.tensor.root
+        self.start_row = b.mul(t, ir.Constant(I64, self.tile))
+        left = b.sub(self.rows_arg, self.start_row)
+        self.count = b.select(b.icmp_signed('<', left, ir.Constant(I64, self.tile)), left,
+                              ir.Constant(I64, self.tile))
+        for i in lay.order:
+            limits.tick()
+            self.lanes_forward(i)
+        self.rows(lambda: b.store(b.fadd(b.load(self.loss), self.val(root, 0), flags=REDUCE), self.loss))
+        if not self.gradient:
+            return
+        zero = ir.Constant(DOUBLE, 0.0)
+        self.loop(lay.adjoints * self.tile, lambda k: b.store(zero, self.gep(self.adjoint_base, k)))
+        self.loop(self.lane_slots * self.tile, lambda k: b.store(zero, self.gep(self.lanes_base, k)))
+        if lay.live[root] and self.graph.nodes[root].op != 'weight':
+            self.rows(lambda: b.store(ir.Constant(DOUBLE, 1.0), self.adj_ptr(root, 0)))
+        elif lay.live[root]:
+            self.rows(lambda: self.add_adj(root, 0, ir.Constant(DOUBLE, 1.0)))
+        for i in self.swept():
+            if i in self.blocked:
+                self.product_reverse(i)
+            elif self.graph.nodes[i].op in PRIMITIVES:
+                self.reverse_primitive(i, self.graph.nodes[i])
+            elif self.graph.nodes[i].op in LANES_REVERSE:
+                LANES_REVERSE[self.graph.nodes[i].op](self, i, self.graph.nodes[i].args)
+            else:
+                self.rows(lambda i=i: REVERSE[self.graph.nodes[i].op](self, i, self.graph.nodes[i].args))
+        for w, at in self.lane_of.items():  # the weights' lanes, each summed into its gradient
+            def element(k, w=w, at=at):
+                total = self.reduce(self.count, lambda t: b.load(self.lane(self.lanes_base, at, k, t)))
+                ptr = self.gep(self.grad, b.add(ir.Constant(I64, lay.weight[w]), k))
+                b.store(b.fadd(b.load(ptr), total), ptr)
+            self.loop(size_of(lay.shape[w]), element)
+
+    def lanes_forward(self, i):
+        node, lay, b = self.graph.nodes[i], self.lay, self.b
+        if node.op in ('const', 'weight'):
+            return
+        if node.op == 'column':  # into its lanes: a number column's rows, an array column's block transposed
+            if i in self.blocks:
+                block, n = self.blocks[i]
+                self.loop(n, lambda k: self.rows(lambda: self.put(i, k, b.load(
+                    self.block_at(i, b.add(self.start_row, self.t), k)))))
+            else:
+                column = self.cols[lay.columns[i][0]]
+                self.rows(lambda: self.put(i, 0, b.load(self.gep(column, b.add(self.start_row, self.t)))))
+        elif node.op in PRIMITIVES:
+            self.loop(size_of(lay.shape[i]), lambda k: self.rows(lambda: self.put(
+                i, k, EMIT[node.op](self.e, *[self.val(a, k) for a in node.args]))))
+        elif i in self.blocked:
+            w, x = node.args
+            m, n = lay.shape[w]
+            self.lane_product(w, lambda o, t: self.lane(self.tape_base, lay.value[i], o, t),
+                              lambda q, t: self.lane(self.tape_base, lay.value[x], q, t), m, n,
+                              lambda o, q: self.index((o, n), (q, 1)), False)
+        elif node.op in LANES_FORWARD:
+            LANES_FORWARD[node.op](self, i, node.args)
+        else:  # a row at a time
+            self.rows(lambda: FORWARD[node.op](self, i, node.args))
+
+    def weight_product(self, i):
+        """Is node i W @ x, W a weight matrix and x a vector with a value (blocked: lane_product)?"""
+        node, lay = self.graph.nodes[i], self.lay
+        if node.op != 'matmul':
+            return False
+        w, x = node.args
+        return self.graph.nodes[w].op == 'weight' and len(lay.shape[w]) == 2 and len(lay.shape[x]) == 1 \
+            and x in lay.value
+
+    def product_reverse(self, i):
+        """W @ x's vector-Jacobian product: x̄ += Wᵀȳ (lane_product), W̄ += Σ_t ȳ_t x_tᵀ (lane_gradient)."""
+        w, x = self.graph.nodes[i].args
+        lay = self.lay
+        m, n = lay.shape[w]
+        if lay.live[x]:
+            self.lane_product(w, lambda o, t: self.lane(self.adjoint_base, lay.adjoint[x], o, t),
+                              lambda q, t: self.lane(self.adjoint_base, lay.adjoint[i], q, t), n, m,
+                              lambda o, q: self.index((q, n), (o, 1)), True)
+        self.lane_gradient(i, w, x)
+
+    def lane_vectors(self, body):
+        """body(t, width) over the tile's rows: whole SIMD registers of rows (width self.width, t their first),
+        then the rest one by one (width 1)."""
+        b, width = self.b, self.width
+        whole = b.sdiv(self.count, ir.Constant(I64, width))
+        self.loop(whole, lambda v: body(b.mul(v, ir.Constant(I64, width)), width))
+        done = b.mul(whole, ir.Constant(I64, width))
+        self.loop(b.sub(self.count, done), lambda r: body(b.add(done, r), 1))
+
+    def load_lanes(self, ptr, width):
+        return self.b.load(ptr) if width == 1 else self.b.load(
+            self.b.bitcast(ptr, ir.VectorType(DOUBLE, width).as_pointer()), align=8)
+
+    def store_lanes(self, value, ptr, width):
+        if width == 1:
+            self.b.store(value, ptr)
+        else:
+            self.b.store(value, self.b.bitcast(ptr, ir.VectorType(DOUBLE, width).as_pointer()), align=8)
+
+    def lane_sums(self, count, width, start=None):
+        """count accumulators of width doubles (allocas LLVM keeps in registers), set to start[j] or 0."""
+        kind = DOUBLE if width == 1 else ir.VectorType(DOUBLE, width)
+        with self.b.goto_block(self.entry):
+            sums = [self.b.alloca(kind) for _ in range(count)]
+        for j, acc in enumerate(sums):
+            self.b.store(ir.Constant(kind, 0.0 if width == 1 else [0.0] * width) if start is None else start[j], acc)
+        return sums
+
+    def blocks_of(self, total, size, body):
+        """body(first, n) over 0 … total − 1 in blocks of size (first an i64), the last block the rest."""
+        b = self.b
+        if total // size:
+            self.loop(total // size, lambda k: body(b.mul(k, ir.Constant(I64, size)), size))
+        if total % size:
+            body(ir.Constant(I64, total // size * size), total % size)
+
+    def lane_product(self, w, out, inp, outs, ins, windex, accumulate):
+        """out[o] (+)= Σ_q W[windex(o, q)]·inp[q] for o < outs, lane by lane (out(o, t), inp(q, t) pointers to
+        row t's element): PRODUCT_OUTPUTS outputs at a time, their weights loaded once for all the tile's rows
+        (LLVM keeps them in registers), the rows a SIMD register at a time."""
+        b = self.b
+
+        def block(o0, size):
+            def at(t, width):
+                os_ = [b.add(o0, ir.Constant(I64, j)) for j in range(size)]
+                accs = self.lane_sums(size, width, [self.load_lanes(out(o, t), width) for o in os_]
+                                      if accumulate else None)
+
+                def step(q):
+                    x = self.load_lanes(inp(q, t), width)
+                    for j, o in enumerate(os_):
+                        wv = b.load(self.gep(self.weights, b.add(ir.Constant(I64, self.lay.weight[w]), windex(o, q))))
+                        wv = wv if width == 1 else self.splat_lanes(wv, width)
+                        b.store(b.fadd(b.load(accs[j]), b.fmul(wv, x, flags=REDUCE), flags=REDUCE), accs[j])
+                if ins <= PRODUCT_UNROLL:
+                    for q in range(ins):
+                        step(ir.Constant(I64, q))
+                else:
+                    self.loop(ins, step)
+                for j, o in enumerate(os_):
+                    self.store_lanes(b.load(accs[j]), out(o, t), width)
+            self.lane_vectors(at)
+        self.blocks_of(outs, PRODUCT_OUTPUTS, block)
+
+    def splat_lanes(self, x, width):
+        vt = ir.VectorType(DOUBLE, width)
+        one = self.b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+        return self.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
+                                     ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width))
+
+    def lane_gradient(self, i, w, x):
+        """W̄ += Σ_t ȳ_t x_tᵀ over the tile's rows t (y = W @ x): blocks of GEMM_ROWS rows by GEMM_COLUMNS columns
+        of W̄, each a sum along the lanes in a register (whole SIMD registers of rows, then the rest one by one),
+        added to W̄ once a tile."""
+        b, lay, width = self.b, self.lay, self.width
+        m, n = lay.shape[w]
+
+        def block(r0, rows):
+            def columns(k0, cols):
+                vector_sums = self.lane_sums(rows * cols, width)
+                scalar_sums = self.lane_sums(rows * cols, 1)
+
+                def at(t, lanes):
+                    sums = vector_sums if lanes == width else scalar_sums
+                    gs = [self.load_lanes(self.lane(self.adjoint_base, lay.adjoint[i], b.add(r0, ir.Constant(
+                        I64, j)), t), lanes) for j in range(rows)]
+                    xs = [self.load_lanes(self.lane(self.tape_base, lay.value[x], b.add(k0, ir.Constant(
+                        I64, l)), t), lanes) for l in range(cols)]
+                    for j in range(rows):
+                        for l in range(cols):
+                            acc = sums[j * cols + l]
+                            b.store(b.fadd(b.load(acc), b.fmul(gs[j], xs[l], flags=REDUCE), flags=REDUCE), acc)
+                self.lane_vectors(at)
+                name = f'llvm.vector.reduce.fadd.v{width}f64'
+                fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
+                    DOUBLE, [DOUBLE, ir.VectorType(DOUBLE, width)]), name)
+                for j in range(rows):
+                    for l in range(cols):
+                        total = b.fadd(b.call(fn, [ir.Constant(DOUBLE, -0.0), b.load(vector_sums[j * cols + l])],
+                                              fastmath=REDUCE), b.load(scalar_sums[j * cols + l]))
+                        ptr = self.gep(self.grad, self.index((ir.Constant(I64, lay.weight[w]), 1),
+                                                             (b.add(r0, ir.Constant(I64, j)), n),
+                                                             (b.add(k0, ir.Constant(I64, l)), 1)))
+                        b.store(b.fadd(b.load(ptr), total), ptr)
+            self.blocks_of(n, GEMM_COLUMNS, columns)
+        self.blocks_of(m, GEMM_ROWS, block)
+
     # --- the forward sweep ---
     def forward(self, row):
         self.row = row
@@ -665,7 +914,7 @@ class _Kernel:
                 leaves = {f'#{m}': (lambda m=m: self.val(node.args[m], k)) for m in range(len(node.args))}
                 leaves['#out'] = lambda: self.val(i, k)
                 self.add_adj(a, k, self.b.fmul(self.emit(graph, p, leaves), self.adj(i, k)))
-            self.loop(n, body)
+            self.loop(n, (lambda k, body=body: self.rows(lambda: body(k))) if self.lanes else body)
 
     def emit(self, graph, root, leaves):
         """Node root of a small scalar graph (a partial) as IR, its weight leaves read by leaves[name]()."""
@@ -827,7 +1076,7 @@ def _logsumexp_forward(kn, i, args):  # L = m + ln Σ e, e = exp(v − m) kept (
     n, b = kn.lay.shape[v][0], kn.b
     top = _greatest(kn, v, n)
     kn.exps(v, n, top, lambda k, e: kn.put(i, b.add(k, ir.Constant(I64, 1)), e))
-    total = kn.reduce(n, lambda k: b.load(kn.ptr(i, b.add(k, ir.Constant(I64, 1)))))
+    total = kn.reduce(n, lambda k: b.load(kn.extra(i, b.add(k, ir.Constant(I64, 1)))))
     kn.put(i, n + 1, total)
     kn.put(i, 0, b.fadd(top, kn.e.call('log', total)))
 
@@ -835,8 +1084,8 @@ def _logsumexp_forward(kn, i, args):  # L = m + ln Σ e, e = exp(v − m) kept (
 def _logsumexp_reverse(kn, i, args):  # v̄ += L̄ · e / Σ e: the softmax, from the forward sweep's exps
     v, = args
     n, b = kn.lay.shape[v][0], kn.b
-    scale = b.fdiv(kn.adj(i, 0), b.load(kn.ptr(i, n + 1)))
-    kn.loop(n, lambda k: kn.add_adj(v, k, b.fmul(scale, b.load(kn.ptr(i, b.add(k, ir.Constant(I64, 1)))))))
+    scale = b.fdiv(kn.adj(i, 0), b.load(kn.extra(i, n + 1)))
+    kn.loop(n, lambda k: kn.add_adj(v, k, b.fmul(scale, b.load(kn.extra(i, b.add(k, ir.Constant(I64, 1)))))))
 
 
 def _softmax_forward(kn, i, args):
@@ -938,6 +1187,101 @@ READS = {'matmul': lambda lay, args, i: [args[1]] * lay.live[args[0]] + [args[0]
          'transpose': lambda lay, args, i: []}
 READS['dot'] = READS['outer'] = READS['matmul']
 assert set(FORWARD) == set(REVERSE) == set(READS) == set(OPERATIONS), set(OPERATIONS) ^ set(FORWARD)
+
+
+# --- the same operations on a tile kept lane by lane: each a loop nest with the tile's rows innermost -----------------
+
+def _lanes_matmul_forward(kn, i, args):
+    """C = A @ B, element by element (the blocked W @ x is lane_product's)."""
+    a, c = args
+    m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
+    b = kn.b
+    kn.loop(m * p, lambda q: kn.rows(lambda: kn.put(i, q, ir.Constant(DOUBLE, 0.0))))
+
+    def term(r, k, j):
+        at = kn.index((r, p), (j, 1))
+        product = b.fmul(kn.val(a, kn.index((r, n), (k, 1))), kn.val(c, kn.index((k, p), (j, 1))))
+        kn.put(i, at, b.fadd(kn.val(i, at), product))
+    kn.loop(m, lambda r: kn.loop(p, lambda j: kn.loop(n, lambda k: kn.rows(lambda: term(r, k, j)))))
+
+
+def _lanes_matmul_reverse(kn, i, args):
+    """Ā[r, k] += C̄[r, j]·B[k, j], B̄[k, j] += A[r, k]·C̄[r, j]."""
+    a, c = args
+    m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
+    b = kn.b
+
+    def terms(r, k, j):
+        g = kn.adj(i, kn.index((r, p), (j, 1)))
+        if kn.lay.live[a]:
+            kn.add_adj(a, kn.index((r, n), (k, 1)), b.fmul(g, kn.val(c, kn.index((k, p), (j, 1)))))
+        if kn.lay.live[c]:
+            kn.add_adj(c, kn.index((k, p), (j, 1)), b.fmul(kn.val(a, kn.index((r, n), (k, 1))), g))
+    kn.loop(m, lambda r: kn.loop(n, lambda k: kn.loop(p, lambda j: kn.rows(lambda: terms(r, k, j)))))
+
+
+def _lanes_outer_reverse(kn, i, args):  # ā[r] += Ȳ[r, k]·b[k], b̄[k] += a[r]·Ȳ[r, k]
+    a, c = args
+    m, n = kn.lay.shape[a][0], kn.lay.shape[c][0]
+    b = kn.b
+    if kn.lay.live[a]:
+        kn.loop(m, lambda r: kn.loop(n, lambda k: kn.rows(lambda: kn.add_adj(
+            a, r, b.fmul(kn.adj(i, kn.index((r, n), (k, 1))), kn.val(c, k))))))
+    if kn.lay.live[c]:
+        kn.loop(m, lambda r: kn.loop(n, lambda k: kn.rows(lambda: kn.add_adj(
+            c, k, b.fmul(kn.val(a, r), kn.adj(i, kn.index((r, n), (k, 1))))))))
+
+
+def _lanes_logsumexp_forward(kn, i, args):  # as _logsumexp_forward: the greatest, the exps, their sum, lane by lane
+    v, = args
+    n, b = kn.lay.shape[v][0], kn.b
+    one = ir.Constant(I64, 1)
+    kn.rows(lambda: kn.put(i, 0, kn.val(v, 0)))
+    kn.loop(n, lambda k: kn.rows(lambda: kn.put(i, 0, EMIT['greatest'](kn.e, kn.val(i, 0), kn.val(v, k)))))
+    kn.loop(n, lambda k: kn.rows(lambda: b.store(kn.e.call('exp', b.fsub(kn.val(v, k), kn.val(i, 0))),
+                                                 kn.extra(i, b.add(k, one)))))
+    kn.rows(lambda: b.store(ir.Constant(DOUBLE, 0.0), kn.extra(i, n + 1)))
+    kn.loop(n, lambda k: kn.rows(lambda: b.store(b.fadd(b.load(kn.extra(i, n + 1)), b.load(kn.extra(i, b.add(k, one)))),
+                                                 kn.extra(i, n + 1))))
+    kn.rows(lambda: kn.put(i, 0, b.fadd(kn.val(i, 0), kn.e.call('log', b.load(kn.extra(i, n + 1))))))
+
+
+def _lanes_logsumexp_reverse(kn, i, args):  # v̄ += L̄ · e / Σ e
+    v, = args
+    n, b = kn.lay.shape[v][0], kn.b
+    kn.loop(n, lambda k: kn.rows(lambda: kn.add_adj(v, k, b.fmul(
+        b.fdiv(kn.adj(i, 0), b.load(kn.extra(i, n + 1))), b.load(kn.extra(i, b.add(k, ir.Constant(I64, 1))))))))
+
+
+def _lanes_stack_forward(kn, i, args):
+    inner = size_of(kn.lay.shape[args[0]])
+    for t, a in enumerate(args):
+        kn.loop(inner, lambda k, t=t, a=a: kn.rows(lambda: kn.put(i, kn.index((t * inner, 1), (k, 1)), kn.val(a, k))))
+
+
+def _lanes_stack_reverse(kn, i, args):
+    inner = size_of(kn.lay.shape[args[0]])
+    for t, a in enumerate(args):
+        kn.loop(inner, lambda k, t=t, a=a: kn.rows(lambda: kn.add_adj(a, k, kn.adj(i, kn.index((t * inner, 1),
+                                                                                                (k, 1))))))
+
+
+def _lanes_sum_forward(kn, i, args):
+    v, = args
+    kn.rows(lambda: kn.put(i, 0, ir.Constant(DOUBLE, 0.0)))
+    kn.loop(size_of(kn.lay.shape[v]), lambda k: kn.rows(lambda: kn.put(i, 0, kn.b.fadd(kn.val(i, 0), kn.val(v, k)))))
+
+
+def _lanes_sum_reverse(kn, i, args):
+    v, = args
+    kn.loop(size_of(kn.lay.shape[v]), lambda k: kn.rows(lambda: kn.add_adj(v, k, kn.adj(i, 0))))
+
+
+# The operations a lanes tile runs lane by lane; the others (index, transpose, softmax, outer's forward) a row at a time
+LANES_FORWARD = {'matmul': _lanes_matmul_forward, 'dot': _lanes_matmul_forward, 'logsumexp': _lanes_logsumexp_forward,
+                 'stack': _lanes_stack_forward, 'sum': _lanes_sum_forward}
+LANES_REVERSE = {'matmul': _lanes_matmul_reverse, 'dot': _lanes_matmul_reverse, 'outer': _lanes_outer_reverse,
+                 'logsumexp': _lanes_logsumexp_reverse, 'stack': _lanes_stack_reverse, 'sum': _lanes_sum_reverse}
 
 
 def column_arguments(program):
