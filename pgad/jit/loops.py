@@ -35,6 +35,7 @@ and a few scalar accumulators (frames.py checks it).
 """
 import functools
 import math
+import re
 import weakref
 from dataclasses import dataclass
 
@@ -51,12 +52,17 @@ from .codegen import BOOL, DOUBLE, EMIT, I64, _Emitter, link_math, vectorised, v
 import llvmlite.binding as llvm
 
 TAPES = ('store', 'recompute', 'reversible')
-TILE = 32  # rows a 'store' tile holds: measured fastest (docs/design.md, "Tape strategies")
+TILE = 64  # rows a 'store' tile holds: measured fastest (docs/design.md, "Loop kernels and tape strategies")
 REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
 UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 GEMM_ROWS, GEMM_VECTORS = 4, 2  # a tile's weight gradient: blocks of 4 rows by 2 vectors, 8 sums in registers
 GEMM_COLUMNS = 4  # lanes: a tile's weight gradient in blocks of GEMM_ROWS rows by 4 columns, 16 sums in registers
-PRODUCT_OUTPUTS, PRODUCT_UNROLL = 4, 16  # lanes: W @ x 4 outputs at a time, its inputs unrolled up to 16
+# A lanes tile's loops are vectorised (along the rows) but never unrolled: LLVM unrolling each small loop by its trip
+# count, every element loop around a vectorised loop over the rows, took 4-6 times the compile (Iris 4-20-3: 1.4 s,
+# 0.3 s so) for no speed
+LANES_HINTS = ('llvm.loop.unroll.disable',)
+PRODUCT_OUTPUTS, PRODUCT_LANES, PRODUCT_UNROLL = 4, 2, 16  # lanes: W @ x, 4 outputs by 2 SIMD registers of rows at a
+# time, its inputs unrolled up to 16
 PRODUCT_ROWS, PRODUCT_VECTORS = 4, 6  # a tile's W @ (its columns): 4 rows at once, W up to 6 vectors of rows
 SMALL = 1    # the most doubles one alloca() may hold: a scalar accumulator (a buffer is buffer()'s)
 ALIGN = 8    # doubles in a cache line: each scratch buffer starts on one
@@ -155,6 +161,7 @@ class _Kernel:
         for arg in pointers + [self.scratch]:
             arg.add_attribute('noalias')
         self.scratch_used = 0  # doubles of the scratch buffer carved out so far (heap())
+        self.loops = 0         # loops given properties so far (loop())
         self.stack_bytes = 0   # bytes of buffers on the stack so far (buffer())
         self.cols = dict(zip(scalars, pointers))  # the index in program.columns of a number column → its array
         block = dict(zip(arrays, pointers[len(scalars):]))
@@ -235,8 +242,10 @@ class _Kernel:
         with self.b.goto_block(self.entry):
             return self.b.gep(self.scratch, [ir.Constant(I64, at)])
 
-    def loop(self, count, body):
-        """for k in range(count): body(k) — count a Python int or an IR i64; no loop at all for a count of 1."""
+    def loop(self, count, body, hints=None):
+        """for k in range(count): body(k) — count a Python int or an IR i64; no loop at all for a count of 1. hints:
+        the names of LLVM loop properties for it; a lanes tile's loops by default LANES_HINTS."""
+        hints = (LANES_HINTS if self.lanes else ()) if hints is None else hints
         if isinstance(count, int) and count == 1:
             body(ir.Constant(I64, 0))
             return
@@ -251,7 +260,12 @@ class _Kernel:
         b.position_at_end(inside)
         body(k)
         k.add_incoming(b.add(k, ir.Constant(I64, 1)), b.block)
-        b.branch(head)
+        back = b.branch(head)
+        if hints:  # a loop's properties hang off its ID, a distinct node that names itself (build() writes it so)
+            self.loops += 1
+            back.set_metadata('llvm.loop', self.module.add_metadata(
+                [ir.MetaDataString(self.module, f'pgad.loop.{self.loops}')]
+                + [self.module.add_metadata([ir.MetaDataString(self.module, h)]) for h in hints]))
         b.position_at_end(after)
 
     # --- explicit SIMD for the products: dot products and axpys along contiguous memory ---
@@ -495,7 +509,8 @@ class _Kernel:
         b.position_at_end(self.entry)
         b.branch(self.start)
         assert self.scratch_used == _on_the_heap(self.buffers()), (self.scratch_used, self.buffers())
-        return vectorised(str(self.module), vector_widths())
+        text = re.sub(r'^(!\d+) = !\{ !"pgad\.loop\.\d+"', r'\1 = distinct !{ \1', str(self.module), flags=re.M)
+        return vectorised(text, vector_widths())
 
     def one_tile(self, t):
         b = self.b
@@ -649,13 +664,15 @@ class _Kernel:
             self.loop(m, column)
 
     # --- a tile lane by lane: each value's element the tile's rows side by side ---
-    def rows(self, body):
+    def rows(self, body, count=None):
         """body() for each row of the tile (self.t, from 0): the innermost loop, along a lane, which LLVM
-        vectorises."""
+        vectorises. All the tile's rows unless count (an i64): a short last tile's rows past its count repeat its
+        first (lanes_forward), so every step runs over the whole tile, a loop of a known count (no remainder loop,
+        which compiled in twice the time), and only the sums over rows stop at the count."""
         def row(t):
             self.t = t
             body()
-        self.loop(self.count, row)
+        self.loop(self.tile if count is None else count, row)
 
     def lanes_tile(self, t):
         """One tile of a 'store' tape kept lane by lane: each node's step for all the tile's rows, node after node
@@ -669,16 +686,16 @@ class _Kernel:
         for i in lay.order:
             limits.tick()
             self.lanes_forward(i)
-        self.rows(lambda: b.store(b.fadd(b.load(self.loss), self.val(root, 0), flags=REDUCE), self.loss))
+        self.rows(lambda: b.store(b.fadd(b.load(self.loss), self.val(root, 0), flags=REDUCE), self.loss), self.count)
         if not self.gradient:
             return
         zero = ir.Constant(DOUBLE, 0.0)
         self.loop(lay.adjoints * self.tile, lambda k: b.store(zero, self.gep(self.adjoint_base, k)))
         self.loop(self.lane_slots * self.tile, lambda k: b.store(zero, self.gep(self.lanes_base, k)))
         if lay.live[root] and self.graph.nodes[root].op != 'weight':
-            self.rows(lambda: b.store(ir.Constant(DOUBLE, 1.0), self.adj_ptr(root, 0)))
+            self.rows(lambda: b.store(ir.Constant(DOUBLE, 1.0), self.adj_ptr(root, 0)), self.count)
         elif lay.live[root]:
-            self.rows(lambda: self.add_adj(root, 0, ir.Constant(DOUBLE, 1.0)))
+            self.rows(lambda: self.add_adj(root, 0, ir.Constant(DOUBLE, 1.0)), self.count)
         for i in self.swept():
             if i in self.blocked:
                 self.product_reverse(i)
@@ -699,14 +716,17 @@ class _Kernel:
         node, lay, b = self.graph.nodes[i], self.lay, self.b
         if node.op in ('const', 'weight'):
             return
-        if node.op == 'column':  # into its lanes: a number column's rows, an array column's block transposed
+        if node.op == 'column':  # into its lanes: a number column's rows, an array column's block transposed; a
+            # short tile's rows past its count the tile's first row again
+            def row():
+                return b.add(self.start_row, b.select(b.icmp_signed('<', self.t, self.count), self.t,
+                                                      ir.Constant(I64, 0)))
             if i in self.blocks:
-                block, n = self.blocks[i]
-                self.loop(n, lambda k: self.rows(lambda: self.put(i, k, b.load(
-                    self.block_at(i, b.add(self.start_row, self.t), k)))))
+                self.loop(self.blocks[i][1], lambda k: self.rows(lambda: self.put(i, k, b.load(
+                    self.block_at(i, row(), k)))))
             else:
                 column = self.cols[lay.columns[i][0]]
-                self.rows(lambda: self.put(i, 0, b.load(self.gep(column, b.add(self.start_row, self.t)))))
+                self.rows(lambda: self.put(i, 0, b.load(self.gep(column, row()))))
         elif node.op in PRIMITIVES:
             self.loop(size_of(lay.shape[i]), lambda k: self.rows(lambda: self.put(
                 i, k, EMIT[node.op](self.e, *[self.val(a, k) for a in node.args]))))
@@ -741,14 +761,23 @@ class _Kernel:
                               lambda o, q: self.index((q, n), (o, 1)), True)
         self.lane_gradient(i, w, x)
 
-    def lane_vectors(self, body):
-        """body(t, width) over the tile's rows: whole SIMD registers of rows (width self.width, t their first),
-        then the rest one by one (width 1)."""
+    def lane_vectors(self, body, count=None, group=1):
+        """body(t, width, n) over the tile's rows (the first count, an i64, if given): n whole SIMD registers of
+        rows at a time (width self.width, t the first row; n = group, then the rest of them one by one), then the
+        rest one by one (width 1, n 1)."""
         b, width = self.b, self.width
-        whole = b.sdiv(self.count, ir.Constant(I64, width))
-        self.loop(whole, lambda v: body(b.mul(v, ir.Constant(I64, width)), width))
+        if count is None:
+            whole = self.tile // width
+            self.loop(whole // group, lambda v: body(b.mul(v, ir.Constant(I64, group * width)), width, group))
+            done = whole // group * group
+            self.loop(whole - done, lambda v: body(b.mul(b.add(v, ir.Constant(I64, done)), ir.Constant(I64, width)),
+                                                   width, 1))
+            self.loop(self.tile - whole * width, lambda r: body(b.add(ir.Constant(I64, whole * width), r), 1, 1))
+            return
+        whole = b.sdiv(count, ir.Constant(I64, width))
+        self.loop(whole, lambda v: body(b.mul(v, ir.Constant(I64, width)), width, 1))
         done = b.mul(whole, ir.Constant(I64, width))
-        self.loop(b.sub(self.count, done), lambda r: body(b.add(done, r), 1))
+        self.loop(b.sub(count, done), lambda r: body(b.add(done, r), 1, 1))
 
     def load_lanes(self, ptr, width):
         return self.b.load(ptr) if width == 1 else self.b.load(
@@ -779,31 +808,34 @@ class _Kernel:
 
     def lane_product(self, w, out, inp, outs, ins, windex, accumulate):
         """out[o] (+)= Σ_q W[windex(o, q)]·inp[q] for o < outs, lane by lane (out(o, t), inp(q, t) pointers to
-        row t's element): PRODUCT_OUTPUTS outputs at a time, their weights loaded once for all the tile's rows
-        (LLVM keeps them in registers), the rows a SIMD register at a time."""
+        row t's element): PRODUCT_OUTPUTS outputs at a time by PRODUCT_LANES SIMD registers of rows, their sums in
+        registers, each weight loaded once for them all."""
         b = self.b
 
-        def block(o0, size):
-            def at(t, width):
-                os_ = [b.add(o0, ir.Constant(I64, j)) for j in range(size)]
-                accs = self.lane_sums(size, width, [self.load_lanes(out(o, t), width) for o in os_]
-                                      if accumulate else None)
+        def block(o0, size, t0, width, group):
+            os_ = [b.add(o0, ir.Constant(I64, j)) for j in range(size)]
+            ts = [b.add(t0, ir.Constant(I64, g * width)) for g in range(group)]
+            accs = self.lane_sums(size * group, width, [self.load_lanes(out(o, t), width) for o in os_ for t in ts]
+                                  if accumulate else None)
 
-                def step(q):
-                    x = self.load_lanes(inp(q, t), width)
-                    for j, o in enumerate(os_):
-                        wv = b.load(self.gep(self.weights, b.add(ir.Constant(I64, self.lay.weight[w]), windex(o, q))))
-                        wv = wv if width == 1 else self.splat_lanes(wv, width)
-                        b.store(b.fadd(b.load(accs[j]), b.fmul(wv, x, flags=REDUCE), flags=REDUCE), accs[j])
-                if ins <= PRODUCT_UNROLL:
-                    for q in range(ins):
-                        step(ir.Constant(I64, q))
-                else:
-                    self.loop(ins, step)
+            def step(q):
+                xs = [self.load_lanes(inp(q, t), width) for t in ts]
                 for j, o in enumerate(os_):
-                    self.store_lanes(b.load(accs[j]), out(o, t), width)
-            self.lane_vectors(at)
-        self.blocks_of(outs, PRODUCT_OUTPUTS, block)
+                    wv = b.load(self.gep(self.weights, b.add(ir.Constant(I64, self.lay.weight[w]), windex(o, q))))
+                    wv = wv if width == 1 else self.splat_lanes(wv, width)
+                    for g, x in enumerate(xs):
+                        acc = accs[j * group + g]
+                        b.store(b.fadd(b.load(acc), b.fmul(wv, x, flags=REDUCE), flags=REDUCE), acc)
+            if ins <= PRODUCT_UNROLL:
+                for q in range(ins):
+                    step(ir.Constant(I64, q))
+            else:
+                self.loop(ins, step)
+            for j, o in enumerate(os_):
+                for g, t in enumerate(ts):
+                    self.store_lanes(b.load(accs[j * group + g]), out(o, t), width)
+        self.blocks_of(outs, PRODUCT_OUTPUTS, lambda o0, size: self.lane_vectors(
+            lambda t0, width, group: block(o0, size, t0, width, group), group=PRODUCT_LANES))
 
     def splat_lanes(self, x, width):
         vt = ir.VectorType(DOUBLE, width)
@@ -814,16 +846,20 @@ class _Kernel:
     def lane_gradient(self, i, w, x):
         """W̄ += Σ_t ȳ_t x_tᵀ over the tile's rows t (y = W @ x): blocks of GEMM_ROWS rows by GEMM_COLUMNS columns
         of W̄, each a sum along the lanes in a register (whole SIMD registers of rows, then the rest one by one),
-        added to W̄ once a tile."""
+        added to W̄ once a tile. Where x is an array column, its whole SIMD registers of columns from its
+        row-major block instead (block_gradient), no sum along a register."""
         b, lay, width = self.b, self.lay, self.width
         m, n = lay.shape[w]
+        first = 0
+        if x in self.blocks and n >= width:
+            first = self.block_gradient(i, w, x)
 
         def block(r0, rows):
             def columns(k0, cols):
                 vector_sums = self.lane_sums(rows * cols, width)
                 scalar_sums = self.lane_sums(rows * cols, 1)
 
-                def at(t, lanes):
+                def at(t, lanes, _):
                     sums = vector_sums if lanes == width else scalar_sums
                     gs = [self.load_lanes(self.lane(self.adjoint_base, lay.adjoint[i], b.add(r0, ir.Constant(
                         I64, j)), t), lanes) for j in range(rows)]
@@ -833,7 +869,7 @@ class _Kernel:
                         for l in range(cols):
                             acc = sums[j * cols + l]
                             b.store(b.fadd(b.load(acc), b.fmul(gs[j], xs[l], flags=REDUCE), flags=REDUCE), acc)
-                self.lane_vectors(at)
+                self.lane_vectors(at, self.count)
                 name = f'llvm.vector.reduce.fadd.v{width}f64'
                 fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
                     DOUBLE, [DOUBLE, ir.VectorType(DOUBLE, width)]), name)
@@ -845,8 +881,42 @@ class _Kernel:
                                                              (b.add(r0, ir.Constant(I64, j)), n),
                                                              (b.add(k0, ir.Constant(I64, l)), 1)))
                         b.store(b.fadd(b.load(ptr), total), ptr)
-            self.blocks_of(n, GEMM_COLUMNS, columns)
+            self.blocks_of(n - first, GEMM_COLUMNS, lambda k0, cols: columns(b.add(k0, ir.Constant(I64, first)), cols))
         self.blocks_of(m, GEMM_ROWS, block)
+
+    def block_gradient(self, i, w, x):
+        """W̄[r, k…] += Σ_t ȳ_t[r]·x_t[k…] for x an array column, along its row-major block: GEMM_ROWS rows of W̄
+        by GEMM_VECTORS SIMD registers of its columns at a time, their sums in registers across the tile's rows.
+        The columns it covers (whole registers)."""
+        b, lay, width = self.b, self.lay, self.width
+        m, n = lay.shape[w]
+        chunks = n // width
+
+        def block(r0, rows):
+            def columns(c0, vectors):
+                sums = self.lane_sums(rows * vectors, width)
+
+                def row(t):
+                    xs = [self.load_lanes(self.block_at(x, b.add(self.start_row, t), b.mul(b.add(
+                        c0, ir.Constant(I64, v)), ir.Constant(I64, width))), width) for v in range(vectors)]
+                    for j in range(rows):
+                        g = self.splat_lanes(b.load(self.lane(self.adjoint_base, lay.adjoint[i], b.add(
+                            r0, ir.Constant(I64, j)), t)), width)
+                        for v in range(vectors):
+                            acc = sums[j * vectors + v]
+                            b.store(b.fadd(b.load(acc), b.fmul(g, xs[v], flags=REDUCE), flags=REDUCE), acc)
+                self.loop(self.count, row)
+                for j in range(rows):
+                    for v in range(vectors):
+                        at = self.index((ir.Constant(I64, lay.weight[w]), 1), (b.add(r0, ir.Constant(I64, j)), n),
+                                        (b.mul(b.add(c0, ir.Constant(I64, v)), ir.Constant(I64, width)), 1))
+                        ptr = self.gep(self.grad, at)
+                        self.store_lanes(b.fadd(self.load_lanes(ptr, width), b.load(sums[j * vectors + v]),
+                                                flags=REDUCE), ptr, width)
+            return columns
+        self.blocks_of(m, GEMM_ROWS, lambda r0, rows: self.blocks_of(
+            chunks, GEMM_VECTORS, lambda c0, vectors: block(r0, rows)(c0, vectors)))
+        return chunks * width
 
     # --- the forward sweep ---
     def forward(self, row):
