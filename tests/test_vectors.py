@@ -317,9 +317,10 @@ def test_every_tape_gives_the_gradient(text, shapes, fn, tape):
     np.testing.assert_allclose(result, [loss, *grad], rtol=1e-12)
 
 
-@pytest.mark.parametrize('tile', [1, 3, 7])
+@pytest.mark.parametrize('tile', [1, 3, 7, 8, 12, 19])
 def test_a_store_tile_of_any_rows_gives_the_same_sums(tile, monkeypatch):
-    """N = 30 rows in tiles of 1, 3 or 7 (the last tile short): the same sums as the unrolled kernel."""
+    """N = 30 rows in tiles of 1 (a record a row), or 3 to 19 kept lane by lane: fewer rows than a SIMD register, whole
+    registers and one by one, the last tile short: the same sums as the unrolled kernel."""
     from pgad.jit import loops
     monkeypatch.setattr(loops, 'TILE', tile)
     text, shapes, _ = CASES[8].values  # the cross-entropy MLP
@@ -528,16 +529,35 @@ def test_a_long_vectors_exps_run_a_simd_register_at_a_time(fn, reference, tape):
     np.testing.assert_allclose(got, sums(text, shapes, w), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize('x, n', [('[d.x1, d.x2, d.x3]', 3), ('d.pix', P)])
-@pytest.mark.parametrize('rows', [16, 24])
-def test_a_tiles_product_of_a_weight_matrix_and_its_columns(x, n, rows):
-    """W @ x with x a row's columns and W of whole vectors of rows: the 'store' tile computes it for all its rows at
-    once (tile_product, 4 rows at a time and the rest one by one): the python backend's sums."""
-    text = f'λ(d, w) sum(tanh(w.w @ {x} + w.b)) * d.x1'
-    shapes = {'w': (rows, n), 'b': (rows,)}
-    w = start(shapes)
-    np.testing.assert_allclose(sums(text, shapes, w, 'reverse', 'llvm', 'store'), sums(text, shapes, w),
-                               rtol=1e-12, atol=1e-12)
+LANES = [  # blocked products of a weight matrix and a vector over a tile (jit/loops.py: lane_product, lane_gradient,
+    # block_gradient) at shapes around their blocks: 4 outputs, 2 registers of rows, 16 inputs written out, 4 by 4
+    # gradient sums, 2 registers of an array column's elements
+    ('sum(tanh(w.w @ [d.x1] + w.b))', {'w': (5, 1), 'b': (5,)}),  # a 1-wide input
+    ('sum(w.o @ tanh(w.w @ [d.x1, d.x2, d.x3] + w.b))^2', {'o': (1, 9), 'w': (9, 3), 'b': (9,)}),  # a 1-wide output
+    ('sum(sin(w.o @ tanh(w.w @ [d.x1, d.x2, d.x3])))', {'o': (6, 17), 'w': (17, 3)}),  # 17 inputs: a loop over them
+    ('sum(tanh(w.w @ d.wide + w.b)) * d.x1', {'w': (5, 11), 'b': (5,)}),  # an array column: 8 along it, 3 by lanes
+    ('sum(tanh(w.w @ d.wide)^2)', {'w': (9, 27)}),  # 3 registers of it: 2 at once and 1, and 3 more by lanes
+    ('sum(w.m @ [d.x1, d.x2]) + sum(w.m * d.x3)^2', {'m': (3, 2)}),  # W in a product and elsewhere
+    ('sum(w.m @ [d.x1, d.x2] * (w.m @ [d.x2, d.x1]))', {'m': (6, 2)}),  # W in two products
+]
+
+
+@pytest.mark.parametrize('body, shapes', LANES)
+@pytest.mark.parametrize('rows', [5, 30, 133])
+def test_a_tiles_blocked_products_give_the_python_backends_sums(body, shapes, rows):
+    """W @ x over a 'store' tile, blocked, at shapes around the blocks and rows around the tile (fewer rows than a
+    SIMD register, one short tile, two whole tiles and a short one): the python backend's sums."""
+    rng = np.random.default_rng(rows)
+    width = 27 if '(9, 27)' in str(shapes) else 11
+    prog = program.build('λ(d, w) ' + body, tuple(shapes), 'reverse', True, tape='store', shapes=vectors.Shapes(
+        tuple((n, s) for n, s in shapes.items()), (('wide', width),) if 'd.wide' in body else ()))
+    data = {f'x{k}': rng.uniform(-1, 1, rows) for k in range(1, 4)}
+    data.update({f'wide[{k}]': rng.uniform(-1, 1, rows) for k in range(1, width + 1)})
+    columns = [data[c if c not in dict(prog.columns_of) else f'wide[{dict(prog.columns_of)[c][1]}]']
+               for c in prog.columns]
+    w = np.concatenate([np.ravel(v) for v in start(shapes, seed=rows).values()])
+    np.testing.assert_allclose(backends.compile(prog, 'llvm')(columns, rows, w),
+                               backends.compile(prog, 'python')(columns, rows, w), rtol=1e-12, atol=1e-12)
 
 
 def test_an_array_columns_block_is_packed_once_and_let_go_with_its_columns():

@@ -14,11 +14,14 @@ allocation per row: every buffer is allocated once per call). An elementwise pri
 rules table, emitted per element with codegen.EMIT.
 
 What the reverse sweep reads of the forward values is the tape, kept one of three ways (`tape`):
-- 'store': the forward sweep of a tile of TILE rows writes every node's value, each row's values one record
-  (array-of-structs, TapeFlow's layout), and the reverse sweep of the tile reads them back; a tile of 1 is the
-  fused kernel, each row's values in L1. A tile of more rows also gives each weight matrix's gradient as one small
-  matrix product over the tile (tile_gradient), and the first layer's W @ x, x a row's columns, for all its rows
-  before their forward sweeps (tile_product).
+- 'store': the forward sweep of a tile of TILE rows writes every node's value, and the reverse sweep of the tile
+  reads them back. A tile of 1 is the fused kernel, the row's values one record, in L1. A tile of more rows keeps
+  them lane by lane (structure-of-arrays: each element of each value the tile's rows side by side) and runs each
+  step for all the tile's rows before the next (lanes_tile), the rows the innermost loop, which LLVM vectorises: a
+  SIMD register holds one element of 8 rows (AVX-512), as in the unrolled kernel. W @ x, W a weight matrix, is
+  then a small matrix product over the tile, blocked (lane_product: 4 outputs by 2 registers of rows, each weight
+  broadcast once for them, the sums in registers), and so are its VJPs, Wᵀȳ the same way and W̄ += Σ_t ȳ_t x_tᵀ
+  as sums along the lanes (lane_gradient), or along an array column's row-major block (block_gradient).
 - 'recompute': no tape. The tile's forward sweep computes the loss alone, and its reverse sweep runs each row's
   forward sweep again before its reverse (Futhark's redundant execution): one row's buffers, twice the forward work.
 - 'reversible': the forward sweep keeps only the loss's value; before each step's reverse, the reverse sweep recovers
@@ -28,10 +31,10 @@ What the reverse sweep reads of the forward values is the tape, kept one of thre
   the value where exp underflows, tanh saturates or y ≫ x). Where neither gives the value, the kernel is refused with
   the step named (0A000).
 
-Every buffer that grows with the shapes (the tape, the adjoints, Wᵀ, the gradient sums) is carved out of one scratch
-buffer, the kernel's last argument, which its caller allocates on the heap once a call (scratch_doubles), but the
-first that fit in STACK_BYTES, which stay on the stack (LLVM keeps small ones in registers); the stack keeps those
-and a few scalar accumulators (frames.py checks it).
+Every buffer that grows with the shapes (the tape, the adjoints, the weights' lanes, the gradient sums) is carved
+out of one scratch buffer, the kernel's last argument, which its caller allocates on the heap once a call
+(scratch_doubles), but the first that fit in STACK_BYTES, which stay on the stack (LLVM keeps small ones in
+registers); the stack keeps those and a few scalar accumulators (frames.py checks it).
 """
 import functools
 import math
@@ -55,15 +58,16 @@ TAPES = ('store', 'recompute', 'reversible')
 TILE = 64  # rows a 'store' tile holds: measured fastest (docs/design.md, "Loop kernels and tape strategies")
 REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
 UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
-GEMM_ROWS, GEMM_VECTORS = 4, 2  # a tile's weight gradient: blocks of 4 rows by 2 vectors, 8 sums in registers
-GEMM_COLUMNS = 4  # lanes: a tile's weight gradient in blocks of GEMM_ROWS rows by 4 columns, 16 sums in registers
+# A tile's weight gradient W̄ += Σ_t ȳ_t x_tᵀ in blocks of 4 rows of W̄ by 4 columns, 16 sums in registers along
+# the lanes (lane_gradient); by 2 SIMD registers of columns along an array column's block (block_gradient)
+GEMM_ROWS, GEMM_COLUMNS, GEMM_VECTORS = 4, 4, 2
 # A lanes tile's loops are vectorised (along the rows) but never unrolled: LLVM unrolling each small loop by its trip
 # count, every element loop around a vectorised loop over the rows, took 4-6 times the compile (Iris 4-20-3: 1.4 s,
 # 0.3 s so) for no speed
 LANES_HINTS = ('llvm.loop.unroll.disable',)
-PRODUCT_OUTPUTS, PRODUCT_LANES, PRODUCT_UNROLL = 4, 2, 16  # lanes: W @ x, 4 outputs by 2 SIMD registers of rows at a
-# time, its inputs unrolled up to 16
-PRODUCT_ROWS, PRODUCT_VECTORS = 4, 6  # a tile's W @ (its columns): 4 rows at once, W up to 6 vectors of rows
+# W @ x over a tile (lane_product): 4 outputs by 2 SIMD registers of rows at a time, 8 sums in registers (4 by 4
+# measured no faster on digits, 8 by 2 and 2 by 4 slower), the loop over x's elements written out up to 16
+PRODUCT_OUTPUTS, PRODUCT_LANES, PRODUCT_UNROLL = 4, 2, 16
 SMALL = 1    # the most doubles one alloca() may hold: a scalar accumulator (a buffer is buffer()'s)
 ALIGN = 8    # doubles in a cache line: each scratch buffer starts on one
 # The bytes of buffers a kernel keeps on its stack, the first that fit: small ones, which LLVM keeps in registers (a
@@ -174,17 +178,10 @@ class _Kernel:
         self.e = _Emitter(self.b, self.module)
         self.gradient = len(program.outputs) > 1
         self.width = max([w for _, w in vector_widths()] or [2])  # doubles in the widest SIMD register
-        # W @ x with W a weight, in a tile of more than a row: W's gradient for the whole tile after its reverse
-        # sweeps, a small matrix product over the tile's rows (GEMM_ROWS rows of W by GEMM_VECTORS vectors at once)
-        self.deferred = {i: self.graph.nodes[i].args for i in self.lay.order if self.defers(i)}
-        # W @ x with x a row's data alone (an array column, or a vector of columns), in a 'store' tile: y for the
-        # whole tile before the rows' forward sweeps, through Wᵀ (made once a call), PRODUCT_ROWS rows at a time
-        self.data_products = {i: self.graph.nodes[i].args for i in self.lay.order if self.data_product(i)}
         # a 'store' tile of more than a row keeps its tape lane by lane (rows_major below): each value's element the
         # tile's rows side by side, every step a loop over them that LLVM vectorises, rows to a SIMD register
         self.lanes = tape == 'store' and tile > 1
         if self.lanes:
-            self.deferred, self.data_products = {}, {}
             self.blocked = {i for i in self.lay.order if self.weight_product(i)}
             # the weights whose adjoints a step adds row by row (all but a blocked product's matrix): a lane each,
             # summed into the gradient at the end of the tile
@@ -201,14 +198,11 @@ class _Kernel:
 
     def buffers(self):
         """The doubles of each buffer the kernel carves out of its scratch buffer, in build()'s order: the tape (a
-        tile's value records), the reversible tape's recovered values, the adjoint records, each Wᵀ, the gradient."""
+        tile's value records), the reversible tape's recovered values, the adjoint records, a lanes tile's weights'
+        lanes, the gradient."""
         lay, records = self.lay, self.tile if self.tape == 'store' else 1
-        if self.lanes:
-            return [lay.record * records, lay.adjoints * records, max(1, self.lane_slots) * records,
-                    max(1, len(self.program.weights))]
-        weights = list(dict.fromkeys(w for w, _ in self.data_products.values()))
         return ([lay.record * records] + ([lay.record] if self.tape == 'reversible' else [])
-                + [lay.adjoints * records] + [size_of(lay.shape[w]) for w in weights]
+                + [lay.adjoints * records] + ([max(1, self.lane_slots) * records] if self.lanes else [])
                 + [max(1, len(self.program.weights))])
 
     # --- small IR helpers ---
@@ -272,17 +266,6 @@ class _Kernel:
     def vector_type(self):
         return ir.VectorType(DOUBLE, self.width)
 
-    def vector_sums(self, rows, vectors):
-        """rows × vectors vector accumulators, allocated once a call and set to 0 here: a block's sums, which LLVM
-        keeps in registers."""
-        with self.b.goto_block(self.entry):
-            sums = [[self.b.alloca(self.vector_type()) for _ in range(vectors)] for _ in range(rows)]
-        zero = ir.Constant(self.vector_type(), [0.0] * self.width)
-        for row in sums:
-            for acc in row:
-                self.b.store(zero, acc)
-        return sums
-
     def vload(self, ptr):
         return self.b.load(self.b.bitcast(ptr, self.vector_type().as_pointer()), align=8)
 
@@ -290,10 +273,7 @@ class _Kernel:
         self.b.store(value, self.b.bitcast(ptr, self.vector_type().as_pointer()), align=8)
 
     def splat(self, x):
-        b, vt = self.b, self.vector_type()
-        one = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
-        return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
-                                ir.Constant(ir.VectorType(ir.IntType(32), self.width), [0] * self.width))
+        return self.splat_lanes(x, self.width)
 
     def preload(self, pb, n):
         """The run of n doubles at pb as whole vectors and the tail's doubles, loaded once (for dot products that
@@ -477,20 +457,13 @@ class _Kernel:
         program = self.program
         records = self.tile if self.tape == 'store' else 1
         # every buffer that grows with the shapes, past STACK_BYTES, is carved out of the scratch buffer, on the heap
-        # (a backend's stack is 8 MB, shared with the executor): the tape, the recovered values, the adjoints, Wᵀ, the
-        # gradient sums
+        # (a backend's stack is 8 MB, shared with the executor): the tape, the recovered values, the adjoints, the
+        # weights' lanes, the gradient sums
         self.tape_base = self.buffer(lay.record * records)
         self.values = self.tape_base
         if self.tape == 'reversible':  # the reverse sweep's values: the loss's, then what it recovers
             self.recovery = self.buffer(lay.record)
         self.adjoint_base = self.adjoints = self.buffer(lay.adjoints * records)
-        self.transposed = {}
-        for w, _ in self.data_products.values():
-            if w not in self.transposed:
-                m, n = lay.shape[w]
-                self.transposed[w] = t = self.buffer(m * n)
-                self.loop(m, lambda r, w=w, t=t, m=m, n=n: self.loop(n, lambda k: b.store(
-                    self.val(w, self.index((r, n), (k, 1))), self.gep(t, self.index((k, m), (r, 1))))))
         if self.lanes:
             self.lanes_base = self.buffer(max(1, self.lane_slots) * records)
         self.grad = self.buffer(max(1, len(program.weights)))
@@ -518,8 +491,6 @@ class _Kernel:
         left = b.sub(self.rows_arg, start)
         count = b.select(b.icmp_signed('<', left, ir.Constant(I64, self.tile)), left, ir.Constant(I64, self.tile))
         record = self.lay.record
-        for i, (w, x) in self.data_products.items():
-            self.tile_product(i, w, x, start, count)
 
         def forward_row(r):
             self.values = self.gep(self.tape_base, b.mul(r, ir.Constant(I64, record))) if self.tape == 'store' \
@@ -546,122 +517,6 @@ class _Kernel:
         self.loop(count, forward_row)
         if self.gradient:
             self.loop(count, reverse_row)
-            for i, (w, x) in self.deferred.items():
-                self.tile_gradient(i, w, x, start, count)
-
-    def data_product(self, i):
-        """Is node i a W @ x of a weight matrix (its rows whole vectors) and a row's columns — an array column, or
-        a vector of number columns — in a 'store' tile?"""
-        node, lay = self.graph.nodes[i], self.lay
-        if not (self.tape == 'store' and self.tile > 1 and node.op == 'matmul'):
-            return False
-        w, x = node.args
-        stack = self.graph.nodes[x].op == 'stack'
-        items = self.graph.nodes[x].args if stack else (x,)
-        return (self.graph.nodes[w].op == 'weight' and len(lay.shape[w]) == 2 and len(lay.shape[x]) == 1
-                and lay.shape[w][0] % self.width == 0 and lay.shape[w][0] // self.width <= PRODUCT_VECTORS
-                and all(self.graph.nodes[c].op == 'column' and (not lay.shape[c]) == stack for c in items))
-
-    def tile_product(self, i, w, x, start, count):
-        """y_t = W x_t for the tile's rows t, into their records, as Σ_k x_t[k]·Wᵀ[k, :]: PRODUCT_ROWS rows at a
-        time, all of y's vectors summed in registers (no horizontal sum), each x_t[k] read from its column."""
-        b, lay, width = self.b, self.lay, self.width
-        m, n = lay.shape[w]
-        vectors_ = m // width
-        node = self.graph.nodes[x]
-        columns = [lay.columns[c][0] for c in node.args] if node.op == 'stack' else None
-
-        def x_at(t, k):  # element k of x in row t of the tile
-            row = b.add(start, t)
-            return self.gep(self.cols[columns[k]], row) if columns is not None else self.block_at(x, row, k)
-
-        def rows(t0, count_rows):
-            accs = self.vector_sums(count_rows, vectors_)
-            def step(k):
-                ws = [self.vload(self.gep(self.transposed[w], self.index((k, m), (ir.Constant(I64, v * width), 1))))
-                      for v in range(vectors_)]
-                for dt in range(count_rows):
-                    xs = self.splat(b.load(x_at(b.add(t0, ir.Constant(I64, dt)), k)))
-                    for v in range(vectors_):
-                        b.store(b.fadd(b.load(accs[dt][v]), b.fmul(xs, ws[v], flags=REDUCE), flags=REDUCE),
-                                accs[dt][v])
-            if columns is None:  # an array column: a loop over its elements
-                self.loop(n, step)
-            else:  # a vector of columns, each an array of its own: unrolled
-                for k in range(n):
-                    step(k)
-            for dt in range(count_rows):
-                base = self.index((b.add(t0, ir.Constant(I64, dt)), lay.record),
-                                  (ir.Constant(I64, lay.value[i]), 1))
-                for v in range(vectors_):
-                    self.vstore(b.load(accs[dt][v]), self.gep(self.tape_base, b.add(base, ir.Constant(I64, v * width))))
-        blocks = b.sdiv(count, ir.Constant(I64, PRODUCT_ROWS))
-        self.loop(blocks, lambda tb: rows(b.mul(tb, ir.Constant(I64, PRODUCT_ROWS)), PRODUCT_ROWS))
-        done = b.mul(blocks, ir.Constant(I64, PRODUCT_ROWS))
-        self.loop(b.sub(count, done), lambda r: rows(b.add(done, r), 1))
-
-    def defers(self, i):
-        """Is node i a W @ x (W a weight matrix, x a vector) whose W's gradient waits for the end of the tile?"""
-        node, lay = self.graph.nodes[i], self.lay
-        return (self.tape == 'store' and self.tile > 1 and self.gradient and node.op == 'matmul'
-                and self.graph.nodes[node.args[0]].op == 'weight' and len(lay.shape[node.args[0]]) == 2
-                and len(lay.shape[node.args[1]]) == 1 and lay.live[i] and node.args[1] in lay.value)
-
-    def tile_gradient(self, i, w, x, start, count):
-        """W̄ += Σ_t ȳ_t x_tᵀ over the tile's rows t (y = W @ x): blocks of GEMM_ROWS rows of W̄ by GEMM_VECTORS
-        vectors of its columns, their sums in registers across the rows, W̄ loaded and stored once a tile."""
-        b, lay, width = self.b, self.lay, self.width
-        m, n = lay.shape[w]
-        record, adjoints = lay.record, lay.adjoints
-        chunks = n // width
-
-        def x_at(t, k):  # element k of x in row t's record, or in its block
-            if x in self.blocks:
-                return self.block_at(x, b.add(start, t), k)
-            return self.gep(self.tape_base, self.index((t, record), (ir.Constant(I64, lay.value[x]), 1), (k, 1)))
-
-        def g_at(t, r):  # element r of ȳ in row t's adjoints
-            return self.gep(self.adjoint_base, self.index((t, adjoints), (ir.Constant(I64, lay.adjoint[i]), 1),
-                                                          (r, 1)))
-
-        def block(r0, rows, c0, vectors):
-            """rows rows of W̄ from r0 (i64), by vectors vectors of columns from vector c0 (i64)."""
-            accs = self.vector_sums(rows, vectors)
-
-            def one_row(t):
-                xs = [self.vload(x_at(t, b.mul(b.add(c0, ir.Constant(I64, v)), ir.Constant(I64, width))))
-                      for v in range(vectors)]
-                for dr in range(rows):
-                    g = self.splat(b.load(g_at(t, b.add(r0, ir.Constant(I64, dr)))))
-                    for v in range(vectors):
-                        acc = accs[dr][v]
-                        b.store(b.fadd(b.load(acc), b.fmul(g, xs[v], flags=REDUCE), flags=REDUCE), acc)
-            self.loop(count, one_row)
-            for dr in range(rows):
-                for v in range(vectors):
-                    at = self.index((b.add(r0, ir.Constant(I64, dr)), n),
-                                    (b.mul(b.add(c0, ir.Constant(I64, v)), ir.Constant(I64, width)), 1))
-                    ptr = self.gep(self.grad, b.add(ir.Constant(I64, lay.weight[w]), at))
-                    self.vstore(b.fadd(self.vload(ptr), b.load(accs[dr][v]), flags=REDUCE), ptr)
-
-        full_rows, full_vectors = m // GEMM_ROWS * GEMM_ROWS, chunks // GEMM_VECTORS * GEMM_VECTORS
-        spans = [(0, full_vectors, GEMM_VECTORS)] + ([(full_vectors, chunks - full_vectors, 1)]
-                                                      if chunks > full_vectors else [])
-        for c_start, c_count, per in spans:
-            if not c_count:
-                continue
-            for r_start, r_count, rows in ((0, full_rows, GEMM_ROWS), (full_rows, m - full_rows, 1)):
-                if r_count:
-                    self.loop(r_count // rows, lambda rb, rows=rows, r_start=r_start, c_start=c_start, c_count=c_count,
-                              per=per: self.loop(c_count // per, lambda cb: block(
-                                  b.add(ir.Constant(I64, r_start), b.mul(rb, ir.Constant(I64, rows))), rows,
-                                  b.add(ir.Constant(I64, c_start), b.mul(cb, ir.Constant(I64, per))), per)))
-        for k in range(chunks * width, n):  # the columns past the last whole vector, one by one
-            def column(r, k=k):
-                total = self.reduce(count, lambda t: b.fmul(b.load(g_at(t, r)), b.load(x_at(t, k)), flags=REDUCE))
-                ptr = self.gep(self.grad, self.index((ir.Constant(I64, lay.weight[w] + k), 1), (r, n)))
-                b.store(b.fadd(b.load(ptr), total), ptr)
-            self.loop(m, column)
 
     # --- a tile lane by lane: each value's element the tile's rows side by side ---
     def rows(self, body, count=None):
@@ -923,8 +778,7 @@ class _Kernel:
         self.row = row
         for i in self.lay.order:
             limits.tick()
-            if i not in self.data_products:  # those the tile computed already (tile_product)
-                self.forward_node(i, row)
+            self.forward_node(i, row)
 
     def forward_node(self, i, row):
         node, lay, b = self.graph.nodes[i], self.lay, self.b
@@ -1109,7 +963,7 @@ def _matmul_reverse(kn, i, args):
     cotangent in W @ x is the outer product C̄ xᵀ: one axpy per row of W, into its gradient sums)."""
     a, c = args
     m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
-    if kn.lay.live[a] and i not in kn.deferred:
+    if kn.lay.live[a]:
         if p == 1:  # Ā[r, :] += C̄[r] · B
             kn.loop(m, lambda r: kn.axpy(kn.adj_ptr(a, kn.index((r, n))), kn.adj(i, r), kn.ptr(c), n))
         else:  # Ā[r, k] += C̄[r, :] · B[k, :]
@@ -1404,7 +1258,7 @@ def _on_the_heap(sizes):
 def scratch_doubles(program, tape, tile=None):
     """The doubles of the scratch buffer program's loop kernel takes as its last argument: its tape — the value
     records the reverse sweep reads, a tile's for 'store', a row's for 'recompute', a row's for 'reversible' to
-    recover into — its adjoint records, the transposed weights of a tile's products, and the gradient sums. Its
+    recover into — its adjoint records, a lanes tile's weights' lanes, and the gradient sums. Its
     caller allocates it, on the heap, once a call."""
     kn = _Kernel(program, 'pgad_scratch', tape, (tile or TILE) if tape == 'store' else 1)
     return _on_the_heap(kn.buffers())
