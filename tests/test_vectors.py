@@ -560,6 +560,15 @@ def test_a_tiles_blocked_products_give_the_python_backends_sums(body, shapes, ro
                                backends.compile(prog, 'python')(columns, rows, w), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize('body, shapes', [('w.a', {'a': ()}), ('w.a * d.x1 + w.a^2', {'a': ()})])
+def test_a_lanes_tile_sums_a_weights_adjoint_over_its_rows(body, shapes):
+    """A weight's adjoint a row, in its lanes, summed over the tile's rows: the loss a weight itself, and a weight
+    read twice (the random lambdas found the first)."""
+    w = {'a': np.float64(0.7)}
+    np.testing.assert_allclose(sums('λ(d, w) ' + body, shapes, w, 'reverse', 'llvm', 'store'),
+                               sums('λ(d, w) ' + body, shapes, w), rtol=1e-12)
+
+
 def test_an_array_columns_block_is_packed_once_and_let_go_with_its_columns():
     """The loop kernel reads an array column as one row-major block: made once for the same column arrays (the
     descent's every step), made again for others, and dropped when the columns it copies are."""

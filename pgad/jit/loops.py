@@ -186,6 +186,9 @@ class _Kernel:
             # the weights whose adjoints a step adds row by row (all but a blocked product's matrix): a lane each,
             # summed into the gradient at the end of the tile
             self.lane_of, at = {}, 0
+            root = program.tensor.root
+            if self.graph.nodes[root].op == 'weight':  # the loss a weight itself: its adjoint is 1 a row
+                self.lane_of[root], at = 0, size_of(self.lay.shape[root])
             for i in self.lay.order:
                 node = self.graph.nodes[i]
                 if not self.lay.live[i] or node.op in LEAVES:
