@@ -66,8 +66,9 @@ GEMM_ROWS, GEMM_COLUMNS, GEMM_VECTORS = 4, 4, 2
 # 0.3 s so) for no speed
 LANES_HINTS = ('llvm.loop.unroll.disable',)
 # W @ x over a tile (lane_product): 4 outputs by 2 SIMD registers of rows at a time, 8 sums in registers (4 by 4
-# measured no faster on digits, 8 by 2 and 2 by 4 slower), the loop over x's elements written out up to 16
-PRODUCT_OUTPUTS, PRODUCT_LANES, PRODUCT_UNROLL = 4, 2, 16
+# measured no faster on digits, 8 by 2 and 2 by 4 slower); the loop over x's elements written out up to 4 (up to 8
+# or 16 ran no faster and compiled up to 2 times as long: 24 layers of 16 × 16, 7.3 s against 3.8)
+PRODUCT_OUTPUTS, PRODUCT_LANES, PRODUCT_UNROLL = 4, 2, 4
 SMALL = 1    # the most doubles one alloca() may hold: a scalar accumulator (a buffer is buffer()'s)
 ALIGN = 8    # doubles in a cache line: each scratch buffer starts on one
 # The bytes of buffers a kernel keeps on its stack, the first that fit: small ones, which LLVM keeps in registers (a
@@ -624,13 +625,15 @@ class _Kernel:
         rows at a time (width self.width, t the first row; n = group, then the rest of them one by one), then the
         rest one by one (width 1, n 1)."""
         b, width = self.b, self.width
-        if count is None:
+        if count is None:  # the whole tile: counts known here, no loop that would never run
             whole = self.tile // width
-            self.loop(whole // group, lambda v: body(b.mul(v, ir.Constant(I64, group * width)), width, group))
             done = whole // group * group
-            self.loop(whole - done, lambda v: body(b.mul(b.add(v, ir.Constant(I64, done)), ir.Constant(I64, width)),
-                                                   width, 1))
-            self.loop(self.tile - whole * width, lambda r: body(b.add(ir.Constant(I64, whole * width), r), 1, 1))
+            for first, count, step, width_, group_ in ((0, whole // group, group * width, width, group),
+                                                       (done * width, whole - done, width, width, 1),
+                                                       (whole * width, self.tile - whole * width, 1, 1, 1)):
+                if count:
+                    self.loop(count, lambda v, first=first, step=step, width_=width_, group_=group_: body(
+                        b.add(ir.Constant(I64, first), b.mul(v, ir.Constant(I64, step))), width_, group_))
             return
         whole = b.sdiv(count, ir.Constant(I64, width))
         self.loop(whole, lambda v: body(b.mul(v, ir.Constant(I64, width)), width, 1))
