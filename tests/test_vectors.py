@@ -569,6 +569,19 @@ def test_a_lanes_tile_sums_a_weights_adjoint_over_its_rows(body, shapes):
                                sums('λ(d, w) ' + body, shapes, w), rtol=1e-12)
 
 
+@pytest.mark.parametrize('body, shapes, lengths, rows', [
+    (f'logsumexp({MLP}) - {MLP}[d.label + 1]', {'w1': (20, 3), 'b1': (20,), 'w2': (3, 20), 'b2': (3,)}, (), 64),
+    ('sum(outer(d.x, d.u) * w.a)', {'a': (110, 110)}, (('x', 110), ('u', 110)), 2)])
+def test_a_store_tile_keeps_its_buffers_within_tape_bytes(body, shapes, lengths, rows):
+    """A tile of TILE rows, or fewer where their tape, adjoints and weights' lanes would pass TAPE_BYTES (the scratch
+    buffer, allocated a call, grows with the tile)."""
+    from pgad.jit import loops
+    prog = program.build('λ(d, w) ' + body, tuple(shapes), 'reverse', True, tape='store',
+                         shapes=vectors.Shapes(tuple(shapes.items()), lengths))
+    assert loops.rows_of(prog, 'store') == rows
+    assert loops.buffer_bytes(prog, 'store') <= loops.TAPE_BYTES + 8 * len(prog.weights)
+
+
 def test_an_array_columns_block_is_packed_once_and_let_go_with_its_columns():
     """The loop kernel reads an array column as one row-major block: made once for the same column arrays (the
     descent's every step), made again for others, and dropped when the columns it copies are."""

@@ -56,6 +56,7 @@ import llvmlite.binding as llvm
 
 TAPES = ('store', 'recompute', 'reversible')
 TILE = 64  # rows a 'store' tile holds: measured fastest (docs/design.md, "Loop kernels and tape strategies")
+TAPE_BYTES = 1 << 20  # but fewer where their tape would pass 1 MiB (rows_of): the scratch buffer grows with them
 REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
 UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
 # A tile's weight gradient W̄ += Σ_t ȳ_t x_tᵀ in blocks of 4 rows of W̄ by 4 columns, 16 sums in registers along
@@ -1261,24 +1262,35 @@ def _on_the_heap(sizes):
     return heap
 
 
+def rows_of(program, tape, tile=None):
+    """The rows of program's tile: 1 but for 'store', whose tile holds tile rows if given, else TILE, or as many
+    as keep its tape, adjoints and weights' lanes within TAPE_BYTES (at least 1)."""
+    if tape != 'store':
+        return 1
+    if tile:
+        return tile
+    lay = layout(program)
+    return max(1, min(TILE, TAPE_BYTES // (8 * (lay.record + lay.adjoints + len(program.weights)))))
+
+
 def scratch_doubles(program, tape, tile=None):
     """The doubles of the scratch buffer program's loop kernel takes as its last argument: its tape — the value
     records the reverse sweep reads, a tile's for 'store', a row's for 'recompute', a row's for 'reversible' to
     recover into — its adjoint records, a lanes tile's weights' lanes, and the gradient sums. Its
     caller allocates it, on the heap, once a call."""
-    kn = _Kernel(program, 'pgad_scratch', tape, (tile or TILE) if tape == 'store' else 1)
+    kn = _Kernel(program, 'pgad_scratch', tape, rows_of(program, tape, tile))
     return _on_the_heap(kn.buffers())
 
 
 def buffer_bytes(program, tape, tile=None):
     """The bytes a loop kernel's buffers take, once per call: on its stack (at most STACK_BYTES) and in its scratch
     buffer on the heap."""
-    return 8 * sum(_Kernel(program, 'pgad_scratch', tape, (tile or TILE) if tape == 'store' else 1).buffers())
+    return 8 * sum(_Kernel(program, 'pgad_scratch', tape, rows_of(program, tape, tile)).buffers())
 
 
 def kernel_ir(program, name, tape='store', tile=None):
     """The LLVM IR module (text) of program's loop kernel, a function called name; a 'store' tape's tiles of tile
-    rows (None: TILE)."""
+    rows (None: rows_of's)."""
     if tape not in TAPES:
         raise ValueError(tape)
-    return _Kernel(program, name, tape, (tile or TILE) if tape == 'store' else 1).build()
+    return _Kernel(program, name, tape, rows_of(program, tape, tile)).build()
