@@ -569,6 +569,24 @@ def test_a_lanes_tile_sums_a_weights_adjoint_over_its_rows(body, shapes):
                                sums('λ(d, w) ' + body, shapes, w), rtol=1e-12)
 
 
+@pytest.mark.parametrize('body, shapes', [LANES[1], LANES[4]])
+def test_a_store_kernels_sums_over_a_split_of_its_rows_add_up(body, shapes):
+    """The kernel over rows [0, k) and over [k, n) sums to the kernel over [0, n), for a split inside a tile, at
+    its end and in the next one: what a pool of threads splitting the rows relies on (its tiles start at the rows
+    it is given)."""
+    rng, rows = np.random.default_rng(7), 150
+    prog = program.build('λ(d, w) ' + body, tuple(shapes), 'reverse', True, tape='store', shapes=vectors.Shapes(
+        tuple(shapes.items()), (('wide', 27),) if 'd.wide' in body else ()))
+    columns = [rng.uniform(-1, 1, rows) for _ in prog.columns]
+    w = np.concatenate([np.ravel(v) for v in start(shapes).values()])
+    kernel = backends.compile(prog, 'llvm')
+    whole = kernel(columns, rows, w)
+    for k in (1, 37, 64, 100):
+        parts = (np.asarray(kernel([c[:k] for c in columns], k, w))
+                 + np.asarray(kernel([np.ascontiguousarray(c[k:]) for c in columns], rows - k, w)))
+        np.testing.assert_allclose(parts, whole, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize('body, shapes, lengths, rows', [
     (f'logsumexp({MLP}) - {MLP}[d.label + 1]', {'w1': (20, 3), 'b1': (20,), 'w2': (3, 20), 'b2': (3,)}, (), 64),
     ('sum(outer(d.x, d.u) * w.a)', {'a': (110, 110)}, (('x', 110), ('u', 110)), 2)])
