@@ -547,6 +547,24 @@ LANES = [  # blocked products of a weight matrix and a vector over a tile (jit/l
 def test_a_tiles_blocked_products_give_the_python_backends_sums(body, shapes, rows):
     """W @ x over a 'store' tile, blocked, at shapes around the blocks and rows around the tile (fewer rows than a
     SIMD register, one short tile, two whole tiles and a short one): the python backend's sums."""
+    blocked_products_agree(body, shapes, rows)
+
+
+@pytest.mark.parametrize('body, shapes', [LANES[3], LANES[4]])
+@pytest.mark.parametrize('tile', [8, 12, 19])
+def test_an_array_column_into_tiles_of_any_rows(body, shapes, tile, monkeypatch):
+    """An array column's block into the tile's lanes and its W̄ along the block, in tiles of whole registers of rows
+    and not: the python backend's sums."""
+    from pgad.jit import loops
+    monkeypatch.setattr(loops, 'TILE', tile)
+    program.build.cache_clear()
+    backends.compile.cache_clear()
+    blocked_products_agree(body, shapes, 133)
+    program.build.cache_clear()
+    backends.compile.cache_clear()
+
+
+def blocked_products_agree(body, shapes, rows):
     rng = np.random.default_rng(rows)
     width = 27 if '(9, 27)' in str(shapes) else 11
     prog = program.build('λ(d, w) ' + body, tuple(shapes), 'reverse', True, tape='store', shapes=vectors.Shapes(
