@@ -163,7 +163,8 @@ def scoring(db, loss, start, rate, iterations, repeats, results):
     results['iris scoring 1M rows'] = best
 
 
-def kernel_forms(sizes=((4, 8, 3), (4, 20, 3), (8, 24, 4), (8, 32, 4), (16, 32, 4), (16, 48, 6)), rows=2000):
+def kernel_forms(sizes=((2, 4, 2), (3, 6, 2), (4, 8, 3), (4, 20, 3), (8, 24, 4), (8, 32, 4), (16, 32, 4), (16, 48, 6)),
+                 rows=2000):
     """In process, no SQL: ns a row for the loss and gradient of a cross-entropy network at each size, by the
     unrolled kernel (whatever tier it gets) and by the loop kernel storing its tape: where auto's choice flips."""
     from pgad import program

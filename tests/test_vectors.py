@@ -317,9 +317,10 @@ def test_every_tape_gives_the_gradient(text, shapes, fn, tape):
     np.testing.assert_allclose(result, [loss, *grad], rtol=1e-12)
 
 
-@pytest.mark.parametrize('tile', [1, 3, 7])
+@pytest.mark.parametrize('tile', [1, 3, 7, 8, 12, 19])
 def test_a_store_tile_of_any_rows_gives_the_same_sums(tile, monkeypatch):
-    """N = 30 rows in tiles of 1, 3 or 7 (the last tile short): the same sums as the unrolled kernel."""
+    """N = 30 rows in tiles of 1 (a record a row), or 3 to 19 kept lane by lane: fewer rows than a SIMD register, whole
+    registers and one by one, the last tile short: the same sums as the unrolled kernel."""
     from pgad.jit import loops
     monkeypatch.setattr(loops, 'TILE', tile)
     text, shapes, _ = CASES[8].values  # the cross-entropy MLP
@@ -528,16 +529,93 @@ def test_a_long_vectors_exps_run_a_simd_register_at_a_time(fn, reference, tape):
     np.testing.assert_allclose(got, sums(text, shapes, w), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize('x, n', [('[d.x1, d.x2, d.x3]', 3), ('d.pix', P)])
-@pytest.mark.parametrize('rows', [16, 24])
-def test_a_tiles_product_of_a_weight_matrix_and_its_columns(x, n, rows):
-    """W @ x with x a row's columns and W of whole vectors of rows: the 'store' tile computes it for all its rows at
-    once (tile_product, 4 rows at a time and the rest one by one): the python backend's sums."""
-    text = f'λ(d, w) sum(tanh(w.w @ {x} + w.b)) * d.x1'
-    shapes = {'w': (rows, n), 'b': (rows,)}
-    w = start(shapes)
-    np.testing.assert_allclose(sums(text, shapes, w, 'reverse', 'llvm', 'store'), sums(text, shapes, w),
-                               rtol=1e-12, atol=1e-12)
+LANES = [  # blocked products of a weight matrix and a vector over a tile (jit/loops.py: lane_product, lane_gradient,
+    # block_gradient) at shapes around their blocks: 4 outputs, 2 registers of rows, 16 inputs written out, 4 by 4
+    # gradient sums, 2 registers of an array column's elements
+    ('sum(tanh(w.w @ [d.x1] + w.b))', {'w': (5, 1), 'b': (5,)}),  # a 1-wide input
+    ('sum(w.o @ tanh(w.w @ [d.x1, d.x2, d.x3] + w.b))^2', {'o': (1, 9), 'w': (9, 3), 'b': (9,)}),  # a 1-wide output
+    ('sum(sin(w.o @ tanh(w.w @ [d.x1, d.x2, d.x3])))', {'o': (6, 17), 'w': (17, 3)}),  # 17 inputs: a loop over them
+    ('sum(tanh(w.w @ d.wide + w.b)) * d.x1', {'w': (5, 11), 'b': (5,)}),  # an array column: 8 along it, 3 by lanes
+    ('sum(tanh(w.w @ d.wide)^2)', {'w': (9, 27)}),  # 3 registers of it: 2 at once and 1, and 3 more by lanes
+    ('sum(w.m @ [d.x1, d.x2]) + sum(w.m * d.x3)^2', {'m': (3, 2)}),  # W in a product and elsewhere
+    ('sum(w.m @ [d.x1, d.x2] * (w.m @ [d.x2, d.x1]))', {'m': (6, 2)}),  # W in two products
+]
+
+
+@pytest.mark.parametrize('body, shapes', LANES)
+@pytest.mark.parametrize('rows', [5, 30, 133])
+def test_a_tiles_blocked_products_give_the_python_backends_sums(body, shapes, rows):
+    """W @ x over a 'store' tile, blocked, at shapes around the blocks and rows around the tile (fewer rows than a
+    SIMD register, one short tile, two whole tiles and a short one): the python backend's sums."""
+    blocked_products_agree(body, shapes, rows)
+
+
+@pytest.mark.parametrize('body, shapes', [LANES[3], LANES[4]])
+@pytest.mark.parametrize('tile', [8, 12, 19])
+def test_an_array_column_into_tiles_of_any_rows(body, shapes, tile, monkeypatch):
+    """An array column's block into the tile's lanes and its W̄ along the block, in tiles of whole registers of rows
+    and not: the python backend's sums."""
+    from pgad.jit import loops
+    monkeypatch.setattr(loops, 'TILE', tile)
+    program.build.cache_clear()
+    backends.compile.cache_clear()
+    blocked_products_agree(body, shapes, 133)
+    program.build.cache_clear()
+    backends.compile.cache_clear()
+
+
+def blocked_products_agree(body, shapes, rows):
+    rng = np.random.default_rng(rows)
+    width = 27 if '(9, 27)' in str(shapes) else 11
+    prog = program.build('λ(d, w) ' + body, tuple(shapes), 'reverse', True, tape='store', shapes=vectors.Shapes(
+        tuple((n, s) for n, s in shapes.items()), (('wide', width),) if 'd.wide' in body else ()))
+    data = {f'x{k}': rng.uniform(-1, 1, rows) for k in range(1, 4)}
+    data.update({f'wide[{k}]': rng.uniform(-1, 1, rows) for k in range(1, width + 1)})
+    columns = [data[c if c not in dict(prog.columns_of) else f'wide[{dict(prog.columns_of)[c][1]}]']
+               for c in prog.columns]
+    w = np.concatenate([np.ravel(v) for v in start(shapes, seed=rows).values()])
+    np.testing.assert_allclose(backends.compile(prog, 'llvm')(columns, rows, w),
+                               backends.compile(prog, 'python')(columns, rows, w), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize('body, shapes', [('w.a', {'a': ()}), ('w.a * d.x1 + w.a^2', {'a': ()})])
+def test_a_lanes_tile_sums_a_weights_adjoint_over_its_rows(body, shapes):
+    """A weight's adjoint a row, in its lanes, summed over the tile's rows: the loss a weight itself, and a weight
+    read twice (the random lambdas found the first)."""
+    w = {'a': np.float64(0.7)}
+    np.testing.assert_allclose(sums('λ(d, w) ' + body, shapes, w, 'reverse', 'llvm', 'store'),
+                               sums('λ(d, w) ' + body, shapes, w), rtol=1e-12)
+
+
+@pytest.mark.parametrize('body, shapes', [LANES[1], LANES[4]])
+def test_a_store_kernels_sums_over_a_split_of_its_rows_add_up(body, shapes):
+    """The kernel over rows [0, k) and over [k, n) sums to the kernel over [0, n), for a split inside a tile, at
+    its end and in the next one: what a pool of threads splitting the rows relies on (its tiles start at the rows
+    it is given)."""
+    rng, rows = np.random.default_rng(7), 150
+    prog = program.build('λ(d, w) ' + body, tuple(shapes), 'reverse', True, tape='store', shapes=vectors.Shapes(
+        tuple(shapes.items()), (('wide', 27),) if 'd.wide' in body else ()))
+    columns = [rng.uniform(-1, 1, rows) for _ in prog.columns]
+    w = np.concatenate([np.ravel(v) for v in start(shapes).values()])
+    kernel = backends.compile(prog, 'llvm')
+    whole = kernel(columns, rows, w)
+    for k in (1, 37, 64, 100):
+        parts = (np.asarray(kernel([c[:k] for c in columns], k, w))
+                 + np.asarray(kernel([np.ascontiguousarray(c[k:]) for c in columns], rows - k, w)))
+        np.testing.assert_allclose(parts, whole, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize('body, shapes, lengths, rows', [
+    (f'logsumexp({MLP}) - {MLP}[d.label + 1]', {'w1': (20, 3), 'b1': (20,), 'w2': (3, 20), 'b2': (3,)}, (), 64),
+    ('sum(outer(d.x, d.u) * w.a)', {'a': (110, 110)}, (('x', 110), ('u', 110)), 2)])
+def test_a_store_tile_keeps_its_buffers_within_tape_bytes(body, shapes, lengths, rows):
+    """A tile of TILE rows, or fewer where their tape, adjoints and weights' lanes would pass TAPE_BYTES (the scratch
+    buffer, allocated a call, grows with the tile)."""
+    from pgad.jit import loops
+    prog = program.build('λ(d, w) ' + body, tuple(shapes), 'reverse', True, tape='store',
+                         shapes=vectors.Shapes(tuple(shapes.items()), lengths))
+    assert loops.rows_of(prog, 'store') == rows
+    assert loops.buffer_bytes(prog, 'store') <= loops.TAPE_BYTES + 8 * len(prog.weights)
 
 
 def test_an_array_columns_block_is_packed_once_and_let_go_with_its_columns():

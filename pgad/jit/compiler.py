@@ -60,14 +60,14 @@ IN_PROCESS_NODES, IN_PROCESS_PRODUCT = 400, 2000
 
 def form(program):
     """Which kernel runs program: 'unrolled' (codegen.py), or a loop kernel's tape (loops.py). A tape asked for is
-    the loop kernel's; 'auto' unrolls a lambda of numbers, and one with vectors where the unrolled kernel compiles at
-    O3 (measured faster there: docs/design.md), else stores the loop kernel's tape."""
+    the loop kernel's; 'auto' unrolls a lambda of numbers, and one with vectors where the unrolled kernel compiles
+    vectorised (measured faster there: docs/design.md), else stores the loop kernel's tape."""
     if program.tensor is None:
         return 'unrolled'
     if program.tape != 'auto':
         return program.tape
     tier = _unrolled_tier(program)
-    return 'unrolled' if tier is not None and tier.speed_level == 3 else 'store'
+    return 'unrolled' if tier is not None and tier.vectorise else 'store'
 
 
 def tier_of(program):

@@ -14,11 +14,14 @@ allocation per row: every buffer is allocated once per call). An elementwise pri
 rules table, emitted per element with codegen.EMIT.
 
 What the reverse sweep reads of the forward values is the tape, kept one of three ways (`tape`):
-- 'store': the forward sweep of a tile of TILE rows writes every node's value, each row's values one record
-  (array-of-structs, TapeFlow's layout), and the reverse sweep of the tile reads them back; a tile of 1 is the
-  fused kernel, each row's values in L1. A tile of more rows also gives each weight matrix's gradient as one small
-  matrix product over the tile (tile_gradient), and the first layer's W @ x, x a row's columns, for all its rows
-  before their forward sweeps (tile_product).
+- 'store': the forward sweep of a tile of TILE rows writes every node's value, and the reverse sweep of the tile
+  reads them back. A tile of 1 is the fused kernel, the row's values one record, in L1. A tile of more rows keeps
+  them lane by lane (structure-of-arrays: each element of each value the tile's rows side by side) and runs each
+  step for all the tile's rows before the next (lanes_tile), the rows the innermost loop, which LLVM vectorises: a
+  SIMD register holds one element of 8 rows (AVX-512), as in the unrolled kernel. W @ x, W a weight matrix, is
+  then a small matrix product over the tile, blocked (lane_product: 4 outputs by 2 registers of rows, each weight
+  broadcast once for them, the sums in registers), and so are its VJPs, Wᵀȳ the same way and W̄ += Σ_t ȳ_t x_tᵀ
+  as sums along the lanes (lane_gradient), or along an array column's row-major block (block_gradient).
 - 'recompute': no tape. The tile's forward sweep computes the loss alone, and its reverse sweep runs each row's
   forward sweep again before its reverse (Futhark's redundant execution): one row's buffers, twice the forward work.
 - 'reversible': the forward sweep keeps only the loss's value; before each step's reverse, the reverse sweep recovers
@@ -28,13 +31,14 @@ What the reverse sweep reads of the forward values is the tape, kept one of thre
   the value where exp underflows, tanh saturates or y ≫ x). Where neither gives the value, the kernel is refused with
   the step named (0A000).
 
-Every buffer that grows with the shapes (the tape, the adjoints, Wᵀ, the gradient sums) is carved out of one scratch
-buffer, the kernel's last argument, which its caller allocates on the heap once a call (scratch_doubles), but the
-first that fit in STACK_BYTES, which stay on the stack (LLVM keeps small ones in registers); the stack keeps those
-and a few scalar accumulators (frames.py checks it).
+Every buffer that grows with the shapes (the tape, the adjoints, the weights' lanes, the gradient sums) is carved
+out of one scratch buffer, the kernel's last argument, which its caller allocates on the heap once a call
+(scratch_doubles), but the first that fit in STACK_BYTES, which stay on the stack (LLVM keeps small ones in
+registers); the stack keeps those and a few scalar accumulators (frames.py checks it).
 """
 import functools
 import math
+import re
 import weakref
 from dataclasses import dataclass
 
@@ -51,11 +55,21 @@ from .codegen import BOOL, DOUBLE, EMIT, I64, _Emitter, link_math, vectorised, v
 import llvmlite.binding as llvm
 
 TAPES = ('store', 'recompute', 'reversible')
-TILE = 32  # rows a 'store' tile holds: measured fastest (docs/design.md, "Tape strategies")
+TILE = 64  # rows a 'store' tile holds: measured fastest (docs/design.md, "Loop kernels and tape strategies")
+TAPE_BYTES = 1 << 20  # but fewer where their tape would pass 1 MiB (rows_of): the scratch buffer grows with them
 REDUCE = ('reassoc', 'nsz', 'contract')  # a dot product's sum may be reordered (vectorised)
 UNROLL, ACCUMULATORS = 32, 4  # a dot product of up to UNROLL vectors is unrolled, summed in ACCUMULATORS chains
-GEMM_ROWS, GEMM_VECTORS = 4, 2  # a tile's weight gradient: blocks of 4 rows by 2 vectors, 8 sums in registers
-PRODUCT_ROWS, PRODUCT_VECTORS = 4, 6  # a tile's W @ (its columns): 4 rows at once, W up to 6 vectors of rows
+# A tile's weight gradient W̄ += Σ_t ȳ_t x_tᵀ in blocks of 4 rows of W̄ by 4 columns, 16 sums in registers along
+# the lanes (lane_gradient); by 2 SIMD registers of columns along an array column's block (block_gradient)
+GEMM_ROWS, GEMM_COLUMNS, GEMM_VECTORS = 4, 4, 2
+# A lanes tile's loops are vectorised (along the rows) but never unrolled: LLVM unrolling each small loop by its trip
+# count, every element loop around a vectorised loop over the rows, took 4-6 times the compile (Iris 4-20-3: 1.4 s,
+# 0.3 s so) for no speed
+LANES_HINTS = ('llvm.loop.unroll.disable',)
+# W @ x over a tile (lane_product): 4 outputs by 2 SIMD registers of rows at a time, 8 sums in registers (4 by 4
+# measured no faster on digits, 8 by 2 and 2 by 4 slower); the loop over x's elements written out up to 4 (up to 8
+# or 16 ran no faster and compiled up to 2 times as long: 24 layers of 16 × 16, 7.3 s against 3.8)
+PRODUCT_OUTPUTS, PRODUCT_LANES, PRODUCT_UNROLL = 4, 2, 4
 SMALL = 1    # the most doubles one alloca() may hold: a scalar accumulator (a buffer is buffer()'s)
 ALIGN = 8    # doubles in a cache line: each scratch buffer starts on one
 # The bytes of buffers a kernel keeps on its stack, the first that fit: small ones, which LLVM keeps in registers (a
@@ -149,10 +163,11 @@ class _Kernel:
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I64, DOUBLE.as_pointer(), DOUBLE.as_pointer()]
                                                       + [DOUBLE.as_pointer()] * (len(scalars) + len(arrays) + 1)), name)
         self.fn = fn
-        self.rows, self.weights, self.sums, *pointers, self.scratch = fn.args
+        self.rows_arg, self.weights, self.sums, *pointers, self.scratch = fn.args
         for arg in pointers + [self.scratch]:
             arg.add_attribute('noalias')
         self.scratch_used = 0  # doubles of the scratch buffer carved out so far (heap())
+        self.loops = 0         # loops given properties so far (loop())
         self.stack_bytes = 0   # bytes of buffers on the stack so far (buffer())
         self.cols = dict(zip(scalars, pointers))  # the index in program.columns of a number column → its array
         block = dict(zip(arrays, pointers[len(scalars):]))
@@ -165,20 +180,34 @@ class _Kernel:
         self.e = _Emitter(self.b, self.module)
         self.gradient = len(program.outputs) > 1
         self.width = max([w for _, w in vector_widths()] or [2])  # doubles in the widest SIMD register
-        # W @ x with W a weight, in a tile of more than a row: W's gradient for the whole tile after its reverse
-        # sweeps, a small matrix product over the tile's rows (GEMM_ROWS rows of W by GEMM_VECTORS vectors at once)
-        self.deferred = {i: self.graph.nodes[i].args for i in self.lay.order if self.defers(i)}
-        # W @ x with x a row's data alone (an array column, or a vector of columns), in a 'store' tile: y for the
-        # whole tile before the rows' forward sweeps, through Wᵀ (made once a call), PRODUCT_ROWS rows at a time
-        self.data_products = {i: self.graph.nodes[i].args for i in self.lay.order if self.data_product(i)}
+        # a 'store' tile of more than a row keeps its tape lane by lane (rows_major below): each value's element the
+        # tile's rows side by side, every step a loop over them that LLVM vectorises, rows to a SIMD register
+        self.lanes = tape == 'store' and tile > 1
+        if self.lanes:
+            self.blocked = {i for i in self.lay.order if self.weight_product(i)}
+            # the weights whose adjoints a step adds row by row (all but a blocked product's matrix): a lane each,
+            # summed into the gradient at the end of the tile
+            self.lane_of, at = {}, 0
+            root = program.tensor.root
+            if self.graph.nodes[root].op == 'weight':  # the loss a weight itself: its adjoint is 1 a row
+                self.lane_of[root], at = 0, size_of(self.lay.shape[root])
+            for i in self.lay.order:
+                node = self.graph.nodes[i]
+                if not self.lay.live[i] or node.op in LEAVES:
+                    continue
+                for position, a in enumerate(node.args):
+                    if self.graph.nodes[a].op == 'weight' and a not in self.lane_of and not (
+                            i in self.blocked and position == 0):
+                        self.lane_of[a], at = at, at + size_of(self.lay.shape[a])
+            self.lane_slots = at
 
     def buffers(self):
         """The doubles of each buffer the kernel carves out of its scratch buffer, in build()'s order: the tape (a
-        tile's value records), the reversible tape's recovered values, the adjoint records, each Wᵀ, the gradient."""
+        tile's value records), the reversible tape's recovered values, the adjoint records, a lanes tile's weights'
+        lanes, the gradient."""
         lay, records = self.lay, self.tile if self.tape == 'store' else 1
-        weights = list(dict.fromkeys(w for w, _ in self.data_products.values()))
         return ([lay.record * records] + ([lay.record] if self.tape == 'reversible' else [])
-                + [lay.adjoints * records] + [size_of(lay.shape[w]) for w in weights]
+                + [lay.adjoints * records] + ([max(1, self.lane_slots) * records] if self.lanes else [])
                 + [max(1, len(self.program.weights))])
 
     # --- small IR helpers ---
@@ -212,8 +241,10 @@ class _Kernel:
         with self.b.goto_block(self.entry):
             return self.b.gep(self.scratch, [ir.Constant(I64, at)])
 
-    def loop(self, count, body):
-        """for k in range(count): body(k) — count a Python int or an IR i64; no loop at all for a count of 1."""
+    def loop(self, count, body, hints=None):
+        """for k in range(count): body(k) — count a Python int or an IR i64; no loop at all for a count of 1. hints:
+        the names of LLVM loop properties for it; a lanes tile's loops by default LANES_HINTS."""
+        hints = (LANES_HINTS if self.lanes else ()) if hints is None else hints
         if isinstance(count, int) and count == 1:
             body(ir.Constant(I64, 0))
             return
@@ -228,23 +259,17 @@ class _Kernel:
         b.position_at_end(inside)
         body(k)
         k.add_incoming(b.add(k, ir.Constant(I64, 1)), b.block)
-        b.branch(head)
+        back = b.branch(head)
+        if hints:  # a loop's properties hang off its ID, a distinct node that names itself (build() writes it so)
+            self.loops += 1
+            back.set_metadata('llvm.loop', self.module.add_metadata(
+                [ir.MetaDataString(self.module, f'pgad.loop.{self.loops}')]
+                + [self.module.add_metadata([ir.MetaDataString(self.module, h)]) for h in hints]))
         b.position_at_end(after)
 
     # --- explicit SIMD for the products: dot products and axpys along contiguous memory ---
     def vector_type(self):
         return ir.VectorType(DOUBLE, self.width)
-
-    def vector_sums(self, rows, vectors):
-        """rows × vectors vector accumulators, allocated once a call and set to 0 here: a block's sums, which LLVM
-        keeps in registers."""
-        with self.b.goto_block(self.entry):
-            sums = [[self.b.alloca(self.vector_type()) for _ in range(vectors)] for _ in range(rows)]
-        zero = ir.Constant(self.vector_type(), [0.0] * self.width)
-        for row in sums:
-            for acc in row:
-                self.b.store(zero, acc)
-        return sums
 
     def vload(self, ptr):
         return self.b.load(self.b.bitcast(ptr, self.vector_type().as_pointer()), align=8)
@@ -253,10 +278,7 @@ class _Kernel:
         self.b.store(value, self.b.bitcast(ptr, self.vector_type().as_pointer()), align=8)
 
     def splat(self, x):
-        b, vt = self.b, self.vector_type()
-        one = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
-        return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
-                                ir.Constant(ir.VectorType(ir.IntType(32), self.width), [0] * self.width))
+        return self.splat_lanes(x, self.width)
 
     def preload(self, pb, n):
         """The run of n doubles at pb as whole vectors and the tail's doubles, loaded once (for dot products that
@@ -327,7 +349,7 @@ class _Kernel:
         step one by one), the rest one by one."""
         b, width = self.b, self.width
         name = next((f'_ZGV{isa}N{w}v_exp' for isa, w in vector_widths() if w == width), None)
-        chunks = n // width if name in link_math() else 0
+        chunks = n // width if name in link_math() and not self.lanes else 0
         if chunks:
             fn = self.module.globals.get(name) or ir.Function(
                 self.module, ir.FunctionType(self.vector_type(), [self.vector_type()]), name)
@@ -343,9 +365,16 @@ class _Kernel:
             b.add(k, ir.Constant(I64, chunks * width)),
             self.e.call('exp', b.fsub(self.val(v, b.add(k, ir.Constant(I64, chunks * width))), top))))
 
+    def extra(self, i, k):
+        """A pointer to slot k of node i's value, its extra slots past its elements (EXTRA) among them."""
+        if self.lanes:
+            return self.lane(self.tape_base, self.lay.value[i], k)
+        return self.gep(self.values, self.b.add(ir.Constant(I64, self.lay.value[i]), self.i64(k)))
+
     def ptr(self, i, k=0):
         """A pointer to element k of node i's value (a weight's in the weight vector; an array column's in its
         block, at the current row)."""
+        assert not self.lanes or self.graph.nodes[i].op == 'weight', i  # a lane's elements are not contiguous
         if i in self.blocks:
             return self.block_at(i, self.row, k)
         if self.graph.nodes[i].op == 'weight':
@@ -375,10 +404,20 @@ class _Kernel:
         return self.gep(block, self.index((row, n), (k, 1)))
 
     # --- values and adjoints ---
+    def lane(self, base, at, k, t=None):
+        """A pointer to element k of the slots from at in a lanes tape (base): the tile's rows side by side, row t
+        (the current row, self.t, if None)."""
+        return self.gep(base, self.b.add(self.b.mul(self.b.add(ir.Constant(I64, at), self.i64(k)),
+                                                    ir.Constant(I64, self.tile)), self.t if t is None else self.i64(t)))
+
     def val(self, i, k):
         """Element k of node i's value (a number broadcasts: element 0)."""
         node, lay = self.graph.nodes[i], self.lay
         k = ir.Constant(I64, 0) if not lay.shape[i] else k
+        if self.lanes and i in lay.value:
+            value = self.b.load(self.lane(self.tape_base, lay.value[i], k))
+            return self.b.fcmp_ordered('!=', value, ir.Constant(DOUBLE, 0.0)) if self.graph.type_of(i) == 'b' \
+                else value
         if i in self.blocks:
             return self.b.load(self.block_at(i, self.row, k))
         if node.op == 'const':
@@ -392,11 +431,18 @@ class _Kernel:
     def put(self, i, k, v):
         if v.type == BOOL:
             v = self.b.uitofp(v, DOUBLE)
+        if self.lanes:
+            self.b.store(v, self.lane(self.tape_base, self.lay.value[i], k))
+            return
         self.b.store(v, self.gep(self.values, self.b.add(ir.Constant(I64, self.lay.value[i]), self.i64(k))))
 
     def adj_ptr(self, i, k):
         lay = self.lay
         k = ir.Constant(I64, 0) if not lay.shape[i] else k
+        if self.lanes:
+            if self.graph.nodes[i].op == 'weight':
+                return self.lane(self.lanes_base, self.lane_of[i], k)
+            return self.lane(self.adjoint_base, lay.adjoint[i], k)
         if self.graph.nodes[i].op == 'weight':
             return self.gep(self.grad, self.b.add(ir.Constant(I64, lay.weight[i]), self.i64(k)))
         return self.gep(self.adjoints, self.b.add(ir.Constant(I64, lay.adjoint[i]), self.i64(k)))
@@ -416,28 +462,23 @@ class _Kernel:
         program = self.program
         records = self.tile if self.tape == 'store' else 1
         # every buffer that grows with the shapes, past STACK_BYTES, is carved out of the scratch buffer, on the heap
-        # (a backend's stack is 8 MB, shared with the executor): the tape, the recovered values, the adjoints, Wᵀ, the
-        # gradient sums
+        # (a backend's stack is 8 MB, shared with the executor): the tape, the recovered values, the adjoints, the
+        # weights' lanes, the gradient sums
         self.tape_base = self.buffer(lay.record * records)
         self.values = self.tape_base
         if self.tape == 'reversible':  # the reverse sweep's values: the loss's, then what it recovers
             self.recovery = self.buffer(lay.record)
         self.adjoint_base = self.adjoints = self.buffer(lay.adjoints * records)
-        self.transposed = {}
-        for w, _ in self.data_products.values():
-            if w not in self.transposed:
-                m, n = lay.shape[w]
-                self.transposed[w] = t = self.buffer(m * n)
-                self.loop(m, lambda r, w=w, t=t, m=m, n=n: self.loop(n, lambda k: b.store(
-                    self.val(w, self.index((r, n), (k, 1))), self.gep(t, self.index((k, m), (r, 1))))))
+        if self.lanes:
+            self.lanes_base = self.buffer(max(1, self.lane_slots) * records)
         self.grad = self.buffer(max(1, len(program.weights)))
         self.loss = self.alloca(1)
         b.store(ir.Constant(DOUBLE, 0.0), self.loss)
         self.loop(max(1, len(program.weights)), lambda k: b.store(ir.Constant(DOUBLE, 0.0), self.gep(self.grad, k)))
         if self.tape == 'reversible':
             self.check_reversible()
-        tiles = b.sdiv(b.add(self.rows, ir.Constant(I64, self.tile - 1)), ir.Constant(I64, self.tile))
-        self.loop(tiles, self.one_tile)
+        tiles = b.sdiv(b.add(self.rows_arg, ir.Constant(I64, self.tile - 1)), ir.Constant(I64, self.tile))
+        self.loop(tiles, self.lanes_tile if self.lanes else self.one_tile)
         b.store(b.load(self.loss), self.sums)
         if self.gradient:
             self.loop(len(program.weights), lambda k: b.store(b.load(self.gep(self.grad, k)),
@@ -446,16 +487,15 @@ class _Kernel:
         b.position_at_end(self.entry)
         b.branch(self.start)
         assert self.scratch_used == _on_the_heap(self.buffers()), (self.scratch_used, self.buffers())
-        return vectorised(str(self.module), vector_widths())
+        text = re.sub(r'^(!\d+) = !\{ !"pgad\.loop\.\d+"', r'\1 = distinct !{ \1', str(self.module), flags=re.M)
+        return vectorised(text, vector_widths())
 
     def one_tile(self, t):
         b = self.b
         start = b.mul(t, ir.Constant(I64, self.tile))
-        left = b.sub(self.rows, start)
+        left = b.sub(self.rows_arg, start)
         count = b.select(b.icmp_signed('<', left, ir.Constant(I64, self.tile)), left, ir.Constant(I64, self.tile))
         record = self.lay.record
-        for i, (w, x) in self.data_products.items():
-            self.tile_product(i, w, x, start, count)
 
         def forward_row(r):
             self.values = self.gep(self.tape_base, b.mul(r, ir.Constant(I64, record))) if self.tape == 'store' \
@@ -482,130 +522,270 @@ class _Kernel:
         self.loop(count, forward_row)
         if self.gradient:
             self.loop(count, reverse_row)
-            for i, (w, x) in self.deferred.items():
-                self.tile_gradient(i, w, x, start, count)
 
-    def data_product(self, i):
-        """Is node i a W @ x of a weight matrix (its rows whole vectors) and a row's columns — an array column, or
-        a vector of number columns — in a 'store' tile?"""
+    # --- a tile lane by lane: each value's element the tile's rows side by side ---
+    def rows(self, body, count=None):
+        """body() for each row of the tile (self.t, from 0): the innermost loop, along a lane, which LLVM
+        vectorises. All the tile's rows unless count (an i64): a short last tile's rows past its count repeat its
+        first (lanes_forward), so every step runs over the whole tile, a loop of a known count (no remainder loop,
+        which compiled in twice the time), and only the sums over rows stop at the count."""
+        def row(t):
+            self.t = t
+            body()
+        self.loop(self.tile if count is None else count, row)
+
+    def lanes_tile(self, t):
+        """One tile of a 'store' tape kept lane by lane: each node's step for all the tile's rows, node after node
+        (the forward sweep, then the reverse), each a loop over the rows, innermost; the products of a weight
+        matrix and a vector blocked (lane_product, lane_gradient)."""
+        b, lay, root = self.b, self.lay, self.program.tensor.root
+        self.start_row = b.mul(t, ir.Constant(I64, self.tile))
+        left = b.sub(self.rows_arg, self.start_row)
+        self.count = b.select(b.icmp_signed('<', left, ir.Constant(I64, self.tile)), left,
+                              ir.Constant(I64, self.tile))
+        for i in lay.order:
+            limits.tick()
+            self.lanes_forward(i)
+        self.rows(lambda: b.store(b.fadd(b.load(self.loss), self.val(root, 0), flags=REDUCE), self.loss), self.count)
+        if not self.gradient:
+            return
+        zero = ir.Constant(DOUBLE, 0.0)
+        self.loop(lay.adjoints * self.tile, lambda k: b.store(zero, self.gep(self.adjoint_base, k)))
+        self.loop(self.lane_slots * self.tile, lambda k: b.store(zero, self.gep(self.lanes_base, k)))
+        if lay.live[root] and self.graph.nodes[root].op != 'weight':
+            self.rows(lambda: b.store(ir.Constant(DOUBLE, 1.0), self.adj_ptr(root, 0)), self.count)
+        elif lay.live[root]:
+            self.rows(lambda: self.add_adj(root, 0, ir.Constant(DOUBLE, 1.0)), self.count)
+        for i in self.swept():
+            if i in self.blocked:
+                self.product_reverse(i)
+            elif self.graph.nodes[i].op in PRIMITIVES:
+                self.reverse_primitive(i, self.graph.nodes[i])
+            elif self.graph.nodes[i].op in LANES_REVERSE:
+                LANES_REVERSE[self.graph.nodes[i].op](self, i, self.graph.nodes[i].args)
+            else:
+                self.rows(lambda i=i: REVERSE[self.graph.nodes[i].op](self, i, self.graph.nodes[i].args))
+        for w, at in self.lane_of.items():  # the weights' lanes, each summed into its gradient
+            def element(k, w=w, at=at):
+                total = self.reduce(self.count, lambda t: b.load(self.lane(self.lanes_base, at, k, t)))
+                ptr = self.gep(self.grad, b.add(ir.Constant(I64, lay.weight[w]), k))
+                b.store(b.fadd(b.load(ptr), total), ptr)
+            self.loop(size_of(lay.shape[w]), element)
+
+    def lanes_forward(self, i):
+        node, lay, b = self.graph.nodes[i], self.lay, self.b
+        if node.op in ('const', 'weight'):
+            return
+        if node.op == 'column':  # into its lanes: a number column's rows, an array column's block transposed; a
+            # short tile's rows past its count the tile's first row again
+            def row():
+                return b.add(self.start_row, b.select(b.icmp_signed('<', self.t, self.count), self.t,
+                                                      ir.Constant(I64, 0)))
+            if i in self.blocks:
+                self.loop(self.blocks[i][1], lambda k: self.rows(lambda: self.put(i, k, b.load(
+                    self.block_at(i, row(), k)))))
+            else:
+                column = self.cols[lay.columns[i][0]]
+                self.rows(lambda: self.put(i, 0, b.load(self.gep(column, row()))))
+        elif node.op in PRIMITIVES:
+            self.loop(size_of(lay.shape[i]), lambda k: self.rows(lambda: self.put(
+                i, k, EMIT[node.op](self.e, *[self.val(a, k) for a in node.args]))))
+        elif i in self.blocked:
+            w, x = node.args
+            m, n = lay.shape[w]
+            self.lane_product(w, lambda o, t: self.lane(self.tape_base, lay.value[i], o, t),
+                              lambda q, t: self.lane(self.tape_base, lay.value[x], q, t), m, n,
+                              lambda o, q: self.index((o, n), (q, 1)), False)
+        elif node.op in LANES_FORWARD:
+            LANES_FORWARD[node.op](self, i, node.args)
+        else:  # a row at a time
+            self.rows(lambda: FORWARD[node.op](self, i, node.args))
+
+    def weight_product(self, i):
+        """Is node i W @ x, W a weight matrix and x a vector with a value (blocked: lane_product)?"""
         node, lay = self.graph.nodes[i], self.lay
-        if not (self.tape == 'store' and self.tile > 1 and node.op == 'matmul'):
+        if node.op != 'matmul':
             return False
         w, x = node.args
-        stack = self.graph.nodes[x].op == 'stack'
-        items = self.graph.nodes[x].args if stack else (x,)
-        return (self.graph.nodes[w].op == 'weight' and len(lay.shape[w]) == 2 and len(lay.shape[x]) == 1
-                and lay.shape[w][0] % self.width == 0 and lay.shape[w][0] // self.width <= PRODUCT_VECTORS
-                and all(self.graph.nodes[c].op == 'column' and (not lay.shape[c]) == stack for c in items))
+        return self.graph.nodes[w].op == 'weight' and len(lay.shape[w]) == 2 and len(lay.shape[x]) == 1 \
+            and x in lay.value
 
-    def tile_product(self, i, w, x, start, count):
-        """y_t = W x_t for the tile's rows t, into their records, as Σ_k x_t[k]·Wᵀ[k, :]: PRODUCT_ROWS rows at a
-        time, all of y's vectors summed in registers (no horizontal sum), each x_t[k] read from its column."""
+    def product_reverse(self, i):
+        """W @ x's vector-Jacobian product: x̄ += Wᵀȳ (lane_product), W̄ += Σ_t ȳ_t x_tᵀ (lane_gradient)."""
+        w, x = self.graph.nodes[i].args
+        lay = self.lay
+        m, n = lay.shape[w]
+        if lay.live[x]:
+            self.lane_product(w, lambda o, t: self.lane(self.adjoint_base, lay.adjoint[x], o, t),
+                              lambda q, t: self.lane(self.adjoint_base, lay.adjoint[i], q, t), n, m,
+                              lambda o, q: self.index((q, n), (o, 1)), True)
+        self.lane_gradient(i, w, x)
+
+    def lane_vectors(self, body, count=None, group=1):
+        """body(t, width, n) over the tile's rows (the first count, an i64, if given): n whole SIMD registers of
+        rows at a time (width self.width, t the first row; n = group, then the rest of them one by one), then the
+        rest one by one (width 1, n 1)."""
+        b, width = self.b, self.width
+        if count is None:  # the whole tile: counts known here, no loop that would never run
+            whole = self.tile // width
+            done = whole // group * group
+            for first, count, step, width_, group_ in ((0, whole // group, group * width, width, group),
+                                                       (done * width, whole - done, width, width, 1),
+                                                       (whole * width, self.tile - whole * width, 1, 1, 1)):
+                if count:
+                    self.loop(count, lambda v, first=first, step=step, width_=width_, group_=group_: body(
+                        b.add(ir.Constant(I64, first), b.mul(v, ir.Constant(I64, step))), width_, group_))
+            return
+        whole = b.sdiv(count, ir.Constant(I64, width))
+        self.loop(whole, lambda v: body(b.mul(v, ir.Constant(I64, width)), width, 1))
+        done = b.mul(whole, ir.Constant(I64, width))
+        self.loop(b.sub(count, done), lambda r: body(b.add(done, r), 1, 1))
+
+    def load_lanes(self, ptr, width):
+        return self.b.load(ptr) if width == 1 else self.b.load(
+            self.b.bitcast(ptr, ir.VectorType(DOUBLE, width).as_pointer()), align=8)
+
+    def store_lanes(self, value, ptr, width):
+        if width == 1:
+            self.b.store(value, ptr)
+        else:
+            self.b.store(value, self.b.bitcast(ptr, ir.VectorType(DOUBLE, width).as_pointer()), align=8)
+
+    def lane_sums(self, count, width, start=None):
+        """count accumulators of width doubles (allocas LLVM keeps in registers), set to start[j] or 0."""
+        kind = DOUBLE if width == 1 else ir.VectorType(DOUBLE, width)
+        with self.b.goto_block(self.entry):
+            sums = [self.b.alloca(kind) for _ in range(count)]
+        for j, acc in enumerate(sums):
+            self.b.store(ir.Constant(kind, 0.0 if width == 1 else [0.0] * width) if start is None else start[j], acc)
+        return sums
+
+    def blocks_of(self, total, size, body):
+        """body(first, n) over 0 … total − 1 in blocks of size (first an i64), the last block the rest."""
+        b = self.b
+        if total // size:
+            self.loop(total // size, lambda k: body(b.mul(k, ir.Constant(I64, size)), size))
+        if total % size:
+            body(ir.Constant(I64, total // size * size), total % size)
+
+    def lane_product(self, w, out, inp, outs, ins, windex, accumulate):
+        """out[o] (+)= Σ_q W[windex(o, q)]·inp[q] for o < outs, lane by lane (out(o, t), inp(q, t) pointers to
+        row t's element): PRODUCT_OUTPUTS outputs at a time by PRODUCT_LANES SIMD registers of rows, their sums in
+        registers, each weight loaded once for them all."""
+        b = self.b
+
+        def block(o0, size, t0, width, group):
+            os_ = [b.add(o0, ir.Constant(I64, j)) for j in range(size)]
+            ts = [b.add(t0, ir.Constant(I64, g * width)) for g in range(group)]
+            accs = self.lane_sums(size * group, width, [self.load_lanes(out(o, t), width) for o in os_ for t in ts]
+                                  if accumulate else None)
+
+            def step(q):
+                xs = [self.load_lanes(inp(q, t), width) for t in ts]
+                for j, o in enumerate(os_):
+                    wv = b.load(self.gep(self.weights, b.add(ir.Constant(I64, self.lay.weight[w]), windex(o, q))))
+                    wv = wv if width == 1 else self.splat_lanes(wv, width)
+                    for g, x in enumerate(xs):
+                        acc = accs[j * group + g]
+                        b.store(b.fadd(b.load(acc), b.fmul(wv, x, flags=REDUCE), flags=REDUCE), acc)
+            if ins <= PRODUCT_UNROLL:
+                for q in range(ins):
+                    step(ir.Constant(I64, q))
+            else:
+                self.loop(ins, step)
+            for j, o in enumerate(os_):
+                for g, t in enumerate(ts):
+                    self.store_lanes(b.load(accs[j * group + g]), out(o, t), width)
+        self.blocks_of(outs, PRODUCT_OUTPUTS, lambda o0, size: self.lane_vectors(
+            lambda t0, width, group: block(o0, size, t0, width, group), group=PRODUCT_LANES))
+
+    def splat_lanes(self, x, width):
+        vt = ir.VectorType(DOUBLE, width)
+        one = self.b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+        return self.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
+                                     ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width))
+
+    def lane_gradient(self, i, w, x):
+        """W̄ += Σ_t ȳ_t x_tᵀ over the tile's rows t (y = W @ x): blocks of GEMM_ROWS rows by GEMM_COLUMNS columns
+        of W̄, each a sum along the lanes in a register (whole SIMD registers of rows, then the rest one by one),
+        added to W̄ once a tile. Where x is an array column, its whole SIMD registers of columns from its
+        row-major block instead (block_gradient), no sum along a register."""
         b, lay, width = self.b, self.lay, self.width
         m, n = lay.shape[w]
-        vectors_ = m // width
-        node = self.graph.nodes[x]
-        columns = [lay.columns[c][0] for c in node.args] if node.op == 'stack' else None
+        first = 0
+        if x in self.blocks and n >= width:
+            first = self.block_gradient(i, w, x)
 
-        def x_at(t, k):  # element k of x in row t of the tile
-            row = b.add(start, t)
-            return self.gep(self.cols[columns[k]], row) if columns is not None else self.block_at(x, row, k)
+        def block(r0, rows):
+            def columns(k0, cols):
+                vector_sums = self.lane_sums(rows * cols, width)
+                scalar_sums = self.lane_sums(rows * cols, 1)
 
-        def rows(t0, count_rows):
-            accs = self.vector_sums(count_rows, vectors_)
-            def step(k):
-                ws = [self.vload(self.gep(self.transposed[w], self.index((k, m), (ir.Constant(I64, v * width), 1))))
-                      for v in range(vectors_)]
-                for dt in range(count_rows):
-                    xs = self.splat(b.load(x_at(b.add(t0, ir.Constant(I64, dt)), k)))
-                    for v in range(vectors_):
-                        b.store(b.fadd(b.load(accs[dt][v]), b.fmul(xs, ws[v], flags=REDUCE), flags=REDUCE),
-                                accs[dt][v])
-            if columns is None:  # an array column: a loop over its elements
-                self.loop(n, step)
-            else:  # a vector of columns, each an array of its own: unrolled
-                for k in range(n):
-                    step(k)
-            for dt in range(count_rows):
-                base = self.index((b.add(t0, ir.Constant(I64, dt)), lay.record),
-                                  (ir.Constant(I64, lay.value[i]), 1))
-                for v in range(vectors_):
-                    self.vstore(b.load(accs[dt][v]), self.gep(self.tape_base, b.add(base, ir.Constant(I64, v * width))))
-        blocks = b.sdiv(count, ir.Constant(I64, PRODUCT_ROWS))
-        self.loop(blocks, lambda tb: rows(b.mul(tb, ir.Constant(I64, PRODUCT_ROWS)), PRODUCT_ROWS))
-        done = b.mul(blocks, ir.Constant(I64, PRODUCT_ROWS))
-        self.loop(b.sub(count, done), lambda r: rows(b.add(done, r), 1))
+                def at(t, lanes, _):
+                    sums = vector_sums if lanes == width else scalar_sums
+                    gs = [self.load_lanes(self.lane(self.adjoint_base, lay.adjoint[i], b.add(r0, ir.Constant(
+                        I64, j)), t), lanes) for j in range(rows)]
+                    xs = [self.load_lanes(self.lane(self.tape_base, lay.value[x], b.add(k0, ir.Constant(
+                        I64, l)), t), lanes) for l in range(cols)]
+                    for j in range(rows):
+                        for l in range(cols):
+                            acc = sums[j * cols + l]
+                            b.store(b.fadd(b.load(acc), b.fmul(gs[j], xs[l], flags=REDUCE), flags=REDUCE), acc)
+                self.lane_vectors(at, self.count)
+                name = f'llvm.vector.reduce.fadd.v{width}f64'
+                fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
+                    DOUBLE, [DOUBLE, ir.VectorType(DOUBLE, width)]), name)
+                for j in range(rows):
+                    for l in range(cols):
+                        total = b.fadd(b.call(fn, [ir.Constant(DOUBLE, -0.0), b.load(vector_sums[j * cols + l])],
+                                              fastmath=REDUCE), b.load(scalar_sums[j * cols + l]))
+                        ptr = self.gep(self.grad, self.index((ir.Constant(I64, lay.weight[w]), 1),
+                                                             (b.add(r0, ir.Constant(I64, j)), n),
+                                                             (b.add(k0, ir.Constant(I64, l)), 1)))
+                        b.store(b.fadd(b.load(ptr), total), ptr)
+            self.blocks_of(n - first, GEMM_COLUMNS, lambda k0, cols: columns(b.add(k0, ir.Constant(I64, first)), cols))
+        self.blocks_of(m, GEMM_ROWS, block)
 
-    def defers(self, i):
-        """Is node i a W @ x (W a weight matrix, x a vector) whose W's gradient waits for the end of the tile?"""
-        node, lay = self.graph.nodes[i], self.lay
-        return (self.tape == 'store' and self.tile > 1 and self.gradient and node.op == 'matmul'
-                and self.graph.nodes[node.args[0]].op == 'weight' and len(lay.shape[node.args[0]]) == 2
-                and len(lay.shape[node.args[1]]) == 1 and lay.live[i] and node.args[1] in lay.value)
-
-    def tile_gradient(self, i, w, x, start, count):
-        """W̄ += Σ_t ȳ_t x_tᵀ over the tile's rows t (y = W @ x): blocks of GEMM_ROWS rows of W̄ by GEMM_VECTORS
-        vectors of its columns, their sums in registers across the rows, W̄ loaded and stored once a tile."""
+    def block_gradient(self, i, w, x):
+        """W̄[r, k…] += Σ_t ȳ_t[r]·x_t[k…] for x an array column, along its row-major block: GEMM_ROWS rows of W̄
+        by GEMM_VECTORS SIMD registers of its columns at a time, their sums in registers across the tile's rows.
+        The columns it covers (whole registers)."""
         b, lay, width = self.b, self.lay, self.width
         m, n = lay.shape[w]
-        record, adjoints = lay.record, lay.adjoints
         chunks = n // width
 
-        def x_at(t, k):  # element k of x in row t's record, or in its block
-            if x in self.blocks:
-                return self.block_at(x, b.add(start, t), k)
-            return self.gep(self.tape_base, self.index((t, record), (ir.Constant(I64, lay.value[x]), 1), (k, 1)))
+        def block(r0, rows):
+            def columns(c0, vectors):
+                sums = self.lane_sums(rows * vectors, width)
 
-        def g_at(t, r):  # element r of ȳ in row t's adjoints
-            return self.gep(self.adjoint_base, self.index((t, adjoints), (ir.Constant(I64, lay.adjoint[i]), 1),
-                                                          (r, 1)))
-
-        def block(r0, rows, c0, vectors):
-            """rows rows of W̄ from r0 (i64), by vectors vectors of columns from vector c0 (i64)."""
-            accs = self.vector_sums(rows, vectors)
-
-            def one_row(t):
-                xs = [self.vload(x_at(t, b.mul(b.add(c0, ir.Constant(I64, v)), ir.Constant(I64, width))))
-                      for v in range(vectors)]
-                for dr in range(rows):
-                    g = self.splat(b.load(g_at(t, b.add(r0, ir.Constant(I64, dr)))))
+                def row(t):
+                    xs = [self.load_lanes(self.block_at(x, b.add(self.start_row, t), b.mul(b.add(
+                        c0, ir.Constant(I64, v)), ir.Constant(I64, width))), width) for v in range(vectors)]
+                    for j in range(rows):
+                        g = self.splat_lanes(b.load(self.lane(self.adjoint_base, lay.adjoint[i], b.add(
+                            r0, ir.Constant(I64, j)), t)), width)
+                        for v in range(vectors):
+                            acc = sums[j * vectors + v]
+                            b.store(b.fadd(b.load(acc), b.fmul(g, xs[v], flags=REDUCE), flags=REDUCE), acc)
+                self.loop(self.count, row)
+                for j in range(rows):
                     for v in range(vectors):
-                        acc = accs[dr][v]
-                        b.store(b.fadd(b.load(acc), b.fmul(g, xs[v], flags=REDUCE), flags=REDUCE), acc)
-            self.loop(count, one_row)
-            for dr in range(rows):
-                for v in range(vectors):
-                    at = self.index((b.add(r0, ir.Constant(I64, dr)), n),
-                                    (b.mul(b.add(c0, ir.Constant(I64, v)), ir.Constant(I64, width)), 1))
-                    ptr = self.gep(self.grad, b.add(ir.Constant(I64, lay.weight[w]), at))
-                    self.vstore(b.fadd(self.vload(ptr), b.load(accs[dr][v]), flags=REDUCE), ptr)
-
-        full_rows, full_vectors = m // GEMM_ROWS * GEMM_ROWS, chunks // GEMM_VECTORS * GEMM_VECTORS
-        spans = [(0, full_vectors, GEMM_VECTORS)] + ([(full_vectors, chunks - full_vectors, 1)]
-                                                      if chunks > full_vectors else [])
-        for c_start, c_count, per in spans:
-            if not c_count:
-                continue
-            for r_start, r_count, rows in ((0, full_rows, GEMM_ROWS), (full_rows, m - full_rows, 1)):
-                if r_count:
-                    self.loop(r_count // rows, lambda rb, rows=rows, r_start=r_start, c_start=c_start, c_count=c_count,
-                              per=per: self.loop(c_count // per, lambda cb: block(
-                                  b.add(ir.Constant(I64, r_start), b.mul(rb, ir.Constant(I64, rows))), rows,
-                                  b.add(ir.Constant(I64, c_start), b.mul(cb, ir.Constant(I64, per))), per)))
-        for k in range(chunks * width, n):  # the columns past the last whole vector, one by one
-            def column(r, k=k):
-                total = self.reduce(count, lambda t: b.fmul(b.load(g_at(t, r)), b.load(x_at(t, k)), flags=REDUCE))
-                ptr = self.gep(self.grad, self.index((ir.Constant(I64, lay.weight[w] + k), 1), (r, n)))
-                b.store(b.fadd(b.load(ptr), total), ptr)
-            self.loop(m, column)
+                        at = self.index((ir.Constant(I64, lay.weight[w]), 1), (b.add(r0, ir.Constant(I64, j)), n),
+                                        (b.mul(b.add(c0, ir.Constant(I64, v)), ir.Constant(I64, width)), 1))
+                        ptr = self.gep(self.grad, at)
+                        self.store_lanes(b.fadd(self.load_lanes(ptr, width), b.load(sums[j * vectors + v]),
+                                                flags=REDUCE), ptr, width)
+            return columns
+        self.blocks_of(m, GEMM_ROWS, lambda r0, rows: self.blocks_of(
+            chunks, GEMM_VECTORS, lambda c0, vectors: block(r0, rows)(c0, vectors)))
+        return chunks * width
 
     # --- the forward sweep ---
     def forward(self, row):
         self.row = row
         for i in self.lay.order:
             limits.tick()
-            if i not in self.data_products:  # those the tile computed already (tile_product)
-                self.forward_node(i, row)
+            self.forward_node(i, row)
 
     def forward_node(self, i, row):
         node, lay, b = self.graph.nodes[i], self.lay, self.b
@@ -665,7 +845,7 @@ class _Kernel:
                 leaves = {f'#{m}': (lambda m=m: self.val(node.args[m], k)) for m in range(len(node.args))}
                 leaves['#out'] = lambda: self.val(i, k)
                 self.add_adj(a, k, self.b.fmul(self.emit(graph, p, leaves), self.adj(i, k)))
-            self.loop(n, body)
+            self.loop(n, (lambda k, body=body: self.rows(lambda: body(k))) if self.lanes else body)
 
     def emit(self, graph, root, leaves):
         """Node root of a small scalar graph (a partial) as IR, its weight leaves read by leaves[name]()."""
@@ -790,7 +970,7 @@ def _matmul_reverse(kn, i, args):
     cotangent in W @ x is the outer product C̄ xᵀ: one axpy per row of W, into its gradient sums)."""
     a, c = args
     m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
-    if kn.lay.live[a] and i not in kn.deferred:
+    if kn.lay.live[a]:
         if p == 1:  # Ā[r, :] += C̄[r] · B
             kn.loop(m, lambda r: kn.axpy(kn.adj_ptr(a, kn.index((r, n))), kn.adj(i, r), kn.ptr(c), n))
         else:  # Ā[r, k] += C̄[r, :] · B[k, :]
@@ -827,7 +1007,7 @@ def _logsumexp_forward(kn, i, args):  # L = m + ln Σ e, e = exp(v − m) kept (
     n, b = kn.lay.shape[v][0], kn.b
     top = _greatest(kn, v, n)
     kn.exps(v, n, top, lambda k, e: kn.put(i, b.add(k, ir.Constant(I64, 1)), e))
-    total = kn.reduce(n, lambda k: b.load(kn.ptr(i, b.add(k, ir.Constant(I64, 1)))))
+    total = kn.reduce(n, lambda k: b.load(kn.extra(i, b.add(k, ir.Constant(I64, 1)))))
     kn.put(i, n + 1, total)
     kn.put(i, 0, b.fadd(top, kn.e.call('log', total)))
 
@@ -835,8 +1015,8 @@ def _logsumexp_forward(kn, i, args):  # L = m + ln Σ e, e = exp(v − m) kept (
 def _logsumexp_reverse(kn, i, args):  # v̄ += L̄ · e / Σ e: the softmax, from the forward sweep's exps
     v, = args
     n, b = kn.lay.shape[v][0], kn.b
-    scale = b.fdiv(kn.adj(i, 0), b.load(kn.ptr(i, n + 1)))
-    kn.loop(n, lambda k: kn.add_adj(v, k, b.fmul(scale, b.load(kn.ptr(i, b.add(k, ir.Constant(I64, 1)))))))
+    scale = b.fdiv(kn.adj(i, 0), b.load(kn.extra(i, n + 1)))
+    kn.loop(n, lambda k: kn.add_adj(v, k, b.fmul(scale, b.load(kn.extra(i, b.add(k, ir.Constant(I64, 1)))))))
 
 
 def _softmax_forward(kn, i, args):
@@ -940,6 +1120,101 @@ READS['dot'] = READS['outer'] = READS['matmul']
 assert set(FORWARD) == set(REVERSE) == set(READS) == set(OPERATIONS), set(OPERATIONS) ^ set(FORWARD)
 
 
+# --- the same operations on a tile kept lane by lane: each a loop nest with the tile's rows innermost -----------------
+
+def _lanes_matmul_forward(kn, i, args):
+    """C = A @ B, element by element (the blocked W @ x is lane_product's)."""
+    a, c = args
+    m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
+    b = kn.b
+    kn.loop(m * p, lambda q: kn.rows(lambda: kn.put(i, q, ir.Constant(DOUBLE, 0.0))))
+
+    def term(r, k, j):
+        at = kn.index((r, p), (j, 1))
+        product = b.fmul(kn.val(a, kn.index((r, n), (k, 1))), kn.val(c, kn.index((k, p), (j, 1))))
+        kn.put(i, at, b.fadd(kn.val(i, at), product))
+    kn.loop(m, lambda r: kn.loop(p, lambda j: kn.loop(n, lambda k: kn.rows(lambda: term(r, k, j)))))
+
+
+def _lanes_matmul_reverse(kn, i, args):
+    """Ā[r, k] += C̄[r, j]·B[k, j], B̄[k, j] += A[r, k]·C̄[r, j]."""
+    a, c = args
+    m, n, p = _dims(kn.lay.shape[a], kn.lay.shape[c])
+    b = kn.b
+
+    def terms(r, k, j):
+        g = kn.adj(i, kn.index((r, p), (j, 1)))
+        if kn.lay.live[a]:
+            kn.add_adj(a, kn.index((r, n), (k, 1)), b.fmul(g, kn.val(c, kn.index((k, p), (j, 1)))))
+        if kn.lay.live[c]:
+            kn.add_adj(c, kn.index((k, p), (j, 1)), b.fmul(kn.val(a, kn.index((r, n), (k, 1))), g))
+    kn.loop(m, lambda r: kn.loop(n, lambda k: kn.loop(p, lambda j: kn.rows(lambda: terms(r, k, j)))))
+
+
+def _lanes_outer_reverse(kn, i, args):  # ā[r] += Ȳ[r, k]·b[k], b̄[k] += a[r]·Ȳ[r, k]
+    a, c = args
+    m, n = kn.lay.shape[a][0], kn.lay.shape[c][0]
+    b = kn.b
+    if kn.lay.live[a]:
+        kn.loop(m, lambda r: kn.loop(n, lambda k: kn.rows(lambda: kn.add_adj(
+            a, r, b.fmul(kn.adj(i, kn.index((r, n), (k, 1))), kn.val(c, k))))))
+    if kn.lay.live[c]:
+        kn.loop(m, lambda r: kn.loop(n, lambda k: kn.rows(lambda: kn.add_adj(
+            c, k, b.fmul(kn.val(a, r), kn.adj(i, kn.index((r, n), (k, 1))))))))
+
+
+def _lanes_logsumexp_forward(kn, i, args):  # as _logsumexp_forward: the greatest, the exps, their sum, lane by lane
+    v, = args
+    n, b = kn.lay.shape[v][0], kn.b
+    one = ir.Constant(I64, 1)
+    kn.rows(lambda: kn.put(i, 0, kn.val(v, 0)))
+    kn.loop(n, lambda k: kn.rows(lambda: kn.put(i, 0, EMIT['greatest'](kn.e, kn.val(i, 0), kn.val(v, k)))))
+    kn.loop(n, lambda k: kn.rows(lambda: b.store(kn.e.call('exp', b.fsub(kn.val(v, k), kn.val(i, 0))),
+                                                 kn.extra(i, b.add(k, one)))))
+    kn.rows(lambda: b.store(ir.Constant(DOUBLE, 0.0), kn.extra(i, n + 1)))
+    kn.loop(n, lambda k: kn.rows(lambda: b.store(b.fadd(b.load(kn.extra(i, n + 1)), b.load(kn.extra(i, b.add(k, one)))),
+                                                 kn.extra(i, n + 1))))
+    kn.rows(lambda: kn.put(i, 0, b.fadd(kn.val(i, 0), kn.e.call('log', b.load(kn.extra(i, n + 1))))))
+
+
+def _lanes_logsumexp_reverse(kn, i, args):  # v̄ += L̄ · e / Σ e
+    v, = args
+    n, b = kn.lay.shape[v][0], kn.b
+    kn.loop(n, lambda k: kn.rows(lambda: kn.add_adj(v, k, b.fmul(
+        b.fdiv(kn.adj(i, 0), b.load(kn.extra(i, n + 1))), b.load(kn.extra(i, b.add(k, ir.Constant(I64, 1))))))))
+
+
+def _lanes_stack_forward(kn, i, args):
+    inner = size_of(kn.lay.shape[args[0]])
+    for t, a in enumerate(args):
+        kn.loop(inner, lambda k, t=t, a=a: kn.rows(lambda: kn.put(i, kn.index((t * inner, 1), (k, 1)), kn.val(a, k))))
+
+
+def _lanes_stack_reverse(kn, i, args):
+    inner = size_of(kn.lay.shape[args[0]])
+    for t, a in enumerate(args):
+        kn.loop(inner, lambda k, t=t, a=a: kn.rows(lambda: kn.add_adj(a, k, kn.adj(i, kn.index((t * inner, 1),
+                                                                                                (k, 1))))))
+
+
+def _lanes_sum_forward(kn, i, args):
+    v, = args
+    kn.rows(lambda: kn.put(i, 0, ir.Constant(DOUBLE, 0.0)))
+    kn.loop(size_of(kn.lay.shape[v]), lambda k: kn.rows(lambda: kn.put(i, 0, kn.b.fadd(kn.val(i, 0), kn.val(v, k)))))
+
+
+def _lanes_sum_reverse(kn, i, args):
+    v, = args
+    kn.loop(size_of(kn.lay.shape[v]), lambda k: kn.rows(lambda: kn.add_adj(v, k, kn.adj(i, 0))))
+
+
+# The operations a lanes tile runs lane by lane; the others (index, transpose, softmax, outer's forward) a row at a time
+LANES_FORWARD = {'matmul': _lanes_matmul_forward, 'dot': _lanes_matmul_forward, 'logsumexp': _lanes_logsumexp_forward,
+                 'stack': _lanes_stack_forward, 'sum': _lanes_sum_forward}
+LANES_REVERSE = {'matmul': _lanes_matmul_reverse, 'dot': _lanes_matmul_reverse, 'outer': _lanes_outer_reverse,
+                 'logsumexp': _lanes_logsumexp_reverse, 'stack': _lanes_stack_reverse, 'sum': _lanes_sum_reverse}
+
+
 def column_arguments(program):
     """(the indexes in program.columns of the number columns, the array columns' names): a loop kernel takes a
     pointer to each number column, then one to each array column's row-major block (blocks() makes them)."""
@@ -987,24 +1262,35 @@ def _on_the_heap(sizes):
     return heap
 
 
+def rows_of(program, tape, tile=None):
+    """The rows of program's tile: 1 but for 'store', whose tile holds tile rows if given, else TILE, or as many
+    as keep its tape, adjoints and weights' lanes within TAPE_BYTES (at least 1)."""
+    if tape != 'store':
+        return 1
+    if tile:
+        return tile
+    lay = layout(program)
+    return max(1, min(TILE, TAPE_BYTES // (8 * (lay.record + lay.adjoints + len(program.weights)))))
+
+
 def scratch_doubles(program, tape, tile=None):
     """The doubles of the scratch buffer program's loop kernel takes as its last argument: its tape — the value
     records the reverse sweep reads, a tile's for 'store', a row's for 'recompute', a row's for 'reversible' to
-    recover into — its adjoint records, the transposed weights of a tile's products, and the gradient sums. Its
+    recover into — its adjoint records, a lanes tile's weights' lanes, and the gradient sums. Its
     caller allocates it, on the heap, once a call."""
-    kn = _Kernel(program, 'pgad_scratch', tape, (tile or TILE) if tape == 'store' else 1)
+    kn = _Kernel(program, 'pgad_scratch', tape, rows_of(program, tape, tile))
     return _on_the_heap(kn.buffers())
 
 
 def buffer_bytes(program, tape, tile=None):
     """The bytes a loop kernel's buffers take, once per call: on its stack (at most STACK_BYTES) and in its scratch
     buffer on the heap."""
-    return 8 * sum(_Kernel(program, 'pgad_scratch', tape, (tile or TILE) if tape == 'store' else 1).buffers())
+    return 8 * sum(_Kernel(program, 'pgad_scratch', tape, rows_of(program, tape, tile)).buffers())
 
 
 def kernel_ir(program, name, tape='store', tile=None):
     """The LLVM IR module (text) of program's loop kernel, a function called name; a 'store' tape's tiles of tile
-    rows (None: TILE)."""
+    rows (None: rows_of's)."""
     if tape not in TAPES:
         raise ValueError(tape)
-    return _Kernel(program, name, tape, (tile or TILE) if tape == 'store' else 1).build()
+    return _Kernel(program, name, tape, rows_of(program, tape, tile)).build()
