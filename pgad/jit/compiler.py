@@ -176,11 +176,8 @@ def compile(program, cache=disk.NONE):
         kernel = _load(data, name, len(program.columns), len(program.outputs))
     else:  # a loop kernel takes an array column as one row-major block
         scalars, arrays = loops.column_arguments(program)
-        elements = dict(program.columns_of)
-        widths = [1] * len(scalars) + [sum(1 for c in program.columns if c in elements and elements[c][0] == a)
-                                       for a in arrays]  # the doubles of a row in each argument
         inner = _load(data, name, len(scalars) + len(arrays), len(program.outputs),
-                      scratch=loops.scratch_doubles(program, form(program)), widths=widths,
+                      scratch=loops.scratch_doubles(program, form(program)), widths=loops.widths(program),
                       share_rows=threads.LOOP_SHARE_ROWS)
         to_arguments = loops.blocks(program)
         kernel = lambda columns, rows, weights: inner(to_arguments(columns), rows, weights)  # noqa: E731

@@ -272,13 +272,20 @@ class _Kernel:
         return ir.VectorType(DOUBLE, self.width)
 
     def vload(self, ptr):
-        return self.b.load(self.b.bitcast(ptr, self.vector_type().as_pointer()), align=8)
+        return self.load_lanes(ptr, self.width)
 
     def vstore(self, value, ptr):
-        self.b.store(value, self.b.bitcast(ptr, self.vector_type().as_pointer()), align=8)
+        self.store_lanes(value, ptr, self.width)
 
     def splat(self, x):
         return self.splat_lanes(x, self.width)
+
+    def reduce_sum(self, vector, width):
+        """The sum of a vector's width lanes (LLVM's reduction, which may reassociate)."""
+        name = f'llvm.vector.reduce.fadd.v{width}f64'
+        fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
+            DOUBLE, [DOUBLE, ir.VectorType(DOUBLE, width)]), name)
+        return self.b.call(fn, [ir.Constant(DOUBLE, -0.0), vector], fastmath=REDUCE)
 
     def preload(self, pb, n):
         """The run of n doubles at pb as whole vectors and the tail's doubles, loaded once (for dot products that
@@ -317,10 +324,7 @@ class _Kernel:
                 b.store(zero, acc)
                 self.loop(chunks, lambda c: b.store(b.fadd(b.load(acc), term(c), flags=REDUCE), acc))
                 vector = b.load(acc)
-            name = f'llvm.vector.reduce.fadd.v{width}f64'
-            fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
-                DOUBLE, [DOUBLE, self.vector_type()]), name)
-            total = b.call(fn, [ir.Constant(DOUBLE, -0.0), vector], fastmath=REDUCE)
+            total = self.reduce_sum(vector, width)
         for t in range(chunks * width, n):
             other = loaded[1][t - chunks * width] if loaded is not None else b.load(self.gep(pb, t))
             total = b.fadd(total, b.fmul(b.load(self.gep(pa, t)), other, flags=REDUCE), flags=REDUCE)
@@ -732,13 +736,10 @@ class _Kernel:
                             acc = sums[j * cols + l]
                             b.store(b.fadd(b.load(acc), b.fmul(gs[j], xs[l], flags=REDUCE), flags=REDUCE), acc)
                 self.lane_vectors(at, self.count)
-                name = f'llvm.vector.reduce.fadd.v{width}f64'
-                fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(
-                    DOUBLE, [DOUBLE, ir.VectorType(DOUBLE, width)]), name)
                 for j in range(rows):
                     for l in range(cols):
-                        total = b.fadd(b.call(fn, [ir.Constant(DOUBLE, -0.0), b.load(vector_sums[j * cols + l])],
-                                              fastmath=REDUCE), b.load(scalar_sums[j * cols + l]))
+                        total = b.fadd(self.reduce_sum(b.load(vector_sums[j * cols + l]), width),
+                                       b.load(scalar_sums[j * cols + l]))
                         ptr = self.gep(self.grad, self.index((ir.Constant(I64, lay.weight[w]), 1),
                                                              (b.add(r0, ir.Constant(I64, j)), n),
                                                              (b.add(k0, ir.Constant(I64, l)), 1)))
@@ -1223,14 +1224,27 @@ def column_arguments(program):
             list(dict.fromkeys(name for name, _ in elements.values())))
 
 
+def _members(program, arrays):
+    """{array column: the indexes in program.columns of its elements}, for each of arrays."""
+    elements = dict(program.columns_of)
+    return {name: [k for k, c in enumerate(program.columns) if c in elements and elements[c][0] == name]
+            for name in arrays}
+
+
+def widths(program):
+    """The doubles of a row in each of a loop kernel's column arguments: 1 for a number column, an array column's
+    length for its block."""
+    scalars, arrays = column_arguments(program)
+    members = _members(program, arrays)
+    return [1] * len(scalars) + [len(members[name]) for name in arrays]
+
+
 def blocks(program):
     """A function from the kernel's columns (program.columns' arrays, as every backend is given them) to a loop
     kernel's arguments: the number columns as they are, each array column's elements as one row-major block. The
     blocks of the last columns seen are kept: the descent gives the same arrays at every step."""
     scalars, arrays = column_arguments(program)
-    elements = dict(program.columns_of)
-    members = {name: [k for k, c in enumerate(program.columns) if c in elements and elements[c][0] == name]
-               for name in arrays}
+    members = _members(program, arrays)
     kept = {}  # 'of': weak references to the column arrays the blocks copy; 'blocks'
 
     def arguments(columns):
