@@ -64,7 +64,12 @@ def entry(function):
         if error.query is not None and error_query(error.query, error.position) and isinstance(detail, Caret):
             detail = None  # the client draws the line and the caret from the internal query
         fields = {k: v for k, v in (('detail', detail), ('hint', error.hint)) if v}
-        plpy().error(error.message, sqlstate=error.sqlstate, **fields)
+        message, sqlstate = error.message, error.sqlstate
+        # the error's traceback holds this frame, which holds the error: a cycle, which would keep every frame under
+        # it — the call's loaded columns among their locals — until Python's cycle collector ran; broken here, they
+        # are freed as the error leaves
+        del error
+        plpy().error(message, sqlstate=sqlstate, **fields)
     return call
 
 
