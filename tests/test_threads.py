@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from conftest import error_of
-from pgad import program
-from pgad.jit import compiler, threads
+from pgad import limits, program
+from pgad.jit import compiler, cost, threads
 from pgad.lang import vectors
 
 ROWS = 300_000  # 4 shares of at least threads.SHARE_ROWS rows: 1 to 4 threads
@@ -109,6 +109,37 @@ def test_a_loop_kernel_offsets_each_block_by_its_rows_and_takes_a_scratch_buffer
     assert halves.tobytes() == found[2].tobytes()
 
 
+def test_a_dear_kernels_call_runs_in_pieces_checking_interrupts_after_each(monkeypatch):
+    """A loop kernel of 16 × 16 matrix products a row (µs a row): its call over 20,000 rows is cut in pieces by its
+    estimated cost, the calling thread checks interrupts after each piece it runs, and the sums are the pieces'
+    added in order: the same bits at a count, 1e-12 across counts."""
+    shapes = vectors.Shapes((('a', (16, 16)), ('v', (16,))), ())
+    prog = program.build('λ(d, w) sum(w.a @ outer(w.v * d.x, w.v))', ('a', 'v'), 'reverse', True, shapes=shapes)
+    assert compiler.form(prog) == 'store'
+    kernel = compiler.compile(prog).kernel
+    rows = 20_000
+    parts = threads.pieces(rows, 1, cost.per_row(prog, 'store'))
+    assert len(parts) > 1
+    rng = np.random.default_rng(2)
+    x, w = rng.normal(size=rows), rng.normal(size=len(prog.weights)) * 0.1
+    checks = []
+    outer = limits.on_interrupts(lambda: checks.append(1))
+    try:
+        one = kernel([x], rows, w)
+    finally:
+        limits.on_interrupts(outer)
+    assert len(checks) == len(parts)  # after each piece (the calling thread runs them all)
+    with monkeypatch.context() as patch:
+        patch.setattr(threads, 'PIECE_NS', float('inf'))  # each piece by hand in one call
+        by_hand = threads.combine([kernel([x[start:end]], end - start, w) for start, end in parts])
+    assert one.tobytes() == by_hand.tobytes()
+    for n in (2, 3):
+        found = with_threads(n, kernel, [x], rows, w, threads.LOOP_SHARE_ROWS)
+        assert len(threads.pieces(rows, n, cost.per_row(prog, 'store'))) > n  # more pieces than threads
+        assert with_threads(n, kernel, [x], rows, w, threads.LOOP_SHARE_ROWS).tobytes() == found.tobytes()
+        np.testing.assert_allclose(found, one, rtol=1e-12)
+
+
 def test_pool_threads_block_every_signal():
     threads.run(lambda start, end: None, 10, 3)
     for thread in threads._pool:
@@ -124,6 +155,8 @@ def test_an_interrupt_is_raised_once_every_share_has_finished():
         if start:
             time.sleep(0.3)
             finished.append(start)
+        else:
+            time.sleep(0.1)  # the pool's shares start meanwhile
         return start
 
     def interrupts():
@@ -133,6 +166,41 @@ def test_an_interrupt_is_raised_once_every_share_has_finished():
         threads.run(work, 30, 3, interrupts)
     assert sorted(finished) == [10, 20]
     assert threads.run(work, 30, 3) == [0, 10, 20]  # and the pool serves the next call as before
+
+
+def test_a_dear_kernels_rows_are_cut_in_pieces_of_piece_ns_a_multiple_of_the_threads():
+    assert threads.pieces(300_000, 3) == threads.shares(300_000, 3)  # no cost given: the shares
+    assert threads.pieces(1_000_000, 2, 1.0) == threads.shares(1_000_000, 2)  # cheap: 1 ms a call, the shares
+    for n in (1, 2, 3):
+        for rows, row_ns in ((1_000_000, 1_000.0), (300_001, 40_000.0), (7, 1e9)):
+            parts = threads.pieces(rows, n, row_ns)
+            assert parts == threads.pieces(rows, n, row_ns) and (len(parts) % n == 0 or len(parts) == rows)
+            assert parts[0][0] == 0 and parts[-1][1] == rows and all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+            assert all(end > start for start, end in parts)  # a row at least
+            assert max((e - s) * row_ns for s, e in parts) <= threads.PIECE_NS or max(e - s for s, e in parts) == 1
+            assert len(parts) <= max(n, 2 * n * rows * row_ns / (n * threads.PIECE_NS))  # and no more than needed
+
+
+def test_a_cancel_stops_the_pieces_not_started_and_waits_for_those_running():
+    started, finished = [], []
+
+    def work(start, end):
+        started.append(start)
+        time.sleep(0.1 if start % 100 == 0 else 0.3)  # the pool's first pieces start while this thread's runs
+        finished.append(start)
+        return start
+
+    def interrupts():
+        raise KeyboardInterrupt
+
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        threads.run(work, 3000, 3, interrupts, threads.PIECE_NS / 10)  # 300 pieces of 10 rows, 0.1–0.3 s each
+    assert time.monotonic() - began < 5  # a piece a thread, not the call's 50 s
+    assert sorted(started) == sorted(finished) and 1 <= len(started) <= 3  # each thread's piece, ended before
+    checks = []
+    parts = threads.run(lambda start, end: start, 3000, 1, lambda: checks.append(1), threads.PIECE_NS / 10)
+    assert parts == [s for s, _ in threads.pieces(3000, 1, threads.PIECE_NS / 10)] and len(checks) == len(parts)
 
 
 def test_where_no_more_threads_start_a_call_runs_on_those_there_are(monkeypatch):

@@ -24,7 +24,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import cache as disk, codegen, frames, loops, threads, worker
+from . import cache as disk, codegen, cost, frames, loops, threads, worker
 from .. import limits
 from ..errors import PgadError
 from ..lang import printer
@@ -172,13 +172,14 @@ def compile(program, cache=disk.NONE):
         frames.check(optimized)  # the stack frame its allocas take: at most frames.MAX_FRAME, else 54001
         cache.put(key, data)
     started = time.perf_counter()
+    row_ns = cost.per_row(program, form(program), tier.vectorise)  # the pieces a call is cut in (threads.py)
     if form(program) == 'unrolled':
-        kernel = _load(data, name, len(program.columns), len(program.outputs))
+        kernel = _load(data, name, len(program.columns), len(program.outputs), row_ns=row_ns)
     else:  # a loop kernel takes an array column as one row-major block
         scalars, arrays = loops.column_arguments(program)
         inner = _load(data, name, len(scalars) + len(arrays), len(program.outputs),
                       scratch=loops.scratch_doubles(program, form(program)), widths=loops.widths(program),
-                      share_rows=threads.LOOP_SHARE_ROWS)
+                      share_rows=threads.LOOP_SHARE_ROWS, row_ns=row_ns)
         to_arguments = loops.blocks(program)
         kernel = lambda columns, rows, weights: inner(to_arguments(columns), rows, weights)  # noqa: E731
     ms['load'] = (time.perf_counter() - started) * 1e3
@@ -248,15 +249,16 @@ def engine():
 _loaded = {}
 
 
-def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_rows=threads.SHARE_ROWS):
+def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_rows=threads.SHARE_ROWS, row_ns=0.0):
     """A Python callable for the kernel `name` in object_code: kernel(columns, rows, weights) → sums. Argument k
     holds widths[k] doubles a row (None: one each). A loop kernel takes a scratch buffer of `scratch` doubles as its
-    last argument: allocated here, on the heap, once a call and share (its buffers grow with the shapes, and a
-    backend's stack is 8 MB), and freed with the call, error or not.
+    last argument: allocated here, on the heap, once a piece (its buffers grow with the shapes, and a backend's stack
+    is 8 MB), and freed with the piece, error or not.
 
-    A call's rows are split over the pool's threads (threads.py) where each share has at least share_rows rows:
-    each share calls the machine code on its own rows — each argument's address offset by its first row — with sums
-    and a scratch buffer of its own, and the shares' sums are added in share order."""
+    A call's rows are split over the pool's threads (threads.py) where each share has at least share_rows rows, and
+    cut in pieces of about threads.PIECE_NS by row_ns, a row's estimated nanoseconds (cost.py), so that a cancel
+    waits for a piece, not the call: each piece calls the machine code on its own rows — each argument's address
+    offset by its first row — with sums and a scratch buffer of its own, and the pieces' sums are added in order."""
     if name not in _loaded:
         engine().add_object_file(llvm.ObjectFileRef.from_data(object_code))
         engine().finalize_object()
@@ -275,14 +277,13 @@ def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_
             raise ValueError(f'a column has fewer than {rows} rows')
         addresses = [a.ctypes.data for a in arrays]
 
-        def share(start, end):  # runs in a pool thread: numpy and the machine code only (threads.py)
+        def piece(start, end):  # may run in a pool thread: numpy and the machine code only (threads.py)
             sums = np.zeros(outputs, dtype=np.float64)
             pointers = [address + 8 * start * width for address, width in zip(addresses, widths)]
             if scratch is not None:
-                buffer = np.empty(max(1, scratch), dtype=np.float64)  # alive until the share returns
+                buffer = np.empty(max(1, scratch), dtype=np.float64)  # alive until the piece returns
                 pointers.append(buffer.ctypes.data)
             function(end - start, w.ctypes.data, sums.ctypes.data, *pointers)
             return sums
-        parts = threads.run(share, rows, threads.count(rows, share_rows), limits.check)
-        return parts[0] if len(parts) == 1 else threads.combine(parts)
+        return threads.sums(piece, rows, threads.count(rows, share_rows), limits.check, row_ns)
     return kernel

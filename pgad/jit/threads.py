@@ -1,19 +1,24 @@
 """One pool of threads per process, over which a kernel call's rows are split (docs/design.md, Threads).
 
-A call over `rows` rows on n threads is n shares: share k takes the rows rows·k//n … rows·(k+1)//n, with sums of its
-own, and the shares' sums are added in the order k = 0 … n−1. The partition depends on (rows, n) alone, so a given
-count gives bit-identical results run to run; different counts group the additions differently and agree to
-rounding. The calling thread runs share 0 itself and the pool the others, then waits for them, checking for
-interrupts at least every WAIT_SECONDS; whatever it raises, it first waits for every share to finish, since they
-read the call's arrays.
+A call over `rows` rows on n threads is cut in pieces (pieces()): n·k shares of the rows, piece j the rows
+rows·j//m … rows·(j+1)//m of m = n·k, each with sums of its own, and the pieces' sums are added in the order
+j = 0 … m−1. k is 1 for a cheap kernel (its call is n shares, one a thread), more for a dear one: the fewest that keep
+a piece within PIECE_NS by the cost a row estimated from the kernel itself (cost.py), never a clock, so the partition
+depends on (rows, n, the kernel) alone and a given count gives bit-identical results run to run; different counts
+group the additions differently and agree to rounding. The calling thread and n − 1 pool threads take the pieces in
+turn (which thread runs a piece changes no bit: its sums have their own place); the calling thread checks for
+interrupts after each of its own pieces, and at least every WAIT_SECONDS while it waits for the others. Whatever it
+raises, the pool takes no more pieces and it first waits for those running to finish, since they read the call's
+arrays: a cancel waits for about a piece, never for a whole call.
 
 A pool thread does one thing: it calls a kernel's machine code through ctypes (which releases the GIL) on numpy
-memory the calling thread owns and keeps alive until its share has finished. It calls nothing of PostgreSQL — no
+memory the calling thread owns and keeps alive until its pieces have finished. It calls nothing of PostgreSQL — no
 plpy, no server.*, no palloc, no ereport, no interrupt check — and every signal is blocked in it from its first
 instruction (it is started while the starting thread blocks them all, and inherits that mask), so the server's
 signals (cancel, terminate, latches) reach the backend's own thread only. Pool threads are daemons, started when a
 call first needs them and kept for the process's life; a call that needs more starts more.
 """
+import math
 import queue
 import signal
 import threading
@@ -26,6 +31,10 @@ MAX_THREADS = 64        # the most a call may use (pgad.max_threads' bound, exte
 SHARE_ROWS = 65_536
 LOOP_SHARE_ROWS = 4_096
 WAIT_SECONDS = 0.1      # the longest the calling thread waits on the pool between interrupt checks
+# The estimated time of a piece (cost.py), the most a cancel waits for on each thread: a dear kernel's call is cut in
+# pieces of about this long. A piece's own cost is a few µs (its sums, its scratch buffer, the ctypes call); a piece
+# estimated at PIECE_NS took a fifth of it to 1.3 times it on the 2-core VM (bench/cost.py, cost.py's comment)
+PIECE_NS = 20_000_000
 
 _ask = None             # a function giving the threads a call may use (server.thread_count in the server); None: 1
 _tell = None            # a function that reports what a call used (server.debug), or None
@@ -62,33 +71,88 @@ def shares(rows, n):
     return [(rows * k // n, rows * (k + 1) // n) for k in range(n)]
 
 
+def pieces(rows, n, row_ns=0.0):
+    """The (start, end) of each piece of a call over rows on n threads whose rows take row_ns nanoseconds each, as
+    estimated from the kernel (cost.py): n·k shares of the rows, k the fewest that keep a piece's estimate within
+    PIECE_NS, but no more pieces than rows. A cheap kernel's call is n pieces, its shares; a dear one's many, so that
+    a cancel waits for at most a piece a thread. They depend on (rows, n, row_ns) alone."""
+    m = n * max(1, math.ceil(rows * row_ns / (n * PIECE_NS)))
+    return shares(rows, m if m <= rows else max(n, rows))
+
+
 def combine(parts):
-    """The sums of the shares, added in share order."""
+    """The sums of the pieces, added in piece order."""
     total = parts[0].copy()
     for part in parts[1:]:
         total += part
     return total
 
 
-class _Share:
-    """One share's work for the pool: work(start, end), its result or the exception it raised, and done."""
-    __slots__ = ('work', 'start', 'end', 'result', 'error', 'done')
+_PENDING = object()
 
-    def __init__(self, work, start, end):
-        self.work, self.start, self.end = work, start, end
-        self.result = self.error = None
+
+class _Call:
+    """A call's pieces, taken in order by whichever of its threads is free (take): each piece's result goes in its
+    own place, so which thread ran it changes nothing. With add, the results are summed as they come, in piece
+    order (total: ((r0 + r1) + r2) + …, as combine() adds them), so that a call of many pieces holds few of them.
+    stop() has the threads take no more pieces."""
+
+    def __init__(self, work, parts, add=False):
+        self.work, self.parts, self.add = work, parts, add
+        self.results = [_PENDING] * len(parts)
+        self.total, self.added = None, 0
+        self.error = None
+        self.taken = 0
+        self.stopped = False
+        self.lock = threading.Lock()
+
+    def take(self):
+        """The next piece's index, or None when there is none left or the call is stopped."""
+        with self.lock:
+            if self.stopped or self.taken == len(self.parts):
+                return None
+            self.taken += 1
+            return self.taken - 1
+
+    def stop(self):
+        with self.lock:
+            self.stopped = True
+
+    def run(self, k):
+        result = self.work(*self.parts[k])
+        with self.lock:
+            self.results[k] = result
+            while self.add and self.added < len(self.results) and self.results[self.added] is not _PENDING:
+                part, self.results[self.added] = self.results[self.added], None
+                if self.total is None:
+                    self.total = part.copy()
+                else:
+                    self.total += part
+                self.added += 1
+
+
+class _Helper:
+    """A pool thread's part in a call: pieces until there are none (or the call stops), then done."""
+    __slots__ = ('call', 'done')
+
+    def __init__(self, call):
+        self.call = call
         self.done = threading.Event()
 
 
 def _serve():
-    """A pool thread: run shares as they come, forever."""
+    """A pool thread: help with calls as they come, forever."""
     while True:
-        share = _jobs.get()
+        helper = _jobs.get()
+        call = helper.call
         try:
-            share.result = share.work(share.start, share.end)
+            while (k := call.take()) is not None:
+                call.run(k)
         except BaseException as e:  # noqa: BLE001 (handed to the calling thread, which raises it)
-            share.error = e
-        share.done.set()
+            call.error = call.error or e
+            call.stop()
+        helper.call = call = None  # nothing of the call kept while this thread waits for the next
+        helper.done.set()
 
 
 def _grow(n):
@@ -104,35 +168,50 @@ def _grow(n):
         _pool.append(thread)
 
 
-def run(work, rows, n, interrupts=None):
-    """[work(start, end) for each of n shares of rows], in share order: share 0 in this thread, the others in the
-    pool, while this thread checks interrupts() at least every WAIT_SECONDS once its own share is done. Whatever is
-    raised here, every share has finished first."""
+def run(work, rows, n, interrupts=None, row_ns=0.0):
+    """[work(start, end) for each of pieces(rows, n, row_ns)], in piece order: this thread and n − 1 of the pool take
+    the pieces in turn, this one checking interrupts() after each of its own, and at least every WAIT_SECONDS once
+    none is left while it waits for the others. Whatever is raised here (an interrupt, a piece's error), the pool
+    takes no more pieces and every piece running has finished first."""
+    return _run(work, rows, n, interrupts, row_ns, False).results
+
+
+def sums(work, rows, n, interrupts=None, row_ns=0.0):
+    """combine(run(work, rows, n, interrupts, row_ns)), the same bits, each piece's sums added as soon as those
+    before it are: a call holds the sums of the pieces running and of few more, however many it has."""
+    return _run(work, rows, n, interrupts, row_ns, True).total
+
+
+def _run(work, rows, n, interrupts, row_ns, add):
     if n > 1:
         try:
             _grow(n - 1)
         except RuntimeError:  # the system would start no more threads (its limit on processes): those there are
             n = len(_pool) + 1
-    if n <= 1:
-        return [work(0, rows)]
-    if _tell is not None and n not in _told:
+    n = max(1, n)
+    call = _Call(work, pieces(rows, n, row_ns), add)
+    if len(call.parts) == 1:
+        call.run(0)
+        return call
+    if n > 1 and _tell is not None and n not in _told:
         _told.add(n)
         _tell(f'pgad: a kernel call over {rows} rows on {n} threads')
-    first, *rest = shares(rows, n)
-    pending = [_Share(work, start, end) for start, end in rest]
-    for share in pending:
-        _jobs.put(share)
+    helpers = [_Helper(call) for _ in range(n - 1)]
+    for helper in helpers:
+        _jobs.put(helper)
     try:
-        results = [work(*first)]
-        for share in pending:
-            while not share.done.wait(WAIT_SECONDS):
+        while (k := call.take()) is not None:
+            call.run(k)
+            if interrupts is not None:
+                interrupts()
+        for helper in helpers:
+            while not helper.done.wait(WAIT_SECONDS):
                 if interrupts is not None:
                     interrupts()
     finally:
-        for share in pending:
-            share.done.wait()
-    for share in pending:
-        if share.error is not None:
-            raise share.error
-        results.append(share.result)
-    return results
+        call.stop()
+        for helper in helpers:
+            helper.done.wait()
+    if call.error is not None:
+        raise call.error
+    return call
