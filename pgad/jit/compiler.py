@@ -17,6 +17,7 @@ import ctypes
 import functools
 import hashlib
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 
@@ -252,13 +253,14 @@ _loaded = {}
 def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_rows=threads.SHARE_ROWS, row_ns=0.0):
     """A Python callable for the kernel `name` in object_code: kernel(columns, rows, weights) → sums. Argument k
     holds widths[k] doubles a row (None: one each). A loop kernel takes a scratch buffer of `scratch` doubles as its
-    last argument: allocated here, on the heap, once a piece (its buffers grow with the shapes, and a backend's stack
-    is 8 MB), and freed with the piece, error or not.
+    last argument: allocated here, on the heap, once a call and thread (its buffers grow with the shapes, and a
+    backend's stack is 8 MB), and freed with the call, error or not.
 
     A call's rows are split over the pool's threads (threads.py) where each share has at least share_rows rows, and
     cut in pieces of about threads.PIECE_NS by row_ns, a row's estimated nanoseconds (cost.py), so that a cancel
     waits for a piece, not the call: each piece calls the machine code on its own rows — each argument's address
-    offset by its first row — with sums and a scratch buffer of its own, and the pieces' sums are added in order."""
+    offset by its first row — with sums of its own and its thread's scratch buffer, and the pieces' sums are added
+    in order."""
     if name not in _loaded:
         engine().add_object_file(llvm.ObjectFileRef.from_data(object_code))
         engine().finalize_object()
@@ -276,13 +278,17 @@ def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_
         if any(len(a) < rows * width for a, width in zip(arrays, widths)):
             raise ValueError(f'a column has fewer than {rows} rows')
         addresses = [a.ctypes.data for a in arrays]
+        # a thread's scratch buffer serves each piece it runs (the kernel sets what it reads of it): a new buffer a
+        # piece cost its page faults, 3–4 ns a double, 0.4 ms a piece for 32 × 32 matrix products
+        buffers = threading.local()
 
         def piece(start, end):  # may run in a pool thread: numpy and the machine code only (threads.py)
             sums = np.zeros(outputs, dtype=np.float64)
             pointers = [address + 8 * start * width for address, width in zip(addresses, widths)]
             if scratch is not None:
-                buffer = np.empty(max(1, scratch), dtype=np.float64)  # alive until the piece returns
-                pointers.append(buffer.ctypes.data)
+                if not hasattr(buffers, 'scratch'):
+                    buffers.scratch = np.empty(max(1, scratch), dtype=np.float64)  # freed with the call
+                pointers.append(buffers.scratch.ctypes.data)
             function(end - start, w.ctypes.data, sums.ctypes.data, *pointers)
             return sums
         return threads.sums(piece, rows, threads.count(rows, share_rows), limits.check, row_ns)

@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import PgadError
 from ..lang import hessian as second
 
-CHUNK_ROWS = 1 << 20  # rows per kernel call on big tables: between calls, the server may cancel
+CHUNK_ROWS = 1 << 20  # rows per kernel call on big tables: between calls, the server may cancel (and an llvm
+#                       kernel lets it between the pieces of a call, jit/threads.py, however dear its rows)
 OPTIMIZERS = ('gd', 'sgd', 'momentum', 'adam', 'lbfgs', 'newton')
 MINI_BATCH = ('sgd', 'momentum', 'adam')  # the ones that step once per mini-batch of batch_size shuffled rows
 BETA = 0.9                                # momentum's
