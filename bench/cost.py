@@ -61,7 +61,7 @@ def main():
     for name, prog, rows in cases:
         form = compiler.form(prog)
         print(f'{name:40} {form:10} {measure(prog, rows, args.repeats, rng):12,.1f} '
-              f'{cost.per_row(prog, form, compiler.tier_of(prog).vectorise):13,.1f}', flush=True)
+              f'{cost.per_row(prog, form, compiler.tier_of(prog)):13,.1f}', flush=True)
 
 
 if __name__ == '__main__':

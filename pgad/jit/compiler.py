@@ -173,7 +173,7 @@ def compile(program, cache=disk.NONE):
         frames.check(optimized)  # the stack frame its allocas take: at most frames.MAX_FRAME, else 54001
         cache.put(key, data)
     started = time.perf_counter()
-    row_ns = cost.per_row(program, form(program), tier.vectorise)  # the pieces a call is cut in (threads.py)
+    row_ns = cost.per_row(program, form(program), tier)  # the pieces a call is cut in (threads.py)
     if form(program) == 'unrolled':
         kernel = _load(data, name, len(program.columns), len(program.outputs), row_ns=row_ns)
     else:  # a loop kernel takes an array column as one row-major block

@@ -14,7 +14,8 @@ piece a thread: threads.pieces) and a dear one a few more pieces of a few µs ea
 `python bench/cost.py --repeats 3`, three runs on the 2-core VM shared with other work (load averages 2 to 6), one
 thread, ns a row: the least and the most measured / the estimate
   unrolled  linear loss, 3 columns 0.8 / 2.0; logistic, 8 columns 4.0–7.9 / 4.5; 24 exp terms (not vectorised)
-            129–262 / 308
+            129–262 / 308; at O0 (one run): 200 exp terms 1,750 / 4,980, 400 of them 6,504 / 9,940, 400
+            products 2,000 / 3,220
   store     sum(a @ (b @ x)) at 20 × 20 100–121 / 506, at 40 × 40 579–660 / 1,962; sum(a @ outer(b @ x, x)) at
             16 × 16 4,164–4,261 / 5,389, at 32 × 32 13,739–54,077 / 41,181; a 64-32-10 tanh network 394–963 / 1,974
 so a piece estimated at PIECE_NS ran a fifth of it to 1.3 times it (1.8 for the cheapest kernels, whose calls are
@@ -27,6 +28,7 @@ from .codegen import CALLS_LIBM
 
 UNROLLED_NS = 0.05   # a node of the unrolled kernel, vectorised (8 rows a SIMD register on AVX-512, 4 on AVX2)
 SCALAR_NS = 0.4      # a node of an unrolled kernel compiled without vectorising (compiler.TIERS)
+O0_NS = 0.8          # a node of one compiled at O0, the largest: each value goes through the stack
 LOOP_NS = 0.2        # a multiply-add of a loop kernel
 LIBM_UNITS = 20      # a call of libm (or an inline exp) against a multiply-add
 MATRICES = 2         # a multiply-add of a matrix by a matrix (axpys and dot products, no lanes) against a vector's
@@ -34,11 +36,12 @@ ROW_UNITS = 50       # a loop kernel's work a row past its operations: its loops
 EXPS = frozenset({'exp', 'sigmoid', 'softplus', 'logsumexp', 'softmax', 'pow'})
 
 
-def per_row(program, form, vectorised=True):
-    """The estimated nanoseconds a row of program's kernel takes: form is compiler.form(program)'s, vectorised
-    whether its tier vectorises the unrolled kernel."""
+def per_row(program, form, tier=None):
+    """The estimated nanoseconds a row of program's kernel takes: form is compiler.form(program)'s, tier the
+    compiler.Tier that compiles it (None: a vectorised one)."""
     if form == 'unrolled':
-        return (UNROLLED_NS if vectorised else SCALAR_NS) * _unrolled_units(program)
+        node = UNROLLED_NS if tier is None or tier.vectorise else SCALAR_NS if tier.speed_level else O0_NS
+        return node * _unrolled_units(program)
     return LOOP_NS * (_loop_units(program) * (1.5 if form == 'recompute' else 1.0) + ROW_UNITS)
 
 
