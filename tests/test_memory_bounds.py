@@ -253,9 +253,10 @@ def wide(cluster, dbname):
         db.execute('CREATE TABLE wide AS SELECT array_fill(0.5::float8, ARRAY[20000]) AS v20, '
                    'array_fill(0.5::float8, ARRAY[100000]) AS v100, 1.0::float8 AS y FROM generate_series(1, 2)')
         db.execute('CREATE TABLE shaped (name text, weights jsonb)')
-        db.execute("INSERT INTO shaped VALUES ('vector', %s), ('matrix', %s), ('small', %s), ('small matrix', %s)",
-                   (json.dumps({'u': [0.5] * 20000}), json.dumps({'m': [[0.5] * 20000]}),
-                    json.dumps({'u': [0.5] * 3}), json.dumps({'m': [[0.5] * 3]})))
+        db.execute("INSERT INTO shaped VALUES ('vector', %s), ('matrix', %s), ('small', %s), ('small matrix', %s), "
+                   "('vector 2000', %s)", (json.dumps({'u': [0.5] * 20000}), json.dumps({'m': [[0.5] * 20000]}),
+                                           json.dumps({'u': [0.5] * 3}), json.dumps({'m': [[0.5] * 3]}),
+                                           json.dumps({'u': [0.5] * 2000})))
 
 
 @pytest.mark.parametrize('length', [20000, 100000])
@@ -298,3 +299,19 @@ def test_a_product_within_the_bound_still_unrolls(db, wide):
     got = db.execute("SELECT pgad.loss('λ(d, w) w.a * sum(outer(d.v, d.v))', 'SELECT v20[1:100] AS v FROM wide', "
                      "'{\"a\": 1}')").fetchone()[0]
     assert got == pytest.approx(100 * 100 * 0.25, rel=1e-12)
+
+
+def test_forward_mode_tangents_stop_before_they_grow_with_weights_times_nodes(db, wide):
+    """sum(w.u) + d.v copies sum(w.u)'s tangent, an entry per weight, into each of the vector's elements: 2,000
+    weights and a 2,000-element column are 10,000 nodes, but 4 million tangent entries (the old code took minutes and
+    hundreds of MB). Past 4 entries per node of pgad.max_lambda_nodes: 54001, at once."""
+    db.execute("SET pgad.memory_limit = '20MB'")
+    call = ("SELECT pgad.gradient('λ(d, w) sum(sum(w.u) + d.v)', 'SELECT v20[1:{}] AS v FROM wide', weights, "
+            "mode => 'forward') IS NULL FROM shaped WHERE name = '{}'")
+    diag, peak, held, took = peak_of(db, call.format(2000, 'vector 2000'), call.format(3, 'small'), timed=True)
+    assert diag is not None and diag.sqlstate == '54001', diag and diag.message_primary
+    assert diag.message_primary == 'lambda is too large for forward mode: its tangents hold more than 400000 entries'
+    assert diag.message_hint == "Use mode => 'reverse', or a smaller lambda."
+    assert took < 3, f'{took:.1f} s'
+    assert peak < 32 * MB and held < 32 * MB, f'{peak / MB:.1f} MB, {held / MB:.1f} MB held'
+    assert db.execute(call.format(3, 'small')).fetchone() == (False,)  # the same lambda, small: its gradient
