@@ -3,7 +3,9 @@
 Weights the lambda does not read are given back as they came and cost what their text does, never a program's or
 a kernel's worth per element; a weights jsonb past pgad.memory_limit is refused (53200) before it is parsed. The
 packing aggregates charge every state for the room it reserves and for being a group at all, so many small groups,
-or many tiny chunks, stop at the limit; and the chunk size is the DBA's setting.
+or many tiny chunks, stop at the limit; and the chunk size is the DBA's setting. Vector operations over long array
+columns or large weights (outer, @, [...], a broadcast) and forward mode's tangents stop with 54001 before they
+allocate what their shapes would make.
 
 Peaks are the backend's: VmHWM in /proc/<pid>/status, reset to the resident size first (clear_refs), after a small
 call of the same kind (imports, first plans and compiled kernels are not the call's), as bench/memory.py measures."""

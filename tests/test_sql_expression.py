@@ -2,7 +2,7 @@
 from the evaluate column of rules.PRIMITIVES) for every primitive, on inputs chosen around every trap (zeros, both
 signs, NaN and ±Infinity, the underflow and overflow edges of exp and power, large |x| for sigmoid and softplus);
 it does so under a hostile search_path, is inlined by the planner, reads its weights back exactly, and stops with
-SQLSTATE 54001 past max_chars.
+SQLSTATE 54001 past max_chars; the scoring function that wraps it gives NULL for a NULL in any column it reads.
 
 Adding a primitive to the lambda language means adding a row to CASES (test_cases_cover_every_primitive checks).
 Tolerance: where numpy's value is finite, relative 1e-12 (the SQL computes sigmoid, softplus and power near underflow
