@@ -6,6 +6,7 @@ and ∂loss/∂w for each weight element, in the order of `weights` (each weight
 per backend process, up to CACHED_NODES nodes in all: a second call with the same lambda, weights and mode parses
 and differentiates nothing. Parsed lambdas are cached too (parsed), and copied before differentiating into them.
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,8 +102,8 @@ def build_hessian(text, weights, limits=DEFAULT, shapes=vectors.Shapes()):
     lam = parsed(text, limits)
     weight_shape = dict(shapes.weights)
     shaped = tuple((w, tuple(weight_shape.get(w, ()))) for w in weights)
+    lang.hessian.check_size(sum(math.prod(shape) for _, shape in shaped))
     flat = tuple(e for w, shape in shaped for e in vectors.elements(w, shape))
-    lang.hessian.check_size(flat)
     lam = vectors.unroll(lam, shapes, limits) if shapes or vectors.needed(lam) else lam.copy()
     grad = lang.gradient(lam, flat, 'reverse')
     second = lang.hessian.hessian(lam.graph, grad, flat)

@@ -290,6 +290,36 @@ def test_train_reads_an_array_column(db, tables):
     assert score == pytest.approx(np.dot(w['v'], [1, 2, 3]) + w['c'], rel=1e-12)
 
 
+@pytest.mark.parametrize('name, model, loss, returns', [
+    ('arrays_relu', 'λ(d, w) sum(relu(w.m @ d.v))', 'squared', 'double precision'),
+    ('arrays_logits', 'λ(d, w) relu(w.m @ d.v)', 'λ(p, d) (sum(p) - d.y)^2', 'double precision[]'),
+    ('arrays_extremes', 'λ(d, w) greatest(w.m @ d.v, 0) + least(d.v, 1)', 'λ(p, d) (sum(p) - d.y)^2',
+     'double precision[]'),
+])
+def test_a_scoring_function_takes_the_arrays_training_takes(db, tables, name, model, loss, returns):
+    """Issue 34, item 5c: training skips a row whose array is NULL or holds a NULL, and refuses an array that is not
+    one-dimensional from index 1 with the model's length; the scoring function gives NULL for the first and 2202E for
+    the second (GREATEST and LEAST skip NULLs, and v[1] of a 2-D array is NULL: it gave a number for all four)."""
+    db.execute("SELECT pgad.train(%s, %s, %s, 'arrays', '{\"m\": [[1, 0.5], [0.25, -1]]}', iterations => 3)",
+               (name, model, loss))
+    assert db.execute('SELECT prorettype::regtype::text FROM pg_proc WHERE proname = %s', (name,)).fetchone()[0] \
+        == returns
+    score = lambda v: db.execute(f'SELECT pgad_models.{name}({v}::float8[])').fetchone()[0]  # noqa: E731
+    assert score("'{1, 2}'") is not None
+    for v in ['NULL', "'{1, NULL}'", "'{NULL, 2}'", "'{NULL, NULL}'"]:
+        assert score(v) is None, v
+    for v, message in [("'{{1}, {2}}'", 'array argument "v[1:2][1:1]" has 2 elements, the model reads 2'),
+                       ("'[0:1]={1, 2}'", 'array argument "v[0:1]" has 2 elements, the model reads 2'),
+                       ("'[2:3]={1, 2}'", 'array argument "v[2:3]" has 2 elements, the model reads 2'),
+                       ("'{{1, 2}, {3, 4}}'", 'array argument "v" has 4 elements, the model reads 2'),
+                       ("'{1, 2, 3}'", 'array argument "v" has 3 elements, the model reads 2'),
+                       ("'{}'", 'array argument "v" has 0 elements, the model reads 2')]:
+        diag = error_of(db, f'SELECT pgad_models.{name}({v}::float8[])')
+        assert (diag.sqlstate, diag.message_primary) == ('2202E', message), v
+    inlined = db.execute(f'EXPLAIN (VERBOSE) SELECT pgad_models.{name}(v) FROM arrays').fetchall()
+    assert not any(name in line for line, in inlined)  # still inlined: the expression, not a call
+
+
 def test_train_refuses_what_it_cannot_do_with_vectors(db, tables):
     diag = error_of(db, "SELECT pgad.train('m', %s, %s, 'blobs', %s, group_by => 'id')",
                     (MODEL, CROSS_ENTROPY_LOSS, json.dumps(start_weights())))

@@ -312,13 +312,28 @@ class Scoring:
         return self.checked('CASE ' + ' '.join(arms) + ' END', returns or self.returns)
 
     def checked(self, text, returns):
-        """text, unless an array argument's length is not the model's: then pgad._wrong_length's error (2202E). A
-        NULL array passes to text; the CASE and pgad._wrong_length (IMMUTABLE) keep the function inlinable."""
-        if not self.lengths:
+        """text, for arguments that training would have taken: NULL where a column the model reads is NULL, or an
+        array argument is or holds one (training skips such a row; GREATEST, LEAST and CASE in text would give a
+        number); pgad._wrong_length's error (2202E) where an array is not one-dimensional from index 1 with the
+        model's length (training refuses it; PostgreSQL's v[k] would read NULL or another element), the argument
+        named with its dimensions where only its shape is wrong. The CASE and pgad._wrong_length (IMMUTABLE) keep
+        the function inlinable."""
+        at = {p: k + 1 for k, (p, _) in enumerate(self.params)}
+        arms = []
+        for column, k, n in self.lengths:
+            name = printer.quote_literal(str(column)) + '::pg_catalog.text'
+            shown = f'CASE WHEN pg_catalog.cardinality(${k}) OPERATOR(pg_catalog.=) {n} THEN ' \
+                f'{name} OPERATOR(pg_catalog.||) pg_catalog.array_dims(${k}) ELSE {name} END'
+            wrong = f"pg_catalog.cardinality(${k}) OPERATOR(pg_catalog.<>) {n} OR " \
+                f"pg_catalog.array_dims(${k}) OPERATOR(pg_catalog.<>) '[1:{n}]'::pg_catalog.text"
+            arms.append(f'WHEN ({wrong}) THEN pgad._wrong_length({shown}, {n}, pg_catalog.cardinality(${k}), '
+                        f'NULL::{returns})')
+        nulls = [f'${at[c]} IS NULL' for c in self.model.columns]
+        nulls += [f'pg_catalog.array_position(${k}, NULL::pg_catalog.float8) IS NOT NULL' for _, k, _ in self.lengths]
+        if nulls:
+            arms.append(f'WHEN {" OR ".join(nulls)} THEN NULL::{returns}')
+        if not arms:
             return text
-        arms = [f"WHEN (pg_catalog.cardinality(${k}) OPERATOR(pg_catalog.<>) {n}) THEN pgad._wrong_length("
-                f"{printer.quote_literal(str(column))}::pg_catalog.text, {n}, pg_catalog.cardinality(${k}), "
-                f"NULL::{returns})" for column, k, n in self.lengths]
         return f'CASE {" ".join(arms)} ELSE {text} END'
 
     def matches(self, values):
