@@ -195,7 +195,8 @@ def test_the_shadows_work_when_called_unqualified(server, dbname):
 # --- every statement pgad ran, and every statement of its install and upgrade scripts, names its built-ins --------
 SQL_WORDS = {'SELECT', 'FROM', 'AS', 'OVER', 'IN', 'VALUES', 'AND', 'OR', 'NOT', 'EXISTS', 'JOIN', 'ON', 'WHERE',
              'LIMIT', 'GROUP', 'BY', 'ORDER', 'CASE', 'WHEN', 'THEN', 'ELSE', 'END', 'TABLE', 'WITH', 'ROW', 'ARRAY',
-             'COALESCE', 'NULLIF', 'GREATEST', 'LEAST', 'USING', 'INTO', 'CHECK', 'DISTINCT', 'RETURN'}
+             'COALESCE', 'NULLIF', 'GREATEST', 'LEAST', 'USING', 'INTO', 'CHECK', 'DISTINCT', 'RETURN',
+             'ANY', 'ALL'}  # OPERATOR(pg_catalog.=) ANY (…): syntax, its operator qualified
 
 
 def unqualified(sql):

@@ -321,9 +321,10 @@ REVOKE ALL ON FUNCTION pgad._lambda_columns(pg_catalog.text, pg_catalog.text[], 
 -- pgad.train's models (docs/sql.md): the catalog pgad.models, one row per model (per group, with group_by), and
 -- schema pgad_models, where each model's scoring function lives. Users' models are not the extension's: pg_dump
 -- dumps the rows of pgad.models (pg_extension_config_dump) and the functions in pgad_models (not members of the
--- extension), and a restore brings both back. Any role may read the catalog; only pgad writes it, through
--- pgad._write_models (below). A role creates scoring functions only with CREATE on pgad_models, which no role but its
--- owner has until granted: a function there is one every user of the model calls.
+-- extension), and a restore brings both back. A role reads the rows of the models whose data it may read (below);
+-- only pgad writes them, through pgad._write_models (below). A role creates scoring functions only with CREATE on
+-- pgad_models, which no role but its owner has until granted: a function there is one every user of the model
+-- calls.
 CREATE SCHEMA pgad_models;
 COMMENT ON SCHEMA pgad_models IS 'the scoring functions of the models pgad.train made: pgad_models.<model>(columns)';
 GRANT USAGE ON SCHEMA pgad_models TO PUBLIC;
@@ -345,10 +346,51 @@ CREATE TABLE pgad.models (
   trained_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
   trained_by pg_catalog.name NOT NULL DEFAULT CURRENT_USER,
   validation_history pg_catalog.float8[],     -- the validation loss after each iteration (epoch); NULL: none
+  read_from pg_catalog.regclass[],            -- the relations the training read; NULL: not recorded (0.12.0)
   UNIQUE NULLS NOT DISTINCT (name, group_key));
 COMMENT ON TABLE pgad.models IS 'the models pgad.train made, one row per model and group';
 SELECT pg_catalog.pg_extension_config_dump('pgad.models', '');
 GRANT SELECT ON pgad.models TO PUBLIC;
+
+-- Who reads a model's rows (issue 34): they hold the data's category values and group keys, with rows per group, so
+-- a role sees them as pg_stats shows a column's statistics, only where it may read what they came from: the role
+-- that trained the model, a role with that role's privileges, and a role that may read every relation the training
+-- read (read_from, which pgad.train records: pgad/models/catalog.py, relations_read) with SELECT and no row-level
+-- security hiding rows from it; a superuser reads all. read_from NULL (a model trained before 0.13.0): its role
+-- and that role's members only, until it is trained again. What pgad runs as the caller reads pgad.models under
+-- the same rule; pgad._write_models, its owner's, reads every row.
+ALTER TABLE pgad.models ENABLE ROW LEVEL SECURITY;
+CREATE POLICY models_readers ON pgad.models FOR SELECT TO PUBLIC USING (
+  trained_by OPERATOR(pg_catalog.=) CURRENT_USER
+  OR COALESCE(pg_catalog.pg_has_role((SELECT r.oid FROM pg_catalog.pg_roles AS r
+                                      WHERE r.rolname OPERATOR(pg_catalog.=) trained_by), 'USAGE'), false)
+  OR (read_from IS NOT NULL AND NOT EXISTS (
+        SELECT FROM pg_catalog.unnest(read_from) AS relation
+        WHERE NOT COALESCE(pg_catalog.has_table_privilege(relation::pg_catalog.oid, 'SELECT')
+                           AND NOT pg_catalog.row_security_active(relation::pg_catalog.oid), false))));
+COMMENT ON COLUMN pgad.models.read_from IS
+    'the relations the training read (a view''s and a function''s included); NULL: not recorded (before 0.13.0)';
+
+-- The roles that trained model name's rows, and its loss where that gives it functions of its own (logistic,
+-- hinge): what pgad.train and pgad.drop_model check a name against (pgad/models/catalog.py, owners), whichever
+-- rows the caller may read. Nothing of the data: a model's name, its owner and its functions are in pg_proc.
+CREATE FUNCTION pgad._model_owners(name pg_catalog.text)
+RETURNS TABLE (owner pg_catalog.text, loss pg_catalog.text) LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp AS $$
+SELECT DISTINCT m.trained_by::pg_catalog.text,
+       CASE WHEN m.loss OPERATOR(pg_catalog.=) ANY (ARRAY['logistic', 'hinge']) THEN m.loss END
+FROM pgad.models AS m WHERE m.name OPERATOR(pg_catalog.=) $1
+$$;
+REVOKE ALL ON FUNCTION pgad._model_owners(pg_catalog.text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgad._model_owners(pg_catalog.text) TO PUBLIC;  -- pgad's Python calls it as the caller
+
+-- The names of the models, one row each, whoever trained them: pgad._write_models claims the name here before it
+-- writes (INSERT … ON CONFLICT DO NOTHING). Under repeatable read or serializable a transaction's snapshot may be
+-- older than the writer's lock, and miss the rows of a first training of the name that committed in between: the
+-- claim then fails (40001) where two trainings would otherwise both commit under one name (issue 34).
+CREATE TABLE pgad.model_names (name pg_catalog.text PRIMARY KEY);
+COMMENT ON TABLE pgad.model_names IS 'the names in pgad.models, one row each, claimed by the writer';
+SELECT pg_catalog.pg_extension_config_dump('pgad.model_names', '');
 
 -- The one writer of pgad.models: pgad.train and pgad.drop_model (pgad/models/catalog.py) leave the rows to write, and the
 -- role that called them, in the backend's Python, and call this at once; it runs as the extension's owner, checks
