@@ -213,3 +213,38 @@ def test_a_model_trained_before_0_13_0_is_read_by_its_role_alone_after_the_updat
     finally:
         with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
+
+
+def test_a_relation_only_renamed_or_dropped_in_the_training_transaction_is_not_what_it_read(cluster, dbname):
+    """dbt's materialization renames the view it replaces, trains, commits and drops the old view: a relation the
+    transaction only renamed is not one the model read, so the role that may read the data still reads the model
+    (it would be no role's, the dropped relation being one no role may read)."""
+    with psycopg.connect(cluster.conninfo(dbname, user=ALICE)) as alice:
+        alice.execute('CREATE TABLE vis.old_view AS SELECT 1 AS x')
+        alice.commit()
+        alice.execute('ALTER TABLE vis.old_view RENAME TO old_view_backup')
+        train(alice, 'renamed', 'vis.sales')
+        alice.commit()
+        alice.execute('DROP TABLE vis.old_view_backup')
+        alice.commit()
+    try:
+        assert seen(cluster, dbname, READER, 'renamed')[1] == SECRETS
+        assert seen(cluster, dbname, OUTSIDER, 'renamed') == (set(), set())
+    finally:
+        with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
+            alice.execute("SELECT pgad.drop_model('renamed')")
+
+
+def test_a_table_read_under_the_transactions_exclusive_lock_is_what_it_read(cluster, dbname):
+    """LOCK TABLE takes an AccessExclusiveLock, which alone does not count as reading; the training's read of the
+    table does (its own lock, and its scans)."""
+    with psycopg.connect(cluster.conninfo(dbname, user=ALICE)) as alice:
+        alice.execute('LOCK TABLE vis.sales')
+        train(alice, 'locked', 'vis.sales')
+        alice.commit()
+    try:
+        assert seen(cluster, dbname, HALF, 'locked')[1] == SECRETS
+        assert seen(cluster, dbname, OUTSIDER, 'locked') == (set(), set())
+    finally:
+        with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
+            alice.execute("SELECT pgad.drop_model('locked')")

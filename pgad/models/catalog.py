@@ -139,8 +139,10 @@ CLAIM = 'INSERT INTO pgad.model_names VALUES ($1) ON CONFLICT DO NOTHING'
 UNCLAIM = f'DELETE FROM pgad.model_names AS n WHERE n.name {EQ} $1'
 # The relations this transaction has read, which a model's rows record (read_from): every relation it holds a lock
 # on (PostgreSQL locks each relation a query reads, a view's relations and a function's queries' included, until
-# the transaction ends) and every one whose scans this transaction counted (pg_stat_xact_all_tables: a subtransaction
-# rolled back keeps its counts, not its locks); not the catalogs (pg_catalog, pg_toast: pgad's own queries read
+# the transaction ends) but an AccessExclusiveLock alone (what a rename or a drop takes: dbt renames the view it
+# replaces, and drops it after the commit), and every one whose scans this transaction counted
+# (pg_stat_xact_all_tables: a subtransaction rolled back keeps its counts, not its locks, and a relation read under
+# an AccessExclusiveLock counts its scans); not the catalogs (pg_catalog, pg_toast: pgad's own queries read
 # pg_authid through pg_roles), nor pgad's own tables. Sequences, views and foreign tables too; indexes as their table.
 RELATIONS_READ = (
     f"SELECT c.oid FROM pg_catalog.pg_class AS c "
@@ -148,7 +150,8 @@ RELATIONS_READ = (
     f"AND c.relnamespace {NE} ALL (ARRAY['pg_catalog'::pg_catalog.regnamespace, 'pg_toast'::pg_catalog.regnamespace, "
     f"'pgad'::pg_catalog.regnamespace]::pg_catalog.oid[]) "
     f"AND (c.oid {EQ} ANY (SELECT l.relation FROM pg_catalog.pg_locks AS l WHERE l.locktype {EQ} 'relation' "
-    f"AND l.pid {EQ} pg_catalog.pg_backend_pid() AND l.database {EQ} (SELECT d.oid FROM pg_catalog.pg_database AS d "
+    f"AND l.mode {NE} 'AccessExclusiveLock' AND l.pid {EQ} pg_catalog.pg_backend_pid() "
+    f"AND l.database {EQ} (SELECT d.oid FROM pg_catalog.pg_database AS d "
     f"WHERE d.datname {EQ} pg_catalog.current_database())) "
     f"OR c.oid {EQ} ANY (SELECT s.relid FROM pg_catalog.pg_stat_xact_all_tables AS s "
     f"WHERE s.seq_scan OPERATOR(pg_catalog.+) s.seq_tup_read OPERATOR(pg_catalog.+) COALESCE(s.idx_scan, 0) "
