@@ -210,7 +210,8 @@ def test_a_second_dbt_run_retrains_the_models(built, project):
     # what the models read (pgad.models.read_from, who may read them) is the data, not the view the run replaced
     # and dropped: every relation there still exists
     read, existing = db.execute(f"SELECT count(*), count(c.oid) FROM pgad.models AS m CROSS JOIN "
-                                f"unnest(m.read_from) AS r LEFT JOIN pg_class AS c ON c.oid = r WHERE {names}").fetchone()
+                                f"unnest(m.read_from) AS r LEFT JOIN pg_class AS c ON c.oid = r "
+                                f"WHERE {names}").fetchone()
     assert read > 0 and existing == read
     assert db.execute('SELECT count(*), count(predicted) FROM analytics.scored_houses').fetchone() == (45, 45)
 
