@@ -195,7 +195,8 @@ def test_the_shadows_work_when_called_unqualified(server, dbname):
 # --- every statement pgad ran, and every statement of its install and upgrade scripts, names its built-ins --------
 SQL_WORDS = {'SELECT', 'FROM', 'AS', 'OVER', 'IN', 'VALUES', 'AND', 'OR', 'NOT', 'EXISTS', 'JOIN', 'ON', 'WHERE',
              'LIMIT', 'GROUP', 'BY', 'ORDER', 'CASE', 'WHEN', 'THEN', 'ELSE', 'END', 'TABLE', 'WITH', 'ROW', 'ARRAY',
-             'COALESCE', 'NULLIF', 'GREATEST', 'LEAST', 'USING', 'INTO', 'CHECK', 'DISTINCT', 'RETURN'}
+             'COALESCE', 'NULLIF', 'GREATEST', 'LEAST', 'USING', 'INTO', 'CHECK', 'DISTINCT', 'RETURN',
+             'ANY', 'ALL'}  # OPERATOR(pg_catalog.=) ANY (…): syntax, its operator qualified
 
 
 def unqualified(sql):
@@ -240,7 +241,8 @@ def test_every_statement_pgad_ran_is_qualified(server, dbname):
                                     'pgad--0.6.0--0.7.0.sql', 'pgad--0.8.0.sql', 'pgad--0.7.0--0.8.0.sql',
                                     'pgad--0.9.0.sql', 'pgad--0.8.0--0.9.0.sql', 'pgad--0.10.0.sql',
                                     'pgad--0.9.0--0.10.0.sql', 'pgad--0.11.0.sql', 'pgad--0.10.0--0.11.0.sql',
-                                    'pgad--0.12.0.sql', 'pgad--0.11.0--0.12.0.sql'])
+                                    'pgad--0.12.0.sql', 'pgad--0.11.0--0.12.0.sql',
+                                    'pgad--0.13.0.sql', 'pgad--0.12.0--0.13.0.sql'])
 def test_every_statement_of_the_scripts_is_qualified(script):
     parts = (ROOT / 'extension' / 'sql' / script).read_text().split('$$')
     sql = ' '.join(part for k, part in enumerate(parts) if k % 2 == 0 or not part.startswith('\nimport'))
