@@ -42,6 +42,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/array.h"
@@ -853,6 +854,46 @@ varlena_equal(struct varlena *a, struct varlena *b)
 }
 
 /*
+ * The error unless the row's column attnum is one the aggregates can read as the lambda does: the only column of
+ * its name (where pgad.loss's query would find the name ambiguous), of a type as_float8 converts. pgad._lambda_columns
+ * checks the types with the functions' messages; this holds whatever it answers.
+ */
+static void
+check_readable(FunctionCallInfo fcinfo, TupleDesc tupdesc, AttrNumber attnum)
+{
+	Form_pg_attribute column = TupleDescAttr(tupdesc, attnum - 1);
+	int			k;
+
+	for (k = 0; k < tupdesc->natts; k++)
+	{
+		Form_pg_attribute other = TupleDescAttr(tupdesc, k);
+
+		if (!other->attisdropped && other->attnum != attnum &&
+			strcmp(NameStr(other->attname), NameStr(column->attname)) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_AMBIGUOUS_COLUMN),
+					 errmsg("column reference \"%s\" is ambiguous", NameStr(column->attname)),
+					 errdetail("The row of %s has more than one column of that name.", aggregate_name(fcinfo)),
+					 errhint("Name the columns of the row apart in its query (AS).")));
+	}
+	switch (column->atttypid)
+	{
+		case FLOAT8OID:
+		case FLOAT4OID:
+		case INT2OID:
+		case INT4OID:
+		case INT8OID:
+		case NUMERICOID:
+		case BOOLOID:
+			return;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_DATATYPE_MISMATCH),
+			 errmsg("column \"%s\" is of type %s, not a number", NameStr(column->attname),
+					format_type_be(column->atttypid))));
+}
+
+/*
  * A reader of rows like row for the lambda loss: pgad._lambda_columns(loss, the row's column names, the names of
  * their types) gives the positions of the columns the lambda reads, or the error that the functions give for them.
  */
@@ -925,6 +966,7 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 		reader->attnums[k] = attnums[position - 1];
 		reader->types[k] = oids[position - 1];
 		chosen[k] = names[position - 1];
+		check_readable(fcinfo, tupdesc, reader->attnums[k]);
 	}
 	reader->names = (ArrayType *) varlena_copy((struct varlena *) construct_array(chosen, reader->columns, TEXTOID,
 																				   -1, false, TYPALIGN_INT),
@@ -1466,8 +1508,16 @@ pgad_error_query(const char *query, int position)
  *    as pg_catalog.float8[], runs through SPI with a DestReceiver of its own that appends each row's float8
  *    values straight into one array per column: no aggregate state that doubles and moves, no bytea, no SPI
  *    result tuple, no Python bytes. An array column's elements become columns of their own, as the loader asks
- *    (the element index of each column); every row's array must have the first row's length (SQLSTATE 2202E), and
- *    a NULL array, a NULL element or an element past the array's end skips the row, as a NULL number does.
+ *    (the element index of each column, and the length the lambda was built for: loader.lengths measured it), and
+ *    a NULL array or a NULL element skips the row, as a NULL number does.
+ *
+ *    The receiver trusts nothing that Python or an earlier query established about the rows: the loader measured
+ *    the arrays' lengths with a query of its own, and a data query that is volatile (random(), a sequence, a
+ *    function) can give other rows when it runs again here. So every row's array is checked, in C, on the row
+ *    that is read: one dimension, from index 1, of the length the lambda was built for, of double precision;
+ *    a row that is not is SQLSTATE 2202E (42804 for the type), whose message names the column (the loader
+ *    aliases an array column by its name in the data) and the row, as loader.lengths names it. The plan's columns
+ *    are checked against the types the load asks for before the first row, and the load's own arguments too.
  *
  *    Each column is one anonymous mmap, grown by mremap(MREMAP_MAYMOVE), which moves the pages rather than
  *    copying them, and handed to Python: numpy wraps it without a copy (pgad/loader.py's Mapped), and the last
@@ -1496,7 +1546,6 @@ typedef struct PgadLoad
 	int64		skipped;		/* rows skipped for a NULL */
 	int32		columns;
 	int32		sqlerrcode;		/* 0, or the error that stopped the load (its fields follow, malloc'd) */
-	int32		odd_attribute;	/* the query's column whose arrays differ in length (2202E), or -1 */
 	char	   *message;
 	char	   *detail;
 	char	   *hint;
@@ -1522,16 +1571,17 @@ typedef struct LoadReceiver
 	PgadLoad   *load;
 	const int  *attributes;		/* per column: the query's column it reads (0-based) */
 	const int  *indexes;		/* per column: 0 for a number, the element (1-based) of an array */
+	const int  *lengths;		/* per column: 0 for a number, the length of the array it is an element of */
 	int			natts;			/* the query's columns */
-	int		   *lengths;		/* per query column: its first array's length, -1 before it; 0 for a number */
-	int		   *reach;			/* per query column: the highest element read */
+	int		   *widths;			/* per query column: -1 when no column reads it, 0 a number, else arrays' length */
+	const char **names;			/* per query column: its name (an array column's, in the data) */
 	const float8 **elements;	/* per query column: one row's array elements */
 	int64		limit_rows;		/* the most rows pgad.memory_limit lets the load hold */
 	MemoryContext row_context;	/* a row's detoasted arrays, reset after each row */
 } LoadReceiver;
 
 extern PGDLLEXPORT PgadLoad *pgad_load(const char *query, int columns, const int *attributes, const int *indexes,
-									   int parallel);
+									   const int *lengths, int parallel);
 extern PGDLLEXPORT void pgad_load_claim(PgadLoad *load);
 extern PGDLLEXPORT void pgad_load_free_column(PgadLoad *load, int column);
 extern PGDLLEXPORT void pgad_load_done(PgadLoad *load, int wrapped);
@@ -1632,6 +1682,19 @@ load_strdup(const char *s)
 	return s == NULL ? NULL : strdup(s);
 }
 
+/* The error for a load whose own arguments (the loader's, not the data's) do not fit the query's plan. */
+static void
+load_misread(int column, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("pgad's load cannot read its column %d: %s", column, why)));
+}
+
+/*
+ * Before the first row: the query's columns that the load reads, of the types it reads them as (float8, or
+ * float8[] for an array's elements), and each element within the one length its array column is read at.
+ */
 static void
 load_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
 {
@@ -1639,21 +1702,33 @@ load_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
 	int			k;
 
 	receiver->natts = typeinfo->natts;
-	receiver->lengths = palloc0(sizeof(int) * typeinfo->natts);
-	receiver->reach = palloc0(sizeof(int) * typeinfo->natts);
-	receiver->elements = palloc0(sizeof(float8 *) * typeinfo->natts);
+	receiver->widths = palloc(sizeof(int) * Max(typeinfo->natts, 1));
+	receiver->names = palloc0(sizeof(char *) * Max(typeinfo->natts, 1));
+	receiver->elements = palloc0(sizeof(float8 *) * Max(typeinfo->natts, 1));
+	for (k = 0; k < typeinfo->natts; k++)
+	{
+		receiver->widths[k] = -1;
+		receiver->names[k] = pstrdup(NameStr(TupleDescAttr(typeinfo, k)->attname));
+	}
 	for (k = 0; k < receiver->load->columns; k++)
 	{
 		int			a = receiver->attributes[k];
-		Oid			expected = receiver->indexes[k] > 0 ? FLOAT8ARRAYOID : FLOAT8OID;
+		int			index = receiver->indexes[k];
+		int			width = index > 0 ? receiver->lengths[k] : 0;
+		Oid			expected = index > 0 ? FLOAT8ARRAYOID : FLOAT8OID;
 
-		if (a < 0 || a >= typeinfo->natts || TupleDescAttr(typeinfo, a)->atttypid != expected)
-			elog(ERROR, "pgad_load: column %d of the query is not of type %s", a + 1, format_type_be(expected));
-		if (receiver->indexes[k] > 0)
-		{
-			receiver->lengths[a] = -1;
-			receiver->reach[a] = Max(receiver->reach[a], receiver->indexes[k]);
-		}
+		if (a < 0 || a >= typeinfo->natts)
+			load_misread(k, psprintf("the query has %d columns, not %d", typeinfo->natts, a + 1));
+		if (TupleDescAttr(typeinfo, a)->atttypid != expected)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column \"%s\" of pgad's load is of type %s, not %s", receiver->names[a],
+							format_type_be(TupleDescAttr(typeinfo, a)->atttypid), format_type_be(expected))));
+		if (index < 0 || index > width)
+			load_misread(k, psprintf("element %d of arrays of %d", index, width));
+		if (receiver->widths[a] >= 0 && receiver->widths[a] != width)
+			load_misread(k, "read as arrays of two lengths, or as a number and an array");
+		receiver->widths[a] = width;
 	}
 }
 
@@ -1694,6 +1769,67 @@ load_grow(LoadReceiver *receiver)
 	load->mapped = mapped;
 }
 
+/* name in double quotes, its own doubled: what pgad/loader.py's hints write (printer.quote_ident). */
+static char *
+always_quoted(const char *name)
+{
+	StringInfoData quoted;
+
+	initStringInfo(&quoted);
+	appendStringInfoChar(&quoted, '"');
+	for (; *name != '\0'; name++)
+	{
+		if (*name == '"')
+			appendStringInfoChar(&quoted, '"');
+		appendStringInfoChar(&quoted, *name);
+	}
+	appendStringInfoChar(&quoted, '"');
+	return quoted.data;
+}
+
+/*
+ * The error for row (1-based, in the data's order) of query column a, whose array is not one-dimensional from index
+ * 1 of the length the lambda reads: as loader.lengths words it, since it may be the first to see the row.
+ */
+static void
+load_odd_array(LoadReceiver *receiver, int a, int64 row, ArrayType *array)
+{
+	const char *name = receiver->names[a];
+	const char *hint = psprintf("Every row's %s must be a one-dimensional array of the same length: filter or pad "
+								"the rows that differ in the data query.", always_quoted(name));
+	int			length = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+
+	if (length == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("column \"%s\" has an empty array in row " INT64_FORMAT " of the data", name, row),
+				 errhint("%s", hint)));
+	if (ARR_NDIM(array) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("column \"%s\" has a %d-dimensional array in row " INT64_FORMAT " of the data", name,
+						ARR_NDIM(array), row),
+				 errdetail("pgad reads a one-dimensional array as a vector."),
+				 errhint("%s", hint)));
+	if (ARR_LBOUND(array)[0] != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("column \"%s\" has an array that starts at index %d in row " INT64_FORMAT " of the data",
+						name, ARR_LBOUND(array)[0], row),
+				 errdetail("pgad reads arrays indexed from 1."),
+				 errhint("%s", hint)));
+	ereport(ERROR,
+			(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+			 errmsg("column \"%s\" has arrays of different lengths", name),
+			 errdetail("The lambda reads arrays of %d elements, the length pgad found in the data; row " INT64_FORMAT
+					   "'s has %d.", receiver->widths[a], row, length),
+			 errhint("%s", hint)));
+}
+
+/*
+ * One row: its values appended to the columns; a row with a NULL (a number, an array or an element) skipped and
+ * counted; an array of another shape than the lambda reads, the error (load_odd_array).
+ */
 static bool
 load_receive(TupleTableSlot *slot, DestReceiver *self)
 {
@@ -1709,33 +1845,27 @@ load_receive(TupleTableSlot *slot, DestReceiver *self)
 	for (a = 0; a < receiver->natts; a++)
 	{
 		ArrayType  *array;
-		int			length;
 
+		if (receiver->widths[a] < 0)
+			continue;
 		if (slot->tts_isnull[a])
 		{
 			load->skipped++;
 			goto done;
 		}
-		if (receiver->lengths[a] == 0)
+		if (receiver->widths[a] == 0)
 			continue;
 		if (outer == NULL)
 			outer = MemoryContextSwitchTo(receiver->row_context);
 		array = DatumGetArrayTypeP(slot->tts_values[a]);
-		length = ARR_NDIM(array) == 0 ? 0 : ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
-		if (receiver->lengths[a] < 0)
-			receiver->lengths[a] = length;
-		if (length != receiver->lengths[a] || ARR_NDIM(array) > 1 || (length > 0 && ARR_LBOUND(array)[0] != 1))
-		{
-			load->odd_attribute = a;
-			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-					 errmsg("column c%d of pgad's load has arrays of different lengths", a),
-					 errdetail("The first row's array has %d elements; row " INT64_FORMAT "'s has %d.",
-							   receiver->lengths[a], load->rows + load->skipped + 1, length)));
-		}
 		if (ARR_ELEMTYPE(array) != FLOAT8OID)
-			elog(ERROR, "pgad_load: an array of type %s, not double precision", format_type_be(ARR_ELEMTYPE(array)));
-		if (length < receiver->reach[a] || array_contains_nulls(array))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column \"%s\" of pgad's load holds an array of type %s, not double precision",
+							receiver->names[a], format_type_be(ARR_ELEMTYPE(array)))));
+		if (ARR_NDIM(array) != 1 || ARR_LBOUND(array)[0] != 1 || ARR_DIMS(array)[0] != receiver->widths[a])
+			load_odd_array(receiver, a, load->rows + load->skipped + 1, array);
+		if (array_contains_nulls(array))
 		{
 			load->skipped++;
 			goto done;
@@ -1788,7 +1918,6 @@ load_new(int columns, Size mapped)
 
 	if (load == NULL)
 		return NULL;
-	load->odd_attribute = -1;
 	load->references = 1;
 	load->columns = Max(columns, 0);
 	load->mapped = Max(mapped, (Size) sysconf(_SC_PAGESIZE));
@@ -1821,7 +1950,8 @@ load_new(int columns, Size mapped)
 
 /* The query, run into load's columns in a subtransaction; an error is left in load's fields. */
 static void
-load_run(PgadLoad *load, const char *query, const int *attributes, const int *indexes, int parallel)
+load_run(PgadLoad *load, const char *query, const int *attributes, const int *indexes, const int *lengths,
+		 int parallel)
 {
 	MemoryContext context = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -1848,6 +1978,7 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 		receiver.load = load;
 		receiver.attributes = attributes;
 		receiver.indexes = indexes;
+		receiver.lengths = lengths;
 		receiver.limit_rows = pack_limit_rows(load->columns);
 		receiver.row_context = AllocSetContextCreate(CurrentMemoryContext, "pgad load row", ALLOCSET_SMALL_SIZES);
 		/* The query's text is UTF-8, as Python encodes it; SPI takes the server's encoding. */
@@ -1894,18 +2025,20 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 
 /*
  * Runs query and loads columns columns of it: column k is the query's column attributes[k] (0-based), a float8,
- * or element indexes[k] (1-based) of it, a float8[], when indexes[k] > 0; parallel lets the planner choose
+ * or element indexes[k] (1-based) of it, a float8[] whose every array must have lengths[k] elements, when
+ * indexes[k] > 0; parallel lets the planner choose
  * parallel workers. The load, with its columns or its error (sqlerrcode), or NULL when there is no memory even for
  * that. Python claims it at once (pgad_load_claim), reads it and says when it is done (pgad_load_done). Nothing
  * here throws across Python's frames.
  */
 PgadLoad *
-pgad_load(const char *query, int columns, const int *attributes, const int *indexes, int parallel)
+pgad_load(const char *query, int columns, const int *attributes, const int *indexes, const int *lengths,
+		  int parallel)
 {
 	PgadLoad   *load = load_new(columns, LOAD_FIRST_BYTES);
 
 	if (load != NULL && load->sqlerrcode == 0)
-		load_run(load, query, attributes, indexes, parallel);
+		load_run(load, query, attributes, indexes, lengths, parallel);
 	return load;
 }
 

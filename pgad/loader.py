@@ -149,7 +149,7 @@ class LoadResult(ctypes.Structure):
     """What pgad_load gives (extension/pgad.c's PgadLoad, its public fields): the rows loaded and skipped, or the
     error that stopped the load (sqlerrcode, PostgreSQL's packed SQLSTATE), and each column's values."""
     _fields_ = [('rows', ctypes.c_int64), ('skipped', ctypes.c_int64), ('columns', ctypes.c_int32),
-                ('sqlerrcode', ctypes.c_int32), ('odd_attribute', ctypes.c_int32), ('message', ctypes.c_char_p),
+                ('sqlerrcode', ctypes.c_int32), ('message', ctypes.c_char_p),
                 ('detail', ctypes.c_char_p), ('hint', ctypes.c_char_p), ('context', ctypes.c_char_p),
                 ('values', ctypes.POINTER(ctypes.c_void_p))]
 
@@ -167,7 +167,7 @@ def native_loader():
         try:
             library.pgad_load.restype = ctypes.POINTER(LoadResult)
             library.pgad_load.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int),
-                                          ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+                                          ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), ctypes.c_int]
             for name in ('pgad_load_claim', 'pgad_load_free_column', 'pgad_load_done'):
                 getattr(library, name).restype = None
             library.pgad_load_claim.argtypes = [ctypes.POINTER(LoadResult)]
@@ -193,34 +193,38 @@ class Mapped:
 
 def load_natively(library, query, columns, elements, categories, unseen):
     """A Table of the columns (typed) of the data query, loaded by pgad.so's pgad_load: each column is one native
-    float8 array that numpy wraps without a copy. An array column is read once, as pg_catalog.float8[], and its
-    elements become columns in pgad.so. The server's error, if any, is raised as plpy.execute raises it (a
-    server.SPIError), and an array of another length than the first row's as lengths() reports it."""
+    float8 array that numpy wraps without a copy. An array column is read once, as pg_catalog.float8[] under its own
+    name (which pgad.so's errors give), and its elements become columns in pgad.so, which checks every row's array
+    against the length the lambda reads (the highest element in elements: a Program's columns_of names them all):
+    the query may give other rows than lengths() measured. The server's error, if any, is raised as plpy.execute
+    raises it (a server.SPIError)."""
     select, attributes, indexes, arrays = [], [], [], {}
+    widths = {}
+    for name, index in elements.values():
+        widths[name] = max(widths.get(name, 0), int(index))
     for c in columns:
         if c in elements and c not in categories:
             name, index = elements[c]
             if name not in arrays:
                 arrays[name] = len(select)
-                select.append(f'pgad_data.{quote_ident(name)}::pg_catalog.float8[] AS c{len(select)}')
+                select.append(f'pgad_data.{quote_ident(name)}::pg_catalog.float8[] AS {quote_ident(name)}')
             attributes.append(arrays[name])
             indexes.append(int(index))
         else:
             attributes.append(len(select))
             indexes.append(0)
             select.append(VALUE.format(value(c, elements, categories, unseen), len(select)))
+    lengths = [widths[elements[c][0]] if index else 0 for c, index in zip(columns, indexes)]
     n = len(columns)
     load = library.pgad_load(ROWS.format(', '.join(select), query).encode(), n, (ctypes.c_int * n)(*attributes),
-                             (ctypes.c_int * n)(*indexes), PARALLEL)
+                             (ctypes.c_int * n)(*indexes), (ctypes.c_int * n)(*lengths), PARALLEL)
     if not load:
         raise MemoryError('pgad_load')
     library.pgad_load_claim(load)
 
     def failed(result):
         text = [(f or b'').decode(errors='replace') or None for f in (result.message, result.detail, result.hint)]
-        odd = [name for name, a in arrays.items() if a == result.odd_attribute]
-        error = server.spi_error(result.sqlerrcode, *text)
-        return _odd_array(query, odd[0]) if odd and error.sqlstate == ARRAY_SUBSCRIPT_ERROR else error
+        return server.spi_error(result.sqlerrcode, *text)
     return wrapped(library, load, failed)
 
 
@@ -310,11 +314,16 @@ def lengths(data, columns, categorical=()):
 def _odd_array(query, name):
     """The error for the first row whose array in column name is not like the first row's."""
     c = value(name, {})
-    first = server.query(f'SELECT pg_catalog.cardinality({c}) AS len FROM ({query}\n) AS pgad_data WHERE {c} IS NOT NULL '
-                         'LIMIT 1')[0]['len']
-    odd = server.query(ODD_ROW.format(c=c, query=query), [first], ['pg_catalog.int4'])
     hint = (f'Every row\'s {quote_ident(name)} must be a one-dimensional array of the same length: filter or pad the '
             'rows that differ in the data query.')
+    found = server.query(f'SELECT pg_catalog.cardinality({c}) AS len FROM ({query}\n) AS pgad_data WHERE {c} IS NOT '
+                         'NULL LIMIT 1')
+    first = found[0]['len'] if found else None
+    odd = server.query(ODD_ROW.format(c=c, query=query), [first], ['pg_catalog.int4']) if found else []
+    if not odd and first != 0:  # the query gave other rows this time (a volatile one): no row to name
+        return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has arrays of different lengths',
+                         detail='The data query gave other rows each time pgad ran it, so pgad cannot name the row.',
+                         hint=hint)
     if not odd:  # every array is like the first, which is empty
         return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" holds empty arrays', hint=hint)
     row, length, dims, lower = (odd[0][k] for k in ('n', 'len', 'nd', 'lb'))
