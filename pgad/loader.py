@@ -26,7 +26,8 @@ A float8[] column (or an array of any numeric type) that the lambda reads is a v
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
 load reads its elements as columns of their own: the native load takes them from pgad_data.pixels::float8[] in C,
 the aggregate by subscripts, (pgad_data.pixels)[1] … (pgad_data.pixels)[64]. A NULL array or a NULL element skips
-the row, as a NULL number does.
+the row, as a NULL number does. The data query may give other rows each time it runs (random(), a sequence), so the
+native load checks every array it reads against the length the lambda was built for, in C.
 
 pgad.memory_limit bounds what a call holds: its rows times its columns times 8 bytes, COPIES times over (measured:
 docs/security.md). The native load and pgad.pack stop the query at the row that passes it (SQLSTATE 53200,
