@@ -21,8 +21,8 @@ import pytest
 from conftest import error_of
 
 SEED = 20261126
-CASES = 150          # about 30 s on a 2-core VM
-SECONDS = 90         # the fuzzer stops starting cases past this, whatever CASES says
+CASES = 600          # about 20 s on a 2-core VM
+SECONDS = 60         # the fuzzer starts no case past this, whatever CASES says
 ISSUE = ("SELECT pgad.loss('λ(d, w) sum(w.a * d.v)', $$SELECT CASE WHEN i = 1 AND {cond} THEN '{{}}'::float8[] "
          "ELSE ARRAY[1, 2]::float8[] END AS v FROM generate_series(1, 2) AS i{source}$$, '{{\"a\": [1, 1]}}')")
 SETUP = """
@@ -74,7 +74,9 @@ KINDS = ([('x', f'(i % 3 + 1)::{k}', number_edges(k), 'w.a * d.x', '{"a": 0.5}')
           ('r', "(ARRAY['north', 'south'])[i % 2 + 1]", ['NULL::text', "'west'", "'zone ' || i", "''"],
            'w.r[d.r]', '{"r": {}}')] +
          [('v', f'ARRAY[i % 3 + 1, 1]::{k}[]', array_edges(k), 'sum(w.a * d.v)', '{"a": [0.5, 0.25]}')
-          for k in NUMBERS])
+          for k in NUMBERS] +
+         [('v', 'ARRAY[i % 3 + 1, 1]::float8[]', array_edges('double precision'), 'w.b * d.z + sum(w.a * d.v)',
+           '{"a": [0.5, 0.25], "b": 0.125}')])  # an array beside a number column
 
 # Where the edge value appears: only in some executions of the query (or some rows), by each volatile source.
 # {row} is the row it may appear in; e.n is the query's own number (one per execution).
@@ -96,11 +98,11 @@ def data_query(kind, edge, source, rows, row):
     name, good, _, _, _ = kind
     cond, join = SOURCES[source]
     return (f'SELECT CASE WHEN {cond.format(row=row)} THEN {edge} ELSE {good} END AS {name}, '
-            f'(i % 2)::float8 AS y, i % 2 AS g FROM {ROWS[rows]}{join}')
+            f'(i % 2)::float8 AS y, i % 2 AS g, i::float8 AS z FROM {ROWS[rows]}{join}')
 
 
-FUNCTIONS = ('loss', 'gradient', 'gradient_descent', 'train', 'train_group_by', 'loss_agg', 'gradient_agg',
-             'gradient_descent_agg', 'gradient_agg_group_by')
+FUNCTIONS = ('loss', 'gradient', 'gradient_descent', 'train', 'train_group_by', 'train_validation', 'loss_agg',
+             'gradient_agg', 'gradient_descent_agg', 'gradient_agg_group_by')
 
 
 def statement(function, kind, query, case):
@@ -113,10 +115,10 @@ def statement(function, kind, query, case):
         return 'SELECT pgad.gradient(%s, %s, %s)', (loss, query, weights)
     if function == 'gradient_descent':
         return 'SELECT pgad.gradient_descent(%s, %s, %s, iterations => 3)', (loss, query, weights)
-    if function in ('train', 'train_group_by'):
-        group_by = ", group_by => 'g'" if function == 'train_group_by' else ''
-        return (f"SELECT pgad.train(%s, %s, 'squared', %s, %s, iterations => 3{group_by})",
-                (f'volatile_{case}', f'λ(d, w) {model}', query, weights))
+    if function.startswith('train'):  # group_by packs with pgad.pack; a validation query is loaded too
+        more = {'train': '', 'train_group_by': ", group_by => 'g'", 'train_validation': ', validation => %s'}[function]
+        return (f"SELECT pgad.train(%s, %s, 'squared', %s, %s, iterations => 3{more})",
+                (f'volatile_{case}', f'λ(d, w) {model}', query, weights) + (query,) * bool(more.endswith('%s')))
     query = query.replace('%', '%%')  # spliced into the SQL, beside psycopg's placeholders
     options = "" if function == 'loss_agg' else ", '{\"iterations\": 3}'" * (function == 'gradient_descent_agg')
     if function == 'gradient_agg_group_by':
