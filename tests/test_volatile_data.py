@@ -269,7 +269,8 @@ def test_the_aggregates_refuse_a_column_the_row_has_twice(db, aggregate):
     the aggregates read the first of them (0.12.0), and now refuse it the same way. A name the lambda does not read
     may repeat, as it may in pgad.loss's data."""
     expected = error_of(db, "SELECT pgad.loss('λ(d, w) w.a*d.x', 'SELECT 1 AS x, 2 AS x', '{\"a\": 1}')")
-    found = error_of(db, f"SELECT pgad.{aggregate}('λ(d, w) w.a*d.x', '{{\"a\": 1}}', t) FROM (SELECT 1 AS x, 2 AS x) AS t")
+    found = error_of(db, f"SELECT pgad.{aggregate}('λ(d, w) w.a*d.x', '{{\"a\": 1}}', t) "
+                         'FROM (SELECT 1 AS x, 2 AS x) AS t')
     assert (found.sqlstate, found.message_primary) == (expected.sqlstate, expected.message_primary) == \
         ('42702', 'column reference "x" is ambiguous')
     assert db.execute(f"SELECT pgad.{aggregate}('λ(d, w) w.a*d.x', '{{\"a\": 1}}', t) IS NOT NULL FROM "
