@@ -22,7 +22,8 @@
  *    first (pgad_error_query, part 5).
  *
  * 3. The packing aggregate pgad.pack (below), which turns rows into numpy's columns at about the cost of a scan:
- *    a PL/Python transition function would cost a microsecond a row.
+ *    a PL/Python transition function would cost a microsecond a row; and pgad._element, which its queries read an
+ *    array column's elements with, checking every array against the length the lambda reads.
  *
  * Further down: the aggregates pgad.loss_agg, gradient_agg and gradient_descent_agg (4), the doors from pgad's
  * Python back into the server (5), and the native load (6), which runs the functions' data query into one native
@@ -765,6 +766,127 @@ pgad_pack_deserialize(PG_FUNCTION_ARGS)
 	if (pack_size(state) != size)
 		elog(ERROR, "invalid pgad.pack state");
 	PG_RETURN_POINTER(state);
+}
+
+/*
+ * The element readers that pgad.pack's queries use in place of a subscript. The loader's query reads element k of
+ * an array column as pgad._element(pgad_data.pixels, k, length, 'pixels') (pgad/loader.py), not as
+ * (pgad_data.pixels)[k]: the data query may give other rows than when loader.lengths measured its arrays (random(),
+ * a sequence, a function), and a subscript reads whatever array the row has, the wrong element of one that starts
+ * at index 0, the first elements of a longer one, NULL (the row skipped) past the end of a shorter one and in a 2-D
+ * or empty one. So every array is checked, in C, on the row that is read, as the native load checks it (part 6):
+ * one dimension, from index 1, of the length the lambda reads; else SQLSTATE 2202E with the native load's message,
+ * naming the column but not the row, which no call here can count (parallel workers, hashed chunks and groups see
+ * the rows in other orders).
+ */
+
+/* name in double quotes, its own doubled: what pgad/loader.py's hints write (printer.quote_ident). */
+static char *
+always_quoted(const char *name)
+{
+	StringInfoData quoted;
+
+	initStringInfo(&quoted);
+	appendStringInfoChar(&quoted, '"');
+	for (; *name != '\0'; name++)
+	{
+		if (*name == '"')
+			appendStringInfoChar(&quoted, '"');
+		appendStringInfoChar(&quoted, *name);
+	}
+	appendStringInfoChar(&quoted, '"');
+	return quoted.data;
+}
+
+static void odd_array(const char *name, int64 row, ArrayType *array, int width) pg_attribute_noreturn();
+
+/*
+ * The error for an array of column name that is not one-dimensional from index 1 of width elements, the length the
+ * lambda reads: as loader.lengths words it, since it may be the first to see the row; row is its place (1-based, in
+ * the data's order), or 0 where the caller cannot know it ("a row").
+ */
+static void
+odd_array(const char *name, int64 row, ArrayType *array, int width)
+{
+	const char *hint = psprintf("Every row's %s must be a one-dimensional array of the same length: filter or pad "
+								"the rows that differ in the data query.", always_quoted(name));
+	const char *where = row > 0 ? psprintf("row " INT64_FORMAT, row) : "a row";
+	int			length = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+
+	if (length == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("column \"%s\" has an empty array in %s of the data", name, where),
+				 errhint("%s", hint)));
+	if (ARR_NDIM(array) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("column \"%s\" has a %d-dimensional array in %s of the data", name, ARR_NDIM(array), where),
+				 errdetail("pgad reads a one-dimensional array as a vector."),
+				 errhint("%s", hint)));
+	if (ARR_LBOUND(array)[0] != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("column \"%s\" has an array that starts at index %d in %s of the data", name,
+						ARR_LBOUND(array)[0], where),
+				 errdetail("pgad reads arrays indexed from 1."),
+				 errhint("%s", hint)));
+	ereport(ERROR,
+			(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+			 errmsg("column \"%s\" has arrays of different lengths", name),
+			 errdetail("The lambda reads arrays of %d elements, the length pgad found in the data; %s's has %d.",
+					   width, where, length),
+			 errhint("%s", hint)));
+}
+
+/* What array_get_element needs to know of an array's element type, kept in pgad._element's fn_extra. */
+typedef struct ElementType
+{
+	Oid			type;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+} ElementType;
+
+PG_FUNCTION_INFO_V1(pgad_element);
+
+/*
+ * pgad._element(v anyarray, k int4, length int4, name text) → anyelement: element k of v, the array of the data's
+ * column name in one row, where v is one-dimensional from index 1 of length elements; else the error (odd_array).
+ * STRICT: a NULL array gives NULL, and so here does a NULL element, so that pgad.pack skips the row as it skips a
+ * NULL number. Any element type: the loader's query casts the element to float8, never the whole array.
+ */
+Datum
+pgad_element(PG_FUNCTION_ARGS)
+{
+	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(0);
+	int			index = PG_GETARG_INT32(1);
+	int32		length = PG_GETARG_INT32(2);
+	ElementType *element = (ElementType *) fcinfo->flinfo->fn_extra;
+	Datum		value;
+	bool		isnull;
+
+	if (index < 1 || index > length)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pgad._element cannot read element %d of arrays of %d", index, length)));
+	if (ARR_NDIM(array) != 1 || ARR_LBOUND(array)[0] != 1 || ARR_DIMS(array)[0] != length)
+		odd_array(text_to_cstring(PG_GETARG_TEXT_PP(3)), 0, array, length);
+	if (element == NULL)
+	{
+		element = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(ElementType));
+		fcinfo->flinfo->fn_extra = element;
+	}
+	if (element->type != ARR_ELEMTYPE(array))
+	{
+		get_typlenbyvalalign(ARR_ELEMTYPE(array), &element->typlen, &element->typbyval, &element->typalign);
+		element->type = ARR_ELEMTYPE(array);
+	}
+	value = array_get_element(PointerGetDatum(array), 1, &index, -1, element->typlen, element->typbyval,
+							  element->typalign, &isnull);
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(value);
 }
 
 /*
@@ -1769,66 +1891,9 @@ load_grow(LoadReceiver *receiver)
 	load->mapped = mapped;
 }
 
-/* name in double quotes, its own doubled: what pgad/loader.py's hints write (printer.quote_ident). */
-static char *
-always_quoted(const char *name)
-{
-	StringInfoData quoted;
-
-	initStringInfo(&quoted);
-	appendStringInfoChar(&quoted, '"');
-	for (; *name != '\0'; name++)
-	{
-		if (*name == '"')
-			appendStringInfoChar(&quoted, '"');
-		appendStringInfoChar(&quoted, *name);
-	}
-	appendStringInfoChar(&quoted, '"');
-	return quoted.data;
-}
-
-/*
- * The error for row (1-based, in the data's order) of query column a, whose array is not one-dimensional from index
- * 1 of the length the lambda reads: as loader.lengths words it, since it may be the first to see the row.
- */
-static void
-load_odd_array(LoadReceiver *receiver, int a, int64 row, ArrayType *array)
-{
-	const char *name = receiver->names[a];
-	const char *hint = psprintf("Every row's %s must be a one-dimensional array of the same length: filter or pad "
-								"the rows that differ in the data query.", always_quoted(name));
-	int			length = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
-
-	if (length == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("column \"%s\" has an empty array in row " INT64_FORMAT " of the data", name, row),
-				 errhint("%s", hint)));
-	if (ARR_NDIM(array) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("column \"%s\" has a %d-dimensional array in row " INT64_FORMAT " of the data", name,
-						ARR_NDIM(array), row),
-				 errdetail("pgad reads a one-dimensional array as a vector."),
-				 errhint("%s", hint)));
-	if (ARR_LBOUND(array)[0] != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("column \"%s\" has an array that starts at index %d in row " INT64_FORMAT " of the data",
-						name, ARR_LBOUND(array)[0], row),
-				 errdetail("pgad reads arrays indexed from 1."),
-				 errhint("%s", hint)));
-	ereport(ERROR,
-			(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-			 errmsg("column \"%s\" has arrays of different lengths", name),
-			 errdetail("The lambda reads arrays of %d elements, the length pgad found in the data; row " INT64_FORMAT
-					   "'s has %d.", receiver->widths[a], row, length),
-			 errhint("%s", hint)));
-}
-
 /*
  * One row: its values appended to the columns; a row with a NULL (a number, an array or an element) skipped and
- * counted; an array of another shape than the lambda reads, the error (load_odd_array).
+ * counted; an array of another shape than the lambda reads, the error (odd_array).
  */
 static bool
 load_receive(TupleTableSlot *slot, DestReceiver *self)
@@ -1864,7 +1929,7 @@ load_receive(TupleTableSlot *slot, DestReceiver *self)
 					 errmsg("column \"%s\" of pgad's load holds an array of type %s, not double precision",
 							receiver->names[a], format_type_be(ARR_ELEMTYPE(array)))));
 		if (ARR_NDIM(array) != 1 || ARR_LBOUND(array)[0] != 1 || ARR_DIMS(array)[0] != receiver->widths[a])
-			load_odd_array(receiver, a, load->rows + load->skipped + 1, array);
+			odd_array(receiver->names[a], load->rows + load->skipped + 1, array, receiver->widths[a]);
 		if (array_contains_nulls(array))
 		{
 			load->skipped++;

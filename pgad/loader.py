@@ -25,9 +25,12 @@ the label of loss 'logistic' (objective.Label), which may be boolean and is then
 A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
 load reads its elements as columns of their own: the native load takes them from pgad_data.pixels::float8[] in C,
-the aggregate by subscripts, (pgad_data.pixels)[1] … (pgad_data.pixels)[64]. A NULL array or a NULL element skips
-the row, as a NULL number does. The data query may give other rows each time it runs (random(), a sequence), so the
-native load checks every array it reads against the length the lambda was built for, in C.
+the aggregate by pgad._element(pgad_data.pixels, 1, 64, 'pixels') … (pgad_data.pixels, 64, 64, 'pixels'), element 1
+… 64 of arrays of 64. A NULL array or a NULL element skips the row, as a NULL number does. The data query may give
+other rows each time it runs (random(), a sequence), so both check every array they read against the length the
+lambda was built for, in C (extension/pgad.c, parts 3 and 6): a subscript, (pgad_data.pixels)[3], would read the
+wrong element of an array that starts at index 0, cut a longer one short, and skip a row whose array is shorter,
+2-D or empty, all silently.
 
 pgad.memory_limit bounds what a call holds: its rows times its columns times 8 bytes, COPIES times over (measured:
 docs/security.md). The native load and pgad.pack stop the query at the row that passes it (SQLSTATE 53200,
@@ -119,7 +122,8 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
         return skipping(table, columns, query, elements)
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns, elements)
-    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen), k)
+    widths = array_lengths(elements)
+    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen, widths), k)
                                      for k, c in enumerate(columns)),
                            query)
     packs = aggregate(len(columns))
@@ -200,9 +204,7 @@ def load_natively(library, query, columns, elements, categories, unseen):
     the query may give other rows than lengths() measured. The server's error, if any, is raised as plpy.execute
     raises it (a server.SPIError)."""
     select, attributes, indexes, arrays = [], [], [], {}
-    widths = {}
-    for name, index in elements.values():
-        widths[name] = max(widths.get(name, 0), int(index))
+    widths = array_lengths(elements)
     for c in columns:
         if c in elements and c not in categories:
             name, index = elements[c]
@@ -246,17 +248,29 @@ def wrapped(library, load, failed):
         library.pgad_load_done(load, count)
 
 
-def value(column, elements, categories=None, unseen=False):
-    """The SQL of one column's value in a row of the data: pgad_data.x, or (pgad_data.pixels)[3] for an element,
-    or a categorical column's code (categories: {column: its categories})."""
+def value(column, elements, categories=None, unseen=False, widths=None):
+    """The SQL of one column's value in a row of the data: pgad_data.x, or for an element, pgad._element(
+    pgad_data.pixels, 3, 64, 'pixels'), which checks that the row's array is one-dimensional from 1 with the 64
+    elements the lambda reads (widths: array_lengths(elements), where the caller has it), or a categorical column's
+    code (categories: {column: its categories})."""
     if categories and column in categories:
         return category_code(column, categories[column], unseen)
     if column in elements:
         name, index = elements[column]
-        return f'(pgad_data.{quote_ident(name)})[{int(index)}]'
+        width = (widths or array_lengths(elements))[name]
+        return f'pgad._element(pgad_data.{quote_ident(name)}, {int(index)}, {int(width)}, {quote_literal(name)})'
     if boolean(column):
         return f'pgad_data.{quote_ident(column)}::pg_catalog.int4'  # 1 or 0 (NULL stays NULL), then as float8
     return f'pgad_data.{quote_ident(column)}'
+
+
+def array_lengths(elements):
+    """{array column: the length the lambda reads its arrays at} of elements ({element: (column, index)}): its
+    highest index, since a Program's columns_of names every element of every array column it reads."""
+    widths = {}
+    for name, index in elements.values():
+        widths[name] = max(widths.get(name, 0), int(index))
+    return widths
 
 
 def category_code(column, keys, unseen=False):
@@ -409,7 +423,9 @@ COMPLETE = 'SELECT pg_catalog.count(*) AS rows FROM ({}\n) AS pgad_data WHERE RO
 
 def count(query, columns, elements=None):
     """The rows of the data that have no NULL in the columns: those a load packs."""
-    names = ', '.join(value(c, elements or {}) for c in columns)
+    elements = elements or {}
+    widths = array_lengths(elements)
+    names = ', '.join(value(c, elements, widths=widths) for c in columns)
     return server.query(COMPLETE.format(query, names))[0]['rows']
 
 
@@ -459,8 +475,9 @@ def group_key(values):
 def null_counts(query, columns, elements, group_by=()):
     """{group key (None without group_by): [(column, rows with NULL in it)] of the columns that have a NULL}, by one
     query of the data."""
-    counts = ', '.join(['pg_catalog.count(*) AS pgad_rows'] + [f'pg_catalog.count({value(c, elements)}) AS n{k}'
-                                                               for k, c in enumerate(columns)])
+    widths = array_lengths(elements)
+    counts = ', '.join(['pg_catalog.count(*) AS pgad_rows'] + [f'pg_catalog.count({value(c, elements, widths=widths)}) '
+                                                               f'AS n{k}' for k, c in enumerate(columns)])
     key = group_key([f'pgad_data.{quote_ident(g)}' for g in group_by]) if group_by else 'NULL::pg_catalog.text'
     sql = f'SELECT {key} AS pgad_key, {counts} FROM ({query}\n) AS pgad_data'
     if group_by:
