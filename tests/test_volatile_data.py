@@ -4,12 +4,15 @@ A function runs its data query more than once: loader.lengths measures the array
 categories, and the load reads the rows. A volatile query (random(), a sequence, a function with a counter,
 clock_timestamp(), a set-returning function) can give other rows each time, so the native load (extension/pgad.c,
 part 6) checks every row it reads itself, in C: until 0.12.0 an array that was empty only at load time made the
-next row's copy read through a NULL pointer, and every session restarted.
+next row's copy read through a NULL pointer, and every session restarted. The loads that pgad.pack packs (chunked,
+or without pgad.so) read an array's elements through pgad._element (part 3), which checks each array the same way:
+until it did, a subscript read the wrong elements, or none, and the call gave a wrong number.
 
 The fuzzer builds such queries over every column kind the native load, pgad.pack and the aggregates take, with
 edge values (empty, NULL, 2-D and shifted arrays, arrays of another length, NULL elements, NaN and infinities, no
-rows), runs them through pgad.loss, gradient, gradient_descent, train (with group_by too, through pgad.pack) and
-the aggregates, and asserts that each ends in a number or a PostgreSQL error with a SQLSTATE other than XX000, that
+rows), runs them through pgad.loss, gradient, gradient_descent, train (with group_by too, through pgad.pack), loss
+and train again with pgad.load_chunk_rows set (pgad.pack reads the arrays there, through pgad._element) and the
+aggregates, and asserts that each ends in a number or a PostgreSQL error with a SQLSTATE other than XX000, that
 the session goes on, and that the server never restarts.
 """
 import random
@@ -102,13 +105,15 @@ def data_query(kind, edge, source, rows, row):
 
 
 FUNCTIONS = ('loss', 'gradient', 'gradient_descent', 'train', 'train_group_by', 'train_validation', 'loss_agg',
-             'gradient_agg', 'gradient_descent_agg', 'gradient_agg_group_by')
+             'gradient_agg', 'gradient_descent_agg', 'gradient_agg_group_by', 'loss_chunked', 'train_chunked')
+CHUNKED_LOADS = 'SET pgad.load_chunk_rows = 2'  # the *_chunked functions' loads: pgad.pack, two rows a chunk
 
 
 def statement(function, kind, query, case):
     """(the SQL of one call of function over the data query, its parameters)."""
     _, _, _, model, weights = kind
     loss = f'λ(d, w) ({model} - d.y)^2'
+    function = function.removesuffix('_chunked')  # the same call; the test SETs pgad.load_chunk_rows around it
     if function == 'loss':
         return 'SELECT pgad.loss(%s, %s, %s)', (loss, query, weights)
     if function == 'gradient':
@@ -229,6 +234,111 @@ def test_the_load_checks_each_array_it_reads(cluster, dbname, db, started, first
     server_still_up(cluster, dbname, started)
 
 
+# --- pgad.pack's loads check the rows they read too ---------------------------------------------------------------
+# Chunked loads (pgad.load_chunk_rows) and loads without pgad.so's native load pack the rows with pgad.pack, which
+# reads an array column's elements through pgad._element (extension/pgad.c, part 3). Until it did, a subscript read
+# them: the wrong element of an array from index 0, the first elements of a longer array, and NULL (the row skipped)
+# from a shorter, 2-D or empty one, each a number. pgad.pack's query cannot count its rows (parallel workers, hashed
+# chunks), so its errors say "a row" where the native load's name it.
+
+def odd_arrays(n):
+    """(the SQL of an array that the lambda, reading arrays of n elements, must not read; what the load then gives:
+    the error's SQLSTATE, message and detail, or 'ok' and the rows loaded and skipped of the three)."""
+    return [
+        ("'{}'::float8[]", ['2202E', 'column "v" has an empty array in a row of the data', None]),
+        (f'array_fill(1::float8, ARRAY[2, {n}])', ['2202E', 'column "v" has a 2-dimensional array in a row of the '
+                                                   'data', 'pgad reads a one-dimensional array as a vector.']),
+        (f'array_fill(2::float8, ARRAY[{n}], ARRAY[0])', ['2202E', 'column "v" has an array that starts at index 0 '
+                                                          'in a row of the data', 'pgad reads arrays indexed from 1.']),
+        (f'array_fill(2::float8, ARRAY[{n + 1}])', ['2202E', 'column "v" has arrays of different lengths',
+                                                   f'The lambda reads arrays of {n} elements, the length pgad found '
+                                                   f"in the data; a row's has {n + 1}."]),
+        (f'array_fill(2::float8, ARRAY[{n - 1}])', ['2202E', 'column "v" has arrays of different lengths',
+                                                   f'The lambda reads arrays of {n} elements, the length pgad found '
+                                                   f"in the data; a row's has {n - 1}."]),
+        ('NULL::float8[]', ['ok', '2', '1']),
+        (f'array_append(array_fill(2::float8, ARRAY[{n - 1}]), NULL)', ['ok', '2', '1']),
+    ]
+
+
+LOAD_PACKED = """
+CREATE OR REPLACE FUNCTION load_packed(data text, width int, chunk_rows int) RETURNS text[] LANGUAGE plpython3u AS $$
+import plpy
+from pgad import loader
+elements = {f'v[{k}]': ('v', k) for k in range(1, width + 1)}
+try:
+    table = loader.load(data, list(elements), chunk_rows, elements=elements, packed=True)
+except plpy.SPIError as e:
+    return [e.sqlstate, e.args[0], e.spidata[1]]
+return ['ok', str(table.rows), str(table.skipped)]
+$$;
+"""
+
+
+@pytest.mark.parametrize('width, second, error', [(n, a, e) for n in (2, 100) for a, e in odd_arrays(n)])
+@pytest.mark.parametrize('chunk_rows', [0, 1])
+def test_pgad_packs_loads_check_each_array_they_read(cluster, dbname, db, started, width, second, error, chunk_rows):
+    """loader.load through pgad.pack, in one part or a row a chunk, on rows that loader.lengths never measured: the
+    second row's array must be one-dimensional from 1 and of the length the lambda reads, else SQLSTATE 2202E with
+    the native load's message; a NULL array or element skips the row. Arrays of 100 elements are packed by two
+    aggregates, each over the rows with no NULL (loader.aggregate)."""
+    db.execute("SELECT pgad.loss('λ(d, w) w.a*d.x', 'SELECT 1 AS x', '{\"a\": 1}')")  # pgad's Python imported
+    db.execute(LOAD_PACKED)
+    good = f'array_fill(1::float8, ARRAY[{width}])'
+    rows = f'VALUES (1, {good}), (2, {second}), (3, {good})'
+    found = db.execute('SELECT load_packed(%s, %s, %s)',
+                       (f'SELECT column2 AS v FROM ({rows}) AS t(column1, column2)', width, chunk_rows)).fetchone()[0]
+    assert found == error
+    assert db.execute('SELECT 1').fetchone()[0] == 1
+    server_still_up(cluster, dbname, started)
+
+
+CHUNKED = ("SELECT CASE WHEN e.n > 1 AND i = 2 THEN {second} ELSE ARRAY[i, 1]::float8[] END AS v, i::float8 AS y "
+           "FROM generate_series(1, 3) AS i, (SELECT nextval('pgad_pack_seq') AS n) AS e")
+
+
+@pytest.mark.parametrize('second, error', odd_arrays(2))
+@pytest.mark.parametrize('function', ['loss', 'gradient', 'train'])
+def test_a_chunked_load_refuses_an_array_that_changed_since_pgad_measured_it(db, second, error, function):
+    """pgad.loss, gradient and train with pgad.load_chunk_rows set (a superuser's SET), over data whose second
+    row's array changes shape from the query's second execution on (a sequence): loader.lengths, the first, sees
+    arrays of 2 in every row; the chunked load that follows gets SQLSTATE 2202E, not a number (0.12.0: the second
+    row's elements from index 1, the first two of a longer array, or the row skipped). A NULL array or element still
+    skips the row, and the call gives its number."""
+    db.execute('CREATE SEQUENCE IF NOT EXISTS pgad_pack_seq')
+    db.execute('ALTER SEQUENCE pgad_pack_seq RESTART')
+    db.execute('SET pgad.load_chunk_rows = 2')
+    data = CHUNKED.format(second=second)
+    sql = {'loss': "SELECT pgad.loss('λ(d, w) sum(w.a * d.v)', %s, '{\"a\": [1, 1]}')",
+           'gradient': "SELECT pgad.gradient('λ(d, w) sum(w.a * d.v)', %s, '{\"a\": [1, 1]}')",
+           'train': "SELECT pgad.train('chunked', 'λ(d, w) sum(w.a * d.v)', 'squared', %s, '{\"a\": [0, 0]}', "
+                    "iterations => 2)"}[function]
+    if error[0] == 'ok':
+        found = db.execute(sql, (data,)).fetchone()[0]
+        if function == 'loss':
+            assert found == 3.0  # rows 1 and 3, (1 + 1) and (3 + 1), the second skipped
+        assert db.execute("SELECT nextval('pgad_pack_seq')").fetchone()[0] > 2  # the load was not the first run
+    else:
+        found = error_of(db, sql, (data,))
+        assert [found.sqlstate, found.message_primary, found.message_detail] == error
+        assert found.message_hint == ('Every row\'s "v" must be a one-dimensional array of the same length: filter '
+                                      'or pad the rows that differ in the data query.')
+    db.execute('RESET pgad.load_chunk_rows')
+
+
+def test_group_by_reads_no_array_on_pgad_packs_path(db):
+    """pgad.train's group_by, whose load packs each group with pgad.pack, takes no model with vectors: refused
+    (0A000) before any load, so an array that changes at load time never reaches pgad.pack there (checked here
+    so that a change to that rule meets the tests above)."""
+    db.execute('CREATE SEQUENCE IF NOT EXISTS pgad_pack_seq')
+    db.execute('ALTER SEQUENCE pgad_pack_seq RESTART')
+    data = CHUNKED.format(second="'[0:2]={9,2,1}'::float8[]").replace('AS y', 'AS y, i % 2 AS g')
+    found = error_of(db, "SELECT pgad.train('grouped', 'λ(d, w) sum(w.a * d.v)', 'squared', %s, '{\"a\": [0, 0]}', "
+                         "group_by => 'g')", (data,))
+    assert (found.sqlstate, found.message_primary) == \
+        ('0A000', 'pgad.train takes no standardize or group_by for a model with vectors')
+
+
 # --- the fuzzer -------------------------------------------------------------------------------------------------
 
 def test_data_that_changes_between_executions_never_crashes_the_server(cluster, dbname, db, started):
@@ -249,6 +359,7 @@ def test_data_that_changes_between_executions_never_crashes_the_server(cluster, 
         query = data_query(kind, edge, source, rows, rng.randint(1, 3))
         sql, params = statement(function, kind, query, case)
         db.execute('SELECT setseed(%s)', (rng.random() * 2 - 1,))
+        db.execute(CHUNKED_LOADS if function.endswith('_chunked') else 'RESET pgad.load_chunk_rows')
         found = outcome(db, sql, params)
         assert found not in ('XX000', None), (found, sql, params)
         assert db.execute('SELECT 1').fetchone()[0] == 1, (sql, params)
