@@ -243,12 +243,13 @@ def test_the_load_checks_each_array_it_reads(cluster, dbname, db, started, first
 
 def odd_arrays(n):
     """(the SQL of an array that the lambda, reading arrays of n elements, must not read; what the load then gives:
-    the error's SQLSTATE, message and detail, or 'ok' and the rows loaded and skipped of the three)."""
+    the error's SQLSTATE, message and detail, or 'ok' and the rows loaded and skipped of the three). The array from
+    index 0 has n + 1 elements, so that a subscript would read n of them, the wrong ones."""
     return [
         ("'{}'::float8[]", ['2202E', 'column "v" has an empty array in a row of the data', None]),
         (f'array_fill(1::float8, ARRAY[2, {n}])', ['2202E', 'column "v" has a 2-dimensional array in a row of the '
                                                    'data', 'pgad reads a one-dimensional array as a vector.']),
-        (f'array_fill(2::float8, ARRAY[{n}], ARRAY[0])', ['2202E', 'column "v" has an array that starts at index 0 '
+        (f'array_fill(2::float8, ARRAY[{n + 1}], ARRAY[0])', ['2202E', 'column "v" has an array that starts at index 0 '
                                                           'in a row of the data', 'pgad reads arrays indexed from 1.']),
         (f'array_fill(2::float8, ARRAY[{n + 1}])', ['2202E', 'column "v" has arrays of different lengths',
                                                    f'The lambda reads arrays of {n} elements, the length pgad found '
