@@ -327,6 +327,23 @@ def test_a_chunked_load_refuses_an_array_that_changed_since_pgad_measured_it(db,
     db.execute('RESET pgad.load_chunk_rows')
 
 
+def test_the_element_reader_alone(db):
+    """pgad._element on its own: element k of an array of any element type (a smallint, a numeric: by value and by
+    reference), NULL for a NULL array or element (STRICT, and the element's NULL), 2202E naming the column for an
+    array of another shape, and 22023 for an element outside the length it is told, which no array can have."""
+    rows = db.execute("SELECT pgad._element(ARRAY[1, 2]::int2[], 2, 2, 'v'), pgad._element(ARRAY[1.5, 2]::numeric[], "
+                      "1, 2, 'v'), pgad._element(ARRAY[1, NULL]::float8[], 2, 2, 'v'), "
+                      "pgad._element(NULL::float8[], 1, 2, 'v')").fetchone()
+    assert rows == (2, 1.5, None, None)
+    found = error_of(db, "SELECT pgad._element(ARRAY[1, 2, 3]::float8[], 1, 2, 'a \"b\"')")
+    assert (found.sqlstate, found.message_primary, found.message_hint) == \
+        ('2202E', 'column "a "b"" has arrays of different lengths', 'Every row\'s "a ""b""" must be a one-dimensional '
+                                                                    'array of the same length: filter or pad the rows '
+                                                                    'that differ in the data query.')
+    for k, length in [(0, 2), (3, 2), (1, 0), (1, -1)]:
+        assert error_of(db, "SELECT pgad._element(ARRAY[1, 2]::float8[], %s, %s, 'v')", (k, length)).sqlstate == '22023'
+
+
 def test_group_by_reads_no_array_on_pgad_packs_path(db):
     """pgad.train's group_by, whose load packs each group with pgad.pack, takes no model with vectors: refused
     (0A000) before any load, so an array that changes at load time never reaches pgad.pack there (checked here
