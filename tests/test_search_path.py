@@ -88,6 +88,7 @@ CALLS = [
     ("SELECT stage FROM pgad.explain(%s)", (LINEAR,)),
     ("SET pgad.load_chunk_rows = 7", ()),
     ("SELECT pgad.gradient(%s, 'points', %s)", (LINEAR, '{"a": 1, "b": 0}')),
+    ("SELECT pgad.loss('λ(d, w) sum(w.a * d.v)', 'vecs', %s)", ('{"a": [1, 1]}',)),  # pgad._element, in chunks
     ("RESET pgad.load_chunk_rows", ()),
     ("SELECT pgad.gradient_agg(%s, %s, p) FROM points AS p", (LINEAR, '{"a": 1, "b": 0}')),
     ("SELECT (pgad.gradient_descent_agg(%s, %s, p, '{\"iterations\": 5}')).loss FROM with_nulls AS p",
@@ -147,6 +148,7 @@ def dbname(server):
         db.execute('CREATE TABLE flags AS SELECT x, x::int % 3 = 0 AS y, x > 25 AS part FROM points '
                    'UNION ALL SELECT NULL, true, true')  # a boolean label, and a row it skips
         db.execute("CREATE TABLE shops AS SELECT (x::int % 3)::text AS region, x::int % 2 AS part, x, y FROM points")
+        db.execute('CREATE TABLE vecs AS SELECT ARRAY[x, 1]::float8[] AS v FROM points')
         db.execute('CREATE ROLE mallory LOGIN')
         db.execute('CREATE SCHEMA mallory AUTHORIZATION mallory')
         db.execute('GRANT CREATE ON SCHEMA public TO mallory')  # as every database made before PostgreSQL 15
