@@ -35,3 +35,15 @@ CREATE TABLE pgad.model_names (name pg_catalog.text PRIMARY KEY);
 COMMENT ON TABLE pgad.model_names IS 'the names in pgad.models, one row each, claimed by the writer';
 SELECT pg_catalog.pg_extension_config_dump('pgad.model_names', '');
 INSERT INTO pgad.model_names (name) SELECT DISTINCT m.name FROM pgad.models AS m;
+
+-- pgad._element(v, k, length, name): element k of an array column's value in a row of the data, which the loader's
+-- pgad.pack queries read in place of (v)[k] (pgad/loader.py): an array that is not one-dimensional from index 1 of
+-- length elements, the length the lambda reads, is SQLSTATE 2202E naming column name, as the native load's is (the
+-- data query may give other rows than when pgad measured its arrays). STRICT: a NULL array gives NULL, as a NULL
+-- element does, and pgad.pack skips the row. STABLE, not IMMUTABLE, so that the planner never folds it over a
+-- constant array of a branch that gives no rows. Executable by PUBLIC: the loader's queries run as the caller.
+CREATE FUNCTION pgad._element(v pg_catalog.anyarray, k pg_catalog.int4, length pg_catalog.int4, name pg_catalog.text)
+RETURNS pg_catalog.anyelement LANGUAGE C STABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pgad_element';
+COMMENT ON FUNCTION pgad._element(pg_catalog.anyarray, pg_catalog.int4, pg_catalog.int4, pg_catalog.text) IS
+    'element k of v, an array of the data''s column name that must be one-dimensional from 1 with length elements '
+    '(pgad''s loader)';

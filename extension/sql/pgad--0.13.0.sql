@@ -212,6 +212,18 @@ REVOKE ALL ON FUNCTION pgad._pack_step(pg_catalog.internal, VARIADIC "any"),
   pgad._pack_combine(pg_catalog.internal, pg_catalog.internal), pgad._pack_bytes(pg_catalog.internal),
   pgad._pack_deserialize(pg_catalog.bytea, pg_catalog.internal) FROM PUBLIC;
 
+-- pgad._element(v, k, length, name): element k of an array column's value in a row of the data, which the loader's
+-- pgad.pack queries read in place of (v)[k] (pgad/loader.py): an array that is not one-dimensional from index 1 of
+-- length elements, the length the lambda reads, is SQLSTATE 2202E naming column name, as the native load's is (the
+-- data query may give other rows than when pgad measured its arrays). STRICT: a NULL array gives NULL, as a NULL
+-- element does, and pgad.pack skips the row. STABLE, not IMMUTABLE, so that the planner never folds it over a
+-- constant array of a branch that gives no rows. Executable by PUBLIC: the loader's queries run as the caller.
+CREATE FUNCTION pgad._element(v pg_catalog.anyarray, k pg_catalog.int4, length pg_catalog.int4, name pg_catalog.text)
+RETURNS pg_catalog.anyelement LANGUAGE C STABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'pgad_element';
+COMMENT ON FUNCTION pgad._element(pg_catalog.anyarray, pg_catalog.int4, pg_catalog.int4, pg_catalog.text) IS
+    'element k of v, an array of the data''s column name that must be one-dimensional from 1 with length elements '
+    '(pgad''s loader)';
+
 -- The aggregates pgad.loss_agg, pgad.gradient_agg and pgad.gradient_descent_agg(loss, weights, row[, options]),
 -- whose row is a whole-row reference of the data (docs/sql.md). The transition function (extension/pgad.c) packs the
 -- columns the lambda reads, as pgad.pack does, asking pgad._lambda_columns which they are; the final function
