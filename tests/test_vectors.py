@@ -634,3 +634,43 @@ def test_an_array_columns_block_is_packed_once_and_let_go_with_its_columns():
     del columns, first, block
     gc.collect()
     assert not to_arguments.kept
+
+
+# --- columns the lambda names but never reads (issue 34, 5(b)) -------------------------------------------------------
+
+UNREAD = [  # the lambda names an array column q (and a number column) that no kernel reads, but the loader loads
+    'CASE WHEN false THEN sum(d.q) ELSE sum(w.a * d.pix) END',  # only in a branch never taken
+    'sum(w.a * d.pix) + w.b * CASE WHEN false THEN sum(d.q) + d.x2 ELSE 1 END',  # in a derivative's untaken branch
+    'sum(w.a * d.pix) + CASE WHEN false THEN w.b * sum(d.q) ELSE w.b END',  # in a derivative that is never taken
+    'sum(w.a * d.pix) + w.b * 0 * sum(d.q)',  # in a derivative that is zero
+    'CASE WHEN d.x1 > 100 THEN sum(d.q) ELSE sum(w.a * d.pix) + w.b END',  # a branch the data never takes
+    'sum(w.a) * w.b + CASE WHEN false THEN sum(d.q) + sum(d.pix) ELSE 0 END',  # no column read at all
+]
+
+
+@pytest.mark.parametrize('wide', [False, True])
+@pytest.mark.parametrize('body', UNREAD)
+def test_an_array_column_the_kernel_never_reads(body, wide):
+    """An array column the lambda names but no kernel reads — in a branch never taken, in a derivative that is 0 —
+    is not among a loop kernel's arguments (it was, with no elements to pack: XX000 'need at least one array to
+    stack'). Every tape, 'auto' unrolled and, past 39 weights, 'auto' on the loop kernel, and the cuda backend: the
+    python backend's sums."""
+    from pgad.jit import compiler
+    length = 40 if wide else P  # 41 weights: 'auto' runs the loop kernel ('store')
+    rng = np.random.default_rng(3)
+    data = {'x1': DATA['x1'], 'x2': DATA['x2'], 'pix': rng.uniform(-1, 1, (N, length)),
+            'q': rng.uniform(-1, 1, (N, 3))}
+    shapes = {'a': (length,), 'b': ()}
+    w = np.concatenate([rng.uniform(-1, 1, length), [0.5]])
+    results = {}
+    for backend, tape in [('python', 'auto'), ('llvm', 'auto'), ('llvm', 'store'), ('llvm', 'recompute'),
+                          ('llvm', 'reversible'), ('cuda', 'auto')]:
+        prog = program.build('λ(d, w) ' + body, tuple(shapes), 'reverse', True, tape=tape, shapes=vectors.Shapes(
+            (('a', (length,)),), (('pix', length), ('q', 3))))
+        if backend == 'llvm' and tape == 'auto':
+            assert compiler.form(prog) == ('store' if wide else 'unrolled')
+        elements = dict(prog.columns_of)
+        columns = [data[elements[c][0]][:, elements[c][1] - 1] if c in elements else data[c] for c in prog.columns]
+        results[backend, tape] = backends.compile(prog, backend)(columns, N, w)
+    for (backend, tape), got in results.items():  # the same sums, added in other orders
+        np.testing.assert_allclose(got, results['python', 'auto'], rtol=1e-12, atol=1e-12, err_msg=f'{backend} {tape}')

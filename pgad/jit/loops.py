@@ -1217,11 +1217,13 @@ LANES_REVERSE = {'matmul': _lanes_matmul_reverse, 'dot': _lanes_matmul_reverse, 
 
 
 def column_arguments(program):
-    """(the indexes in program.columns of the number columns, the array columns' names): a loop kernel takes a
-    pointer to each number column, then one to each array column's row-major block (blocks() makes them)."""
+    """(the indexes in program.columns of the number columns, the names of the array columns it reads): a loop kernel
+    takes a pointer to each number column, then one to each array column's row-major block (blocks() makes them). An
+    array column the lambda names but never reads (in a branch never taken) has no elements in program.columns, and
+    no argument: the loader loads program.columns alone."""
     elements = dict(program.columns_of)
     return ([k for k, c in enumerate(program.columns) if c not in elements],
-            list(dict.fromkeys(name for name, _ in elements.values())))
+            list(dict.fromkeys(elements[c][0] for c in program.columns if c in elements)))
 
 
 def _members(program, arrays):
