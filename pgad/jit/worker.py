@@ -11,9 +11,10 @@ should the backend exit first. A child that crashes or runs out of its memory (M
 the call (58000), never the backend; one still compiling after WALL_SECONDS is killed (54001).
 
 The child inherits nothing of PostgreSQL's: a clean environment, no file descriptors but its three pipes, a session
-of its own, SIGINT and SIGTERM at their defaults. The disk cache stays in the backend: a hit starts nothing.
+of its own, SIGINT and SIGTERM at their defaults; its sys.path is pgad's folder and its Python's own, never its
+working directory (-P). The disk cache stays in the backend: a hit starts nothing.
 
-    python -m pgad.jit.worker PARENT_PID MEMORY_BYTES < request.json > response
+    python -P -s -B -m pgad.jit.worker PARENT_PID MEMORY_BYTES < request.json > response
     response: one line of JSON, {"seconds": {stage: s, …}, "parts": [[name, bytes], …]}, then the parts' bytes
 """
 import ctypes
@@ -33,6 +34,7 @@ WALL_SECONDS = 60           # a compile still running after this is killed: 5400
 MEMORY_BYTES = 4 << 30      # the child's address space (RLIMIT_AS); the largest compiles measured: 300 MB resident
 PIPE_BYTES = 1 << 16        # written or read at once
 STDERR_BYTES = 2000         # of a failed child's message, kept for the DETAIL
+CWD = '/'                   # the child's working directory, which is not on its path (command())
 
 
 # --- the backend's side ---------------------------------------------------------------------------------------------
@@ -46,9 +48,8 @@ def run(request, what, wall=WALL_SECONDS):
     checking for interrupts (limits.tick), and on any exception kills the child before raising it."""
     from ..errors import PgadError
     try:
-        process = subprocess.Popen([interpreter(), '-s', '-B', '-m', __name__, str(os.getpid()), str(MEMORY_BYTES)],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   close_fds=True, start_new_session=True, env=environment(request), cwd='/')
+        process = subprocess.Popen(command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   close_fds=True, start_new_session=True, env=environment(request), cwd=CWD)
     except OSError as e:
         raise PgadError('58000', f'{what} failed: its process could not start', detail=f'{interpreter()}: {e}.',
                         hint='pgad\'s Python environment is incomplete: reinstall pgad (make install).') from None
@@ -141,6 +142,14 @@ def parse(out):
     if not newline or at != len(rest):
         raise Failed('its result was cut short')
     return parts, head['seconds']
+
+
+def command():
+    """The child's command line: pgad's Python, isolated — -P: neither its working directory nor a script's folder on
+    sys.path (`python -m` puts the working directory first, where a planted `pgad/` or `json.py` would be imported
+    in its place), -s: no user site-packages; its environment is environment()'s alone, so PYTHONPATH is pgad's
+    folder — and -B: no bytecode written."""
+    return [interpreter(), '-P', '-s', '-B', '-m', __name__, str(os.getpid()), str(MEMORY_BYTES)]
 
 
 @functools.lru_cache(maxsize=None)
