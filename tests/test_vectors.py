@@ -114,7 +114,7 @@ def build(text, shapes, mode, tape='auto'):
 
 def sums(text, shapes, w, mode='reverse', backend='python', tape='auto'):
     """[Σ loss, Σ ∂loss/∂element…] over the rows, the weights' elements flat, row-major; backend 'llvm' with a
-    tape other than 'auto' runs the loop kernel with that tape (jit/loops.py)."""
+    tape other than 'auto' runs the loop kernel with that tape (jit/loops/)."""
     prog = build(text, shapes, mode, tape)
     elements = dict(prog.columns_of)
     columns = [DATA[elements[c][0]][:, elements[c][1] - 1] if c in elements else DATA[c] for c in prog.columns]
@@ -322,7 +322,7 @@ def test_a_store_tile_of_any_rows_gives_the_same_sums(tile, monkeypatch):
     """N = 30 rows in tiles of 1 (a record a row), or 3 to 19 kept lane by lane: fewer rows than a SIMD register, whole
     registers and one by one, the last tile short: the same sums as the unrolled kernel."""
     from pgad.jit import loops
-    monkeypatch.setattr(loops, 'TILE', tile)
+    monkeypatch.setattr(loops.layout, 'TILE', tile)
     text, shapes, _ = CASES[8].values  # the cross-entropy MLP
     w = start(shapes)
     program.build.cache_clear()
@@ -517,7 +517,7 @@ def test_an_unrolled_lambda_prints_with_its_parameters_and_elements():
     ('logsumexp(z)', lambda z: torch.logsumexp(z, 1)),
     ('dot(softmax(z), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])', lambda z: torch.softmax(z, 1) @ torch.arange(1.0, 12))])
 def test_a_long_vectors_exps_run_a_simd_register_at_a_time(fn, reference, tape):
-    """11 elements: whole vectors of exps through libmvec (8 or 4 at once, jit/loops.exps), the rest one by one —
+    """11 elements: whole vectors of exps through libmvec (8 or 4 at once, jit/loops/simd.py's exps), the rest one by one —
     against PyTorch, and the python backend's sums."""
     shapes = {'v': (11,), 'u': (11,)}
     w = start(shapes)
@@ -529,7 +529,7 @@ def test_a_long_vectors_exps_run_a_simd_register_at_a_time(fn, reference, tape):
     np.testing.assert_allclose(got, sums(text, shapes, w), rtol=1e-12, atol=1e-12)
 
 
-LANES = [  # blocked products of a weight matrix and a vector over a tile (jit/loops.py: lane_product, lane_gradient,
+LANES = [  # blocked products of a weight matrix and a vector over a tile (jit/loops/lanes.py: lane_product, lane_gradient,
     # block_gradient) at shapes around their blocks: 4 outputs, 2 registers of rows, 16 inputs written out, 4 by 4
     # gradient sums, 2 registers of an array column's elements
     ('sum(tanh(w.w @ [d.x1] + w.b))', {'w': (5, 1), 'b': (5,)}),  # a 1-wide input
@@ -556,7 +556,7 @@ def test_an_array_column_into_tiles_of_any_rows(body, shapes, tile, monkeypatch)
     """An array column's block into the tile's lanes and its W̄ along the block, in tiles of whole registers of rows
     and not: the python backend's sums."""
     from pgad.jit import loops
-    monkeypatch.setattr(loops, 'TILE', tile)
+    monkeypatch.setattr(loops.layout, 'TILE', tile)
     program.build.cache_clear()
     backends.compile.cache_clear()
     blocked_products_agree(body, shapes, 133)

@@ -14,7 +14,8 @@ The child inherits nothing of PostgreSQL's: a clean environment, no file descrip
 of its own, SIGINT and SIGTERM at their defaults; its sys.path is pgad's folder and its Python's own, never its
 working directory (-P). The disk cache stays in the backend: a hit starts nothing.
 
-    python -P -s -B -m pgad.jit.worker PARENT_PID MEMORY_BYTES < request.json > response
+    python -P -s -B -m pgad.jit.worker PARENT_PID MEMORY_BYTES < request.json > response   (job 'llvm')
+    python -P -s -B -m pgad.gpu.ptx PARENT_PID MEMORY_BYTES < request.json > response      (job 'ptx': main() there)
     response: one line of JSON, {"seconds": {stage: s, …}, "parts": [[name, bytes], …]}, then the parts' bytes
 """
 import ctypes
@@ -43,12 +44,13 @@ class Failed(Exception):
     """The child ended without a result: how (a message for the DETAIL)."""
 
 
-def run(request, what, wall=WALL_SECONDS):
-    """({part: bytes}, {stage: seconds}) of request compiled in a child; `what` names the compile in errors. Waits
+def run(request, what, wall=WALL_SECONDS, entry=__name__):
+    """({part: bytes}, {stage: seconds}) of request compiled in a child, `python -m entry` (this module, whose JOBS
+    serve 'llvm'; a job module of its own for another job: gpu/ptx.py); `what` names the compile in errors. Waits
     checking for interrupts (limits.tick), and on any exception kills the child before raising it."""
     from ..errors import PgadError
     try:
-        process = subprocess.Popen(command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        process = subprocess.Popen(command(entry), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    close_fds=True, start_new_session=True, env=environment(request), cwd=CWD)
     except OSError as e:
         raise PgadError('58000', f'{what} failed: its process could not start', detail=f'{interpreter()}: {e}.',
@@ -144,12 +146,12 @@ def parse(out):
     return parts, head['seconds']
 
 
-def command():
-    """The child's command line: pgad's Python, isolated — -P: neither its working directory nor a script's folder on
+def command(entry=__name__):
+    """The child's command line, `python -m entry`: pgad's Python, isolated — -P: neither its working directory nor a script's folder on
     sys.path (`python -m` puts the working directory first, where a planted `pgad/` or `json.py` would be imported
     in its place), -s: no user site-packages; its environment is environment()'s alone, so PYTHONPATH is pgad's
     folder — and -B: no bytecode written."""
-    return [interpreter(), '-P', '-s', '-B', '-m', __name__, str(os.getpid()), str(MEMORY_BYTES)]
+    return [interpreter(), '-P', '-s', '-B', '-m', entry, str(os.getpid()), str(MEMORY_BYTES)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -222,19 +224,7 @@ def llvm_job(request):
     return parts, seconds
 
 
-def ptx_job(request):
-    """A CUDA kernel's generated source → its PTX for compute capability cc, with numba-cuda (no GPU needed)."""
-    from ..gpu import compiler
-    compiler.cuda().compile_ptx(_first, '(float64[::1],)', cc=tuple(request['cc']))  # numba's set-up, untimed
-    text, seconds = compiler.ptx_here(request)
-    return [('ptx', text.encode())], {'PTX': seconds}
-
-
-def _first(io):
-    io[0] = 1.0
-
-
-JOBS = {'llvm': llvm_job, 'ptx': ptx_job}
+JOBS = {'llvm': llvm_job}  # this module's; a job module of its own serves others (gpu/ptx.py: 'ptx')
 
 
 def _die_with(parent):
@@ -245,7 +235,8 @@ def _die_with(parent):
         os._exit(1)
 
 
-def main(argv):
+def main(argv, jobs):
+    """The child: the request on stdin, served by jobs[request['job']], the response on stdout; the exit status."""
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(number, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])  # nothing blocked that the backend had blocked
@@ -256,7 +247,7 @@ def main(argv):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     try:
         request = json.loads(sys.stdin.buffer.read())
-        parts, seconds = JOBS[request['job']](request)
+        parts, seconds = jobs[request['job']](request)
     except MemoryError:
         sys.stderr.write(f'out of memory: the compile needed more than {memory >> 20} MB\n')
         return 3
@@ -271,4 +262,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv))
+    sys.exit(main(sys.argv, JOBS))
