@@ -517,8 +517,8 @@ def test_an_unrolled_lambda_prints_with_its_parameters_and_elements():
     ('logsumexp(z)', lambda z: torch.logsumexp(z, 1)),
     ('dot(softmax(z), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])', lambda z: torch.softmax(z, 1) @ torch.arange(1.0, 12))])
 def test_a_long_vectors_exps_run_a_simd_register_at_a_time(fn, reference, tape):
-    """11 elements: whole vectors of exps through libmvec (8 or 4 at once, jit/loops/simd.py's exps), the rest one by one —
-    against PyTorch, and the python backend's sums."""
+    """11 elements: whole vectors of exps through libmvec (8 or 4 at once, jit/loops/simd.py's exps), the rest one by
+    one — against PyTorch, and the python backend's sums."""
     shapes = {'v': (11,), 'u': (11,)}
     w = start(shapes)
     text = 'λ(d, w) ' + fn.replace('z', '(w.v * d.x1 + w.u)')
@@ -529,9 +529,9 @@ def test_a_long_vectors_exps_run_a_simd_register_at_a_time(fn, reference, tape):
     np.testing.assert_allclose(got, sums(text, shapes, w), rtol=1e-12, atol=1e-12)
 
 
-LANES = [  # blocked products of a weight matrix and a vector over a tile (jit/loops/lanes.py: lane_product, lane_gradient,
-    # block_gradient) at shapes around their blocks: 4 outputs, 2 registers of rows, 16 inputs written out, 4 by 4
-    # gradient sums, 2 registers of an array column's elements
+LANES = [  # blocked products of a weight matrix and a vector over a tile (jit/loops/lanes.py: lane_product,
+    # lane_gradient, block_gradient) at shapes around their blocks: 4 outputs, 2 registers of rows, 16 inputs written
+    # out, 4 by 4 gradient sums, 2 registers of an array column's elements
     ('sum(tanh(w.w @ [d.x1] + w.b))', {'w': (5, 1), 'b': (5,)}),  # a 1-wide input
     ('sum(w.o @ tanh(w.w @ [d.x1, d.x2, d.x3] + w.b))^2', {'o': (1, 9), 'w': (9, 3), 'b': (9,)}),  # a 1-wide output
     ('sum(sin(w.o @ tanh(w.w @ [d.x1, d.x2, d.x3])))', {'o': (6, 17), 'w': (17, 3)}),  # 17 inputs: a loop over them

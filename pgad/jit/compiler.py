@@ -8,10 +8,10 @@ compiles nothing.
 LLVM's passes cannot be interrupted, so only a kernel that is provably small (in_process: tens of milliseconds)
 is compiled in the server process; every other compile runs in a process of its own (worker.py), which the backend
 kills as soon as statement_timeout, pg_cancel_backend or pg_terminate_backend acts, and after worker.WALL_SECONDS.
-The optimisation level is chosen by the kernel's size, in tiers (tiers.py), so that a kernel's compile stays in seconds: loop
-vectorisation is the costly part (it grows much faster than the kernel: 129 outputs took 2.5 s, 129 exp terms
-14 s), then O3's scheduling of many accumulators. A kernel larger than the last tier is not compiled: 'auto' runs
-it on python.
+The optimisation level is chosen by the kernel's size, in tiers (tiers.py), so that a kernel's compile stays in
+seconds: loop vectorisation is the costly part (it grows much faster than the kernel: 129 outputs took 2.5 s, 129 exp
+terms 14 s), then O3's scheduling of many accumulators. A kernel larger than the last tier is not compiled: 'auto'
+runs it on python.
 """
 import ctypes
 import functools

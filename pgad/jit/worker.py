@@ -50,8 +50,9 @@ def run(request, what, wall=WALL_SECONDS, entry=__name__):
     checking for interrupts (limits.tick), and on any exception kills the child before raising it."""
     from ..errors import PgadError
     try:
-        process = subprocess.Popen(command(entry), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   close_fds=True, start_new_session=True, env=environment(request), cwd=CWD)
+        process = subprocess.Popen(command(entry), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, close_fds=True, start_new_session=True,
+                                   env=environment(request), cwd=CWD)
     except OSError as e:
         raise PgadError('58000', f'{what} failed: its process could not start', detail=f'{interpreter()}: {e}.',
                         hint='pgad\'s Python environment is incomplete: reinstall pgad (make install).') from None
@@ -147,10 +148,10 @@ def parse(out):
 
 
 def command(entry=__name__):
-    """The child's command line, `python -m entry`: pgad's Python, isolated — -P: neither its working directory nor a script's folder on
-    sys.path (`python -m` puts the working directory first, where a planted `pgad/` or `json.py` would be imported
-    in its place), -s: no user site-packages; its environment is environment()'s alone, so PYTHONPATH is pgad's
-    folder — and -B: no bytecode written."""
+    """The child's command line, `python -m entry`: pgad's Python, isolated — -P: neither its working directory
+    nor a script's folder on sys.path (`python -m` puts the working directory first, where a planted `pgad/` or
+    `json.py` would be imported in its place), -s: no user site-packages; its environment is environment()'s alone,
+    so PYTHONPATH is pgad's folder — and -B: no bytecode written."""
     return [interpreter(), '-P', '-s', '-B', '-m', entry, str(os.getpid()), str(MEMORY_BYTES)]
 
 
