@@ -13,6 +13,11 @@ def _dims(shape_a, shape_b):
     return m, n, p
 
 
+def matmul_reads(lay, args, i):
+    """The values the reverse of a product reads: each argument's, where the other takes an adjoint."""
+    return [args[1]] * lay.live[args[0]] + [args[0]] * lay.live[args[1]]
+
+
 def matmul_forward(kn, i, args):
     """C = A @ B, A M×N, B N×P (a vector: M or P is 1): each row of C a dot product per element (P = 1) or an
     axpy per element of A's row (P > 1), along contiguous memory."""

@@ -6,6 +6,16 @@ from llvmlite import ir
 from ..codegen import DOUBLE, EMIT, I64
 from .layout import size_of
 
+def sum_reads(lay, args, i):
+    """sum's reverse reads no value."""
+    return []
+
+
+def own_reads(lay, args, i):
+    """logsumexp's and softmax's reverse read their own value (and its extra slots)."""
+    return [i]
+
+
 def sum_forward(kn, i, args):
     v, = args
     kn.put(i, 0, kn.reduce(size_of(kn.lay.shape[v]), lambda k: kn.val(v, k)))

@@ -8,6 +8,16 @@ from llvmlite import ir
 from ..codegen import DOUBLE, I64
 from .layout import size_of
 
+def no_reads(lay, args, i):
+    """stack's and transpose's reverse read no value."""
+    return []
+
+
+def index_reads(lay, args, i):
+    """index's reverse reads the position."""
+    return [args[1]]
+
+
 def stack_forward(kn, i, args):
     inner = size_of(kn.lay.shape[args[0]])
     for t, a in enumerate(args):
