@@ -276,8 +276,8 @@ def array_lengths(elements):
 def category_code(column, keys, unseen=False):
     """The SQL of a row's code of column (1 … K by keys; NULL for NULL) in the loader's query. A value not in keys
     is NULL too (the row is skipped), or with unseen, 0: the code every kernel reads as a category whose weight is 0
-    (vectors._index's chain, jit/loops.py's index), as a scoring function does; for scoring stored weights on new
-    data (the categories then the stored ones, not the data's)."""
+    (vectors._index's chain, jit/loops/structure.py's index), as a scoring function does; for scoring stored weights
+    on new data (the categories then the stored ones, not the data's)."""
     lookup = json.dumps({k: n + 1 for n, k in enumerate(keys)})
     value = f'pgad_data.{quote_ident(column)}'
     found = f'({quote_literal(lookup)}::pg_catalog.jsonb OPERATOR(pg_catalog.->>) {value}::pg_catalog.text)'

@@ -26,7 +26,7 @@ class Program:
     outputs: tuple   # node ids: the loss of one row, then (with a gradient) its derivative by each weight
     weights: tuple   # the weights' elements, in the order of the weight vector a kernel is given
     shapes: tuple = ()  # each weight's (name, shape), in order: () a number, (n,) a vector, (m, n) a matrix
-    tape: str = 'auto'      # the llvm kernel's tape: 'auto' (jit/compiler.py's form() decides), or a loop kernel's
+    tape: str = 'auto'      # the llvm kernel's tape: 'auto' (jit/tiers.py's form() decides), or a loop kernel's
     tensor: Lambda = None   # the lambda as parsed, vector operations and all, where a loop kernel may run it
     dims: vectors.Shapes = vectors.Shapes()  # the shapes it was unrolled at
 
@@ -78,7 +78,7 @@ TAPES = ('auto', 'store', 'recompute', 'reversible')
 def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT, shapes=vectors.Shapes(), tape='auto'):
     """The Program for lambda `text` with weight names `weights` (a tuple), by `mode` ('forward' or 'reverse'),
     at `shapes` (a vectors.Shapes: those of the weights that are vectors or matrices, the lengths of float8[]
-    columns), its llvm kernel by `tape`: 'auto' for the llvm backend to choose (jit/compiler.py's form()), or
+    columns), its llvm kernel by `tape`: 'auto' for the llvm backend to choose (jit/tiers.py's form()), or
     'store', 'recompute' or 'reversible', a loop kernel with that tape (reverse mode only)."""
     parsed_lam = lam = parsed(text, limits)
     weight_shape = dict(shapes.weights)

@@ -223,6 +223,20 @@ def test_a_reversible_tape_gives_the_gradient_or_names_the_step(db, tables):
     assert (diag.sqlstate, diag.message_primary) == ('0A000', 'tape "reversible" cannot run "-" backwards')
 
 
+@pytest.mark.parametrize('tape', ['auto', 'store', 'recompute', 'reversible'])
+def test_an_array_column_read_only_in_a_branch_never_taken(db, tables, tape):
+    """The loader loads x, which the lambda names only in a branch never taken: a loop kernel's arguments leave it
+    out (they had it, with no elements to pack: XX000). 'auto' past 39 weights runs the loop kernel."""
+    text = 'λ(d, w) CASE WHEN false THEN sum(d.x) ELSE sum(w.a) * d.x1 END'
+    weights = json.dumps({'a': [0.01 * k for k in range(40)]})
+    loss, grad = db.execute("SELECT pgad.loss(%s, 'blobs', %s), pgad.gradient(%s, 'blobs', %s, tape => %s)",
+                            (text, weights, text, weights, tape)).fetchone()
+    expected = db.execute("SELECT pgad.gradient(%s, 'blobs', %s, backend => 'python')", (text, weights)).fetchone()[0]
+    assert loss == pytest.approx(sum(0.01 * k for k in range(40)) * float(db.execute(
+        'SELECT avg(x1) FROM blobs').fetchone()[0]), rel=1e-12)  # the mean loss
+    np.testing.assert_allclose(grad['a'], expected['a'], rtol=1e-12)
+
+
 def test_a_reversible_tape_recovers_exactly_or_names_the_step(db, tables):
     """The reverse sweep recovers a value by its own step again or an exact inverse (negation), never by one that
     rounds or loses it: logsumexp(w.v)'s exps once read unset slots (a NaN gradient), and x = out / y for a column
