@@ -22,7 +22,8 @@
  *    first (pgad_error_query, part 5).
  *
  * 3. The packing aggregate pgad.pack (below), which turns rows into numpy's columns at about the cost of a scan:
- *    a PL/Python transition function would cost a microsecond a row.
+ *    a PL/Python transition function would cost a microsecond a row; and pgad._element, which its queries read an
+ *    array column's elements with, checking every array against the length the lambda reads.
  *
  * Further down: the aggregates pgad.loss_agg, gradient_agg and gradient_descent_agg (4), the doors from pgad's
  * Python back into the server (5), and the native load (6), which runs the functions' data query into one native
@@ -42,6 +43,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/array.h"
@@ -767,6 +769,127 @@ pgad_pack_deserialize(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The element readers that pgad.pack's queries use in place of a subscript. The loader's query reads element k of
+ * an array column as pgad._element(pgad_data.pixels, k, length, 'pixels') (pgad/loader.py), not as
+ * (pgad_data.pixels)[k]: the data query may give other rows than when loader.lengths measured its arrays (random(),
+ * a sequence, a function), and a subscript reads whatever array the row has, the wrong element of one that starts
+ * at index 0, the first elements of a longer one, NULL (the row skipped) past the end of a shorter one and in a 2-D
+ * or empty one. So every array is checked, in C, on the row that is read, as the native load checks it (part 6):
+ * one dimension, from index 1, of the length the lambda reads; else SQLSTATE 2202E with the native load's message,
+ * naming the column but not the row, which no call here can count (parallel workers, hashed chunks and groups see
+ * the rows in other orders).
+ */
+
+/* name in double quotes, its own doubled: what pgad/loader.py's hints write (printer.quote_ident). */
+static char *
+always_quoted(const char *name)
+{
+	StringInfoData quoted;
+
+	initStringInfo(&quoted);
+	appendStringInfoChar(&quoted, '"');
+	for (; *name != '\0'; name++)
+	{
+		if (*name == '"')
+			appendStringInfoChar(&quoted, '"');
+		appendStringInfoChar(&quoted, *name);
+	}
+	appendStringInfoChar(&quoted, '"');
+	return quoted.data;
+}
+
+static void odd_array(const char *name, int64 row, ArrayType *array, int width) pg_attribute_noreturn();
+
+/*
+ * The error for an array of column name that is not one-dimensional from index 1 of width elements, the length the
+ * lambda reads: as loader.lengths words it, since it may be the first to see the row; row is its place (1-based, in
+ * the data's order), or 0 where the caller cannot know it ("a row").
+ */
+static void
+odd_array(const char *name, int64 row, ArrayType *array, int width)
+{
+	const char *hint = psprintf("Every row's %s must be a one-dimensional array of the same length: filter or pad "
+								"the rows that differ in the data query.", always_quoted(name));
+	const char *where = row > 0 ? psprintf("row " INT64_FORMAT, row) : "a row";
+	int			length = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+
+	if (length == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("column \"%s\" has an empty array in %s of the data", name, where),
+				 errhint("%s", hint)));
+	if (ARR_NDIM(array) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("column \"%s\" has a %d-dimensional array in %s of the data", name, ARR_NDIM(array), where),
+				 errdetail("pgad reads a one-dimensional array as a vector."),
+				 errhint("%s", hint)));
+	if (ARR_LBOUND(array)[0] != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("column \"%s\" has an array that starts at index %d in %s of the data", name,
+						ARR_LBOUND(array)[0], where),
+				 errdetail("pgad reads arrays indexed from 1."),
+				 errhint("%s", hint)));
+	ereport(ERROR,
+			(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+			 errmsg("column \"%s\" has arrays of different lengths", name),
+			 errdetail("The lambda reads arrays of %d elements, the length pgad found in the data; %s's has %d.",
+					   width, where, length),
+			 errhint("%s", hint)));
+}
+
+/* What array_get_element needs to know of an array's element type, kept in pgad._element's fn_extra. */
+typedef struct ElementType
+{
+	Oid			type;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+} ElementType;
+
+PG_FUNCTION_INFO_V1(pgad_element);
+
+/*
+ * pgad._element(v anyarray, k int4, length int4, name text) → anyelement: element k of v, the array of the data's
+ * column name in one row, where v is one-dimensional from index 1 of length elements; else the error (odd_array).
+ * STRICT: a NULL array gives NULL, and so here does a NULL element, so that pgad.pack skips the row as it skips a
+ * NULL number. Any element type: the loader's query casts the element to float8, never the whole array.
+ */
+Datum
+pgad_element(PG_FUNCTION_ARGS)
+{
+	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(0);
+	int			index = PG_GETARG_INT32(1);
+	int32		length = PG_GETARG_INT32(2);
+	ElementType *element = (ElementType *) fcinfo->flinfo->fn_extra;
+	Datum		value;
+	bool		isnull;
+
+	if (index < 1 || index > length)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pgad._element cannot read element %d of arrays of %d", index, length)));
+	if (ARR_NDIM(array) != 1 || ARR_LBOUND(array)[0] != 1 || ARR_DIMS(array)[0] != length)
+		odd_array(text_to_cstring(PG_GETARG_TEXT_PP(3)), 0, array, length);
+	if (element == NULL)
+	{
+		element = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(ElementType));
+		fcinfo->flinfo->fn_extra = element;
+	}
+	if (element->type != ARR_ELEMTYPE(array))
+	{
+		get_typlenbyvalalign(ARR_ELEMTYPE(array), &element->typlen, &element->typbyval, &element->typalign);
+		element->type = ARR_ELEMTYPE(array);
+	}
+	value = array_get_element(PointerGetDatum(array), 1, &index, -1, element->typlen, element->typbyval,
+							  element->typalign, &isnull);
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(value);
+}
+
+/*
  * 4. The aggregates pgad.loss_agg, pgad.gradient_agg and pgad.gradient_descent_agg(loss, weights, row[, options]),
  *    whose row argument is a whole-row reference of the data. The transition function packs, as pgad.pack does,
  *    the values of the columns the lambda reads, converted to float8 as a cast would convert them. Which columns
@@ -853,6 +976,46 @@ varlena_equal(struct varlena *a, struct varlena *b)
 }
 
 /*
+ * The error unless the row's column attnum is one the aggregates can read as the lambda does: the only column of
+ * its name (where pgad.loss's query would find the name ambiguous), of a type as_float8 converts. pgad._lambda_columns
+ * checks the types with the functions' messages; this holds whatever it answers.
+ */
+static void
+check_readable(FunctionCallInfo fcinfo, TupleDesc tupdesc, AttrNumber attnum)
+{
+	Form_pg_attribute column = TupleDescAttr(tupdesc, attnum - 1);
+	int			k;
+
+	for (k = 0; k < tupdesc->natts; k++)
+	{
+		Form_pg_attribute other = TupleDescAttr(tupdesc, k);
+
+		if (!other->attisdropped && other->attnum != attnum &&
+			strcmp(NameStr(other->attname), NameStr(column->attname)) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_AMBIGUOUS_COLUMN),
+					 errmsg("column reference \"%s\" is ambiguous", NameStr(column->attname)),
+					 errdetail("The row of %s has more than one column of that name.", aggregate_name(fcinfo)),
+					 errhint("Name the columns of the row apart in its query (AS).")));
+	}
+	switch (column->atttypid)
+	{
+		case FLOAT8OID:
+		case FLOAT4OID:
+		case INT2OID:
+		case INT4OID:
+		case INT8OID:
+		case NUMERICOID:
+		case BOOLOID:
+			return;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_DATATYPE_MISMATCH),
+			 errmsg("column \"%s\" is of type %s, not a number", NameStr(column->attname),
+					format_type_be(column->atttypid))));
+}
+
+/*
  * A reader of rows like row for the lambda loss: pgad._lambda_columns(loss, the row's column names, the names of
  * their types) gives the positions of the columns the lambda reads, or the error that the functions give for them.
  */
@@ -925,6 +1088,7 @@ row_reader(FunctionCallInfo fcinfo, text *loss, HeapTupleHeader row, uint64 gene
 		reader->attnums[k] = attnums[position - 1];
 		reader->types[k] = oids[position - 1];
 		chosen[k] = names[position - 1];
+		check_readable(fcinfo, tupdesc, reader->attnums[k]);
 	}
 	reader->names = (ArrayType *) varlena_copy((struct varlena *) construct_array(chosen, reader->columns, TEXTOID,
 																				   -1, false, TYPALIGN_INT),
@@ -1466,8 +1630,16 @@ pgad_error_query(const char *query, int position)
  *    as pg_catalog.float8[], runs through SPI with a DestReceiver of its own that appends each row's float8
  *    values straight into one array per column: no aggregate state that doubles and moves, no bytea, no SPI
  *    result tuple, no Python bytes. An array column's elements become columns of their own, as the loader asks
- *    (the element index of each column); every row's array must have the first row's length (SQLSTATE 2202E), and
- *    a NULL array, a NULL element or an element past the array's end skips the row, as a NULL number does.
+ *    (the element index of each column, and the length the lambda was built for: loader.lengths measured it), and
+ *    a NULL array or a NULL element skips the row, as a NULL number does.
+ *
+ *    The receiver trusts nothing that Python or an earlier query established about the rows: the loader measured
+ *    the arrays' lengths with a query of its own, and a data query that is volatile (random(), a sequence, a
+ *    function) can give other rows when it runs again here. So every row's array is checked, in C, on the row
+ *    that is read: one dimension, from index 1, of the length the lambda was built for, of double precision;
+ *    a row that is not is SQLSTATE 2202E (42804 for the type), whose message names the column (the loader
+ *    aliases an array column by its name in the data) and the row, as loader.lengths names it. The plan's columns
+ *    are checked against the types the load asks for before the first row, and the load's own arguments too.
  *
  *    Each column is one anonymous mmap, grown by mremap(MREMAP_MAYMOVE), which moves the pages rather than
  *    copying them, and handed to Python: numpy wraps it without a copy (pgad/loader.py's Mapped), and the last
@@ -1496,7 +1668,6 @@ typedef struct PgadLoad
 	int64		skipped;		/* rows skipped for a NULL */
 	int32		columns;
 	int32		sqlerrcode;		/* 0, or the error that stopped the load (its fields follow, malloc'd) */
-	int32		odd_attribute;	/* the query's column whose arrays differ in length (2202E), or -1 */
 	char	   *message;
 	char	   *detail;
 	char	   *hint;
@@ -1522,16 +1693,17 @@ typedef struct LoadReceiver
 	PgadLoad   *load;
 	const int  *attributes;		/* per column: the query's column it reads (0-based) */
 	const int  *indexes;		/* per column: 0 for a number, the element (1-based) of an array */
+	const int  *lengths;		/* per column: 0 for a number, the length of the array it is an element of */
 	int			natts;			/* the query's columns */
-	int		   *lengths;		/* per query column: its first array's length, -1 before it; 0 for a number */
-	int		   *reach;			/* per query column: the highest element read */
+	int		   *widths;			/* per query column: -1 when no column reads it, 0 a number, else arrays' length */
+	const char **names;			/* per query column: its name (an array column's, in the data) */
 	const float8 **elements;	/* per query column: one row's array elements */
 	int64		limit_rows;		/* the most rows pgad.memory_limit lets the load hold */
 	MemoryContext row_context;	/* a row's detoasted arrays, reset after each row */
 } LoadReceiver;
 
 extern PGDLLEXPORT PgadLoad *pgad_load(const char *query, int columns, const int *attributes, const int *indexes,
-									   int parallel);
+									   const int *lengths, int parallel);
 extern PGDLLEXPORT void pgad_load_claim(PgadLoad *load);
 extern PGDLLEXPORT void pgad_load_free_column(PgadLoad *load, int column);
 extern PGDLLEXPORT void pgad_load_done(PgadLoad *load, int wrapped);
@@ -1632,6 +1804,19 @@ load_strdup(const char *s)
 	return s == NULL ? NULL : strdup(s);
 }
 
+/* The error for a load whose own arguments (the loader's, not the data's) do not fit the query's plan. */
+static void
+load_misread(int column, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("pgad's load cannot read its column %d: %s", column, why)));
+}
+
+/*
+ * Before the first row: the query's columns that the load reads, of the types it reads them as (float8, or
+ * float8[] for an array's elements), and each element within the one length its array column is read at.
+ */
 static void
 load_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
 {
@@ -1639,21 +1824,33 @@ load_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
 	int			k;
 
 	receiver->natts = typeinfo->natts;
-	receiver->lengths = palloc0(sizeof(int) * typeinfo->natts);
-	receiver->reach = palloc0(sizeof(int) * typeinfo->natts);
-	receiver->elements = palloc0(sizeof(float8 *) * typeinfo->natts);
+	receiver->widths = palloc(sizeof(int) * Max(typeinfo->natts, 1));
+	receiver->names = palloc0(sizeof(char *) * Max(typeinfo->natts, 1));
+	receiver->elements = palloc0(sizeof(float8 *) * Max(typeinfo->natts, 1));
+	for (k = 0; k < typeinfo->natts; k++)
+	{
+		receiver->widths[k] = -1;
+		receiver->names[k] = pstrdup(NameStr(TupleDescAttr(typeinfo, k)->attname));
+	}
 	for (k = 0; k < receiver->load->columns; k++)
 	{
 		int			a = receiver->attributes[k];
-		Oid			expected = receiver->indexes[k] > 0 ? FLOAT8ARRAYOID : FLOAT8OID;
+		int			index = receiver->indexes[k];
+		int			width = index > 0 ? receiver->lengths[k] : 0;
+		Oid			expected = index > 0 ? FLOAT8ARRAYOID : FLOAT8OID;
 
-		if (a < 0 || a >= typeinfo->natts || TupleDescAttr(typeinfo, a)->atttypid != expected)
-			elog(ERROR, "pgad_load: column %d of the query is not of type %s", a + 1, format_type_be(expected));
-		if (receiver->indexes[k] > 0)
-		{
-			receiver->lengths[a] = -1;
-			receiver->reach[a] = Max(receiver->reach[a], receiver->indexes[k]);
-		}
+		if (a < 0 || a >= typeinfo->natts)
+			load_misread(k, psprintf("the query has %d columns, not %d", typeinfo->natts, a + 1));
+		if (TupleDescAttr(typeinfo, a)->atttypid != expected)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column \"%s\" of pgad's load is of type %s, not %s", receiver->names[a],
+							format_type_be(TupleDescAttr(typeinfo, a)->atttypid), format_type_be(expected))));
+		if (index < 0 || index > width)
+			load_misread(k, psprintf("element %d of arrays of %d", index, width));
+		if (receiver->widths[a] >= 0 && receiver->widths[a] != width)
+			load_misread(k, "read as arrays of two lengths, or as a number and an array");
+		receiver->widths[a] = width;
 	}
 }
 
@@ -1694,6 +1891,10 @@ load_grow(LoadReceiver *receiver)
 	load->mapped = mapped;
 }
 
+/*
+ * One row: its values appended to the columns; a row with a NULL (a number, an array or an element) skipped and
+ * counted; an array of another shape than the lambda reads, the error (odd_array).
+ */
 static bool
 load_receive(TupleTableSlot *slot, DestReceiver *self)
 {
@@ -1709,33 +1910,27 @@ load_receive(TupleTableSlot *slot, DestReceiver *self)
 	for (a = 0; a < receiver->natts; a++)
 	{
 		ArrayType  *array;
-		int			length;
 
+		if (receiver->widths[a] < 0)
+			continue;
 		if (slot->tts_isnull[a])
 		{
 			load->skipped++;
 			goto done;
 		}
-		if (receiver->lengths[a] == 0)
+		if (receiver->widths[a] == 0)
 			continue;
 		if (outer == NULL)
 			outer = MemoryContextSwitchTo(receiver->row_context);
 		array = DatumGetArrayTypeP(slot->tts_values[a]);
-		length = ARR_NDIM(array) == 0 ? 0 : ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
-		if (receiver->lengths[a] < 0)
-			receiver->lengths[a] = length;
-		if (length != receiver->lengths[a] || ARR_NDIM(array) > 1 || (length > 0 && ARR_LBOUND(array)[0] != 1))
-		{
-			load->odd_attribute = a;
-			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-					 errmsg("column c%d of pgad's load has arrays of different lengths", a),
-					 errdetail("The first row's array has %d elements; row " INT64_FORMAT "'s has %d.",
-							   receiver->lengths[a], load->rows + load->skipped + 1, length)));
-		}
 		if (ARR_ELEMTYPE(array) != FLOAT8OID)
-			elog(ERROR, "pgad_load: an array of type %s, not double precision", format_type_be(ARR_ELEMTYPE(array)));
-		if (length < receiver->reach[a] || array_contains_nulls(array))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column \"%s\" of pgad's load holds an array of type %s, not double precision",
+							receiver->names[a], format_type_be(ARR_ELEMTYPE(array)))));
+		if (ARR_NDIM(array) != 1 || ARR_LBOUND(array)[0] != 1 || ARR_DIMS(array)[0] != receiver->widths[a])
+			odd_array(receiver->names[a], load->rows + load->skipped + 1, array, receiver->widths[a]);
+		if (array_contains_nulls(array))
 		{
 			load->skipped++;
 			goto done;
@@ -1788,7 +1983,6 @@ load_new(int columns, Size mapped)
 
 	if (load == NULL)
 		return NULL;
-	load->odd_attribute = -1;
 	load->references = 1;
 	load->columns = Max(columns, 0);
 	load->mapped = Max(mapped, (Size) sysconf(_SC_PAGESIZE));
@@ -1821,7 +2015,8 @@ load_new(int columns, Size mapped)
 
 /* The query, run into load's columns in a subtransaction; an error is left in load's fields. */
 static void
-load_run(PgadLoad *load, const char *query, const int *attributes, const int *indexes, int parallel)
+load_run(PgadLoad *load, const char *query, const int *attributes, const int *indexes, const int *lengths,
+		 int parallel)
 {
 	MemoryContext context = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -1848,6 +2043,7 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 		receiver.load = load;
 		receiver.attributes = attributes;
 		receiver.indexes = indexes;
+		receiver.lengths = lengths;
 		receiver.limit_rows = pack_limit_rows(load->columns);
 		receiver.row_context = AllocSetContextCreate(CurrentMemoryContext, "pgad load row", ALLOCSET_SMALL_SIZES);
 		/* The query's text is UTF-8, as Python encodes it; SPI takes the server's encoding. */
@@ -1894,18 +2090,20 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 
 /*
  * Runs query and loads columns columns of it: column k is the query's column attributes[k] (0-based), a float8,
- * or element indexes[k] (1-based) of it, a float8[], when indexes[k] > 0; parallel lets the planner choose
+ * or element indexes[k] (1-based) of it, a float8[] whose every array must have lengths[k] elements, when
+ * indexes[k] > 0; parallel lets the planner choose
  * parallel workers. The load, with its columns or its error (sqlerrcode), or NULL when there is no memory even for
  * that. Python claims it at once (pgad_load_claim), reads it and says when it is done (pgad_load_done). Nothing
  * here throws across Python's frames.
  */
 PgadLoad *
-pgad_load(const char *query, int columns, const int *attributes, const int *indexes, int parallel)
+pgad_load(const char *query, int columns, const int *attributes, const int *indexes, const int *lengths,
+		  int parallel)
 {
 	PgadLoad   *load = load_new(columns, LOAD_FIRST_BYTES);
 
 	if (load != NULL && load->sqlerrcode == 0)
-		load_run(load, query, attributes, indexes, parallel);
+		load_run(load, query, attributes, indexes, lengths, parallel);
 	return load;
 }
 

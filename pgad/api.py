@@ -274,7 +274,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
     start = _vector(w)
     penalty = descent.Penalty(options['l1'], options['l2'], np.concatenate(
-        [np.full(int(np.prod(shape, dtype=np.int64)), float(options['regularize'] is None or n in
+        [np.zeros(0)] + [np.full(int(np.prod(shape, dtype=np.int64)), float(options['regularize'] is None or n in
                                                             options['regularize'])) for n, shape in prog.shapes]))
     groups = options['group_by']
     with ExitStack() as stack:

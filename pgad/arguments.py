@@ -158,7 +158,7 @@ TAPES = ('auto', 'store', 'recompute', 'reversible')
 
 
 def tape(value, mode='reverse', backend='auto'):
-    """How the llvm backend's loop kernel keeps what the reverse sweep reads (jit/loops.py): 'auto' (chosen by
+    """How the llvm backend's loop kernel keeps what the reverse sweep reads (jit/loops/): 'auto' (chosen by
     size: docs/design.md), 'store', 'recompute' or 'reversible'; reverse mode's and the llvm backend's alone."""
     if value not in TAPES:
         *others, last = [f"'{t}'" for t in TAPES]

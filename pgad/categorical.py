@@ -6,7 +6,7 @@ expand() meets the call's weights with the data: the categories are the column's
 not have; a value the data has that the object does not list starts at 0. The weight becomes a vector of K entries
 (vectors.Shapes), and the loader reads the column as each row's code, 1 … K (loader.category_code): w.region[d.region] is then an
 ordinary index of a vector by a column, which the unrolled program writes as masks and the loop kernel as a gather
-forward and a scatter-add over the categories backwards (jit/loops.py's index rows: Futhark's histogram rule). A
+forward and a scatter-add over the categories backwards (jit/loops/structure.py's index: Futhark's histogram rule). A
 NULL category skips the row, as any NULL does. named() gives the fitted vector back as an object by category, and
 program.categorical_names names its entries region[north].
 """

@@ -25,8 +25,12 @@ the label of loss 'logistic' (objective.Label), which may be boolean and is then
 A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
 load reads its elements as columns of their own: the native load takes them from pgad_data.pixels::float8[] in C,
-the aggregate by subscripts, (pgad_data.pixels)[1] … (pgad_data.pixels)[64]. A NULL array or a NULL element skips
-the row, as a NULL number does.
+the aggregate by pgad._element(pgad_data.pixels, 1, 64, 'pixels') … (pgad_data.pixels, 64, 64, 'pixels'), element 1
+… 64 of arrays of 64. A NULL array or a NULL element skips the row, as a NULL number does. The data query may give
+other rows each time it runs (random(), a sequence), so both check every array they read against the length the
+lambda was built for, in C (extension/pgad.c, parts 3 and 6): a subscript, (pgad_data.pixels)[3], would read the
+wrong element of an array that starts at index 0, cut a longer one short, and skip a row whose array is shorter,
+2-D or empty, all silently.
 
 pgad.memory_limit bounds what a call holds: its rows times its columns times 8 bytes, COPIES times over (measured:
 docs/security.md). The native load and pgad.pack stop the query at the row that passes it (SQLSTATE 53200,
@@ -118,7 +122,8 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
         return skipping(table, columns, query, elements)
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns, elements)
-    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen), k)
+    widths = array_lengths(elements)
+    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen, widths), k)
                                      for k, c in enumerate(columns)),
                            query)
     packs = aggregate(len(columns))
@@ -149,7 +154,7 @@ class LoadResult(ctypes.Structure):
     """What pgad_load gives (extension/pgad.c's PgadLoad, its public fields): the rows loaded and skipped, or the
     error that stopped the load (sqlerrcode, PostgreSQL's packed SQLSTATE), and each column's values."""
     _fields_ = [('rows', ctypes.c_int64), ('skipped', ctypes.c_int64), ('columns', ctypes.c_int32),
-                ('sqlerrcode', ctypes.c_int32), ('odd_attribute', ctypes.c_int32), ('message', ctypes.c_char_p),
+                ('sqlerrcode', ctypes.c_int32), ('message', ctypes.c_char_p),
                 ('detail', ctypes.c_char_p), ('hint', ctypes.c_char_p), ('context', ctypes.c_char_p),
                 ('values', ctypes.POINTER(ctypes.c_void_p))]
 
@@ -167,7 +172,7 @@ def native_loader():
         try:
             library.pgad_load.restype = ctypes.POINTER(LoadResult)
             library.pgad_load.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int),
-                                          ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+                                          ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), ctypes.c_int]
             for name in ('pgad_load_claim', 'pgad_load_free_column', 'pgad_load_done'):
                 getattr(library, name).restype = None
             library.pgad_load_claim.argtypes = [ctypes.POINTER(LoadResult)]
@@ -193,34 +198,36 @@ class Mapped:
 
 def load_natively(library, query, columns, elements, categories, unseen):
     """A Table of the columns (typed) of the data query, loaded by pgad.so's pgad_load: each column is one native
-    float8 array that numpy wraps without a copy. An array column is read once, as pg_catalog.float8[], and its
-    elements become columns in pgad.so. The server's error, if any, is raised as plpy.execute raises it (a
-    server.SPIError), and an array of another length than the first row's as lengths() reports it."""
+    float8 array that numpy wraps without a copy. An array column is read once, as pg_catalog.float8[] under its own
+    name (which pgad.so's errors give), and its elements become columns in pgad.so, which checks every row's array
+    against the length the lambda reads (the highest element in elements: a Program's columns_of names them all):
+    the query may give other rows than lengths() measured. The server's error, if any, is raised as plpy.execute
+    raises it (a server.SPIError)."""
     select, attributes, indexes, arrays = [], [], [], {}
+    widths = array_lengths(elements)
     for c in columns:
         if c in elements and c not in categories:
             name, index = elements[c]
             if name not in arrays:
                 arrays[name] = len(select)
-                select.append(f'pgad_data.{quote_ident(name)}::pg_catalog.float8[] AS c{len(select)}')
+                select.append(f'pgad_data.{quote_ident(name)}::pg_catalog.float8[] AS {quote_ident(name)}')
             attributes.append(arrays[name])
             indexes.append(int(index))
         else:
             attributes.append(len(select))
             indexes.append(0)
             select.append(VALUE.format(value(c, elements, categories, unseen), len(select)))
+    lengths = [widths[elements[c][0]] if index else 0 for c, index in zip(columns, indexes)]
     n = len(columns)
     load = library.pgad_load(ROWS.format(', '.join(select), query).encode(), n, (ctypes.c_int * n)(*attributes),
-                             (ctypes.c_int * n)(*indexes), PARALLEL)
+                             (ctypes.c_int * n)(*indexes), (ctypes.c_int * n)(*lengths), PARALLEL)
     if not load:
         raise MemoryError('pgad_load')
     library.pgad_load_claim(load)
 
     def failed(result):
         text = [(f or b'').decode(errors='replace') or None for f in (result.message, result.detail, result.hint)]
-        odd = [name for name, a in arrays.items() if a == result.odd_attribute]
-        error = server.spi_error(result.sqlerrcode, *text)
-        return _odd_array(query, odd[0]) if odd and error.sqlstate == ARRAY_SUBSCRIPT_ERROR else error
+        return server.spi_error(result.sqlerrcode, *text)
     return wrapped(library, load, failed)
 
 
@@ -241,24 +248,36 @@ def wrapped(library, load, failed):
         library.pgad_load_done(load, count)
 
 
-def value(column, elements, categories=None, unseen=False):
-    """The SQL of one column's value in a row of the data: pgad_data.x, or (pgad_data.pixels)[3] for an element,
-    or a categorical column's code (categories: {column: its categories})."""
+def value(column, elements, categories=None, unseen=False, widths=None):
+    """The SQL of one column's value in a row of the data: pgad_data.x, or for an element, pgad._element(
+    pgad_data.pixels, 3, 64, 'pixels'), which checks that the row's array is one-dimensional from 1 with the 64
+    elements the lambda reads (widths: array_lengths(elements), where the caller has it), or a categorical column's
+    code (categories: {column: its categories})."""
     if categories and column in categories:
         return category_code(column, categories[column], unseen)
     if column in elements:
         name, index = elements[column]
-        return f'(pgad_data.{quote_ident(name)})[{int(index)}]'
+        width = (widths or array_lengths(elements))[name]
+        return f'pgad._element(pgad_data.{quote_ident(name)}, {int(index)}, {int(width)}, {quote_literal(name)})'
     if boolean(column):
         return f'pgad_data.{quote_ident(column)}::pg_catalog.int4'  # 1 or 0 (NULL stays NULL), then as float8
     return f'pgad_data.{quote_ident(column)}'
 
 
+def array_lengths(elements):
+    """{array column: the length the lambda reads its arrays at} of elements ({element: (column, index)}): its
+    highest index, since a Program's columns_of names every element of every array column it reads."""
+    widths = {}
+    for name, index in elements.values():
+        widths[name] = max(widths.get(name, 0), int(index))
+    return widths
+
+
 def category_code(column, keys, unseen=False):
     """The SQL of a row's code of column (1 … K by keys; NULL for NULL) in the loader's query. A value not in keys
     is NULL too (the row is skipped), or with unseen, 0: the code every kernel reads as a category whose weight is 0
-    (vectors._index's chain, jit/loops.py's index), as a scoring function does; for scoring stored weights on new
-    data (the categories then the stored ones, not the data's)."""
+    (vectors._index's chain, jit/loops/structure.py's index), as a scoring function does; for scoring stored weights
+    on new data (the categories then the stored ones, not the data's)."""
     lookup = json.dumps({k: n + 1 for n, k in enumerate(keys)})
     value = f'pgad_data.{quote_ident(column)}'
     found = f'({quote_literal(lookup)}::pg_catalog.jsonb OPERATOR(pg_catalog.->>) {value}::pg_catalog.text)'
@@ -310,11 +329,16 @@ def lengths(data, columns, categorical=()):
 def _odd_array(query, name):
     """The error for the first row whose array in column name is not like the first row's."""
     c = value(name, {})
-    first = server.query(f'SELECT pg_catalog.cardinality({c}) AS len FROM ({query}\n) AS pgad_data WHERE {c} IS NOT NULL '
-                         'LIMIT 1')[0]['len']
-    odd = server.query(ODD_ROW.format(c=c, query=query), [first], ['pg_catalog.int4'])
     hint = (f'Every row\'s {quote_ident(name)} must be a one-dimensional array of the same length: filter or pad the '
             'rows that differ in the data query.')
+    found = server.query(f'SELECT pg_catalog.cardinality({c}) AS len FROM ({query}\n) AS pgad_data WHERE {c} IS NOT '
+                         'NULL LIMIT 1')
+    first = found[0]['len'] if found else None
+    odd = server.query(ODD_ROW.format(c=c, query=query), [first], ['pg_catalog.int4']) if found else []
+    if not odd and first != 0:  # the query gave other rows this time (a volatile one): no row to name
+        return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" has arrays of different lengths',
+                         detail='The data query gave other rows each time pgad ran it, so pgad cannot name the row.',
+                         hint=hint)
     if not odd:  # every array is like the first, which is empty
         return PgadError(ARRAY_SUBSCRIPT_ERROR, f'column "{name}" holds empty arrays', hint=hint)
     row, length, dims, lower = (odd[0][k] for k in ('n', 'len', 'nd', 'lb'))
@@ -399,7 +423,9 @@ COMPLETE = 'SELECT pg_catalog.count(*) AS rows FROM ({}\n) AS pgad_data WHERE RO
 
 def count(query, columns, elements=None):
     """The rows of the data that have no NULL in the columns: those a load packs."""
-    names = ', '.join(value(c, elements or {}) for c in columns)
+    elements = elements or {}
+    widths = array_lengths(elements)
+    names = ', '.join(value(c, elements, widths=widths) for c in columns)
     return server.query(COMPLETE.format(query, names))[0]['rows']
 
 
@@ -449,8 +475,9 @@ def group_key(values):
 def null_counts(query, columns, elements, group_by=()):
     """{group key (None without group_by): [(column, rows with NULL in it)] of the columns that have a NULL}, by one
     query of the data."""
-    counts = ', '.join(['pg_catalog.count(*) AS pgad_rows'] + [f'pg_catalog.count({value(c, elements)}) AS n{k}'
-                                                               for k, c in enumerate(columns)])
+    widths = array_lengths(elements)
+    counts = ', '.join(['pg_catalog.count(*) AS pgad_rows'] + [f'pg_catalog.count({value(c, elements, widths=widths)}) '
+                                                               f'AS n{k}' for k, c in enumerate(columns)])
     key = group_key([f'pgad_data.{quote_ident(g)}' for g in group_by]) if group_by else 'NULL::pg_catalog.text'
     sql = f'SELECT {key} AS pgad_key, {counts} FROM ({query}\n) AS pgad_data'
     if group_by:

@@ -6,6 +6,7 @@ and ∂loss/∂w for each weight element, in the order of `weights` (each weight
 per backend process, up to CACHED_NODES nodes in all: a second call with the same lambda, weights and mode parses
 and differentiates nothing. Parsed lambdas are cached too (parsed), and copied before differentiating into them.
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ class Program:
     outputs: tuple   # node ids: the loss of one row, then (with a gradient) its derivative by each weight
     weights: tuple   # the weights' elements, in the order of the weight vector a kernel is given
     shapes: tuple = ()  # each weight's (name, shape), in order: () a number, (n,) a vector, (m, n) a matrix
-    tape: str = 'auto'      # the llvm kernel's tape: 'auto' (jit/compiler.py's form() decides), or a loop kernel's
+    tape: str = 'auto'      # the llvm kernel's tape: 'auto' (jit/tiers.py's form() decides), or a loop kernel's
     tensor: Lambda = None   # the lambda as parsed, vector operations and all, where a loop kernel may run it
     dims: vectors.Shapes = vectors.Shapes()  # the shapes it was unrolled at
 
@@ -77,7 +78,7 @@ TAPES = ('auto', 'store', 'recompute', 'reversible')
 def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT, shapes=vectors.Shapes(), tape='auto'):
     """The Program for lambda `text` with weight names `weights` (a tuple), by `mode` ('forward' or 'reverse'),
     at `shapes` (a vectors.Shapes: those of the weights that are vectors or matrices, the lengths of float8[]
-    columns), its llvm kernel by `tape`: 'auto' for the llvm backend to choose (jit/compiler.py's form()), or
+    columns), its llvm kernel by `tape`: 'auto' for the llvm backend to choose (jit/tiers.py's form()), or
     'store', 'recompute' or 'reversible', a loop kernel with that tape (reverse mode only)."""
     parsed_lam = lam = parsed(text, limits)
     weight_shape = dict(shapes.weights)
@@ -101,8 +102,8 @@ def build_hessian(text, weights, limits=DEFAULT, shapes=vectors.Shapes()):
     lam = parsed(text, limits)
     weight_shape = dict(shapes.weights)
     shaped = tuple((w, tuple(weight_shape.get(w, ()))) for w in weights)
+    lang.hessian.check_size(sum(math.prod(shape) for _, shape in shaped))
     flat = tuple(e for w, shape in shaped for e in vectors.elements(w, shape))
-    lang.hessian.check_size(flat)
     lam = vectors.unroll(lam, shapes, limits) if shapes or vectors.needed(lam) else lam.copy()
     grad = lang.gradient(lam, flat, 'reverse')
     second = lang.hessian.hessian(lam.graph, grad, flat)

@@ -76,7 +76,9 @@ def test_one_model_per_group_is_the_functions_fit(db):
                     (LINEAR, f"SELECT * FROM sales WHERE region = '{region}'", START))[0]
         assert close(weights, want[0]) and close(loss, want[1]) and iterations == want[2] == 300
     defaults = rows(db, 'SELECT (pgad.gradient_descent_agg(%s, %s, t)).* FROM sales AS t', (LINEAR, START))[0]
-    assert defaults == rows(db, 'SELECT * FROM pgad.gradient_descent(%s, \'sales\', %s)', (LINEAR, START))[0]
+    want = rows(db, 'SELECT * FROM pgad.gradient_descent(%s, \'sales\', %s)', (LINEAR, START))[0]
+    # 1e-12 relative, not the same bits: the aggregate's packed rows may be summed in another order
+    assert close(defaults[0], want[0]) and close(defaults[1], want[1]) and defaults[2] == want[2] == 100
 
 
 def test_every_numeric_column_type_is_read_as_its_float8_cast(db):

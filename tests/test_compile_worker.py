@@ -312,6 +312,20 @@ def test_the_compiler_process_has_bounded_memory(monkeypatch):
     assert worker.run(compiler.request('define void @k() {\n  ret void\n}\n', compiler.TIERS[0]), 'compiling')
 
 
+def test_the_compiler_process_imports_nothing_from_its_working_directory(tmp_path, monkeypatch):
+    """The child runs `python -m pgad.jit.worker` in CWD ('/'), which `-m` would put first on its sys.path: a
+    `pgad/` package, `json.py` or `llvmlite/` there would be imported in place of pgad's own (-P keeps it off)."""
+    marker = tmp_path / 'imported'
+    planted = f'open({str(marker)!r}, "a").write(__name__ + "\\n")\nraise SystemExit("planted module imported")\n'
+    for name in ('pgad/__init__.py', 'pgad/jit/__init__.py', 'json.py', 'llvmlite/__init__.py'):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(planted)
+    monkeypatch.setattr(worker, 'CWD', str(tmp_path))
+    parts, _ = worker.run(compiler.request('define void @k() {\n  ret void\n}\n', compiler.TIERS[0]), 'compiling')
+    assert parts['object'] and not marker.exists()
+    assert worker.command()[1:3] == ['-P', '-s']  # nor the user's site-packages
+
+
 def test_a_missing_interpreter_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(worker, 'interpreter', lambda: '/nonexistent/bin/python3')
     with pytest.raises(PgadError) as caught:

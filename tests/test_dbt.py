@@ -207,6 +207,12 @@ def test_a_second_dbt_run_retrains_the_models(built, project):
                             f"WHERE {names}").fetchall())
     assert after.keys() == before.keys() and len(after) == 4
     assert all(after[k] > before[k] for k in before)
+    # what the models read (pgad.models.read_from, who may read them) is the data, not the view the run replaced
+    # and dropped: every relation there still exists
+    read, existing = db.execute(f"SELECT count(*), count(c.oid) FROM pgad.models AS m CROSS JOIN "
+                                f"unnest(m.read_from) AS r LEFT JOIN pg_class AS c ON c.oid = r "
+                                f"WHERE {names}").fetchone()
+    assert read > 0 and existing == read
     assert db.execute('SELECT count(*), count(predicted) FROM analytics.scored_houses').fetchone() == (45, 45)
 
 
@@ -227,12 +233,13 @@ def test_dbt_build_empty_trains_nothing(built, project):
     assert db.execute('SELECT count(*) FROM analytics.scored_houses').fetchone() == (45,)
 
 
-def with_model(run, name, text, *args, fails=False):
-    """dbt run of one more model, models/<name>.sql holding text, in the dev target (removed afterwards)."""
+def with_model(run, name, text, *args, fails=False, schema=None):
+    """dbt run of one more model, models/<name>.sql holding text, in the dev target (its schema `schema`, if given;
+    the file removed afterwards)."""
     path = run.directory / 'models' / f'{name}.sql'
     path.write_text(text)
     try:
-        return run('run', '-s', name, *args, fails=fails)
+        return run('run', '-s', name, *args, fails=fails, schema=schema)
     finally:
         path.unlink()
 
@@ -271,6 +278,46 @@ def test_every_option_reaches_pgad_train_and_its_messages_show(built, project):
                "select sqft, price from {{ ref('stg_houses') }}", fails=None)
     sent = (directory / 'target' / 'run' / 'pgad_houses' / 'models' / 'later.sql').read_text()
     assert "validation => '0.2'" in sent and "early_stopping => '5'" in sent
+
+
+LINE = ("{{ config(materialized='pgad_model', model='λ(d, w) w.a*d.sqft', loss='squared', label='price', "
+        "weights={'a': 0}, optimizer='lbfgs') }}\n"
+        "select sqft, %d * sqft as price from (values (1.0::float8), (2.0), (3.0)) as v(sqft)")
+
+
+def test_two_targets_never_share_a_pgad_name(built, project):
+    """Schema a with model b__c and schema a__b with model c were both "a__b__c", so one target's run replaced the
+    other's model: each has its own now, and each target's pgad_score finds its own (issue 34)."""
+    db, _, _ = built
+    run, _ = project
+    with_model(run, 'b__c', LINE % 2, schema='a')
+    with_model(run, 'c', LINE % 3, schema='a__b')
+    with_model(run, 'c', LINE % 5, schema='a_')
+    found = dict(db.execute("SELECT name, round((weights->>'a')::numeric, 6) FROM pgad.models "
+                            "WHERE name IN ('a__b__c', 'a$u_b__c', 'a$u__c')").fetchall())
+    assert found == {'a__b__c': 2, 'a$u_b__c': 3, 'a$u__c': 5}
+    model = run.directory / 'models' / 'c.sql'
+    model.write_text(LINE % 3)
+    try:
+        out = with_model(run, 'c_score', "select {{ pgad_score('c') }}(1) as s", 'c', schema='a__b')
+    finally:
+        model.unlink()
+    assert 'ERROR=0' in out
+    assert db.execute('SELECT s FROM a__b.c_score').fetchone()[0] == pytest.approx(3, abs=1e-6)
+    db.execute('DROP VIEW a__b.c_score')
+    for name in found:
+        db.execute('SELECT pgad.drop_model(%s)', [name])
+
+
+def test_a_pgad_name_past_63_bytes_is_an_error_not_a_truncation(built, project):
+    db, _, _ = built
+    run, _ = project
+    schema = 's' * 60
+    out = with_model(run, 'long_model', LINE % 2, schema=schema, fails=True)
+    # dbt compiles every model of the project: the first name it meets past 63 bytes is the error
+    assert re.search(rf"pgad model name '{schema}__\w+' \(<schema>__<model>\) is longer than 63 bytes", out)
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name LIKE 'sss%'").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE 'sss%'").fetchone() == (0,)
 
 
 def test_the_macros_list_of_dbt_configs_is_dbts():

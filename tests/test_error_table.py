@@ -142,6 +142,12 @@ CALLS = {
             LINEAR, AB),
     'lambda is too large: more than 100000 expression nodes with its derivatives':
         call("SELECT * FROM pgad.derivatives(%s)", HUGE),
+    'lambda is too large: outer of a vector of 20000 and a vector of 20000 alone unrolls to 400000000 expression nodes':
+        call("SELECT pgad.loss('λ(d, w) w.a * sum(outer(d.v, d.v))', "
+             "'SELECT array_fill(1.0::float8, ARRAY[20000]) AS v', '{\"a\": 1}')"),
+    'lambda is too large for forward mode: its tangents hold more than 400000 entries':
+        call("SELECT pgad.gradient('λ(d, w) sum(sum(w.u) + d.v)', 'SELECT array_fill(1.0::float8, ARRAY[2000]) AS v', "
+             "%s, mode => 'forward')", json.dumps({'u': [0] * 2000})),
     'expression is too long to print: more than 16777216 characters':
         call("SELECT * FROM pgad.derivatives(%s)", PRODUCT),
     'lambda is too large for the llvm backend: … nodes with its derivatives':
@@ -171,6 +177,9 @@ CALLS = {
     'array argument "v" has 3 elements, the model reads 2':
         call(TRAIN.format('vlen', 'squared', VECTORS), VECTOR_MODEL, '{"a": [0, 0], "c": 0}') +
         call("SELECT pgad_models.vlen('{1, 2, 3}')"),
+    'array argument "v[0:1]" has 2 elements, the model reads 2':
+        call(TRAIN.format('vlen', 'squared', VECTORS), VECTOR_MODEL, '{"a": [0, 0], "c": 0}') +
+        call("SELECT pgad_models.vlen('[0:1]={1, 2}')"),
     'too many weights for second derivatives: 301':
         call("SELECT pgad.hessian(%s, 'points', %s)",
              'λ(d, w) (' + ' + '.join(f'w.a{i}*d.x' for i in range(301)) + ' - d.y)^2',

@@ -6,7 +6,7 @@ import pytest
 
 from pgad import backends, program
 from pgad.errors import PgadError
-from pgad.jit import codegen, compiler
+from pgad.jit import codegen, compiler, tiers
 from pgad.jit.cache import DiskCache
 from pgad.lang import rules
 from test_rules import CASES, DATA, NESTED_UNTAKEN, TIES, W, WEIGHTS
@@ -139,7 +139,7 @@ def test_vectorised_without_variants_marks_the_call_pure_only():
 def test_auto_runs_on_llvm_what_llvm_compiles_and_the_rest_on_python(monkeypatch):
     prog = program.build('λ(d, w) (w.a*d.x - d.y)^2', ('a',), 'reverse')
     assert backends.choose(prog, 'auto') == 'llvm'
-    monkeypatch.setattr(compiler, 'TIERS', ())  # no tier compiles it: as a lambda past every tier's bound
+    monkeypatch.setattr(tiers, 'TIERS', ())  # no tier compiles it: as a lambda past every tier's bound
     assert backends.choose(prog, 'auto') == 'python'
 
 
@@ -150,15 +150,15 @@ def test_a_tier_takes_kernels_up_to_its_limits_inclusive(monkeypatch):
     prog = program.build('λ(d, w) (w.a*d.x + w.b - d.y)^2', ('a', 'b'), 'reverse')
     nodes, outputs = len(prog.graph.ancestors(prog.outputs)), len(prog.outputs)
     exact = compiler.Tier('exact', 3, True, 3, nodes, outputs, nodes * outputs)
-    monkeypatch.setattr(compiler, 'TIERS', (exact,))
+    monkeypatch.setattr(tiers, 'TIERS', (exact,))
     assert compiler.tier_of(prog) is exact
     for smaller in ({'max_nodes': nodes - 1}, {'max_outputs': outputs - 1}, {'max_product': nodes * outputs - 1}):
-        monkeypatch.setattr(compiler, 'TIERS', (dataclasses.replace(exact, **smaller),))
+        monkeypatch.setattr(tiers, 'TIERS', (dataclasses.replace(exact, **smaller),))
         assert compiler.tier_of(prog) is None, smaller
         with pytest.raises(PgadError) as caught:
             compiler.required_tier(prog)
         assert (caught.value.sqlstate, caught.value.message, caught.value.detail, caught.value.hint) == (
             '54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives',
-            f'The llvm backend compiles at most {compiler.TIERS[-1].max_nodes}: LLVM\'s time and memory grow faster '
+            f'The llvm backend compiles at most {tiers.TIERS[-1].max_nodes}: LLVM\'s time and memory grow faster '
             'than the kernel, past what one call may take.',
             "Use backend => 'python', or 'auto', which picks it for lambdas this large.")

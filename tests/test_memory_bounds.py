@@ -3,11 +3,14 @@
 Weights the lambda does not read are given back as they came and cost what their text does, never a program's or
 a kernel's worth per element; a weights jsonb past pgad.memory_limit is refused (53200) before it is parsed. The
 packing aggregates charge every state for the room it reserves and for being a group at all, so many small groups,
-or many tiny chunks, stop at the limit; and the chunk size is the DBA's setting.
+or many tiny chunks, stop at the limit; and the chunk size is the DBA's setting. Vector operations over long array
+columns or large weights (outer, @, [...], a broadcast) and forward mode's tangents stop with 54001 before they
+allocate what their shapes would make.
 
 Peaks are the backend's: VmHWM in /proc/<pid>/status, reset to the resident size first (clear_refs), after a small
 call of the same kind (imports, first plans and compiled kernels are not the call's), as bench/memory.py measures."""
 import json
+import time
 
 import psycopg
 import pytest
@@ -41,9 +44,10 @@ def resident(pid, key):
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith(key))
 
 
-def peak_of(db, sql, small, params=None):
+def peak_of(db, sql, small, params=None, timed=False):
     """(the error's diag or None, how far the backend's resident memory peaked above where it started, how much more
-    it holds after) of sql, after the statement small (the same call on a few rows or numbers) warmed the backend."""
+    it holds after, and where timed, the seconds sql took) of sql, after the statement small (the same call on a few
+    rows or numbers) warmed the backend."""
     pid = db.execute('SELECT pg_backend_pid()').fetchone()[0]
     db.execute(small, params)
     try:
@@ -51,13 +55,15 @@ def peak_of(db, sql, small, params=None):
             refs.write('5')  # VmHWM back to VmRSS
     except OSError:
         pytest.skip('cannot reset the server process\'s peak (run as the server\'s OS user)')
-    start = resident(pid, 'VmRSS')
+    start, began = resident(pid, 'VmRSS'), time.monotonic()
     try:
         db.execute(sql, params)
         diag = None
     except psycopg.Error as e:
         diag = e.diag
-    return diag, resident(pid, 'VmHWM') - start, resident(pid, 'VmRSS') - start
+    took = time.monotonic() - began
+    found = diag, resident(pid, 'VmHWM') - start, resident(pid, 'VmRSS') - start
+    return (*found, took) if timed else found
 
 
 # --- weights ------------------------------------------------------------------------------------------------------
@@ -229,3 +235,85 @@ def test_a_grouped_train_is_charged_for_its_groups(db):
         '10000 groups, 32 kB each for its fit, its row of pgad.models and its branch of the scoring function.')
     assert peak < 64 * MB, f'{peak / MB:.1f} MB'
     assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'bounds_groups'").fetchone()[0] == 0
+
+
+# --- vectors and matrices: the shapes' product is bounded before anything is built --------------------------------
+# issue 34, item 3: outer(d.v, d.v) of a 20,000-element column allocated an object array of 400 million elements
+# (28 s, 3.2 GB resident) before the first node was counted against pgad.max_lambda_nodes.
+SHAPED = [
+    'λ(d, w) w.a * sum(outer(d.v, d.v))',
+    'λ(d, w) sum(d.v @ outer(d.v, d.v)) * w.a',
+    'λ(d, w) w.a * sum(transpose([d.v]) @ [d.v])',            # @ of a 20,000×1 and a 1×20,000 matrix
+    'λ(d, w) w.a * sum(outer(d.v, d.v) * 2)',                 # elementwise, broadcast over the product
+    'λ(d, w) w.a * sum([' + ', '.join(['d.v'] * 2000) + '])',   # a 2,000×n matrix of one vector
+]
+
+
+@pytest.fixture(scope='module')
+def wide(cluster, dbname):
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute('CREATE TABLE wide AS SELECT array_fill(0.5::float8, ARRAY[20000]) AS v20, '
+                   'array_fill(0.5::float8, ARRAY[100000]) AS v100, 1.0::float8 AS y FROM generate_series(1, 2)')
+        db.execute('CREATE TABLE shaped (name text, weights jsonb)')
+        db.execute("INSERT INTO shaped VALUES ('vector', %s), ('matrix', %s), ('small', %s), ('small matrix', %s), "
+                   "('vector 2000', %s)", (json.dumps({'u': [0.5] * 20000}), json.dumps({'m': [[0.5] * 20000]}),
+                                           json.dumps({'u': [0.5] * 3}), json.dumps({'m': [[0.5] * 3]}),
+                                           json.dumps({'u': [0.5] * 2000})))
+
+
+@pytest.mark.parametrize('length', [20000, 100000])
+@pytest.mark.parametrize('lam', SHAPED)
+@pytest.mark.parametrize('function', ['loss', 'gradient', 'hessian'])
+def test_vector_operations_of_long_array_columns_stop_before_they_allocate(db, wide, lam, length, function):
+    """Each stops with 54001 well within a second (3 s for a loaded VM) and a few MB; the old code allocated the
+    whole product first (an array of length² elements: 3.2 GB at 20,000)."""
+    db.execute("SET pgad.memory_limit = '20MB'")
+    call = f"SELECT pgad.{function}('{{}}', 'SELECT {{}} AS v FROM wide', '{{{{\"a\": 1}}}}')"
+    diag, peak, held, took = peak_of(db, call.format(lam, f'v{length // 1000}'), call.format(SHAPED[0], 'v20[1:3]'),
+                                     timed=True)
+    assert diag is not None and (diag.sqlstate, diag.message_detail) == (
+        '54001', 'The limit, pgad.max_lambda_nodes, is 100000.'), diag and diag.message_primary
+    assert diag.message_primary.startswith('lambda is too large: ')
+    assert took < 3, f'{took:.1f} s'
+    assert peak < 32 * MB and held < 32 * MB, f'{peak / MB:.1f} MB, {held / MB:.1f} MB held'
+
+
+@pytest.mark.parametrize('lam, weights', [
+    ('λ(d, w) d.y * sum(outer(w.u, w.u))', 'vector'),
+    ('λ(d, w) d.y * sum(transpose([w.u]) @ [w.u])', 'vector'),
+    ('λ(d, w) d.y * sum(transpose(w.m) @ w.m)', 'matrix'),        # a 20,000×1 matrix by a 1×20,000 one
+    ('λ(d, w) d.y * sum(outer(w.m[1], w.m[1]))', 'matrix'),
+])
+@pytest.mark.parametrize('function', ['loss', 'gradient', 'gradient_descent'])
+def test_vector_operations_of_large_declared_weights_stop_before_they_allocate(db, wide, lam, weights, function):
+    db.execute("SET pgad.memory_limit = '20MB'")
+    call = f"SELECT pgad.{function}(%s, 'SELECT y FROM wide', weights) IS NULL FROM shaped WHERE name = '{{}}'"
+    small = call.format('small' if weights == 'vector' else 'small matrix')
+    diag, peak, held, took = peak_of(db, call.format(weights), small, (lam,), timed=True)
+    assert diag is not None and diag.sqlstate == '54001', diag and diag.message_primary
+    assert took < 3, f'{took:.1f} s'
+    assert peak < 32 * MB and held < 32 * MB, f'{peak / MB:.1f} MB, {held / MB:.1f} MB held'
+
+
+def test_a_product_within_the_bound_still_unrolls(db, wide):
+    """The bound is the shapes' product, not a guess that refuses what fits: a 100×100 outer product of a column
+    (10,000 products and their sum) runs, and its loss is the sum of every product."""
+    got = db.execute("SELECT pgad.loss('λ(d, w) w.a * sum(outer(d.v, d.v))', 'SELECT v20[1:100] AS v FROM wide', "
+                     "'{\"a\": 1}')").fetchone()[0]
+    assert got == pytest.approx(100 * 100 * 0.25, rel=1e-12)
+
+
+def test_forward_mode_tangents_stop_before_they_grow_with_weights_times_nodes(db, wide):
+    """sum(w.u) + d.v copies sum(w.u)'s tangent, an entry per weight, into each of the vector's elements: 2,000
+    weights and a 2,000-element column are 10,000 nodes, but 4 million tangent entries (the old code took minutes and
+    hundreds of MB). Past 4 entries per node of pgad.max_lambda_nodes: 54001, at once."""
+    db.execute("SET pgad.memory_limit = '20MB'")
+    call = ("SELECT pgad.gradient('λ(d, w) sum(sum(w.u) + d.v)', 'SELECT v20[1:{}] AS v FROM wide', weights, "
+            "mode => 'forward') IS NULL FROM shaped WHERE name = '{}'")
+    diag, peak, held, took = peak_of(db, call.format(2000, 'vector 2000'), call.format(3, 'small'), timed=True)
+    assert diag is not None and diag.sqlstate == '54001', diag and diag.message_primary
+    assert diag.message_primary == 'lambda is too large for forward mode: its tangents hold more than 400000 entries'
+    assert diag.message_hint == "Use mode => 'reverse', or a smaller lambda."
+    assert took < 3, f'{took:.1f} s'
+    assert peak < 32 * MB and held < 32 * MB, f'{peak / MB:.1f} MB, {held / MB:.1f} MB held'
+    assert db.execute(call.format(3, 'small')).fetchone() == (False,)  # the same lambda, small: its gradient

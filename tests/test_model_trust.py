@@ -329,3 +329,48 @@ def test_two_first_trainings_of_one_name_at_once_leave_it_to_one_role(db, cluste
         db.execute("SELECT pgad.drop_model('raced')")
     finally:
         db.execute(f'REVOKE CREATE ON SCHEMA pgad_models FROM {MALLORY}')
+
+
+@pytest.mark.parametrize('isolation', ['repeatable read', 'serializable'])
+def test_two_first_trainings_of_one_name_under_one_snapshot_leave_it_to_one_role(db, cluster, dbname, isolation):
+    """mallory's transaction took its snapshot before alice's first training of a new name committed: her own
+    training of that name (other arguments) sees no row of it even after the writer's lock, and would commit beside
+    alice's; it fails with 40001 instead, and the name stays alice's (issue 34)."""
+    db.execute(f'GRANT CREATE ON SCHEMA pgad_models TO {MALLORY}')
+    try:
+        with psycopg.connect(cluster.conninfo(dbname, user=MALLORY)) as mallory:
+            mallory.execute(f'SET TRANSACTION ISOLATION LEVEL {isolation}')
+            mallory.execute('SELECT count(*) FROM pgad.models')  # the snapshot
+            with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
+                train(alice, 'raced_snapshot')
+            e = error_of(mallory, "SELECT * FROM pgad.train('raced_snapshot', %s, 'squared', 'mallory_s.shops', %s, "
+                                  "optimizer => 'lbfgs', group_by => 'code')", [LINE, START])
+            assert e.sqlstate == '40001'
+            assert e.message_primary == 'model "raced_snapshot" was written by another transaction since this one ' \
+                                        'began'
+            mallory.rollback()
+        assert db.execute("SELECT DISTINCT trained_by::text FROM pgad.models WHERE name = 'raced_snapshot'") \
+            .fetchall() == [(ALICE,)]
+        assert db.execute("SELECT count(*) FROM pg_proc WHERE proname = 'raced_snapshot'").fetchone()[0] == 1
+        db.execute("SELECT pgad.drop_model('raced_snapshot')")
+    finally:
+        db.execute(f'REVOKE CREATE ON SCHEMA pgad_models FROM {MALLORY}')
+
+
+def test_a_retraining_under_a_snapshot_older_than_anothers_is_40001_in_pgads_words(db, cluster, dbname):
+    """alice retrains her model while her other session's repeatable-read transaction, begun before, retrains it too:
+    the second's delete of the rows the first replaced is PostgreSQL's serialization failure, said as pgad's."""
+    with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
+        train(alice, 'retrained')
+    try:
+        with psycopg.connect(cluster.conninfo(dbname, user=ALICE)) as second:
+            second.execute('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ')
+            second.execute('SELECT count(*) FROM pgad.models')
+            with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as first:
+                train(first, 'retrained')
+            e = error_of(second, "SELECT * FROM pgad.train('retrained', %s, 'squared', 'mallory_s.shops', %s, "
+                                 "optimizer => 'lbfgs')", [LINE, START])
+            assert (e.sqlstate, e.message_hint) == ('40001', 'Run the transaction again.')
+            second.rollback()
+    finally:
+        db.execute("SELECT pgad.drop_model('retrained')")

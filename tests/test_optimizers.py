@@ -211,7 +211,10 @@ def test_the_llvm_kernel_trains_as_the_python_one(optimizer):
     ours = descent.fit(kernel(backend='llvm'), table, np.zeros(4), NAMES, optimizer, **options)
     reference = descent.fit(kernel(), table, np.zeros(4), NAMES, optimizer, **options)
     np.testing.assert_allclose(ours.weights, reference.weights, rtol=1e-9, atol=1e-12)
-    assert ours.iterations == reference.iterations
+    if optimizer != 'lbfgs':  # a fixed number of steps
+        assert ours.iterations == reference.iterations == 20
+    else:  # L-BFGS stops at the optimum, where rounding (the kernels sum in other orders) decides the iteration
+        assert ours.iterations < 20 and reference.iterations < 20
 
 
 @pytest.mark.parametrize('optimizer, options', [

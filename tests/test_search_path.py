@@ -88,6 +88,7 @@ CALLS = [
     ("SELECT stage FROM pgad.explain(%s)", (LINEAR,)),
     ("SET pgad.load_chunk_rows = 7", ()),
     ("SELECT pgad.gradient(%s, 'points', %s)", (LINEAR, '{"a": 1, "b": 0}')),
+    ("SELECT pgad.loss('λ(d, w) sum(w.a * d.v)', 'vecs', %s)", ('{"a": [1, 1]}',)),  # pgad._element, in chunks
     ("RESET pgad.load_chunk_rows", ()),
     ("SELECT pgad.gradient_agg(%s, %s, p) FROM points AS p", (LINEAR, '{"a": 1, "b": 0}')),
     ("SELECT (pgad.gradient_descent_agg(%s, %s, p, '{\"iterations\": 5}')).loss FROM with_nulls AS p",
@@ -147,6 +148,7 @@ def dbname(server):
         db.execute('CREATE TABLE flags AS SELECT x, x::int % 3 = 0 AS y, x > 25 AS part FROM points '
                    'UNION ALL SELECT NULL, true, true')  # a boolean label, and a row it skips
         db.execute("CREATE TABLE shops AS SELECT (x::int % 3)::text AS region, x::int % 2 AS part, x, y FROM points")
+        db.execute('CREATE TABLE vecs AS SELECT ARRAY[x, 1]::float8[] AS v FROM points')
         db.execute('CREATE ROLE mallory LOGIN')
         db.execute('CREATE SCHEMA mallory AUTHORIZATION mallory')
         db.execute('GRANT CREATE ON SCHEMA public TO mallory')  # as every database made before PostgreSQL 15
@@ -195,7 +197,8 @@ def test_the_shadows_work_when_called_unqualified(server, dbname):
 # --- every statement pgad ran, and every statement of its install and upgrade scripts, names its built-ins --------
 SQL_WORDS = {'SELECT', 'FROM', 'AS', 'OVER', 'IN', 'VALUES', 'AND', 'OR', 'NOT', 'EXISTS', 'JOIN', 'ON', 'WHERE',
              'LIMIT', 'GROUP', 'BY', 'ORDER', 'CASE', 'WHEN', 'THEN', 'ELSE', 'END', 'TABLE', 'WITH', 'ROW', 'ARRAY',
-             'COALESCE', 'NULLIF', 'GREATEST', 'LEAST', 'USING', 'INTO', 'CHECK', 'DISTINCT', 'RETURN'}
+             'COALESCE', 'NULLIF', 'GREATEST', 'LEAST', 'USING', 'INTO', 'CHECK', 'DISTINCT', 'RETURN',
+             'ANY', 'ALL'}  # OPERATOR(pg_catalog.=) ANY (…): syntax, its operator qualified
 
 
 def unqualified(sql):
@@ -240,7 +243,8 @@ def test_every_statement_pgad_ran_is_qualified(server, dbname):
                                     'pgad--0.6.0--0.7.0.sql', 'pgad--0.8.0.sql', 'pgad--0.7.0--0.8.0.sql',
                                     'pgad--0.9.0.sql', 'pgad--0.8.0--0.9.0.sql', 'pgad--0.10.0.sql',
                                     'pgad--0.9.0--0.10.0.sql', 'pgad--0.11.0.sql', 'pgad--0.10.0--0.11.0.sql',
-                                    'pgad--0.12.0.sql', 'pgad--0.11.0--0.12.0.sql'])
+                                    'pgad--0.12.0.sql', 'pgad--0.11.0--0.12.0.sql',
+                                    'pgad--0.13.0.sql', 'pgad--0.12.0--0.13.0.sql'])
 def test_every_statement_of_the_scripts_is_qualified(script):
     parts = (ROOT / 'extension' / 'sql' / script).read_text().split('$$')
     sql = ' '.join(part for k, part in enumerate(parts) if k % 2 == 0 or not part.startswith('\nimport'))

@@ -133,10 +133,24 @@ def test_train_on_shards_is_the_single_server_result(db, optimizer):
             "SELECT weights, final_loss, iterations, rows FROM pgad.train(%s, 'λ(d, w) w.a*d.x + w.b', 'squared', %s, "
             "%s, learning_rate => 0.001, iterations => 20, optimizer => %s, batch_size => 100000)",
             (f'm_{optimizer}_{data}', data, START, optimizer)).fetchone()
-    close(models['sharded'][0], models['everything'][0])
-    close(models['sharded'][1], models['everything'][1])
-    assert models['sharded'][2:] == models['everything'][2:]
-    assert models['sharded'][3] == sum(1 for k in DATA for r in DATA[k] if r[1] is not None)
+    rows = [r for k in DATA for r in DATA[k] if r[1] is not None]
+    assert models['sharded'][3] == models['everything'][3] == len(rows)
+    if optimizer != 'lbfgs':  # a fixed number of steps (tolerance 0): the sums of the same rows in another order
+        close(models['sharded'][0], models['everything'][0])
+        close(models['sharded'][1], models['everything'][1])
+        assert models['sharded'][2] == models['everything'][2] == 20
+        return
+    # L-BFGS stops on its own where no step lowers the objective: at the optimum, to the precision of the sums, so
+    # where it stops depends on their rounding (5 iterations on shards and 7 on one server without AVX-512), not
+    # what it stops at. Both reach the least-squares optimum (numpy's lstsq) before the 20 iterations allowed: the
+    # weights to 1e-6 relative, the loss, flat there, to 1e-10.
+    x = np.array([[r[0], 1.0] for r in rows])
+    optimum = np.linalg.lstsq(x, np.array([r[1] for r in rows]), rcond=None)[0]
+    least = float(np.mean((x @ optimum - np.array([r[1] for r in rows])) ** 2))
+    for weights, loss, iterations, _ in models.values():
+        assert [weights['a'], weights['b']] == pytest.approx(optimum, rel=1e-6)
+        assert loss == pytest.approx(least, rel=1e-10)
+        assert iterations < 20
     assert db.execute("SELECT pgad_models.\"m_gd_sharded\"(2.0)").fetchone()[0] is not None
 
 

@@ -2,7 +2,7 @@
 from the evaluate column of rules.PRIMITIVES) for every primitive, on inputs chosen around every trap (zeros, both
 signs, NaN and ±Infinity, the underflow and overflow edges of exp and power, large |x| for sigmoid and softplus);
 it does so under a hostile search_path, is inlined by the planner, reads its weights back exactly, and stops with
-SQLSTATE 54001 past max_chars.
+SQLSTATE 54001 past max_chars; the scoring function that wraps it gives NULL for a NULL in any column it reads.
 
 Adding a primitive to the lambda language means adding a row to CASES (test_cases_cover_every_primitive checks).
 Tolerance: where numpy's value is finite, relative 1e-12 (the SQL computes sigmoid, softplus and power near underflow
@@ -19,7 +19,9 @@ import pytest
 from conftest import Running, new_database
 import pgad  # noqa: F401  (binds pgad.lang)
 from pgad.errors import PgadError
-from pgad.lang import parse, rules, sql
+from pgad import limits
+from pgad.lang import parse, printer, rules, sql
+from pgad.models import catalog
 
 RTOL = 1e-12
 BIG = 1.7976931348623157e308
@@ -309,6 +311,35 @@ def test_hostile_search_path_changes_nothing(cluster, dbname):
                 same = False
             assert same == ('pg_catalog.' not in texts[p.id]), p.id  # only greatest and least name nothing
         conn.execute('DROP SCHEMA evil CASCADE')
+
+
+# A NULL in, NULL out (issue 34, item 5c): training skips a row with a NULL in a column the model reads, so its scoring
+# function gives NULL there; GREATEST, LEAST, CASE, AND and OR are not strict, and relu(NULL) was 0.
+NULL_SWALLOWING = {'greatest', 'least', 'relu', 'case', 'and', 'or', 'softplus', 'sigmoid', 'exp', 'pow', 'mod'}
+
+
+@pytest.mark.parametrize('text, inputs, weights, gap', CASES)
+def test_a_null_column_gives_null(conn, text, inputs, weights, gap):
+    """The body pgad.train gives a model's scoring function (catalog.Scoring), for every primitive, with each column
+    NULL in turn and the others a number that every primitive takes (0.5; true for a boolean)."""
+    lam = parse(text)
+    scoring = catalog.Scoring('f', lam, max_chars=printer.budget(limits.DEFAULT))
+    conn.execute('DROP FUNCTION IF EXISTS pg_temp.scored')
+    conn.execute(f"CREATE FUNCTION pg_temp.scored({', '.join(t for _, t in scoring.params)}) RETURNS "
+                 f"pg_catalog.float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN {scoring.body([(None, weights)])}")
+    names = [f'c{k}' for k in range(len(scoring.params))]
+    for null in range(len(scoring.params)):  # values from a table, not literals the planner folds
+        arrays = [[None if k == null else True if kind == 'pg_catalog.bool' else 0.5]
+                  for k, (_, kind) in enumerate(scoring.params)]
+        got = conn.execute(f"SELECT pg_temp.scored({', '.join(names)}) FROM unnest("
+                           f"{', '.join(f'%s::{kind}[]' for _, kind in scoring.params)}) AS t({', '.join(names)})",
+                           arrays).fetchone()[0]
+        assert got is None, f'{scoring.params[null][0]} NULL gives {got}'
+
+
+def test_the_null_rows_cover_the_primitives_that_swallow_nulls():
+    covered = set().union(*(ops_of(p.values[0]) for p in CASES))
+    assert NULL_SWALLOWING <= covered and NULL_SWALLOWING <= set(rules.PRIMITIVES)
 
 
 def test_scoring_function_is_inlined(conn):

@@ -1,4 +1,5 @@
 """pgad.train, pgad.models, the scoring functions in pgad_models and pgad.drop_model, against a real server."""
+import json
 import subprocess
 
 import numpy as np
@@ -353,3 +354,47 @@ def test_statement_timeout_stops_training_and_stores_nothing(db):
     assert e.sqlstate == '57014' and e.message_primary == 'canceling statement due to statement timeout'
     assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'slow'").fetchone()[0] == 0
     assert db.execute("SELECT to_regproc('pgad_models.slow')").fetchone()[0] is None
+
+
+# --- a model with no weight to fit (issue 34, item 5a) ---------------------------------------------------------------
+# A model that reads no weight (R's glm fits y ~ 0 + offset(x)) has nothing to fit: every optimizer gives the
+# objective at it, 0 iterations, the weights given back as they came; it was XX000 "need at least one array to
+# concatenate". Weights given but not read by the model are the same case.
+FIXED = 'λ(d, w) (100*d.sqft - d.price)^2'
+
+
+def fixed_loss(db):
+    """The mean squared error of the prediction 100·sqft, computed by PostgreSQL."""
+    return db.execute('SELECT avg((100 * sqft - price)^2) FROM houses').fetchone()[0]
+
+
+@pytest.mark.parametrize('weights', ['{}', '{"a": 0.5}'])
+@pytest.mark.parametrize('optimizer', ['gd', 'sgd', 'momentum', 'adam', 'lbfgs', 'newton'])
+def test_a_model_with_no_weight_to_fit_is_its_loss(db, optimizer, weights):
+    name = f'fixed_{optimizer}'
+    train(db, name, 'λ(d, w) 100*d.sqft', weights=weights, label='price', optimizer=optimizer, learning_rate=0.01)
+    [(_, fitted, loss, iterations, history, rows, _)] = model_rows(db, name)
+    assert (fitted, iterations, history, rows) == (json.loads(weights), 0, [], 300)
+    assert loss == pytest.approx(fixed_loss(db), rel=1e-12)
+    assert db.execute(f'SELECT pgad_models.{name}(2.5), pgad_models.{name}(NULL)').fetchone() == (250.0, None)
+    metrics = dict(db.execute(f"SELECT metric, value FROM pgad.evaluate('{name}', 'houses')").fetchall())
+    assert metrics['mse'] == pytest.approx(fixed_loss(db), rel=1e-12) and metrics['rows'] == 300
+    if optimizer == 'gd':  # no coefficient: summary's table, like the Hessian, has a row per weight the model reads
+        assert db.execute(f"SELECT count(*) FROM pgad.summary('{name}')").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize('weights', ['{}', '{"a": 0.5}'])
+def test_the_functions_and_aggregates_of_a_lambda_with_no_weight(db, weights):
+    expected, kept = fixed_loss(db), json.loads(weights)
+    assert db.execute("SELECT pgad.loss(%s, 'houses', %s)", (FIXED, weights)).fetchone()[0] == \
+        pytest.approx(expected, rel=1e-12)
+    assert db.execute("SELECT pgad.gradient(%s, 'houses', %s)", (FIXED, weights)).fetchone()[0] == \
+        {k: 0 for k in kept}
+    assert db.execute("SELECT pgad.hessian(%s, 'houses', %s)", (FIXED, weights)).fetchone()[0] == {}
+    fitted, loss, iterations = db.execute("SELECT (f).weights, (f).loss, (f).iterations FROM "
+                                          "pgad.gradient_descent(%s, 'houses', %s) AS f", (FIXED, weights)).fetchone()
+    assert (fitted, iterations) == (kept, 0) and loss == pytest.approx(expected, rel=1e-12)
+    agg = db.execute('SELECT pgad.loss_agg(%s, %s, t), pgad.gradient_agg(%s, %s, t), '
+                     '(pgad.gradient_descent_agg(%s, %s, t)).iterations FROM houses AS t',
+                     (FIXED, weights) * 3).fetchone()
+    assert agg[0] == pytest.approx(expected, rel=1e-12) and agg[1:] == ({k: 0 for k in kept}, 0)

@@ -114,7 +114,7 @@ def build(text, shapes, mode, tape='auto'):
 
 def sums(text, shapes, w, mode='reverse', backend='python', tape='auto'):
     """[Σ loss, Σ ∂loss/∂element…] over the rows, the weights' elements flat, row-major; backend 'llvm' with a
-    tape other than 'auto' runs the loop kernel with that tape (jit/loops.py)."""
+    tape other than 'auto' runs the loop kernel with that tape (jit/loops/)."""
     prog = build(text, shapes, mode, tape)
     elements = dict(prog.columns_of)
     columns = [DATA[elements[c][0]][:, elements[c][1] - 1] if c in elements else DATA[c] for c in prog.columns]
@@ -322,7 +322,7 @@ def test_a_store_tile_of_any_rows_gives_the_same_sums(tile, monkeypatch):
     """N = 30 rows in tiles of 1 (a record a row), or 3 to 19 kept lane by lane: fewer rows than a SIMD register, whole
     registers and one by one, the last tile short: the same sums as the unrolled kernel."""
     from pgad.jit import loops
-    monkeypatch.setattr(loops, 'TILE', tile)
+    monkeypatch.setattr(loops.layout, 'TILE', tile)
     text, shapes, _ = CASES[8].values  # the cross-entropy MLP
     w = start(shapes)
     program.build.cache_clear()
@@ -517,8 +517,8 @@ def test_an_unrolled_lambda_prints_with_its_parameters_and_elements():
     ('logsumexp(z)', lambda z: torch.logsumexp(z, 1)),
     ('dot(softmax(z), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])', lambda z: torch.softmax(z, 1) @ torch.arange(1.0, 12))])
 def test_a_long_vectors_exps_run_a_simd_register_at_a_time(fn, reference, tape):
-    """11 elements: whole vectors of exps through libmvec (8 or 4 at once, jit/loops.exps), the rest one by one —
-    against PyTorch, and the python backend's sums."""
+    """11 elements: whole vectors of exps through libmvec (8 or 4 at once, jit/loops/simd.py's exps), the rest one by
+    one — against PyTorch, and the python backend's sums."""
     shapes = {'v': (11,), 'u': (11,)}
     w = start(shapes)
     text = 'λ(d, w) ' + fn.replace('z', '(w.v * d.x1 + w.u)')
@@ -529,9 +529,9 @@ def test_a_long_vectors_exps_run_a_simd_register_at_a_time(fn, reference, tape):
     np.testing.assert_allclose(got, sums(text, shapes, w), rtol=1e-12, atol=1e-12)
 
 
-LANES = [  # blocked products of a weight matrix and a vector over a tile (jit/loops.py: lane_product, lane_gradient,
-    # block_gradient) at shapes around their blocks: 4 outputs, 2 registers of rows, 16 inputs written out, 4 by 4
-    # gradient sums, 2 registers of an array column's elements
+LANES = [  # blocked products of a weight matrix and a vector over a tile (jit/loops/lanes.py: lane_product,
+    # lane_gradient, block_gradient) at shapes around their blocks: 4 outputs, 2 registers of rows, 16 inputs written
+    # out, 4 by 4 gradient sums, 2 registers of an array column's elements
     ('sum(tanh(w.w @ [d.x1] + w.b))', {'w': (5, 1), 'b': (5,)}),  # a 1-wide input
     ('sum(w.o @ tanh(w.w @ [d.x1, d.x2, d.x3] + w.b))^2', {'o': (1, 9), 'w': (9, 3), 'b': (9,)}),  # a 1-wide output
     ('sum(sin(w.o @ tanh(w.w @ [d.x1, d.x2, d.x3])))', {'o': (6, 17), 'w': (17, 3)}),  # 17 inputs: a loop over them
@@ -556,7 +556,7 @@ def test_an_array_column_into_tiles_of_any_rows(body, shapes, tile, monkeypatch)
     """An array column's block into the tile's lanes and its W̄ along the block, in tiles of whole registers of rows
     and not: the python backend's sums."""
     from pgad.jit import loops
-    monkeypatch.setattr(loops, 'TILE', tile)
+    monkeypatch.setattr(loops.layout, 'TILE', tile)
     program.build.cache_clear()
     backends.compile.cache_clear()
     blocked_products_agree(body, shapes, 133)
@@ -634,3 +634,43 @@ def test_an_array_columns_block_is_packed_once_and_let_go_with_its_columns():
     del columns, first, block
     gc.collect()
     assert not to_arguments.kept
+
+
+# --- columns the lambda names but never reads (issue 34, 5(b)) -------------------------------------------------------
+
+UNREAD = [  # the lambda names an array column q (and a number column) that no kernel reads, but the loader loads
+    'CASE WHEN false THEN sum(d.q) ELSE sum(w.a * d.pix) END',  # only in a branch never taken
+    'sum(w.a * d.pix) + w.b * CASE WHEN false THEN sum(d.q) + d.x2 ELSE 1 END',  # in a derivative's untaken branch
+    'sum(w.a * d.pix) + CASE WHEN false THEN w.b * sum(d.q) ELSE w.b END',  # in a derivative that is never taken
+    'sum(w.a * d.pix) + w.b * 0 * sum(d.q)',  # in a derivative that is zero
+    'CASE WHEN d.x1 > 100 THEN sum(d.q) ELSE sum(w.a * d.pix) + w.b END',  # a branch the data never takes
+    'sum(w.a) * w.b + CASE WHEN false THEN sum(d.q) + sum(d.pix) ELSE 0 END',  # no column read at all
+]
+
+
+@pytest.mark.parametrize('wide', [False, True])
+@pytest.mark.parametrize('body', UNREAD)
+def test_an_array_column_the_kernel_never_reads(body, wide):
+    """An array column the lambda names but no kernel reads — in a branch never taken, in a derivative that is 0 —
+    is not among a loop kernel's arguments (it was, with no elements to pack: XX000 'need at least one array to
+    stack'). Every tape, 'auto' unrolled and, past 39 weights, 'auto' on the loop kernel, and the cuda backend: the
+    python backend's sums."""
+    from pgad.jit import compiler
+    length = 40 if wide else P  # 41 weights: 'auto' runs the loop kernel ('store')
+    rng = np.random.default_rng(3)
+    data = {'x1': DATA['x1'], 'x2': DATA['x2'], 'pix': rng.uniform(-1, 1, (N, length)),
+            'q': rng.uniform(-1, 1, (N, 3))}
+    shapes = {'a': (length,), 'b': ()}
+    w = np.concatenate([rng.uniform(-1, 1, length), [0.5]])
+    results = {}
+    for backend, tape in [('python', 'auto'), ('llvm', 'auto'), ('llvm', 'store'), ('llvm', 'recompute'),
+                          ('llvm', 'reversible'), ('cuda', 'auto')]:
+        prog = program.build('λ(d, w) ' + body, tuple(shapes), 'reverse', True, tape=tape, shapes=vectors.Shapes(
+            (('a', (length,)),), (('pix', length), ('q', 3))))
+        if backend == 'llvm' and tape == 'auto':
+            assert compiler.form(prog) == ('store' if wide else 'unrolled')
+        elements = dict(prog.columns_of)
+        columns = [data[elements[c][0]][:, elements[c][1] - 1] if c in elements else data[c] for c in prog.columns]
+        results[backend, tape] = backends.compile(prog, backend)(columns, N, w)
+    for (backend, tape), got in results.items():  # the same sums, added in other orders
+        np.testing.assert_allclose(got, results['python', 'auto'], rtol=1e-12, atol=1e-12, err_msg=f'{backend} {tape}')

@@ -223,6 +223,20 @@ def test_a_reversible_tape_gives_the_gradient_or_names_the_step(db, tables):
     assert (diag.sqlstate, diag.message_primary) == ('0A000', 'tape "reversible" cannot run "-" backwards')
 
 
+@pytest.mark.parametrize('tape', ['auto', 'store', 'recompute', 'reversible'])
+def test_an_array_column_read_only_in_a_branch_never_taken(db, tables, tape):
+    """The loader loads x, which the lambda names only in a branch never taken: a loop kernel's arguments leave it
+    out (they had it, with no elements to pack: XX000). 'auto' past 39 weights runs the loop kernel."""
+    text = 'λ(d, w) CASE WHEN false THEN sum(d.x) ELSE sum(w.a) * d.x1 END'
+    weights = json.dumps({'a': [0.01 * k for k in range(40)]})
+    loss, grad = db.execute("SELECT pgad.loss(%s, 'blobs', %s), pgad.gradient(%s, 'blobs', %s, tape => %s)",
+                            (text, weights, text, weights, tape)).fetchone()
+    expected = db.execute("SELECT pgad.gradient(%s, 'blobs', %s, backend => 'python')", (text, weights)).fetchone()[0]
+    assert loss == pytest.approx(sum(0.01 * k for k in range(40)) * float(db.execute(
+        'SELECT avg(x1) FROM blobs').fetchone()[0]), rel=1e-12)  # the mean loss
+    np.testing.assert_allclose(grad['a'], expected['a'], rtol=1e-12)
+
+
 def test_a_reversible_tape_recovers_exactly_or_names_the_step(db, tables):
     """The reverse sweep recovers a value by its own step again or an exact inverse (negation), never by one that
     rounds or loses it: logsumexp(w.v)'s exps once read unset slots (a NaN gradient), and x = out / y for a column
@@ -288,6 +302,36 @@ def test_train_reads_an_array_column(db, tables):
     w = db.execute("SELECT weights FROM pgad.models WHERE name = 'blobs_linear'").fetchone()[0]
     score = db.execute("SELECT pgad_models.blobs_linear(ARRAY[1, 2, 3]::float8[])").fetchone()[0]
     assert score == pytest.approx(np.dot(w['v'], [1, 2, 3]) + w['c'], rel=1e-12)
+
+
+@pytest.mark.parametrize('name, model, loss, returns', [
+    ('arrays_relu', 'λ(d, w) sum(relu(w.m @ d.v))', 'squared', 'double precision'),
+    ('arrays_logits', 'λ(d, w) relu(w.m @ d.v)', 'λ(p, d) (sum(p) - d.y)^2', 'double precision[]'),
+    ('arrays_extremes', 'λ(d, w) greatest(w.m @ d.v, 0) + least(d.v, 1)', 'λ(p, d) (sum(p) - d.y)^2',
+     'double precision[]'),
+])
+def test_a_scoring_function_takes_the_arrays_training_takes(db, tables, name, model, loss, returns):
+    """Issue 34, item 5c: training skips a row whose array is NULL or holds a NULL, and refuses an array that is not
+    one-dimensional from index 1 with the model's length; the scoring function gives NULL for the first and 2202E for
+    the second (GREATEST and LEAST skip NULLs, and v[1] of a 2-D array is NULL: it gave a number for all four)."""
+    db.execute("SELECT pgad.train(%s, %s, %s, 'arrays', '{\"m\": [[1, 0.5], [0.25, -1]]}', iterations => 3)",
+               (name, model, loss))
+    assert db.execute('SELECT prorettype::regtype::text FROM pg_proc WHERE proname = %s', (name,)).fetchone()[0] \
+        == returns
+    score = lambda v: db.execute(f'SELECT pgad_models.{name}({v}::float8[])').fetchone()[0]  # noqa: E731
+    assert score("'{1, 2}'") is not None
+    for v in ['NULL', "'{1, NULL}'", "'{NULL, 2}'", "'{NULL, NULL}'"]:
+        assert score(v) is None, v
+    for v, message in [("'{{1}, {2}}'", 'array argument "v[1:2][1:1]" has 2 elements, the model reads 2'),
+                       ("'[0:1]={1, 2}'", 'array argument "v[0:1]" has 2 elements, the model reads 2'),
+                       ("'[2:3]={1, 2}'", 'array argument "v[2:3]" has 2 elements, the model reads 2'),
+                       ("'{{1, 2}, {3, 4}}'", 'array argument "v" has 4 elements, the model reads 2'),
+                       ("'{1, 2, 3}'", 'array argument "v" has 3 elements, the model reads 2'),
+                       ("'{}'", 'array argument "v" has 0 elements, the model reads 2')]:
+        diag = error_of(db, f'SELECT pgad_models.{name}({v}::float8[])')
+        assert (diag.sqlstate, diag.message_primary) == ('2202E', message), v
+    inlined = db.execute(f'EXPLAIN (VERBOSE) SELECT pgad_models.{name}(v) FROM arrays').fetchall()
+    assert not any(name in line for line, in inlined)  # still inlined: the expression, not a call
 
 
 def test_train_refuses_what_it_cannot_do_with_vectors(db, tables):

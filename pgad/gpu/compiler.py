@@ -217,7 +217,8 @@ def ptx(program, cc, precision='float64', combine='atomic'):
 
 def _in_worker(program, cc, precision, combine):
     """({'ptx': bytes}, {'PTX': seconds}) of program's kernel, compiled to PTX for cc in the compiler process."""
-    return worker.run(ptx_request(program, cc, precision, combine), 'compiling the cuda kernel')
+    return worker.run(ptx_request(program, cc, precision, combine), 'compiling the cuda kernel',
+                      entry=__package__ + '.ptx')
 
 
 def ptx_request(program, cc, precision='float64', combine='atomic'):
@@ -230,7 +231,7 @@ def ptx_request(program, cc, precision='float64', combine='atomic'):
 
 def ptx_here(request):
     """(PTX text, seconds of numba's typing and NVVM) of a ptx_request, compiled in this process: the compiler
-    process's job (jit/worker.py), and tests/ptx_report.py's, in a process of its own."""
+    process's job (gpu/ptx.py), and tests/ptx_report.py's, in a process of its own."""
     module = cuda()
     started = time.perf_counter()
     constants = {k: (v if isinstance(v, bool) else float(v)) for k, v in request['constants'].items()}

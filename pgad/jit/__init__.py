@@ -1,8 +1,10 @@
 """The LLVM backend (`backend => 'llvm'`): each program compiled to one fused loss-and-gradient kernel.
 
-codegen.py turns a Program into LLVM IR; compiler.py optimises it for this CPU, emits machine code and wraps the
-function for Python; cache.py keeps the object code on disk, verified. llvmlite only: no numba on the CPU path, and
-llvmlite is imported when a kernel is first compiled, not with this package.
+tiers.py says which kernel runs a Program and the tier that compiles it; codegen.py turns a Program into LLVM IR
+(loops/ a loop kernel's); compiler.py optimises it for this CPU, emits machine code and wraps the function for Python,
+compiling in the compiler process (worker.py) all but the smallest; cache.py keeps the object code on disk, verified.
+llvmlite only: no numba on the CPU path, and llvmlite is imported when a kernel is first compiled, not with this
+package.
 """
 
 
@@ -14,5 +16,5 @@ def compile(program, cache):
 
 def fits(program):
     """Does the llvm backend compile program (within its bound on the time of an uninterruptible compile)?"""
-    from .compiler import tier_of
+    from .tiers import tier_of
     return tier_of(program) is not None

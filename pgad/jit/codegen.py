@@ -19,6 +19,7 @@ from llvmlite import ir
 
 from .. import limits
 from ..lang.rules import PRIMITIVES
+from .tiers import tier_of
 
 DOUBLE, BOOL, I64 = ir.DoubleType(), ir.IntType(1), ir.IntType(64)
 # libm functions with vector variants in glibc's libmvec (2.35+), by their number of arguments. The kernel calls
@@ -261,7 +262,6 @@ def inline(program):
     """What program's kernel computes inline: POLYNOMIAL where it compiles vectorised (the compiler's first tier: only
     the vector loop gains), computes at most INLINE_EXPS exps, and no other primitive of it calls libm; else
     nothing."""
-    from .compiler import tier_of  # compiler.py imports this module
     nodes = program.graph.nodes
     ops = [nodes[n] for n in program.graph.ancestors(program.outputs)]
     calls = any(n.op in CALLS_LIBM or n.op == 'pow' and nodes[n.args[1]].op != 'const' for n in ops)

@@ -8,14 +8,16 @@ compiles nothing.
 LLVM's passes cannot be interrupted, so only a kernel that is provably small (in_process: tens of milliseconds)
 is compiled in the server process; every other compile runs in a process of its own (worker.py), which the backend
 kills as soon as statement_timeout, pg_cancel_backend or pg_terminate_backend acts, and after worker.WALL_SECONDS.
-The optimisation level is chosen by the kernel's size, in tiers, so that a kernel's compile stays in seconds: loop
-vectorisation is the costly part (it grows much faster than the kernel: 129 outputs took 2.5 s, 129 exp terms
-14 s), then O3's scheduling of many accumulators. A kernel larger than the last tier is not compiled: 'auto' runs
-it on python.
+The optimisation level is chosen by the kernel's size, in tiers (tiers.py), so that a kernel's compile stays in
+seconds: loop vectorisation is the costly part (it grows much faster than the kernel: 129 outputs took 2.5 s, 129 exp
+terms 14 s), then O3's scheduling of many accumulators. A kernel larger than the last tier is not compiled: 'auto'
+runs it on python.
 """
 import ctypes
 import functools
+import glob
 import hashlib
+import os
 import sys
 import threading
 import time
@@ -25,79 +27,17 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import cache as disk, codegen, cost, frames, loops, threads, worker
+from . import cache as disk, codegen, cost, frames, loops, threads, tiers, worker
 from .. import limits
 from ..errors import PgadError
 from ..lang import printer
 from .codegen import kernel_ir
+from .tiers import LOOP_NODES, TIERS, Tier, form, required_tier, tier_of  # noqa: F401  (compiler.X as before)
 
-
-@dataclass(frozen=True)
-class Tier:
-    name: str
-    speed_level: int        # the optimisation pipeline's: 3 is O3, 0 is O0
-    vectorise: bool         # loop and SLP vectorisation
-    codegen_level: int      # the target machine's code generation level
-    max_nodes: int          # the largest kernel it compiles: nodes of the DAG under the outputs,
-    max_outputs: int        # outputs (accumulators),
-    max_product: int        # and the two multiplied (what loop vectorisation's time grows with)
-
-
-# Measured by bench/compile.py (docs/security.md): the largest kernels of each tier took 0.3 to 0.6 s of LLVM
-TIERS = (Tier('O3, vectorised', 3, True, 3, 400, 40, 8_000),
-         Tier('O3', 3, False, 3, 2500, 300, 750_000),
-         Tier('O0', 0, False, 0, 8000, 8000, 64_000_000))
-
-
-# The largest loop kernel (jit/loops.py): nodes of the parsed lambda, O3 vectorised. Its compile time depends on the
-# shapes more than on the nodes (docs/performance.md), so it always compiles in the compiler process, which stops it
-# after worker.WALL_SECONDS
-LOOP_NODES = 2000
 
 # The largest kernel compiled in the backend itself (in_process): at most about 60 ms of LLVM on the 2-core VM, where
 # starting the compiler process costs 125 ms more than compiling in place (bench/compile.py --worker measures both)
 IN_PROCESS_NODES, IN_PROCESS_PRODUCT = 400, 2000
-
-
-def form(program):
-    """Which kernel runs program: 'unrolled' (codegen.py), or a loop kernel's tape (loops.py). A tape asked for is
-    the loop kernel's; 'auto' unrolls a lambda of numbers, and one with vectors where the unrolled kernel compiles
-    vectorised (measured faster there: docs/design.md), else stores the loop kernel's tape."""
-    if program.tensor is None:
-        return 'unrolled'
-    if program.tape != 'auto':
-        return program.tape
-    tier = _unrolled_tier(program)
-    return 'unrolled' if tier is not None and tier.vectorise else 'store'
-
-
-def tier_of(program):
-    """The tier that compiles program within the time an uninterruptible compile may take, or None."""
-    if form(program) != 'unrolled':
-        return TIERS[0] if len(program.tensor.graph) <= LOOP_NODES else None
-    return _unrolled_tier(program)
-
-
-def _unrolled_tier(program):
-    nodes, outputs = len(program.graph.ancestors(program.outputs)), len(program.outputs)
-    return next((t for t in TIERS if nodes <= t.max_nodes and outputs <= t.max_outputs
-                 and nodes * outputs <= t.max_product), None)
-
-
-def required_tier(program):
-    """tier_of(program), or SQLSTATE 54001 where there is none."""
-    tier = tier_of(program)
-    if tier is None:
-        raise _too_large(program)
-    return tier
-
-
-def _too_large(program):
-    nodes = len(program.graph.ancestors(program.outputs))
-    return PgadError('54001', f'lambda is too large for the llvm backend: {nodes} nodes with its derivatives',
-                     detail=f'The llvm backend compiles at most {TIERS[-1].max_nodes}: LLVM\'s time and memory grow '
-                            'faster than the kernel, past what one call may take.',
-                     hint="Use backend => 'python', or 'auto', which picks it for lambdas this large.")
 
 
 @dataclass
@@ -134,7 +74,9 @@ def optimise(ir_text, tier=TIERS[0]):
 def _toolchain():
     """What else decides the machine code: pgad's code generator and compiler, llvmlite, LLVM, and this CPU."""
     sources = hashlib.sha256()
-    for path in (codegen.__file__, loops.__file__, frames.__file__, worker.__file__, __file__):
+    package = os.path.dirname(loops.__file__)
+    for path in (codegen.__file__, *sorted(glob.glob(os.path.join(package, '*.py'))), frames.__file__, tiers.__file__,
+                 worker.__file__, __file__):
         with open(path, 'rb') as f:
             sources.update(f.read())
     return '\n'.join([sources.hexdigest(), llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)),
@@ -149,7 +91,7 @@ def cache_key(program):
         listing = printer.to_listing(program.graph, program.outputs)
     else:
         listing = '\n'.join([printer.to_listing(program.tensor.graph, [program.tensor.root]), repr(program.dims),
-                             kind, str(loops.TILE)])
+                             kind, str(loops.layout.TILE)])
     what = '\n'.join([listing, repr(program.outputs), repr(program.columns), repr(program.weights), _toolchain()])
     return hashlib.sha256(what.encode()).hexdigest()
 

@@ -2,14 +2,14 @@
 
 A kernel runs on the backend's own stack (8 MB at most, shared with the executor, PL/Python and whatever called
 pgad), where a frame past the guard page kills the backend by a signal and PostgreSQL restarts every session. The
-loop kernels (loops.py) carve every buffer that grows with the shapes out of a scratch buffer on the heap and keep
+loop kernels (loops/) carve every buffer that grows with the shapes out of a scratch buffer on the heap and keep
 only scalar accumulators on the stack; the unrolled kernels (codegen.py) have no alloca at all. check() enforces
 that: what the optimised IR still allocates on the stack — the allocas LLVM did not turn into registers — must have
 a size known at compile time, and all of them together at most MAX_FRAME bytes, else SQLSTATE 54001, before any
 machine code is emitted.
 
 What the IR does not show is the register allocator's spill slots. They grow with the values live at once, which
-the compiler's tiers bound (compiler.TIERS: at most 8,000 nodes, the largest at O0, whose fast register allocator
+the compiler's tiers bound (tiers.TIERS: at most 8,000 nodes, the largest at O0, whose fast register allocator
 spills the most): measured with emitted_frame() on this x86-64 VM, the largest kernel of each tier takes 1–7 KB at
 O3 (2,500 nodes) and 32–127 KB at O0 (8,000 nodes: `poly` 127,336 bytes, `linear` 106,208, `expsum` 84,776); a loop
 kernel's frame is a few hundred bytes (the issue's outer product: 184 bytes, where its tape on the stack took

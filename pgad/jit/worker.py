@@ -11,9 +11,11 @@ should the backend exit first. A child that crashes or runs out of its memory (M
 the call (58000), never the backend; one still compiling after WALL_SECONDS is killed (54001).
 
 The child inherits nothing of PostgreSQL's: a clean environment, no file descriptors but its three pipes, a session
-of its own, SIGINT and SIGTERM at their defaults. The disk cache stays in the backend: a hit starts nothing.
+of its own, SIGINT and SIGTERM at their defaults; its sys.path is pgad's folder and its Python's own, never its
+working directory (-P). The disk cache stays in the backend: a hit starts nothing.
 
-    python -m pgad.jit.worker PARENT_PID MEMORY_BYTES < request.json > response
+    python -P -s -B -m pgad.jit.worker PARENT_PID MEMORY_BYTES < request.json > response   (job 'llvm')
+    python -P -s -B -m pgad.gpu.ptx PARENT_PID MEMORY_BYTES < request.json > response      (job 'ptx': main() there)
     response: one line of JSON, {"seconds": {stage: s, …}, "parts": [[name, bytes], …]}, then the parts' bytes
 """
 import ctypes
@@ -33,6 +35,7 @@ WALL_SECONDS = 60           # a compile still running after this is killed: 5400
 MEMORY_BYTES = 4 << 30      # the child's address space (RLIMIT_AS); the largest compiles measured: 300 MB resident
 PIPE_BYTES = 1 << 16        # written or read at once
 STDERR_BYTES = 2000         # of a failed child's message, kept for the DETAIL
+CWD = '/'                   # the child's working directory, which is not on its path (command())
 
 
 # --- the backend's side ---------------------------------------------------------------------------------------------
@@ -41,14 +44,15 @@ class Failed(Exception):
     """The child ended without a result: how (a message for the DETAIL)."""
 
 
-def run(request, what, wall=WALL_SECONDS):
-    """({part: bytes}, {stage: seconds}) of request compiled in a child; `what` names the compile in errors. Waits
+def run(request, what, wall=WALL_SECONDS, entry=__name__):
+    """({part: bytes}, {stage: seconds}) of request compiled in a child, `python -m entry` (this module, whose JOBS
+    serve 'llvm'; a job module of its own for another job: gpu/ptx.py); `what` names the compile in errors. Waits
     checking for interrupts (limits.tick), and on any exception kills the child before raising it."""
     from ..errors import PgadError
     try:
-        process = subprocess.Popen([interpreter(), '-s', '-B', '-m', __name__, str(os.getpid()), str(MEMORY_BYTES)],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   close_fds=True, start_new_session=True, env=environment(request), cwd='/')
+        process = subprocess.Popen(command(entry), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, close_fds=True, start_new_session=True,
+                                   env=environment(request), cwd=CWD)
     except OSError as e:
         raise PgadError('58000', f'{what} failed: its process could not start', detail=f'{interpreter()}: {e}.',
                         hint='pgad\'s Python environment is incomplete: reinstall pgad (make install).') from None
@@ -143,6 +147,14 @@ def parse(out):
     return parts, head['seconds']
 
 
+def command(entry=__name__):
+    """The child's command line, `python -m entry`: pgad's Python, isolated — -P: neither its working directory
+    nor a script's folder on sys.path (`python -m` puts the working directory first, where a planted `pgad/` or
+    `json.py` would be imported in its place), -s: no user site-packages; its environment is environment()'s alone,
+    so PYTHONPATH is pgad's folder — and -B: no bytecode written."""
+    return [interpreter(), '-P', '-s', '-B', '-m', entry, str(os.getpid()), str(MEMORY_BYTES)]
+
+
 @functools.lru_cache(maxsize=None)
 def interpreter():
     """The Python of pgad's environment. Outside the server, this process's own; in the server, sys.executable is
@@ -213,19 +225,7 @@ def llvm_job(request):
     return parts, seconds
 
 
-def ptx_job(request):
-    """A CUDA kernel's generated source → its PTX for compute capability cc, with numba-cuda (no GPU needed)."""
-    from ..gpu import compiler
-    compiler.cuda().compile_ptx(_first, '(float64[::1],)', cc=tuple(request['cc']))  # numba's set-up, untimed
-    text, seconds = compiler.ptx_here(request)
-    return [('ptx', text.encode())], {'PTX': seconds}
-
-
-def _first(io):
-    io[0] = 1.0
-
-
-JOBS = {'llvm': llvm_job, 'ptx': ptx_job}
+JOBS = {'llvm': llvm_job}  # this module's; a job module of its own serves others (gpu/ptx.py: 'ptx')
 
 
 def _die_with(parent):
@@ -236,7 +236,8 @@ def _die_with(parent):
         os._exit(1)
 
 
-def main(argv):
+def main(argv, jobs):
+    """The child: the request on stdin, served by jobs[request['job']], the response on stdout; the exit status."""
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         signal.signal(number, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])  # nothing blocked that the backend had blocked
@@ -247,7 +248,7 @@ def main(argv):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     try:
         request = json.loads(sys.stdin.buffer.read())
-        parts, seconds = JOBS[request['job']](request)
+        parts, seconds = jobs[request['job']](request)
     except MemoryError:
         sys.stderr.write(f'out of memory: the compile needed more than {memory >> 20} MB\n')
         return 3
@@ -262,4 +263,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv))
+    sys.exit(main(sys.argv, JOBS))

@@ -9,9 +9,16 @@ and an argument used for the last time with ∂node/∂a = 1 hands its tangent o
 chain of + (a sum of n terms, each with weights of its own) the work is linear, where a pass per weight, or a copy
 per node, would be quadratic. The result is the gradient as DAG nodes, in the same graph as the loss, so every
 subexpression the two share is computed once.
+
+A tangent's entries cost memory whether or not they build nodes (a tangent copied through x + c builds none), and
+they grow with the weights times the nodes: sum(sum(w.v) + d.u) of 6,000 weights and a 6,000-element column holds
+36 million. Past TANGENT_ENTRIES per node pgad.max_lambda_nodes allows, SQLSTATE 54001, before they are built.
 """
 from . import rules
 from .. import limits
+from ..errors import PgadError
+
+TANGENT_ENTRIES = 4  # a small network's tangents hold about one entry per node
 
 
 def gradient(graph, root, weights):
@@ -25,7 +32,7 @@ def gradient(graph, root, weights):
             for a in graph.nodes[i].args:
                 if live[a]:
                     uses[a] = uses.get(a, 0) + 1
-    tangent = {}
+    tangent, entries, most = {}, 0, TANGENT_ENTRIES * graph.max_nodes
     for i in order:
         node = graph.nodes[i]
         limits.tick()
@@ -47,8 +54,15 @@ def gradient(graph, root, weights):
                 continue
             total = {} if total is None else total
             limits.tick(len(t))
+            entries += len(t)
+            if entries > most:
+                raise PgadError(limits.STATEMENT_TOO_COMPLEX, f'lambda is too large for forward mode: its tangents '
+                                f'hold more than {most} entries', detail=f'Forward mode carries a tangent per weight '
+                                f'element: at most {TANGENT_ENTRIES} entries per node of pgad.max_lambda_nodes '
+                                f'({graph.max_nodes}).', hint="Use mode => 'reverse', or a smaller lambda.")
+            one = _one(graph, p)  # a copy: 1·v is v
             for name, v in t.items():
-                term = p * v
+                term = v if one else p * v
                 total[name] = total[name] + term if name in total else term
         tangent[i] = total or {}
     found = tangent.get(root, {})

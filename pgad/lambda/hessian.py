@@ -15,10 +15,11 @@ from ..errors import PgadError
 MAX_WEIGHTS = 300  # p(p+1)/2 = 45,150 sums a row at most
 
 
-def check_size(weights):
-    """SQLSTATE 54000 where the Hessian of `weights` (their elements' names) has more than MAX_WEIGHTS rows."""
-    if len(weights) > MAX_WEIGHTS:
-        raise PgadError('54000', f'too many weights for second derivatives: {len(weights)}',
+def check_size(count):
+    """SQLSTATE 54000 where the Hessian of `count` weight elements has more than MAX_WEIGHTS rows: checked on the
+    count, before their names are made (a weights jsonb within pgad.memory_limit may hold millions)."""
+    if count > MAX_WEIGHTS:
+        raise PgadError('54000', f'too many weights for second derivatives: {count}',
                         detail=f'The Hessian of p weights has p² entries; pgad computes it for at most '
                                f'{MAX_WEIGHTS} weight elements.',
                         hint="Use a model with fewer weights, or optimizer => 'lbfgs'.")
@@ -31,7 +32,7 @@ def upper(weights):
 
 def hessian(graph, gradient, weights):
     """(node id of ∂²root/∂w_i∂w_j for each (i, j) of upper(weights)), given `gradient`, {w: node id of ∂root/∂w}."""
-    check_size(weights)
+    check_size(len(weights))
     rows = [forward.gradient(graph, gradient[w], weights) for w in weights]
     return tuple(rows[i][weights[j]] for i, j in upper(weights))
 

@@ -116,8 +116,10 @@ def partials(graph, i):
 # object arrays of Exprs, shape () a scalar), written with the scalar primitives; vjp(ḡ, out, *arguments, shapes=…)
 # is each argument's cotangent as a vector expression, given the result's ḡ (what pgad.derivatives prints:
 # tensors.py). Shapes are tuples: () a number, (n,) a vector, (m, n) a matrix of m rows. A signature of '*' takes
-# one or more numbers or same-shaped vectors (the vector literal [a, b, c]).
-Operation = namedtuple('Operation', 'name args shape unroll vjp')
+# one or more numbers or same-shaped vectors (the vector literal [a, b, c]). cost(*argument shapes) is at most how
+# many scalar nodes and array elements unroll makes (vectors.py checks the sum against pgad.max_lambda_nodes before
+# it builds anything: outer of two vectors of 20,000 would be an array of 400 million).
+Operation = namedtuple('Operation', 'name args shape unroll vjp cost')
 OPERATIONS = {}
 
 
@@ -125,8 +127,13 @@ class VectorError(Exception):
     """What is wrong with an operation's shapes (vectors.py adds the place in the lambda)."""
 
 
-def operation(name, signature, shape, unroll, vjp):
-    OPERATIONS[name] = Operation(name, signature.split('->')[0], shape, unroll, vjp)
+def operation(name, signature, shape, unroll, vjp, cost):
+    OPERATIONS[name] = Operation(name, signature.split('->')[0], shape, unroll, vjp, cost)
+
+
+def size(shape):
+    """The number of elements of a shape, as a Python int (no overflow): 1 for a number."""
+    return math.prod(shape)
 
 
 def _product(a, b):  # @: matrix·vector, vector·matrix, matrix·matrix, vector·vector
@@ -245,17 +252,21 @@ def _matmul_vjp(g, out, a, b, shapes):
 
 matmul, transpose, outer, softmax, dot = map(call, 'matmul transpose outer softmax dot'.split())
 
-operation('matmul', 'nn->n', _product, lambda a, b: _matmul(a, b), _matmul_vjp)
-operation('dot', 'nn->n', _same_vectors, lambda a, b: _matmul(a, b), lambda g, out, a, b, shapes: (g * b, g * a))
-operation('sum', 'n->n', lambda v: (), lambda v: np.asarray(_sum(v), dtype=object), lambda g, out, v, shapes: (g,))
+operation('matmul', 'nn->n', _product, lambda a, b: _matmul(a, b), _matmul_vjp,
+          lambda a, b: size(_product(a, b)) * 2 * a[-1])  # each element a row of products and its sum
+operation('dot', 'nn->n', _same_vectors, lambda a, b: _matmul(a, b), lambda g, out, a, b, shapes: (g * b, g * a),
+          lambda a, b: 2 * size(a))
+operation('sum', 'n->n', lambda v: (), lambda v: np.asarray(_sum(v), dtype=object), lambda g, out, v, shapes: (g,),
+          size)
 operation('softmax', 'n->n', _vector('softmax', lambda a: a), _softmax,
-          lambda g, out, v, shapes: (out * (g - dot(g, out)),))
+          lambda g, out, v, shapes: (out * (g - dot(g, out)),), lambda v: 6 * size(v))
 operation('logsumexp', 'n->n', _vector('logsumexp', lambda a: ()), lambda v: np.asarray(_logsumexp(v), dtype=object),
-          lambda g, out, v, shapes: (g * softmax(v),))
-operation('index', 'nn->n', _index, None, None)  # unrolled by vectors.py (its index may change from row to row),
-#                                                    differentiated by tensors.py (a mask of the position)
-operation('stack', '*->n', _stack, lambda *items: _stacked(items), None)  # tensors.py: each item's, by index
+          lambda g, out, v, shapes: (g * softmax(v),), lambda v: 5 * size(v) + 2)
+operation('index', 'nn->n', _index, None, None, None)  # unrolled by vectors.py (its index may change from row to
+#                                                          row), differentiated by tensors.py (a mask of the position)
+operation('stack', '*->n', _stack, lambda *items: _stacked(items), None,  # tensors.py: each item's, by index
+          lambda *shapes: size(_stack(*shapes)))
 operation('transpose', 'n->n', _transpose_shape, lambda m: np.asarray(m.T, dtype=object),
-          lambda g, out, m, shapes: (transpose(g),))
+          lambda g, out, m, shapes: (transpose(g),), lambda m: 0)  # a view: nothing new
 operation('outer', 'nn->n', _outer_shape, lambda a, b: _outer(a, b),
-          lambda g, out, a, b, shapes: (matmul(g, b), matmul(a, g)))
+          lambda g, out, a, b, shapes: (matmul(g, b), matmul(a, g)), lambda a, b: size(a) * size(b))

@@ -57,8 +57,9 @@ Gaps that stay, errors where numpy's value is finite: * and / of two nonzero num
 quotient would write both operands twice at every level of a model, for operands that are tiny themselves. An
 overflow inside the model raises even where numpy carries the Infinity on to a finite value (sigmoid(2 * 1e308) is 1
 in numpy). And PostgreSQL's power refuses (-Infinity)^y for y not an integer, where numpy gives 0 for y < 0.
-NULL columns: CASE, GREATEST, LEAST, AND and OR are not strict, so a NULL column does not always give NULL (relu(NULL)
-is 0); a caller that wants NULL for NULL input tests for it.
+NULL columns: CASE, GREATEST, LEAST, AND and OR are not strict, so in this expression a NULL column does not always
+give NULL (relu(NULL) is 0). The scoring function that wraps it (models/catalog.py, Scoring.checked) tests its
+arguments first and gives NULL where a column the model reads is NULL, as training skips such a row.
 
 A DAG shares subexpressions, and text repeats them (the CASE forms repeat their argument too): writing stops with
 SQLSTATE 54001 once a subexpression's text passes max_chars, as the printer does.

@@ -10,7 +10,10 @@ what the rest of pgad takes: both modes differentiate it, every backend compiles
 Shared subexpressions stay shared: the logits written twice in a cross-entropy are built once.
 
 A shape that does not fit is SQLSTATE 2202E (as PostgreSQL's array errors), naming the operation, both shapes and
-the place in the lambda.
+the place in the lambda. Before anything is built, the shapes alone say how many scalar nodes and array elements the
+unrolling makes at most (each operation's cost in rules.OPERATIONS, an elementwise one's its result's size, a leaf's
+its elements): past pgad.max_lambda_nodes, SQLSTATE 54001 — an outer product of two float8[] columns of 20,000
+elements is refused at once, not after an array of 400 million elements.
 """
 from dataclasses import dataclass
 
@@ -21,7 +24,7 @@ from ..errors import PgadError
 from .dag import Graph
 from .parser import Lambda, caret
 from .printer import INFIX, PREFIX
-from .rules import OPERATIONS, PRIMITIVES, VectorError, describe
+from .rules import OPERATIONS, PRIMITIVES, VectorError, describe, size
 
 ARRAY_SUBSCRIPT_ERROR = '2202E'
 # an operation as its messages name it: the printer's symbol for an operator
@@ -65,6 +68,7 @@ def unroll(lam, shapes, limits=bounds.DEFAULT):
 def unrolled_value(lam, shapes, limits=bounds.DEFAULT):
     """(the scalar Lambda of lam at these Shapes, its root as an object array of nodes: a model's prediction may be a
     vector). The Lambda's root is the array's first element."""
+    check_size(lam, shapes, limits)
     weight_shape, column_length = dict(shapes.weights), dict(shapes.columns)
     graph = Graph(limits.lambda_nodes)
     graph.exact = True  # the user's expression, unrolled: no rule that hides a NaN
@@ -94,6 +98,37 @@ def unrolled_value(lam, shapes, limits=bounds.DEFAULT):
 
 def shapes_of(lam, shapes):
     """{node: shape} for every node under lam's root at these Shapes: the shape rules alone, nothing unrolled."""
+    found = _shapes(lam, shapes)
+    _number_body(lam, found[lam.root])
+    return found
+
+
+def check_size(lam, shapes, limits=bounds.DEFAULT):
+    """The error, before anything is built, where unrolling lam at these Shapes would make more than
+    pgad.max_lambda_nodes scalar nodes and array elements: their sum over the parsed nodes, from the shapes alone."""
+    found, nodes, total = _shapes(lam, shapes), lam.graph.nodes, 0
+    for i in lam.graph.ancestors([lam.root]):
+        node, shape = nodes[i], found[i]
+        bounds.tick()
+        args = [found[a] for a in node.args]
+        if node.op == 'index':  # a constant index picks a view; one that changes per row, a CASE per element
+            cost = 0 if nodes[node.args[1]].op == 'const' else 2 * size(args[0]) + 1
+        elif node.op in OPERATIONS:
+            cost = OPERATIONS[node.op].cost(*args)
+        else:  # a leaf's elements, or an elementwise primitive's
+            cost = size(shape)
+        total += cost
+        if total > limits.lambda_nodes:
+            what = (f'{SYMBOLS.get(node.op, node.op)} of {" and ".join(describe(a) for a in args)}' if args else
+                    f'{node.op} "{node.value}", {describe(shape)},')
+            alone = f'{what} alone unrolls to {cost}' if cost > limits.lambda_nodes else \
+                f'unrolled up to {what} it has more than {limits.lambda_nodes}'
+            raise bounds.too_large(f'lambda is too large: {alone} expression nodes', 'pgad.max_lambda_nodes',
+                                   limits.lambda_nodes)
+
+
+def _shapes(lam, shapes):
+    """shapes_of's {node: shape}, of a body of any shape."""
     weight_shape, column_length = dict(shapes.weights), dict(shapes.columns)
     nodes, found = lam.graph.nodes, {}
     for i in lam.graph.ancestors([lam.root]):
@@ -111,7 +146,6 @@ def shapes_of(lam, shapes):
                 found[i] = OPERATIONS[node.op].shape(*args) if node.op in OPERATIONS else broadcast(node.op, args)
             except VectorError as e:
                 raise _error(lam, i, str(e)) from None
-    _number_body(lam, found[lam.root])
     return found
 
 

@@ -18,9 +18,11 @@ arguments, CREATE OR REPLACE keeps the function (views and other functions that 
 other arguments the old function is dropped, which is refused while a view depends on it. Only the function the
 model's rows record (scoring_function, owned by the role that trained them) is ever dropped or replaced. A model's
 name belongs to the role that trained it first; a superuser may replace or drop anyone's. pgad.models is written
-only through pgad._write_models (write, below). Every SQL text here is schema-qualified (docs/security.md); the
-model's name is always quoted, its group values are literals quoted as PostgreSQL's quote_literal quotes them, and
-nothing else of the user's text reaches SQL.
+only through pgad._write_models (write, below), and read under a policy (the extension's script): a role reads a
+model's rows only where it may read every relation the training read, which store records (relations_read), or
+trained it; rows names no model the caller may not read (hidden). Every SQL text here is schema-qualified
+(docs/security.md); the model's name is always quoted, its group values are literals quoted as PostgreSQL's
+quote_literal quotes them, and nothing else of the user's text reaches SQL.
 
 Beside the scoring function, a 'logistic' model gets "<name>_probability" and "<name>_class" and a 'hinge' model
 "<name>_class" (EXTRAS), with the same arguments, inlined alike. They are not recorded in pgad.models: they are found
@@ -42,19 +44,19 @@ from ..lang import printer, sql, vectors
 SCHEMA = 'pgad_models'
 EQ, NE, CONCAT = 'OPERATOR(pg_catalog.=)', 'OPERATOR(pg_catalog.<>)', 'OPERATOR(pg_catalog.||)'
 INSERT = ('INSERT INTO pgad.models (name, group_key, model, loss, weights, final_loss, loss_history, iterations, '
-          'options, data, rows, training_time, validation_history, scoring_function, trained_by) VALUES ($1, $2, $3, '
-          '$4, $5, $6, $7, $8, $9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15) '
-          'RETURNING models.*')
+          'options, data, rows, training_time, validation_history, scoring_function, trained_by, read_from) VALUES '
+          '($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, '
+          '$15, $16::pg_catalog.regclass[]) RETURNING models.*')
 INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.text', 'pg_catalog.jsonb',
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
-                'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.text', 'pg_catalog.name']
-OWNERS = ('SELECT DISTINCT m.trained_by::pg_catalog.text AS owner FROM pgad.models AS m '
-          f'WHERE m.name {EQ} $1')
+                'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.text', 'pg_catalog.name',
+                'pg_catalog.oid[]']
+# The roles that trained model $1's rows, and its loss where it is logistic or hinge: from every row, whichever the
+# caller may read (pgad._model_owners; a model's name and owner are public, in pg_proc, and its rows are not).
+OWNERS = 'SELECT o.owner, o.loss FROM pgad._model_owners($1) AS o'
 # The functions pgad created for a model: the signatures its rows record, and the role that trained them.
 RECORDED = ('SELECT DISTINCT m.scoring_function AS signature, m.trained_by::pg_catalog.text AS owner, m.loss '
             f'FROM pgad.models AS m WHERE m.name {EQ} $1')
-# The losses of model $1's rows (none when there is no such model).
-LOSSES = f'SELECT DISTINCT m.loss FROM pgad.models AS m WHERE m.name {EQ} $1'
 NAMEDATALEN = 64
 # The functions pgad creates for a model beside its scoring function, by its loss: (suffix of the name, what it
 # returns, its body from the score x's SQL, its comment). The probability is 1/2 + tanh(x/2)/2, σ(x) written with x
@@ -130,6 +132,30 @@ FOREIGN = (f"SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) A
            f"AND d.deptype {EQ} 'n' AND NOT coalesce((SELECT r.rolsuper OR r.rolname {EQ} CURRENT_USER "
            f"FROM pg_catalog.pg_roles AS r WHERE r.oid {EQ} o.owner), false)")
 DELETE = f"DELETE FROM pgad.models AS m WHERE m.name {EQ} $1 RETURNING m.*"
+# The name's row of pgad.model_names: claimed before a model is written, under the writer's lock. Under repeatable
+# read or serializable, a name another transaction claimed and committed after this one's snapshot is a 40001 here
+# (ON CONFLICT with a row the snapshot does not see), rather than two first trainings both committing.
+CLAIM = 'INSERT INTO pgad.model_names VALUES ($1) ON CONFLICT DO NOTHING'
+UNCLAIM = f'DELETE FROM pgad.model_names AS n WHERE n.name {EQ} $1'
+# The relations this transaction has read, which a model's rows record (read_from): every relation it holds a lock
+# on (PostgreSQL locks each relation a query reads, a view's relations and a function's queries' included, until
+# the transaction ends) but an AccessExclusiveLock alone (what a rename or a drop takes: dbt renames the view it
+# replaces, and drops it after the commit), and every one whose scans this transaction counted
+# (pg_stat_xact_all_tables: a subtransaction rolled back keeps its counts, not its locks, and a relation read under
+# an AccessExclusiveLock counts its scans); not the catalogs (pg_catalog, pg_toast: pgad's own queries read
+# pg_authid through pg_roles), nor pgad's own tables. Sequences, views and foreign tables too; indexes as their table.
+RELATIONS_READ = (
+    f"SELECT c.oid FROM pg_catalog.pg_class AS c "
+    f"WHERE c.relkind {EQ} ANY ('{{r,p,v,m,f,S}}'::pg_catalog.\"char\"[]) "
+    f"AND c.relnamespace {NE} ALL (ARRAY['pg_catalog'::pg_catalog.regnamespace, 'pg_toast'::pg_catalog.regnamespace, "
+    f"'pgad'::pg_catalog.regnamespace]::pg_catalog.oid[]) "
+    f"AND (c.oid {EQ} ANY (SELECT l.relation FROM pg_catalog.pg_locks AS l WHERE l.locktype {EQ} 'relation' "
+    f"AND l.mode {NE} 'AccessExclusiveLock' AND l.pid {EQ} pg_catalog.pg_backend_pid() "
+    f"AND l.database {EQ} (SELECT d.oid FROM pg_catalog.pg_database AS d "
+    f"WHERE d.datname {EQ} pg_catalog.current_database())) "
+    f"OR c.oid {EQ} ANY (SELECT s.relid FROM pg_catalog.pg_stat_xact_all_tables AS s "
+    f"WHERE s.seq_scan OPERATOR(pg_catalog.+) s.seq_tup_read OPERATOR(pg_catalog.+) COALESCE(s.idx_scan, 0) "
+    f"OPERATOR(pg_catalog.+) COALESCE(s.idx_tup_fetch, 0) OPERATOR(pg_catalog.>) 0)) ORDER BY c.oid")
 
 
 def function_name(name):
@@ -168,7 +194,7 @@ def check_names(name, loss):
         for suffix, *_ in extras:
             base = name[:-len(suffix) - 1]
             if name.endswith('_' + suffix) and base and any(
-                    r['loss'] == kind for r in server.query(LOSSES, [base], ['pg_catalog.text'])):
+                    r['loss'] == kind for r in server.query(OWNERS, [base], ['pg_catalog.text'])):
                 raise PgadError('42710', f'model "{base}" has a {suffix} function named "{name}"',
                                 detail=f'A model trained with loss \'{kind}\' also gets {function_name(name)}.',
                                 hint='Train the model under another name.')
@@ -205,7 +231,7 @@ def check_owner(name, found, caller, dropping=False):
 
 def owners(name):
     """The roles that trained the rows of model `name` (none when there is no such model)."""
-    return [r['owner'] for r in server.query(OWNERS, [name], ['pg_catalog.text'])]
+    return list(dict.fromkeys(r['owner'] for r in server.query(OWNERS, [name], ['pg_catalog.text'])))
 
 
 def current_user():
@@ -312,13 +338,28 @@ class Scoring:
         return self.checked('CASE ' + ' '.join(arms) + ' END', returns or self.returns)
 
     def checked(self, text, returns):
-        """text, unless an array argument's length is not the model's: then pgad._wrong_length's error (2202E). A
-        NULL array passes to text; the CASE and pgad._wrong_length (IMMUTABLE) keep the function inlinable."""
-        if not self.lengths:
+        """text, for arguments that training would have taken: NULL where a column the model reads is NULL, or an
+        array argument is or holds one (training skips such a row; GREATEST, LEAST and CASE in text would give a
+        number); pgad._wrong_length's error (2202E) where an array is not one-dimensional from index 1 with the
+        model's length (training refuses it; PostgreSQL's v[k] would read NULL or another element), the argument
+        named with its dimensions where only its shape is wrong. The CASE and pgad._wrong_length (IMMUTABLE) keep
+        the function inlinable."""
+        at = {p: k + 1 for k, (p, _) in enumerate(self.params)}
+        arms = []
+        for column, k, n in self.lengths:
+            name = printer.quote_literal(str(column)) + '::pg_catalog.text'
+            shown = f'CASE WHEN pg_catalog.cardinality(${k}) OPERATOR(pg_catalog.=) {n} THEN ' \
+                f'{name} OPERATOR(pg_catalog.||) pg_catalog.array_dims(${k}) ELSE {name} END'
+            wrong = f"pg_catalog.cardinality(${k}) OPERATOR(pg_catalog.<>) {n} OR " \
+                f"pg_catalog.array_dims(${k}) OPERATOR(pg_catalog.<>) '[1:{n}]'::pg_catalog.text"
+            arms.append(f'WHEN ({wrong}) THEN pgad._wrong_length({shown}, {n}, pg_catalog.cardinality(${k}), '
+                        f'NULL::{returns})')
+        nulls = [f'${at[c]} IS NULL' for c in self.model.columns]
+        nulls += [f'pg_catalog.array_position(${k}, NULL::pg_catalog.float8) IS NOT NULL' for _, k, _ in self.lengths]
+        if nulls:
+            arms.append(f'WHEN {" OR ".join(nulls)} THEN NULL::{returns}')
+        if not arms:
             return text
-        arms = [f"WHEN (pg_catalog.cardinality(${k}) OPERATOR(pg_catalog.<>) {n}) THEN pgad._wrong_length("
-                f"{printer.quote_literal(str(column))}::pg_catalog.text, {n}, pg_catalog.cardinality(${k}), "
-                f"NULL::{returns})" for column, k, n in self.lengths]
         return f'CASE {" ".join(arms)} ELSE {text} END'
 
     def matches(self, values):
@@ -340,7 +381,7 @@ def store(scoring, rows, fits):
     rows record (scoring_function, the function pgad created for it) is dropped or replaced, never another of that
     name: another role's overload stays, and so does a function of the new signature that pgad did not create for
     this model (refused, unless the caller owns it)."""
-    name, me = scoring.name, current_user()
+    name, me, read = scoring.name, current_user(), relations_read()
     check_owner(name, owners(name), me)
     loss = rows[0]['loss']
     check_names(name, loss)
@@ -385,10 +426,16 @@ def store(scoring, rows, fits):
                             hint='Cast the column to a built-in type in the data query.')
         server.query(f"COMMENT ON FUNCTION {identity} IS '{comment}'")
     shown = f'{SCHEMA}.{quote_ident(name)}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
-    return _write(dict(op='store', name=name, caller=me, function=shown, rows=[
+    return _write(dict(op='store', name=name, caller=me, function=shown, read_from=read, rows=[
         [row[c] for c in ('name', 'group_key', 'model', 'loss', 'weights', 'final_loss', 'loss_history',
                           'iterations', 'options', 'data', 'rows', 'training_time', 'validation_history')]
         for row in rows]))
+
+
+def relations_read():
+    """The oids of the relations this transaction has read (RELATIONS_READ): at the end of a training, every one its
+    data, validation and category queries read, and whatever the transaction read before (more, never fewer)."""
+    return [r['oid'] for r in server.query(RELATIONS_READ)]
 
 
 def function(signature):
@@ -409,15 +456,24 @@ ROWS = (f'SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.w
 
 
 def rows(name):
-    """The rows of model `name` in pgad.models (ROWS); the error when there is none."""
+    """The rows of model `name` in pgad.models (ROWS); the error when there is none, or none the caller may read."""
     found = server.query(ROWS, [name], ['pg_catalog.text'])
     if not found:
-        raise missing(name)
+        raise hidden(name) if owners(name) else missing(name)
     return found
 
 
 def missing(name):
     return PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+
+
+def hidden(name):
+    """The error of a model whose rows the caller may not read: its name and owner are public (its scoring function
+    is in pg_proc), its rows are not (pgad.models' policy, docs/security.md)."""
+    return PgadError('42501', f'permission denied for model "{name}"',
+                     detail='A model\'s rows are read by the role that trained it, the roles with its privileges, and '
+                            'the roles that may read every relation its training read (pgad.models.read_from).',
+                     hint='Ask for SELECT on the relations the model was trained on, or train a model of your own.')
 
 
 def drop(name):
@@ -483,8 +539,9 @@ def _write(job):
 @server.entry
 def write():
     """pgad._write_models(): the write store or drop left, checked again under a lock that orders every writer of
-    the catalog (a name belongs to the role that trained it first; a superuser may replace or drop anyone's). The
-    rows written, or for a drop the rows deleted."""
+    the catalog (a name belongs to the role that trained it first; a superuser may replace or drop anyone's), the
+    name claimed in pgad.model_names (CLAIM: 40001 under a snapshot older than another training of it). The rows
+    written, or for a drop the rows deleted."""
     if not _waiting:
         raise PgadError('42501', 'permission denied for function pgad._write_models',
                         detail='It writes pgad.models for pgad.train and pgad.drop_model, and for nothing else.',
@@ -496,8 +553,24 @@ def write():
     if job['op'] == 'drop' and not found:
         raise missing(name)
     check_owner(name, found, caller, dropping=job['op'] == 'drop')
-    deleted = server.query(DELETE, [name], ['pg_catalog.text'])
+    deleted = _serialized(name, DELETE)
     if job['op'] == 'drop':
+        server.query(UNCLAIM, [name], ['pg_catalog.text'])
         return deleted
+    _serialized(name, CLAIM)
     return [stored for row in job['rows']
-            for stored in server.query(INSERT, row + [job['function'], caller], INSERT_TYPES)]
+            for stored in server.query(INSERT, row + [job['function'], caller, job['read_from']], INSERT_TYPES)]
+
+
+def _serialized(name, sql):
+    """server.query(sql, [name]), whose serialization failure (40001: a transaction that committed after this one's
+    snapshot wrote model `name`, under repeatable read or serializable) is said in pgad's words."""
+    try:
+        return server.query(sql, [name], ['pg_catalog.text'])
+    except server.SPIError as e:
+        if getattr(e, 'sqlstate', None) != '40001':
+            raise
+        raise PgadError('40001', f'model "{name}" was written by another transaction since this one began',
+                        detail='Under repeatable read or serializable, a transaction sees pgad.models as it was when '
+                               'the transaction began, and another transaction has trained or dropped the model since.',
+                        hint='Run the transaction again.') from None

@@ -171,7 +171,9 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
 
     tolerance > 0 stops after an iteration that improved the objective by less than tolerance relative to the one
     before; clock (a Clock) checks interrupts, reports progress and warns of divergence (Divergence); why(w, k), if
-    given, explains a sum k that is not finite at the starting weights (check_finite)."""
+    given, explains a sum k that is not finite at the starting weights (check_finite). With no weight to fit (a model
+    that reads none, R's glm of y ~ 0 + offset(x)) no optimizer has anything to do: the objective once, 0
+    iterations."""
     w = np.array(weights, dtype=np.float64)
     if penalty.mask is None:
         penalty = Penalty(penalty.l1, penalty.l2, np.ones(len(w)))
@@ -179,6 +181,10 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     placed = place(kernel, table)
     if hasattr(kernel, 'watch'):  # a sharded table's kernel: its shards' errors name the iteration
         kernel.watch(clock)
+    if not len(w):
+        sums = evaluate(kernel, placed, w, clock.interrupts)
+        check_finite(sums, w, 1, names, 0.0, why)
+        return Fit(w, sums[0] / table.rows + penalty.value(w), [], 0, clock.seconds())
     if optimizer == 'lbfgs':
         return _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why)
     if optimizer == 'newton':

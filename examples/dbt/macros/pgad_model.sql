@@ -1,10 +1,11 @@
 {#-
   materialized='pgad_model': a dbt model whose SELECT is the training data of a pgad model.
 
-  The model belongs to the dbt target: its pgad name is "<schema>__<model>" (pgad_model_name), the schema the dbt
-  target builds the view in, so that a run in a dev schema never changes the model or the scoring function
-  pgad_models."<schema>__<model>"(<group_by columns>, <the columns the model reads>) that a run in the production
-  schema made. Downstream models call that function through {{ pgad_score('<model>') }}(...).
+  The model belongs to the dbt target: its pgad name is "<schema>__<model>" (pgad_model_name: one name for each
+  schema and model, never another's), the schema the dbt target builds the view in, so that a run in a dev schema
+  never changes the model or the scoring function pgad_models."<schema>__<model>"(<group_by columns>, <the columns
+  the model reads>) that a run in the production schema made. Downstream models call that function through
+  {{ pgad_score('<model>') }}(...).
 
   The SELECT becomes a view named after the dbt model (what the model was trained on stays readable), then
   pgad.train fits the model on that view. As dbt's own view materialization does, the view is built under a
@@ -140,9 +141,34 @@
 
 
 {#- The pgad name of the model that a dbt model (a relation: this, or ref('<model>')) trains in its target:
-    "<schema>__<model>", so that each target's schema has models and scoring functions of its own. -#}
+    "<schema>__<model>", so that each target's schema has models and scoring functions of its own. The mapping is
+    one-to-one: the schema is written (pgad_name_part) with no "__" in it and no "_" at its end, so the first "__" of
+    a name is always the separator (schema a with model b__c is "a__b__c", schema a__b with model c "a$u_b__c").
+    A name past 63 bytes is a compile error, never a name PostgreSQL truncates. -#}
 {% macro pgad_model_name(relation) -%}
-  {%- set name = relation.schema ~ '__' ~ relation.identifier -%}
+  {{ return(pgad_checked_name(pgad_name_part(relation.schema) ~ '__' ~ relation.identifier)) }}
+{%- endmacro %}
+
+
+{#- A schema's name as the pgad name writes it: itself when it has no "$", no "__" and no "_" at its end (dbt's
+    usual schemas: analytics, dev_alice); else "$" is written "$$", and an "_" followed by "_" or at the end "$u". -#}
+{% macro pgad_name_part(part) -%}
+  {%- set out = namespace(text='') -%}
+  {%- for c in part -%}
+    {%- if c == '$' -%}
+      {%- set out.text = out.text ~ '$$' -%}
+    {%- elif c == '_' and (loop.last or part[loop.index] == '_') -%}
+      {%- set out.text = out.text ~ '$u' -%}
+    {%- else -%}
+      {%- set out.text = out.text ~ c -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {{ return(out.text) }}
+{%- endmacro %}
+
+
+{#- name, unless it is longer than PostgreSQL's 63 bytes for a name: then a compile error. -#}
+{% macro pgad_checked_name(name) -%}
   {%- if name.encode('utf-8') | length > 63 -%}
     {{ exceptions.raise_compiler_error("pgad model name '" ~ name ~ "' (<schema>__<model>) is longer than 63 "
                                        ~ "bytes, PostgreSQL's limit for the name of its scoring function: "
@@ -158,7 +184,7 @@
     Under --empty, before the target has the function, it stands in as a NULL of float8 (no row is read). -#}
 {% macro pgad_score(model, kind=none) -%}
   {%- set relation = ref(model) if model is string else model -%}
-  {%- set name = pgad_model_name(relation) ~ ('_' ~ kind if kind else '') -%}
+  {%- set name = pgad_checked_name(pgad_model_name(relation) ~ ('_' ~ kind if kind else '')) -%}
   {%- set function = 'pgad_models."' ~ name.replace('"', '""') ~ '"' -%}
   {%- if execute and flags.EMPTY -%}
     {%- set found = run_query("select pg_catalog.count(*) from pg_catalog.pg_proc where pronamespace "
