@@ -10,6 +10,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 import tokenize
 
 import numpy as np
@@ -88,6 +90,25 @@ def test_any_number_of_rows(rows):
     x = np.linspace(-1, 1, rows)
     python, cuda = run('λ(d, w) (w.a*d.x + w.b - d.x^2)^2', 'reverse', data={'x': x}, backends_=('python', 'cuda'))
     np.testing.assert_allclose(cuda, python, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.skipif(not SIMULATED, reason='the simulator\'s threads; a GPU has shared memory')
+def test_a_blocks_threads_share_one_array_on_the_simulator(monkeypatch):
+    """numba-cuda's simulator creates a block's cuda.shared.array when the first thread asks for it, with no lock: a
+    thread switched out there (under load, now and then: test_rules.py's finite differences failed once) let a second
+    thread create its own, and the block summed uninitialised memory. Here every thread is switched out there (a
+    slow np.empty in the simulator's threads): the sums must still be the python backend's."""
+    empty = np.empty
+
+    def slow(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.01)
+        return empty(*args, **kwargs)
+    monkeypatch.setattr(np, 'empty', slow)
+    text = 'λ(d, w) CASE d.t WHEN 1 THEN w.a*exp(w.b*d.x) WHEN 0.5 THEN 0 ELSE w.b*d.y^2 END'
+    for mode in MODES:
+        python, cuda = run(text, mode, backends_=('python', 'cuda'))
+        np.testing.assert_allclose(cuda, python, rtol=1e-12, atol=1e-15)
 
 
 def test_the_partials_combine_gives_the_atomic_sums():

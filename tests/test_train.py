@@ -136,6 +136,104 @@ def test_retraining_replaces_the_model_and_keeps_views_working(db):
         'sqft double precision'
 
 
+# Retraining under the same name with the same argument types but another result (a number, then a vector) or other
+# argument names: CREATE OR REPLACE cannot change those (42P13), so the old function is dropped and the new created,
+# in the caller's transaction, unless another object depends on it.
+VECTOR = 'λ(d, w) w.m @ [d.sqft, d.rooms] + w.c'
+VECTOR_WEIGHTS = '{"m": [[0, 0], [0, 0]], "c": [0, 0]}'
+VECTOR_LOSS = 'λ(p, d) (p[1] - d.price)^2 + (p[2] - d.rooms)^2'
+
+
+def number(db, name, **options):
+    train(db, name, label='price', optimizer='lbfgs', **options)
+    w = model_rows(db, name)[0][1]
+    return lambda sqft, rooms: w['a'] * sqft + w['b'] * rooms + w['c']
+
+
+def vector(db, name, **options):
+    train(db, name, model=VECTOR, loss=VECTOR_LOSS, weights=VECTOR_WEIGHTS, optimizer='lbfgs', **options)
+    w = model_rows(db, name)[0][1]
+    return lambda sqft, rooms: list(np.array(w['m']) @ [sqft, rooms] + w['c'])
+
+
+def scored(db, name):
+    return db.execute(f'SELECT pgad_models.{name}(2.5, 3)').fetchone()[0]
+
+
+def result_type(db, name):
+    return db.execute("SELECT string_agg(prorettype::regtype::text, ', ') FROM pg_proc WHERE proname = %s",
+                      [name]).fetchone()[0]
+
+
+def test_retraining_a_number_model_as_a_vector_model_and_back_replaces_the_function(db):
+    """On 0.12.0 the second training was 42P13 "cannot change return type of existing function": the model could
+    not be retrained under its name."""
+    expected = number(db, 'reshaped')
+    assert scored(db, 'reshaped') == pytest.approx(expected(2.5, 3), rel=1e-12)
+    expected = vector(db, 'reshaped')
+    assert result_type(db, 'reshaped') == 'double precision[]'
+    assert scored(db, 'reshaped') == pytest.approx(expected(2.5, 3), rel=1e-12)
+    expected = number(db, 'reshaped')
+    assert result_type(db, 'reshaped') == 'double precision'
+    assert scored(db, 'reshaped') == pytest.approx(expected(2.5, 3), rel=1e-12)
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'reshaped'").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize('group_by', [None, 'region'])
+def test_retraining_with_renamed_arguments_replaces_the_function(db, group_by):
+    """λ(d, w) w.a*d.sqft + w.c, then w.a*d.rooms + w.c: both take one float8 (after the group column), named sqft,
+    then rooms (42P13 "cannot change name of input parameter" on 0.12.0). A model with vectors takes no group_by."""
+    name, grouped = f'renamed_{group_by or "alone"}', dict(group_by=group_by) if group_by else {}
+    for column in ('sqft', 'rooms'):
+        train(db, name, model=f'λ(d, w) w.a*d.{column} + w.c', weights='{"a": 0, "c": 0}', label='price',
+              optimizer='lbfgs', **grouped)
+    key, w = model_rows(db, name)[0][:2]
+    assert db.execute(f"SELECT pg_get_function_arguments('pgad_models.{name}'::regproc)").fetchone()[0] == \
+        ('region text, ' if group_by else '') + 'rooms double precision'
+    group = [key['region']] if group_by else []
+    assert db.execute(f'SELECT pgad_models.{name}({"%s, " * len(group)}rooms => 3)', group).fetchone()[0] == \
+        pytest.approx(3 * w['a'] + w['c'], rel=1e-12)
+
+
+def test_a_view_stops_a_retraining_that_changes_the_result_type_and_changes_nothing(db):
+    expected = number(db, 'viewed_number')
+    oid = db.execute("SELECT 'pgad_models.viewed_number'::regproc::oid").fetchone()[0]
+    before = model_rows(db, 'viewed_number')
+    db.execute('CREATE VIEW viewed_numbers AS SELECT id, pgad_models.viewed_number(sqft, rooms) AS p FROM houses')
+    try:
+        e = error_of(db, "SELECT pgad.train('viewed_number', %s, %s, 'houses', %s)",
+                     [VECTOR, VECTOR_LOSS, VECTOR_WEIGHTS])
+        assert (e.sqlstate, e.message_primary) == (
+            '2BP01', 'cannot replace the scoring function of model "viewed_number": its result changes from double '
+                     'precision to double precision[], and other objects depend on it')
+        assert 'view viewed_numbers' in e.message_detail and 'Drop or change those objects' in e.message_hint
+        assert db.execute("SELECT 'pgad_models.viewed_number'::regproc::oid").fetchone()[0] == oid
+        assert model_rows(db, 'viewed_number') == before
+        assert result_type(db, 'viewed_number') == 'double precision'
+        assert db.execute('SELECT p FROM viewed_numbers WHERE id = 3').fetchone()[0] == pytest.approx(
+            expected(*db.execute('SELECT sqft, rooms FROM houses WHERE id = 3').fetchone()), rel=1e-12)
+    finally:
+        db.execute('DROP VIEW viewed_numbers')
+    vector(db, 'viewed_number')  # the view gone, the retraining goes through
+    assert result_type(db, 'viewed_number') == 'double precision[]'
+
+
+def test_a_function_pgad_did_not_create_is_never_dropped_for_a_new_result_type(db):
+    """The caller's own pgad_models.mine(sqft float8, rooms float8) RETURNS text: CREATE OR REPLACE cannot give it
+    the model's result, and pgad drops only what it created: a clear 42P13, and the function stays."""
+    db.execute('CREATE FUNCTION pgad_models.mine(sqft float8, rooms float8) RETURNS text LANGUAGE sql '
+               "RETURN 'my own'")
+    try:
+        e = error_of(db, "SELECT pgad.train('mine', %s, 'squared', 'houses', '{\"a\": 0, \"b\": 0, \"c\": 0}', "
+                         "label => 'price')", [LINEAR])
+        assert e.sqlstate == '42P13' and 'pgad.train did not create it for model "mine"' in e.message_primary
+        assert 'DROP FUNCTION pgad_models.mine(pg_catalog.float8, pg_catalog.float8)' in e.message_hint
+        assert db.execute('SELECT pgad_models.mine(1, 2)').fetchone()[0] == 'my own'
+        assert model_rows(db, 'mine') == []
+    finally:
+        db.execute('DROP FUNCTION pgad_models.mine(float8, float8)')
+
+
 def test_a_failed_training_leaves_the_old_model_as_it_was(db):
     train(db, 'kept', label='price', optimizer='lbfgs')
     stored = model_rows(db, 'kept')

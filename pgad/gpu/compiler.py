@@ -23,6 +23,8 @@ import importlib.util
 import os
 import site
 import math
+import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -89,6 +91,33 @@ def simulated():
     """Does numba.cuda run on numba's CUDA simulator in this process?"""
     from numba.core import config
     return bool(config.ENABLE_CUDASIM)
+
+
+@functools.lru_cache(maxsize=None)
+def _simulator_shares_one_array_per_block():
+    """Make the simulator's cuda.shared.array give every thread of a block the same array. numba-cuda's simulator
+    (0.30) looks the block's array up by the caller's line and, when it is missing, creates it, with no lock between
+    the two: a thread switched out between them (likelier the more loaded the machine) lets another thread create a
+    second array, the block's threads then write to two arrays, and the block's sum reads uninitialised memory — a
+    wrong loss or gradient, once in a while (tests/test_gpu.py::test_a_blocks_threads_share_one_array_on_the_simulator).
+    The same lookup, under a lock; arrays of dynamic size (shape 0) and an alignment go to the simulator's own."""
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+    simulators, lock = kernelapi.FakeCUDAShared.array, threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:
+            return simulators(self, shape, dtype, alignment)
+        caller = sys._getframe(1)
+        where = (caller.f_code.co_filename, caller.f_lineno)
+        with lock:
+            found = self._allocations.get(where)
+            if found is None:
+                kind = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
+                found = self._allocations[where] = np.empty(shape, kind)
+        return found
+    kernelapi.FakeCUDAShared.array = array
 
 
 def device():
@@ -183,6 +212,7 @@ def compile(program, precision='float64', combine='atomic'):
     started = time.perf_counter()
     columns = len(program.columns)
     if sim:
+        _simulator_shares_one_array_per_block()
         launch = module.jit(scope[codegen.KERNEL])
         combine_kernel = module.jit(scope[codegen.COMBINE]) if combine == 'partials' else None
     else:

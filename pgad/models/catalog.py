@@ -14,8 +14,10 @@ the domain's base type (group_types: a domain's CHECK is its owner's code, run a
 of a type another role owns is refused, and what the created function depends on is checked (FOREIGN).
 
 Retraining under the same name replaces the rows and the function in the caller's transaction: with the same
-arguments, CREATE OR REPLACE keeps the function (views and other functions that call it see the new weights); with
-other arguments the old function is dropped, which is refused while a view depends on it. Only the function the
+arguments and result, CREATE OR REPLACE keeps the function (views and other functions that call it see the new
+weights); with other arguments, or other argument names or another result (a number, then a vector), which CREATE OR
+REPLACE cannot change (42P13), the old function is dropped and the new one created, which is refused while a view
+depends on it (2BP01, naming it). Only the function the
 model's rows record (scoring_function, owned by the role that trained them) is ever dropped or replaced. A model's
 name belongs to the role that trained it first; a superuser may replace or drop anyone's. pgad.models is written
 only through pgad._write_models (write, below), and read under a policy (the extension's script): a role reads a
@@ -84,7 +86,8 @@ LOCK = 'LOCK TABLE pgad.models IN SHARE ROW EXCLUSIVE MODE'
 CAN_CREATE = f"SELECT pg_catalog.has_schema_privilege('{SCHEMA}', 'CREATE') AS can"
 # The function of pgad_models that a signature names (none when there is none): its identity written with every type
 # schema-qualified (what DROP FUNCTION takes, whatever the search_path), its owner, whether the caller owns it, and
-# what depends on it (views, functions).
+# what depends on it (views, functions); its result type (oid and as format_type writes it) and its arguments'
+# names, which CREATE OR REPLACE cannot change (42P13).
 FUNCTION = (f"SELECT p.oid, pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text AS owner, "
             f"p.proowner {EQ} (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} CURRENT_USER) AS mine, "
             f"'{SCHEMA}.' {CONCAT} pg_catalog.quote_ident(p.proname) {CONCAT} '(' {CONCAT} pg_catalog.array_to_string("
@@ -92,6 +95,8 @@ FUNCTION = (f"SELECT p.oid, pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.t
             f"FROM pg_catalog.generate_subscripts(p.proargtypes, 1) AS k JOIN pg_catalog.pg_type AS t "
             f"ON t.oid {EQ} p.proargtypes[k] JOIN pg_catalog.pg_namespace AS n ON n.oid {EQ} t.typnamespace "
             f"ORDER BY k), ', ') {CONCAT} ')' AS identity, "
+            f"p.prorettype AS returns, pg_catalog.format_type(p.prorettype, NULL) AS result, "
+            f"coalesce(p.proargnames, '{{}}'::pg_catalog.text[]) AS names, "
             f"(SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ') "
             f" FROM pg_catalog.pg_depend AS d WHERE d.refclassid {EQ} 'pg_catalog.pg_proc'::pg_catalog.regclass "
             f" AND d.refobjid {EQ} p.oid AND d.deptype {EQ} 'n') AS users "
@@ -131,6 +136,9 @@ FOREIGN = (f"SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) A
            f"WHERE d.classid {EQ} 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid {EQ} $1 "
            f"AND d.deptype {EQ} 'n' AND NOT coalesce((SELECT r.rolsuper OR r.rolname {EQ} CURRENT_USER "
            f"FROM pg_catalog.pg_roles AS r WHERE r.oid {EQ} o.owner), false)")
+# A type's oid and how format_type writes it (none for a text that names no type).
+TYPE = ('SELECT t::pg_catalog.oid AS oid, pg_catalog.format_type(t, NULL) AS shown '
+        'FROM pg_catalog.to_regtype($1) AS t')
 DELETE = f"DELETE FROM pgad.models AS m WHERE m.name {EQ} $1 RETURNING m.*"
 # The name's row of pgad.model_names: claimed before a model is written, under the writer's lock. Under repeatable
 # read or serializable, a name another transaction claimed and committed after this one's snapshot is a 40001 here
@@ -389,19 +397,22 @@ def store(scoring, rows, fits):
     ours = {(suffix, f['oid']): f for r in server.query(RECORDED, [name], ['pg_catalog.text'])
             for suffix, signature in [('', r['signature']), *extras(name, r['loss'], r['signature'])]
             for f in function(signature) if f['owner'] == r['owner']}
+    names = [str(p) for p, _ in scoring.params]
     for (suffix, _), found in ours.items():
         what = f'{suffix} function' if suffix else 'scoring function'
         target = function(made[suffix][0]) if suffix in made else []
-        if target and found['oid'] == target[0]['oid'] and found['mine']:
+        same = bool(target) and found['oid'] == target[0]['oid']
+        reshaped = same and reshaping(found, made[suffix][2], names)
+        if same and found['mine'] and not reshaped:
             continue  # CREATE OR REPLACE keeps it, and what uses it
         if found['users']:
-            change = 'its arguments change' if suffix in made and (not target or found['oid'] != target[0]['oid']) \
-                else f'the model\'s loss \'{loss}\' has none' if suffix not in made else \
+            change = f'the model\'s loss \'{loss}\' has none' if suffix not in made else \
+                'its arguments change' if not same else reshaped or \
                 f'it belongs to role "{found["owner"]}", and would be replaced by one of role "{me}"'
+            now = f'{made[suffix][0]} RETURNS {made[suffix][2]}' if suffix in made else 'none'
             raise PgadError('2BP01', f'cannot replace the {what} of model "{name}": {change}, and other '
                                      f'objects depend on it',
-                            detail=f'The function was {found["identity"]}, now '
-                                   f'{made[suffix][0] if suffix in made else "none"}. '
+                            detail=f'The function was {found["identity"]} RETURNS {found["result"]}, now {now}. '
                                    f'It is used by: {found["users"]}.',
                             hint='Drop or change those objects, then train again.')
         server.query(f'DROP FUNCTION {found["identity"]}')
@@ -415,6 +426,14 @@ def store(scoring, rows, fits):
                                    'not its owner.',
                             hint='Train the model under another name, or ask that role (or a superuser) to drop the '
                                  'function.')
+        reshaped = target and reshaping(target[0], returns, names)
+        if reshaped:  # the caller's own function, which pgad did not create for the model: never dropped here
+            raise PgadError('42P13', f'function {target[0]["identity"]} exists, and pgad.train did not create it '
+                                     f'for model "{name}"',
+                            detail=f'The {what} would replace it, but {reshaped}, which CREATE OR REPLACE cannot '
+                                   'change; pgad.train drops only the functions it created.',
+                            hint=f'Drop the function (DROP FUNCTION {target[0]["identity"]}), or train the model '
+                                 'under another name.')
         server.query(f'CREATE OR REPLACE FUNCTION {signature} RETURNS {returns} LANGUAGE sql IMMUTABLE '
                      f'PARALLEL SAFE RETURN {body}')
         created = function(identity)[0]
@@ -436,6 +455,19 @@ def relations_read():
     """The oids of the relations this transaction has read (RELATIONS_READ): at the end of a training, every one its
     data, validation and category queries read, and whatever the transaction read before (more, never fewer)."""
     return [r['oid'] for r in server.query(RELATIONS_READ)]
+
+
+def reshaping(found, returns, names):
+    """What a new function returning `returns` (a type's name) with arguments named `names` changes of the function
+    found (FUNCTION's row) of the same name and argument types, that CREATE OR REPLACE refuses to change (42P13): its
+    result type or its arguments' names, in words; None when CREATE OR REPLACE can replace it."""
+    new = server.query(TYPE, [returns], ['pg_catalog.text'])[0]
+    if found['returns'] != new['oid']:
+        return f'its result changes from {found["result"]} to {new["shown"]}'
+    if list(found['names']) != names:
+        return f'its arguments are renamed from {", ".join(map(printer.quote_ident, found["names"]))} to ' \
+            f'{", ".join(map(printer.quote_ident, names))}'
+    return None
 
 
 def function(signature):
