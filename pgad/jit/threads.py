@@ -173,26 +173,28 @@ def run(work, rows, n, interrupts=None, row_ns=0.0):
     the pieces in turn, this one checking interrupts() after each of its own, and at least every WAIT_SECONDS once
     none is left while it waits for the others. Whatever is raised here (an interrupt, a piece's error), the pool
     takes no more pieces and every piece running has finished first."""
-    return _run(work, rows, n, interrupts, row_ns, False).results
+    return _run(work, rows, n, interrupts, row_ns, False)[0]
 
 
 def sums(work, rows, n, interrupts=None, row_ns=0.0):
     """combine(run(work, rows, n, interrupts, row_ns)), the same bits, each piece's sums added as soon as those
     before it are: a call holds the sums of the pieces running and of few more, however many it has."""
-    return _run(work, rows, n, interrupts, row_ns, True).total
+    return _run(work, rows, n, interrupts, row_ns, True)[1]
 
 
 def _run(work, rows, n, interrupts, row_ns, add):
+    """(the pieces' results, their sum where add) of run and sums."""
     if n > 1:
         try:
             _grow(n - 1)
         except RuntimeError:  # the system would start no more threads (its limit on processes): those there are
             n = len(_pool) + 1
     n = max(1, n)
-    call = _Call(work, pieces(rows, n, row_ns), add)
-    if len(call.parts) == 1:
-        call.run(0)
-        return call
+    parts = pieces(rows, n, row_ns)
+    if len(parts) == 1:  # most calls: no more to it than the work (a call costs a few µs more each way)
+        result = work(*parts[0])
+        return [result], result
+    call = _Call(work, parts, add)
     if n > 1 and _tell is not None and n not in _told:
         _told.add(n)
         _tell(f'pgad: a kernel call over {rows} rows on {n} threads')
@@ -214,4 +216,4 @@ def _run(work, rows, n, interrupts, row_ns, add):
             helper.done.wait()
     if call.error is not None:
         raise call.error
-    return call
+    return call.results, call.total
