@@ -222,15 +222,16 @@ def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_
         addresses = [a.ctypes.data for a in arrays]
         # a thread's scratch buffer serves each piece it runs (the kernel sets what it reads of it): a new buffer a
         # piece cost its page faults, 3–4 ns a double, 0.4 ms a piece for 32 × 32 matrix products
-        buffers = threading.local()
+        buffers = {}  # a thread's id → its buffer (a dict's get and set are atomic)
 
         def piece(start, end):  # may run in a pool thread: numpy and the machine code only (threads.py)
             sums = np.zeros(outputs, dtype=np.float64)
             pointers = [address + 8 * start * width for address, width in zip(addresses, widths)]
             if scratch is not None:
-                if not hasattr(buffers, 'scratch'):
-                    buffers.scratch = np.empty(max(1, scratch), dtype=np.float64)  # freed with the call
-                pointers.append(buffers.scratch.ctypes.data)
+                buffer = buffers.get(threading.get_ident())
+                if buffer is None:  # freed with the call
+                    buffer = buffers[threading.get_ident()] = np.empty(max(1, scratch), dtype=np.float64)
+                pointers.append(buffer.ctypes.data)
             function(end - start, w.ctypes.data, sums.ctypes.data, *pointers)
             return sums
         return threads.sums(piece, rows, threads.count(rows, share_rows), limits.check, row_ns)
