@@ -36,11 +36,12 @@ class Steps:
     lanes_reverse: object = None
 
 
+PRODUCT = Steps(products.matmul_forward, products.matmul_reverse, products.matmul_reads,
+                products.lanes_matmul_forward, products.lanes_matmul_reverse)  # @ and dot: one product's steps
+
 STEPS = {
-    'matmul': Steps(products.matmul_forward, products.matmul_reverse, products.matmul_reads,
-                    products.lanes_matmul_forward, products.lanes_matmul_reverse),
-    'dot': Steps(products.matmul_forward, products.matmul_reverse, products.matmul_reads,
-                 products.lanes_matmul_forward, products.lanes_matmul_reverse),
+    'matmul': PRODUCT,
+    'dot': PRODUCT,
     'outer': Steps(products.outer_forward, products.outer_reverse, products.matmul_reads,
                    lanes_reverse=products.lanes_outer_reverse),
     'sum': Steps(reductions.sum_forward, reductions.sum_reverse, reductions.sum_reads,
