@@ -9,14 +9,70 @@ statsmodels' OLS and Logit (and MADlib's linregr and logregr summaries) report. 
 below (the normal's by math.erf; Student's t by the regularised incomplete beta function's continued fraction),
 tested against scipy through statsmodels in tests/test_summary.py, so the server needs no scipy.
 """
+import json
 import math
+from dataclasses import replace
 
 import numpy as np
 
+from .. import arguments, calls, categorical, loader, program
 from ..errors import PgadError
+from ..lang import hessian as second
+from . import catalog, objective
 
 LOSSES = ('squared', 'logistic')
 LEVEL = 0.95
+
+
+def coefficients(name):
+    """pgad.summary's rows: (group_key, weight, estimate, std_error, statistic, p_value, ci_low, ci_high) of model
+    name, from the exact Hessian of its objective at the fitted weights over its data query, run again as the caller;
+    per group for a grouped model. Only the role that trained the model may: the data query is that role's SQL text,
+    and running it as another role (a superuser above all) would run whatever functions it calls with that role's
+    privileges."""
+    config = calls.settings()
+    found = catalog.rows(name)
+    me = catalog.current_user()
+    for owner in {row['trained_by'] for row in found} - {me}:
+        raise PgadError('42501', f'model "{name}" belongs to role "{owner}"',
+                        detail='pgad.summary runs the model\'s data query again, and that query is the text of the '
+                               'role that trained it: only that role may run it.',
+                        hint='Ask that role for the summary, or train a model of your own on the data.')
+    first = found[0]
+    options = json.loads(first['options'])
+    check_model(name, first['loss'], options)
+    goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits)
+    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])
+    w, unread = arguments.unread(arguments.weights(first['weights'], goal.model, config.memory_limit), lam)
+    w, cats = categorical.stored(w, goal.model)  # the stored categories; a row of another category is skipped
+    prog = program.build_hessian(goal.text, tuple(w), config.limits,
+                                 calls.shapes_of(w, loader.lengths(first['data'], lam.columns, cats.codes), cats))
+    prog = replace(prog, lam=objective.labelled(prog.lam, goal, first['loss']))
+    names = categorical.element_names(prog, cats)
+    backend = options.get('backend', 'auto')
+    groups = options.get('group_by') or []
+    if groups:
+        _, parts = loader.load_groups(first['data'], list(prog.columns), groups, config.memory_limit, cats.codes)
+        tables = {json.dumps(json.loads(part.key), sort_keys=True): part.table for part in parts}
+    else:
+        tables = {None: calls.some_rows(loader.load(first['data'], list(prog.columns), config.chunk_rows,
+                                               config.memory_limit, dict(prog.columns_of), cats.codes))}
+    out = []
+    for row in found:
+        key = None if row['group_key'] is None else json.dumps(json.loads(row['group_key']), sort_keys=True)
+        part = tables.get(key)
+        if part is None or part.rows == 0:
+            continue  # the group is no longer in the data
+        w, unread = arguments.unread(arguments.weights(row['weights'], goal.model, config.memory_limit), lam)
+        w = categorical.as_vectors(w, cats)
+        vector = calls.vector_of(w)
+        sums = calls.second_sums(calls.Call(prog, part, calls.compiled(prog, backend, 'float64', config, part.rows), vector, unread))
+        p = len(prog.weights)
+        for line in table(name, first['loss'], vector, sums[0], second.full(sums[1 + p:], p),
+                                      part.rows, names):
+            out.append((row['group_key'], *line))
+    return out
+
 
 
 def check_model(name, loss, options):

@@ -1,0 +1,249 @@
+"""pgad.train: the model and its loss make one objective lambda (objective.py), trained as the SQL functions train,
+per group with group_by (the data loaded once: loader.load_groups), by the optimizer asked for (descent.fit), on
+standardised columns with standardize (standardize.py), watched on held-out rows with validation (validation.py);
+catalog.py stores the fits and writes the scoring function.
+"""
+import json
+from contextlib import ExitStack
+from dataclasses import replace
+
+import numpy as np
+
+from .. import arguments, calls, categorical, domain, loader, program, server, shards
+from ..errors import PgadError
+from ..lang import printer, vectors
+from . import catalog, descent, objective, standardize as standardizing, validation as validating
+
+REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
+            'label', 'progress_every', 'dtype')
+
+
+
+def train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
+          optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
+          standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
+          early_stopping=None):
+    given = dict(locals())
+    for argument in REQUIRED:
+        if given[argument] is None:
+            raise PgadError('22004', f'argument "{argument}" of pgad.train must not be NULL')
+    name = arguments.model_name(name)
+    config = calls.settings()
+    goal = objective.build(model, loss, label, config.limits)
+    w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),
+                                 program.parsed(goal.text, config.limits))
+    names = list(w)
+    optimizer = arguments.optimizer(_default_optimizer(optimizer, learning_rate, l1))
+    learning_rate = DEFAULT_LEARNING_RATE if learning_rate is None else learning_rate
+    iterations = DEFAULT_ITERATIONS if iterations is None else iterations
+    options = dict(learning_rate=arguments.learning_rate(learning_rate), iterations=arguments.iterations(iterations),
+                   mode=arguments.mode(mode), backend=arguments.backend(backend),
+                   optimizer=optimizer, batch_size=arguments.positive('batch_size', batch_size),
+                   seed=None if seed is None else arguments.non_negative('seed', seed),
+                   tolerance=arguments.non_negative('tolerance', tolerance),
+                   l1=arguments.penalty('l1', l1, optimizer), l2=arguments.penalty('l2', l2, optimizer),
+                   regularize=arguments.regularize(regularize, [*names, *unread], config.memory_limit),
+                   standardize=bool(standardize),
+                   label=label, group_by=arguments.group_by(group_by),
+                   progress_every=int(arguments.non_negative('progress_every', progress_every)),
+                   dtype=arguments.dtype(dtype, backend),  # backend checked just above
+                   validation=validating.option(validation))
+    options['early_stopping'] = validating.early_stopping(early_stopping, options['validation'])
+    if standardize and categorical.indexed(w, goal.model):
+        raise PgadError('0A000', 'pgad.train takes no standardize for a model with a categorical weight',
+                        hint='Standardise the numeric columns in the data query, or train without standardize.')
+    plan = standardizing.plan(goal.model) if standardize else None
+    for column in goal.loss_columns if standardize else ():
+        if column in goal.columns:
+            raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
+                            hint='Train without standardize, or give the loss a column of its own.')
+    catalog.check_can_store(name, loss)
+    read = objective.labelled(program.parsed(goal.text, config.limits), goal, loss)  # a boolean label too
+    w, cats = categorical.expand(w, read, data, config.limits, config.memory_limit)
+    kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
+    try:
+        lengths = loader.lengths(data, read.columns, cats.codes)
+    except PgadError as e:
+        raise objective.without_label(e, goal, loss) from None
+    shapes = calls.shapes_of(w, lengths, cats)
+    if (shapes.columns or any(n not in cats.keys for n, _ in shapes.weights) or
+            vectors.needed(goal.model) and not categorical.only(goal.model, cats)) and \
+            (standardize or options['group_by']):
+        raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
+                        hint='Standardise the columns in the data query, or train one model per group.')
+    prog = (program.build_hessian(goal.text, tuple(names), config.limits, shapes)  # newton: the Hessian's sums too
+            if options['optimizer'] == 'newton' else
+            program.build(goal.text, tuple(names), options['mode'], True, config.limits, shapes))
+    prog = replace(prog, lam=objective.labelled(prog.lam, goal, loss))  # what the loads read: a boolean label too
+    calls.compiled(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
+    job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
+    start = calls.vector_of(w)
+    penalty = descent.Penalty(options['l1'], options['l2'], np.concatenate(
+        [np.zeros(0)] + [np.full(int(np.prod(shape, dtype=np.int64)), float(options['regularize'] is None or n in
+                                                            options['regularize'])) for n, shape in prog.shapes]))
+    groups = options['group_by']
+    with ExitStack() as stack:
+        if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
+            group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit,
+                                                    cats.codes)
+            group_types = catalog.group_types(groups, group_types)  # domains as their base types
+            _check_groups(len(parts), config.memory_limit)
+            parts = [(part, None) for part in parts]
+        else:  # standardize needs the columns here too
+            # standardize, validation and newton need the rows here: the shards send only the gradient's sums
+            spread = not standardize and validation is None and options['optimizer'] != 'newton'
+            table, kernel = stack.enter_context(calls.loading(data, spread=spread)(prog, config, job, start, cats.codes))
+            group_types, parts = [], [(loader.Group(None, None, table), kernel)]
+        held_out = _held_out(options['validation'], prog, groups, config, cats.codes)
+        rows, fits = [], []
+        for part, kernel in parts:
+            where = f'model "{name}"' + (f', group {part.key}' if part.key else '')
+            if part.table.rows == 0:
+                server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
+                continue
+            here = part.table if kernel is None else calls.local_rows(kernel, part.table)  # a sharded table's local rows
+            objective.check_labels(loss, label, _label_column(prog, here, label), f'{where}: ' if part.key else '')
+            part, held = _validation_rows(part, held_out, options, where)
+            if held is not None:
+                objective.check_labels(loss, label, _label_column(prog, held, label), f'{where}, validation: ')
+            clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
+                                  options['iterations'], every_iterations=options['progress_every'],
+                                  warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
+            if isinstance(kernel, shards.Sharded):
+                fit_options = _full_batch(options, part.table.rows)
+            else:
+                fit_options = options
+                step_rows = part.table.rows if options['optimizer'] not in descent.MINI_BATCH else options['batch_size']
+                kernel = calls.compiled(prog, options['backend'], options['dtype'], config, min(step_rows, part.table.rows))
+            fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
+                                      penalty, clock, held)
+            fits.append((part.values, fitted))
+            rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
+                             weights=calls.weights_json(unread, categorical.named(prog.nest([fitted[n] for n in prog.weights]),
+                                                                     cats)),
+                             final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
+                             iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
+                             training_time=fit.seconds,
+                             validation_history=None if watch is None else watch.history))
+    if not rows:
+        raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
+    unrolled = None
+    if shapes or vectors.needed(goal.model):
+        lam, prediction = vectors.unrolled_value(goal.model, shapes, config.limits)
+        unrolled = (lam, prediction, dict(shapes.columns))
+    scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
+                              {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)})
+    return catalog.store(scoring, rows, fits)
+
+
+
+# What a group costs pgad.train beyond its rows (measured: docs/security.md): its fit, its row of pgad.models and
+# its branch of the scoring function, whose body PostgreSQL parses and stores whole.
+GROUP_BYTES = 32 << 10
+
+
+def _check_groups(count, memory_limit):
+    """The error if a model of count groups needs more than memory_limit bytes, GROUP_BYTES a group."""
+    if count * GROUP_BYTES > memory_limit:
+        raise PgadError(loader.OUT_OF_MEMORY, f'the model\'s groups need {loader.megabytes(count * GROUP_BYTES)}, more '
+                                              f'than pgad.memory_limit ({loader.megabytes(memory_limit)})',
+                        detail=f'{count} groups, {GROUP_BYTES >> 10} kB each for its fit, its row of pgad.models and '
+                               'its branch of the scoring function.',
+                        hint='Group by fewer columns, or have a superuser raise pgad.memory_limit.')
+
+
+def _full_batch(options, rows):
+    """options for a sharded table, whose shards give full-batch sums only: momentum and adam step once per
+    iteration over all the rows (batch_size is not used); sgd, whose steps are mini-batches of shuffled rows, is an
+    error."""
+    if options['optimizer'] == 'sgd':
+        raise PgadError('0A000', 'optimizer "sgd" cannot train where the rows are sharded',
+                        detail='The shards send sums over all their rows; sgd steps on mini-batches of shuffled rows.',
+                        hint="Use 'gd' (sgd over full batches), 'momentum', 'adam' or 'lbfgs'; or give the data as a "
+                             "query (SELECT * FROM the table) to pull the rows here.")
+    return {**options, 'batch_size': rows}
+
+
+def _label_column(prog, table, label):
+    """The label column's values in table (loaded by prog's columns), for objective.check_labels."""
+    names = [str(c) for c in prog.columns]
+    return table.columns[names.index(label)] if label in names else np.empty(0)
+
+
+def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None):
+    """({weight: fitted value}, descent.Fit, validation.Watch or None) of one table (a group's) from the weights
+    start, on standardised columns when plan is not None; the loss on the held-out rows held (a Table, or None)
+    watched after each iteration, and with early_stopping the weights of its lowest."""
+    names = list(prog.weights)
+    if plan is not None:
+        columns = dict(zip(prog.columns, table.columns))
+        mean, std = standardizing.moments(plan, columns)
+
+        def scaled(t):
+            found = dict(zip(prog.columns, t.columns))
+            return loader.Table([standardizing.scale(found[c], mean[c], std[c]) if c in plan.columns else found[c]
+                                 for c in prog.columns], t.rows, t.skipped)
+        table, held = scaled(table), None if held is None else scaled(held)
+        start = standardizing.forward(plan, start, mean, std)
+    watch = None
+    if held is not None:
+        watch = clock.watch = validating.Watch(
+            lambda w: descent.evaluate(kernel, held, w, clock.interrupts)[0] / held.rows, options['early_stopping'])
+    try:
+        fit = descent.fit(kernel, table, [start[n] for n in names], names, options['optimizer'],
+                          options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
+                          options['tolerance'], penalty, clock,
+                          why=lambda w, output: domain.diagnose(prog, calls.local_rows(kernel, table), w, output))
+    except validating.Stop:
+        fit = descent.Fit(watch.best, watch.training[watch.at], watch.training, len(watch.training), clock.seconds())
+    else:
+        if watch is not None and options['early_stopping'] and watch.at is not None:
+            fit = descent.Fit(watch.best, watch.training[watch.at], fit.history, fit.iterations, fit.seconds)
+    fitted = dict(zip(names, fit.weights.tolist()))
+    return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit, watch
+
+
+def _held_out(validation, prog, groups, config, categories=None):
+    """The rows of a validation query (None for a fraction, or no validation): a loader.Table, or with group_by
+    {group key: Table}; a categorical column coded by the training's categories, a category it has not seen as 0."""
+    if not isinstance(validation, str):
+        return None
+    if groups:
+        _, found = loader.load_groups(validation, list(prog.columns), groups, config.memory_limit, categories,
+                                      unseen=True)
+        return {part.key: part.table for part in found}
+    return loader.load(validation, list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of),
+                       categories, unseen=True)
+
+
+def _validation_rows(part, held_out, options, where):
+    """(the group part with its training rows, its held-out rows or None): a fraction of part's rows split off by
+    their hash and seed (validation.split), or the validation query's rows (of part's group, with group_by)."""
+    fraction = options['validation']
+    if fraction is None:
+        return part, None
+    if isinstance(fraction, float):
+        trained, held = validating.split(part.table, fraction, options['seed'])
+    else:
+        trained, held = part.table, held_out.get(part.key) if isinstance(held_out, dict) else held_out
+    if held is None or held.rows == 0 or trained.rows == 0:
+        raise PgadError('22000', f'{where}: no {"validation" if trained.rows else "training"} rows',
+                        detail=f'validation => {fraction if isinstance(fraction, float) else "its query"} leaves '
+                               f'{trained.rows} rows to train on and {0 if held is None else held.rows} to validate '
+                               'on.',
+                        hint='Give more rows, or another fraction or query.')
+    return loader.Group(part.key, part.values, trained), held
+
+
+# pgad.train's defaults where an argument is NULL (left out): L-BFGS, whose line search needs no learning rate and
+# converges on columns of any scale, unless a learning_rate or l1 asks for gradient descent as before 0.11.0.
+DEFAULT_LEARNING_RATE, DEFAULT_ITERATIONS = 0.05, 100
+
+
+def _default_optimizer(optimizer, learning_rate, l1):
+    """The optimizer asked for; left out, 'lbfgs', or 'gd' where a learning_rate or l1 is given (lbfgs takes
+    neither)."""
+    if optimizer is not None:
+        return optimizer
+    return 'gd' if learning_rate is not None or l1 else 'lbfgs'
+
