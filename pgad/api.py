@@ -61,8 +61,8 @@ def _hessian_at(loss, data, weights, backend='auto'):
 # pgad.summary: the coefficient table of a stored model (models/summary.py), from the exact Hessian of its objective
 # at the fitted weights over its data query, run again as the caller, who must be the role that trained it.
 @server.entry
-def summary(name):
-    return summarizing.coefficients(name)
+def summary(name, unconverged='error'):
+    return summarizing.coefficients(name, unconverged)
 
 
 @server.entry
@@ -143,10 +143,10 @@ def gradient_descent_agg(packed, columns, loss, weights, options=None):
 def train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
           optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
           standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
-          early_stopping=None):
+          early_stopping=None, likelihood=None):
     return training.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer,
                           batch_size, seed, tolerance, l1, l2, regularize, standardize, label, group_by,
-                          progress_every, dtype, validation, early_stopping)
+                          progress_every, dtype, validation, early_stopping, likelihood)
 
 
 @server.entry

@@ -46,13 +46,14 @@ from ..lang import printer, sql, vectors
 SCHEMA = 'pgad_models'
 EQ, NE, CONCAT = 'OPERATOR(pg_catalog.=)', 'OPERATOR(pg_catalog.<>)', 'OPERATOR(pg_catalog.||)'
 INSERT = ('INSERT INTO pgad.models (name, group_key, model, loss, weights, final_loss, loss_history, iterations, '
-          'options, data, rows, training_time, validation_history, scoring_function, trained_by, read_from) VALUES '
-          '($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, '
-          '$15, $16::pg_catalog.regclass[]) RETURNING models.*')
+          'options, data, rows, training_time, validation_history, converged, gradient_norm, scoring_function, '
+          'trained_by, read_from) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '
+          'pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15, $16, $17, $18::pg_catalog.regclass[]) '
+          'RETURNING models.*')
 INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.text', 'pg_catalog.jsonb',
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
-                'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.text', 'pg_catalog.name',
-                'pg_catalog.oid[]']
+                'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.bool', 'pg_catalog.float8',
+                'pg_catalog.text', 'pg_catalog.name', 'pg_catalog.oid[]']
 # The roles that trained model $1's rows, and its loss where it is logistic or hinge: from every row, whichever the
 # caller may read (pgad._model_owners; a model's name and owner are public, in pg_proc, and its rows are not).
 OWNERS = 'SELECT o.owner, o.loss FROM pgad._model_owners($1) AS o'
@@ -447,7 +448,8 @@ def store(scoring, rows, fits):
     shown = f'{SCHEMA}.{quote_ident(name)}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
     return _write(dict(op='store', name=name, caller=me, function=shown, read_from=read, rows=[
         [row[c] for c in ('name', 'group_key', 'model', 'loss', 'weights', 'final_loss', 'loss_history',
-                          'iterations', 'options', 'data', 'rows', 'training_time', 'validation_history')]
+                          'iterations', 'options', 'data', 'rows', 'training_time', 'validation_history',
+                          'converged', 'gradient_norm')]
         for row in rows]))
 
 

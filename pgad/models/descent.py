@@ -40,6 +40,8 @@ class Fit:
     history: list        # the objective after each iteration (epoch), history[-1] == loss
     iterations: int      # the iterations run: fewer than asked when tolerance (or L-BFGS) stopped early
     seconds: float       # how long the loop took
+    converged: bool = None        # whether the convergence criterion held at weights (None: not judged)
+    gradient_norm: float = None   # the criterion's measure of the gradient at weights
 
 
 # --- the step rules: w, the gradient g → the next w and the size of the step each weight took (for l1) ---------

@@ -24,7 +24,7 @@ LOSSES = ('squared', 'logistic')
 LEVEL = 0.95
 
 
-def coefficients(name):
+def coefficients(name, unconverged='error'):
     """pgad.summary's rows: (group_key, weight, estimate, std_error, statistic, p_value, ci_low, ci_high) of model
     name, from the exact Hessian of its objective at the fitted weights over its data query, run again as the caller;
     per group for a grouped model. Only the role that trained the model may: the data query is that role's SQL text,

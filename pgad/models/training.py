@@ -22,7 +22,7 @@ REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batc
 def train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
           optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
           standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
-          early_stopping=None):
+          early_stopping=None, likelihood=None):
     given = dict(locals())
     for argument in REQUIRED:
         if given[argument] is None:
@@ -47,7 +47,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                    label=label, group_by=arguments.group_by(group_by),
                    progress_every=int(arguments.non_negative('progress_every', progress_every)),
                    dtype=arguments.dtype(dtype, backend),  # backend checked just above
-                   validation=validating.option(validation))
+                   validation=validating.option(validation), likelihood=bool(likelihood))
     options['early_stopping'] = validating.early_stopping(early_stopping, options['validation'])
     if standardize and categorical.indexed(w, goal.model):
         raise PgadError('0A000', 'pgad.train takes no standardize for a model with a categorical weight',
@@ -124,7 +124,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
                              training_time=fit.seconds,
-                             validation_history=None if watch is None else watch.history))
+                             validation_history=None if watch is None else watch.history,
+                             converged=fit.converged, gradient_norm=fit.gradient_norm))
     if not rows:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
     unrolled = None
