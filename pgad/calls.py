@@ -46,7 +46,8 @@ class Call:
 
     @property
     def names(self):
-        return list(self.prog.weights)
+        """The weights' elements as messages name them: m[1,2], region[north] (categorical.element_names)."""
+        return categorical.element_names(self.prog, self.categories or categorical.Categories())
 
     def why(self, w, output):
         """What explains a sum that is not finite at the starting weights: the operation and the row (domain.py)."""

@@ -204,9 +204,9 @@ def _entries(value, keys):
 
 def element_names(prog, cats):
     """The names of the elements of prog's weight vector (a Program's), each categorical weight's entries by category,
-    region[north] (program.categorical_names); the others as vectors.elements names them."""
+    region[north] (program.categorical_names); the others as vectors.labels names them, m[1,2]."""
     return [e for name, shape in prog.shapes for e in (program.categorical_names(name, cats.keys[name])
-                                                       if name in cats.keys else vectors.elements(name, shape))]
+                                                       if name in cats.keys else vectors.labels(name, shape))]
 
 
 def scoring_code(argument, keys, kind):

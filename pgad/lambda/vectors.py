@@ -53,6 +53,12 @@ def elements(name, shape):
     return [element(name, tuple(k + 1 for k in index)) for index in np.ndindex(*shape)] if shape else [name]
 
 
+def labels(name, shape):
+    """The names a user reads of a weight's elements, row-major: 'v[2]', 'm[1,2]' (pgad.hessian's keys, pgad.summary's
+    rows and the messages, as docs/sql.md writes them); elements() names the unrolled lambda's nodes."""
+    return [f'{name}[{",".join(str(k + 1) for k in index)}]' for index in np.ndindex(*shape)] if shape else [name]
+
+
 def needed(lam):
     """Does lam use a vector operation, so that it must be unrolled even where every weight and column is a number?"""
     return any(node.op in OPERATIONS for node in lam.graph.nodes)

@@ -485,7 +485,7 @@ def function(signature):
 
 # A model's rows as pgad.evaluate and pgad.summary read them, its groups in order.
 ROWS = (f'SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS weights, '
-        f'm.options::pg_catalog.text AS options, m.data, m.trained_by::pg_catalog.text AS trained_by '
+        f'm.options::pg_catalog.text AS options, m.data, m.trained_by::pg_catalog.text AS trained_by, m.converged '
         f'FROM pgad.models AS m WHERE m.name {EQ} $1 ORDER BY m.group_key')
 
 

@@ -8,20 +8,65 @@ information), z = estimate / std_error against the normal distribution, the inte
 statsmodels' OLS and Logit (and MADlib's linregr and logregr summaries) report. The distributions are the few lines
 below (the normal's by math.erf; Student's t by the regularised incomplete beta function's continued fraction),
 tested against scipy through statsmodels in tests/test_summary.py, so the server needs no scipy.
+
+A lambda loss the user declares a negative log-likelihood (pgad.train's likelihood => true) gets the Wald table too.
+Each loss's row of LIKELIHOODS says how its covariance's scale and its statistic's distribution are found.
+
+The statistics are computed in the equilibrated basis, Hs = D^-½·H·D^-½ with D = |diag H| (unit diagonal): a model
+whose columns are at 1e-6 and 1e6 is as well identified as one with both at 1, and its covariance D^-½·Hs⁻¹·D^-½ is
+exact to rounding. Identification is judged on Hs's eigenvalues (a singular model names the weights of its null
+space); the table is given only at an optimum: where training recorded that it converged (pgad.models.converged),
+and where a Newton step from the stored weights, −H⁻¹g over the data's rows now, is within OPTIMUM standard errors.
 """
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import arguments, calls, categorical, loader, program
+from .. import arguments, calls, categorical, loader, program, server
 from ..errors import PgadError
 from ..lang import hessian as second
 from . import catalog, objective
 
-LOSSES = ('squared', 'logistic')
 LEVEL = 0.95
+UNCONVERGED = ('error', 'warning')  # pgad.summary's unconverged: refuse a model not at its optimum, or warn
+# A model is at its optimum where a Newton step from its weights moves none by more than this many standard errors.
+OPTIMUM = 1e-3
+# Hs (unit diagonal) is singular where an eigenvalue is below this fraction of its largest: past it, float64 keeps
+# fewer than 4 digits of the inverse of a Hessian whose entries are sums exact to about 1e-16 relative.
+SINGULAR = 1e-12
+NOT_STARTED = '55000'  # object_not_in_prerequisite_state: the model is not at its optimum
+
+
+@dataclass(frozen=True)
+class Likelihood:
+    """How a loss's coefficient table is found from the sums at the fitted weights: the covariance is
+    scale(name, loss_sum, rows, p)·H⁻¹ with H the Hessian of the summed loss, and the statistic estimate/std_error
+    is Student's t on n − p degrees of freedom (t) or normal (Wald's z)."""
+    scale: object
+    t: bool
+
+
+def _least_squares(name, loss_sum, rows, p):
+    """2·RSS/(n − p): σ²·(H/2)⁻¹ is OLS's covariance, H/2 = XᵀX for a model linear in its weights."""
+    if rows - p <= 0:
+        raise PgadError('22000', f'model "{name}" has {p} weights and only {rows} rows: no residual degrees of '
+                                 'freedom for its standard errors')
+    return 2 * loss_sum / (rows - p)
+
+
+def _unit(name, loss_sum, rows, p):
+    """1: the loss is the whole negative log-likelihood, H its observed information."""
+    return 1.0
+
+
+# loss → its Likelihood; a named loss missing here has no summary (0A000)
+LIKELIHOODS = {
+    'squared': Likelihood(_least_squares, t=True),  # ordinary least squares
+    'logistic': Likelihood(_unit, t=False),         # Wald: H = Xᵀdiag(σ(1−σ))X, the Fisher information
+}
+DECLARED = Likelihood(_unit, t=False)  # a lambda loss trained with likelihood => true: Wald
 
 
 def coefficients(name, unconverged='error'):
@@ -30,6 +75,9 @@ def coefficients(name, unconverged='error'):
     per group for a grouped model. Only the role that trained the model may: the data query is that role's SQL text,
     and running it as another role (a superuser above all) would run whatever functions it calls with that role's
     privileges."""
+    if unconverged not in UNCONVERGED:
+        raise PgadError('22023', f'unconverged must be \'error\' or \'warning\', not "{unconverged}"',
+                        hint="unconverged => 'warning' gives the table of a model not at its optimum, with a WARNING.")
     config = calls.settings()
     found = catalog.rows(name)
     me = catalog.current_user()
@@ -40,7 +88,7 @@ def coefficients(name, unconverged='error'):
                         hint='Ask that role for the summary, or train a model of your own on the data.')
     first = found[0]
     options = json.loads(first['options'])
-    check_model(name, first['loss'], options)
+    likelihood = check_model(name, first['loss'], options)
     goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits)
     lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])
     w, unread = arguments.unread(arguments.weights(first['weights'], goal.model, config.memory_limit), lam)
@@ -68,21 +116,39 @@ def coefficients(name, unconverged='error'):
         vector = calls.vector_of(w)
         sums = calls.second_sums(calls.Call(prog, part, calls.compiled(prog, backend, 'float64', config, part.rows), vector, unread))
         p = len(prog.weights)
-        for line in table(name, first['loss'], vector, sums[0], second.full(sums[1 + p:], p),
-                                      part.rows, names):
+        where = f'model "{name}"' + ('' if key is None else f', group {key}')
+        fit = Fit(where, vector, sums[0], sums[1:1 + p], second.full(sums[1 + p:], p), part.rows, names)
+        for line in table(name, likelihood, fit, row['converged'], unconverged):
             out.append((row['group_key'], *line))
     return out
 
 
+@dataclass(frozen=True)
+class Fit:
+    """The sums of one model's (or group's) objective over its rows at its stored weights."""
+    where: str          # 'model "m"', or 'model "m", group {"g": "east"}', as messages name it
+    estimate: object    # the stored weights, a vector
+    loss_sum: float
+    gradient: object    # the gradient of the summed loss (p)
+    hessian: object     # its Hessian (p × p)
+    rows: int
+    names: list         # the weight elements' names, as the table's rows name them
+
+
 
 def check_model(name, loss, options):
-    """SQLSTATE 0A000 unless the model's loss and options give a summary: 'squared' or 'logistic', no penalty."""
-    if loss not in LOSSES:
+    """The Likelihood of the model's loss (LIKELIHOODS; DECLARED for a lambda trained with likelihood => true), or
+    SQLSTATE 0A000 where its loss or options give no summary: another loss, a penalty."""
+    likelihood = LIKELIHOODS.get(loss)
+    if likelihood is None and options.get('likelihood') and loss not in objective.LOSSES:
+        likelihood = DECLARED
+    if likelihood is None:
         raise PgadError('0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model '
                                  f'"{name}" with loss {_loss_name(loss)}',
-                        detail='Standard errors need the likelihood the loss is: least squares or the Bernoulli '
-                               'log-likelihood.',
-                        hint="Train the model with loss => 'squared' or loss => 'logistic'.")
+                        detail='Standard errors need the likelihood the loss is: least squares, the Bernoulli '
+                               'log-likelihood, or a lambda loss declared a negative log-likelihood.',
+                        hint="Train the model with loss => 'squared' or loss => 'logistic', or, where a lambda loss "
+                             'is the negative log-likelihood of the rows, with likelihood => true.')
     for penalty in ('l1', 'l2'):
         if float(options.get(penalty) or 0) > 0:
             raise PgadError('0A000', f'pgad.summary takes an unregularised model, not model "{name}" with '
@@ -90,30 +156,51 @@ def check_model(name, loss, options):
                             detail='A penalised fit is not the maximum-likelihood estimate the standard errors are '
                                    'of.',
                             hint=f'Train the model again without {penalty}.')
+    return likelihood
+
+
+def check_likelihood(loss, likelihood):
+    """pgad.train's likelihood option: true declares a lambda loss a negative log-likelihood; with a named loss it
+    is redundant where the loss is one (LIKELIHOODS) and 22023 where it is not."""
+    if likelihood and loss in objective.LOSSES and loss not in LIKELIHOODS:
+        raise PgadError('22023', f'likelihood => true takes a loss that is a negative log-likelihood, not loss '
+                                 f'"{loss}"',
+                        hint='likelihood => true declares a lambda loss λ(p, d) the negative log-likelihood of a row, '
+                             'for pgad.summary\'s Wald table; train without it.')
 
 
 def _loss_name(loss):
     return f"'{loss}'" if loss in ('absolute', 'hinge') else 'a lambda'
 
 
-def table(name, loss, estimate, loss_sum, hessian_sum, rows, names):
-    """[(weight, estimate, std_error, statistic, p_value, ci_low, ci_high)] of each weight element `names[k]` at the
-    fitted `estimate` (a vector), given the summed loss over the `rows` rows and its Hessian (p × p)."""
-    p = len(names)
-    h = np.asarray(hessian_sum, dtype=np.float64)
-    if loss == 'squared':
-        dof = rows - p
-        if dof <= 0:
-            raise PgadError('22000', f'model "{name}" has {p} weights and only {rows} rows: no residual degrees of '
-                                     'freedom for its standard errors')
-        h = h / 2  # XᵀX
-        scale = loss_sum / dof
-    else:
-        dof, scale = None, 1.0
-    inverse = _inverse(name, h)
-    se = np.sqrt(np.maximum(np.diag(inverse) * scale, 0.0))
+def table(name, likelihood, fit, converged=None, unconverged='error'):
+    """[(weight, estimate, std_error, statistic, p_value, ci_low, ci_high)] of each weight element of fit (a Fit) at
+    its stored estimate, by likelihood (a Likelihood): 22000 where the weights are not identified, 55000 (or with
+    unconverged 'warning', a WARNING) where the training did not converge (converged false) or the weights are not
+    at the optimum of the objective over the rows."""
+    p = len(fit.names)
+    if p == 0:
+        return []
+    root, inverse = equilibrated_inverse(name, fit.hessian, fit.names)  # H⁻¹ = inverse / root / rootᵀ
+    covariance = likelihood.scale(name, fit.loss_sum, fit.rows, p) * inverse / np.outer(root, root)
+    se = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+    estimate = fit.estimate
+    if converged is False:
+        _not_at_optimum(fit.where, 'its training did not converge', unconverged,
+                        'pgad.models records converged = false for it: the optimizer stopped before its criterion '
+                        'held.')
+    step = -(inverse @ (fit.gradient / root)) / root  # Newton's step −H⁻¹g to the optimum
+    off = np.abs(step) / np.where(se > 0, se, math.inf)
+    worst = int(np.argmax(off))
+    if not off[worst] <= OPTIMUM:
+        _not_at_optimum(fit.where, f'a Newton step from its weights moves weight "{fit.names[worst]}" by '
+                                   f'{off[worst]:.3g} standard errors', unconverged,
+                        f'Its statistics are those of the optimum, where a Newton step moves no weight by more than '
+                        f'{OPTIMUM:g} standard errors: training stopped short of it, or the rows of the data query '
+                        'have changed since.')
+    dof = fit.rows - p if likelihood.t else None
     out = []
-    for k, weight in enumerate(names):
+    for k, weight in enumerate(fit.names):
         stat = estimate[k] / se[k] if se[k] > 0 else math.copysign(math.inf, estimate[k])
         if dof is None:
             pvalue, q = 2 * normal_sf(abs(stat)), normal_quantile(0.5 + LEVEL / 2)
@@ -124,16 +211,67 @@ def table(name, loss, estimate, loss_sum, hessian_sum, rows, names):
     return out
 
 
-def _inverse(name, h):
-    """H⁻¹, or SQLSTATE 22000 where H is singular (or too near it to invert in float64)."""
-    p = len(h)
-    if p and (not np.all(np.isfinite(h)) or np.linalg.matrix_rank(h) < p or np.linalg.cond(h) > 1e14):
-        raise PgadError('22000', f'the Hessian of model "{name}" is singular: its weights are not identified by '
-                                 'the data',
-                        detail='A weight the data does not move, two columns that are one another\'s multiple, or '
-                               'a logistic model that separates its labels perfectly.',
-                        hint='Drop the weight or the column that repeats another, or add rows.')
-    return np.linalg.inv(h)
+def _not_at_optimum(where, why, unconverged, detail):
+    """55000 for the model (or group) `where` that is not at its optimum, or with unconverged 'warning' a WARNING."""
+    message = f'{where} is not at an optimum: {why}'
+    hint = ("Train it again with more iterations or optimizer => 'newton', or give unconverged => 'warning' for the "
+            'table at its weights as they are.')
+    if unconverged == 'warning':
+        server.warning(f'{message}; its statistics describe weights that are not the optimum', hint)
+        return
+    raise PgadError(NOT_STARTED, message, detail=detail, hint=hint)
+
+
+def equilibrated_inverse(name, h, names):
+    """(root, Hs⁻¹) with root = √|diag H| (1 where the diagonal is 0) and Hs = H/root/rootᵀ, the Hessian equilibrated
+    to a unit diagonal, so H⁻¹ = Hs⁻¹/root/rootᵀ; SQLSTATE 22000 naming the weights where Hs is singular (an
+    eigenvalue below SINGULAR of its largest), 55000 where it has a negative eigenvalue (not a minimum)."""
+    h = np.asarray(h, dtype=np.float64)
+    if not np.all(np.isfinite(h)):
+        raise _singular(name, 'Its Hessian at the stored weights is not finite.')
+    diagonal = np.abs(np.diag(h))
+    unmoved = [names[k] for k in np.flatnonzero(~np.any(h, axis=1))]
+    if unmoved:
+        raise _singular(name, f'The loss does not change with {_listed(unmoved)}: the data does not move '
+                              f'{"it" if len(unmoved) == 1 else "them"}.')
+    root = np.sqrt(np.where(diagonal > 0, diagonal, 1.0))
+    scaled = h / np.outer(root, root)
+    values, vectors_ = np.linalg.eigh((scaled + scaled.T) / 2)
+    top = np.max(np.abs(values))
+    if values[0] < -SINGULAR * top:
+        raise PgadError(NOT_STARTED, f'model "{name}" is not at a minimum: the Hessian of its objective at its weights '
+                                     'is not positive definite',
+                        detail='Its statistics are those of a minimum of the loss, where the Hessian is positive '
+                               'definite.',
+                        hint="Train it again, with optimizer => 'newton' or from other starting weights.")
+    null = vectors_[:, values <= SINGULAR * top]
+    if null.shape[1]:
+        # the weights the null space moves: an entry of a null vector of the unit-diagonal Hs above rounding
+        moved = np.sqrt(np.sum(null ** 2, axis=1))
+        collinear = [names[k] for k in np.flatnonzero(moved > 1e-6)]
+        listed = _listed(collinear)
+        raise _singular(name, f'{listed[0].upper()}{listed[1:]} {"is" if len(collinear) == 1 else "are"} '
+                              'collinear: a combination of them leaves the loss unchanged to float64\'s precision '
+                              f'(the Hessian, its diagonal scaled to 1, has condition number '
+                              f'{top / max(values[0], 0.0) if values[0] > 0 else math.inf:.3g}).')
+    return root, np.linalg.inv(scaled)
+
+
+def _singular(name, detail):
+    return PgadError('22000', f'the Hessian of model "{name}" is singular: its weights are not identified by the '
+                              'data', detail=detail,
+                     hint='Drop one of those weights, or the column that repeats another (with a categorical weight '
+                          'beside an intercept, drop the intercept or one category); or add rows. A logistic model '
+                          'that separates its labels perfectly is singular too.')
+
+
+def _listed(names, most=10):
+    """'weight "a"', 'weights "a", "b" and "c"', at most `most` names and how many more."""
+    quoted = [f'"{n}"' for n in names[:most]]
+    if len(names) > most:
+        quoted.append(f'{len(names) - most} more')
+    return ('weight ' if len(names) == 1 else 'weights ') + (
+        quoted[0] if len(quoted) == 1 else ', '.join(quoted[:-1]) + ' and ' + quoted[-1])
 
 
 # --- the normal and Student's t distributions ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import catalog, descent, objective, standardize as standardizing, validation as validating
+from . import catalog, descent, objective, standardize as standardizing, summary, validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
@@ -49,6 +49,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                    dtype=arguments.dtype(dtype, backend),  # backend checked just above
                    validation=validating.option(validation), likelihood=bool(likelihood))
     options['early_stopping'] = validating.early_stopping(early_stopping, options['validation'])
+    summary.check_likelihood(loss, options['likelihood'])
     if standardize and categorical.indexed(w, goal.model):
         raise PgadError('0A000', 'pgad.train takes no standardize for a model with a categorical weight',
                         hint='Standardise the numeric columns in the data query, or train without standardize.')
