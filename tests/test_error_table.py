@@ -197,6 +197,18 @@ CALLS = {
     'the Hessian of model "m" is singular: its weights are not identified by the data':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b*(2*d.x)', 'squared', 'points', %s, iterations => 1)", AB)
         + call("SELECT * FROM pgad.summary('m')"),
+    'model "m" is not at an optimum: …':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b', 'squared', 'SELECT x, y + sin(x) AS y FROM points', "
+             "%s, iterations => 1)", AB) + call("SELECT * FROM pgad.summary('m')"),
+    'model "m" is not at a minimum: the Hessian of its objective at its weights is not positive definite':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'λ(p, d) 0 - (p - d.y)^2', 'points', %s, optimizer => 'gd', "
+             "learning_rate => 0.001, iterations => 1, likelihood => true)", '{"a": 0}')
+        + call("SELECT * FROM pgad.summary('m')"),
+    'unconverged must be \'error\' or \'warning\', not "ignore"':
+        call("SELECT * FROM pgad.summary('m', unconverged => 'ignore')"),
+    'likelihood => true takes a loss that is a negative log-likelihood, not loss "hinge"':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', 'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y "
+             "FROM points', %s, likelihood => true)", '{"a": 0}'),
 }
 ELSEWHERE = {
     'column "color" of a categorical weight is of type …, which role "…" owns':
