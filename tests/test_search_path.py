@@ -95,7 +95,7 @@ CALLS = [
      (LINEAR, '{"a": 0, "b": 0}')),
     ("SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x + w.b', 'squared', 'points', %s, iterations => 5)",
      ('{"a": 0, "b": 0}',)),
-    ("SELECT * FROM pgad.summary('line')", ()),
+    ("SELECT * FROM pgad.summary('line', unconverged => 'warning')", ()),  # 5 iterations: not at the optimum
     ("SELECT * FROM pgad.evaluate('line', 'points')", ()),
     ("SELECT pgad.hessian(%s, 'points', %s)", (LINEAR, '{"a": 1, "b": 0}')),
     ("SELECT * FROM pgad.train('line', 'λ(d, w) w.a*d.x + w.b', 'λ(p, d) abs(p - d.y)', 'with_nulls', %s, "
@@ -105,7 +105,7 @@ CALLS = [
     ("SELECT * FROM pgad.train('flag', 'λ(d, w) w.a*d.x + w.b', 'logistic', 'flags', %s, "
      "iterations => 5, validation => 'TABLE flags')", ('{"a": 0, "b": 0}',)),
     ("SELECT * FROM pgad.evaluate('flag', 'flags')", ()),
-    ("SELECT * FROM pgad.summary('flag')", ()),
+    ("SELECT * FROM pgad.summary('flag', unconverged => 'warning')", ()),
     ("SELECT * FROM pgad.train('flag', 'λ(d, w) w.a*d.x + w.b', 'logistic', 'flags', %s, iterations => 5, "
      "group_by => 'part')",
      ('{"a": 0, "b": 0}',)),
