@@ -142,6 +142,13 @@ def test_a_recorded_unconverged_fit_is_refused_or_warned(rows):
     warnings = []
     rows.add_notice_handler(lambda d: warnings.append(d.message_primary))
     assert len(summary(rows, 'flagged', unconverged='warning')) == 3 and len(warnings) == 1
+    # and off the optimum as well: both reasons, in one message (one WARNING)
+    rows.execute("UPDATE pgad.models SET weights = jsonb_set(weights, '{b}', to_jsonb((weights->>'b')::float8 + 1)) "
+                 "WHERE name = 'flagged'")
+    e = error_of(rows, "SELECT * FROM pgad.summary('flagged')")
+    assert e.message_primary.startswith('model "flagged" is not at an optimum: its training did not converge; a '
+                                        'Newton step from its weights moves weight "b" by ')
+    assert len(summary(rows, 'flagged', unconverged='warning')) == 3 and len(warnings) == 2
 
 
 def test_an_old_row_off_its_optimum_is_refused(rows):

@@ -36,7 +36,7 @@ OPTIMUM = 1e-3
 # Hs (unit diagonal) is singular where an eigenvalue is below this fraction of its largest: past it, float64 keeps
 # fewer than 4 digits of the inverse of a Hessian whose entries are sums exact to about 1e-16 relative.
 SINGULAR = 1e-12
-NOT_STARTED = '55000'  # object_not_in_prerequisite_state: the model is not at its optimum
+NOT_AT_OPTIMUM = '55000'  # object_not_in_prerequisite_state: the model is not at its optimum
 
 
 @dataclass(frozen=True)
@@ -185,19 +185,22 @@ def table(name, likelihood, fit, converged=None, unconverged='error'):
     covariance = likelihood.scale(name, fit.loss_sum, fit.rows, p) * inverse / np.outer(root, root)
     se = np.sqrt(np.maximum(np.diag(covariance), 0.0))
     estimate = fit.estimate
-    if converged is False:
-        _not_at_optimum(fit.where, 'its training did not converge', unconverged,
-                        'pgad.models records converged = false for it: the optimizer stopped before its criterion '
-                        'held.')
     step = -(inverse @ (fit.gradient / root)) / root  # Newton's step −H⁻¹g to the optimum
-    off = np.abs(step) / np.where(se > 0, se, math.inf)
+    off = np.abs(step) / np.where(se > 0, se, math.inf)  # se = 0: a least-squares fit exact on every row
     worst = int(np.argmax(off))
+    why, detail = [], []
+    if converged is False:
+        why.append('its training did not converge')
+        detail.append('pgad.models records converged = false for it: its optimizer stopped before its criterion '
+                      'held.')
     if not off[worst] <= OPTIMUM:
-        _not_at_optimum(fit.where, f'a Newton step from its weights moves weight "{fit.names[worst]}" by '
-                                   f'{off[worst]:.3g} standard errors', unconverged,
-                        f'Its statistics are those of the optimum, where a Newton step moves no weight by more than '
-                        f'{OPTIMUM:g} standard errors: training stopped short of it, or the rows of the data query '
-                        'have changed since.')
+        why.append(f'a Newton step from its weights moves weight "{fit.names[worst]}" by {off[worst]:.3g} standard '
+                   'errors')
+        detail.append(f'Its statistics are those of the optimum, where a Newton step moves no weight by more than '
+                      f'{OPTIMUM:g} standard errors: training stopped short of it, or the rows of the data query have '
+                      'changed since.')
+    if why:
+        _not_at_optimum(fit.where, '; '.join(why), unconverged, ' '.join(detail))
     dof = fit.rows - p if likelihood.t else None
     out = []
     for k, weight in enumerate(fit.names):
@@ -219,7 +222,7 @@ def _not_at_optimum(where, why, unconverged, detail):
     if unconverged == 'warning':
         server.warning(f'{message}; its statistics describe weights that are not the optimum', hint)
         return
-    raise PgadError(NOT_STARTED, message, detail=detail, hint=hint)
+    raise PgadError(NOT_AT_OPTIMUM, message, detail=detail, hint=hint)
 
 
 def equilibrated_inverse(name, h, names):
@@ -239,8 +242,8 @@ def equilibrated_inverse(name, h, names):
     values, vectors_ = np.linalg.eigh((scaled + scaled.T) / 2)
     top = np.max(np.abs(values))
     if values[0] < -SINGULAR * top:
-        raise PgadError(NOT_STARTED, f'model "{name}" is not at a minimum: the Hessian of its objective at its weights '
-                                     'is not positive definite',
+        raise PgadError(NOT_AT_OPTIMUM, f'model "{name}" is not at a minimum: the Hessian of its objective at its '
+                                        'weights is not positive definite',
                         detail='Its statistics are those of a minimum of the loss, where the Hessian is positive '
                                'definite.',
                         hint="Train it again, with optimizer => 'newton' or from other starting weights.")
