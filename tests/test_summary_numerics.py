@@ -238,3 +238,22 @@ def test_matrix_elements_are_named_as_documented(rows):
     train(rows, 'matrix', 'λ(d, w) w.m[1][1]*d.x1 + w.m[1][2]*d.x2 + w.m[2][1] + w.m[2][2]*d.x1*d.x2', 'squared',
           'numerics', '{"m": [[0, 0], [0, 0]]}', optimizer='newton')
     assert [r[0] for r in summary(rows, 'matrix')] == names[:4]
+
+
+def test_n_equal_to_p_plus_one_and_to_p(rows):
+    """Four rows for three weights: OLS's table on one degree of freedom, as statsmodels gives it; three rows: no
+    residual degrees of freedom, 22000."""
+    train(rows, 'tight', LINEAR, 'squared', 'SELECT x1, x2, y FROM numerics ORDER BY x1 LIMIT 4', START,
+          optimizer='newton')
+    by_name = {r[0]: r[1:] for r in summary(rows, 'tight')}
+    got = np.array([by_name[w] for w in 'cab'])
+    first = np.argsort(X1)[:4]
+    result = sm.OLS(Y[first], np.column_stack([np.ones(4), X1[first], X2[first]])).fit()
+    ci = result.conf_int(0.05)
+    expected = np.column_stack([result.params, result.bse, result.tvalues, result.pvalues, ci[:, 0], ci[:, 1]])
+    np.testing.assert_allclose(got, expected, rtol=1e-7)  # newton's optimum of a 4-row fit, exact to ~1e-12
+    train(rows, 'exact', LINEAR, 'squared', 'SELECT x1, x2, y FROM numerics ORDER BY x1 LIMIT 3', START,
+          optimizer='newton')
+    e = error_of(rows, "SELECT * FROM pgad.summary('exact')")
+    assert e.sqlstate == '22000' and e.message_primary == \
+        'model "exact" has 3 weights and only 3 rows: no residual degrees of freedom for its standard errors'

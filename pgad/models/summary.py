@@ -42,21 +42,22 @@ NOT_AT_OPTIMUM = '55000'  # object_not_in_prerequisite_state: the model is not a
 @dataclass(frozen=True)
 class Likelihood:
     """How a loss's coefficient table is found from the sums at the fitted weights: the covariance is
-    scale(name, loss_sum, rows, p)·H⁻¹ with H the Hessian of the summed loss, and the statistic estimate/std_error
-    is Student's t on n − p degrees of freedom (t) or normal (Wald's z)."""
+    scale(name, fit)·H⁻¹ with H the Hessian of the summed loss (fit a Fit), and the statistic estimate/std_error is
+    Student's t on n − p degrees of freedom (t) or normal (Wald's z)."""
     scale: object
     t: bool
 
 
-def _least_squares(name, loss_sum, rows, p):
+def _least_squares(name, fit):
     """2·RSS/(n − p): σ²·(H/2)⁻¹ is OLS's covariance, H/2 = XᵀX for a model linear in its weights."""
+    rows, p = fit.rows, len(fit.names)
     if rows - p <= 0:
         raise PgadError('22000', f'model "{name}" has {p} weights and only {rows} rows: no residual degrees of '
                                  'freedom for its standard errors')
-    return 2 * loss_sum / (rows - p)
+    return 2 * fit.loss_sum / (rows - p)
 
 
-def _unit(name, loss_sum, rows, p):
+def _unit(name, fit):
     """1: the loss is the whole negative log-likelihood, H its observed information."""
     return 1.0
 
@@ -182,7 +183,7 @@ def table(name, likelihood, fit, converged=None, unconverged='error'):
     if p == 0:
         return []
     root, inverse = equilibrated_inverse(name, fit.hessian, fit.names)  # H⁻¹ = inverse / root / rootᵀ
-    covariance = likelihood.scale(name, fit.loss_sum, fit.rows, p) * inverse / np.outer(root, root)
+    covariance = likelihood.scale(name, fit) * inverse / np.outer(root, root)
     se = np.sqrt(np.maximum(np.diag(covariance), 0.0))
     estimate = fit.estimate
     step = -(inverse @ (fit.gradient / root)) / root  # Newton's step −H⁻¹g to the optimum
