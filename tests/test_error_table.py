@@ -187,7 +187,7 @@ CALLS = {
     'optimizer "newton" does not take l1':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, optimizer => 'newton', "
              "l1 => 0.1)", '{"a": 0}'),
-    "pgad.summary takes a 'squared' or 'logistic' model, not model \"m\" with loss 'hinge'":
+    "pgad.summary takes a 'squared', 'logistic', 'poisson' or 'gamma' model, not model \"m\" with loss 'hinge'":
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', "
              "'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y FROM points', %s, iterations => 1)", '{"a": 0}')
         + call("SELECT * FROM pgad.summary('m')"),

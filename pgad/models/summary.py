@@ -15,13 +15,23 @@ from dataclasses import replace
 
 import numpy as np
 
-from .. import arguments, calls, categorical, loader, program
+from .. import arguments, calls, categorical, loader, program, server
 from ..errors import PgadError
 from ..lang import hessian as second
-from . import catalog, objective
+from . import catalog, objective, separation
 
-LOSSES = ('squared', 'logistic')
+LOSSES = ('squared', 'logistic', 'poisson', 'gamma')
 LEVEL = 0.95
+
+# The log-link losses, by name: the dispersion φ from (labels y, fitted means μ̂ = exp(prediction), rows n, weights
+# p). Their covariance is φ·I⁻¹ with I the expected (Fisher) information, what statsmodels' GLM inverts: the Hessian
+# of the summed loss at the fitted weights with each label replaced by its fitted mean (expected), for any model —
+# for a model linear in its weights Xᵀdiag(μ̂)X (poisson: the observed Hessian too, the log link being its canonical
+# one) and XᵀX (gamma, whose observed Hessian Σ x·xᵀ·y/μ̂ is another). Gamma's φ is Pearson's χ²/(n − p).
+EXPECTED = {
+    'poisson': lambda y, mu, n, p: 1.0,
+    'gamma': lambda y, mu, n, p: float(np.sum(((y - mu) / mu) ** 2)) / (n - p),
+}
 
 
 def coefficients(name, unconverged='error'):
@@ -66,23 +76,56 @@ def coefficients(name, unconverged='error'):
         w, unread = arguments.unread(arguments.weights(row['weights'], goal.model, config.memory_limit), lam)
         w = categorical.as_vectors(w, cats)
         vector = calls.vector_of(w)
+        where = '' if row['group_key'] is None else f', group {row["group_key"]}'
+        part, dispersion = _at_the_fit(name, first['loss'], goal, prog, part, w, options.get('label', 'y'), where)
         sums = calls.second_sums(calls.Call(prog, part, calls.compiled(prog, backend, 'float64', config, part.rows), vector, unread))
         p = len(prog.weights)
         for line in table(name, first['loss'], vector, sums[0], second.full(sums[1 + p:], p),
-                                      part.rows, names):
+                                      part.rows, names, dispersion):
             out.append((row['group_key'], *line))
     return out
 
 
 
+def _at_the_fit(name, loss, goal, prog, part, w, label, where):
+    """(the rows the Hessian is summed over, the dispersion or None) for a named likelihood loss at the fitted
+    weights w: the labels checked (objective.check_labels), a logistic model refused where its predictions separate
+    its labels (separation.py), and for a log-link loss (EXPECTED) its rows with each label its fitted mean and φ."""
+    names = [str(c) for c in prog.columns]
+    if objective.base(loss) not in ('logistic', *EXPECTED) or label not in names:
+        return part, None
+    columns = dict(zip(names, part.columns))
+    y = columns[label]
+    objective.check_labels(loss, label, y, f'model "{name}"{where}: ')
+    z = separation.predictions(goal.model, columns, w, part.rows, server.check_interrupts)
+    separation.refuse(name, loss, y, z, where)
+    if loss not in EXPECTED:
+        return part, None
+    if label in goal.columns:
+        raise PgadError('0A000', f'pgad.summary takes no \'{loss}\' model that reads its label column "{label}" too',
+                        detail='Its expected information replaces each label with its fitted mean.',
+                        hint='Give the model a copy of the column under another name in the data query.')
+    p = len(prog.weights)
+    if part.rows <= p and loss == 'gamma':
+        raise PgadError('22000', f'model "{name}" has {p} weights and only {part.rows} rows: no residual degrees of '
+                                 'freedom for its dispersion')
+    with np.errstate(over='ignore'):
+        mu = np.exp(z)
+    if not np.all(np.isfinite(mu)):
+        raise PgadError('22003', f'model "{name}"{where} predicts a mean past float64\'s range (exp of '
+                                 f'{float(np.max(z)):g})', hint='Check the fit: its weights may have diverged.')
+    rows = loader.Table([mu if c == label else v for c, v in zip(names, part.columns)], part.rows, part.skipped)
+    return rows, EXPECTED[loss](y, mu, part.rows, p)
+
+
 def check_model(name, loss, options):
-    """SQLSTATE 0A000 unless the model's loss and options give a summary: 'squared' or 'logistic', no penalty."""
+    """SQLSTATE 0A000 unless the model's loss and options give a summary: a loss of LOSSES, no penalty."""
     if loss not in LOSSES:
-        raise PgadError('0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model '
-                                 f'"{name}" with loss {_loss_name(loss)}',
-                        detail='Standard errors need the likelihood the loss is: least squares or the Bernoulli '
-                               'log-likelihood.',
-                        hint="Train the model with loss => 'squared' or loss => 'logistic'.")
+        raise PgadError('0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'poisson\' or \'gamma\' model, '
+                                 f'not model "{name}" with loss {_loss_name(loss)}',
+                        detail='Standard errors need the likelihood the loss is: least squares, or the Bernoulli, '
+                               'Poisson or gamma log-likelihood.',
+                        hint="Train the model with loss => 'squared', 'logistic', 'poisson' or 'gamma'.")
     for penalty in ('l1', 'l2'):
         if float(options.get(penalty) or 0) > 0:
             raise PgadError('0A000', f'pgad.summary takes an unregularised model, not model "{name}" with '
@@ -93,12 +136,13 @@ def check_model(name, loss, options):
 
 
 def _loss_name(loss):
-    return f"'{loss}'" if loss in ('absolute', 'hinge') else 'a lambda'
+    return f"'{loss}'" if objective.base(loss) is not None else 'a lambda'
 
 
-def table(name, loss, estimate, loss_sum, hessian_sum, rows, names):
+def table(name, loss, estimate, loss_sum, hessian_sum, rows, names, dispersion=None):
     """[(weight, estimate, std_error, statistic, p_value, ci_low, ci_high)] of each weight element `names[k]` at the
-    fitted `estimate` (a vector), given the summed loss over the `rows` rows and its Hessian (p × p)."""
+    fitted `estimate` (a vector), given the summed loss over the `rows` rows and its Hessian (p × p), and for a
+    log-link loss the dispersion (EXPECTED: the Hessian is then the expected information)."""
     p = len(names)
     h = np.asarray(hessian_sum, dtype=np.float64)
     if loss == 'squared':
@@ -109,7 +153,7 @@ def table(name, loss, estimate, loss_sum, hessian_sum, rows, names):
         h = h / 2  # XᵀX
         scale = loss_sum / dof
     else:
-        dof, scale = None, 1.0
+        dof, scale = None, 1.0 if dispersion is None else dispersion
     inverse = _inverse(name, h)
     se = np.sqrt(np.maximum(np.diag(inverse) * scale, 0.0))
     out = []
