@@ -91,7 +91,7 @@ LABELS = {
     'hinge': (lambda v: np.isin(v, (-1.0, 1.0)), '-1 or 1',
               "Map the labels in the data query (2 * y - 1 AS y, for 0/1 labels), or use loss 'logistic', which "
               "takes 0/1."),
-    'poisson': (lambda v: np.isfinite(v) & (v >= 0), 'of at least 0',
+    'poisson': (lambda v: np.isfinite(v) & (v >= 0), '0 or more',
                 "A count or a rate is at least 0: filter the rows in the data query (WHERE y >= 0), or use loss "
                 "'squared'."),
     'gamma': (lambda v: np.isfinite(v) & (v > 0), 'greater than 0',
@@ -186,6 +186,6 @@ def check_labels(loss, label, values, where=''):
     if not bad.any():
         return
     first = float(values[int(np.argmax(bad))])
-    other = f'other than {said}' if base(loss) in ('logistic', 'hinge') else f'not {said}'
+    other = f'other than {said}' if base(loss) in ('logistic', 'hinge') else f'that is not {said}'
     raise PgadError('22023', f'{where}loss "{loss}" takes labels {said}, but column "{label}" is {first:g}',
                     detail=f'{int(bad.sum())} of {len(values)} rows have a label {other}.', hint=hint)
