@@ -78,7 +78,6 @@ def test_a_loss_is_stored_as_written_canonically(rows, given, stored):
     ('huber(nan)', 'loss "huber(nan)" is not huber(number)'),
     ('huber(1, 2)', 'loss "huber(1, 2)" is not huber(number)'),
     ('huber(1)x', 'loss "huber(1)x" is not huber(number)'),
-    ('poisson(2)', 'unknown loss "poisson(2)"'),
 ])
 def test_a_bad_parameter_is_22023_and_stores_nothing(rows, loss, says):
     e = error_of(rows, "SELECT pgad.train('bad', %s, %s, 'rows', %s, label => 'noisy')", (MODEL, loss, START))
@@ -125,16 +124,10 @@ def test_summary_of_poisson_and_gamma_matches_statsmodels_glm(rows, loss, label,
     # and the information); p-values absolute, some are tiny
     np.testing.assert_allclose(got[:, [0, 1, 2, 4, 5]], want[:, [0, 1, 2, 4, 5]], rtol=1e-7)
     np.testing.assert_allclose(got[:, 3], want[:, 3], rtol=1e-6, atol=1e-12)
-
-
-def test_gamma_uses_the_expected_information_not_the_observed():
-    """At the optimum of a log-link gamma model the observed Hessian Σ x·xᵀ·y/μ is not statsmodels' XᵀX: the two
-    standard errors differ here by more than the tolerance above, so the test above tells them apart."""
-    X = design()
-    result = sm.GLM(AMOUNTS, X, family=sm.families.Gamma(link=sm.families.links.Log())).fit(tol=1e-14)
-    mu = np.exp(X @ result.params)
-    observed = np.sqrt(np.diag(np.linalg.inv(X.T @ (X * (AMOUNTS / mu)[:, None])) * result.scale))
-    assert np.max(np.abs(observed / result.bse - 1)) > 1e-3
+    if loss == 'gamma':  # the observed information Σ x·xᵀ·y/μ would give other standard errors, by more than 1e-3
+        X, mu = design(scale), np.exp(design(scale) @ result.params)
+        observed = np.sqrt(np.diag(np.linalg.inv(X.T @ (X * (AMOUNTS / mu)[:, None])) * result.scale))
+        assert np.max(np.abs(observed / got[:, 1] - 1)) > 1e-3
 
 
 def test_a_non_linear_gamma_model_uses_its_expected_information(rows):
