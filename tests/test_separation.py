@@ -72,7 +72,7 @@ def test_quasi_separation_warns_and_has_no_summary(tables, optimizer):
     found = warnings(train(db, 'qsep', 'quasi', OPTIMIZERS[optimizer]))
     assert len(found) == 1
     assert found[0][1].startswith('model "qsep": fitted probabilities numerically 0 or 1 occurred (')
-    assert 'of 70 rows): the labels are quasi-completely separated' in found[0][1]
+    assert 'of 70 rows within 1e-6): the labels are quasi-completely separated' in found[0][1]
     e = error_of(db, "SELECT * FROM pgad.summary('qsep', unconverged => 'warning')")
     assert e.sqlstate == '22000'
     assert e.message_primary.startswith('model "qsep" has no standard errors: fitted probabilities numerically 0 or 1')
@@ -111,14 +111,57 @@ def test_hinge_on_separable_data_warns_that_the_weights_are_not_unique(tables):
                           loss='hinge')) == []
 
 
+def gram_of(X):
+    """separation.grams' answer for a linear model of design X."""
+    return lambda mask: (X.T @ X, X[mask].T @ X[mask])
+
+
 def test_found_reads_the_margins():
-    """separation.found on margins made by hand: complete, quasi at R's glm.fit threshold, neither."""
-    y = np.array([0.0, 0.0, 1.0, 1.0])
-    assert separation.found('logistic', y, np.array([-0.1, -3.0, 0.2, 5.0])) == ('complete', 4)
-    assert separation.found('logistic', y, np.array([0.0, -3.0, 0.2, 5.0])) is None  # a tie is no side
-    assert separation.found('logistic', y, np.array([0.5, -3.0, 0.2, 34.0])) == ('quasi', 1)
-    assert separation.found('logistic', y, np.array([0.5, -3.0, 0.2, 33.0])) is None  # σ(33) < 1 − 10ε
-    assert separation.found('logistic', y, np.array([0.5, -40.0, 0.2, -40.0])) == ('quasi', 1)  # a wrong row is not
-    assert separation.found('hinge', 2 * y - 1, np.array([-1.0, -2.0, 1.0, 3.0])) == ('hinge', 4)
-    assert separation.found('hinge', 2 * y - 1, np.array([-1.0, -2.0, 0.99, 3.0])) is None
-    assert separation.found('squared', y, np.array([-1.0, -2.0, 1.0, 3.0])) is None
+    """separation.found on margins made by hand: complete, quasi where only the confident rows inform a direction,
+    neither."""
+    y = np.array([0.0, 0.0, 1.0, 1.0, 1.0])
+    X = np.column_stack([np.ones(5), [0.0, -1.0, 0.0, 1.0, 2.0]])  # x separates all but the rows at x = 0
+    assert separation.found('logistic', y, np.array([-0.1, -3.0, 0.2, 5.0, 9.0])) == ('complete', 5)
+    assert separation.found('logistic', y, np.array([0.0, -3.0, 0.2, 5.0, 9.0])) is None  # a tie is on no side
+    quasi = np.array([0.1, -20.0, 0.1, 20.0, 40.0])  # the rows at x = 0 fitted at 0.1, the others past 1e-6
+    assert separation.found('logistic', y, quasi) is None  # no Jacobian: complete separation only
+    assert separation.found('logistic', y, quasi, gram_of(X)) == ('quasi', 3)
+    assert separation.found('logistic', y, np.array([0.1, -20.0, 0.1, 5.0, 40.0]), gram_of(X)) is None  # x = 1 too
+    assert separation.found('hinge', 2 * y - 1, np.array([-1.0, -2.0, 1.0, 3.0, 1.0])) == ('hinge', 5)
+    assert separation.found('hinge', 2 * y - 1, np.array([-1.0, -2.0, 0.99, 3.0, 1.0])) is None
+    assert separation.found('squared', y, np.array([-1.0, -2.0, 1.0, 3.0, 1.0])) is None
+
+
+def test_a_strong_predictor_is_not_separation():
+    """Six raw breast-cancer features at statsmodels' optimum: 7 rows have fitted probabilities within 10·ε of 0 or
+    1 (R's glm warns), margins up to 100, and the labels are not separated: every direction is informed by the
+    other rows, and found says so."""
+    from sklearn.datasets import load_breast_cancer
+    data = load_breast_cancer()
+    X = sm.add_constant(data.data[:, [7, 19, 25, 28, 13, 18]])
+    result = sm.Logit(data.target.astype(float), X).fit(disp=0, method='newton', maxiter=100)
+    z = X @ result.params
+    margin = np.where(data.target > 0, z, -z)
+    assert np.sum(margin > 33.7) == 7 and margin.max() > 100
+    assert separation.found('logistic', data.target, z, gram_of(X)) is None
+
+
+def test_a_strong_predictor_trains_without_a_warning(db):
+    """The same six features in pgad, by newton: no separation warning (R's glm would warn)."""
+    from sklearn.datasets import load_breast_cancer
+    data = load_breast_cancer()
+    columns = data.data[:, [7, 19, 25, 28, 13, 18]]
+    db.execute('DROP TABLE IF EXISTS cancer')
+    db.execute('CREATE TABLE cancer (x1 float8, x2 float8, x3 float8, x4 float8, x5 float8, x6 float8, y float8)')
+    with db.cursor() as cur:
+        cur.executemany('INSERT INTO cancer VALUES (%s, %s, %s, %s, %s, %s, %s)',
+                        [(*map(float, row), float(t)) for row, t in zip(columns, data.target)])
+    notes = []
+    db.add_notice_handler(lambda d: notes.append((d.severity_nonlocalized, d.message_primary, d.message_hint)))
+    db.execute("SELECT pgad.train('cancer', 'λ(d, w) w.c + w.a1*d.x1 + w.a2*d.x2 + w.a3*d.x3 + w.a4*d.x4 + "
+               "w.a5*d.x5 + w.a6*d.x6', 'logistic', 'cancer', "
+               "'{\"c\": 0, \"a1\": 0, \"a2\": 0, \"a3\": 0, \"a4\": 0, \"a5\": 0, \"a6\": 0}', "
+               "optimizer => 'newton', iterations => 100)")
+    z = np.array([r[0] for r in db.execute('SELECT pgad_models.cancer(x1, x2, x3, x4, x5, x6) FROM cancer')])
+    assert np.max(np.where(data.target > 0, z, -z)) > 33.7  # as confident as statsmodels' fit
+    assert warnings(notes) == []

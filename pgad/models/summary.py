@@ -98,7 +98,8 @@ def _at_the_fit(name, loss, goal, prog, part, w, label, where):
     y = columns[label]
     objective.check_labels(loss, label, y, f'model "{name}"{where}: ')
     z = separation.predictions(goal.model, columns, w, part.rows, server.check_interrupts)
-    separation.refuse(name, loss, y, z, where)
+    separation.refuse(name, loss, y, z, where, separation.grams(goal.model, columns, w, part.rows,
+                                                               server.check_interrupts))
     if loss not in EXPECTED:
         return part, None
     if label in goal.columns:
