@@ -78,6 +78,13 @@ def test_quasi_separation_warns_and_has_no_summary(tables, optimizer):
     assert e.message_primary.startswith('model "qsep" has no standard errors: fitted probabilities numerically 0 or 1')
 
 
+def test_a_penalised_fit_of_separated_labels_has_its_estimate_and_no_warning(tables):
+    """l2 gives separated labels a finite optimum (the warning's own hint): nothing to warn about."""
+    db, _ = tables
+    assert warnings(train(db, 'ridge', 'complete', ", optimizer => 'newton', l2 => 0.01")) == []
+    assert len(warnings(train(db, 'ridge', 'complete', ", optimizer => 'newton'"))) == 1
+
+
 def test_one_group_of_several_separated_warns_for_that_group(tables):
     db, _ = tables
     found = warnings(train(db, 'gsep', 'grouped', OPTIMIZERS['newton'], extra=", group_by => 'g'"))

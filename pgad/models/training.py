@@ -118,8 +118,9 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                 kernel = calls.compiled(prog, options['backend'], options['dtype'], config, min(step_rows, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
                                       penalty, clock, held)
-            if not isinstance(kernel, shards.Sharded) and not (  # the rows here, and a model of numbers
-                    shapes.columns or vectors.needed(goal.model) and not categorical.only(goal.model, cats)):
+            if not isinstance(kernel, shards.Sharded) and not (  # the rows here, a model of numbers, no penalty
+                    shapes.columns or vectors.needed(goal.model) and not categorical.only(goal.model, cats)
+                    or options['l1'] or options['l2']):
                 separation.check_fit(loss, goal.model, prog, part.table, label, prog.nest([fitted[n] for n in prog.weights]),
                                      lambda message, hint: server.warning(f'{where}: {message}', hint),
                                      server.check_interrupts)
