@@ -187,7 +187,26 @@ CALLS = {
     'optimizer "newton" does not take l1':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, optimizer => 'newton', "
              "l1 => 0.1)", '{"a": 0}'),
-    "pgad.summary takes a 'squared' or 'logistic' model, not model \"m\" with loss 'hinge'":
+    'loss "quantile(1)" has τ = 1, but τ must be between 0 and 1, both excluded':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'quantile(1)', 'points', %s)", '{"a": 0}'),
+    'loss "huber(x)" is not huber(number)':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'huber(x)', 'points', %s)", '{"a": 0}'),
+    'loss "gamma" takes labels greater than 0, but column "y" is 0':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'gamma', 'SELECT x, x - 1 AS y FROM points', %s)",
+             '{"a": 0}'),
+    'model "m" has no standard errors: the labels are separated: …':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b', 'logistic', "
+             "'SELECT x, (x > 5)::int AS y FROM points', %s, optimizer => 'newton')", AB)
+        + call("SELECT * FROM pgad.summary('m', unconverged => 'warning')"),
+    'model "m" has 2 weights and only 2 rows: no residual degrees of freedom for its dispersion':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b', 'gamma', 'SELECT x, y FROM points WHERE x < 3', %s, "
+             "optimizer => 'newton')", AB)
+        + call("SELECT * FROM pgad.summary('m', unconverged => 'warning')"),
+    'pgad.summary takes no \'gamma\' model that reads its label column "y" too':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b*ln(d.y)', 'gamma', 'points', %s, "
+             "optimizer => 'newton')", AB)
+        + call("SELECT * FROM pgad.summary('m', unconverged => 'warning')"),
+    "pgad.summary takes a 'squared', 'logistic', 'poisson' or 'gamma' model, not model \"m\" with loss 'hinge'":
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', "
              "'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y FROM points', %s, iterations => 1)", '{"a": 0}')
         + call("SELECT * FROM pgad.summary('m')"),

@@ -27,7 +27,8 @@ def test_a_model_lambda_given_as_the_loss(db):
     e = error_of(db, "SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'λ(d, w) (w.a*d.x - d.y)^2', 't', '{\"a\": 0}')")
     assert (e.sqlstate, e.message_primary) == ('42809', '"d" is the prediction, a number: it has no field "x"')
     assert e.message_hint == ("The loss is a λ(p, d) of the prediction p and the data row d, for example "
-                              "'λ(p, d) (p - d.y)^2', or a named loss ('squared', 'absolute', 'logistic', 'hinge'); "
+                              "'λ(p, d) (p - d.y)^2', or a named loss ('squared', 'absolute', 'logistic', 'hinge', "
+                              "'poisson', 'gamma', 'huber', 'quantile'); "
                               "the model λ(d, w) goes in model.")
 
 

@@ -22,6 +22,15 @@ DROP FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_
 DROP FUNCTION pgad.summary(pg_catalog.text);
 DROP FUNCTION pgad._summary(pg_catalog.text);
 
+-- A poisson or gamma model gets a function of its own too, "<name>_mean" (pgad/models/catalog.py, EXTRAS).
+CREATE OR REPLACE FUNCTION pgad._model_owners(name pg_catalog.text)
+RETURNS TABLE (owner pg_catalog.text, loss pg_catalog.text) LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp AS $$
+SELECT DISTINCT m.trained_by::pg_catalog.text,
+       CASE WHEN m.loss OPERATOR(pg_catalog.=) ANY (ARRAY['logistic', 'hinge', 'poisson', 'gamma']) THEN m.loss END
+FROM pgad.models AS m WHERE m.name OPERATOR(pg_catalog.=) $1
+$$;
+
 CREATE FUNCTION pgad._train(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
                             weights pg_catalog.jsonb, learning_rate pg_catalog.float8, iterations pg_catalog.int4,
                             mode pg_catalog.text, backend pg_catalog.text, optimizer pg_catalog.text,

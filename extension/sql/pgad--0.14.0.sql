@@ -345,7 +345,7 @@ CREATE TABLE pgad.models (
   name pg_catalog.text NOT NULL,
   group_key pg_catalog.jsonb,                 -- the group's values by column ({"region": "north"}); NULL: no groups
   model pg_catalog.text NOT NULL,             -- the prediction lambda, λ(d, w) …
-  loss pg_catalog.text NOT NULL,              -- a loss lambda λ(p, d) …, or squared, absolute, logistic, hinge
+  loss pg_catalog.text NOT NULL,              -- a loss lambda λ(p, d) …, or a named loss (docs/sql.md)
   weights pg_catalog.jsonb NOT NULL,          -- the fitted weights
   final_loss pg_catalog.float8 NOT NULL,      -- the objective at them: the mean loss plus the regularisation
   loss_history pg_catalog.float8[] NOT NULL,  -- the objective after each iteration (epoch, for sgd, momentum, adam)
@@ -386,13 +386,14 @@ COMMENT ON COLUMN pgad.models.read_from IS
     'the relations the training read (a view''s and a function''s included); NULL: not recorded (before 0.13.0)';
 
 -- The roles that trained model name's rows, and its loss where that gives it functions of its own (logistic,
--- hinge): what pgad.train and pgad.drop_model check a name against (pgad/models/catalog.py, owners), whichever
--- rows the caller may read. Nothing of the data: a model's name, its owner and its functions are in pg_proc.
+-- hinge, poisson, gamma): what pgad.train and pgad.drop_model check a name against (pgad/models/catalog.py,
+-- owners), whichever rows the caller may read. Nothing of the data: a model's name, its owner and its functions are
+-- in pg_proc.
 CREATE FUNCTION pgad._model_owners(name pg_catalog.text)
 RETURNS TABLE (owner pg_catalog.text, loss pg_catalog.text) LANGUAGE sql STABLE STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp AS $$
 SELECT DISTINCT m.trained_by::pg_catalog.text,
-       CASE WHEN m.loss OPERATOR(pg_catalog.=) ANY (ARRAY['logistic', 'hinge']) THEN m.loss END
+       CASE WHEN m.loss OPERATOR(pg_catalog.=) ANY (ARRAY['logistic', 'hinge', 'poisson', 'gamma']) THEN m.loss END
 FROM pgad.models AS m WHERE m.name OPERATOR(pg_catalog.=) $1
 $$;
 REVOKE ALL ON FUNCTION pgad._model_owners(pg_catalog.text) FROM PUBLIC;

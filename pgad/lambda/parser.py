@@ -271,8 +271,8 @@ class Parser:
     def parse_loss(self, model):
         self.value, self.row = self.head('a loss must start with λ(p, d) or lambda(p, d)',
                                          "Write the loss as a lambda of the prediction and a data row, for example "
-                                         "'λ(p, d) (p - d.y)^2', or name one: 'squared', 'absolute', 'logistic' or "
-                                         "'hinge'.", 'prediction')
+                                         "'λ(p, d) (p - d.y)^2', or name one: 'squared', 'absolute', 'logistic', "
+                                         "'hinge', 'poisson', 'gamma', 'huber' or 'quantile'.", 'prediction')
         self.params, self.prediction = None, model.root
         self.columns, self.weights = {}, dict.fromkeys(model.weights)
         self.reads = {c: 'b' if c.boolean else 'n' for c in model.columns}
@@ -538,7 +538,7 @@ class Parser:
             raise self.fail('42809', f'"{owner.value}" is the prediction, a number: it has no field "{name}"', owner,
                             hint=f'The loss is a λ(p, d) of the prediction p and the data row d, for example '
                                  f"'λ(p, d) (p - d.y)^2', or a named loss ('squared', 'absolute', 'logistic', "
-                                 f"'hinge'); the model λ(d, w) goes in model.")
+                                 f"'hinge', 'poisson', 'gamma', 'huber', 'quantile'); the model λ(d, w) goes in model.")
         if self.value is not None:
             raise self.fail('42P01', f'"{owner.value}" is not the data row "{self.row}"', owner,
                             hint=f'A loss reads columns as {self.row}.column and the prediction as {self.value}; '

@@ -26,8 +26,8 @@ trained it; rows names no model the caller may not read (hidden). Every SQL text
 (docs/security.md); the model's name is always quoted, its group values are literals quoted as PostgreSQL's
 quote_literal quotes them, and nothing else of the user's text reaches SQL.
 
-Beside the scoring function, a 'logistic' model gets "<name>_probability" and "<name>_class" and a 'hinge' model
-"<name>_class" (EXTRAS), with the same arguments, inlined alike. They are not recorded in pgad.models: they are found
+Beside the scoring function, a 'logistic' model gets "<name>_probability" and "<name>_class", a 'hinge' model
+"<name>_class" and a 'poisson' or 'gamma' model "<name>_mean" (EXTRAS), with the same arguments, inlined alike. They are not recorded in pgad.models: they are found
 from the recorded scoring_function and loss (extras), and follow its rules (only those pgad created for the model,
 owned by the role that trained it, are replaced or dropped; another role's function of that name is refused). Their
 names belong to the model: a model named like another model's function is refused whichever comes first
@@ -54,7 +54,7 @@ INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_ca
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
                 'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.bool', 'pg_catalog.float8',
                 'pg_catalog.text', 'pg_catalog.name', 'pg_catalog.oid[]']
-# The roles that trained model $1's rows, and its loss where it is logistic or hinge: from every row, whichever the
+# The roles that trained model $1's rows, and its loss where it gives functions (EXTRAS): from every row, whichever the
 # caller may read (pgad._model_owners; a model's name and owner are public, in pg_proc, and its rows are not).
 OWNERS = 'SELECT o.owner, o.loss FROM pgad._model_owners($1) AS o'
 # The functions pgad created for a model: the signatures its rows record, and the role that trained them.
@@ -70,6 +70,9 @@ PROBABILITY = ('probability', 'pg_catalog.float8',
                lambda x: f'({HALF} OPERATOR(pg_catalog.+) ({HALF} OPERATOR(pg_catalog.*) '
                          f'pg_catalog.tanh(({HALF} OPERATOR(pg_catalog.*) {x}))))',
                'the probability of class 1 by a logistic model pgad.train made: see pgad.models')
+# The mean of a log-link model, exp(x): past float64's range PostgreSQL's exp raises 22003, as a scoring function does.
+MEAN = ('mean', 'pg_catalog.float8', lambda x: f'pg_catalog.exp({x})',
+        'the mean, exp of the prediction, of a poisson or gamma model pgad.train made: see pgad.models')
 UP = "pg_catalog.ceil(((pg_catalog.sign({}) OPERATOR(pg_catalog.+) '1'::pg_catalog.float8) OPERATOR(pg_catalog./) " \
      "'2'::pg_catalog.float8))"  # 1 where x >= 0, else 0
 EXTRAS = {
@@ -79,6 +82,8 @@ EXTRAS = {
                lambda x: f"(('2'::pg_catalog.float8 OPERATOR(pg_catalog.*) {UP.format(x)}) OPERATOR(pg_catalog.-) "
                          f"'1'::pg_catalog.float8)::pg_catalog.int4",
                'the class, 1 or -1, of a hinge model pgad.train made: see pgad.models'),),
+    'poisson': (MEAN,),
+    'gamma': (MEAN,),
 }
 SCORING_COMMENT = 'the prediction of a model pgad.train made: see pgad.models'
 SUPERUSER = f'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} $1'

@@ -79,7 +79,28 @@ METRICS = {
     'hinge': {
         'accuracy': lambda y, z: np.mean(np.where(z >= 0, 1.0, -1.0) == y),  # class 1 where the score is ≥ 0
     },
+    # the prediction z of a log-link loss is ln of the mean μ: the deviances are scikit-learn's mean_poisson_deviance
+    # and mean_gamma_deviance of μ = exp(z), written with z (y·ln(y/μ) = y·(ln y − z), 0 where y = 0)
+    'poisson': {
+        'poisson_deviance': lambda y, z: 2 * np.mean(_xlogy(y, y) - y * z - y + np.exp(z)),
+        'mae': lambda y, z: np.mean(np.abs(np.exp(z) - y)),
+    },
+    'gamma': {
+        'gamma_deviance': lambda y, z: 2 * np.mean(z - np.log(y) + y * np.exp(-z) - 1),
+        'mae': lambda y, z: np.mean(np.abs(np.exp(z) - y)),
+    },
+    'huber': REGRESSION,
+    # scikit-learn's mean_pinball_loss with alpha τ, the loss's parameter
+    'quantile': lambda tau: {
+        'mae': REGRESSION['mae'],
+        'pinball_loss': lambda y, z: np.mean(tau * np.maximum(y - z, 0) + (1 - tau) * np.maximum(z - y, 0)),
+    },
 }
+
+
+def _xlogy(x, y):
+    """x·ln y, 0 where x = 0."""
+    return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
 
 
 def values(graph, roots, columns, weights, rows):
@@ -113,8 +134,10 @@ def evaluate(name, data, config):
         raise PgadError('0A000', f'pgad.evaluate does not take model "{name}", a model with vectors',
                         hint=f'Score the data with pgad_models."{name}"(…) and compare in SQL.')
     columns = list(dict.fromkeys([*lam.columns, *goal.model.columns]))
-    metrics = METRICS.get(first['loss'], {})
-    label = label if first['loss'] in METRICS else None
+    kind, parameter = objective.named(first['loss']) or (None, None)
+    metrics = METRICS.get(kind, {})
+    metrics = metrics(parameter) if callable(metrics) else metrics
+    label = label if kind in METRICS else None
     group_by = options.get('group_by') or []
     if group_by:
         _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, cats.codes, unseen=True)
@@ -145,8 +168,11 @@ def evaluate(name, data, config):
                 codes = [cols[c] for c in cats.codes]
                 out.append((key, 'unseen_category_rows', float(np.sum(np.any([c == 0 for c in codes], axis=0)))))
             y = cols[label] if label is not None else None
+            if y is not None:
+                objective.check_labels(first['loss'], label, y, f'model "{name}"' + (f', group {key}: ' if key else ': '))
             for metric, rule in metrics.items():
-                value = rule(y, z)
+                with np.errstate(over='ignore'):  # exp(z) past float64: an infinite deviance
+                    value = rule(y, z)
                 out.append((key, metric, None if value is None else float(value)))
         out.append((key, 'skipped_rows', float(table.skipped)))
     return out

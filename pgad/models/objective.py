@@ -6,6 +6,7 @@ built in the model's DAG (parser.parse_loss) and printed back as a lambda `λ(d,
 the program, the kernel cache and every backend take, as for pgad.gradient_descent. Nothing of the user's text is
 pasted: the objective is printed from its DAG.
 """
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -15,19 +16,88 @@ from ..errors import PgadError
 from ..lang import parser, printer
 from ..lang.rules import call
 
-abs_, relu, softplus = call('abs'), call('relu'), call('softplus')
+abs_, exp, least, relu, softplus = call('abs'), call('exp'), call('least'), call('relu'), call('softplus')
 
-# name → the loss of prediction p and label y, as a DAG expression
+# name → the loss of prediction p and label y (and the loss's parameter, PARAMETERS), as a DAG expression
 LOSSES = {
     'squared': lambda p, y: (p - y) ** 2,
     'absolute': lambda p, y: abs_(p - y),
     'logistic': lambda p, y: softplus(p) - y * p,  # labels 0/1: −(y·ln σ(p) + (1−y)·ln(1−σ(p))), stable for any p
     'hinge': lambda p, y: relu(1 - y * p),          # labels −1/1
+    'poisson': lambda p, y: exp(p) - y * p,         # log link, mean exp(p): −ln P(y; exp(p)) but for ln y!
+    'gamma': lambda p, y: y * exp(-p) + p,          # log link, mean exp(p): −ln of the gamma density, shape aside
+    'huber': lambda p, y, delta: (0.5 * least(abs_(p - y), delta) ** 2  # ½r² where |r| ≤ δ, δ·|r| − ½δ² beyond
+                                  + delta * relu(abs_(p - y) - delta)),
+    'quantile': lambda p, y, tau: tau * relu(y - p) + (1 - tau) * relu(p - y),  # the pinball loss of quantile τ
 }
 
+# name → (its parameter, the value where none is given, whether a value is in range, the range in words): a loss
+# written name or name(number), stored as name(number) (canonical)
+PARAMETERS = {
+    'huber': ('δ', 1.0, lambda v: v > 0, 'greater than 0'),
+    'quantile': ('τ', 0.5, lambda v: 0 < v < 1, 'between 0 and 1, both excluded'),
+}
+NUMBER = r'[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?'
+PARAMETERISED = re.compile(rf'({"|".join(PARAMETERS)})\s*\(\s*({NUMBER})\s*\)', re.ASCII)
+NAMES = "'squared', 'absolute', 'logistic', 'hinge', 'poisson', 'gamma', 'huber' ('huber(1.35)'), 'quantile' " \
+        "('quantile(0.9)')"
 
-# name → the labels it takes, and how the error says so
-LABELS = {'logistic': ((0.0, 1.0), '0 or 1'), 'hinge': ((-1.0, 1.0), '-1 or 1')}
+
+def named(loss):
+    """(name, parameter or None) of a named loss, written as pgad.train takes it ('huber', 'huber(1.35)'); None for
+    a lambda or an unknown name; 22023 for a parameter out of its range."""
+    if loss in PARAMETERS:
+        return loss, PARAMETERS[loss][1]
+    if loss in LOSSES:
+        return loss, None
+    found = PARAMETERISED.fullmatch(loss)
+    if found is None:
+        written = re.match(rf'({"|".join(PARAMETERS)})\s*\(', loss)
+        if written:
+            symbol, default, _, said = PARAMETERS[written.group(1)]
+            raise PgadError('22023', f'loss "{loss}" is not {written.group(1)}(number)',
+                            hint=f"Write loss => '{written.group(1)}' for {symbol} = {default:g}, or "
+                                 f"'{written.group(1)}(x)' with x a number {said}, as '{written.group(1)}(0.9)'.")
+        return None
+    name, value = found.group(1), float(found.group(2))
+    symbol, _, fits, said = PARAMETERS[name]
+    if not (math.isfinite(value) and fits(value)):
+        raise PgadError('22023', f'loss "{loss}" has {symbol} = {found.group(2)}, but {symbol} must be {said}',
+                        hint=f"Write loss => '{name}' for {symbol} = {PARAMETERS[name][1]:g}, or '{name}(x)' with x "
+                             f'{said}.')
+    return name, value
+
+
+def base(loss):
+    """The name of a named loss ('huber' for 'huber(1.35)'), or None for a lambda."""
+    found = named(loss) if isinstance(loss, str) else None
+    return None if found is None else found[0]
+
+
+def canonical(loss):
+    """loss as pgad.models stores it: a parameterised loss as name(number), its parameter as Python writes the
+    float ('huber' → 'huber(1.0)'); any other text as it is."""
+    found = named(loss)
+    if found is None or found[1] is None:
+        return loss
+    return f'{found[0]}({found[1]!r})'
+
+
+# name → (whether each of a column's values is a label it takes, the labels in words, the hint of the error)
+LABELS = {
+    'logistic': (lambda v: np.isin(v, (0.0, 1.0)), '0 or 1',
+                 "Map the labels in the data query ((y + 1) / 2 AS y, for −1/1 labels), or use loss 'hinge', which "
+                 "takes −1/1."),
+    'hinge': (lambda v: np.isin(v, (-1.0, 1.0)), '-1 or 1',
+              "Map the labels in the data query (2 * y - 1 AS y, for 0/1 labels), or use loss 'logistic', which "
+              "takes 0/1."),
+    'poisson': (lambda v: np.isfinite(v) & (v >= 0), '0 or more',
+                "A count or a rate is at least 0: filter the rows in the data query (WHERE y >= 0), or use loss "
+                "'squared'."),
+    'gamma': (lambda v: np.isfinite(v) & (v > 0), 'greater than 0',
+              "The gamma loss is the deviance of positive amounts: filter the rows in the data query (WHERE y > 0), "
+              "or use loss 'poisson', which takes 0."),
+}
 BOOLEAN_LABELS = ('logistic',)  # the named losses that take a boolean label column, read as 1 (true) or 0 (false)
 
 
@@ -38,7 +108,7 @@ class Label(str):
 
     def __new__(cls, name, loss=None):
         column = super().__new__(cls, name)
-        column.loss = loss
+        column.loss = base(loss)
         return column
 
     def refusal(self):
@@ -48,14 +118,15 @@ class Label(str):
         name = printer.identifier(self)
         return PgadError('42804', f'loss "{self.loss}" takes labels {LABELS[self.loss][1]}, but column "{self}" is of '
                                   'type boolean',
-                         hint=f'Map it in the data query (CASE WHEN {name} THEN 1 ELSE -1 END AS {name}), or use loss '
+                         hint=f'Map it in the data query (CASE WHEN {name} THEN 1 ELSE '
+                              f'{-1 if self.loss == "hinge" else 0} END AS {name}), or use loss '
                               "'logistic', which takes a boolean label.")
 
 
 def labelled(lam, goal, loss):
     """lam (goal's objective, parsed) with its label column a Label, for the loader, under a named loss that checks
     its labels; as it is under any other loss, or where the model reads the label too (a number there)."""
-    if loss not in LABELS or set(goal.loss_columns) & set(goal.columns):
+    if base(loss) not in LABELS or set(goal.loss_columns) & set(goal.columns):
         return lam
     return replace(lam, columns=[Label(c, loss) if c in goal.loss_columns else c for c in lam.columns])
 
@@ -74,7 +145,7 @@ class Objective:
 def without_label(error, goal, loss):
     """error, or for a column missing from the data that is the label of a named loss, the error that says so."""
     missing = re.match(r'column "(.*)" does not exist in the data$', error.message)
-    if loss not in LOSSES or not missing or missing.group(1) not in goal.loss_columns:
+    if base(loss) is None or not missing or missing.group(1) not in goal.loss_columns:
         return error
     label = missing.group(1)
     return PgadError('42703', f'the label column "{label}" is not in the data', detail=error.detail,
@@ -88,17 +159,18 @@ def build(model_text, loss, label, limits):
     """The Objective of the model lambda under loss (a lambda text or a name in LOSSES), label naming the label
     column of a named loss."""
     model = parser.parse(model_text, limits)
-    if loss in LOSSES:
-        graph = model.graph
-        body = LOSSES[loss](graph.expr(model.root), graph.column(label)).id
+    found = named(loss)
+    if found is not None:
+        graph, (kind, parameter) = model.graph, found
+        body = LOSSES[kind](graph.expr(model.root), graph.column(label), *([] if parameter is None else [parameter])).id
         lam = parser.Lambda(loss, graph, body, model.row, model.params, list(dict.fromkeys([*model.columns, label])),
                             list(model.weights), [label])
     elif LAMBDA.match(loss):
         lam = parser.parse_loss(loss, model, limits)
     else:
         raise PgadError('22023', f'unknown loss "{loss}"',
-                        hint="loss is 'squared', 'absolute', 'logistic', 'hinge' or a lambda λ(p, d) of the "
-                             "prediction p and the row d, for example 'λ(p, d) (p - d.y)^2'.")
+                        hint=f"loss is {NAMES} or a lambda λ(p, d) of the prediction p and the row d, for example "
+                             "'λ(p, d) (p - d.y)^2'.")
     text = f'λ({printer.parameter(model.row)}, {printer.parameter(model.params)}) ' + printer.to_lambda(lam, lam.root, printer.budget(limits))
     return Objective(model, text, tuple(model.columns), tuple(lam.own))
 
@@ -106,17 +178,14 @@ def build(model_text, loss, label, limits):
 def check_labels(loss, label, values, where=''):
     """22023 unless the label column's values (a loaded column) are ones the named loss takes (LABELS): the first
     value it does not take, and how many rows have one. where ('model "m", group {…}: ') starts the message."""
-    if loss not in LABELS:
+    if base(loss) not in LABELS:
         return
-    taken, said = LABELS[loss]
-    values = np.asarray(values)
-    bad = ~np.isin(values, taken)
+    takes, said, hint = LABELS[base(loss)]
+    values = np.asarray(values, dtype=np.float64)
+    bad = ~takes(values)
     if not bad.any():
         return
     first = float(values[int(np.argmax(bad))])
+    other = f'other than {said}' if base(loss) in ('logistic', 'hinge') else f'that is not {said}'
     raise PgadError('22023', f'{where}loss "{loss}" takes labels {said}, but column "{label}" is {first:g}',
-                    detail=f'{int(bad.sum())} of {len(values)} rows have a label other than {said}.',
-                    hint=("Map the labels in the data query ((y + 1) / 2 AS y, for −1/1 labels), or use loss 'hinge', "
-                          "which takes −1/1." if loss == 'logistic' else
-                          "Map the labels in the data query (2 * y - 1 AS y, for 0/1 labels), or use loss 'logistic', "
-                          "which takes 0/1."))
+                    detail=f'{int(bad.sum())} of {len(values)} rows have a label {other}.', hint=hint)

@@ -27,7 +27,7 @@ import numpy as np
 from .. import arguments, calls, categorical, loader, program, server
 from ..errors import PgadError
 from ..lang import hessian as second
-from . import catalog, objective
+from . import catalog, objective, separation
 
 LEVEL = 0.95
 UNCONVERGED = ('error', 'warning')  # pgad.summary's unconverged: refuse a model not at its optimum, or warn
@@ -62,12 +62,29 @@ def _unit(name, fit):
     return 1.0
 
 
+def _dispersion(name, fit):
+    """φ of a log-link loss (EXPECTED): 1 for poisson, Pearson's χ²/(n − p) for gamma."""
+    return fit.dispersion
+
+
 # loss → its Likelihood; a named loss missing here has no summary (0A000)
 LIKELIHOODS = {
     'squared': Likelihood(_least_squares, t=True),  # ordinary least squares
     'logistic': Likelihood(_unit, t=False),         # Wald: H = Xᵀdiag(σ(1−σ))X, the Fisher information
+    'poisson': Likelihood(_dispersion, t=False),    # Wald on the expected information (GLM), φ = 1
+    'gamma': Likelihood(_dispersion, t=False),      # Wald on the expected information (GLM), φ Pearson's
 }
 DECLARED = Likelihood(_unit, t=False)  # a lambda loss trained with likelihood => true: Wald
+
+# The log-link losses, by name: the dispersion φ from (labels y, fitted means μ̂ = exp(prediction), rows n, weights
+# p). Their covariance is φ·I⁻¹ with I the expected (Fisher) information, what statsmodels' GLM inverts: the Hessian
+# of the summed loss at the fitted weights with each label replaced by its fitted mean (expected), for any model —
+# for a model linear in its weights Xᵀdiag(μ̂)X (poisson: the observed Hessian too, the log link being its canonical
+# one) and XᵀX (gamma, whose observed Hessian Σ x·xᵀ·y/μ̂ is another). Gamma's φ is Pearson's χ²/(n − p).
+EXPECTED = {
+    'poisson': lambda y, mu, n, p: 1.0,
+    'gamma': lambda y, mu, n, p: float(np.sum(((y - mu) / mu) ** 2)) / (n - p),
+}
 
 
 def coefficients(name, unconverged='error'):
@@ -115,10 +132,13 @@ def coefficients(name, unconverged='error'):
         w, unread = arguments.unread(arguments.weights(row['weights'], goal.model, config.memory_limit), lam)
         w = categorical.as_vectors(w, cats)
         vector = calls.vector_of(w)
+        group = '' if row['group_key'] is None else f', group {row["group_key"]}'
+        part, dispersion = _at_the_fit(name, first['loss'], goal, prog, part, w, options.get('label', 'y'), group)
         sums = calls.second_sums(calls.Call(prog, part, calls.compiled(prog, backend, 'float64', config, part.rows), vector, unread))
         p = len(prog.weights)
         where = f'model "{name}"' + ('' if key is None else f', group {key}')
-        fit = Fit(where, vector, sums[0], sums[1:1 + p], second.full(sums[1 + p:], p), part.rows, names)
+        fit = Fit(where, vector, sums[0], sums[1:1 + p], second.full(sums[1 + p:], p), part.rows, names,
+                  dispersion)
         for line in table(name, likelihood, fit, row['converged'], unconverged):
             out.append((row['group_key'], *line))
     return out
@@ -134,22 +154,55 @@ class Fit:
     hessian: object     # its Hessian (p × p)
     rows: int
     names: list         # the weight elements' names, as the table's rows name them
+    dispersion: float = None  # a log-link loss's φ (EXPECTED), its Hessian then the expected information
 
+
+
+def _at_the_fit(name, loss, goal, prog, part, w, label, where):
+    """(the rows the Hessian is summed over, the dispersion or None) for a named likelihood loss at the fitted
+    weights w: the labels checked (objective.check_labels), a logistic model refused where its predictions separate
+    its labels (separation.py), and for a log-link loss (EXPECTED) its rows with each label its fitted mean and φ."""
+    names = [str(c) for c in prog.columns]
+    if objective.base(loss) not in ('logistic', *EXPECTED) or label not in names:
+        return part, None
+    columns = dict(zip(names, part.columns))
+    y = columns[label]
+    objective.check_labels(loss, label, y, f'model "{name}"{where}: ')
+    z = separation.predictions(goal.model, columns, w, part.rows, server.check_interrupts)
+    separation.refuse(name, loss, y, z, where, separation.grams(goal.model, columns, w, part.rows,
+                                                               server.check_interrupts))
+    if loss not in EXPECTED:
+        return part, None
+    if label in goal.columns:
+        raise PgadError('0A000', f'pgad.summary takes no \'{loss}\' model that reads its label column "{label}" too',
+                        detail='Its expected information replaces each label with its fitted mean.',
+                        hint='Give the model a copy of the column under another name in the data query.')
+    p = len(prog.weights)
+    if part.rows <= p and loss == 'gamma':
+        raise PgadError('22000', f'model "{name}" has {p} weights and only {part.rows} rows: no residual degrees of '
+                                 'freedom for its dispersion')
+    with np.errstate(over='ignore'):
+        mu = np.exp(z)
+    if not np.all(np.isfinite(mu)):
+        raise PgadError('22003', f'model "{name}"{where} predicts a mean past float64\'s range (exp of '
+                                 f'{float(np.max(z)):g})', hint='Check the fit: its weights may have diverged.')
+    rows = loader.Table([mu if c == label else v for c, v in zip(names, part.columns)], part.rows, part.skipped)
+    return rows, EXPECTED[loss](y, mu, part.rows, p)
 
 
 def check_model(name, loss, options):
     """The Likelihood of the model's loss (LIKELIHOODS; DECLARED for a lambda trained with likelihood => true), or
     SQLSTATE 0A000 where its loss or options give no summary: another loss, a penalty."""
     likelihood = LIKELIHOODS.get(loss)
-    if likelihood is None and options.get('likelihood') and loss not in objective.LOSSES:
+    if likelihood is None and options.get('likelihood') and objective.base(loss) is None:
         likelihood = DECLARED
     if likelihood is None:
-        raise PgadError('0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model '
-                                 f'"{name}" with loss {_loss_name(loss)}',
-                        detail='Standard errors need the likelihood the loss is: least squares, the Bernoulli '
-                               'log-likelihood, or a lambda loss declared a negative log-likelihood.',
-                        hint="Train the model with loss => 'squared' or loss => 'logistic', or, where a lambda loss "
-                             'is the negative log-likelihood of the rows, with likelihood => true.')
+        raise PgadError('0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'poisson\' or \'gamma\' model, '
+                                 f'not model "{name}" with loss {_loss_name(loss)}',
+                        detail='Standard errors need the likelihood the loss is: least squares, the Bernoulli, '
+                               'Poisson or gamma log-likelihood, or a lambda loss declared a negative log-likelihood.',
+                        hint="Train the model with loss => 'squared', 'logistic', 'poisson' or 'gamma', or, where a "
+                             'lambda loss is the negative log-likelihood of the rows, with likelihood => true.')
     for penalty in ('l1', 'l2'):
         if float(options.get(penalty) or 0) > 0:
             raise PgadError('0A000', f'pgad.summary takes an unregularised model, not model "{name}" with '
@@ -163,7 +216,7 @@ def check_model(name, loss, options):
 def check_likelihood(loss, likelihood):
     """pgad.train's likelihood option: true declares a lambda loss a negative log-likelihood; with a named loss it
     is redundant where the loss is one (LIKELIHOODS) and 22023 where it is not."""
-    if likelihood and loss in objective.LOSSES and loss not in LIKELIHOODS:
+    if likelihood and objective.base(loss) is not None and loss not in LIKELIHOODS:
         raise PgadError('22023', f'likelihood => true takes a loss that is a negative log-likelihood, not loss '
                                  f'"{loss}"',
                         hint='likelihood => true declares a lambda loss λ(p, d) the negative log-likelihood of a row, '
@@ -171,7 +224,7 @@ def check_likelihood(loss, likelihood):
 
 
 def _loss_name(loss):
-    return f"'{loss}'" if loss in ('absolute', 'hinge') else 'a lambda'
+    return f"'{loss}'" if objective.base(loss) is not None else 'a lambda'
 
 
 def table(name, likelihood, fit, converged=None, unconverged='error'):

@@ -12,7 +12,7 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import catalog, descent, objective, standardize as standardizing, summary, validation as validating
+from . import catalog, descent, objective, separation, standardize as standardizing, summary, validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
@@ -29,6 +29,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             raise PgadError('22004', f'argument "{argument}" of pgad.train must not be NULL')
     name = arguments.model_name(name)
     config = calls.settings()
+    loss = objective.canonical(loss)  # 'huber' stored as 'huber(1.0)'
     goal = objective.build(model, loss, label, config.limits)
     w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),
                                  program.parsed(goal.text, config.limits))
@@ -118,6 +119,12 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                 kernel = calls.compiled(prog, options['backend'], options['dtype'], config, min(step_rows, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
                                       penalty, clock, held)
+            if not isinstance(kernel, shards.Sharded) and not (  # the rows here, a model of numbers, no penalty
+                    shapes.columns or vectors.needed(goal.model) and not categorical.only(goal.model, cats)
+                    or options['l1'] or options['l2']):
+                separation.check_fit(loss, goal.model, prog, part.table, label, prog.nest([fitted[n] for n in prog.weights]),
+                                     lambda message, hint: server.warning(f'{where}: {message}', hint),
+                                     server.check_interrupts)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
                              weights=calls.weights_json(unread, categorical.named(prog.nest([fitted[n] for n in prog.weights]),

@@ -1,0 +1,161 @@
+"""Separation: labels that a model's weights can classify perfectly, read from the model's prediction on each row.
+
+Where a direction of the weights separates a logistic model's labels, the log-likelihood rises towards its bound
+as the weights grow along it: there is no maximum-likelihood estimate, whatever an optimizer returns is where it
+happened to stop, and standard errors of it mean nothing. R's glm warns "fitted probabilities numerically 0 or 1
+occurred", statsmodels raises PerfectSeparationWarning. pgad reads the fitted model's prediction z on each row
+(margin m = z for label 1, −z for label 0), whichever optimizer fitted it:
+- complete separation: every row on its side (m > 0). No labels that are not separable are classified perfectly by
+  any weights, so this holds only where they are separable, and for a model linear in its weights (any GLM) the
+  loss then falls to 0 along w → c·w, c → ∞.
+- quasi-complete separation: some rows fitted with a probability within 1e-6 of their label (m > CERTAIN), and a
+  direction v of the weights that only those rows inform: the other rows' Jacobian J_R = ∂z/∂w (each row's
+  gradient of the prediction, at the fit) has J_R·v = 0. Separated that way, the fit runs out along v (the rows
+  that do not move along it stay where they are); a fit with the same confident rows whose other rows still pin
+  down every direction is an ordinary one (a strong predictor), however large its margins: R's test, any fitted
+  probability within 10·ε of 0 or 1, fires on many of those (breast-cancer fits with six raw features have margins
+  near 100) and is not used. The share of information is the least generalised eigenvalue of (J_RᵀJ_R, JᵀJ),
+  equilibrated: below SHARE, a direction that the other rows do not see. Models whose weights are all numbers only
+  (the Jacobian's columns are the reverse-mode gradient of the model's DAG, evaluated over the rows).
+A hinge model whose loss is 0 on every row (m ≥ 1) has separable data too: any weights that separate the rows by a
+margin of 1 fit them as well, so the solution is not unique.
+
+pgad.train warns (per model and group) and pgad.summary refuses (22000). The predictions are the model's DAG over
+the loaded columns (evaluate.values), BLOCK rows at a time, so the memory stays bounded and a cancel is seen
+between blocks.
+"""
+import math
+
+import numpy as np
+
+from ..errors import PgadError
+from ..lang import reverse
+from . import evaluate, objective
+
+BLOCK = 1 << 14
+CERTAIN = math.log(1e6)  # σ(m) > 1 − 1e-6
+SHARE = 1e-9             # the rounding of a rank-deficient Gram matrix's eigenvalues sits far below; a weak one above
+MAX_WEIGHTS = 300        # as the Hessian's: a Gram matrix of p² numbers
+
+
+def predictions(model, columns, weights, rows, interrupts=lambda: None):
+    """The model's prediction on each of the rows (columns {name: array}, weights as evaluate.values takes them)."""
+    out = np.empty(rows)
+    for start in range(0, rows, BLOCK):
+        interrupts()
+        end = min(start + BLOCK, rows)
+        block = {c: v[start:end] for c, v in columns.items()}
+        out[start:end], = evaluate.values(model.graph, [model.root], block, weights, end - start)
+    return out
+
+
+def grams(model, columns, weights, rows, interrupts=lambda: None):
+    """grams(rows_mask) → (JᵀJ, J_RᵀJ_R) of the model's Jacobian by its weights at weights over the rows, and over the
+    rows in rows_mask; None where a weight is not a number or there are more than MAX_WEIGHTS."""
+    names = list(weights)
+    if not names or len(names) > MAX_WEIGHTS or any(np.ndim(v) for v in weights.values()):
+        return None
+    lam = model.copy()
+    try:
+        ids = list(reverse.gradient(lam.graph, lam.root, names).values())
+    except PgadError:  # the derivatives past pgad.max_lambda_nodes: no test
+        return None
+
+    def both(mask):
+        everything, some = np.zeros((len(names), len(names))), np.zeros((len(names), len(names)))
+        for start in range(0, rows, BLOCK):
+            interrupts()
+            end = min(start + BLOCK, rows)
+            block = {c: v[start:end] for c, v in columns.items()}
+            jacobian = np.column_stack(evaluate.values(lam.graph, ids, block, weights, end - start))
+            everything += jacobian.T @ jacobian
+            kept = jacobian[mask[start:end]]
+            some += kept.T @ kept
+        return everything, some
+    return both
+
+
+def share(everything, some):
+    """The least share, over the directions v, of vᵀ·everything·v that vᵀ·some·v holds (both equilibrated by
+    everything's diagonal); None where everything is singular (collinear weights: pgad.summary's error, not this)."""
+    scale = np.sqrt(np.diag(everything))
+    if not np.all(np.isfinite(everything)) or not np.all(scale > 0):
+        return None
+    a, b = everything / np.outer(scale, scale), some / np.outer(scale, scale)
+    try:
+        low = np.linalg.cholesky(a)
+    except np.linalg.LinAlgError:
+        return None
+    m = np.linalg.solve(low, np.linalg.solve(low, b).T)  # L⁻¹·B·L⁻ᵀ
+    return float(np.linalg.eigvalsh((m + m.T) / 2)[0])
+
+
+def found(loss, labels, z, gram=None):
+    """None, or (what separates, how many rows show it) for the labels and predictions z of a model under loss:
+    'complete' or 'quasi' (tested with gram, as grams gives it; without, complete only) for 'logistic', 'hinge' for
+    a hinge model whose loss is 0 on every row."""
+    kind, labels, z = objective.base(loss), np.asarray(labels, dtype=np.float64), np.asarray(z, dtype=np.float64)
+    if kind not in ('logistic', 'hinge') or not len(z) or not np.all(np.isfinite(z)):
+        return None
+    margin = np.where(labels > 0, z, -z)
+    if kind == 'hinge':
+        return ('hinge', len(z)) if np.all(margin >= 1) else None
+    if np.all(margin > 0):
+        return 'complete', len(z)
+    certain = margin > CERTAIN
+    if not certain.any() or gram is None:
+        return None
+    least = share(*gram(~certain))
+    return ('quasi', int(certain.sum())) if least is not None and least < SHARE else None
+
+
+def says(separated, rows):
+    """(message, detail) of found's answer, for rows rows."""
+    kind, count = separated
+    if kind == 'complete':
+        return ('the labels are separated: every row is classified correctly, and the loss falls towards 0 as the '
+                'weights grow without bound',
+                f'All {rows} rows are on their side; there is no maximum-likelihood estimate, and the weights are '
+                'where the optimizer stopped.')
+    if kind == 'quasi':
+        return (f'fitted probabilities numerically 0 or 1 occurred ({count} of {rows} rows within 1e-6): the labels '
+                'are quasi-completely separated',
+                'A direction of the weights that only those rows inform grows without bound; there is no '
+                'maximum-likelihood estimate.')
+    return ('the hinge loss is 0 on every row: the data are separable, and the solution is not unique',
+            f'All {rows} rows are on their side by a margin of at least 1; any weights that keep them there fit as '
+            'well.')
+
+
+HINT = ('Drop or merge the column that separates the labels, add rows, or train with l2 => a penalty, whose '
+        'estimate is finite.')
+
+
+def warn(loss, labels, z, warning, gram=None):
+    """warning(message, hint) where the fitted model's predictions z on the labels show separation."""
+    separated = found(loss, labels, z, gram)
+    if separated is not None:
+        message, detail = says(separated, len(z))
+        warning(f'{message}. {detail}', HINT if separated[0] != 'hinge' else
+                'Train with l2 => a penalty for the maximum-margin weights.')
+
+
+def refuse(name, loss, labels, z, where='', gram=None):
+    """22000 where a logistic model's predictions z on the labels show separation: no standard errors."""
+    separated = found(loss, labels, z, gram)
+    if separated is not None:
+        message, detail = says(separated, len(z))
+        raise PgadError('22000', f'model "{name}"{where} has no standard errors: {message}', detail=detail, hint=HINT)
+
+
+def check_fit(loss, model, prog, table, label, weights, warning, interrupts=lambda: None):
+    """warn for a fit of a logistic or hinge model: its weights ({weight: value}, as Program.nest gives) on table,
+    the rows it was trained on (loaded by prog's columns)."""
+    if objective.base(loss) not in ('logistic', 'hinge') or not table.rows:
+        return
+    names = [str(c) for c in prog.columns]
+    if label not in names:
+        return
+    columns = dict(zip(names, table.columns))
+    warn(loss, columns[label], predictions(model, columns, weights, table.rows, interrupts), warning,
+         grams(model, columns, weights, table.rows, interrupts))
