@@ -1,7 +1,7 @@
 """make bench, time to optimum (issue 35): pgad.train with only its required arguments, on raw-unit tables, against
 export + statsmodels and export + scikit-learn on the same rows, and against another installation's pgad.
 
-    .venv/bin/python bench/optimum.py [--rows 1000000] [--repeats 3] [--baseline /opt/pg-bench-old] [--out DIR]
+    .venv/bin/python bench/optimum.py [--rows 1000000] [--repeats 3] [--pgad-rounds 3] [--baseline PREFIX] [--out DIR]
 
 Two tables, made in NumPy with a fixed seed (--seed) and copied in with COPY (FORMAT BINARY), so that every cluster
 holds the same rows:
@@ -24,8 +24,10 @@ For every contender: the objective (the mean squared error, the mean log loss, c
 exported rows) relative to statsmodels' (excess = f/f* - 1), the largest relative weight error against
 statsmodels' weights, and whether it says it converged (pgad.models.converged and gradient_norm where the
 installed pgad has those columns; statsmodels' mle_retvals; scikit-learn's n_iter_ < max_iter). The pgad calls
-run in one connection to each cluster after one untimed call on 1,000 rows (imports, the kernel's compile); every
-figure is the best of --repeats, the contenders interleaved. Output: a table on stdout, bench/results/optimum.md
+run in one connection to each cluster after one untimed call on 1,000 rows (imports, the kernel's compile), and the
+fits after one untimed fit of 1,000 rows (imports). Every figure is the best of --repeats, the contenders
+interleaved; pgad's calls, cheap beside the fits, run --pgad-rounds times a repeat (the installations alternating),
+so that the two pgads are compared on more runs. Output: a table on stdout, bench/results/optimum.md
 and optimum.json. Timings are reported, never asserted.
 """
 import argparse
@@ -59,6 +61,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rows', type=int, default=1_000_000, help='rows of each table (1,000,000)')
     p.add_argument('--repeats', type=int, default=3, help='runs of each contender; the fastest is kept (3)')
+    p.add_argument('--pgad-rounds', type=int, default=3,
+                   help="pgad's calls a repeat, interleaved: pgad's figures are the best of repeats × rounds (3)")
     p.add_argument('--seed', type=int, default=35)
     p.add_argument('--baseline', metavar='PREFIX',
                    help='a PostgreSQL installation with another pgad (tools/baseline.sh); left out: no baseline')
@@ -190,8 +194,9 @@ def objective(loss, X, y, w):
 
 
 # --- one table ------------------------------------------------------------------------------------------------------
-def measure(loss, pgads, repeats):
-    """Every contender on loss's table, interleaved, best of repeats: {contender: {'s': …, 'weights': …, …}}."""
+def measure(loss, pgads, repeats, pgad_rounds):
+    """Every contender on loss's table, interleaved, best of repeats (pgad's of repeats × pgad_rounds):
+    {contender: {'s': …, 'weights': …, …}}."""
     table, features, _ = TABLES[loss]
     for p in pgads:  # imports, the kernel's compile: not timed
         p.train(loss, table, features, data=f'SELECT * FROM {table} LIMIT 1000')
@@ -210,9 +215,10 @@ def measure(loss, pgads, repeats):
             results[name] = {'s': seconds, 'fit_s': fit_s, 'weights': weights, **found}
 
     for _ in range(repeats):
-        for p in pgads:
-            took, weights, found = p.train(loss, table, features)
-            keep(p.label, took, weights, found)
+        for _ in range(pgad_rounds):
+            for p in pgads:
+                took, weights, found = p.train(loss, table, features)
+                keep(p.label, took, weights, found)
         began = time.perf_counter()
         X, y = export(pgads[0].db, table, features)
         exported = time.perf_counter() - began
@@ -244,13 +250,14 @@ def converged(r):
     return text
 
 
-def table_md(loss, results, reference, repeats):
-    lines = [f'| {loss}: method | s, best of {repeats} | × {reference.split(":")[0]} | objective excess | '
-             'max weight error | iterations | converged |', '|---|---:|---:|---:|---:|---:|---|']
+def table_md(loss, results, reference, repeats, rounds):
+    lines = [f'| {loss}: method | s, best of {repeats} (pgad: of {repeats * rounds}) | × {reference.split(":")[0]} '
+             '| objective excess | max weight error | iterations | converged |', '|---|---:|---:|---:|---:|---:|---|']
     for name, r in results.items():
         s = f'{r["s"]:.2f}' + (f' (fit {r["fit_s"]:.2f})' if r.get('fit_s') is not None else '')
         excess = f'{r["excess"]:.2g}' if 'excess' in r else ''
-        error = f'{r["weight_error"]:.2g} ({r["worst_weight"]})' if 'weight_error' in r else ''
+        error = f'{r["weight_error"]:.2g}' if 'weight_error' in r else ''
+        error += f' ({r["worst_weight"]})' if r.get('weight_error') else ''
         lines.append(f'| {name} | {s} | {r["s"] / results[reference]["s"]:.2f}× | {excess} | {error} | '
                      f'{r.get("iterations", "")} | {converged(r)} |')
     return '\n'.join(lines)
@@ -288,8 +295,8 @@ def main(argv=None):
               "statsmodels' - 1; weight error = max |w - w*| / |w*|", flush=True)
         report = {}
         for loss in losses:
-            report[loss] = measure(loss, pgads, args.repeats)
-            print(table_md(loss, report[loss], pgads[0].label, args.repeats) + '\n', flush=True)
+            report[loss] = measure(loss, pgads, args.repeats, args.pgad_rounds)
+            print(table_md(loss, report[loss], pgads[0].label, args.repeats, args.pgad_rounds) + '\n', flush=True)
             for name, r in report[loss].items():  # pgad's WARNINGs, statsmodels' and scikit-learn's warnings
                 for notice in dict.fromkeys(n for n in r.get('notices', []) if not n.startswith(('NOTICE', 'INFO'))):
                     print(f'  {name}: {notice}')
@@ -300,7 +307,8 @@ def main(argv=None):
             c.stop()
     meta = {'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
             'command': ' '.join([os.path.relpath(sys.executable, ROOT), 'bench/optimum.py', *sys.argv[1:]]),
-            'rows': args.rows, 'repeats': args.repeats, 'seed': args.seed, 'baseline': args.baseline,
+            'rows': args.rows, 'repeats': args.repeats, 'pgad_rounds': args.pgad_rounds, 'seed': args.seed,
+            'baseline': args.baseline,
             'versions': {p.label: p.version for p in pgads}, 'cpu': run.machine(), 'cores': os.cpu_count(),
             'python': platform.python_version(), 'seconds': round(time.perf_counter() - started, 1)}
     os.makedirs(args.out, exist_ok=True)
@@ -308,7 +316,8 @@ def main(argv=None):
         json.dump({'meta': meta, 'results': report}, f, indent=1, default=str)
     with open(os.path.join(args.out, 'optimum.md'), 'w') as f:
         f.write(f'`{meta["command"]}`, {meta["date"]}, {meta["cpu"]} × {meta["cores"]}\n\n')
-        f.write('\n\n'.join(table_md(loss, report[loss], pgads[0].label, args.repeats) for loss in losses) + '\n')
+        f.write('\n\n'.join(table_md(loss, report[loss], pgads[0].label, args.repeats, args.pgad_rounds)
+                              for loss in losses) + '\n')
     print(f'{meta["seconds"]:.0f} s in all; bench/results/optimum.{{md,json}}')
 
 

@@ -21,9 +21,13 @@ major=$("$pg_config" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 bindir=$("$pg_config" --bindir)
 sharedir=$("$pg_config" --sharedir)
 includedir=$("$pg_config" --includedir)
-case "$bindir" in */lib/postgresql/$major/bin) ;; *) echo "baseline.sh: $bindir is not a Debian layout (…/lib/postgresql/$major/bin)" >&2; exit 1 ;; esac
+case "$bindir" in
+  */lib/postgresql/$major/bin) ;;
+  *) echo "baseline.sh: $bindir is not the Debian layout (…/lib/postgresql/$major/bin)" >&2; exit 1 ;;
+esac
 
-mkdir -p "$prefix/usr/lib/postgresql" "$prefix/usr/share/postgresql" "$prefix/usr/include" "$prefix/pgad" "$prefix/cache"
+mkdir -p "$prefix/usr/lib/postgresql" "$prefix/usr/share/postgresql" "$prefix/usr/include" "$prefix/pgad" \
+    "$prefix/cache"
 [ -d "$prefix/usr/lib/postgresql/$major" ] || cp -a "$(dirname "$bindir")" "$prefix/usr/lib/postgresql/$major"
 [ -d "$prefix/usr/share/postgresql/$major" ] || cp -a "$sharedir" "$prefix/usr/share/postgresql/$major"
 [ -e "$prefix/usr/include/postgresql" ] || ln -s "$includedir" "$prefix/usr/include/postgresql"
