@@ -53,7 +53,7 @@ run.np = np  # run.py imports numpy in its main()
 
 HOUSES = ['sqft', 'lot', 'year', 'bedrooms', 'distance']
 CANCER = ['radius', 'texture', 'perimeter', 'area', 'smoothness', 'concave_points']
-BASELINE_HOW = ('bash tools/baseline.sh fa02f1d /opt/pg-bench-old (as root, about a minute), then '
+BASELINE_HOW = ('bash tools/baseline.sh fa02f1d /opt/pg-bench-old (as root, under a minute), then '
                 '--baseline /opt/pg-bench-old (make bench OPTIMUM_ARGS=\'--baseline /opt/pg-bench-old\')')
 
 

@@ -9,7 +9,7 @@
 # binaries, so the copy runs from there), copies the server's Python environment ($PGAD_HOME/venv, else
 # /usr/local/lib/pgad/venv, with its packages, so nothing is downloaded), takes COMMIT's files from this repository
 # (git archive, into PREFIX/src) and runs `make install` there with PG_CONFIG, PGAD_HOME and PGAD_CACHE under PREFIX.
-# The installation this tree's `make install` uses is not touched. About a minute and 900 MB; running it again
+# The installation this tree's `make install` uses is not touched. Under a minute and 900 MB; running it again
 # rebuilds PREFIX/src and reinstalls pgad, and keeps the copies. `rm -rf PREFIX` removes it all.
 set -euo pipefail
 commit=${1:-fa02f1d}
