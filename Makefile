@@ -56,11 +56,16 @@ demo: install $(DEV)/.done
 test: install $(DEV)/.done
 	$(DEV)/bin/python -m pytest $(PYTEST_ARGS)
 
+# bench/optimum.py: time to the optimum with pgad.train's defaults against export + statsmodels and scikit-learn on
+# 1M raw-unit rows (about 2 minutes); OPTIMUM_ARGS='--baseline /opt/pg-bench-old' adds another pgad, installed
+# there by tools/baseline.sh (0.13.0 by default), timed beside this tree's. make bench runs each contender once
+# (--repeats 1, as run.py does for what takes over a second); docs/performance.md's figures are the best of 3.
 bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/run.py $(BENCH_ARGS)
 	$(DEV)/bin/python bench/load.py
 	$(DEV)/bin/python bench/cores.py
 	$(DEV)/bin/python bench/models.py
+	$(DEV)/bin/python bench/optimum.py --repeats 1 $(OPTIMUM_ARGS)
 	$(DEV)/bin/python bench/shards.py
 	$(DEV)/bin/python bench/mlp.py
 	$(DEV)/bin/python bench/sizes.py
