@@ -187,6 +187,9 @@ CALLS = {
     'optimizer "newton" does not take l1':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, optimizer => 'newton', "
              "l1 => 0.1)", '{"a": 0}'),
+    'optimizer "lbfgs" takes no learning_rate':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, optimizer => 'lbfgs', "
+             "learning_rate => 0.1)", '{"a": 0}'),
     "pgad.summary takes a 'squared' or 'logistic' model, not model \"m\" with loss 'hinge'":
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', "
              "'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y FROM points', %s, iterations => 1)", '{"a": 0}')
