@@ -280,10 +280,12 @@ def unconverged(optimizer, result, iterations, penalty):
 
 
 def _objective(kernel, table, penalty, clock):
-    """objective(at): (the kernel's sums at the weights at, the objective, its gradient), over all of table's rows."""
+    """objective(at): (the kernel's sums at the weights at, the objective, its gradient), over all of table's rows;
+    each call lets the server check for interrupts (the curvature's passes run between iterations)."""
     def objective(at):
         sums = evaluate(kernel, table, at, clock.interrupts)
         clock.rows += table.rows
+        clock.poll()
         return sums, sums[0] / table.rows + penalty.value(at), penalty.gradient(sums[1:len(at) + 1] / table.rows, at)
     return objective
 
