@@ -85,6 +85,12 @@ def test_newtons_direction_is_solved_in_the_equilibrated_basis():
     h, g = s @ c @ s, s @ rng.normal(size=6)
     expected = -np.linalg.solve(c, np.linalg.solve(s, g)) / np.diag(s)
     np.testing.assert_allclose(descent._newton_direction(g, h), expected, rtol=1e-9)
+    # the same scales on a singular C (rank 5 of 6), g in its range: H·d = −g in the scaled norm, where damping
+    # by a multiple of the largest diagonal (1e16) would leave the small-scale weights without a step
+    c = b[:, :5] @ b[:, :5].T
+    h, g = s @ c @ s, s @ c @ rng.normal(size=6)
+    d = descent._newton_direction(g, h)
+    assert np.linalg.norm(np.linalg.solve(s, h @ d + g)) < 1e-6 * np.linalg.norm(np.linalg.solve(s, g))
 
 
 def test_a_singular_hessian_takes_no_huge_step_along_what_the_data_do_not_see():
@@ -119,6 +125,7 @@ def test_each_optimizer_is_judged_in_process(optimizer):
 
 
 def test_the_plain_gradient_descent_is_not_judged():
+    """pgad.gradient_descent keeps its behaviour: no verdict, no WARNING (fit's judge=False)."""
     x, y = _scaled_design()
     text, names = _linear(range(5), len(y))
     prog = program.build(text, names)
@@ -127,6 +134,9 @@ def test_the_plain_gradient_descent_is_not_judged():
         w, loss, ran = descent.run(backends.compile(prog, 'python'), _table(prog, x, y), np.zeros(6), 1e-30, 3,
                                    names, lambda: None, lambda m: None)
     assert ran == 3
+    unjudged = descent.fit(backends.compile(prog, 'python'), _table(prog, x, y), np.zeros(6), names, 'gd', 1e-30, 3,
+                           judge=False)
+    assert unjudged.converged is None and unjudged.gradient_norm is None and unjudged.stopped == 'cap'
 
 
 def test_newton_at_its_cap_and_tolerance_say_why():
@@ -251,13 +261,18 @@ def test_ill_conditioned_designs_reach_least_squares(db, design, optimizer):
     p = x.shape[1]
     name = f'{design}_{optimizer or "default"}'
     extra = '' if optimizer is None else f", optimizer => '{optimizer}'"
-    if optimizer == 'lbfgs' and design.startswith('cond'):
-        pytest.skip('a condition number of 1e6 or more after scaling is newton\'s (the default): L-BFGS takes '
-                    'as many iterations as the square root of it')
     got, converged, norm, options, notices = _fitted(db, name, design, p, extra + ", label => 'y'")
     a = np.column_stack([x, np.ones(len(y))])
     s = np.abs(a).max(axis=0)
     ols = sm.OLS(y, a / s).fit().params / s
+    if optimizer == 'lbfgs' and design.startswith('cond'):
+        # a condition number of 1e6 or more after scaling is newton's (the default's): L-BFGS may stop short of
+        # the weights' sixth digit (the objective flat along them), and then must say so
+        if not converged:
+            assert len(notices) == 1 and notices[0][0].startswith(f'model "{name}": optimizer "lbfgs" ')
+            return
+        assert _objective(x, y, got) == pytest.approx(_objective(x, y, ols), rel=1e-9)
+        return
     if design == 'collinear':
         assert _objective(x, y, got) == pytest.approx(_objective(x, y, ols), rel=1e-9)
         np.testing.assert_allclose(a @ got, a @ ols, rtol=1e-6, atol=1e-6 * np.abs(a @ ols).max())
