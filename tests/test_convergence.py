@@ -428,3 +428,30 @@ def test_a_learning_rate_for_an_optimizer_that_takes_none_is_an_error(db, optimi
     assert e.sqlstate == '22023' and e.message_primary == f'optimizer "{optimizer}" takes no learning_rate'
     assert e.message_hint == "Leave learning_rate out, or use it with optimizer 'gd', 'sgd', 'momentum' or 'adam'."
     assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'rate'").fetchone()[0] == 0
+
+
+def test_a_thousand_categories_in_process_take_scaled_lbfgs_to_lstsq():
+    """w.hood[d.level] of 1,000 levels beside a raw-unit column and one at 1e-4 (p = 1,002, past newton's 300),
+    trained in process (its scoring function is the server's, and does not store at 1,000 levels: see LEVEL_COUNT):
+    scaled L-BFGS, a categorical weight's curvatures in one pass, reaches lstsq's weights within 1e-6 relative and
+    says converged."""
+    from pgad.lang import vectors
+    k, n = 1000, 8000
+    rng = np.random.default_rng(1001)
+    level = rng.integers(0, k, n)
+    level[:k] = np.arange(k)
+    x, z = rng.uniform(1e3, 1e5, n), rng.normal(0, 1e-4, n)
+    y = rng.normal(0, 50, k)[level] + 0.01 * x + 3e4 * z + rng.normal(size=n)
+    shapes = vectors.Shapes(weights=(('hood', (k,)),), categorical=('level',))
+    prog = program.build('λ(d, w) (w.hood[d.level] + w.a*d.x + w.b*d.z - d.y)^2', ('hood', 'a', 'b'), 'reverse',
+                         True, shapes=shapes)
+    kernel = backends.compile(prog, 'auto')
+    found = {'level': (level + 1).astype(float), 'x': x, 'z': z, 'y': y}
+    table = Table([found[str(c)] for c in prog.columns], n, 0)
+    blocks = [np.arange(k), np.array([k]), np.array([k + 1])]
+    fit = descent.fit(kernel, table, np.zeros(k + 2), list(prog.weights), 'lbfgs', iterations=2000, blocks=blocks,
+                      clock=descent.Clock(lambda: None, lambda m: None, 2000, warning=lambda m, h: None))
+    a = np.column_stack([(level[:, None] == np.arange(k)[None, :]).astype(float), x, z])
+    expected = _lstsq(a, y)
+    np.testing.assert_allclose(fit.weights, expected, rtol=1e-6, atol=1e-9 * np.abs(expected).max())
+    assert fit.converged is True

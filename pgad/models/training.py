@@ -72,7 +72,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     except PgadError as e:
         raise objective.without_label(e, goal, loss) from None
     shapes = calls.shapes_of(w, lengths, cats)
-    if chosen and options['optimizer'] == 'lbfgs' and _newton_pays(calls.vector_of(w), shapes, cats, data):
+    if chosen and options['optimizer'] == 'lbfgs' and options['dtype'] == 'float64' and \
+            _newton_pays(calls.vector_of(w), shapes, cats, data):
         options['optimizer'] = 'newton'
     if (shapes.columns or any(n not in cats.keys for n, _ in shapes.weights) or
             vectors.needed(goal.model) and not categorical.only(goal.model, cats)) and \
