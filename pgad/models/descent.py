@@ -10,6 +10,11 @@ magnitude gets one WARNING per fit (Divergence), and the training goes on.
 The objective is the mean loss over the rows plus l2·Σ w² and l1·Σ |w| over the weights the penalty's mask names.
 l2 is a term of the gradient; l1 is applied as a proximal step (soft thresholding by the step's size, so that a
 weight that l1 drives to zero stays exactly 0), which L-BFGS, a method for smooth objectives, does not take.
+
+Whatever ends the loop (its cap, a line search that finds no lower objective, tolerance, or the optimizer's own stop
+at the rounding of the sums), fit() then judges the weights by one scale-free criterion (CRITERION, judged): the
+Newton decrement relative to the objective, in the optimizer's scaled coordinates. Its verdict and measure go into
+the Fit (converged, gradient_norm); where it fails, a WARNING says why and which option to change (unconverged).
 """
 import time
 import warnings
