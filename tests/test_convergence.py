@@ -112,7 +112,8 @@ def test_each_optimizer_is_judged_in_process(optimizer):
     kernel = backends.compile(prog, 'python')
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        fit = descent.fit(kernel, _table(prog, x, y), np.zeros(6), names, optimizer, 1e-20 if optimizer == 'gd' else 1e-12,
+        rate = 1e-20 if optimizer == 'gd' else 1e-12
+        fit = descent.fit(kernel, _table(prog, x, y), np.zeros(6), names, optimizer, rate,
                           100 if optimizer != 'lbfgs' else 1000)
     messages = [str(w.message) for w in caught]
     if optimizer in ('newton', 'lbfgs'):

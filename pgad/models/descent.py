@@ -38,8 +38,8 @@ HALVINGS = 60                             # the line search's steps, each half t
 GROWTH = 1e6                              # a rise of the loss past GROWTH·|starting loss| is divergence: a WARNING
 # Convergence (judge): at the final weights w, with f the objective, f₀ the starting one, g the full-batch gradient
 # and M the optimizer's scaling (newton: its damped, equilibrated Hessian; the others: the Hessian's diagonal, from
-# differences of the gradient), the measure r = gᵀM⁻¹g / (|f| + FLOOR·|f₀|), the Newton decrement relative to the
-# objective (about twice the objective's excess over its minimum, relative); converged when r ≤ CRITERION, or
+# differences of the gradient), the measure r = gᵀM⁻¹g / (|f| + FLOOR·|f₀|), the Newton decrement relative to
+# the objective (about twice the objective's excess over its minimum, relative); converged when r ≤ CRITERION, or
 # NOISE·(ε·√rows)² where the sums' rounding is larger (ε the kernel's precision: float32 on a GPU).
 CRITERION = 1e-10
 FLOOR = 1e-8
