@@ -77,6 +77,15 @@ class Layout:
     dblink: str        # dblink's schema, quoted
 
 
+def foreign(data):
+    """Does the data name a relation with a postgres_fdw foreign table among its leaves (whose rows layout() may
+    leave on their servers)?"""
+    if loader.QUERY_START.match(data):
+        return False
+    return any(leaf['wrapper'] == WRAPPER for leaf in server.query(LEAVES, [loader.relation(data)],
+                                                                    ['pg_catalog.text']))
+
+
 def layout(data, columns):
     """Where the rows of the data are, when the data names a relation with a postgres_fdw foreign table among its
     leaves: its Layout. None (the rows are loaded here, as for any data) when the data is a query, a relation

@@ -34,7 +34,9 @@ def descent(lam, data, weights, rate, iterations, mode, backend):
 
 def train(model, loss, data, weights, rate, iterations, mode, backend, optimizer, batch_size=256, label='y',
           progress_every=0):
-    """The call of pgad.train; its model's name is filled in per run (name=None here)."""
+    """The call of pgad.train; its model's name is filled in per run (name=None here). lbfgs and newton take no
+    learning_rate (22023): theirs is NULL."""
+    rate = None if optimizer in ('lbfgs', 'newton') else rate
     return TRAIN, [None, model, loss, data, json.dumps(weights), rate, iterations, mode, backend, optimizer,
                    batch_size, label, progress_every]
 

@@ -187,6 +187,9 @@ CALLS = {
     'optimizer "newton" does not take l1':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, optimizer => 'newton', "
              "l1 => 0.1)", '{"a": 0}'),
+    'optimizer "lbfgs" takes no learning_rate':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, optimizer => 'lbfgs', "
+             "learning_rate => 0.1)", '{"a": 0}'),
     'loss "quantile(1)" has τ = 1, but τ must be between 0 and 1, both excluded':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'quantile(1)', 'points', %s)", '{"a": 0}'),
     'loss "huber(x)" is not huber(number)':

@@ -612,5 +612,6 @@ def test_a_diverging_model_is_named_in_its_warning(db):
     db.add_notice_handler(lambda d: warnings_.append((d.severity_nonlocalized, d.message_primary, d.message_hint)))
     db.execute("SELECT pgad.train('diverging', 'λ(d, w) w.a*d.x + w.b', 'squared', 'SELECT x, y FROM points', "
                "'{\"a\": 0, \"b\": 0}', learning_rate => 1, iterations => 20)")
-    assert warnings_ == [('WARNING', 'model "diverging": ' + diverging_by_hand(db, 1.0, 20),
-                          diverging_hint('1'))]
+    assert warnings_[0] == ('WARNING', 'model "diverging": ' + diverging_by_hand(db, 1.0, 20), diverging_hint('1'))
+    # and, at its end, that it did not converge (tests/test_convergence.py)
+    assert len(warnings_) == 2 and warnings_[1][1].startswith('model "diverging": optimizer "gd" did not converge')

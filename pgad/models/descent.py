@@ -10,6 +10,11 @@ magnitude gets one WARNING per fit (Divergence), and the training goes on.
 The objective is the mean loss over the rows plus l2·Σ w² and l1·Σ |w| over the weights the penalty's mask names.
 l2 is a term of the gradient; l1 is applied as a proximal step (soft thresholding by the step's size, so that a
 weight that l1 drives to zero stays exactly 0), which L-BFGS, a method for smooth objectives, does not take.
+
+Whatever ends the loop (its cap, a line search that finds no lower objective, tolerance, or the optimizer's own stop
+at the rounding of the sums), fit() then judges the weights by one scale-free criterion (CRITERION, judged): the
+Newton decrement relative to the objective, in the optimizer's scaled coordinates. Its verdict and measure go into
+the Fit (converged, gradient_norm); where it fails, a WARNING says why and which option to change (unconverged).
 """
 import time
 import warnings
@@ -31,6 +36,18 @@ MEMORY = 10                               # L-BFGS's curvature pairs
 ARMIJO = 1e-4                             # the line search's sufficient decrease
 HALVINGS = 60                             # the line search's steps, each half the last, before it gives up
 GROWTH = 1e6                              # a rise of the loss past GROWTH·|starting loss| is divergence: a WARNING
+# Convergence (judge): at the final weights w, with f the objective, f₀ the starting one, g the full-batch gradient
+# and M the optimizer's scaling (newton: its damped, equilibrated Hessian; the others: the Hessian's diagonal, from
+# differences of the gradient), the measure r = gᵀM⁻¹g / (|f| + FLOOR·|f₀|), the Newton decrement relative to
+# the objective (about twice the objective's excess over its minimum, relative); converged when r ≤ CRITERION, or
+# NOISE·(ε·√rows)² where the sums' rounding is larger (ε the kernel's precision: float32 on a GPU).
+CRITERION = 1e-10
+FLOOR = 1e-8
+NOISE = 100.0
+DIFFERENCE = 1e-3      # a gradient difference's step: about DIFFERENCE² of the objective in the quadratic model
+SCALED_BLOCKS = 200    # weights (blocks) beyond which L-BFGS is not scaled, and the criterion takes M = I
+REFINEMENTS = 3        # newton's full steps taken at the precision of the objective (iterative refinement)
+PIVOT = 1e-13          # the least squared pivot of the equilibrated Hessian's Cholesky factor newton solves with
 
 
 @dataclass
@@ -41,7 +58,8 @@ class Fit:
     iterations: int      # the iterations run: fewer than asked when tolerance (or L-BFGS) stopped early
     seconds: float       # how long the loop took
     converged: bool = None        # whether the convergence criterion held at weights (None: not judged)
-    gradient_norm: float = None   # the criterion's measure of the gradient at weights
+    gradient_norm: float = None   # the criterion's measure r at weights (judge)
+    stopped: str = None           # why the loop ended: 'cap', 'search', 'tolerance' or 'optimum'
 
 
 # --- the step rules: w, the gradient g → the next w and the size of the step each weight took (for l1) ---------
@@ -163,19 +181,22 @@ def run(kernel, table, weights, learning_rate, iterations, names, interrupts, pr
         why=None, warning=None):
     """pgad.gradient_descent's loop, fit's 'gd': (fitted weights, loss at them, iterations run)."""
     fitted = fit(kernel, table, weights, names, 'gd', learning_rate, iterations,
-                 clock=Clock(interrupts, progress, iterations, every, check, warning=warning), why=why)
+                 clock=Clock(interrupts, progress, iterations, every, check, warning=warning), why=why, judge=False)
     return fitted.weights, fitted.loss, fitted.iterations
 
 
 def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, iterations=100, batch_size=256, seed=None,
-        tolerance=0.0, penalty=Penalty(), clock=None, why=None):
+        tolerance=0.0, penalty=Penalty(), clock=None, why=None, judge=True, blocks=None, precision='float64'):
     """The Fit of the kernel's objective over table from weights (a vector in the order of names) by optimizer.
 
     tolerance > 0 stops after an iteration that improved the objective by less than tolerance relative to the one
     before; clock (a Clock) checks interrupts, reports progress and warns of divergence (Divergence); why(w, k), if
     given, explains a sum k that is not finite at the starting weights (check_finite). With no weight to fit (a model
     that reads none, R's glm of y ~ 0 + offset(x)) no optimizer has anything to do: the objective once, 0
-    iterations."""
+    iterations. judge: the Fit's converged and gradient_norm by the criterion (judged), and a WARNING through
+    clock.warning where it does not hold; blocks (index arrays) are the weights whose curvatures the gradient's
+    differences may take together (a categorical weight's entries: one category a row), each weight alone by
+    default; precision is the kernel's ('float32' on a GPU: more rounding in its sums)."""
     w = np.array(weights, dtype=np.float64)
     if penalty.mask is None:
         penalty = Penalty(penalty.l1, penalty.l2, np.ones(len(w)))
@@ -186,16 +207,123 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     if not len(w):
         sums = evaluate(kernel, placed, w, clock.interrupts)
         check_finite(sums, w, 1, names, 0.0, why)
-        return Fit(w, sums[0] / table.rows + penalty.value(w), [], 0, clock.seconds())
+        loss = sums[0] / table.rows + penalty.value(w)
+        return Fit(w, loss, [], 0, clock.seconds(), True if judge else None, 0.0 if judge else None, 'optimum')
+    blocks = [np.array([i]) for i in range(len(w))] if blocks is None else blocks
+    decrement, start = None, None
     if optimizer == 'lbfgs':
-        return _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why)
-    if optimizer == 'newton':
-        return _newton(kernel, placed, w, names, iterations, tolerance, penalty, clock, why)
-    rule = STEPS[optimizer](learning_rate, len(w))
-    if optimizer in MINI_BATCH and batch_size < table.rows and iterations > 0:
-        return _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iterations, batch_size,
-                             np.random.default_rng(seed), tolerance, penalty, clock, why)
-    return _full_batches(kernel, placed, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why)
+        result, start = _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why, blocks)
+    elif optimizer == 'newton':
+        result, start, decrement = _newton(kernel, placed, w, names, iterations, tolerance, penalty, clock, why)
+    else:
+        rule = STEPS[optimizer](learning_rate, len(w))
+        if optimizer in MINI_BATCH and batch_size < table.rows and iterations > 0:
+            result = _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iterations, batch_size,
+                                   np.random.default_rng(seed), tolerance, penalty, clock, why)
+        else:
+            result = _full_batches(kernel, placed, w, names, rule, learning_rate, iterations, tolerance, penalty,
+                                   clock, why)
+    if not judge:
+        return result
+    objective = _objective(kernel, placed, penalty, clock)
+    if start is None:
+        start = objective(w)[1]
+    floor = FLOOR * abs(start)
+    if decrement is None:  # the gradient at the fitted weights, scaled by the Hessian's diagonal there
+        _, f, g = objective(result.weights)
+        decrement = float(g @ (g / curvature(objective, result.weights, f, g, blocks, floor)))
+    measure, converged = judged(decrement, result.loss, floor, table.rows, precision)
+    result = replace(result, converged=converged, gradient_norm=measure)
+    if not converged:
+        clock.warning(*unconverged(optimizer, result, iterations, penalty))
+    return result
+
+
+def judged(decrement, f, floor, rows, precision='float64'):
+    """(r, converged) of a fit whose objective is f, whose gradient g gives decrement = gᵀM⁻¹g: r = decrement /
+    (|f| + floor), converged where r ≤ CRITERION, or NOISE·(ε·√rows)² where the sums' rounding is larger."""
+    scale = abs(f) + floor
+    r = decrement / scale if scale > 0 else 0.0 if decrement == 0 else float('inf')
+    return float(r), bool(r <= threshold(rows, precision))
+
+
+def threshold(rows, precision='float64'):
+    """The criterion's bound on r over `rows` rows summed at `precision`."""
+    eps = float(np.finfo(np.float32 if precision == 'float32' else np.float64).eps)
+    return max(CRITERION, NOISE * eps * eps * rows)
+
+
+def unconverged(optimizer, result, iterations, penalty):
+    """(message, hint) of the WARNING of a fit that did not converge: why it stopped, and what to do."""
+    measure = f'its gradient measure {result.gradient_norm:.3g} is above the criterion\'s bound'
+    if result.stopped == 'cap':
+        message = f'optimizer "{optimizer}" did not converge in its {iterations} iterations: {measure}'
+    elif result.stopped == 'tolerance':
+        message = f'tolerance stopped optimizer "{optimizer}" before it converged: {measure}'
+    elif result.stopped == 'search':
+        message = f'optimizer "{optimizer}" found no lower objective along its direction before it converged: ' \
+                  f'{measure}'
+    else:
+        message = f'optimizer "{optimizer}" did not converge: {measure}'
+    more = f'iterations => {max(10 * iterations, 1000)}'
+    if optimizer not in ('lbfgs', 'newton'):
+        hint = (f"l1 takes {optimizer}'s proximal steps, which converge slowly: train with {more}, or with l2 instead "
+                'of l1 and the optimizer left out.' if penalty.l1 else
+                f'Leave optimizer and learning_rate out (the default converges on columns of any scale), or train '
+                f'with {more}.')
+    elif result.stopped == 'search':
+        hint = ("The objective may have no minimum (separated labels) or be flat along some weights (collinear "
+                "columns); check the model and the data, or add a small l2" +
+                (", or try optimizer => 'newton'." if optimizer == 'lbfgs' else '.'))
+    elif optimizer == 'lbfgs':
+        hint = f"Train with {more}, or with optimizer => 'newton' (at most 300 weights) or standardize => true."
+    else:
+        hint = f'Train with {more}; a model that needs many may have no minimum (separated labels).'
+    if result.stopped == 'tolerance':
+        hint = 'Train with a smaller tolerance, or none. ' + hint
+    return message, hint
+
+
+def _objective(kernel, table, penalty, clock):
+    """objective(at): (the kernel's sums at the weights at, the objective, its gradient), over all of table's rows;
+    each call lets the server check for interrupts (the curvature's passes run between iterations)."""
+    def objective(at):
+        sums = evaluate(kernel, table, at, clock.interrupts)
+        clock.rows += table.rows
+        clock.poll()
+        return sums, sums[0] / table.rows + penalty.value(at), penalty.gradient(sums[1:len(at) + 1] / table.rows, at)
+    return objective
+
+
+def curvature(objective, w, f, g, blocks, floor):
+    """The Hessian's diagonal at w (positive: its magnitude), from differences of the gradient g along each block
+    of weights (a block's weights together: blocks whose weights no row reads together have a diagonal Hessian),
+    each step h_i first DIFFERENCE·max(|w_i|, 1), then DIFFERENCE·√((|f| + floor)/D_i) by the first round's D (a
+    change of about DIFFERENCE² of the objective along each weight: exact for a quadratic, and far above the
+    gradient's rounding); ones where the blocks are more than SCALED_BLOCKS (too many passes over the rows)."""
+    if len(blocks) > SCALED_BLOCKS:
+        return np.ones(len(w))
+    h = DIFFERENCE * np.maximum(np.abs(w), 1.0)
+    for _ in range(2):
+        d = np.zeros(len(w))
+        for block in blocks:
+            at = w.copy()
+            at[block] += h[block]
+            with np.errstate(all='ignore'):
+                moved = objective(at)[2]
+                d[block] = (moved[block] - g[block]) / h[block]
+        d = _positive(d)
+        h = DIFFERENCE * np.sqrt((abs(f) + floor) / d)
+        h = np.where(np.isfinite(h) & (h > 0), h, 1.0)
+    return d
+
+
+def _positive(d):
+    """|d|, where an entry is 0 or not finite (no curvature along that weight) the geometric mean of the others."""
+    d = np.abs(d)
+    good = np.isfinite(d) & (d > 0)
+    fill = float(np.exp(np.mean(np.log(d[good])))) if good.any() else 1.0
+    return np.where(good, d, fill)
 
 
 def place(kernel, table):
@@ -219,7 +347,7 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
             history.append(loss)
             clock.validate(w, loss)
             if stalled(history, tolerance):
-                return Fit(w, loss, history, it - 1, clock.seconds())
+                return Fit(w, loss, history, it - 1, clock.seconds(), stopped='tolerance')
         w = _step(rule, penalty, w, sums, table.rows)
         clock.rows += table.rows
         clock.iteration(it, loss)
@@ -229,7 +357,7 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
     divergence.see(loss, iterations + 1)
     if iterations:
         clock.validate(w, loss)
-    return Fit(w, loss, history + [loss] if iterations else [], iterations, clock.seconds())
+    return Fit(w, loss, history + [loss] if iterations else [], iterations, clock.seconds(), stopped='cap')
 
 
 def _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iterations, batch_size, rng, tolerance,
@@ -260,8 +388,8 @@ def _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iteratio
         divergence.see(history[-1], epoch)
         clock.iteration(epoch, history[-1])
         if stalled(history, tolerance):
-            break
-    return Fit(w, history[-1], history, len(history), clock.seconds())
+            return Fit(w, history[-1], history, len(history), clock.seconds(), stopped='tolerance')
+    return Fit(w, history[-1], history, len(history), clock.seconds(), stopped='cap')
 
 
 def _step(rule, penalty, w, sums, rows):
@@ -272,49 +400,66 @@ def _step(rule, penalty, w, sums, rows):
         return penalty.shrink(w, size)
 
 
-def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
-    """L-BFGS (two-loop recursion over the last MEMORY pairs) with a backtracking line search for the Armijo
-    condition; it stops early where no step along its direction lowers the objective: the optimum, to the precision
-    of the sums. Its objective never rises, so it never warns of divergence."""
-    def objective(at):
-        sums = evaluate(kernel, table, at, clock.interrupts)
-        clock.rows += table.rows
-        return sums, sums[0] / table.rows + penalty.value(at), penalty.gradient(sums[1:] / table.rows, at)
-
-    sums, f, g = objective(w)
+def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why, blocks=None):
+    """(the Fit, the starting objective) of L-BFGS (two-loop recursion over the last MEMORY pairs) with a
+    backtracking line search for the Armijo condition, in scaled coordinates u = √D·w, D the Hessian's diagonal at
+    the start (curvature; blocks as fit's): on columns of any scale, as on standardised ones. It stops early where
+    no step along its direction lowers the objective: the optimum, to the precision of the sums. Its objective never
+    rises, so it never warns of divergence."""
+    raw = _objective(kernel, table, penalty, clock)
+    sums, f, g = raw(w)
     check_finite(sums, w, 1, names, 0.0, why)
-    pairs, history = deque(maxlen=MEMORY), []
+    start = f
+    blocks = [np.array([i]) for i in range(len(w))] if blocks is None else blocks
+    scale = 1 / np.sqrt(curvature(raw, w, f, g, blocks, FLOOR * abs(f)))
+
+    def objective(u):
+        sums, value, gradient = raw(scale * u)
+        return sums, value, scale * gradient
+
+    u, g = w / scale, scale * g
+    pairs, history, stopped = deque(maxlen=MEMORY), [], 'cap'
     for it in range(1, iterations + 1):
         d = -_two_loop(g, pairs)
         if not d @ g < 0:  # not a descent direction (or NaN): start again from the gradient
             pairs.clear()
             d = -g
         slope = d @ g
-        found = _line_search(objective, w, d, f, slope, 1.0 if pairs else 1.0 / max(1.0, float(np.sqrt(g @ g))))
+        found = _line_search(objective, u, d, f, slope, 1.0 if pairs else 1.0 / max(1.0, float(np.sqrt(g @ g))))
         if found is None:
-            break  # no step lowers the objective
+            stopped = 'search'  # no step lowers the objective
+            break
         step, (new_sums, new_f, new_g) = found
         if not new_f < f:
-            break  # the objective no longer changes: the optimum, to the precision of the sums
-        s, y = step - w, new_g - g
+            stopped = 'search'  # the objective no longer changes: the optimum, to the precision of the sums
+            break
+        s, y = step - u, new_g - g
         if s @ y > 1e-12 * np.sqrt((s @ s) * (y @ y)):  # curvature, as the update needs it
             pairs.append((s, y, 1.0 / (s @ y)))
-        w, f, g = step, new_f, new_g
+        u, f, g = step, new_f, new_g
         history.append(f)
-        clock.validate(w, f)
+        clock.validate(scale * u, f)
         clock.iteration(it, f)
-        if stalled(history, tolerance) or not np.any(g):
+        if stalled(history, tolerance):
+            stopped = 'tolerance'
             break
+        if not np.any(g):
+            stopped = 'optimum'
+            break
+    w = scale * u
     check_finite(np.array([f, *g]), w, len(history) + 1, names, 0.0, why)
-    return Fit(w, f, history, len(history), clock.seconds())
+    return Fit(w, f, history, len(history), clock.seconds(), stopped=stopped), start
 
 
 def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
-    """Damped Newton: the kernel is program.build_hessian's (sums of the loss, the gradient and the upper half of the
-    Hessian, one pass over the rows); each iteration solves (H + μI)·d = −g, μ the least of 0, 1e-8·max|H_ii|,
-    ×10… that makes H + μI positive definite (its Cholesky factor exists), then backtracks from the full step for
-    the Armijo condition. It stops where the Newton decrement −g·d is below the precision of the objective, or no
-    step lowers it. l2 adds 2·l2 on the diagonal; l1, not differentiable, is not taken (arguments refuses it)."""
+    """(the Fit, the starting objective, the Newton decrement gᵀ(H + μI)⁻¹g at its weights) of damped Newton: the
+    kernel is program.build_hessian's (sums of the loss, the gradient and the upper half of the Hessian, one pass
+    over the rows); each iteration solves (H + μI)·d = −g in the equilibrated basis (_newton_direction), then
+    backtracks from the full step for the Armijo condition. It stops where the decrement −g·d is below the
+    precision of the objective, or no step lowers it; a full step whose objective is the same to its rounding is
+    taken REFINEMENTS times where the decrement is already small (iterative refinement: the gradient is computed
+    afresh, the solve's error shrinks). l2 adds 2·l2 on the diagonal; l1, not differentiable, is not taken
+    (arguments refuses it)."""
     p = len(w)
 
     def objective(at):
@@ -323,28 +468,42 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
         h = second.full(sums[1 + p:] / table.rows, p) + 2 * penalty.l2 * np.diag(penalty.mask)
         return sums, sums[0] / table.rows + penalty.value(at), penalty.gradient(sums[1:1 + p] / table.rows, at), h
 
+    eps = np.finfo(np.float64).eps
     sums, f, g, h = objective(w)
     check_finite(sums, w, 1, names, 0.0, why)
-    history = []
+    start, history, stopped, refined = f, [], 'cap', 0
     for it in range(1, iterations + 1):
         d = _newton_direction(g, h)
         slope = d @ g
-        if not -slope > 4 * np.finfo(np.float64).eps * abs(f):
-            break  # the decrement is below the precision of the objective: the optimum
+        if not -slope > 4 * eps * abs(f):
+            stopped = 'optimum'  # the decrement is below the precision of the objective
+            break
         found = _line_search(objective, w, d, f, slope, 1.0)
-        if found is None:
-            break
+        if found is None or not found[1][1] < f:
+            found = None
+            if refined < REFINEMENTS and -slope <= 1e-6 * (abs(f) + FLOOR * abs(start)):
+                with np.errstate(over='ignore', invalid='ignore'):
+                    at = w + d
+                    tried = objective(at)
+                if np.all(np.isfinite(tried[0])) and tried[1] <= f + 16 * eps * abs(f):
+                    found, refined = (at, tried), refined + 1
+            if found is None:
+                stopped = 'search'
+                break
         step, (new_sums, new_f, new_g, new_h) = found
-        if not new_f < f:
-            break
         w, f, g, h = step, new_f, new_g, new_h
         history.append(f)
         clock.validate(w, f)
         clock.iteration(it, f)
-        if stalled(history, tolerance) or not np.any(g):
+        if stalled(history, tolerance):
+            stopped = 'tolerance'
+            break
+        if not np.any(g):
+            stopped = 'optimum'
             break
     check_finite(np.array([f, *g]), w, len(history) + 1, names, 0.0, why)
-    return Fit(w, f, history, len(history), clock.seconds())
+    decrement = float(-(_newton_direction(g, h) @ g))
+    return Fit(w, f, history, len(history), clock.seconds(), stopped=stopped), start, max(decrement, 0.0)
 
 
 def _line_search(objective, w, d, f, slope, t):
@@ -362,17 +521,23 @@ def _line_search(objective, w, d, f, slope, t):
 
 
 def _newton_direction(g, h):
-    """−(H + μI)⁻¹·g with the least μ in 0, 1e-8·scale·10^k that makes H + μI positive definite; −g where none
-    does (H not finite)."""
-    scale = max(float(np.max(np.abs(np.diag(h)))) if len(h) else 0.0, 1e-300)
+    """−(H + μI)⁻¹·g solved in the equilibrated basis S·H·S, S = diag(H)^-½ (so that the columns' units do not
+    matter: a diagonal of ones), μ the least of 0, 1e-10·10^k that makes the factor's pivots all above PIVOT (H
+    positive definite, and not singular to the precision of its sums: collinear weights take no huge step along
+    the directions the data do not see); −g where none does (H not finite)."""
+    diagonal = np.abs(np.diag(h)) if len(h) else np.ones(0)
+    s = 1 / np.sqrt(np.where(np.isfinite(diagonal) & (diagonal > 0), diagonal, 1.0))
+    scaled, gs = h * s[:, None] * s[None, :], g * s
     mu = 0.0
     for _ in range(40):
         try:
-            factor = np.linalg.cholesky(h + mu * np.eye(len(h)))
+            factor = np.linalg.cholesky(scaled + mu * np.eye(len(h)))
         except np.linalg.LinAlgError:
-            mu = 1e-8 * scale if mu == 0 else mu * 10
+            factor = None
+        if factor is None or not np.min(np.diag(factor)) ** 2 > PIVOT:
+            mu = 1e-10 if mu == 0 else mu * 10
             continue
-        return -np.linalg.solve(factor.T, np.linalg.solve(factor, g))
+        return -s * np.linalg.solve(factor.T, np.linalg.solve(factor, gs))
     return -g
 
 
