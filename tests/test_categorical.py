@@ -271,6 +271,25 @@ def test_refusals(db, houses, sql, sqlstate, message):
     assert (e.sqlstate, e.message_primary) == (sqlstate, message)
 
 
+def test_an_aggregate_names_a_categorical_weight_of_an_integer_column(db, houses):
+    """An integer column passes the aggregates' check of what they pack (numbers): what they refuse then is the
+    weight's JSON object, which the DETAIL names (categorical.expand without data)."""
+    e = error_of(db, "SELECT pgad.loss_agg('λ(d, w) (w.f[d.floors] - d.price)^2', '{\"f\": {}}', h) FROM houses AS h")
+    assert (e.sqlstate, e.message_primary, e.message_detail) == (
+        '0A000', 'the aggregates take no categorical weight', 'Weight "f" is a JSON object, a categorical weight.')
+
+
+def test_a_categorical_weight_beside_an_array_column(db, houses):
+    """The other columns of a lambda with a categorical weight may be arrays of numbers: the loss of
+    w.r[d.region] + w.v @ d.x is the one-hot model's, by hand (rel 1e-12)."""
+    start = {'r': {'north': 0.5, 'east': -0.25}, 'v': [0.3, -0.1]}
+    got = fetch(db, "SELECT pgad.loss('λ(d, w) (w.r[d.region] + w.v @ d.x - d.price)^2', "
+                    "'SELECT region, ARRAY[sqft, floors]::float8[] AS x, price FROM houses', %s)",
+                (json.dumps(start),))
+    want = np.mean([(start['r'].get(r[0], 0.0) + 0.3 * r[4] - 0.1 * r[3] - r[5]) ** 2 for r in houses])
+    assert got == pytest.approx(want, rel=1e-12)
+
+
 def test_a_text_column_read_as_a_number_names_the_categorical_form(db, houses):
     e = error_of(db, "SELECT pgad.gradient('λ(d, w) w.a*d.region', 'houses', '{\"a\": 0}')")
     assert e.sqlstate == '42804'
