@@ -256,6 +256,8 @@ def test_too_many_categories_are_refused(db, cluster):
      'column "region" indexes a categorical weight and cannot be read as a number'),
     ("SELECT pgad.gradient('λ(d, w) w.r * d.sqft', 'houses', '{\"r\": {}}')", '0A000',
      'weight "r" is categorical and must be indexed by a column'),
+    ("SELECT pgad.gradient('λ(d, w) w.r[d.nope] + w.a*d.sqft', 'houses', '{\"r\": {}, \"a\": 0}')", '42703',
+     'column "nope" does not exist in the data'),
     ("SELECT pgad.gradient('λ(d, w) w.r[d.sqft]', 'houses', '{\"r\": {}}')", '42804',
      'column "sqft" is of type pg_catalog.float8, which cannot index a categorical weight'),
     ("SELECT pgad.gradient('λ(d, w) w.r[d.mood]', 'houses', '{\"r\": {\"angry\": 1}}')", '22P02',
