@@ -90,6 +90,33 @@ def test_other_losses_and_penalties_are_refused(points):
     assert e.sqlstate == '42704'
 
 
+def test_the_refused_loss_is_named(points):
+    """A named loss other than 'squared' and 'logistic' in quotes; a lambda loss as "a lambda" (not its text)."""
+    for name, loss, label in [('absolute', 'absolute', ", label => 'y'"), ('own', 'λ(p, d) abs(p - d.y)', '')]:
+        points.execute("SELECT pgad.train(%s, 'λ(d, w) w.c + w.a*d.x1', %s, 'points', '{\"c\": 0, \"a\": 0}', "
+                       f"iterations => 2{label})", (name, loss))
+    e = error_of(points, "SELECT * FROM pgad.summary('absolute')")
+    assert (e.sqlstate, e.message_primary) == (
+        '0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model "absolute" with loss \'absolute\'')
+    e = error_of(points, "SELECT * FROM pgad.summary('own')")
+    assert (e.sqlstate, e.message_primary) == (
+        '0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model "own" with loss a lambda')
+
+
+def test_a_model_with_as_many_weights_as_rows_has_no_standard_errors(points):
+    """n = p: the residual variance RSS / (n − p) is 0 / 0, and summary says why instead (n − p = 1 gives a table)."""
+    points.execute("SELECT pgad.train('two', 'λ(d, w) w.c + w.a*d.x1', 'squared', "
+                   "'SELECT x1, y FROM points ORDER BY x1 LIMIT 2', '{\"c\": 0, \"a\": 0}', label => 'y', "
+                   "optimizer => 'newton')")
+    e = error_of(points, "SELECT * FROM pgad.summary('two')")
+    assert (e.sqlstate, e.message_primary) == (
+        '22000', 'model "two" has 2 weights and only 2 rows: no residual degrees of freedom for its standard errors')
+    points.execute("SELECT pgad.train('three', 'λ(d, w) w.c + w.a*d.x1', 'squared', "
+                   "'SELECT x1, y FROM points ORDER BY x1 LIMIT 3', '{\"c\": 0, \"a\": 0}', label => 'y', "
+                   "optimizer => 'newton')")
+    assert len(points.execute("SELECT * FROM pgad.summary('three')").fetchall()) == 2
+
+
 def test_a_singular_hessian_is_refused(points):
     points.execute("SELECT pgad.train('twice', 'λ(d, w) w.a*d.x1 + w.b*(2*d.x1)', 'squared', 'points', "
                    "'{\"a\": 0, \"b\": 0}', label => 'y', optimizer => 'lbfgs')")
