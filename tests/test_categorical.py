@@ -247,6 +247,9 @@ def test_too_many_categories_are_refused(db, cluster):
                             "generate_series(1, 50) AS k', '{\"c\": {}}')")
         assert e.sqlstate == '54000'
         assert e.message_primary == 'column "c" has more than 10 categories, the most a categorical weight takes'
+        assert (e.message_detail, e.message_hint) == (
+            'The limit is pgad.max_lambda_nodes / 10.',
+            'Group rare values into one category in the data query, or have a superuser raise pgad.max_lambda_nodes.')
         assert other.execute("SELECT pgad.gradient('λ(d, w) w.c[d.c]', 'SELECT (k % 10)::text AS c FROM "
                              "generate_series(1, 50) AS k', '{\"c\": {}}')").fetchone()[0] is not None
 
@@ -290,6 +293,12 @@ def test_a_categorical_weight_beside_an_array_column(db, houses):
                 (json.dumps(start),))
     want = np.mean([(start['r'].get(r[0], 0.0) + 0.3 * r[4] - 0.1 * r[3] - r[5]) ** 2 for r in houses])
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_a_column_that_cannot_index_names_the_cast(db, houses):
+    e = error_of(db, "SELECT pgad.gradient('λ(d, w) w.r[d.sqft]', 'houses', '{\"r\": {}}')")
+    assert e.message_hint == ('A category is text, varchar, an enum, boolean or an integer: cast the column in the '
+                              'data query ("sqft"::text AS "sqft").')
 
 
 def test_a_text_column_read_as_a_number_names_the_categorical_form(db, houses):
