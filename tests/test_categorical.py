@@ -295,6 +295,23 @@ def test_a_categorical_weight_beside_an_array_column(db, houses):
     assert got == pytest.approx(want, rel=1e-12)
 
 
+def test_the_categories_are_bounded_by_the_memory_limit(db, cluster):
+    """1,100 categories take 1,100 × 1 kB, past pgad.memory_limit's 1 MB: 53200 before anything is loaded; 1,024 fit
+    exactly."""
+    name = new_database(cluster)
+    with psycopg.connect(cluster.conninfo(name), autocommit=True) as other:
+        other.execute('CREATE EXTENSION pgad CASCADE')
+        other.execute("SET pgad.max_lambda_nodes = 100000")
+        other.execute("SET pgad.memory_limit = '1MB'")
+        query = "SELECT pgad.loss('λ(d, w) w.c[d.c]', 'SELECT (k %% %s)::text AS c FROM generate_series(1, 3000) AS k', " \
+                "'{\"c\": {}}')"
+        e = error_of(other, query % 1100)
+        assert (e.sqlstate, e.message_primary, e.message_hint) == (
+            '53200', 'the categories of column "c" need 1.1 MB, more than pgad.memory_limit (1.0 MB)',
+            'Group rare values into one category in the data query, or have a superuser raise pgad.memory_limit.')
+        assert other.execute(query % 1024).fetchone()[0] == 0.0
+
+
 def test_a_column_that_cannot_index_names_the_cast(db, houses):
     e = error_of(db, "SELECT pgad.gradient('λ(d, w) w.r[d.sqft]', 'houses', '{\"r\": {}}')")
     assert e.message_hint == ('A category is text, varchar, an enum, boolean or an integer: cast the column in the '
