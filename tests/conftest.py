@@ -36,8 +36,11 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before mutmut's own, which takes the functions the test called
 def pytest_runtest_teardown(item):
+    """The functions the test called in the server join those it called in process; then those of modules whose
+    mutants are not to run this test's file ([tool.pgad.mutation.tests] of the run's pyproject.toml) are dropped."""
     if not MUTATION_HITS or os.environ.get('MUTANT_UNDER_TEST') != 'stats':
         return
+    import tomllib
     from mutmut.state import state
     try:
         with open(_hits_file(), 'r+') as hits:
@@ -45,6 +48,13 @@ def pytest_runtest_teardown(item):
             hits.truncate(0)
     except FileNotFoundError:
         pass
+    with open(os.path.join(os.environ['PGAD_MUTATION_DIR'], 'pyproject.toml'), 'rb') as f:
+        files = tomllib.load(f)['tool']['pgad']['mutation']['tests']
+    test_file = item.nodeid.split('::')[0]
+    for name in list(state()._stats):
+        module = name.rsplit('.', 1)[0]
+        if module in files and test_file not in files[module]:
+            state()._stats.discard(name)
 
 
 class Running:

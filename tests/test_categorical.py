@@ -312,6 +312,14 @@ def test_the_categories_are_bounded_by_the_memory_limit(db, cluster):
         assert other.execute(query % 1024).fetchone()[0] == 0.0
 
 
+def test_a_categorical_column_of_nulls_is_refused(db, houses):
+    e = error_of(db, "SELECT pgad.loss('λ(d, w) w.r[d.region] + w.a*d.sqft', "
+                     "'SELECT NULL::text AS region, sqft FROM houses', '{\"r\": {}, \"a\": 0}')")
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '22000', 'every row of the data has NULL in column "region", which the lambda reads',
+        'data must have at least one row to average the loss over.')
+
+
 def test_a_column_that_cannot_index_names_the_cast(db, houses):
     e = error_of(db, "SELECT pgad.gradient('λ(d, w) w.r[d.sqft]', 'houses', '{\"r\": {}}')")
     assert e.message_hint == ('A category is text, varchar, an enum, boolean or an integer: cast the column in the '

@@ -109,8 +109,9 @@ def test_the_refused_loss_is_named(points):
     points.execute("SELECT pgad.train('lasso', 'λ(d, w) w.c + w.a*d.x1', 'squared', 'points', "
                    "'{\"c\": 0, \"a\": 0}', label => 'y', l1 => 0.1, iterations => 2)")
     e = error_of(points, "SELECT * FROM pgad.summary('lasso')")
-    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
         '0A000', 'pgad.summary takes an unregularised model, not model "lasso" with l1 = 0.1',
+        'A penalised fit is not the maximum-likelihood estimate the standard errors are of.',
         'Train the model again without l1.')
 
 
