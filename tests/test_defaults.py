@@ -178,7 +178,9 @@ def test_early_stopping_keeps_the_weights_of_the_lowest_validation_loss(db):
 def test_early_stopping_needs_validation_and_a_bad_fraction_is_refused(db):
     e = error_of(db, "SELECT pgad.train('x', %s, 'squared', 'sales', %s, label => 'price', early_stopping => 3)",
                  (HOUSE, START))
-    assert (e.sqlstate, e.message_primary) == ('22023', 'early_stopping needs validation rows')
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '22023', 'early_stopping needs validation rows',
+        "Give validation => 0.2 (a fraction of the rows held out) or validation => 'SELECT …'.")
     e = error_of(db, "SELECT pgad.train('x', %s, 'squared', 'sales', %s, label => 'price', validation => 1.5)",
                  (HOUSE, START))
     assert e.sqlstate == '22023' and e.message_primary.startswith('validation must be a fraction')
