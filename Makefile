@@ -78,6 +78,8 @@ fuzz: install $(DEV)/.done
 
 # Mutation testing with mutmut over the in-process tests (no server; not in CI): tools/mutation.sh, whose header
 # lists its settings (MUTATION_JOBS, MUTATION_FRESH, MUTMUT_ARGS, RULES_ARGS); mutmut's own in pyproject.toml.
+# MUTATION_SCOPE=models: the model code, with the SQL tests against a server that imports the mutants
+# (tools/mutation-models.toml).
 mutation: install $(DEV)/.done
 	$(DEV)/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,mutation]'
 	DEV=$(DEV) bash tools/mutation.sh

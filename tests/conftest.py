@@ -16,6 +16,47 @@ import pytest
 from pgad.throwaway import Cluster
 
 
+# `make mutation MUTATION_SCOPE=models` (tools/mutation.sh) sets PGAD_MUTATION_HITS: the server it starts imports
+# the mutated modules (tools/mutation_server/), and each backend runs the mutant that this test process runs
+# (MUTANT_UNDER_TEST, which mutmut sets) because the options of every connection say so. In mutmut's 'stats' run the
+# backends write the names of the mutated functions they called to a file of this process's own, and each test's are
+# handed to mutmut as functions the test called: for each mutant, mutmut runs the tests that call its function.
+MUTATION_HITS = os.environ.get('PGAD_MUTATION_HITS')
+
+
+def _hits_file():
+    return os.path.join(MUTATION_HITS, str(os.getpid()))
+
+
+def pytest_configure(config):
+    if MUTATION_HITS:
+        os.environ['PGOPTIONS'] = (f'-c mutmut.mutant={os.environ.get("MUTANT_UNDER_TEST", "")} '
+                                   f'-c mutmut.hits={_hits_file()}')
+
+
+@pytest.hookimpl(tryfirst=True)  # before mutmut's own, which takes the functions the test called
+def pytest_runtest_teardown(item):
+    """The functions the test called in the server join those it called in process; then those of modules whose
+    mutants are not to run this test's file ([tool.pgad.mutation.tests] of the run's pyproject.toml) are dropped."""
+    if not MUTATION_HITS or os.environ.get('MUTANT_UNDER_TEST') != 'stats':
+        return
+    import tomllib
+    from mutmut.state import state
+    try:
+        with open(_hits_file(), 'r+') as hits:
+            state()._stats.update(hits.read().split())
+            hits.truncate(0)
+    except FileNotFoundError:
+        pass
+    with open(os.path.join(os.environ['PGAD_MUTATION_DIR'], 'pyproject.toml'), 'rb') as f:
+        files = tomllib.load(f)['tool']['pgad']['mutation']['tests']
+    test_file = item.nodeid.split('::')[0]
+    for name in list(state()._stats):
+        module = name.rsplit('.', 1)[0]
+        if module in files and test_file not in files[module]:
+            state()._stats.discard(name)
+
+
 class Running:
     """A cluster that is already running on 127.0.0.1 at port (make mutation starts one for all its test processes)."""
 

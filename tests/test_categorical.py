@@ -247,6 +247,9 @@ def test_too_many_categories_are_refused(db, cluster):
                             "generate_series(1, 50) AS k', '{\"c\": {}}')")
         assert e.sqlstate == '54000'
         assert e.message_primary == 'column "c" has more than 10 categories, the most a categorical weight takes'
+        assert (e.message_detail, e.message_hint) == (
+            'The limit is pgad.max_lambda_nodes / 10.',
+            'Group rare values into one category in the data query, or have a superuser raise pgad.max_lambda_nodes.')
         assert other.execute("SELECT pgad.gradient('λ(d, w) w.c[d.c]', 'SELECT (k % 10)::text AS c FROM "
                              "generate_series(1, 50) AS k', '{\"c\": {}}')").fetchone()[0] is not None
 
@@ -256,6 +259,8 @@ def test_too_many_categories_are_refused(db, cluster):
      'column "region" indexes a categorical weight and cannot be read as a number'),
     ("SELECT pgad.gradient('λ(d, w) w.r * d.sqft', 'houses', '{\"r\": {}}')", '0A000',
      'weight "r" is categorical and must be indexed by a column'),
+    ("SELECT pgad.gradient('λ(d, w) w.r[d.nope] + w.a*d.sqft', 'houses', '{\"r\": {}, \"a\": 0}')", '42703',
+     'column "nope" does not exist in the data'),
     ("SELECT pgad.gradient('λ(d, w) w.r[d.sqft]', 'houses', '{\"r\": {}}')", '42804',
      'column "sqft" is of type pg_catalog.float8, which cannot index a categorical weight'),
     ("SELECT pgad.gradient('λ(d, w) w.r[d.mood]', 'houses', '{\"r\": {\"angry\": 1}}')", '22P02',
@@ -269,6 +274,56 @@ def test_too_many_categories_are_refused(db, cluster):
 def test_refusals(db, houses, sql, sqlstate, message):
     e = error_of(db, sql)
     assert (e.sqlstate, e.message_primary) == (sqlstate, message)
+
+
+def test_an_aggregate_names_a_categorical_weight_of_an_integer_column(db, houses):
+    """An integer column passes the aggregates' check of what they pack (numbers): what they refuse then is the
+    weight's JSON object, which the DETAIL names (categorical.expand without data)."""
+    e = error_of(db, "SELECT pgad.loss_agg('λ(d, w) (w.f[d.floors] - d.price)^2', '{\"f\": {}}', h) FROM houses AS h")
+    assert (e.sqlstate, e.message_primary, e.message_detail) == (
+        '0A000', 'the aggregates take no categorical weight', 'Weight "f" is a JSON object, a categorical weight.')
+
+
+def test_a_categorical_weight_beside_an_array_column(db, houses):
+    """The other columns of a lambda with a categorical weight may be arrays of numbers: the loss of
+    w.r[d.region] + w.v @ d.x is the one-hot model's, by hand (rel 1e-12)."""
+    start = {'r': {'north': 0.5, 'east': -0.25}, 'v': [0.3, -0.1]}
+    got = fetch(db, "SELECT pgad.loss('λ(d, w) (w.r[d.region] + w.v @ d.x - d.price)^2', "
+                    "'SELECT region, ARRAY[sqft, floors]::float8[] AS x, price FROM houses', %s)",
+                (json.dumps(start),))
+    want = np.mean([(start['r'].get(r[0], 0.0) + 0.3 * r[4] - 0.1 * r[3] - r[5]) ** 2 for r in houses])
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_the_categories_are_bounded_by_the_memory_limit(db, cluster):
+    """1,100 categories take 1,100 × 1 kB, past pgad.memory_limit's 1 MB: 53200 before anything is loaded; 1,024 fit
+    exactly."""
+    name = new_database(cluster)
+    with psycopg.connect(cluster.conninfo(name), autocommit=True) as other:
+        other.execute('CREATE EXTENSION pgad CASCADE')
+        other.execute("SET pgad.max_lambda_nodes = 100000")
+        other.execute("SET pgad.memory_limit = '1MB'")
+        query = "SELECT pgad.loss('λ(d, w) w.c[d.c]', 'SELECT (k %% %s)::text AS c FROM generate_series(1, 3000) AS k', " \
+                "'{\"c\": {}}')"
+        e = error_of(other, query % 1100)
+        assert (e.sqlstate, e.message_primary, e.message_hint) == (
+            '53200', 'the categories of column "c" need 1.1 MB, more than pgad.memory_limit (1.0 MB)',
+            'Group rare values into one category in the data query, or have a superuser raise pgad.memory_limit.')
+        assert other.execute(query % 1024).fetchone()[0] == 0.0
+
+
+def test_a_categorical_column_of_nulls_is_refused(db, houses):
+    e = error_of(db, "SELECT pgad.loss('λ(d, w) w.r[d.region] + w.a*d.sqft', "
+                     "'SELECT NULL::text AS region, sqft FROM houses', '{\"r\": {}, \"a\": 0}')")
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '22000', 'every row of the data has NULL in column "region", which the lambda reads',
+        'data must have at least one row to average the loss over.')
+
+
+def test_a_column_that_cannot_index_names_the_cast(db, houses):
+    e = error_of(db, "SELECT pgad.gradient('λ(d, w) w.r[d.sqft]', 'houses', '{\"r\": {}}')")
+    assert e.message_hint == ('A category is text, varchar, an enum, boolean or an integer: cast the column in the '
+                              'data query ("sqft"::text AS "sqft").')
 
 
 def test_a_text_column_read_as_a_number_names_the_categorical_form(db, houses):

@@ -179,10 +179,29 @@ def test_early_stopping_keeps_the_weights_of_the_lowest_validation_loss(db):
 def test_early_stopping_needs_validation_and_a_bad_fraction_is_refused(db):
     e = error_of(db, "SELECT pgad.train('x', %s, 'squared', 'sales', %s, label => 'price', early_stopping => 3)",
                  (HOUSE, START))
-    assert (e.sqlstate, e.message_primary) == ('22023', 'early_stopping needs validation rows')
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '22023', 'early_stopping needs validation rows',
+        "Give validation => 0.2 (a fraction of the rows held out) or validation => 'SELECT …'.")
     e = error_of(db, "SELECT pgad.train('x', %s, 'squared', 'sales', %s, label => 'price', validation => 1.5)",
                  (HOUSE, START))
     assert e.sqlstate == '22023' and e.message_primary.startswith('validation must be a fraction')
+
+
+@pytest.mark.parametrize('option, message', [
+    ("validation => 0", 'validation must be a fraction between 0 and 1 or a query, not 0.0'),
+    ("validation => 1", 'validation must be a fraction between 0 and 1 or a query, not 1.0'),
+    ("validation => 0.2, early_stopping => 0", 'early_stopping must be a positive integer, not 0'),
+])
+def test_the_bounds_of_validation_and_early_stopping(db, option, message):
+    """A fraction strictly between 0 and 1 (its HINT says how), early_stopping from 1 (which trains)."""
+    e = error_of(db, f"SELECT pgad.train('x', %s, 'squared', 'sales', %s, label => 'price', {option})",
+                 (HOUSE, START))
+    assert (e.sqlstate, e.message_primary) == ('22023', message)
+    if message.startswith('validation'):
+        assert e.message_hint == ("Write validation => 0.2 to hold out a fifth of the rows, or validation => "
+                                  "'SELECT …' with the columns of the data.")
+    assert db.execute("SELECT iterations FROM pgad.train('one', %s, 'squared', 'sales', %s, label => 'price', "
+                      "validation => 0.2, early_stopping => 1, seed => 3)", (HOUSE, START)).fetchone()[0] >= 1
 
 
 def test_validation_and_early_stopping_per_group(db):

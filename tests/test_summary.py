@@ -3,6 +3,8 @@ OLS and Logit (params, bse, tvalues, pvalues, conf_int), per group; the t and no
 the refusals (0A000 for a loss or a penalty without a likelihood, 22000 for a singular Hessian). float64; the
 tolerances sit next to the assertions.
 """
+import math
+
 import numpy as np
 import pytest
 import statsmodels.api as sm
@@ -90,11 +92,62 @@ def test_other_losses_and_penalties_are_refused(points):
     assert e.sqlstate == '42704'
 
 
+def test_the_refused_loss_is_named(points):
+    """A named loss other than 'squared' and 'logistic' in quotes; a lambda loss as "a lambda" (not its text)."""
+    for name, loss, label in [('absolute', 'absolute', ", label => 'y'"), ('own', 'λ(p, d) abs(p - d.y)', '')]:
+        points.execute("SELECT pgad.train(%s, 'λ(d, w) w.c + w.a*d.x1', %s, 'points', '{\"c\": 0, \"a\": 0}', "
+                       f"iterations => 2{label})", (name, loss))
+    e = error_of(points, "SELECT * FROM pgad.summary('absolute')")
+    assert (e.sqlstate, e.message_primary) == (
+        '0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model "absolute" with loss \'absolute\'')
+    assert e.message_detail == ('Standard errors need the likelihood the loss is: least squares or the Bernoulli '
+                                'log-likelihood.')
+    assert e.message_hint == "Train the model with loss => 'squared' or loss => 'logistic'."
+    e = error_of(points, "SELECT * FROM pgad.summary('own')")
+    assert (e.sqlstate, e.message_primary) == (
+        '0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model "own" with loss a lambda')
+    points.execute("SELECT pgad.train('lasso', 'λ(d, w) w.c + w.a*d.x1', 'squared', 'points', "
+                   "'{\"c\": 0, \"a\": 0}', label => 'y', l1 => 0.1, iterations => 2)")
+    e = error_of(points, "SELECT * FROM pgad.summary('lasso')")
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
+        '0A000', 'pgad.summary takes an unregularised model, not model "lasso" with l1 = 0.1',
+        'A penalised fit is not the maximum-likelihood estimate the standard errors are of.',
+        'Train the model again without l1.')
+
+
+def test_a_model_with_as_many_weights_as_rows_has_no_standard_errors(points):
+    """n = p: the residual variance RSS / (n − p) is 0 / 0, and summary says why instead (n − p = 1 gives a table)."""
+    points.execute("SELECT pgad.train('two', 'λ(d, w) w.c + w.a*d.x1', 'squared', "
+                   "'SELECT x1, y FROM points ORDER BY x1 LIMIT 2', '{\"c\": 0, \"a\": 0}', label => 'y', "
+                   "optimizer => 'newton')")
+    e = error_of(points, "SELECT * FROM pgad.summary('two')")
+    assert (e.sqlstate, e.message_primary) == (
+        '22000', 'model "two" has 2 weights and only 2 rows: no residual degrees of freedom for its standard errors')
+    points.execute("SELECT pgad.train('three', 'λ(d, w) w.c + w.a*d.x1', 'squared', "
+                   "'SELECT x1, y FROM points ORDER BY x1 LIMIT 3', '{\"c\": 0, \"a\": 0}', label => 'y', "
+                   "optimizer => 'newton')")
+    assert len(points.execute("SELECT * FROM pgad.summary('three')").fetchall()) == 2
+
+
 def test_a_singular_hessian_is_refused(points):
     points.execute("SELECT pgad.train('twice', 'λ(d, w) w.a*d.x1 + w.b*(2*d.x1)', 'squared', 'points', "
                    "'{\"a\": 0, \"b\": 0}', label => 'y', optimizer => 'lbfgs')")
     e = error_of(points, "SELECT * FROM pgad.summary('twice')")
-    assert e.sqlstate == '22000' and 'the Hessian of model "twice" is singular' in e.message_primary
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
+        '22000', 'the Hessian of model "twice" is singular: its weights are not identified by the data',
+        'A weight the data does not move, two columns that are one another\'s multiple, or a logistic model that '
+        'separates its labels perfectly.', 'Drop the weight or the column that repeats another, or add rows.')
+
+
+def test_a_perfect_fit_has_standard_errors_of_zero(db):
+    """RSS = 0 (y = 2x exactly, trained from the optimum): every std_error is 0, each statistic infinite with the
+    sign of its estimate (+∞ for an estimate of 0), each p-value 0 and each interval the estimate itself."""
+    db.execute('CREATE TABLE exact AS SELECT k::float8 AS x, 2 * k::float8 AS y FROM generate_series(1, 5) AS k')
+    db.execute("SELECT pgad.train('exact', 'λ(d, w) w.a*d.x + w.b', 'squared', 'exact', '{\"a\": 2, \"b\": 0}', "
+               "label => 'y', optimizer => 'newton')")
+    rows = db.execute('SELECT weight, estimate, std_error, statistic, p_value, ci_low, ci_high '
+                      "FROM pgad.summary('exact') ORDER BY weight").fetchall()
+    assert rows == [('a', 2.0, 0.0, math.inf, 0.0, 2.0, 2.0), ('b', 0.0, 0.0, math.inf, 0.0, 0.0, 0.0)]
 
 
 @pytest.mark.parametrize('dof', [1, 2, 3, 7, 30, 197, 10_000])

@@ -7,10 +7,14 @@
 #                      changed since, and keeps the verdicts of the rest, even where the tests have changed
 #   MUTMUT_ARGS=...    mutant names or globs for `mutmut run`, e.g. 'pgad.jit.codegen.*' (default: all)
 #   RULES_ARGS=...     arguments of tools/mutate_rules.py, e.g. 'pow sin' ('-' skips it)
+#   MUTATION_SCOPE=S   mutmut as tools/mutation-S.toml says instead, in build/mutation-S/ (its mutants/ and results
+#                      apart from the in-process run's), with a server that imports the mutated modules, so that the
+#                      SQL tests run the mutants too (tools/mutation_server/); no rules. S: models (pgad's model code)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${DEV:-.venv}/bin
+BIN=$PWD/${DEV:-.venv}/bin
 JOBS=${MUTATION_JOBS:-$(nproc)}
+TOOLS=$PWD/tools
 
 # The mutated copies of the sources are large (every mutant of a file is in it): compile each once, not in each of
 # the thousands of test processes.
@@ -24,13 +28,35 @@ trap 'rm -rf "$TMPDIR"' EXIT
 
 # One throwaway PostgreSQL for every test process (tests/conftest.py reads PGAD_TEST_PORT): without it each mutant's
 # tests of pgad.api and pgad.loader would run initdb and start a cluster of their own.
+# PGAD_MUTATION_SERVER, where set, is the server's PYTHONPATH (not the tests'). Without a GPU the server runs the cuda
+# backend on numba's simulator, as tests/conftest.py's servers do.
 with_cluster() {
     "$BIN/python" -c 'import os, subprocess, sys
 from pgad.throwaway import Cluster
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0" if os.path.exists("/dev/nvidiactl") else "1")
+server = os.environ.pop("PGAD_MUTATION_SERVER", None)
+tests = dict(os.environ)
+if server:
+    os.environ["PYTHONPATH"] = server
 with Cluster() as pg:
-    os.environ["PGAD_TEST_PORT"] = str(pg.settings["port"])
+    os.environ.clear()
+    os.environ.update(tests, PGAD_TEST_PORT=str(pg.settings["port"]))
     sys.exit(subprocess.call(sys.argv[1:]))' "$@"
 }
+
+if [[ -n ${MUTATION_SCOPE:-} ]]; then
+    RUN=build/mutation-$MUTATION_SCOPE
+    mkdir -p "$RUN"
+    cp "tools/mutation-$MUTATION_SCOPE.toml" "$RUN/pyproject.toml"
+    ln -sfn ../../pgad "$RUN/pgad"
+    ln -sfn ../../tests "$RUN/tests"
+    # The server imports the mutated modules from $RUN/mutants; its backends write the functions they called, in
+    # mutmut's stats run, to files in hits/ (tests/conftest.py).
+    export PGAD_MUTATION_DIR=$PWD/$RUN PGAD_MUTATION_SERVER=$TOOLS/mutation_server PGAD_MUTATION_HITS=$TMPDIR/hits
+    mkdir -m 1777 "$PGAD_MUTATION_HITS"
+    RULES_ARGS=-
+    cd "$RUN"
+fi
 
 if [[ -n ${MUTATION_FRESH:-} ]]; then rm -rf mutants; fi
 started=$SECONDS
@@ -40,10 +66,10 @@ echo "mutmut: $((SECONDS - started)) s"
 rules=""
 if [[ ${RULES_ARGS:-} != - ]]; then
     # shellcheck disable=SC2086
-    rules=$(with_cluster "$BIN/python" tools/mutate_rules.py -j "$JOBS" ${RULES_ARGS:-})
+    rules=$(with_cluster "$BIN/python" "$TOOLS/mutate_rules.py" -j "$JOBS" ${RULES_ARGS:-})
 fi
 echo
-"$BIN/python" tools/mutation_summary.py
+"$BIN/python" "$TOOLS/mutation_summary.py"
 if [[ -n $rules ]]; then
     echo
     echo "$rules"
