@@ -221,7 +221,7 @@ CALLS = {
         + call("SELECT * FROM pgad.summary('m')"),
     'model "m" is not at an optimum: …':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b', 'squared', 'SELECT x, y + sin(x) AS y FROM points', "
-             "%s, iterations => 1)", AB) + call("SELECT * FROM pgad.summary('m')"),
+             "%s, optimizer => 'lbfgs', iterations => 1)", AB) + call("SELECT * FROM pgad.summary('m')"),
     'model "m" is not at a minimum: the Hessian of its objective at its weights is not positive definite':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'λ(p, d) 0 - (p - d.y)^2', 'points', %s, optimizer => 'gd', "
              "learning_rate => 0.001, iterations => 1, likelihood => true)", '{"a": 0}')
