@@ -1,7 +1,7 @@
 """pgad: automatic differentiation and gradient descent inside PostgreSQL.
 
-A call flows: SQL shim (extension/sql) → api.py (arguments; calls.py, a call's stages) → loader.py (columns into numpy) →
-lang.parser (text → DAG) → lang.forward / lang.reverse (derivative DAG) → backends.py (kernel) →
+A call flows: SQL shim (extension/sql) → api.py (arguments; calls.py, a call's stages) → loader.py (columns into
+numpy) → lang.parser (text → DAG) → lang.forward / lang.reverse (derivative DAG) → backends.py (kernel) →
 models/descent.py (iterations; models/training.py for pgad.train) → result.
 """
 import importlib

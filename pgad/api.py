@@ -46,7 +46,8 @@ def _hessian_at(loss, data, weights, backend='auto'):
     backend = arguments.backend(backend)
     load = calls.loading(data, spread=False)
     w, cats = categorical.expand(w, lam, load.data, config.limits, config.memory_limit)
-    prog = program.build_hessian(lam.text, tuple(w), config.limits, calls.shapes_of(w, load.lengths(lam, cats.codes), cats))
+    prog = program.build_hessian(lam.text, tuple(w), config.limits,
+                                 calls.shapes_of(w, load.lengths(lam, cats.codes), cats))
     calls.compiled(prog, backend, 'float64', config)
     vector = calls.vector_of(w)
     with load(prog, config, shards.Job(lam.text, tuple(w), 'reverse', backend, 'float64'), vector, cats.codes) \
@@ -68,8 +69,8 @@ def summary(name, unconverged='error'):
 @server.entry
 def gradient_descent(loss, data, weights, learning_rate=0.05, iterations=100, mode='reverse', backend='auto',
                      dtype='float64', tape='auto'):
-    with calls.prepared(loss, weights, calls.loading(data), mode, backend, dtype, tape=tape, learning_rate=learning_rate,
-                   iterations=iterations) as call:
+    with calls.prepared(loss, weights, calls.loading(data), mode, backend, dtype, tape=tape,
+                        learning_rate=learning_rate, iterations=iterations) as call:
         return _descend(call, arguments.learning_rate(learning_rate), arguments.iterations(iterations))
 
 
@@ -213,7 +214,8 @@ def _given(lam, weights, data, lengths):
     if categorical.indexed(w, lam):  # the categories of the data, or without data those weights lists
         w, cats = categorical.expand(w, lam, data, config.limits, config.memory_limit) if data is not None else \
             categorical.listed(w, lam)
-    return w, calls.shapes_of(w, loader.lengths(data, lam.columns, cats.codes) if data is not None and lengths else (), cats)
+    columns = loader.lengths(data, lam.columns, cats.codes) if data is not None and lengths else ()
+    return w, calls.shapes_of(w, columns, cats)
 
 
 def _loss(call):
@@ -226,7 +228,8 @@ def _gradient(call):
     sums = descent.evaluate(call.kernel, call.table, call.vector, server.check_interrupts)
     descent.check_finite(sums, call.vector, 1, call.names, 0, call.why)
     zeros = {n: dict.fromkeys(v, 0.0) if isinstance(v, dict) else _zeros(np.shape(v)) for n, v in call.unread.items()}
-    return calls.weights_json(zeros, categorical.named(call.prog.nest((sums[1:] / call.table.rows).tolist()), call.categories))
+    mean = (sums[1:] / call.table.rows).tolist()
+    return calls.weights_json(zeros, categorical.named(call.prog.nest(mean), call.categories))
 
 
 def _zeros(shape):
@@ -240,4 +243,5 @@ def _zeros(shape):
 def _descend(call, learning_rate, iterations):
     fitted, value, ran = descent.run(call.kernel, call.table, call.vector, learning_rate, iterations, call.names,
                                      server.check_interrupts, server.notice, why=call.why, warning=server.warning)
-    return calls.weights_json(call.unread, categorical.named(call.prog.nest(fitted.tolist()), call.categories)), float(value), ran
+    nested = categorical.named(call.prog.nest(fitted.tolist()), call.categories)
+    return calls.weights_json(call.unread, nested), float(value), ran

@@ -291,7 +291,8 @@ def expression(lam, root, columns, weights, max_chars=printer.budget(bounds.DEFA
             args[i] = Sql(_column(columns, node.value))
         else:
             args[i] = Sql(f'\0{i}\0')
-            pieces[i] = PLACEHOLDER.split(SQL[node.op](*[args[a] for a in node.args]))
+            text = _simple_case(graph, i, per_row, args) if node.op == 'case' else None
+            pieces[i] = PLACEHOLDER.split(text or SQL[node.op](*[args[a] for a in node.args]))
             lengths[i] = sum(map(len, pieces[i][0::2])) + sum(lengths[int(a)] for a in pieces[i][1::2])
         if lengths.get(i, len(args[i])) > max_chars:
             raise PgadError('54001', f'expression is too long to write as SQL: more than {max_chars} characters',
@@ -303,6 +304,29 @@ def expression(lam, root, columns, weights, max_chars=printer.budget(bounds.DEFA
 
 
 PLACEHOLDER = re.compile('\0([0-9]+)\0')  # where a rule's text holds the SQL of node <id>
+
+
+def _simple_case(graph, i, per_row, args):
+    """Node i, a chain of CASEs testing one subexpression against numbers, case(x = k₁, a₁, case(x = k₂, a₂, … b))
+    (a vector indexed by a column: vectors._index), as one CASE x WHEN k₁ THEN a₁ … ELSE b END, x written once and
+    not once an arm: a categorical weight of K categories, whose x is the scoring function's K-arm CASE coding its
+    argument, is then K arms, not K². None where node i is no such chain (of two arms at least). x = k with a
+    number k is false for a NaN x either way."""
+    nodes, arms, x, j = graph.nodes, [], None, i
+    while nodes[j].op == 'case' and per_row[j]:
+        test = nodes[nodes[j].args[0]]
+        if test.op != 'eq':
+            break
+        a, k = test.args if nodes[test.args[1]].op == 'const' else reversed(test.args)
+        if nodes[k].op != 'const' or math.isnan(nodes[k].value) or not per_row[a] or x not in (None, a):
+            break
+        x = a
+        arms.append((nodes[k].value, nodes[j].args[1]))
+        j = nodes[j].args[2]
+    if len(arms) < 2:
+        return None
+    return (f'CASE {args[x]} ' + ' '.join(f'WHEN {literal(k)} THEN {args[a]}' for k, a in arms) +
+            f' ELSE {args[j]} END')
 
 
 def _spell(pieces, root):

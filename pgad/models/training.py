@@ -103,7 +103,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
         else:  # standardize needs the columns here too
             # standardize, validation and newton need the rows here: the shards send only the gradient's sums
             spread = not standardize and validation is None and options['optimizer'] != 'newton'
-            table, kernel = stack.enter_context(calls.loading(data, spread=spread)(prog, config, job, start, cats.codes))
+            loading = calls.loading(data, spread=spread)
+            table, kernel = stack.enter_context(loading(prog, config, job, start, cats.codes))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
         held_out = _held_out(options['validation'], prog, groups, config, cats.codes)
         rows, fits = [], []
@@ -112,7 +113,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             if part.table.rows == 0:
                 server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
                 continue
-            here = part.table if kernel is None else calls.local_rows(kernel, part.table)  # a sharded table's local rows
+            # a sharded table's local rows
+            here = part.table if kernel is None else calls.local_rows(kernel, part.table)
             objective.check_labels(loss, label, _label_column(prog, here, label), f'{where}: ' if part.key else '')
             part, held = _validation_rows(part, held_out, options, where)
             if held is not None:
@@ -125,19 +127,21 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             else:
                 fit_options = options
                 step_rows = part.table.rows if options['optimizer'] not in descent.MINI_BATCH else options['batch_size']
-                kernel = calls.compiled(prog, options['backend'], options['dtype'], config, min(step_rows, part.table.rows))
+                kernel = calls.compiled(prog, options['backend'], options['dtype'], config,
+                                        min(step_rows, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
                                       penalty, clock, held, _blocks(prog, cats))
             if not isinstance(kernel, shards.Sharded) and not (  # the rows here, a model of numbers, no penalty
                     shapes.columns or vectors.needed(goal.model) and not categorical.only(goal.model, cats)
                     or options['l1'] or options['l2']):
-                separation.check_fit(loss, goal.model, prog, part.table, label, prog.nest([fitted[n] for n in prog.weights]),
+                separation.check_fit(loss, goal.model, prog, part.table, label,
+                                     prog.nest([fitted[n] for n in prog.weights]),
                                      lambda message, hint: server.warning(f'{where}: {message}', hint),
                                      server.check_interrupts)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
-                             weights=calls.weights_json(unread, categorical.named(prog.nest([fitted[n] for n in prog.weights]),
-                                                                     cats)),
+                             weights=calls.weights_json(unread, categorical.named(
+                                 prog.nest([fitted[n] for n in prog.weights]), cats)),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
                              training_time=fit.seconds,
