@@ -99,13 +99,17 @@ def test_the_refused_loss_is_named(points):
                        f"iterations => 2{label})", (name, loss))
     e = error_of(points, "SELECT * FROM pgad.summary('absolute')")
     assert (e.sqlstate, e.message_primary) == (
-        '0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model "absolute" with loss \'absolute\'')
-    assert e.message_detail == ('Standard errors need the likelihood the loss is: least squares or the Bernoulli '
+        '0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'poisson\' or \'gamma\' model, not model '
+        '"absolute" with loss \'absolute\'')
+    assert e.message_detail == ('Standard errors need the likelihood the loss is: least squares, the Bernoulli, '
+                                'Poisson or gamma log-likelihood, or a lambda loss declared a negative '
                                 'log-likelihood.')
-    assert e.message_hint == "Train the model with loss => 'squared' or loss => 'logistic'."
+    assert e.message_hint == ("Train the model with loss => 'squared', 'logistic', 'poisson' or 'gamma', or, where a "
+                              'lambda loss is the negative log-likelihood of the rows, with likelihood => true.')
     e = error_of(points, "SELECT * FROM pgad.summary('own')")
     assert (e.sqlstate, e.message_primary) == (
-        '0A000', 'pgad.summary takes a \'squared\' or \'logistic\' model, not model "own" with loss a lambda')
+        '0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'poisson\' or \'gamma\' model, not model '
+        '"own" with loss a lambda')
     points.execute("SELECT pgad.train('lasso', 'λ(d, w) w.c + w.a*d.x1', 'squared', 'points', "
                    "'{\"c\": 0, \"a\": 0}', label => 'y', l1 => 0.1, iterations => 2)")
     e = error_of(points, "SELECT * FROM pgad.summary('lasso')")
@@ -133,10 +137,15 @@ def test_a_singular_hessian_is_refused(points):
     points.execute("SELECT pgad.train('twice', 'λ(d, w) w.a*d.x1 + w.b*(2*d.x1)', 'squared', 'points', "
                    "'{\"a\": 0, \"b\": 0}', label => 'y', optimizer => 'lbfgs')")
     e = error_of(points, "SELECT * FROM pgad.summary('twice')")
-    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
+    # the condition number the DETAIL ends with is the rounding's (inf, or 1e17 on another CPU's sums)
+    assert e.message_detail.startswith('Weights "a" and "b" are collinear: a combination of them leaves the loss '
+                                       'unchanged to float64\'s precision (the Hessian, its diagonal scaled to 1, '
+                                       'has condition number ')
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
         '22000', 'the Hessian of model "twice" is singular: its weights are not identified by the data',
-        'A weight the data does not move, two columns that are one another\'s multiple, or a logistic model that '
-        'separates its labels perfectly.', 'Drop the weight or the column that repeats another, or add rows.')
+        'Drop one of those weights, or the column that repeats another (with a categorical weight beside an '
+        'intercept, drop the intercept or one category); or add rows. A logistic model that separates its labels '
+        'perfectly is singular too.')
 
 
 def test_a_perfect_fit_has_standard_errors_of_zero(db):
