@@ -136,20 +136,6 @@ def shapes_of(w, columns=(), cats=None):
                           tuple(cats.codes) if cats else ())
 
 
-def _given(lam, weights, data, lengths):
-    """(the weights, their vectors.Shapes) of a function that takes weights and data only for their shapes
-    (pgad.derivatives, pgad.explain): every weight the lambda reads a number unless weights (a jsonb, or None) says
-    otherwise; the array columns' lengths from data where it is given and lengths is true."""
-    config = settings()
-    w = arguments.weights(weights, lam, config.memory_limit) if weights is not None else \
-        dict.fromkeys(lam.weights, 0.0)
-    cats = categorical.Categories()
-    if categorical.indexed(w, lam):  # the categories of the data, or without data those weights lists
-        w, cats = categorical.expand(w, lam, data, config.limits, config.memory_limit) if data is not None else \
-            categorical.listed(w, lam)
-    return w, shapes_of(w, loader.lengths(data, lam.columns, cats.codes) if data is not None and lengths else (), cats)
-
-
 def weights_json(unread, nested):
     """The weights jsonb of nested ({weight: number or nested lists}, as Program.nest gives) and the weights the
     lambda does not read, {name: a number or an array}."""
