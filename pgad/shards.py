@@ -80,23 +80,26 @@ class Layout:
 def foreign(data):
     """Does the data name a relation with a postgres_fdw foreign table among its leaves (whose rows layout() may
     leave on their servers)?"""
+    return _foreign_leaves(data) is not None
+
+
+def _foreign_leaves(data):
+    """The leaves (LEAVES' rows) of the relation the data names, where a postgres_fdw foreign table is among them;
+    None for a query or a relation without one."""
     if loader.QUERY_START.match(data):
-        return False
-    return any(leaf['wrapper'] == WRAPPER for leaf in server.query(LEAVES, [loader.relation(data)],
-                                                                    ['pg_catalog.text']))
+        return None
+    leaves = server.query(LEAVES, [loader.relation(data)], ['pg_catalog.text'])
+    return leaves if any(leaf['wrapper'] == WRAPPER for leaf in leaves) else None
 
 
 def layout(data, columns):
     """Where the rows of the data are, when the data names a relation with a postgres_fdw foreign table among its
     leaves: its Layout. None (the rows are loaded here, as for any data) when the data is a query, a relation
     without one, or one that this path would read differently from the caller's own query (a NOTICE says why)."""
-    if loader.QUERY_START.match(data):
+    leaves = _foreign_leaves(data)
+    if leaves is None:
         return None
-    relation = loader.relation(data)
-    leaves = server.query(LEAVES, [relation], ['pg_catalog.text'])
-    if not any(leaf['wrapper'] == WRAPPER for leaf in leaves):
-        return None
-    why = _pulled(relation, leaves)
+    why = _pulled(loader.relation(data), leaves)
     found = server.query(DBLINK)
     if why is None and not found:
         why = 'the dblink extension is not installed here (CREATE EXTENSION dblink)'

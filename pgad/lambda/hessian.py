@@ -43,3 +43,12 @@ def full(upper_values, p):
     matrix = np.zeros((p, p))
     matrix[np.triu_indices(p)] = upper_values
     return matrix + np.triu(matrix, 1).T
+
+
+def equilibrated(h):
+    """(root, H/root/rootᵀ): the Hessian h scaled to a unit diagonal, root = √|diag H|, 1 where that is 0 or not
+    finite (a weight the sums do not move). Newton's direction is solved (models/descent.py) and pgad.summary judges
+    and inverts the Hessian (models/summary.py) in this basis, so that the columns' units do not matter."""
+    diagonal = np.abs(np.diag(h))
+    root = np.sqrt(np.where(np.isfinite(diagonal) & (diagonal > 0), diagonal, 1.0))
+    return root, h / np.outer(root, root)

@@ -525,9 +525,8 @@ def _newton_direction(g, h):
     matter: a diagonal of ones), μ the least of 0, 1e-10·10^k that makes the factor's pivots all above PIVOT (H
     positive definite, and not singular to the precision of its sums: collinear weights take no huge step along
     the directions the data do not see); −g where none does (H not finite)."""
-    diagonal = np.abs(np.diag(h)) if len(h) else np.ones(0)
-    s = 1 / np.sqrt(np.where(np.isfinite(diagonal) & (diagonal > 0), diagonal, 1.0))
-    scaled, gs = h * s[:, None] * s[None, :], g * s
+    root, scaled = second.equilibrated(h)
+    gs = g / root
     mu = 0.0
     for _ in range(40):
         try:
@@ -537,7 +536,7 @@ def _newton_direction(g, h):
         if factor is None or not np.min(np.diag(factor)) ** 2 > PIVOT:
             mu = 1e-10 if mu == 0 else mu * 10
             continue
-        return -s * np.linalg.solve(factor.T, np.linalg.solve(factor, gs))
+        return -np.linalg.solve(factor.T, np.linalg.solve(factor, gs)) / root
     return -g
 
 

@@ -169,7 +169,8 @@ def evaluate(name, data, config):
                 out.append((key, 'unseen_category_rows', float(np.sum(np.any([c == 0 for c in codes], axis=0)))))
             y = cols[label] if label is not None else None
             if y is not None:
-                objective.check_labels(first['loss'], label, y, f'model "{name}"' + (f', group {key}: ' if key else ': '))
+                where = f'model "{name}"' + (f', group {key}: ' if key else ': ')
+                objective.check_labels(first['loss'], label, y, where)
             for metric, rule in metrics.items():
                 with np.errstate(over='ignore'):  # exp(z) past float64: an infinite deviance
                     value = rule(y, z)

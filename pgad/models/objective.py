@@ -162,7 +162,8 @@ def build(model_text, loss, label, limits):
     found = named(loss)
     if found is not None:
         graph, (kind, parameter) = model.graph, found
-        body = LOSSES[kind](graph.expr(model.root), graph.column(label), *([] if parameter is None else [parameter])).id
+        given = () if parameter is None else (parameter,)
+        body = LOSSES[kind](graph.expr(model.root), graph.column(label), *given).id
         lam = parser.Lambda(loss, graph, body, model.row, model.params, list(dict.fromkeys([*model.columns, label])),
                             list(model.weights), [label])
     elif LAMBDA.match(loss):

@@ -38,13 +38,18 @@ SHARE = 1e-9             # the rounding of a rank-deficient Gram matrix's eigenv
 MAX_WEIGHTS = 300        # as the Hessian's: a Gram matrix of p² numbers
 
 
-def predictions(model, columns, weights, rows, interrupts=lambda: None):
-    """The model's prediction on each of the rows (columns {name: array}, weights as evaluate.values takes them)."""
-    out = np.empty(rows)
+def _blocks(columns, rows, interrupts):
+    """(start, end, {name: the column's rows start:end}) of each BLOCK rows of columns, interrupts() before each."""
     for start in range(0, rows, BLOCK):
         interrupts()
         end = min(start + BLOCK, rows)
-        block = {c: v[start:end] for c, v in columns.items()}
+        yield start, end, {c: v[start:end] for c, v in columns.items()}
+
+
+def predictions(model, columns, weights, rows, interrupts=lambda: None):
+    """The model's prediction on each of the rows (columns {name: array}, weights as evaluate.values takes them)."""
+    out = np.empty(rows)
+    for start, end, block in _blocks(columns, rows, interrupts):
         out[start:end], = evaluate.values(model.graph, [model.root], block, weights, end - start)
     return out
 
@@ -63,10 +68,7 @@ def grams(model, columns, weights, rows, interrupts=lambda: None):
 
     def both(mask):
         everything, some = np.zeros((len(names), len(names))), np.zeros((len(names), len(names)))
-        for start in range(0, rows, BLOCK):
-            interrupts()
-            end = min(start + BLOCK, rows)
-            block = {c: v[start:end] for c, v in columns.items()}
+        for start, end, block in _blocks(columns, rows, interrupts):
             jacobian = np.column_stack(evaluate.values(lam.graph, ids, block, weights, end - start))
             everything += jacobian.T @ jacobian
             kept = jacobian[mask[start:end]]

@@ -287,13 +287,11 @@ def equilibrated_inverse(name, h, names):
     h = np.asarray(h, dtype=np.float64)
     if not np.all(np.isfinite(h)):
         raise _singular(name, 'Its Hessian at the stored weights is not finite.')
-    diagonal = np.abs(np.diag(h))
     unmoved = [names[k] for k in np.flatnonzero(~np.any(h, axis=1))]
     if unmoved:
         raise _singular(name, f'The loss does not change with {_listed(unmoved)}: the data does not move '
                               f'{"it" if len(unmoved) == 1 else "them"}.')
-    root = np.sqrt(np.where(diagonal > 0, diagonal, 1.0))
-    scaled = h / np.outer(root, root)
+    root, scaled = second.equilibrated(h)
     values, vectors_ = np.linalg.eigh((scaled + scaled.T) / 2)
     top = np.max(np.abs(values))
     if values[0] < -SINGULAR * top:

@@ -131,17 +131,15 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                                         min(step_rows, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
                                       penalty, clock, held, _blocks(prog, cats))
+            nested = prog.nest([fitted[n] for n in prog.weights])
             if not isinstance(kernel, shards.Sharded) and not (  # the rows here, a model of numbers, no penalty
                     shapes.columns or vectors.needed(goal.model) and not categorical.only(goal.model, cats)
                     or options['l1'] or options['l2']):
-                separation.check_fit(loss, goal.model, prog, part.table, label,
-                                     prog.nest([fitted[n] for n in prog.weights]),
-                                     lambda message, hint: server.warning(f'{where}: {message}', hint),
+                separation.check_fit(loss, goal.model, prog, part.table, label, nested, clock.warning,
                                      server.check_interrupts)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
-                             weights=calls.weights_json(unread, categorical.named(
-                                 prog.nest([fitted[n] for n in prog.weights]), cats)),
+                             weights=calls.weights_json(unread, categorical.named(nested, cats)),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
                              training_time=fit.seconds,
