@@ -46,7 +46,7 @@ FLOOR = 1e-8
 NOISE = 100.0
 DIFFERENCE = 1e-3      # a gradient difference's step: about DIFFERENCE² of the objective in the quadratic model
 SCALED_BLOCKS = 200    # weights (blocks) beyond which L-BFGS is not scaled, and the criterion takes M = I
-REFINEMENTS = 3        # newton's full steps taken at the precision of the objective (iterative refinement)
+REFINEMENTS = 3        # newton's full steps judged by their decrement, not the objective (iterative refinement)
 PIVOT = 1e-13          # the least squared pivot of the equilibrated Hessian's Cholesky factor newton solves with
 
 
@@ -456,9 +456,10 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
     kernel is program.build_hessian's (sums of the loss, the gradient and the upper half of the Hessian, one pass
     over the rows); each iteration solves (H + μI)·d = −g in the equilibrated basis (_newton_direction), then
     backtracks from the full step for the Armijo condition. It stops where the decrement −g·d is below the
-    precision of the objective, or no step lowers it; a full step whose objective is the same to its rounding is
-    taken REFINEMENTS times where the decrement is already small (iterative refinement: the gradient is computed
-    afresh, the solve's error shrinks). l2 adds 2·l2 on the diagonal; l1, not differentiable, is not taken
+    precision of the objective, or no step lowers it. Where the decrement is already below 1e-6 of the objective,
+    which the rounding of its sums may hide, the full step comes first, taken (REFINEMENTS times at most) where its
+    own decrement is smaller, before any line search (iterative refinement: the gradient is computed afresh, the
+    solve's error shrinks). l2 adds 2·l2 on the diagonal; l1, not differentiable, is not taken
     (arguments refuses it)."""
     p = len(w)
 
@@ -478,16 +479,18 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
         if not -slope > 4 * eps * abs(f):
             stopped = 'optimum'  # the decrement is below the precision of the objective
             break
-        found = _line_search(objective, w, d, f, slope, 1.0)
-        if found is None or not found[1][1] < f:
-            found = None
-            if refined < REFINEMENTS and -slope <= 1e-6 * (abs(f) + FLOOR * abs(start)):
-                with np.errstate(over='ignore', invalid='ignore'):
-                    at = w + d
-                    tried = objective(at)
-                if np.all(np.isfinite(tried[0])) and tried[1] <= f + 16 * eps * abs(f):
-                    found, refined = (at, tried), refined + 1
-            if found is None:
+        # a decrement this small may be below the rounding of the objective's sums, and a line search would take
+        # whichever point of the step the rounding favours: the full step first, judged by its own decrement
+        found = None
+        if refined < REFINEMENTS and -slope <= 1e-6 * (abs(f) + FLOOR * abs(start)):
+            with np.errstate(over='ignore', invalid='ignore'):
+                at = w + d
+                tried = objective(at)
+            if np.all(np.isfinite(tried[0])) and -(_newton_direction(tried[2], tried[3]) @ tried[2]) < -slope:
+                found, refined = (at, tried), refined + 1
+        if found is None:
+            found = _line_search(objective, w, d, f, slope, 1.0)
+            if found is None or not found[1][1] < f:
                 stopped = 'search'
                 break
         step, (new_sums, new_f, new_g, new_h) = found
