@@ -48,6 +48,7 @@ def test_a_second_statement_is_refused_before_anything_runs(db, sql, args):
     ('SELECT x, y FROM pts; INSERT INTO written VALUES (1)', 'pts;'),
     ("SELECT x, y, ';' AS s FROM pts ; INSERT INTO written VALUES (1);", "pts ;"),  # a trailing ";" too
     ('SELECT x, y FROM pts\n;\nINSERT INTO written VALUES (1)', 'pts\n;'),
+    ("SELECT x, y, 'λ→' AS s FROM pts; INSERT INTO written VALUES (1)", 'pts;'),  # the place counts characters
 ])
 def test_the_caret_is_under_the_semicolon_that_ends_the_first(db, data, place):
     e = error_of(db, 'SELECT pgad.loss(%s, %s, %s)', (LINE, data, AB))
