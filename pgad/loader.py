@@ -1,8 +1,8 @@
 """Data → numpy: the columns a lambda reads, loaded once per call with no per-row Python.
 
-The data argument is a query (SELECT, VALUES, WITH, TABLE; a trailing semicolon is dropped) or the name of a table
-or view; it runs with the caller's privileges, snapshot and search_path (it is the caller's text). One query reads
-the rows,
+The data argument is a query (SELECT, VALUES, WITH, TABLE; a trailing semicolon is dropped, and one ending a first
+statement before a second is an error of its own, check_columns) or the name of a table or view; it runs with the
+caller's privileges, snapshot and search_path (it is the caller's text). One query reads the rows,
     SELECT x::pg_catalog.float8 AS c0, y::pg_catalog.float8 AS c1 FROM (<data>) AS pgad_data
 (every name in it schema-qualified, as in all SQL pgad builds: docs/security.md), run by pgad.so's native load
 (load_natively; extension/pgad.c, part 6): a DestReceiver appends each row's values as native float8 to one mapped
@@ -20,7 +20,8 @@ the rows with no NULL.
 
 A column the lambda reads as a boolean (CASE WHEN d.flag …: parser.Column.boolean) must be boolean in the data, and
 is loaded as 1 (true) or 0 (false), flag::int4::float8; a column the lambda reads as a number must be numeric, except
-the label of loss 'logistic' (objective.Label), which may be boolean and is then loaded as one is.
+the label of loss 'logistic' (objective.Label), which may be boolean and is then loaded as one is. A named loss's
+label that is no number (objective.NumberLabel) gets a label's error and hint, not a feature's.
 
 A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
