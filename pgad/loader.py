@@ -1,8 +1,8 @@
 """Data → numpy: the columns a lambda reads, loaded once per call with no per-row Python.
 
-The data argument is a query (SELECT, VALUES, WITH, TABLE; a trailing semicolon is dropped) or the name of a table
-or view; it runs with the caller's privileges, snapshot and search_path (it is the caller's text). One query reads
-the rows,
+The data argument is a query (SELECT, VALUES, WITH, TABLE; a trailing semicolon is dropped, and one ending a first
+statement before a second is an error of its own, check_columns) or the name of a table or view; it runs with the
+caller's privileges, snapshot and search_path (it is the caller's text). One query reads the rows,
     SELECT x::pg_catalog.float8 AS c0, y::pg_catalog.float8 AS c1 FROM (<data>) AS pgad_data
 (every name in it schema-qualified, as in all SQL pgad builds: docs/security.md), run by pgad.so's native load
 (load_natively; extension/pgad.c, part 6): a DestReceiver appends each row's values as native float8 to one mapped
@@ -20,7 +20,8 @@ the rows with no NULL.
 
 A column the lambda reads as a boolean (CASE WHEN d.flag …: parser.Column.boolean) must be boolean in the data, and
 is loaded as 1 (true) or 0 (false), flag::int4::float8; a column the lambda reads as a number must be numeric, except
-the label of loss 'logistic' (objective.Label), which may be boolean and is then loaded as one is.
+the label of loss 'logistic' (objective.Label), which may be boolean and is then loaded as one is. A named loss's
+label that is no number (objective.NumberLabel) gets a label's error and hint, not a feature's.
 
 A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
@@ -49,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import server
-from .errors import PgadError
+from .errors import Caret, PgadError
 from .lang.parser import Column
 from .lang.printer import identifier, quote_ident, quote_literal
 
@@ -558,10 +559,16 @@ def check_columns(query, columns, arrays=(), categorical=()):
     names in arrays, an array of numbers; for a column read as a boolean, boolean; the names in categorical, of any
     type: categorical.expand checks theirs)."""
     try:
-        names, types = server.describe(f'SELECT * FROM ({query}\n) AS pgad_data')
+        names, types = server.describe(f'{DESCRIBED}{query}\n) AS pgad_data')
     except server.SPIError as e:  # the data query's own error, with the query shown
         if server.interrupted(e):
             raise
+        end = first_end(e, query)
+        if end is not None:
+            raise PgadError('42601', 'data must be one statement only: it goes on after a ";"',
+                            detail=Caret(query, end),
+                            hint='Give one query (SELECT, VALUES, WITH or TABLE) or the name of a table or view; '
+                                 'nothing of this one ran.') from None
         raise PgadError(e.sqlstate or '42601', e.args[0] if e.args else str(e), detail=f'The data query: {query}',
                         hint=server.hint_of(e)) from None
     used = {names.index(c) for c in columns if c in names}  # only these need a type name looked up
@@ -571,6 +578,20 @@ def check_columns(query, columns, arrays=(), categorical=()):
         if name in columns:
             positions([name], names, [''] * len(names), (), categorical=True)
     return names, types
+
+
+DESCRIBED = 'SELECT * FROM ('  # what check_columns writes before the data query
+
+
+def first_end(error, query):
+    """The place (0-based, in characters) of the ";" in the data query at which the server's syntax error stands:
+    one ending a first statement, where a second follows (a trailing one as_query dropped); None for any other
+    error. The lexer makes a ";" a token of its own only outside quotes and comments."""
+    place = server.position_of(error)
+    at = None if place is None else place - 1 - len(DESCRIBED)
+    if getattr(error, 'sqlstate', None) == '42601' and at is not None and 0 <= at < len(query) and query[at] == ';':
+        return at
+    return None
 
 
 def type_name(oid):
@@ -616,6 +637,8 @@ def positions(columns, names, types, arrays=(), categorical=False, aggregate=Fal
                                  'pgad.gradient_descent, which take the data query, or pass its elements as columns '
                                  f'(SELECT {quote_ident(name)}[1] AS x1, …).')
         if types[found[-1]] not in NUMERIC_TYPES.values():
+            if hasattr(name, 'not_a_number') and not types[found[-1]].endswith('[]'):  # objective.NumberLabel
+                raise name.not_a_number(types[found[-1]])
             raise PgadError('42804', f'column "{name}" is of type {types[found[-1]]}, not a number',
                             hint=f'Cast it in the data query, for example SELECT {quote_ident(name)}::float8 AS '
                                  f'{quote_ident(name)} …, or use a numeric column (smallint to float8, numeric). '

@@ -112,6 +112,13 @@ def hint_of(error):
     return spidata[2] if len(spidata) > 2 else None
 
 
+def position_of(error):
+    """The place (1-based, in characters) in its query of a server error that PL/Python raised, or None: a syntax
+    error's, which a query run by SPI gives as its internal position (.spidata[4])."""
+    spidata = getattr(error, 'spidata', None) or ()
+    return spidata[4] if len(spidata) > 4 and spidata[4] else None
+
+
 def spi_error(sqlerrcode, message, detail=None, hint=None):
     """The exception plpy.execute raises for a server error (sqlerrcode: PostgreSQL's packed SQLSTATE), for an error
     that pgad.so caught running a query itself (the native load): plpy.spiexceptions' class of its SQLSTATE, with

@@ -79,6 +79,8 @@ CALLS = {
         call("SELECT pgad.loss('λ(d, w) (w.a > 1) + 1', 'points', %s)", AB),
     'column "z" does not exist in the data': call("SELECT pgad.loss('λ(d, w) w.a*d.z', 'points', %s)", AB),
     'column "t" is of type text, not a number': call("SELECT pgad.loss('λ(d, w) w.a*d.t', 'mixed', %s)", AB),
+    'loss "squared" takes labels that are numbers, but column "t" is of type text':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'mixed', %s, label => 't')", '{"a": 0}'),
     'operator does not exist: double precision ^- double precision':
         call("SELECT pgad.loss('λ(d, w) w.a*2^-1', 'points', %s)", AB),
     'column "x" is of type double precision, not boolean':
@@ -117,6 +119,8 @@ CALLS = {
     'weight "c" is not in the weights': call("SELECT pgad.loss('λ(d, w) w.c*d.x', 'points', %s)", AB),
     'weights must be a JSON object of numbers': call("SELECT pgad.loss(%s, 'points', '[0, 0]')", LINEAR),
     'relation "pointz" does not exist': call("SELECT pgad.loss(%s, 'pointz', %s)", LINEAR, AB),
+    'data must be one statement only: it goes on after a ";"':
+        call("SELECT pgad.loss(%s, 'SELECT x, y FROM points; DROP TABLE points', %s)", LINEAR, AB),
     'the data has no rows': call("SELECT pgad.loss(%s, 'SELECT x, y FROM points WHERE false', %s)", LINEAR, AB),
     'learning_rate must be a positive number, not 0':
         call("SELECT * FROM pgad.gradient_descent(%s, 'points', %s, learning_rate => 0)", LINEAR, AB),
@@ -180,6 +184,10 @@ CALLS = {
     'array argument "v[0:1]" has 2 elements, the model reads 2':
         call(TRAIN.format('vlen', 'squared', VECTORS), VECTOR_MODEL, '{"a": [0, 0], "c": 0}') +
         call("SELECT pgad_models.vlen('[0:1]={1, 2}')"),
+    'function pgad_models.regional(double precision) does not exist':
+        call("SELECT pgad.train('regional', 'λ(d, w) w.a*d.x', 'squared', 'SELECT x, y, mod(x::int, 2)::text AS g "
+             "FROM points', %s, group_by => 'g', iterations => 1)", '{"a": 0}')
+        + call('SELECT pgad_models.regional(x) FROM points'),
     'too many weights for second derivatives: 301':
         call("SELECT pgad.hessian(%s, 'points', %s)",
              'λ(d, w) (' + ' + '.join(f'w.a{i}*d.x' for i in range(301)) + ' - d.y)^2',

@@ -98,18 +98,32 @@ LABELS = {
               "The gamma loss is the deviance of positive amounts: filter the rows in the data query (WHERE y > 0), "
               "or use loss 'poisson', which takes 0."),
 }
+NUMBER_LABELS = ('squared', 'absolute', 'huber', 'quantile')  # the named losses of any number, unchecked
 BOOLEAN_LABELS = ('logistic',)  # the named losses that take a boolean label column, read as 1 (true) or 0 (false)
 
 
-class Label(str):
-    """The label column of a named loss in LABELS, as the loader reads it: a number, or a boolean column, packed as
-    1 (true) or 0 (false) where the loss takes one (BOOLEAN_LABELS) and refused where it does not (refusal)."""
+class NumberLabel(str):
+    """The label column of a named loss, as the loader reads it: a number; a column of another type, a text or an
+    enum of classes most likely, is refused with a hint for labels (not_a_number), not a feature's."""
     loss = None
 
     def __new__(cls, name, loss=None):
         column = super().__new__(cls, name)
         column.loss = base(loss)
         return column
+
+    def not_a_number(self, kind):
+        """The error for this label in a column of type kind (its name), which is not a number."""
+        said = LABELS[self.loss][1] if self.loss in LABELS else 'that are numbers'
+        return PgadError('42804', f'loss "{self.loss}" takes labels {said}, but column "{self}" is of type {kind}',
+                         hint="For classes, train with loss 'softmax' (many classes: a text, enum or integer label) "
+                              "or 'logistic' (two classes); or map the labels to numbers in the data query (CASE "
+                              f"{printer.identifier(self)} WHEN … THEN 1 … END AS {printer.identifier(self)}).")
+
+
+class Label(NumberLabel):
+    """The label column of a named loss in LABELS, as the loader reads it: a number, or a boolean column, packed as
+    1 (true) or 0 (false) where the loss takes one (BOOLEAN_LABELS) and refused where it does not (refusal)."""
 
     def refusal(self):
         """None where a boolean column may be this label; else the error that says how to map it."""
@@ -125,10 +139,12 @@ class Label(str):
 
 def labelled(lam, goal, loss):
     """lam (goal's objective, parsed) with its label column a Label, for the loader, under a named loss that checks
-    its labels; as it is under any other loss, or where the model reads the label too (a number there)."""
-    if base(loss) not in LABELS or set(goal.loss_columns) & set(goal.columns):
+    its labels (a NumberLabel under one in NUMBER_LABELS); as it is under any other loss, or where the model reads
+    the label too (a number there)."""
+    kind = Label if base(loss) in LABELS else NumberLabel if base(loss) in NUMBER_LABELS else None
+    if kind is None or set(goal.loss_columns) & set(goal.columns):
         return lam
-    return replace(lam, columns=[Label(c, loss) if c in goal.loss_columns else c for c in lam.columns])
+    return replace(lam, columns=[kind(c, loss) if c in goal.loss_columns else c for c in lam.columns])
 
 
 LAMBDA = re.compile(r'\s*(λ|lambda\b)', re.IGNORECASE)
