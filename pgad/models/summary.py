@@ -9,6 +9,14 @@ statsmodels' OLS and Logit (and MADlib's linregr and logregr summaries) report. 
 below (the normal's by math.erf; Student's t by the regularised incomplete beta function's continued fraction),
 tested against scipy through statsmodels in tests/test_summary.py, so the server needs no scipy.
 
+A 'softmax' model whose logits are affine in class-sized weights (w.W @ [d.x1, d.x2] + w.b: K rows each, K the
+stored classes) gets multinomial logistic regression's Wald table in statsmodels MNLogit's parameterisation
+(multinomial): the first class is the reference, and each other class k has the coefficients θ_k − θ_1. The softmax
+is unchanged when every class's weights move together, so the Hessian of the full weights is singular along that
+shift; the log-likelihood as a function of θ_2 − θ_1, …, θ_K − θ_1 is the full one at θ_1 = 0, so its Hessian and
+gradient are the full ones' rows and columns of classes 2 … K, at the stored weights as they are (the full Hessian
+is the same at any point along the shift).
+
 A lambda loss the user declares a negative log-likelihood (pgad.train's likelihood => true) gets the Wald table too.
 Each loss's row of LIKELIHOODS says how its covariance's scale and its statistic's distribution are found.
 
@@ -73,6 +81,7 @@ LIKELIHOODS = {
     'logistic': Likelihood(_unit, t=False),         # Wald: H = Xᵀdiag(σ(1−σ))X, the Fisher information
     'poisson': Likelihood(_dispersion, t=False),    # Wald on the expected information (GLM), φ = 1
     'gamma': Likelihood(_dispersion, t=False),      # Wald on the expected information (GLM), φ Pearson's
+    'softmax': Likelihood(_unit, t=False),          # Wald, in MNLogit's reference-class parameterisation
 }
 DECLARED = Likelihood(_unit, t=False)  # a lambda loss trained with likelihood => true: Wald
 
@@ -111,18 +120,22 @@ def coefficients(name, unconverged='error'):
     lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])
     w, unread = arguments.unread(arguments.weights(first['weights'], goal.model, config.memory_limit), lam)
     w, cats = categorical.stored(w, goal.model)  # the stored categories; a row of another category is skipped
+    codes = cats.codes
+    if first['loss'] == 'softmax':  # the label coded by the stored classes; a row of another class is skipped
+        check_multinomial(name, goal.model, w, len(options['classes']))
+        codes = {**codes, options.get('label', 'y'): options['classes']}
     prog = program.build_hessian(goal.text, tuple(w), config.limits,
-                                 calls.shapes_of(w, loader.lengths(first['data'], lam.columns, cats.codes), cats))
+                                 calls.shapes_of(w, loader.lengths(first['data'], lam.columns, codes), cats))
     prog = replace(prog, lam=objective.labelled(prog.lam, goal, first['loss']))
     names = categorical.element_names(prog, cats)
     backend = options.get('backend', 'auto')
     groups = options.get('group_by') or []
     if groups:
-        _, parts = loader.load_groups(first['data'], list(prog.columns), groups, config.memory_limit, cats.codes)
+        _, parts = loader.load_groups(first['data'], list(prog.columns), groups, config.memory_limit, codes)
         tables = {json.dumps(json.loads(part.key), sort_keys=True): part.table for part in parts}
     else:
         tables = {None: calls.some_rows(loader.load(first['data'], list(prog.columns), config.chunk_rows,
-                                               config.memory_limit, dict(prog.columns_of), cats.codes))}
+                                               config.memory_limit, dict(prog.columns_of), codes))}
     out = []
     for row in found:
         key = None if row['group_key'] is None else json.dumps(json.loads(row['group_key']), sort_keys=True)
@@ -140,6 +153,8 @@ def coefficients(name, unconverged='error'):
         where = f'model "{name}"' + ('' if key is None else f', group {key}')
         fit = Fit(where, vector, sums[0], sums[1:1 + p], second.full(sums[1 + p:], p), part.rows, names,
                   dispersion)
+        if first['loss'] == 'softmax':
+            fit = multinomial(fit, prog.shapes, options['classes'])
         for line in table(name, likelihood, fit, row['converged'], unconverged):
             out.append((row['group_key'], *line))
     return out
@@ -157,6 +172,63 @@ class Fit:
     names: list         # the weight elements' names, as the table's rows name them
     dispersion: float = None  # a log-link loss's φ (EXPECTED), its Hessian then the expected information
 
+
+
+def multinomial(fit, shapes, classes):
+    """fit (a Fit of a 'softmax' model's weights, each of shapes ((name, shape), …) class-sized: K = len(classes)
+    rows) in MNLogit's parameterisation: for each class k after the first, each weight's row k minus its row 1, and
+    the gradient and Hessian at the rows and columns of classes 2 … K. Its rows are named by the class, JSON-quoted
+    as pgad.evaluate's metrics write it, and the element's other indices: w["versicolor",2], b["versicolor"]."""
+    blocks, at = [], 0
+    for name, shape in shapes:
+        size = int(np.prod(shape, dtype=np.int64))
+        blocks.append((name, shape, np.arange(at, at + size).reshape(shape)))
+        at += size
+    index, reference, names = [], [], []
+    for k, label in enumerate(classes[1:], start=1):
+        for name, shape, block in blocks:
+            for rest in np.ndindex(*shape[1:]):
+                index.append(block[(k, *rest)])
+                reference.append(block[(0, *rest)])
+                names.append(f'{name}[{",".join([json.dumps(label, ensure_ascii=False), *(str(j + 1) for j in rest)])}]')
+    index, reference = np.array(index, dtype=np.int64), np.array(reference, dtype=np.int64)
+    estimate = np.asarray(fit.estimate)
+    return replace(fit, estimate=estimate[index] - estimate[reference], gradient=np.asarray(fit.gradient)[index],
+                   hessian=np.asarray(fit.hessian)[np.ix_(index, index)], names=names)
+
+
+def check_multinomial(name, model, weights, k):
+    """0A000 unless the logits of model (a parsed 'softmax' model) are affine in class-sized weights, each of K rows
+    (weights: {name: stored value}): a sum of terms, each a K-vector weight w.b or a K × F matrix weight times
+    weights-free features, w.W @ [d.x1, d.x2], every weight in one term. Only there is the softmax's one singular
+    direction (all classes moved together) the shift multinomial() removes."""
+    nodes, shape = model.graph.nodes, {n: np.shape(v) for n, v in weights.items()}
+    terms, stack, found = [], [model.root], []
+    while stack:
+        i = stack.pop()
+        if nodes[i].op == 'add':
+            stack.extend(nodes[i].args)
+        else:
+            terms.append(i)
+    for i in terms:
+        node = nodes[i]
+        if node.op == 'weight' and len(shape.get(node.value, ())) == 1:
+            found.append(node.value)
+        elif node.op == 'matmul' and nodes[node.args[0]].op == 'weight' and \
+                len(shape.get(nodes[node.args[0]].value, ())) == 2 and \
+                all(nodes[j].op != 'weight' for j in model.graph.ancestors([node.args[1]])):
+            found.append(nodes[node.args[0]].value)
+        else:
+            found = None
+            break
+    if found is None or len(set(found)) != len(found) or set(found) != set(model.weights) or \
+            any(shape[n][0] != k for n in found):
+        raise PgadError('0A000', f'pgad.summary takes a \'softmax\' model whose logits are affine in weights of one '
+                                 f'row per class, not model "{name}"',
+                        detail=f'Its table is multinomial logistic regression\'s: logits w.W @ [d.x1, d.x2] + w.b, '
+                               f'each weight {k} rows (its {k} classes), the first class the reference.',
+                        hint='Score the model with its functions and pgad.evaluate; or train the multinomial model '
+                             "λ(d, w) w.W @ [d.x1, d.x2] + w.b with {\"W\": {}, \"b\": {}}.")
 
 
 def _at_the_fit(name, loss, goal, prog, part, w, label, where):
@@ -198,12 +270,13 @@ def check_model(name, loss, options):
     if likelihood is None and options.get('likelihood') and objective.base(loss) is None:
         likelihood = DECLARED
     if likelihood is None:
-        raise PgadError('0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'poisson\' or \'gamma\' model, '
-                                 f'not model "{name}" with loss {_loss_name(loss)}',
+        raise PgadError('0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'softmax\', \'poisson\' or '
+                                 f'\'gamma\' model, not model "{name}" with loss {_loss_name(loss)}',
                         detail='Standard errors need the likelihood the loss is: least squares, the Bernoulli, '
-                               'Poisson or gamma log-likelihood, or a lambda loss declared a negative log-likelihood.',
-                        hint="Train the model with loss => 'squared', 'logistic', 'poisson' or 'gamma', or, where a "
-                             'lambda loss is the negative log-likelihood of the rows, with likelihood => true.')
+                               'multinomial, Poisson or gamma log-likelihood, or a lambda loss declared a negative '
+                               'log-likelihood.',
+                        hint="Train the model with loss => 'squared', 'logistic', 'softmax', 'poisson' or 'gamma', or, "
+                             'where a lambda loss is the negative log-likelihood of the rows, with likelihood => true.')
     for penalty in ('l1', 'l2'):
         if float(options.get(penalty) or 0) > 0:
             raise PgadError('0A000', f'pgad.summary takes an unregularised model, not model "{name}" with '
