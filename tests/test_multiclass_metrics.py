@@ -1,0 +1,218 @@
+"""pgad.evaluate and pgad.summary of multiclass ('softmax') models: the metrics against scikit-learn's on the same
+logits, the coefficient table against statsmodels' MNLogit, against a real server."""
+import json
+
+import numpy as np
+import psycopg
+import pytest
+import statsmodels.api as sm
+from sklearn import metrics as sk
+
+from conftest import error_of
+from pgad.models import evaluate, summary
+
+MODEL = 'λ(d, w) w.W @ [d.x1, d.x2] + w.b'
+CLASSES = ['ant', 'bee', 'cat', 'dog']
+
+
+def generated(seed, n, k, scale=(1.0, 3.0)):
+    """(features n × 2, labels 0 … k−1) drawn from a multinomial logistic model with random coefficients."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 2)) * scale
+    z = x @ rng.normal(size=(k, 2)).T + rng.normal(size=k)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return x, np.array([rng.choice(k, p=row) for row in p])
+
+
+def softmax(z):
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def by_name(found):
+    return dict(found)
+
+
+# --- the metrics alone (evaluate.multiclass), against scikit-learn -------------------------------------------------
+
+@pytest.mark.parametrize('k', [3, 4, 5])
+def test_the_metrics_are_scikit_learn_s(k):
+    rng = np.random.default_rng(k)
+    y = rng.integers(0, k, size=200)
+    y[y == k - 1] = 0  # the last class has no rows: precision, recall and f1 0, support 0
+    z = rng.normal(size=(200, k)) + 2.0 * np.eye(k)[y]
+    classes = [f'c{c}' for c in range(k)]
+    m = by_name(evaluate.multiclass(y + 1, z, classes))
+    p, labels = softmax(z), list(range(k))
+    guess = np.argmax(z, axis=1)
+    assert np.any(guess == k - 1)  # the absent class is predicted: its precision is 0 with a non-zero denominator
+    assert m['accuracy'] == pytest.approx(sk.accuracy_score(y, guess), rel=1e-12)
+    assert m['log_loss'] == pytest.approx(sk.log_loss(y, p, labels=labels), rel=1e-9)
+    for average in ('macro', 'weighted'):
+        want = sk.precision_recall_fscore_support(y, guess, labels=labels, average=average, zero_division=0)
+        for metric, value in zip(('precision', 'recall', 'f1'), want[:3]):
+            assert m[f'{metric}_{average}'] == pytest.approx(value, rel=1e-12, abs=1e-15), (metric, average)
+    precision, recall, f1, support = sk.precision_recall_fscore_support(y, guess, labels=labels, zero_division=0)
+    confusion = sk.confusion_matrix(y, guess, labels=labels)
+    for c, name in enumerate(classes):
+        assert m[f'precision["{name}"]'] == pytest.approx(precision[c], rel=1e-12, abs=1e-15)
+        assert m[f'recall["{name}"]'] == pytest.approx(recall[c], rel=1e-12, abs=1e-15)
+        assert m[f'f1["{name}"]'] == pytest.approx(f1[c], rel=1e-12, abs=1e-15)
+        assert m[f'support["{name}"]'] == support[c]
+        for g, guessed in enumerate(classes):
+            assert m[f'confusion["{name}"]["{guessed}"]'] == confusion[c, g]
+    assert m[f'support["c{k - 1}"]'] == 0 and m[f'recall["c{k - 1}"]'] == 0 and m[f'precision["c{k - 1}"]'] == 0
+    assert len(m) == 8 + 4 * k + k * k
+
+
+def test_a_tie_predicts_the_first_class():
+    z = np.array([[1.0, 1.0, 0.0], [0.0, 2.0, 2.0], [3.0, 3.0, 3.0]])
+    m = by_name(evaluate.multiclass(np.array([2, 3, 1]), z, ['a', 'b', 'c']))
+    assert m['confusion["b"]["a"]'] == 1 and m['confusion["c"]["b"]'] == 1 and m['confusion["a"]["a"]'] == 1
+    assert m['accuracy'] == pytest.approx(1 / 3)
+
+
+def test_class_names_are_json_quoted():
+    """A class named with quotes or brackets is written as a JSON string, so each metric's name reads one way."""
+    m = by_name(evaluate.multiclass(np.array([1, 2]), np.array([[1.0, 0.0], [0.0, 1.0]]), ['a]["b', 'say "hi"']))
+    assert m['confusion["a][\\"b"]["say \\"hi\\""]'] == 0
+    assert m['confusion["say \\"hi\\""]["say \\"hi\\""]'] == 1
+    assert json.loads('"a][\\"b"') == 'a]["b'
+
+
+def test_no_known_label_gives_no_metric():
+    m = by_name(evaluate.multiclass(np.zeros(0), np.zeros((0, 3)), ['a', 'b', 'c']))
+    assert m['accuracy'] is None and m['log_loss'] is None and m['f1_macro'] is None
+
+
+# --- the reference-class table alone (summary.multinomial), from the server's Hessian of a lambda loss --------------
+
+LAMBDA_LOSS = 'λ(p, d) logsumexp(p) - p[d.label + 1]'
+OBJECTIVE = 'λ(d, w) logsumexp(w.W @ [d.x1, d.x2] + w.b) - (w.W @ [d.x1, d.x2] + w.b)[d.label + 1]'
+
+
+@pytest.fixture(scope='module')
+def four(cluster, dbname):
+    """300 rows of 4 classes (labels 0 … 3 as numbers), and statsmodels' MNLogit of them."""
+    x, y = generated(5, 300, 4)
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute('CREATE TABLE four (id int, x1 float8, x2 float8, label float8, animal text)')
+        with db.cursor().copy('COPY four FROM STDIN') as copy:
+            for i, (row, label) in enumerate(zip(x, y)):
+                copy.write_row((i, row[0], row[1], float(label), CLASSES[label]))
+    fit = sm.MNLogit(y, sm.add_constant(x)).fit(disp=0, method='newton', maxiter=100, tol=1e-12)
+    return x, y, fit
+
+
+def test_the_reference_class_table_is_mnlogit_s(db, four):
+    """The full Hessian of the summed loss (pgad.hessian's mean times n) at the fitted weights is singular along
+    the shift of every class; its rows and columns of classes 2 … K give MNLogit's standard errors."""
+    x, y, fit = four
+    weights, = db.execute("SELECT weights FROM pgad.train('lam', %s, %s, 'four', pgad.init_weights("
+                          "'{\"w\": [4, 2], \"b\": [4]}', 'zeros'), optimizer => 'newton', likelihood => true)",
+                          [MODEL, LAMBDA_LOSS]).fetchone()
+    hessian, = db.execute('SELECT pgad.hessian(%s, %s, %s)', [OBJECTIVE, 'four', json.dumps(weights)]).fetchone()
+    gradient, = db.execute('SELECT pgad.gradient(%s, %s, %s)', [OBJECTIVE, 'four', json.dumps(weights)]).fetchone()
+    names = [f'b[{k + 1}]' for k in range(4)] + [f'w[{k + 1},{j + 1}]' for k in range(4) for j in range(2)]
+    full = len(y) * np.array([[hessian[a][b] for b in names] for a in names])
+    assert np.linalg.eigvalsh(full)[0] < 1e-9 * np.max(np.abs(full))  # singular along the shift
+    flat = [*weights['b'], *np.ravel(weights['w'])]
+    grad = len(y) * np.concatenate([gradient['b'], np.ravel(gradient['w'])])
+    at = summary.Fit('model "lam"', np.array(flat), 0.0, grad, full, len(y), names)
+    reduced = summary.multinomial(at, (('b', (4,)), ('w', (4, 2))), CLASSES)
+    assert reduced.names == ['b["bee"]', 'w["bee",1]', 'w["bee",2]', 'b["cat"]', 'w["cat",1]', 'w["cat",2]',
+                             'b["dog"]', 'w["dog",1]', 'w["dog",2]']
+    table = summary.table('lam', summary.LIKELIHOODS['softmax'], reduced)
+    expected(table, fit, rel=1e-6)
+
+
+def expected(table, fit, rel):
+    """Each row of the table (weight, estimate, std_error, z, p, ci_low, ci_high), in the order class after class and
+    within one b then w's columns, against MNLogit's (params rows: const, x1, x2; columns the classes 2 … K)."""
+    ci = np.asarray(fit.conf_int())  # (class, column, low/high)
+    rows = iter(table)
+    for k in range(fit.params.shape[1]):
+        for j in range(fit.params.shape[0]):
+            weight, estimate, se, z, p, ci_low, ci_high = next(rows)
+            assert estimate == pytest.approx(fit.params[j, k], rel=rel), weight
+            assert se == pytest.approx(fit.bse[j, k], rel=rel), weight
+            assert z == pytest.approx(fit.tvalues[j, k], rel=rel), weight
+            assert p == pytest.approx(fit.pvalues[j, k], rel=rel * 10, abs=1e-300), weight
+            assert ci_low == pytest.approx(ci[k, j, 0], rel=rel), weight
+            assert ci_high == pytest.approx(ci[k, j, 1], rel=rel), weight
+
+
+# --- pgad.evaluate of a stored 'softmax' model ----------------------------------------------------------------------
+
+def trained(db, name, data, classes=CLASSES):
+    """A 'softmax' model of MODEL on data (columns x1, x2, label 0 … K−1 and animal, its class's name), stored as the
+    shared design of issue 36 stores one: loss 'softmax', options' label, classes and label_type."""
+    k = len(classes)
+    db.execute("SELECT pgad.train(%s, %s, %s, %s, pgad.init_weights(%s, 'zeros'), optimizer => 'newton', "
+               "likelihood => true)", [name, MODEL, LAMBDA_LOSS, data, json.dumps({'w': [k, 2], 'b': [k]})])
+    db.execute("UPDATE pgad.models SET loss = 'softmax', options = options || %s WHERE name = %s",
+               [json.dumps({'label': 'animal', 'classes': classes, 'label_type': 'pg_catalog.text'}), name])
+
+
+def logits_of(db, name, query):
+    """(the label, the logits from the model's scoring function) of each row of query, in id order."""
+    rows = db.execute(f'SELECT animal, pgad_models.{name}(x1, x2) FROM ({query}) AS q ORDER BY id').fetchall()
+    return [r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float64)
+
+
+def test_evaluate_gives_scikit_learn_s_metrics(db, four):
+    """Rows of a label the model never saw are counted and left out, NULL labels skipped, a class with no rows in
+    the data kept in the macro means (as scikit-learn's labels=)."""
+    trained(db, 'animals', 'four')
+    query = ("SELECT id, x1, x2, CASE WHEN id % 10 = 0 THEN 'emu' WHEN id % 10 = 1 THEN NULL ELSE animal END AS "
+             "animal FROM four WHERE animal <> 'cat'")
+    found = db.execute('SELECT * FROM pgad.evaluate(%s, %s)', ['animals', query]).fetchall()
+    assert all(key is None for key, _, _ in found)
+    m = {metric: value for _, metric, value in found}
+    labels, z = logits_of(db, 'animals', query + ' AND id % 10 <> 1')
+    known = np.array([label in CLASSES for label in labels])
+    y = np.array([CLASSES.index(label) for label in np.array(labels)[known]])
+    z = z[known]
+    guess, every = np.argmax(z, axis=1), list(range(len(CLASSES)))
+    assert m['skipped_rows'] == sum(1 for i in range(300) if i % 10 == 1 and four[1][i] != 2)
+    assert m['rows'] == len(labels) and m['unseen_label_rows'] == len(labels) - len(y) > 0
+    assert 2 not in y and m['support["cat"]'] == 0
+    assert m['accuracy'] == pytest.approx(sk.accuracy_score(y, guess), rel=1e-12)
+    assert m['log_loss'] == pytest.approx(sk.log_loss(y, softmax(z), labels=every), rel=1e-9)
+    assert m['loss'] == m['log_loss']
+    for average in ('macro', 'weighted'):
+        want = sk.precision_recall_fscore_support(y, guess, labels=every, average=average, zero_division=0)
+        for metric, value in zip(('precision', 'recall', 'f1'), want[:3]):
+            assert m[f'{metric}_{average}'] == pytest.approx(value, rel=1e-12), (metric, average)
+    precision, recall, f1, support = sk.precision_recall_fscore_support(y, guess, labels=every, zero_division=0)
+    confusion = sk.confusion_matrix(y, guess, labels=every)
+    for c, name in enumerate(CLASSES):
+        assert [m[f'{what}["{name}"]'] for what in ('precision', 'recall', 'f1', 'support')] == pytest.approx(
+            [precision[c], recall[c], f1[c], support[c]], rel=1e-12)
+        assert [m[f'confusion["{name}"]["{other}"]'] for other in CLASSES] == list(confusion[c])
+
+
+def test_evaluate_names_hostile_classes_unambiguously(db, four):
+    hostile = ['a]["b', "it's", '$$', 'x"y']
+    trained(db, 'hostile', 'four', hostile)
+    query = ("SELECT x1, x2, (ARRAY['a][\"b', 'it''s', '$$', 'x\"y'])[label + 1] AS animal FROM four")
+    m = {metric: value for _, metric, value in db.execute('SELECT * FROM pgad.evaluate(%s, %s)', ['hostile', query])}
+    assert m['unseen_label_rows'] == 0 and m['rows'] == 300
+    assert sum(m[f'support[{json.dumps(c)}]'] for c in hostile) == 300
+    assert sum(m[f'confusion[{json.dumps(a)}][{json.dumps(b)}]'] for a in hostile for b in hostile) == 300
+    assert m['support["a][\\"b"]'] == sum(four[1] == 0)
+
+
+def test_evaluate_with_only_unseen_labels_gives_null_metrics(db, four):
+    trained(db, 'unseen', 'four')
+    m = {metric: value for _, metric, value in db.execute(
+        "SELECT * FROM pgad.evaluate('unseen', 'SELECT x1, x2, ''emu'' AS animal FROM four')")}
+    assert m['rows'] == 300 and m['unseen_label_rows'] == 300
+    assert m['accuracy'] is None and m['loss'] is None
+
+
+def test_evaluate_without_the_label_column(db, four):
+    trained(db, 'nolabel', 'four')
+    e = error_of(db, "SELECT * FROM pgad.evaluate('nolabel', 'SELECT x1, x2 FROM four')")
+    assert e.sqlstate == '42703' and '"animal"' in e.message_primary
