@@ -183,8 +183,10 @@ def evaluate(name, data, config):
     label = options.get('label', 'y')
     if first['loss'] == SOFTMAX:
         return _softmax(name, data, config, stored, options, label)
-    goal = objective.build(first['model'], first['loss'], label, config.limits)
-    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])  # a boolean label too
+    classes = options.get('classes')  # a 'logistic' label of two classes: coded 1 or 2, the loss reads it less 1
+    goal = objective.build(first['model'], first['loss'], label, config.limits, coded=bool(classes))
+    lam = objective.labelled(program.parsed(goal.text, config.limits), goal,  # a boolean label too
+                             None if classes else first['loss'])
     weights = {r['group_key']: json.loads(r['weights']) for r in stored}
     cats = categorical.Categories()
     if categorical.indexed(weights[first['group_key']], goal.model):  # coded by the stored categories, unseen as 0
@@ -199,7 +201,7 @@ def evaluate(name, data, config):
     metrics = METRICS.get(kind, {})
     metrics = metrics(parameter) if callable(metrics) else metrics
     label = label if kind in METRICS else None
-    parts = _load(name, data, config, columns, options, cats.codes)
+    parts = _load(name, data, config, columns, options, {**cats.codes, **({label: classes} if classes else {})})
     out = []
     for part in parts:
         key, table = part.key, part.table
@@ -207,8 +209,13 @@ def evaluate(name, data, config):
             out += _unseen(part)
             continue
         out.append((key, 'rows', float(table.rows)))
+        cols = dict(zip(map(str, columns), table.columns))
+        if classes:  # the rows of a class the model never saw (code 0) counted and left out
+            seen = cols[label] > 0
+            out.append((key, 'unseen_label_rows', float(np.sum(~seen))))
+            cols = {c: v[seen] for c, v in cols.items()}
+            table = loader.Table(list(cols.values()), int(np.sum(seen)), table.skipped)
         if table.rows:
-            cols = dict(zip(map(str, columns), table.columns))
             # the prediction from the model's DAG, each row's objective from the objective lambda's
             z, = values(goal.model.graph, [goal.model.root], cols, weights[key], table.rows)
             per_row, = values(lam.graph, [lam.root], cols, weights[key], table.rows)
@@ -217,7 +224,9 @@ def evaluate(name, data, config):
                 codes = [cols[c] for c in cats.codes]
                 out.append((key, 'unseen_category_rows', float(np.sum(np.any([c == 0 for c in codes], axis=0)))))
             y = cols[label] if label is not None else None
-            if y is not None:
+            if classes:
+                y = y - 1  # the second class is 1, the positive class
+            elif y is not None:
                 where = f'model "{name}"' + (f', group {key}: ' if key else ': ')
                 objective.check_labels(first['loss'], label, y, where)
             for metric, rule in metrics.items():

@@ -116,14 +116,17 @@ def coefficients(name, unconverged='error'):
     first = found[0]
     options = json.loads(first['options'])
     likelihood = check_model(name, first['loss'], options)
-    goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits)
-    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])
+    classes = options.get('classes')  # 'softmax', or a 'logistic' label of two classes: coded 1 … K
+    goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits,
+                           coded=bool(classes))
+    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, None if classes else first['loss'])
     w, unread = arguments.unread(arguments.weights(first['weights'], goal.model, config.memory_limit), lam)
     w, cats = categorical.stored(w, goal.model)  # the stored categories; a row of another category is skipped
     codes = cats.codes
-    if first['loss'] == 'softmax':  # the label coded by the stored classes; a row of another class is skipped
-        check_multinomial(name, goal.model, w, len(options['classes']))
-        codes = {**codes, options.get('label', 'y'): options['classes']}
+    if classes:  # the label coded by the stored classes; a row of another class is skipped
+        codes = {**codes, options.get('label', 'y'): classes}
+    if first['loss'] == 'softmax':
+        check_multinomial(name, goal.model, w, len(classes))
     prog = program.build_hessian(goal.text, tuple(w), config.limits,
                                  calls.shapes_of(w, loader.lengths(first['data'], lam.columns, codes), cats))
     prog = replace(prog, lam=objective.labelled(prog.lam, goal, first['loss']))
@@ -146,7 +149,8 @@ def coefficients(name, unconverged='error'):
         w = categorical.as_vectors(w, cats)
         vector = calls.vector_of(w)
         group = '' if row['group_key'] is None else f', group {row["group_key"]}'
-        part, dispersion = _at_the_fit(name, first['loss'], goal, prog, part, w, options.get('label', 'y'), group)
+        part, dispersion = _at_the_fit(name, first['loss'], goal, prog, part, w, options.get('label', 'y'), group,
+                                       bool(classes))
         kernel = calls.compiled(prog, backend, 'float64', config, part.rows)
         sums = calls.second_sums(calls.Call(prog, part, kernel, vector, unread))
         p = len(prog.weights)
@@ -228,19 +232,23 @@ def check_multinomial(name, model, weights, k):
                         detail=f'Its table is multinomial logistic regression\'s: logits w.W @ [d.x1, d.x2] + w.b, '
                                f'each weight {k} rows (its {k} classes), the first class the reference.',
                         hint='Score the model with its functions and pgad.evaluate; or train the multinomial model '
-                             "λ(d, w) w.W @ [d.x1, d.x2] + w.b with {\"W\": {}, \"b\": {}}.")
+                             "λ(d, w) w.w @ [d.x1, d.x2] + w.b with {\"w\": {}, \"b\": {}}.")
 
 
-def _at_the_fit(name, loss, goal, prog, part, w, label, where):
+def _at_the_fit(name, loss, goal, prog, part, w, label, where, coded=False):
     """(the rows the Hessian is summed over, the dispersion or None) for a named likelihood loss at the fitted
-    weights w: the labels checked (objective.check_labels), a logistic model refused where its predictions separate
-    its labels (separation.py), and for a log-link loss (EXPECTED) its rows with each label its fitted mean and φ."""
+    weights w: the labels checked (objective.check_labels; coded, a label of two classes read as 1 or 2, is 0 or 1
+    less 1), a logistic model refused where its predictions separate its labels (separation.py), and for a log-link
+    loss (EXPECTED) its rows with each label its fitted mean and φ."""
     names = [str(c) for c in prog.columns]
     if objective.base(loss) not in ('logistic', *EXPECTED) or label not in names:
         return part, None
     columns = dict(zip(names, part.columns))
     y = columns[label]
-    objective.check_labels(loss, label, y, f'model "{name}"{where}: ')
+    if coded:
+        y = y - 1
+    else:
+        objective.check_labels(loss, label, y, f'model "{name}"{where}: ')
     z = separation.predictions(goal.model, columns, w, part.rows, server.check_interrupts)
     separation.refuse(name, loss, y, z, where, separation.grams(goal.model, columns, w, part.rows,
                                                                server.check_interrupts))
