@@ -145,14 +145,12 @@ def expected(table, fit, rel):
 
 # --- pgad.evaluate of a stored 'softmax' model ----------------------------------------------------------------------
 
-def trained(db, name, data, classes=CLASSES):
-    """A 'softmax' model of MODEL on data (columns x1, x2, label 0 … K−1 and animal, its class's name), stored as the
-    shared design of issue 36 stores one: loss 'softmax', options' label, classes and label_type."""
-    k = len(classes)
-    db.execute("SELECT pgad.train(%s, %s, %s, %s, pgad.init_weights(%s, 'zeros'), optimizer => 'newton', "
-               "likelihood => true)", [name, MODEL, LAMBDA_LOSS, data, json.dumps({'w': [k, 2], 'b': [k]})])
-    db.execute("UPDATE pgad.models SET loss = 'softmax', options = options || %s WHERE name = %s",
-               [json.dumps({'label': 'animal', 'classes': classes, 'label_type': 'pg_catalog.text'}), name])
+def trained(db, name, data, label='animal'):
+    """A 'softmax' model of MODEL on data (columns x1, x2 and the label), its weights sized by the classes."""
+    db.execute("SELECT pgad.train(%s, %s, 'softmax', %s, '{\"w\": {}, \"b\": {}}', label => %s, "
+               "optimizer => 'newton')", [name, MODEL, data, label])
+    options, = db.execute('SELECT options FROM pgad.models WHERE name = %s', [name]).fetchone()
+    return options['classes']
 
 
 def logits_of(db, name, query):
@@ -161,10 +159,17 @@ def logits_of(db, name, query):
     return [r[0] for r in rows], np.array([r[1] for r in rows], dtype=np.float64)
 
 
-def test_evaluate_gives_scikit_learn_s_metrics(db, four):
+@pytest.fixture(scope='module')
+def animals(cluster, dbname, four):
+    """The 'softmax' model of the four animals, trained by newton."""
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        assert trained(db, 'animals', 'four') == CLASSES
+    return 'animals'
+
+
+def test_evaluate_gives_scikit_learn_s_metrics(db, four, animals):
     """Rows of a label the model never saw are counted and left out, NULL labels skipped, a class with no rows in
     the data kept in the macro means (as scikit-learn's labels=)."""
-    trained(db, 'animals', 'four')
     query = ("SELECT id, x1, x2, CASE WHEN id % 10 = 0 THEN 'emu' WHEN id % 10 = 1 THEN NULL ELSE animal END AS "
              "animal FROM four WHERE animal <> 'cat'")
     found = db.execute('SELECT * FROM pgad.evaluate(%s, %s)', ['animals', query]).fetchall()
@@ -195,8 +200,8 @@ def test_evaluate_gives_scikit_learn_s_metrics(db, four):
 
 def test_evaluate_names_hostile_classes_unambiguously(db, four):
     hostile = ['a]["b', "it's", '$$', 'x"y']
-    trained(db, 'hostile', 'four', hostile)
     query = ("SELECT x1, x2, (ARRAY['a][\"b', 'it''s', '$$', 'x\"y'])[label + 1] AS animal FROM four")
+    assert sorted(trained(db, 'hostile', query)) == sorted(hostile)
     m = {metric: value for _, metric, value in db.execute('SELECT * FROM pgad.evaluate(%s, %s)', ['hostile', query])}
     assert m['unseen_label_rows'] == 0 and m['rows'] == 300
     assert sum(m[f'support[{json.dumps(c)}]'] for c in hostile) == 300
@@ -204,15 +209,97 @@ def test_evaluate_names_hostile_classes_unambiguously(db, four):
     assert m['support["a][\\"b"]'] == sum(four[1] == 0)
 
 
-def test_evaluate_with_only_unseen_labels_gives_null_metrics(db, four):
-    trained(db, 'unseen', 'four')
+def test_evaluate_with_only_unseen_labels_gives_null_metrics(db, animals):
     m = {metric: value for _, metric, value in db.execute(
-        "SELECT * FROM pgad.evaluate('unseen', 'SELECT x1, x2, ''emu'' AS animal FROM four')")}
+        "SELECT * FROM pgad.evaluate('animals', 'SELECT x1, x2, ''emu'' AS animal FROM four')")}
     assert m['rows'] == 300 and m['unseen_label_rows'] == 300
     assert m['accuracy'] is None and m['loss'] is None
 
 
-def test_evaluate_without_the_label_column(db, four):
-    trained(db, 'nolabel', 'four')
-    e = error_of(db, "SELECT * FROM pgad.evaluate('nolabel', 'SELECT x1, x2 FROM four')")
+def test_evaluate_without_the_label_column(db, animals):
+    e = error_of(db, "SELECT * FROM pgad.evaluate('animals', 'SELECT x1, x2 FROM four')")
     assert e.sqlstate == '42703' and '"animal"' in e.message_primary
+
+
+# --- pgad.summary of a stored 'softmax' model ------------------------------------------------------------------------
+
+def summarised(db, name):
+    return db.execute('SELECT weight, estimate, std_error, statistic, p_value, ci_low, ci_high FROM pgad.summary(%s)',
+                      [name]).fetchall()
+
+
+def test_summary_is_mnlogit_s(db, four, animals):
+    table = summarised(db, 'animals')
+    assert [row[0] for row in table] == [f'{w}["{c}"{j}]' for c in CLASSES[1:] for w, j in
+                                         (('b', ''), ('w', ',1'), ('w', ',2'))]
+    expected(table, four[2], rel=1e-6)
+
+
+def test_summary_of_iris_is_mnlogit_s(db):
+    """Iris's species (text) by its sepal length: the three classes overlap there, so MNLogit's fit exists (with both
+    sepal columns setosa is separated)."""
+    iris = pytest.importorskip('sklearn.datasets').load_iris()
+    species = [str(iris.target_names[t]) for t in iris.target]
+    db.execute('CREATE TABLE iris (x float8, species text)')
+    with db.cursor().copy('COPY iris FROM STDIN') as copy:
+        for x, s in zip(iris.data[:, 0], species):
+            copy.write_row((float(x), s))
+    db.execute("SELECT pgad.train('iris', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', 'iris', '{\"w\": {}, \"b\": {}}',"
+               " label => 'species')")
+    fit = sm.MNLogit(iris.target, sm.add_constant(iris.data[:, [0]])).fit(disp=0, method='newton', maxiter=100,
+                                                                        tol=1e-12)
+    table = summarised(db, 'iris')
+    assert [row[0] for row in table] == ['b["versicolor"]', 'w["versicolor",1]', 'b["virginica"]',
+                                         'w["virginica",1]']
+    expected(table, fit, rel=1e-6)
+
+
+def test_summary_refuses_a_softmax_model_that_is_not_multinomial(db, four):
+    """A hidden layer: the logits are not affine in class-sized weights, and the singular directions are not the
+    shift alone."""
+    db.execute("SELECT pgad.train('hidden', 'λ(d, w) w.v @ tanh(w.u @ [d.x1, d.x2])', 'softmax', 'four', "
+               "pgad.init_weights('{\"u\": [2, 2], \"v\": [4, 2]}', 'glorot'), label => 'animal', "
+               "iterations => 5)")
+    e = error_of(db, "SELECT * FROM pgad.summary('hidden')")
+    assert e.sqlstate == '0A000'
+    assert e.message_primary == ('pgad.summary takes a \'softmax\' model whose logits are affine in weights of one '
+                                 'row per class, not model "hidden"')
+    # the multinomial model with a third, constant feature is affine too, and its table has a row more per class
+    db.execute("SELECT pgad.train('three', 'λ(d, w) w.w @ [d.x1, d.x2, 1] + w.b', 'softmax', 'four', "
+               "'{\"w\": {}, \"b\": {}}', label => 'animal')")
+    e = error_of(db, "SELECT * FROM pgad.summary('three')")
+    assert e.sqlstate == '22000' and '"w[\"bee\",3]"' in e.message_detail and '"b[\"bee\"]"' in e.message_detail
+
+
+# --- a 'logistic' model of a text label of two classes -------------------------------------------------------------
+
+def test_a_binary_text_label_s_metrics_and_table(db, four):
+    """The second class in order ('yes') is the positive one: the metrics are scikit-learn's, the table Logit's."""
+    x, y, _ = four
+    data = "SELECT id, x1, x2, CASE WHEN label < 2 THEN 'no' ELSE 'yes' END AS answer FROM four"
+    db.execute("SELECT pgad.train('answer', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', 'logistic', %s, "
+               "'{\"a\": 0, \"b\": 0, \"c\": 0}', label => 'answer', optimizer => 'newton')", [data])
+    m = {metric: value for _, metric, value in db.execute(
+        "SELECT * FROM pgad.evaluate('answer', %s)",
+        [data.replace("ELSE 'yes'", "WHEN id % 10 = 0 THEN 'maybe' ELSE 'yes'")])}
+    known = (y < 2) | (np.arange(len(y)) % 10 != 0)  # the rows made 'maybe' are of the positive class
+    positive = (y >= 2)[known]
+    z = db.execute(f"SELECT pgad_models.answer(x1, x2) FROM ({data}) AS q ORDER BY id").fetchall()
+    z = np.array([r[0] for r in z])[known]
+    assert m['rows'] == 300 and m['unseen_label_rows'] == np.sum(~known)
+    assert m['accuracy'] == pytest.approx(sk.accuracy_score(positive, z >= 0), rel=1e-12)
+    assert m['f1'] == pytest.approx(sk.f1_score(positive, z >= 0), rel=1e-12)
+    assert m['log_loss'] == pytest.approx(sk.log_loss(positive, 1 / (1 + np.exp(-z))), rel=1e-9)
+    fit = sm.Logit((y >= 2).astype(float), sm.add_constant(x)).fit(disp=0, method='newton', tol=1e-12)
+    table = {row[0]: row[1:3] for row in summarised(db, 'answer')}
+    for name, k in (('c', 0), ('a', 1), ('b', 2)):
+        assert table[name] == pytest.approx((fit.params[k], fit.bse[k]), rel=1e-6), name
+
+
+def test_a_separated_binary_text_label_has_no_table(db, four):
+    """Separation is judged on the label's classes read as 0 and 1 (the code less 1), as for a 0/1 label."""
+    db.execute("SELECT pgad.train('apart', 'λ(d, w) w.a*d.x1 + w.c', 'logistic', "
+               "'SELECT x1, CASE WHEN x1 > 0 THEN ''yes'' ELSE ''no'' END AS answer FROM four', "
+               "'{\"a\": 0, \"c\": 0}', label => 'answer', iterations => 20)")
+    e = error_of(db, "SELECT * FROM pgad.summary('apart', unconverged => 'warning')")
+    assert e.sqlstate == '22000' and 'the labels are separated' in e.message_primary

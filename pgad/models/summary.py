@@ -194,7 +194,8 @@ def multinomial(fit, shapes, classes):
             for rest in np.ndindex(*shape[1:]):
                 index.append(block[(k, *rest)])
                 reference.append(block[(0, *rest)])
-                names.append(f'{name}[{",".join([json.dumps(label, ensure_ascii=False), *(str(j + 1) for j in rest)])}]')
+                written = [json.dumps(label, ensure_ascii=False), *(str(j + 1) for j in rest)]
+                names.append(f'{name}[{",".join(written)}]')
     index, reference = np.array(index, dtype=np.int64), np.array(reference, dtype=np.int64)
     estimate = np.asarray(fit.estimate)
     return replace(fit, estimate=estimate[index] - estimate[reference], gradient=np.asarray(fit.gradient)[index],
