@@ -14,6 +14,7 @@ SQL_MD = pathlib.Path(__file__).parent.parent / 'docs' / 'sql.md'
 SECTION = '## The aggregates: pgad.loss_agg, pgad.gradient_agg, pgad.gradient_descent_agg'
 MODELS = '## Models: pgad.train, pgad.models, pgad_models, pgad.drop_model'
 VECTORS = '## Vectors and matrices'
+CLASSES = "## Many classes: loss 'softmax'"
 
 
 def section_sql(section=SECTION):
@@ -101,5 +102,14 @@ def test_the_vectors_examples_run_in_psql_as_shown(cluster, tmp_path):
     result = run_in_psql(cluster, tmp_path, section_sql(VECTORS))
     assert result.returncode == 0, result.stderr
     shown = [line.strip() for block in output_blocks(VECTORS) for line in block.splitlines()]
+    printed = [line.strip() for line in result.stdout.splitlines()]
+    assert [line for line in shown if line not in printed] == []
+
+
+def test_the_many_classes_examples_run_in_psql_as_shown(cluster, tmp_path):
+    """The softmax and two-class logistic models train, and score, as the section shows, line for line."""
+    result = run_in_psql(cluster, tmp_path, section_sql(CLASSES))
+    assert result.returncode == 0, result.stderr
+    shown = [line.strip() for block in output_blocks(CLASSES) for line in block.splitlines()]
     printed = [line.strip() for line in result.stdout.splitlines()]
     assert [line for line in shown if line not in printed] == []

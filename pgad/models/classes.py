@@ -158,6 +158,18 @@ def check_prediction(lam, shapes, found):
                              '\'λ(d, w) w.W @ [d.x1, d.x2] + w.b\' with \'{"W": {}, "b": {}}\'.')
 
 
+def centred(lam, shapes, sized, k):
+    """The weights to centre over the classes after the fit: those of K rows (shapes: a Program's ((name, shape), …))
+    whose centring shifts every logit alike (shifts_alike) — every weight of K rows where that holds of them all (an
+    explicit start too, as pgad.init_weights gives), else the class-sized ones (sized) where it holds of them (a
+    hidden layer of K units is no class's), else none."""
+    rows = [n for n, shape in shapes if shape and shape[0] == k]
+    for names in (rows, list(sized)):
+        if names and shifts_alike(lam, set(names)):
+            return names
+    return []
+
+
 def shifts_alike(lam, names):
     """Does adding one vector c to each class-sized weight's classes (names) (W → W + 1·cᵀ, b → b + c) add one number
     to every logit of lam's prediction? True where the prediction is a sum or difference of terms each a class-sized

@@ -58,7 +58,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                    validation=validating.option(validation), likelihood=bool(likelihood))
     options['early_stopping'] = validating.early_stopping(early_stopping, options['validation'])
     summary.check_likelihood(loss, options['likelihood'])
-    if standardize and categorical.indexed(w, goal.model):
+    if standardize and objective.base(loss) != 'softmax' and categorical.indexed(w, goal.model):
         raise PgadError('0A000', 'pgad.train takes no standardize for a model with a categorical weight',
                         hint='Standardise the numeric columns in the data query, or train without standardize.')
     plan = standardizing.plan(goal.model) if standardize else None
@@ -89,17 +89,20 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     if sized:  # the class-sized weights' shapes, from the others'
         w = classes.sized(w, sized, goal.model, len(found.keys), shapes)
         shapes = calls.shapes_of(w, lengths, cats)
+    by_class = []  # the weights of a row per class: class-sized, or so given
     if objective.base(loss) == 'softmax':
         classes.check_prediction(goal.model, shapes, found)
+        by_class = [n for n, shape in shapes.weights if shape[0] == len(found.keys)]
     if chosen and options['optimizer'] == 'lbfgs' and options['dtype'] == 'float64' and \
-            _newton_pays(calls.vector_of(w), shapes, cats, data, sized):
+            _newton_pays(calls.vector_of(w), shapes, cats, data, by_class):
         options['optimizer'] = 'newton'
-    vectored = shapes.columns or any(n not in cats.keys and n not in sized for n, _ in shapes.weights) or \
+    vectored = shapes.columns or any(n not in cats.keys and n not in by_class for n, _ in shapes.weights) or \
         vectors.needed(goal.model) and not categorical.only(goal.model, cats) and found is None
-    if vectored and (standardize or options['group_by']) or standardize and sized:
+    if vectored and (standardize or options['group_by']) or standardize and by_class:
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')
     prog = _program(goal.text, names, options, config, shapes, chosen)
+    centred = classes.centred(goal.model, prog.shapes, sized, len(found.keys)) if by_class else ()
     if until:
         options['iterations'] = _iterations(options['optimizer'])
     prog = replace(prog, lam=objective.labelled(prog.lam, goal, loss))  # what the loads read: a boolean label too
@@ -150,8 +153,9 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                                         min(step_rows, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
                                       penalty, clock, held, _blocks(prog, cats))
-            if sized and classes.shifts_alike(goal.model, sized):  # scikit-learn's symmetric parameterisation
-                fitted = dict(zip(prog.weights, classes.centre([fitted[n] for n in prog.weights], prog.shapes, sized)))
+            if centred:  # scikit-learn's symmetric parameterisation
+                fitted = dict(zip(prog.weights, classes.centre([fitted[n] for n in prog.weights], prog.shapes,
+                                                               centred)))
             nested = prog.nest([fitted[n] for n in prog.weights])
             if not isinstance(kernel, shards.Sharded) and not (  # the rows here, a model of numbers, no penalty
                     shapes.columns or vectors.needed(goal.model) and not categorical.only(goal.model, cats)
@@ -304,12 +308,13 @@ def _default_optimizer(optimizer, learning_rate, l1):
     return 'gd' if learning_rate is not None or l1 else 'lbfgs'
 
 
-def _newton_pays(start, shapes, cats, data, sized=()):
+def _newton_pays(start, shapes, cats, data, by_class=()):
     """Does the default take newton: at most NEWTON_WEIGHTS weight elements, none a vector or matrix but a
-    categorical or class-sized one's (sized), no array column, and rows that are here (a sharded table's shards send
-    the gradient's sums only, to L-BFGS)?"""
-    return (len(start) <= NEWTON_WEIGHTS and not shapes.columns and
-            all(n in cats.keys or n in sized for n, _ in shapes.weights) and not shards.foreign(data))
+    categorical or a row per class one's (by_class), no array column (but in a model of classes: w.W @ d.x is
+    as cheap as w.W @ [d.x1, d.x2, …]), and rows that are here (a sharded table's shards send the gradient's sums
+    only, to L-BFGS)?"""
+    return (len(start) <= NEWTON_WEIGHTS and (not shapes.columns or by_class) and
+            all(n in cats.keys or n in by_class for n, _ in shapes.weights) and not shards.foreign(data))
 
 
 def _check_class_label(goal, label, loss):
