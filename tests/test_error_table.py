@@ -232,10 +232,15 @@ CALLS = {
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b*ln(d.y)', 'gamma', 'points', %s, "
              "optimizer => 'newton')", AB)
         + call("SELECT * FROM pgad.summary('m', unconverged => 'warning')"),
-    "pgad.summary takes a 'squared', 'logistic', 'poisson' or 'gamma' model, not model \"m\" with loss 'hinge'":
+    "pgad.summary takes a 'squared', 'logistic', 'softmax', 'poisson' or 'gamma' model, not model \"m\" with loss "
+    "'hinge'":
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', "
              "'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y FROM points', %s, iterations => 1)", '{"a": 0}')
         + call("SELECT * FROM pgad.summary('m')"),
+    "pgad.summary takes a 'softmax' model whose logits are affine in weights of one row per class, not model \"m\"":
+        call("SELECT pgad.train('m', 'λ(d, w) w.v @ tanh(w.u @ [d.x])', 'softmax', "
+             "'SELECT x, (x::int %% 3)::text AS y FROM points', pgad.init_weights(%s, 'glorot'), iterations => 1)",
+             '{"u": [2, 1], "v": [3, 2]}') + call("SELECT * FROM pgad.summary('m')"),
     'pgad.summary takes an unregularised model, not model "m" with l2 = 0.1':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, l2 => 0.1, "
              "iterations => 1)", '{"a": 0}') + call("SELECT * FROM pgad.summary('m')"),
