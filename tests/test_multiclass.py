@@ -178,6 +178,16 @@ def test_binary_logistic_of_a_text_label_against_sklearn(db):
     assert {t for _, _, t in got} == {'text'}
 
 
+def test_separated_text_labels_get_the_separation_warning(db):
+    """The separation check reads a two-class label as the 0/1 the loss reads (its code less 1)."""
+    notices = []
+    db.add_notice_handler(lambda n: notices.append((n.severity, n.message_primary)))
+    db.execute("SELECT pgad.train('separated', 'λ(d, w) w.a * d.x1 + w.b', 'logistic', "
+               "'SELECT x1, CASE WHEN x1 > 5.5 THEN ''big'' ELSE ''small'' END AS size FROM flowers', "
+               "'{\"a\": 0, \"b\": 0}', label => 'size')")
+    assert any(s == 'WARNING' and 'the labels are separated' in m for s, m in notices)
+
+
 def test_logistic_refuses_more_than_two_classes_and_says_softmax(db):
     e = error_of(db, "SELECT pgad.train('three', 'λ(d, w) w.a * d.x1 + w.c', 'logistic', 'flowers', "
                      "'{\"a\": 0, \"c\": 0}', label => 'species')")

@@ -27,7 +27,9 @@ trained it; rows names no model the caller may not read (hidden). Every SQL text
 quote_literal quotes them, and nothing else of the user's text reaches SQL.
 
 Beside the scoring function, a 'logistic' model gets "<name>_probability" and "<name>_class", a 'hinge' model
-"<name>_class" and a 'poisson' or 'gamma' model "<name>_mean" (EXTRAS), with the same arguments, inlined alike. They are not recorded in pgad.models: they are found
+"<name>_class", a 'poisson' or 'gamma' model "<name>_mean" and a 'softmax' model, whose scoring function returns the
+logits, "<name>_probability" (float8[]) and "<name>_class" (EXTRAS), with the same arguments, inlined alike; a
+model of classes (models/classes.py) returns its class in the label's type (chosen). They are not recorded in pgad.models: they are found
 from the recorded scoring_function and loss (extras), and follow its rules (only those pgad created for the model,
 owned by the role that trained it, are replaced or dropped; another role's function of that name is refused). Their
 names belong to the model: a model named like another model's function is refused whichever comes first

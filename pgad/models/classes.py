@@ -91,7 +91,7 @@ def find(loss, label, data, limits, memory_limit=None):
                             detail='Its classes: ' + ', '.join(quote_literal(k) for k in keys[:10])
                                    + (', …' if len(keys) > 10 else '') + '.',
                             hint="Use loss => 'softmax' for a model of many classes (its prediction a vector of a "
-                                 "logit per class, as 'λ(d, w) w.W @ [d.x1, d.x2] + w.b' with '{\"W\": {}, \"b\": {}}')."
+                                 "logit per class, as 'λ(d, w) w.w @ [d.x1, d.x2] + w.b' with '{\"w\": {}, \"b\": {}}')."
                             if len(keys) > 2 else 'Give data with rows of both classes.')
     elif len(keys) < 2:
         raise PgadError('22023', f'loss "softmax" needs two classes or more, but the label column "{label}" has '
@@ -155,7 +155,7 @@ def check_prediction(lam, shapes, found):
                         detail='The classes: ' + ', '.join(quote_literal(k) for k in found.keys[:10])
                                + (', …' if len(found.keys) > 10 else '') + '.',
                         hint='Start the weights that make the logits at {} to size them by the classes: '
-                             '\'λ(d, w) w.W @ [d.x1, d.x2] + w.b\' with \'{"W": {}, "b": {}}\'.')
+                             '\'λ(d, w) w.w @ [d.x1, d.x2] + w.b\' with \'{"w": {}, "b": {}}\'.')
 
 
 def centred(lam, shapes, sized, k):

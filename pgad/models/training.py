@@ -159,9 +159,9 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             nested = prog.nest([fitted[n] for n in prog.weights])
             if not isinstance(kernel, shards.Sharded) and not (  # the rows here, a model of numbers, no penalty
                     shapes.columns or vectors.needed(goal.model) and not categorical.only(goal.model, cats)
-                    or options['l1'] or options['l2'] or found is not None):
-                separation.check_fit(loss, goal.model, prog, part.table, label, nested, clock.warning,
-                                     server.check_interrupts)
+                    or options['l1'] or options['l2']):
+                separation.check_fit(loss, goal.model, prog, _as_labels(part.table, prog, label, found), label,
+                                     nested, clock.warning, server.check_interrupts)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
                              weights=calls.weights_json(unread, categorical.named(nested, cats)),
@@ -315,6 +315,15 @@ def _newton_pays(start, shapes, cats, data, by_class=()):
     only, to L-BFGS)?"""
     return (len(start) <= NEWTON_WEIGHTS and (not shapes.columns or by_class) and
             all(n in cats.keys or n in by_class for n, _ in shapes.weights) and not shards.foreign(data))
+
+
+def _as_labels(table, prog, label, found):
+    """table, where a two-class 'logistic' label (found) is loaded as its code 1 or 2, with it as the 0 or 1 the loss
+    reads (separation.check_fit's labels)."""
+    if found is None:
+        return table
+    at = [str(c) for c in prog.columns].index(label)
+    return loader.Table([c - 1 if k == at else c for k, c in enumerate(table.columns)], table.rows, table.skipped)
 
 
 def _check_class_label(goal, label, loss):
