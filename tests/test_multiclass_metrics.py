@@ -303,3 +303,34 @@ def test_a_separated_binary_text_label_has_no_table(db, four):
                "'{\"a\": 0, \"c\": 0}', label => 'answer', iterations => 20)")
     e = error_of(db, "SELECT * FROM pgad.summary('apart', unconverged => 'warning')")
     assert e.sqlstate == '22000' and 'the labels are separated' in e.message_primary
+
+
+def test_per_group_metrics_and_tables(db, four):
+    """With group_by, each group's metrics are scikit-learn's on its rows and its table MNLogit's of its rows; a
+    group the model has no weights for is counted as unseen_rows."""
+    x, y, _ = four
+    db.execute("SELECT pgad.train('halves', %s, 'softmax', 'SELECT *, id %% 2 AS half FROM four', "
+               "'{\"w\": {}, \"b\": {}}', label => 'animal', group_by => 'half', optimizer => 'newton')", [MODEL])
+    found = db.execute("SELECT group_key->>'half', metric, value FROM pgad.evaluate('halves', "
+                       "'SELECT *, id % 3 AS half FROM four')").fetchall()
+    assert ('2', 'unseen_rows', 100) in found
+    tables = {}
+    for key, weight, *row in db.execute("SELECT group_key->>'half', weight, estimate, std_error, statistic, p_value, "
+                                        "ci_low, ci_high FROM pgad.summary('halves')"):
+        tables.setdefault(key, []).append((weight, *row))
+    assert sorted(tables) == ['0', '1']
+    for half in (0, 1):
+        m = {metric: value for key, metric, value in found if key == str(half)}
+        rows = np.arange(len(y)) % 3 == half
+        z = np.array([r[0] for r in db.execute(
+            'SELECT pgad_models.halves(%s, x1, x2) FROM four WHERE id %% 3 = %s ORDER BY id', [half, half])])
+        every = list(range(len(CLASSES)))
+        assert m['rows'] == rows.sum() and m['unseen_label_rows'] == 0
+        assert m['accuracy'] == pytest.approx(sk.accuracy_score(y[rows], np.argmax(z, axis=1)), rel=1e-12)
+        assert m['f1_macro'] == pytest.approx(sk.f1_score(y[rows], np.argmax(z, axis=1), labels=every,
+                                                          average='macro', zero_division=0), rel=1e-12)
+        assert m['log_loss'] == pytest.approx(sk.log_loss(y[rows], softmax(z), labels=every), rel=1e-9)
+        trained_on = np.arange(len(y)) % 2 == half
+        fit = sm.MNLogit(y[trained_on], sm.add_constant(x[trained_on])).fit(disp=0, method='newton', maxiter=100,
+                                                                            tol=1e-12)
+        expected(tables[str(half)], fit, rel=1e-6)
