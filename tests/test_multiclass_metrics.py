@@ -334,3 +334,37 @@ def test_per_group_metrics_and_tables(db, four):
         fit = sm.MNLogit(y[trained_on], sm.add_constant(x[trained_on])).fit(disp=0, method='newton', maxiter=100,
                                                                             tol=1e-12)
         expected(tables[str(half)], fit, rel=1e-6)
+
+
+def test_many_classes_give_the_confusion_matrix_s_counted_cells():
+    """Past `cells`, only the cells that count a row, the same counts as scikit-learn's matrix there."""
+    rng = np.random.default_rng(3)
+    y, z = rng.integers(0, 5, size=40), rng.normal(size=(40, 5))
+    classes = list('abcde')
+    full = {m: v for m, v in evaluate.multiclass(y + 1, z, classes) if m.startswith('confusion')}
+    counted = {m: v for m, v in evaluate.multiclass(y + 1, z, classes, cells=24) if m.startswith('confusion')}
+    confusion = sk.confusion_matrix(y, np.argmax(z, axis=1), labels=range(5))
+    assert len(full) == 25 and counted == {m: v for m, v in full.items() if v}
+    assert len(counted) == np.count_nonzero(confusion) < 25
+    assert evaluate.multiclass(y + 1, z, classes, cells=25) == evaluate.multiclass(y + 1, z, classes)
+
+
+def test_a_model_of_many_classes_bounds_its_confusion_rows(db):
+    """70 classes at pgad.memory_limit's least (1 MB): 4,900 cells of 256 bytes are more, so the matrix comes as the
+    cells that count a row, with a NOTICE."""
+    db.execute("CREATE TABLE many AS SELECT g AS id, sin(g)::float8 AS x1, cos(g)::float8 AS x2, "
+               "'c' || (g % 70) AS animal FROM generate_series(1, 140) AS g")
+    db.execute("SELECT pgad.train('many', %s, 'softmax', 'many', '{\"w\": {}, \"b\": {}}', label => 'animal', "
+               "iterations => 3)", [MODEL])
+    notices = []
+    db.add_notice_handler(lambda n: notices.append(n.message_primary))
+    db.execute("SET pgad.memory_limit = '1MB'")
+    try:
+        m = dict(db.execute("SELECT metric, value FROM pgad.evaluate('many', 'many')").fetchall())
+    finally:
+        db.execute('RESET pgad.memory_limit')
+    confusion = [v for k, v in m.items() if k.startswith('confusion')]
+    assert 0 < len(confusion) <= 140 and sum(confusion) == 140 and all(confusion)
+    assert notices == ['model "many" has 70 classes: the confusion matrix gives only its cells that count a row '
+                       '(4900 cells would take more than pgad.memory_limit)']
+    assert len([k for k in m if k.startswith('support[')]) == 70

@@ -24,7 +24,7 @@ import json
 
 import numpy as np
 
-from .. import categorical, loader, program, python_backend
+from .. import categorical, limits, loader, program, python_backend, server
 from ..errors import PgadError
 from ..lang import parser, vectors
 from . import catalog, objective
@@ -117,14 +117,19 @@ def class_name(text):
     return json.dumps(text, ensure_ascii=False)
 
 
-def multiclass(y, z, classes):
+# What a cell of the confusion matrix costs pgad.evaluate as a row (its tuple, its name, PostgreSQL's row): with more
+# classes than the full matrix of cells fits in pgad.memory_limit, only the cells that count a row are given.
+CELL_BYTES = 256
+
+
+def multiclass(y, z, classes, cells=None):
     """[(metric, value)] of a softmax model over rows whose labels it knows: y their class codes (1 … K), z their
     logits (rows × K), classes the model's K classes (as text). scikit-learn's definitions over the model's classes
     (labels=classes): the predicted class is the argmax of the logits, the first class on a tie; log_loss the mean
     of logsumexp(z) − z[y] (natural log, no clipping); a ratio with nothing to divide by is 0 (zero_division=0), so
     that a class with no rows and no predictions has precision, recall and f1 0 and counts so in the macro means and
     not at all in the weighted ones (its support is 0). The confusion matrix's rows are the actual classes, its
-    columns the predicted."""
+    columns the predicted: every cell, or where K² is more than cells (None: no bound), the cells that count a row."""
     k = len(classes)
     y = np.asarray(y, dtype=np.int64) - 1
     rows = len(y)
@@ -133,8 +138,9 @@ def multiclass(y, z, classes):
                                            ('precision', 'recall', 'f1'))]
         return [(m, None) for m in names]
     predicted = np.argmax(z, axis=1)
-    confusion = np.bincount(y * k + predicted, minlength=k * k).reshape(k, k).astype(np.float64)
-    tp, support, chosen = np.diag(confusion), confusion.sum(axis=1), confusion.sum(axis=0)
+    tp = np.bincount(y[predicted == y], minlength=k).astype(np.float64)
+    support = np.bincount(y, minlength=k).astype(np.float64)
+    chosen = np.bincount(predicted, minlength=k).astype(np.float64)
     divide = np.vectorize(_ratio, otypes=[np.float64])
     precision, recall, f1 = divide(tp, chosen), divide(tp, support), divide(2 * tp, chosen + support)
     out = [('log_loss', float(np.mean(np.logaddexp.reduce(z, axis=1) - z[np.arange(rows), y]))),
@@ -146,8 +152,14 @@ def multiclass(y, z, classes):
     for c, name in enumerate(names):
         out += [(f'precision[{name}]', float(precision[c])), (f'recall[{name}]', float(recall[c])),
                 (f'f1[{name}]', float(f1[c])), (f'support[{name}]', float(support[c]))]
-    out += [(f'confusion[{actual}][{guess}]', float(confusion[a, g]))
-            for a, actual in enumerate(names) for g, guess in enumerate(names)]
+    pairs, counts = np.unique(y * k + predicted, return_counts=True)  # the cells that count a row, in order
+    if cells is not None and k * k > cells:
+        return out + [(f'confusion[{names[a]}][{names[g]}]', float(n))
+                      for a, g, n in zip(pairs // k, pairs % k, counts)]
+    found = dict(zip(pairs.tolist(), counts.tolist()))
+    for a, actual in enumerate(names):
+        limits.tick(k)
+        out += [(f'confusion[{actual}][{guess}]', float(found.get(a * k + g, 0))) for g, guess in enumerate(names)]
     return out
 
 
@@ -282,6 +294,10 @@ def _softmax(name, data, config, stored, options, label):
     elements = {e: (c, k + 1) for c, n in lengths for k, e in enumerate(vectors.elements(c, (n,)))}
     columns = list(dict.fromkeys([*lam.columns, label]))
     parts = _load(name, data, config, columns, options, codes, elements)
+    cells = config.memory_limit // CELL_BYTES
+    if len(classes) ** 2 > cells:
+        server.notice(f'model "{name}" has {len(classes)} classes: the confusion matrix gives only its cells that '
+                      f'count a row ({len(classes) ** 2} cells would take more than pgad.memory_limit)')
     out = []
     for part in parts:
         key, table = part.key, part.table
@@ -295,7 +311,7 @@ def _softmax(name, data, config, stored, options, label):
             seen = y > 0
             z = logits(lam, root, cols, weights[key], table.rows)
             out.append((key, 'unseen_label_rows', float(np.sum(~seen))))
-            found = multiclass(y[seen], z[seen], classes)
+            found = multiclass(y[seen], z[seen], classes, cells)
             out.append((key, 'loss', found[0][1]))  # the mean objective over the rows with a known label
             out += [(key, m, v) for m, v in found]
             if cats:
