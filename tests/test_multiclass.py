@@ -178,6 +178,29 @@ def test_binary_logistic_of_a_text_label_against_sklearn(db):
     assert {t for _, _, t in got} == {'text'}
 
 
+def test_a_separated_class_and_a_missing_one_are_warned_of(db):
+    """iris's setosa, separated by its petals: no optimum without a penalty, and a WARNING names the class; a group
+    whose rows lack a class gets one too. With l2, neither."""
+    notices = []
+    db.add_notice_handler(lambda n: notices.append((n.severity, n.message_primary)))
+    db.execute("SELECT pgad.train('setosa_apart', %s, 'softmax', "
+               "'SELECT *, species = ''setosa'' AS g FROM flowers WHERE x3 < 2.5 OR species <> ''setosa''', %s, "
+               "label => 'species')", (MODEL, START))
+    warned = [m for s, m in notices if s == 'WARNING']
+    assert any('class "setosa" is separated from the others' in m for m in warned), warned
+    notices.clear()
+    db.execute("SELECT pgad.train('missing_class', %s, 'softmax', "
+               "'SELECT *, species = ''setosa'' AS g FROM flowers', %s, label => 'species', group_by => 'g')",
+               ('λ(d, w) w.w @ [d.x1, d.x3] + w.b', START))
+    warned = [m for s, m in notices if s == 'WARNING']
+    assert any(m.startswith('model "missing_class", group {"g": true}: no row has classes "versicolor", "virginica"')
+               for m in warned), warned
+    assert not any('separated' in m for m in warned)
+    notices.clear()
+    train(db, 'penalised', l2=0.01)
+    assert not [m for s, m in notices if s == 'WARNING']
+
+
 def test_separated_text_labels_get_the_separation_warning(db):
     """The separation check reads a two-class label as the 0/1 the loss reads (its code less 1)."""
     notices = []

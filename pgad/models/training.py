@@ -103,6 +103,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                         hint='Standardise the columns in the data query, or train one model per group.')
     prog = _program(goal.text, names, options, config, shapes, chosen)
     centred = classes.centred(goal.model, prog.shapes, sized, len(found.keys)) if by_class else ()
+    # a softmax model's prediction, unrolled: its classes' separation is checked on it after each fit
+    logits = vectors.unrolled_value(goal.model, shapes, config.limits) if by_class else None
     if until:
         options['iterations'] = _iterations(options['optimizer'])
     prog = replace(prog, lam=objective.labelled(prog.lam, goal, loss))  # what the loads read: a boolean label too
@@ -162,6 +164,10 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                     or options['l1'] or options['l2']):
                 separation.check_fit(loss, goal.model, prog, _as_labels(part.table, prog, label, found), label,
                                      nested, clock.warning, server.check_interrupts)
+            if logits is not None and not isinstance(kernel, shards.Sharded) and not (options['l1'] or options['l2']):
+                separation.warn_classes(found.keys, separation.classes_separated(
+                    *logits, dict(zip([str(c) for c in prog.columns], part.table.columns)), label, fitted,
+                    part.table.rows, server.check_interrupts), clock.warning)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
                              weights=calls.weights_json(unread, categorical.named(nested, cats)),
