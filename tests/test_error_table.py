@@ -237,6 +237,10 @@ CALLS = {
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', "
              "'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y FROM points', %s, iterations => 1)", '{"a": 0}')
         + call("SELECT * FROM pgad.summary('m')"),
+    'model "m" has no standard errors: class "a" is separated from the others':
+        call("SELECT pgad.train('m', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', "
+             "$$SELECT x, CASE WHEN x < 4 THEN 'a' WHEN x::int %% 2 = 0 THEN 'b' ELSE 'c' END AS y FROM points$$, "
+             "%s)", '{"w": {}, "b": {}}') + call("SELECT * FROM pgad.summary('m', unconverged => 'warning')"),
     "pgad.summary takes a 'softmax' model whose logits are affine in weights of one row per class, not model \"m\"":
         call("SELECT pgad.train('m', 'λ(d, w) w.v @ tanh(w.u @ [d.x])', 'softmax', "
              "'SELECT x, (x::int %% 3)::text AS y FROM points', pgad.init_weights(%s, 'glorot'), iterations => 1)",

@@ -368,3 +368,21 @@ def test_a_model_of_many_classes_bounds_its_confusion_rows(db):
     assert notices == ['model "many" has 70 classes: the confusion matrix gives only its cells that count a row '
                        '(4900 cells would take more than pgad.memory_limit)']
     assert len([k for k in m if k.startswith('support[')]) == 70
+
+
+def test_a_separated_class_or_a_class_without_rows_has_no_table(db):
+    """As a logistic model's separated labels: a class every row of which the fit gives probability 1 (and 0 to
+    every other row), or one that a group has no row of, has no finite estimate."""
+    db.execute("CREATE TABLE sep AS SELECT g AS id, sin(g)::float8 AS x1, cos(g * 1.3)::float8 AS x2, g % 2 AS half, "
+               "CASE WHEN sin(g) > 0.5 THEN 'a' WHEN cos(g * 1.3) + 0.4 * sin(g * 7) > 0 THEN 'b' ELSE 'c' END AS y "
+               "FROM generate_series(1, 200) AS g")
+    db.execute("SELECT pgad.train('sep', %s, 'softmax', 'sep', '{\"w\": {}, \"b\": {}}', label => 'y')", [MODEL])
+    e = error_of(db, "SELECT * FROM pgad.summary('sep', unconverged => 'warning')")
+    assert (e.sqlstate, e.message_primary) == ('22000', 'model "sep" has no standard errors: class "a" is separated '
+                                                        'from the others')
+    db.execute("SELECT pgad.train('gap', %s, 'softmax', $$SELECT * FROM sep WHERE half = 0 OR y <> 'c'$$, "
+               "'{\"w\": {}, \"b\": {}}', label => 'y', group_by => 'half', l2 => 0)",
+               [MODEL.replace('d.x1', 'd.x1 + sin(7 * d.x2)')])
+    e = error_of(db, "SELECT * FROM pgad.summary('gap', unconverged => 'warning')")
+    assert (e.sqlstate, e.message_primary) == ('22000', 'model "gap", group {"half": 1} has no standard errors: class '
+                                                        '"c" is without a row')

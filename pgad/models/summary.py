@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import arguments, calls, categorical, loader, program, server
 from ..errors import PgadError
-from ..lang import hessian as second
+from ..lang import hessian as second, vectors
 from . import catalog, objective, separation
 
 LEVEL = 0.95
@@ -127,8 +127,9 @@ def coefficients(name, unconverged='error'):
         codes = {**codes, options.get('label', 'y'): classes}
     if first['loss'] == 'softmax':
         check_multinomial(name, goal.model, w, len(classes))
-    prog = program.build_hessian(goal.text, tuple(w), config.limits,
-                                 calls.shapes_of(w, loader.lengths(first['data'], lam.columns, codes), cats))
+    shapes = calls.shapes_of(w, loader.lengths(first['data'], lam.columns, codes), cats)
+    prog = program.build_hessian(goal.text, tuple(w), config.limits, shapes)
+    logits = vectors.unrolled_value(goal.model, shapes, config.limits) if first['loss'] == 'softmax' else None
     prog = replace(prog, lam=objective.labelled(prog.lam, goal, first['loss']))
     names = categorical.element_names(prog, cats)
     backend = options.get('backend', 'auto')
@@ -158,7 +159,8 @@ def coefficients(name, unconverged='error'):
         fit = Fit(where, vector, sums[0], sums[1:1 + p], second.full(sums[1 + p:], p), part.rows, names,
                   dispersion)
         if first['loss'] == 'softmax':
-            fit = multinomial(fit, prog.shapes, options['classes'])
+            _check_classes(name, group, classes, logits, prog, part, w, options.get('label', 'y'))
+            fit = multinomial(fit, prog.shapes, classes)
         for line in table(name, likelihood, fit, row['converged'], unconverged):
             out.append((row['group_key'], *line))
     return out
@@ -200,6 +202,25 @@ def multinomial(fit, shapes, classes):
     estimate = np.asarray(fit.estimate)
     return replace(fit, estimate=estimate[index] - estimate[reference], gradient=np.asarray(fit.gradient)[index],
                    hessian=np.asarray(fit.hessian)[np.ix_(index, index)], names=names)
+
+
+def _check_classes(name, where, keys, logits, prog, part, w, label):
+    """22000 where a softmax model's fit separates a class from the others (separation.classes_separated: every row
+    of it within 1e-6 of probability 1, every other within 1e-6 of 0), or where no row has a class: its weights then
+    have no finite maximum-likelihood estimate."""
+    flat = {e: float(v) for n, value in w.items()
+            for e, v in zip(vectors.elements(n, np.shape(value)), np.ravel(value))}
+    separated, absent = separation.classes_separated(*logits, dict(zip([str(c) for c in prog.columns], part.columns)),
+                                                     label, flat, part.rows, server.check_interrupts)
+    for found, why in ((separated, 'separated from the others'), (absent, 'without a row')):
+        if found:
+            named = ', '.join(f'"{keys[k]}"' for k in found)
+            plural = len(found) > 1
+            raise PgadError('22000', f'model "{name}"{where} has no standard errors: class{"es" if plural else ""} '
+                                     f'{named} {"are" if plural else "is"} {why}',
+                            detail='The loss falls without end along a direction of that class\'s weights: they have '
+                                   'no maximum-likelihood estimate, and no standard errors.',
+                            hint=separation.HINT)
 
 
 def check_multinomial(name, model, weights, k):
