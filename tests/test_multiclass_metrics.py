@@ -386,3 +386,16 @@ def test_a_separated_class_or_a_class_without_rows_has_no_table(db):
     e = error_of(db, "SELECT * FROM pgad.summary('gap', unconverged => 'warning')")
     assert (e.sqlstate, e.message_primary) == ('22000', 'model "gap", group {"half": 1} has no standard errors: class '
                                                         '"c" is without a row')
+
+
+def test_an_enum_label_is_read_in_its_declared_order(db, four):
+    """The classes are the enum's order (zeta first): the metrics name them so and zeta is the reference class."""
+    x, y, fit = four
+    db.execute("CREATE TYPE kind AS ENUM ('zeta', 'alpha', 'mid', 'omega')")
+    data = "SELECT x1, x2, (ARRAY['zeta', 'alpha', 'mid', 'omega']::kind[])[label::int + 1] AS animal FROM four"
+    assert trained(db, 'kinds', data) == ['zeta', 'alpha', 'mid', 'omega']
+    m = dict(db.execute("SELECT metric, value FROM pgad.evaluate('kinds', %s)", [data]).fetchall())
+    assert [m[f'support["{c}"]'] for c in ('zeta', 'alpha', 'mid', 'omega')] == list(np.bincount(y, minlength=4))
+    table = summarised(db, 'kinds')
+    assert table[0][0] == 'b["alpha"]'
+    expected(table, fit, rel=1e-6)
