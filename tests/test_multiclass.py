@@ -340,8 +340,8 @@ def test_an_enum_label_of_another_role_is_refused(db, cluster, dbname):
                'CREATE SCHEMA class_s AUTHORIZATION class_owner')
     with psycopg.connect(cluster.conninfo(dbname, user='class_owner'), autocommit=True) as owner:
         owner.execute("CREATE TYPE class_s.kind AS ENUM ('a', 'b', 'c')")
-        owner.execute("CREATE TABLE class_s.rows AS SELECT g::float8 AS x, (ARRAY['a', 'b', 'c'])[g % 3 + 1]::class_s.kind "
-                      "AS y FROM pg_catalog.generate_series(1, 30) AS g")
+        owner.execute("CREATE TABLE class_s.rows AS SELECT g::float8 AS x, "
+                      "(ARRAY['a', 'b', 'c'])[g % 3 + 1]::class_s.kind AS y FROM pg_catalog.generate_series(1, 30) AS g")
         owner.execute('GRANT USAGE ON SCHEMA class_s TO PUBLIC; GRANT SELECT ON class_s.rows TO PUBLIC')
     e = error_of(db, "SELECT pgad.train('foreign_enum', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', 'class_s.rows', %s)",
                  (START,))

@@ -29,8 +29,8 @@ quote_literal quotes them, and nothing else of the user's text reaches SQL.
 Beside the scoring function, a 'logistic' model gets "<name>_probability" and "<name>_class", a 'hinge' model
 "<name>_class", a 'poisson' or 'gamma' model "<name>_mean" and a 'softmax' model, whose scoring function returns the
 logits, "<name>_probability" (float8[]) and "<name>_class" (EXTRAS), with the same arguments, inlined alike; a
-model of classes (models/classes.py) returns its class in the label's type (chosen). They are not recorded in pgad.models: they are found
-from the recorded scoring_function and loss (extras), and follow its rules (only those pgad created for the model,
+model of classes (models/classes.py) returns its class in the label's type (chosen). They are not recorded in
+pgad.models: they are found from the recorded scoring_function and loss (extras), and follow its rules (only those pgad created for the model,
 owned by the role that trained it, are replaced or dropped; another role's function of that name is refused). Their
 names belong to the model: a model named like another model's function is refused whichever comes first
 (check_names). A scoring function that takes an array checks its length (Scoring.checked), raising 2202E through
@@ -99,9 +99,9 @@ VECTOR_EXTRAS = ('softmax',)  # the losses whose model predicts a vector and has
 
 def chosen(x, found, logits):
     """The SQL of the class a model of classes (found: models/classes.py's Classes) predicts from x, as the label's
-    type: of a 'softmax' model's logits x (float8[], logits true), the class of the greatest (the first in order on a tie); of a
-    two-class 'logistic' model's score (float8), the second class where x >= 0 (probability 1/2 or more). The classes
-    are literals quoted as quote_literal quotes them, x is written once."""
+    type: of a 'softmax' model's logits x (float8[], logits true), the class of the greatest (the first in order on
+    a tie); of a two-class 'logistic' model's score (float8), the second class where x >= 0 (probability 1/2 or
+    more). The classes are literals quoted as quote_literal quotes them, x is written once."""
     classes = 'ARRAY[' + ', '.join(f'{printer.quote_literal(k)}::{found.type}' for k in found.keys) + \
         f']::{found.type}[]'
     if not logits:

@@ -61,6 +61,8 @@ def find(loss, label, data, limits, memory_limit=None):
                                oid == loader.BOOLEAN_OID):
         return None
     base = server.query(categorical.BASE, [oid], ['pg_catalog.oid'])[0]
+    if loss == 'logistic' and base['oid'] not in categorical.INTEGERS and base['category'] in ('N', 'B'):
+        return None  # a domain over a number or boolean: as the loader reads (or refuses) it
     if base['oid'] not in categorical.INTEGERS and base['category'] not in categorical.KINDS:
         shown = quote_ident(label)
         raise PgadError('42804', f'the label column "{label}" is of type {base["name"]}, which cannot be a class',
@@ -91,7 +93,8 @@ def find(loss, label, data, limits, memory_limit=None):
                             detail='Its classes: ' + ', '.join(quote_literal(k) for k in keys[:10])
                                    + (', …' if len(keys) > 10 else '') + '.',
                             hint="Use loss => 'softmax' for a model of many classes (its prediction a vector of a "
-                                 "logit per class, as 'λ(d, w) w.w @ [d.x1, d.x2] + w.b' with '{\"w\": {}, \"b\": {}}')."
+                                 "logit per class, as 'λ(d, w) w.w @ [d.x1, d.x2] + w.b' with "
+                                 "'{\"w\": {}, \"b\": {}}')."
                             if len(keys) > 2 else 'Give data with rows of both classes.')
     elif len(keys) < 2:
         raise PgadError('22023', f'loss "softmax" needs two classes or more, but the label column "{label}" has '

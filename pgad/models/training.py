@@ -107,7 +107,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     logits = vectors.unrolled_value(goal.model, shapes, config.limits) if by_class else None
     if until:
         options['iterations'] = _iterations(options['optimizer'])
-    prog = replace(prog, lam=objective.labelled(prog.lam, goal, loss))  # what the loads read: a boolean label too
+    # what the loads read: a boolean label too
+    prog = replace(prog, lam=objective.labelled(prog.lam, goal, checked_loss))
     calls.compiled(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
     job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
     start = calls.vector_of(w)
