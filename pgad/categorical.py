@@ -43,11 +43,13 @@ class Categories:
     keys: dict = field(default_factory=dict)     # weight → its categories, as the column's text ('north', '3')
     column: dict = field(default_factory=dict)   # weight → the column that indexes it
     types: dict = field(default_factory=dict)    # column → its (base) type's schema-qualified name
+    labels: dict = field(default_factory=dict)   # a label of classes → its classes (models/classes.py), coded alike
 
     @property
     def codes(self):
-        """{column: its categories}: what the loader codes the column by (loader.category_code)."""
-        return {self.column[w]: keys for w, keys in self.keys.items()}
+        """{column: its categories}: what the loader codes the column by (loader.category_code); a label of
+        classes too."""
+        return {**{self.column[w]: keys for w, keys in self.keys.items()}, **self.labels}
 
     def __bool__(self):
         return bool(self.keys)

@@ -14,6 +14,7 @@ SQL_MD = pathlib.Path(__file__).parent.parent / 'docs' / 'sql.md'
 SECTION = '## The aggregates: pgad.loss_agg, pgad.gradient_agg, pgad.gradient_descent_agg'
 MODELS = '## Models: pgad.train, pgad.models, pgad_models, pgad.drop_model'
 VECTORS = '## Vectors and matrices'
+CLASSES = "## Many classes: loss 'softmax'"
 
 
 def section_sql(section=SECTION):
@@ -103,3 +104,42 @@ def test_the_vectors_examples_run_in_psql_as_shown(cluster, tmp_path):
     shown = [line.strip() for block in output_blocks(VECTORS) for line in block.splitlines()]
     printed = [line.strip() for line in result.stdout.splitlines()]
     assert [line for line in shown if line not in printed] == []
+
+
+def test_the_many_classes_examples_run_in_psql_as_shown(cluster, tmp_path):
+    """The softmax and two-class logistic models train, and score, as the section shows, line for line."""
+    result = run_in_psql(cluster, tmp_path, section_sql(CLASSES))
+    assert result.returncode == 0, result.stderr
+    shown = [line.strip() for block in output_blocks(CLASSES) for line in block.splitlines()]
+    printed = [line.strip() for line in result.stdout.splitlines()]
+    assert [line for line in shown if line not in printed] == []
+
+
+def subsection(heading):
+    """(the ```sql blocks, the ``` output blocks) of a ### subsection of docs/sql.md, up to the next heading."""
+    text = SQL_MD.read_text()
+    start = text.index(f'\n{heading}\n')
+    ends = [e for e in (text.find('\n## ', start + 1), text.find('\n### ', start + 1)) if e != -1]
+    blocks, current, language = {'sql': [], '': []}, None, None
+    for line in text[start:min(ends)].splitlines():
+        if line.startswith('```') and current is None:
+            current, language = [], line[3:]
+        elif line.startswith('```'):
+            blocks.setdefault(language, []).append('\n'.join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    assert blocks['sql'] and blocks[''], f'{heading} has no example'
+    return '\n'.join(blocks['sql']), '\n'.join(blocks[''])
+
+
+def test_the_multiclass_evaluate_and_summary_examples_run_as_shown(cluster, tmp_path):
+    """'Evaluating a model''s Many classes, then the summary's Multinomial logistic models on its model."""
+    evaluated, evaluated_shown = subsection('### Many classes')
+    summarised, summarised_shown = subsection('### Multinomial logistic models')
+    result = run_in_psql(cluster, tmp_path, evaluated + '\n' + summarised)
+    assert result.returncode == 0, result.stderr
+    shown = [line.strip() for line in (evaluated_shown + '\n' + summarised_shown).splitlines()]
+    printed = [line.strip() for line in result.stdout.splitlines()]
+    assert [line for line in shown if line not in printed] == []
+    assert len(shown) > 30

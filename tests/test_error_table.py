@@ -60,6 +60,29 @@ CALLS = {
     'pgad.train takes no standardize for a model with a categorical weight':
         call("SELECT pgad.train('m', 'λ(d, w) w.r[d.t]', 'squared', 'SELECT t, x AS y FROM mixed', '{\"r\": {}}', "
              "standardize => true)"),
+    'the label column "x" is of type pg_catalog.float8, which cannot be a class':
+        call("SELECT pgad.train('m', 'λ(d, w) w.w @ [d.y] + w.b', 'softmax', 'points', '{\"w\": {}, \"b\": {}}', "
+             "label => 'x')"),
+    'loss "softmax" needs two classes or more, but the label column "y" has 1':
+        call("SELECT pgad.train('m', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', 'SELECT x, 1 AS y FROM points', "
+             "'{\"w\": {}, \"b\": {}}')"),
+    'loss "logistic" takes a label of two classes, but column "y" has 3':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'logistic', 'SELECT x, (x::int % 3)::text AS y FROM points', "
+             "'{\"a\": 0}')"),
+    'the label column "y" has more than 10 classes, the most a model takes':
+        [('SET pgad.max_lambda_nodes = 100', ())] +
+        call("SELECT pgad.train('m', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', 'SELECT x, x::int AS y FROM "
+             "(SELECT pg_catalog.generate_series(1, 50)::float8 AS x) AS s', '{\"w\": {}, \"b\": {}}')"),
+    'loss "softmax" takes a prediction of 3 logits, a number per class of the label column "y", but the model '
+    'predicts a number':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'softmax', 'SELECT x, x::int % 3 AS y FROM points', "
+             "'{\"a\": 0}')"),
+    'weight "w" is class-sized and starts at {} only':
+        call("SELECT pgad.train('m', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', 'SELECT x, x::int % 3 AS y FROM points', "
+             "'{\"w\": {\"a\": 1}, \"b\": {}}')"),
+    "the model reads column \"y\", the label of loss 'softmax'":
+        call("SELECT pgad.train('m', 'λ(d, w) w.w @ [d.x, d.y] + w.b', 'softmax', "
+             "'SELECT x, x::int % 3 AS y FROM points', '{\"w\": {}, \"b\": {}}')"),
     'the label column "y" is not in the data':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'SELECT 1.0::float8 AS x', '{\"a\": 0}')"),
     'column "v" is of type double precision[]: the aggregates take numbers':
@@ -217,10 +240,19 @@ CALLS = {
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b*ln(d.y)', 'gamma', 'points', %s, "
              "optimizer => 'newton')", AB)
         + call("SELECT * FROM pgad.summary('m', unconverged => 'warning')"),
-    "pgad.summary takes a 'squared', 'logistic', 'poisson' or 'gamma' model, not model \"m\" with loss 'hinge'":
+    "pgad.summary takes a 'squared', 'logistic', 'softmax', 'poisson' or 'gamma' model, not model \"m\" with loss "
+    "'hinge'":
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', "
              "'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y FROM points', %s, iterations => 1)", '{"a": 0}')
         + call("SELECT * FROM pgad.summary('m')"),
+    'model "m" has no standard errors: class "a" is separated from the others':
+        call("SELECT pgad.train('m', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', "
+             "$$SELECT x, CASE WHEN x < 4 THEN 'a' WHEN x::int %% 2 = 0 THEN 'b' ELSE 'c' END AS y FROM points$$, "
+             "%s)", '{"w": {}, "b": {}}') + call("SELECT * FROM pgad.summary('m', unconverged => 'warning')"),
+    "pgad.summary takes a 'softmax' model whose logits are affine in weights of one row per class, not model \"m\"":
+        call("SELECT pgad.train('m', 'λ(d, w) w.v @ tanh(w.u @ [d.x])', 'softmax', "
+             "'SELECT x, (x::int %% 3)::text AS y FROM points', pgad.init_weights(%s, 'glorot'), iterations => 1)",
+             '{"u": [2, 1], "v": [3, 2]}') + call("SELECT * FROM pgad.summary('m')"),
     'pgad.summary takes an unregularised model, not model "m" with l2 = 0.1':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, l2 => 0.1, "
              "iterations => 1)", '{"a": 0}') + call("SELECT * FROM pgad.summary('m')"),
@@ -256,6 +288,8 @@ ELSEWHERE = {
         'tests/test_crash_fuzz.py::test_the_frame_check_refuses_a_kernel_past_its_bound',
     'model "prices" belongs to role "alice"':
         'tests/test_model_trust.py::test_a_name_belongs_to_the_role_that_trained_it_first',
+    'column "y" of the label is of type …, which role "…" owns':
+        'tests/test_multiclass.py::test_an_enum_label_of_another_role_is_refused',
     'column "color" of group_by is of type …, which role "…" owns':
         'tests/test_model_trust.py::test_an_enum_group_column_another_role_owns_is_refused',
     'model "alices" belongs to role "summary_alice"':

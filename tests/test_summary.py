@@ -99,17 +99,18 @@ def test_the_refused_loss_is_named(points):
                        f"iterations => 2{label})", (name, loss))
     e = error_of(points, "SELECT * FROM pgad.summary('absolute')")
     assert (e.sqlstate, e.message_primary) == (
-        '0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'poisson\' or \'gamma\' model, not model '
-        '"absolute" with loss \'absolute\'')
+        '0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'softmax\', \'poisson\' or \'gamma\' model, '
+        'not model "absolute" with loss \'absolute\'')
     assert e.message_detail == ('Standard errors need the likelihood the loss is: least squares, the Bernoulli, '
-                                'Poisson or gamma log-likelihood, or a lambda loss declared a negative '
+                                'multinomial, Poisson or gamma log-likelihood, or a lambda loss declared a negative '
                                 'log-likelihood.')
-    assert e.message_hint == ("Train the model with loss => 'squared', 'logistic', 'poisson' or 'gamma', or, where a "
-                              'lambda loss is the negative log-likelihood of the rows, with likelihood => true.')
+    assert e.message_hint == ("Train the model with loss => 'squared', 'logistic', 'softmax', 'poisson' or 'gamma', "
+                              'or, where a lambda loss is the negative log-likelihood of the rows, with likelihood => '
+                              'true.')
     e = error_of(points, "SELECT * FROM pgad.summary('own')")
     assert (e.sqlstate, e.message_primary) == (
-        '0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'poisson\' or \'gamma\' model, not model '
-        '"own" with loss a lambda')
+        '0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'softmax\', \'poisson\' or \'gamma\' model, '
+        'not model "own" with loss a lambda')
     points.execute("SELECT pgad.train('lasso', 'λ(d, w) w.c + w.a*d.x1', 'squared', 'points', "
                    "'{\"c\": 0, \"a\": 0}', label => 'y', l1 => 0.1, iterations => 2)")
     e = error_of(points, "SELECT * FROM pgad.summary('lasso')")

@@ -18,6 +18,51 @@ GRANT EXECUTE ON FUNCTION pgad._model_owners(pg_catalog.text) TO PUBLIC;  -- pga
 -- §1 multiclass models (issue 36)
 -- ---------------------------------------------------------------------------------------------------------------
 
+-- A softmax model's probability and class functions (pgad/models/catalog.py, EXTRAS) call these on the logits: a SQL
+-- function whose body has a subquery is not inlined, so the model's functions stay one inlined expression around a
+-- call of them. IMMUTABLE, PARALLEL SAFE and STRICT; every operator and function pg_catalog's, so that no search_path
+-- reaches them (and no SET clause costs each call its save and restore).
+CREATE FUNCTION pgad._softmax(logits pg_catalog.float8[])
+RETURNS pg_catalog.float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
+DECLARE
+  v pg_catalog.float8;
+  m pg_catalog.float8 := '-Infinity';
+  total pg_catalog.float8 := 0;
+  out pg_catalog.float8[] := '{}';
+BEGIN
+  FOREACH v IN ARRAY logits LOOP  -- the greatest first: exp(v - m) neither overflows nor all underflows
+    IF v OPERATOR(pg_catalog.>) m THEN m := v; END IF;
+  END LOOP;
+  FOREACH v IN ARRAY logits LOOP
+    total := total OPERATOR(pg_catalog.+) pg_catalog.exp(v OPERATOR(pg_catalog.-) m);
+  END LOOP;
+  FOREACH v IN ARRAY logits LOOP
+    out := out OPERATOR(pg_catalog.||) (pg_catalog.exp(v OPERATOR(pg_catalog.-) m) OPERATOR(pg_catalog./) total);
+  END LOOP;
+  RETURN out;
+END
+$$;
+COMMENT ON FUNCTION pgad._softmax(pg_catalog.float8[]) IS
+    'the softmax of a vector of logits, exp(v - max) / sum(exp(v - max)): a softmax model''s probabilities';
+
+CREATE FUNCTION pgad._argmax(logits pg_catalog.float8[])
+RETURNS pg_catalog.int4 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
+DECLARE
+  v pg_catalog.float8;
+  k pg_catalog.int4 := 0;
+  best pg_catalog.int4;
+  m pg_catalog.float8;
+BEGIN
+  FOREACH v IN ARRAY logits LOOP  -- the first of the greatest, as numpy's argmax
+    k := k OPERATOR(pg_catalog.+) 1;
+    IF best IS NULL OR v OPERATOR(pg_catalog.>) m THEN best := k; m := v; END IF;
+  END LOOP;
+  RETURN best;
+END
+$$;
+COMMENT ON FUNCTION pgad._argmax(pg_catalog.float8[]) IS
+    'the position (from 1) of the greatest element of a vector, the first on a tie: a softmax model''s class';
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- §2 explanations (issue 36)
 -- ---------------------------------------------------------------------------------------------------------------

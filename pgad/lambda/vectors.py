@@ -15,7 +15,7 @@ unrolling makes at most (each operation's cost in rules.OPERATIONS, an elementwi
 its elements): past pgad.max_lambda_nodes, SQLSTATE 54001 — an outer product of two float8[] columns of 20,000
 elements is refused at once, not after an array of 400 million elements.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -107,6 +107,11 @@ def shapes_of(lam, shapes):
     found = _shapes(lam, shapes)
     _number_body(lam, found[lam.root])
     return found
+
+
+def shape_of(lam, shapes, node):
+    """The shape of one node of lam at these Shapes (a model's prediction may be a vector: no check of the body)."""
+    return _shapes(replace(lam, root=node), shapes)[node]
 
 
 def check_size(lam, shapes, limits=bounds.DEFAULT):

@@ -27,8 +27,10 @@ trained it; rows names no model the caller may not read (hidden). Every SQL text
 quote_literal quotes them, and nothing else of the user's text reaches SQL.
 
 Beside the scoring function, a 'logistic' model gets "<name>_probability" and "<name>_class", a 'hinge' model
-"<name>_class" and a 'poisson' or 'gamma' model "<name>_mean" (EXTRAS), with the same arguments, inlined alike. They are not recorded in pgad.models: they are found
-from the recorded scoring_function and loss (extras), and follow its rules (only those pgad created for the model,
+"<name>_class", a 'poisson' or 'gamma' model "<name>_mean" and a 'softmax' model, whose scoring function returns the
+logits, "<name>_probability" (float8[]) and "<name>_class" (EXTRAS), with the same arguments, inlined alike; a
+model of classes (models/classes.py) returns its class in the label's type (chosen). They are not recorded in
+pgad.models: they are found from the recorded scoring_function and loss (extras), and follow its rules (only those pgad created for the model,
 owned by the role that trained it, are replaced or dropped; another role's function of that name is refused). Their
 names belong to the model: a model named like another model's function is refused whichever comes first
 (check_names). A scoring function that takes an array checks its length (Scoring.checked), raising 2202E through
@@ -84,7 +86,27 @@ EXTRAS = {
                'the class, 1 or -1, of a hinge model pgad.train made: see pgad.models'),),
     'poisson': (MEAN,),
     'gamma': (MEAN,),
+    # of the logits x, a float8[] in class order: the extension's pgad._softmax and pgad._argmax (IMMUTABLE PARALLEL
+    # SAFE STRICT; a SQL function with a subquery would not be inlined); the class as the label's type (chosen)
+    'softmax': (('probability', 'pg_catalog.float8[]', lambda x: f'pgad._softmax({x})',
+                 'the probabilities of the classes, in the order of options.classes, by a softmax model pgad.train '
+                 'made: see pgad.models'),
+                ('class', None, None, 'the class of the greatest probability by a softmax model pgad.train made: see '
+                                      'pgad.models')),
 }
+VECTOR_EXTRAS = ('softmax',)  # the losses whose model predicts a vector and has functions beside its scoring one
+
+
+def chosen(x, found, logits):
+    """The SQL of the class a model of classes (found: models/classes.py's Classes) predicts from x, as the label's
+    type: of a 'softmax' model's logits x (float8[], logits true), the class of the greatest (the first in order on
+    a tie); of a two-class 'logistic' model's score (float8), the second class where x >= 0 (probability 1/2 or
+    more). The classes are literals quoted as quote_literal quotes them, x is written once."""
+    classes = 'ARRAY[' + ', '.join(f'{printer.quote_literal(k)}::{found.type}' for k in found.keys) + \
+        f']::{found.type}[]'
+    if not logits:
+        return f'({classes})[({UP.format(x)})::pg_catalog.int4 OPERATOR(pg_catalog.+) 1]'
+    return f'({classes})[pgad._argmax({x})]'
 SCORING_COMMENT = 'the prediction of a model pgad.train made: see pgad.models'
 SUPERUSER = f'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} $1'
 ME = 'SELECT CURRENT_USER::pg_catalog.text AS me'
@@ -282,12 +304,15 @@ def _argument(column, k, grouped):
 class Scoring:
     """The scoring function of a model: its arguments, and its body from the model DAG and each group's weights."""
 
-    def __init__(self, name, model, group_by=(), group_types=(), max_chars=None, unrolled=None, categories=None):
+    def __init__(self, name, model, group_by=(), group_types=(), max_chars=None, unrolled=None, categories=None,
+                 classes=None):
         """unrolled: for a model with vectors, (its unrolled Lambda, its prediction as an array of that Lambda's
         nodes, {array column: length}): the function takes a float8[] for an array column and returns a float8[]
         for a vector prediction. categories: {column indexing a categorical weight: (its base type, its categories)},
-        each taken as its type and coded by a CASE (categorical.scoring_code)."""
+        each taken as its type and coded by a CASE (categorical.scoring_code). classes: a model of classes'
+        (models/classes.py's Classes, or None): its class function returns the label's type."""
         categories = categories or {}
+        self.classes = classes
         self.name, self.model, self.group_by, self.max_chars = name, model, list(group_by), max_chars
         lam, self.outputs, lengths = unrolled or (model, np.array(model.graph.expr(model.root), dtype=object), {})
         self.lam = lam
@@ -329,7 +354,10 @@ class Scoring:
         """{suffix ('' for the scoring function): (identity, signature, what it returns, body, comment)} of each
         function pgad creates for the model under loss (EXTRAS: a model predicting a vector gets none)."""
         made = {'': (self.identity, self.signature, self.returns, self.body(fits), SCORING_COMMENT)}
-        for suffix, returns, of, comment in EXTRAS.get(loss, ()) if not self.outputs.ndim else ():
+        for suffix, returns, of, comment in EXTRAS.get(loss, ()) if not self.outputs.ndim or loss in VECTOR_EXTRAS \
+                else ():
+            if suffix == 'class' and self.classes is not None:  # the label's own type
+                returns, of = self.classes.type, lambda x: chosen(x, self.classes, bool(self.outputs.ndim))
             extra = f'{self.name}_{suffix}'
             made[suffix] = (self.identity_of(extra), self.signature_of(extra), returns,
                             self.body(fits, of, returns), comment)
@@ -343,8 +371,9 @@ class Scoring:
             if not self.outputs.ndim:
                 x = sql.expression(self.lam, self.outputs[()].id, self.columns, weights, self.max_chars)
                 return of(x) if of else x
-            return 'ARRAY[' + ', '.join(sql.expression(self.lam, e.id, self.columns, weights, self.max_chars)
-                                        for e in self.outputs) + ']::pg_catalog.float8[]'
+            x = 'ARRAY[' + ', '.join(sql.expression(self.lam, e.id, self.columns, weights, self.max_chars)
+                                     for e in self.outputs) + ']::pg_catalog.float8[]'
+            return of(x) if of else x
         if not self.group_by:
             (_, weights), = fits
             return self.checked(value(weights), returns or self.returns)

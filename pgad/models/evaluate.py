@@ -13,15 +13,23 @@ that pgad knows the meaning of, so it gets rows and loss only. A group of the da
 is reported as its `unseen_rows`; the rows skipped for a NULL as `skipped_rows`. A categorical weight's column is
 coded by the stored model's categories (categorical.stored, loader's unseen): a category the model never saw
 contributes 0, as in the scoring function, and the rows with one are counted as `unseen_category_rows`.
+
+A 'softmax' model predicts a vector of K logits, one per class (the classes stored in its options). Its label column
+is loaded as each row's class code 1 … K by those classes (loader.category_code, unseen=True: 0 for a label the
+model never saw), its logits are the unrolled model's K roots evaluated over the columns (vectors.unrolled_value, as
+the scoring function's), and multiclass() gives scikit-learn's metrics over the rows whose label the model knows;
+the others are counted as `unseen_label_rows`.
 """
 import json
 
 import numpy as np
 
-from .. import categorical, loader, program, python_backend
+from .. import categorical, limits, loader, program, python_backend, server
 from ..errors import PgadError
-from ..lang import vectors
+from ..lang import parser, vectors
 from . import catalog, objective
+
+SOFTMAX = 'softmax'
 
 def _ranks(x):
     """The rank (from 1) of each value of x, ties given their mean rank."""
@@ -103,6 +111,69 @@ def _xlogy(x, y):
     return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
 
 
+def class_name(text):
+    """A class as the metrics' names write it: its text JSON-quoted, "setosa" (a quote or bracket in it escaped or
+    inside the quotes, so confusion["a]"]["b"] reads one way only)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+# What a cell of the confusion matrix costs pgad.evaluate as a row (its tuple, its name, PostgreSQL's row): with more
+# classes than the full matrix of cells fits in pgad.memory_limit, only the cells that count a row are given.
+CELL_BYTES = 256
+
+
+def multiclass(y, z, classes, cells=None):
+    """[(metric, value)] of a softmax model over rows whose labels it knows: y their class codes (1 … K), z their
+    logits (rows × K), classes the model's K classes (as text). scikit-learn's definitions over the model's classes
+    (labels=classes): the predicted class is the argmax of the logits, the first class on a tie; log_loss the mean
+    of logsumexp(z) − z[y] (natural log, no clipping); a ratio with nothing to divide by is 0 (zero_division=0), so
+    that a class with no rows and no predictions has precision, recall and f1 0 and counts so in the macro means and
+    not at all in the weighted ones (its support is 0). The confusion matrix's rows are the actual classes, its
+    columns the predicted: every cell, or where K² is more than cells (None: no bound), the cells that count a row."""
+    k = len(classes)
+    y = np.asarray(y, dtype=np.int64) - 1
+    rows = len(y)
+    if rows == 0:  # every row's label unseen: no metric to give
+        names = ['log_loss', 'accuracy', *(f'{m}_{a}' for a in ('macro', 'weighted') for m in
+                                           ('precision', 'recall', 'f1'))]
+        return [(m, None) for m in names]
+    predicted = np.argmax(z, axis=1)
+    tp = np.bincount(y[predicted == y], minlength=k).astype(np.float64)
+    support = np.bincount(y, minlength=k).astype(np.float64)
+    chosen = np.bincount(predicted, minlength=k).astype(np.float64)
+    divide = np.vectorize(_ratio, otypes=[np.float64])
+    precision, recall, f1 = divide(tp, chosen), divide(tp, support), divide(2 * tp, chosen + support)
+    out = [('log_loss', float(np.mean(np.logaddexp.reduce(z, axis=1) - z[np.arange(rows), y]))),
+           ('accuracy', float(np.mean(predicted == y)))]
+    for average, weights in (('macro', np.full(k, 1 / k)), ('weighted', support / rows)):
+        out += [(f'{m}_{average}', float(np.dot(weights, v))) for m, v in
+                (('precision', precision), ('recall', recall), ('f1', f1))]
+    names = [class_name(c) for c in classes]
+    for c, name in enumerate(names):
+        out += [(f'precision[{name}]', float(precision[c])), (f'recall[{name}]', float(recall[c])),
+                (f'f1[{name}]', float(f1[c])), (f'support[{name}]', float(support[c]))]
+    pairs, counts = np.unique(y * k + predicted, return_counts=True)  # the cells that count a row, in order
+    if cells is not None and k * k > cells:
+        return out + [(f'confusion[{names[a]}][{names[g]}]', float(n))
+                      for a, g, n in zip(pairs // k, pairs % k, counts)]
+    found = dict(zip(pairs.tolist(), counts.tolist()))
+    for a, actual in enumerate(names):
+        limits.tick(k)
+        out += [(f'confusion[{actual}][{guess}]', float(found.get(a * k + g, 0))) for g, guess in enumerate(names)]
+    return out
+
+
+def logits(lam, root, columns, weights, rows):
+    """The logits (rows × K) of an unrolled vector model (lam, root: vectors.unrolled_value's) over the columns
+    ({element column: array}), the weights {name: number or nested lists} read element by element."""
+    flat = {}
+    for name, value in weights.items():
+        value = np.asarray(value, dtype=np.float64)
+        flat.update(zip(vectors.elements(name, value.shape), value.ravel().tolist()))
+    found = values(lam.graph, [node.id for node in root.flat], columns, flat, rows)
+    return np.stack(found, axis=1) if found else np.zeros((rows, 0))
+
+
 def values(graph, roots, columns, weights, rows):
     """The value over the rows of each of graph's nodes roots, as float64 arrays of `rows` values: the python
     backend's evaluation over whole columns ({name: array}), the weights {name: number, or a categorical weight's
@@ -122,8 +193,12 @@ def evaluate(name, data, config):
     first = stored[0]
     options = json.loads(first['options'])
     label = options.get('label', 'y')
-    goal = objective.build(first['model'], first['loss'], label, config.limits)
-    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])  # a boolean label too
+    if first['loss'] == SOFTMAX:
+        return _softmax(name, data, config, stored, options, label)
+    classes = options.get('classes')  # a 'logistic' label of two classes: coded 1 or 2, the loss reads it less 1
+    goal = objective.build(first['model'], first['loss'], label, config.limits, coded=bool(classes))
+    lam = objective.labelled(program.parsed(goal.text, config.limits), goal,  # a boolean label too
+                             None if classes else first['loss'])
     weights = {r['group_key']: json.loads(r['weights']) for r in stored}
     cats = categorical.Categories()
     if categorical.indexed(weights[first['group_key']], goal.model):  # coded by the stored categories, unseen as 0
@@ -138,28 +213,21 @@ def evaluate(name, data, config):
     metrics = METRICS.get(kind, {})
     metrics = metrics(parameter) if callable(metrics) else metrics
     label = label if kind in METRICS else None
-    group_by = options.get('group_by') or []
-    if group_by:
-        _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, cats.codes, unseen=True)
-    else:
-        parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit, None,
-                                                      cats.codes, unseen=True))]
-    if not any(part.table.rows for part in parts):
-        skipped = sum(part.table.skipped for part in parts)
-        raise PgadError('22000', 'the data has no rows' if not skipped else
-                        f'every row of the data has NULL in a column the model reads ({skipped} rows)',
-                        hint=f'pgad.evaluate scores model "{name}" on the rows of the data.')
+    parts = _load(name, data, config, columns, options, {**cats.codes, **({label: classes} if classes else {})})
     out = []
     for part in parts:
         key, table = part.key, part.table
         if key not in weights:
-            out.append((key, 'unseen_rows', float(table.rows)))
-            if table.skipped:
-                out.append((key, 'skipped_rows', float(table.skipped)))
+            out += _unseen(part)
             continue
         out.append((key, 'rows', float(table.rows)))
+        cols = dict(zip(map(str, columns), table.columns))
+        if classes:  # the rows of a class the model never saw (code 0) counted and left out
+            seen = cols[label] > 0
+            out.append((key, 'unseen_label_rows', float(np.sum(~seen))))
+            cols = {c: v[seen] for c, v in cols.items()}
+            table = loader.Table(list(cols.values()), int(np.sum(seen)), table.skipped)
         if table.rows:
-            cols = dict(zip(map(str, columns), table.columns))
             # the prediction from the model's DAG, each row's objective from the objective lambda's
             z, = values(goal.model.graph, [goal.model.root], cols, weights[key], table.rows)
             per_row, = values(lam.graph, [lam.root], cols, weights[key], table.rows)
@@ -168,12 +236,87 @@ def evaluate(name, data, config):
                 codes = [cols[c] for c in cats.codes]
                 out.append((key, 'unseen_category_rows', float(np.sum(np.any([c == 0 for c in codes], axis=0)))))
             y = cols[label] if label is not None else None
-            if y is not None:
+            if classes:
+                y = y - 1  # the second class is 1, the positive class
+            elif y is not None:
                 where = f'model "{name}"' + (f', group {key}: ' if key else ': ')
                 objective.check_labels(first['loss'], label, y, where)
             for metric, rule in metrics.items():
                 with np.errstate(over='ignore'):  # exp(z) past float64: an infinite deviance
                     value = rule(y, z)
                 out.append((key, metric, None if value is None else float(value)))
+        out.append((key, 'skipped_rows', float(table.skipped)))
+    return out
+
+
+def _load(name, data, config, columns, options, codes, elements=None):
+    """The groups (loader.Group) of the data's rows, the columns coded by codes ({column: its categories}), a value
+    the model never saw as 0; 22000 where no row is left."""
+    group_by = options.get('group_by') or []
+    if group_by:
+        _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, codes, unseen=True)
+    else:
+        parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit, elements,
+                                                      codes, unseen=True))]
+    if not any(part.table.rows for part in parts):
+        skipped = sum(part.table.skipped for part in parts)
+        raise PgadError('22000', 'the data has no rows' if not skipped else
+                        f'every row of the data has NULL in a column the model reads ({skipped} rows)',
+                        hint=f'pgad.evaluate scores model "{name}" on the rows of the data.')
+    return parts
+
+
+def _unseen(part):
+    """The rows of a group the model has no weights for."""
+    out = [(part.key, 'unseen_rows', float(part.table.rows))]
+    if part.table.skipped:
+        out.append((part.key, 'skipped_rows', float(part.table.skipped)))
+    return out
+
+
+def _softmax(name, data, config, stored, options, label):
+    """pgad.evaluate's rows for a 'softmax' model: rows, unseen_label_rows, loss and multiclass()'s metrics over the
+    rows whose label is one of its classes, skipped_rows; per group."""
+    first = stored[0]
+    classes = options['classes']
+    model = parser.parse(first['model'], config.limits)
+    weights = {r['group_key']: json.loads(r['weights']) for r in stored}
+    cats = categorical.Categories()
+    if categorical.indexed(weights[first['group_key']], model):
+        _, cats = categorical.stored(weights[first['group_key']], model)
+    weights = {key: {n: v for n, v in categorical.as_vectors(w, cats).items() if n in model.weights}
+               for key, w in weights.items()}
+    codes = {**cats.codes, label: classes}
+    lengths = loader.lengths(data, [c for c in model.columns if c not in codes], cats.codes)
+    shapes = vectors.Shapes(tuple((n, np.shape(v)) for n, v in weights[first['group_key']].items() if np.ndim(v)),
+                            lengths, tuple(cats.codes))
+    lam, root = vectors.unrolled_value(model, shapes, config.limits)
+    elements = {e: (c, k + 1) for c, n in lengths for k, e in enumerate(vectors.elements(c, (n,)))}
+    columns = list(dict.fromkeys([*lam.columns, label]))
+    parts = _load(name, data, config, columns, options, codes, elements)
+    cells = config.memory_limit // CELL_BYTES
+    if len(classes) ** 2 > cells:
+        server.notice(f'model "{name}" has {len(classes)} classes: the confusion matrix gives only its cells that '
+                      f'count a row ({len(classes) ** 2} cells would take more than pgad.memory_limit)')
+    out = []
+    for part in parts:
+        key, table = part.key, part.table
+        if key not in weights:
+            out += _unseen(part)
+            continue
+        out.append((key, 'rows', float(table.rows)))
+        if table.rows:
+            cols = dict(zip(map(str, columns), table.columns))
+            y = np.asarray(cols[label])
+            seen = y > 0
+            z = logits(lam, root, cols, weights[key], table.rows)
+            out.append((key, 'unseen_label_rows', float(np.sum(~seen))))
+            found = multiclass(y[seen], z[seen], classes, cells)
+            out.append((key, 'loss', found[0][1]))  # the mean objective over the rows with a known label
+            out += [(key, m, v) for m, v in found]
+            if cats:
+                codes_read = [cols[c] for c in cats.codes]
+                out.append((key, 'unseen_category_rows', float(np.sum(np.any([c == 0 for c in codes_read],
+                                                                              axis=0)))))
         out.append((key, 'skipped_rows', float(table.skipped)))
     return out

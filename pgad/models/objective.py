@@ -17,6 +17,7 @@ from ..lang import parser, printer
 from ..lang.rules import call
 
 abs_, exp, least, relu, softplus = call('abs'), call('exp'), call('least'), call('relu'), call('softplus')
+logsumexp, index = call('logsumexp'), call('index')
 
 # name → the loss of prediction p and label y (and the loss's parameter, PARAMETERS), as a DAG expression
 LOSSES = {
@@ -29,6 +30,7 @@ LOSSES = {
     'huber': lambda p, y, delta: (0.5 * least(abs_(p - y), delta) ** 2  # ½r² where |r| ≤ δ, δ·|r| − ½δ² beyond
                                   + delta * relu(abs_(p - y) - delta)),
     'quantile': lambda p, y, tau: tau * relu(y - p) + (1 - tau) * relu(p - y),  # the pinball loss of quantile τ
+    'softmax': lambda p, y: logsumexp(p) - index(p, y),  # p the K logits, y the class's code 1 … K (classes.py)
 }
 
 # name → (its parameter, the value where none is given, whether a value is in range, the range in words): a loss
@@ -40,7 +42,7 @@ PARAMETERS = {
 NUMBER = r'[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?'
 PARAMETERISED = re.compile(rf'({"|".join(PARAMETERS)})\s*\(\s*({NUMBER})\s*\)', re.ASCII)
 NAMES = "'squared', 'absolute', 'logistic', 'hinge', 'poisson', 'gamma', 'huber' ('huber(1.35)'), 'quantile' " \
-        "('quantile(0.9)')"
+        "('quantile(0.9)'), 'softmax'"
 
 
 def named(loss):
@@ -171,15 +173,17 @@ def without_label(error, goal, loss):
                            'give one of the data\'s columns (as it is spelt there, "Price" and price are two).'))
 
 
-def build(model_text, loss, label, limits):
+def build(model_text, loss, label, limits, coded=False):
     """The Objective of the model lambda under loss (a lambda text or a name in LOSSES), label naming the label
-    column of a named loss."""
+    column of a named loss; coded: a 'logistic' label of two classes read as its class's code 1 or 2 (classes.py),
+    which the loss takes less 1."""
     model = parser.parse(model_text, limits)
     found = named(loss)
     if found is not None:
         graph, (kind, parameter) = model.graph, found
         given = () if parameter is None else (parameter,)
-        body = LOSSES[kind](graph.expr(model.root), graph.column(label), *given).id
+        y = graph.column(label) - 1 if coded and kind == 'logistic' else graph.column(label)
+        body = LOSSES[kind](graph.expr(model.root), y, *given).id
         lam = parser.Lambda(loss, graph, body, model.row, model.params, list(dict.fromkeys([*model.columns, label])),
                             list(model.weights), [label])
     elif LAMBDA.match(loss):

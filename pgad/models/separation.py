@@ -17,6 +17,10 @@ occurred", statsmodels raises PerfectSeparationWarning. pgad reads the fitted mo
   near 100) and is not used. The share of information is the least generalised eigenvalue of (J_RᵀJ_R, JᵀJ),
   equilibrated: below SHARE, a direction that the other rows do not see. Models whose weights are all numbers only
   (the Jacobian's columns are the reverse-mode gradient of the model's DAG, evaluated over the rows).
+A softmax model (models/classes.py) is checked class by class (classes_separated): a class whose fitted probability
+is within 1e-6 of 1 on every row of it and of 0 on every other row is separated from the others, as the complete
+separation of a logistic model's labels (iris's setosa by its petals): adding to that class's weights a direction
+that separates it lowers the loss without end. Quasi-complete separation is not tested there.
 A hinge model whose loss is 0 on every row (m ≥ 1) has separable data too: any weights that separate the rows by a
 margin of 1 fit them as well, so the solution is not unique.
 
@@ -131,6 +135,42 @@ def says(separated, rows):
 
 HINT = ('Drop or merge the column that separates the labels, add rows, or train with l2 => a penalty, whose '
         'estimate is finite.')
+
+
+def classes_separated(model, logits, columns, label, weights, rows, interrupts=lambda: None):
+    """(the positions, from 0, of the classes of a softmax model that its fit separates from the others, those of
+    the classes that no row has): model, its unrolled prediction (a Lambda), logits its nodes of the logits in class
+    order; columns {name: array} of the rows it was trained on, the label's the class's code 1 … K; weights
+    {element: value}."""
+    separated, seen = np.ones(len(logits), dtype=bool), np.zeros(len(logits), dtype=bool)
+    for start, end, block in _blocks(columns, rows, interrupts):
+        z = np.column_stack(evaluate.values(model.graph, [e.id for e in logits], block, weights, end - start))
+        top = z.max(axis=1, keepdims=True)
+        log_p = z - top - np.log(np.exp(z - top).sum(axis=1, keepdims=True))
+        own = block[label][:, None] == np.arange(1, len(logits) + 1)[None, :]
+        separated &= np.all(np.where(own, log_p > np.log1p(-1e-6), log_p < np.log(1e-6)), axis=0)
+        seen |= own.any(axis=0)
+    separated &= seen if seen.sum() > 1 else False  # a single class is no separation: its rows alone are there
+    return [int(k) for k in np.flatnonzero(separated)], [int(k) for k in np.flatnonzero(~seen)]
+
+
+def warn_classes(keys, found, warning):
+    """warning(message, hint) naming the classes a softmax fit separates, and those without a row (found, as
+    classes_separated gives them; keys the classes)."""
+    separated, absent = found
+    if separated:
+        named = ', '.join(f'"{keys[k]}"' for k in separated)
+        warning(f'fitted probabilities numerically 0 or 1 occurred: class{"es" if len(separated) > 1 else ""} '
+                f'{named} {"are" if len(separated) > 1 else "is"} separated from the others (every row of it within '
+                '1e-6 of probability 1, every other row within 1e-6 of 0). A direction of the weights that separates '
+                'it lowers the loss without end: there is no maximum-likelihood estimate, and the weights are where '
+                'the optimizer stopped.', HINT)
+    if absent:
+        named = ', '.join(f'"{keys[k]}"' for k in absent)
+        warning(f'no row has class{"es" if len(absent) > 1 else ""} {named}: the loss falls without end as '
+                f'{"their logits fall" if len(absent) > 1 else "its logit falls"}, and the weights are where the '
+                'optimizer stopped (the classes are the whole data\'s, shared by the groups).',
+                'Train with l2 => a penalty, whose estimate is finite, or leave the class out of the data.')
 
 
 def warn(loss, labels, z, warning, gram=None):

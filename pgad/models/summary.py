@@ -9,6 +9,14 @@ statsmodels' OLS and Logit (and MADlib's linregr and logregr summaries) report. 
 below (the normal's by math.erf; Student's t by the regularised incomplete beta function's continued fraction),
 tested against scipy through statsmodels in tests/test_summary.py, so the server needs no scipy.
 
+A 'softmax' model whose logits are affine in class-sized weights (w.W @ [d.x1, d.x2] + w.b: K rows each, K the
+stored classes) gets multinomial logistic regression's Wald table in statsmodels MNLogit's parameterisation
+(multinomial): the first class is the reference, and each other class k has the coefficients θ_k − θ_1. The softmax
+is unchanged when every class's weights move together, so the Hessian of the full weights is singular along that
+shift; the log-likelihood as a function of θ_2 − θ_1, …, θ_K − θ_1 is the full one at θ_1 = 0, so its Hessian and
+gradient are the full ones' rows and columns of classes 2 … K, at the stored weights as they are (the full Hessian
+is the same at any point along the shift).
+
 A lambda loss the user declares a negative log-likelihood (pgad.train's likelihood => true) gets the Wald table too.
 Each loss's row of LIKELIHOODS says how its covariance's scale and its statistic's distribution are found.
 
@@ -26,7 +34,7 @@ import numpy as np
 
 from .. import arguments, calls, categorical, loader, program, server
 from ..errors import PgadError
-from ..lang import hessian as second
+from ..lang import hessian as second, vectors
 from . import catalog, objective, separation
 
 LEVEL = 0.95
@@ -73,6 +81,7 @@ LIKELIHOODS = {
     'logistic': Likelihood(_unit, t=False),         # Wald: H = Xᵀdiag(σ(1−σ))X, the Fisher information
     'poisson': Likelihood(_dispersion, t=False),    # Wald on the expected information (GLM), φ = 1
     'gamma': Likelihood(_dispersion, t=False),      # Wald on the expected information (GLM), φ Pearson's
+    'softmax': Likelihood(_unit, t=False),          # Wald, in MNLogit's reference-class parameterisation
 }
 DECLARED = Likelihood(_unit, t=False)  # a lambda loss trained with likelihood => true: Wald
 
@@ -107,22 +116,30 @@ def coefficients(name, unconverged='error'):
     first = found[0]
     options = json.loads(first['options'])
     likelihood = check_model(name, first['loss'], options)
-    goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits)
-    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, first['loss'])
+    classes = options.get('classes')  # 'softmax', or a 'logistic' label of two classes: coded 1 … K
+    goal = objective.build(first['model'], first['loss'], options.get('label', 'y'), config.limits,
+                           coded=bool(classes))
+    lam = objective.labelled(program.parsed(goal.text, config.limits), goal, None if classes else first['loss'])
     w, unread = arguments.unread(arguments.weights(first['weights'], goal.model, config.memory_limit), lam)
     w, cats = categorical.stored(w, goal.model)  # the stored categories; a row of another category is skipped
-    prog = program.build_hessian(goal.text, tuple(w), config.limits,
-                                 calls.shapes_of(w, loader.lengths(first['data'], lam.columns, cats.codes), cats))
+    codes = cats.codes
+    if classes:  # the label coded by the stored classes; a row of another class is skipped
+        codes = {**codes, options.get('label', 'y'): classes}
+    if first['loss'] == 'softmax':
+        check_multinomial(name, goal.model, w, len(classes))
+    shapes = calls.shapes_of(w, loader.lengths(first['data'], lam.columns, codes), cats)
+    prog = program.build_hessian(goal.text, tuple(w), config.limits, shapes)
+    logits = vectors.unrolled_value(goal.model, shapes, config.limits) if first['loss'] == 'softmax' else None
     prog = replace(prog, lam=objective.labelled(prog.lam, goal, first['loss']))
     names = categorical.element_names(prog, cats)
     backend = options.get('backend', 'auto')
     groups = options.get('group_by') or []
     if groups:
-        _, parts = loader.load_groups(first['data'], list(prog.columns), groups, config.memory_limit, cats.codes)
+        _, parts = loader.load_groups(first['data'], list(prog.columns), groups, config.memory_limit, codes)
         tables = {json.dumps(json.loads(part.key), sort_keys=True): part.table for part in parts}
     else:
         tables = {None: calls.some_rows(loader.load(first['data'], list(prog.columns), config.chunk_rows,
-                                               config.memory_limit, dict(prog.columns_of), cats.codes))}
+                                               config.memory_limit, dict(prog.columns_of), codes))}
     out = []
     for row in found:
         key = None if row['group_key'] is None else json.dumps(json.loads(row['group_key']), sort_keys=True)
@@ -133,13 +150,17 @@ def coefficients(name, unconverged='error'):
         w = categorical.as_vectors(w, cats)
         vector = calls.vector_of(w)
         group = '' if row['group_key'] is None else f', group {row["group_key"]}'
-        part, dispersion = _at_the_fit(name, first['loss'], goal, prog, part, w, options.get('label', 'y'), group)
+        part, dispersion = _at_the_fit(name, first['loss'], goal, prog, part, w, options.get('label', 'y'), group,
+                                       bool(classes))
         kernel = calls.compiled(prog, backend, 'float64', config, part.rows)
         sums = calls.second_sums(calls.Call(prog, part, kernel, vector, unread))
         p = len(prog.weights)
         where = f'model "{name}"' + ('' if key is None else f', group {key}')
         fit = Fit(where, vector, sums[0], sums[1:1 + p], second.full(sums[1 + p:], p), part.rows, names,
                   dispersion)
+        if first['loss'] == 'softmax':
+            _check_classes(name, group, classes, logits, prog, part, w, options.get('label', 'y'))
+            fit = multinomial(fit, prog.shapes, classes)
         for line in table(name, likelihood, fit, row['converged'], unconverged):
             out.append((row['group_key'], *line))
     return out
@@ -159,16 +180,97 @@ class Fit:
 
 
 
-def _at_the_fit(name, loss, goal, prog, part, w, label, where):
+def multinomial(fit, shapes, classes):
+    """fit (a Fit of a 'softmax' model's weights, each of shapes ((name, shape), …) class-sized: K = len(classes)
+    rows) in MNLogit's parameterisation: for each class k after the first, each weight's row k minus its row 1, and
+    the gradient and Hessian at the rows and columns of classes 2 … K. Its rows are named by the class, JSON-quoted
+    as pgad.evaluate's metrics write it, and the element's other indices: w["versicolor",2], b["versicolor"]."""
+    blocks, at = [], 0
+    for name, shape in shapes:
+        size = int(np.prod(shape, dtype=np.int64))
+        blocks.append((name, shape, np.arange(at, at + size).reshape(shape)))
+        at += size
+    index, reference, names = [], [], []
+    for k, label in enumerate(classes[1:], start=1):
+        for name, shape, block in blocks:
+            for rest in np.ndindex(*shape[1:]):
+                index.append(block[(k, *rest)])
+                reference.append(block[(0, *rest)])
+                written = [json.dumps(label, ensure_ascii=False), *(str(j + 1) for j in rest)]
+                names.append(f'{name}[{",".join(written)}]')
+    index, reference = np.array(index, dtype=np.int64), np.array(reference, dtype=np.int64)
+    estimate = np.asarray(fit.estimate)
+    return replace(fit, estimate=estimate[index] - estimate[reference], gradient=np.asarray(fit.gradient)[index],
+                   hessian=np.asarray(fit.hessian)[np.ix_(index, index)], names=names)
+
+
+def _check_classes(name, where, keys, logits, prog, part, w, label):
+    """22000 where a softmax model's fit separates a class from the others (separation.classes_separated: every row
+    of it within 1e-6 of probability 1, every other within 1e-6 of 0), or where no row has a class: its weights then
+    have no finite maximum-likelihood estimate."""
+    flat = {e: float(v) for n, value in w.items()
+            for e, v in zip(vectors.elements(n, np.shape(value)), np.ravel(value))}
+    separated, absent = separation.classes_separated(*logits, dict(zip([str(c) for c in prog.columns], part.columns)),
+                                                     label, flat, part.rows, server.check_interrupts)
+    for found, why in ((separated, 'separated from the others'), (absent, 'without a row')):
+        if found:
+            named = ', '.join(f'"{keys[k]}"' for k in found)
+            plural = len(found) > 1
+            raise PgadError('22000', f'model "{name}"{where} has no standard errors: class{"es" if plural else ""} '
+                                     f'{named} {"are" if plural else "is"} {why}',
+                            detail='The loss falls without end along a direction of that class\'s weights: they have '
+                                   'no maximum-likelihood estimate, and no standard errors.',
+                            hint=separation.HINT)
+
+
+def check_multinomial(name, model, weights, k):
+    """0A000 unless the logits of model (a parsed 'softmax' model) are affine in class-sized weights, each of K rows
+    (weights: {name: stored value}): a sum of terms, each a K-vector weight w.b or a K × F matrix weight times
+    weights-free features, w.W @ [d.x1, d.x2], every weight in one term. Only there is the softmax's one singular
+    direction (all classes moved together) the shift multinomial() removes."""
+    nodes, shape = model.graph.nodes, {n: np.shape(v) for n, v in weights.items()}
+    terms, stack, found = [], [model.root], []
+    while stack:
+        i = stack.pop()
+        if nodes[i].op == 'add':
+            stack.extend(nodes[i].args)
+        else:
+            terms.append(i)
+    for i in terms:
+        node = nodes[i]
+        if node.op == 'weight' and len(shape.get(node.value, ())) == 1:
+            found.append(node.value)
+        elif node.op == 'matmul' and nodes[node.args[0]].op == 'weight' and \
+                len(shape.get(nodes[node.args[0]].value, ())) == 2 and \
+                all(nodes[j].op != 'weight' for j in model.graph.ancestors([node.args[1]])):
+            found.append(nodes[node.args[0]].value)
+        else:
+            found = None
+            break
+    if found is None or len(set(found)) != len(found) or set(found) != set(model.weights) or \
+            any(shape[n][0] != k for n in found):
+        raise PgadError('0A000', f'pgad.summary takes a \'softmax\' model whose logits are affine in weights of one '
+                                 f'row per class, not model "{name}"',
+                        detail=f'Its table is multinomial logistic regression\'s: logits w.W @ [d.x1, d.x2] + w.b, '
+                               f'each weight {k} rows (its {k} classes), the first class the reference.',
+                        hint='Score the model with its functions and pgad.evaluate; or train the multinomial model '
+                             "λ(d, w) w.w @ [d.x1, d.x2] + w.b with {\"w\": {}, \"b\": {}}.")
+
+
+def _at_the_fit(name, loss, goal, prog, part, w, label, where, coded=False):
     """(the rows the Hessian is summed over, the dispersion or None) for a named likelihood loss at the fitted
-    weights w: the labels checked (objective.check_labels), a logistic model refused where its predictions separate
-    its labels (separation.py), and for a log-link loss (EXPECTED) its rows with each label its fitted mean and φ."""
+    weights w: the labels checked (objective.check_labels; coded, a label of two classes read as 1 or 2, is 0 or 1
+    less 1), a logistic model refused where its predictions separate its labels (separation.py), and for a log-link
+    loss (EXPECTED) its rows with each label its fitted mean and φ."""
     names = [str(c) for c in prog.columns]
     if objective.base(loss) not in ('logistic', *EXPECTED) or label not in names:
         return part, None
     columns = dict(zip(names, part.columns))
     y = columns[label]
-    objective.check_labels(loss, label, y, f'model "{name}"{where}: ')
+    if coded:
+        y = y - 1
+    else:
+        objective.check_labels(loss, label, y, f'model "{name}"{where}: ')
     z = separation.predictions(goal.model, columns, w, part.rows, server.check_interrupts)
     separation.refuse(name, loss, y, z, where, separation.grams(goal.model, columns, w, part.rows,
                                                                server.check_interrupts))
@@ -198,12 +300,13 @@ def check_model(name, loss, options):
     if likelihood is None and options.get('likelihood') and objective.base(loss) is None:
         likelihood = DECLARED
     if likelihood is None:
-        raise PgadError('0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'poisson\' or \'gamma\' model, '
-                                 f'not model "{name}" with loss {_loss_name(loss)}',
+        raise PgadError('0A000', 'pgad.summary takes a \'squared\', \'logistic\', \'softmax\', \'poisson\' or '
+                                 f'\'gamma\' model, not model "{name}" with loss {_loss_name(loss)}',
                         detail='Standard errors need the likelihood the loss is: least squares, the Bernoulli, '
-                               'Poisson or gamma log-likelihood, or a lambda loss declared a negative log-likelihood.',
-                        hint="Train the model with loss => 'squared', 'logistic', 'poisson' or 'gamma', or, where a "
-                             'lambda loss is the negative log-likelihood of the rows, with likelihood => true.')
+                               'multinomial, Poisson or gamma log-likelihood, or a lambda loss declared a negative '
+                               'log-likelihood.',
+                        hint="Train the model with loss => 'squared', 'logistic', 'softmax', 'poisson' or 'gamma', or, "
+                             'where a lambda loss is the negative log-likelihood of the rows, with likelihood => true.')
     for penalty in ('l1', 'l2'):
         if float(options.get(penalty) or 0) > 0:
             raise PgadError('0A000', f'pgad.summary takes an unregularised model, not model "{name}" with '

@@ -12,7 +12,8 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import catalog, descent, objective, separation, standardize as standardizing, summary, validation as validating
+from . import catalog, classes, descent, objective, separation, standardize as standardizing, summary, \
+    validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
@@ -57,7 +58,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                    validation=validating.option(validation), likelihood=bool(likelihood))
     options['early_stopping'] = validating.early_stopping(early_stopping, options['validation'])
     summary.check_likelihood(loss, options['likelihood'])
-    if standardize and categorical.indexed(w, goal.model):
+    if standardize and objective.base(loss) != 'softmax' and categorical.indexed(w, goal.model):
         raise PgadError('0A000', 'pgad.train takes no standardize for a model with a categorical weight',
                         hint='Standardise the numeric columns in the data query, or train without standardize.')
     plan = standardizing.plan(goal.model) if standardize else None
@@ -66,26 +67,48 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name, loss)
-    read = objective.labelled(program.parsed(goal.text, config.limits), goal, loss)  # a boolean label too
-    w, cats = categorical.expand(w, read, data, config.limits, config.memory_limit)
+    found = classes.find(objective.base(loss), label, data, config.limits, config.memory_limit)
+    if found is not None:  # a label of classes: 'softmax', or 'logistic' with a text, enum or integer label
+        _check_class_label(goal, label, loss)
+        goal = objective.build(model, loss, label, config.limits, coded=True)
+        options.update(classes.options(found))
+    checked_loss = loss if found is None else None  # a label of classes is coded: no check of its values
+    read = objective.labelled(program.parsed(goal.text, config.limits), goal, checked_loss)  # a boolean label too
+    sized = classes.class_sized(w, goal.model) if objective.base(loss) == 'softmax' else []
+    w = classes.placeholders(w, sized, len(found.keys)) if sized else w
+    w, cats = categorical.expand(w, read if found is None else replace(read, columns=[
+        c for c in read.columns if c != label]), data, config.limits, config.memory_limit)
+    if found is not None:
+        cats.labels.update(found.codes)
     kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
     try:
         lengths = loader.lengths(data, read.columns, cats.codes)
     except PgadError as e:
         raise objective.without_label(e, goal, loss) from None
     shapes = calls.shapes_of(w, lengths, cats)
+    if sized:  # the class-sized weights' shapes, from the others'
+        w = classes.sized(w, sized, goal.model, len(found.keys), shapes)
+        shapes = calls.shapes_of(w, lengths, cats)
+    by_class = []  # the weights of a row per class: class-sized, or so given
+    if objective.base(loss) == 'softmax':
+        classes.check_prediction(goal.model, shapes, found)
+        by_class = [n for n, shape in shapes.weights if shape[0] == len(found.keys)]
     if chosen and options['optimizer'] == 'lbfgs' and options['dtype'] == 'float64' and \
-            _newton_pays(calls.vector_of(w), shapes, cats, data):
+            _newton_pays(calls.vector_of(w), shapes, cats, data, by_class):
         options['optimizer'] = 'newton'
-    if (shapes.columns or any(n not in cats.keys for n, _ in shapes.weights) or
-            vectors.needed(goal.model) and not categorical.only(goal.model, cats)) and \
-            (standardize or options['group_by']):
+    vectored = shapes.columns or any(n not in cats.keys and n not in by_class for n, _ in shapes.weights) or \
+        vectors.needed(goal.model) and not categorical.only(goal.model, cats) and found is None
+    if vectored and (standardize or options['group_by']) or standardize and by_class:
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')
     prog = _program(goal.text, names, options, config, shapes, chosen)
+    centred = classes.centred(goal.model, prog.shapes, sized, len(found.keys)) if by_class else ()
+    # a softmax model's prediction, unrolled: its classes' separation is checked on it after each fit
+    logits = vectors.unrolled_value(goal.model, shapes, config.limits) if by_class else None
     if until:
         options['iterations'] = _iterations(options['optimizer'])
-    prog = replace(prog, lam=objective.labelled(prog.lam, goal, loss))  # what the loads read: a boolean label too
+    # what the loads read: a boolean label too
+    prog = replace(prog, lam=objective.labelled(prog.lam, goal, checked_loss))
     calls.compiled(prog, options['backend'], options['dtype'], config)  # a backend's errors before the load
     job = shards.Job(goal.text, tuple(names), options['mode'], options['backend'], options['dtype'])
     start = calls.vector_of(w)
@@ -115,10 +138,12 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                 continue
             # a sharded table's local rows
             here = part.table if kernel is None else calls.local_rows(kernel, part.table)
-            objective.check_labels(loss, label, _label_column(prog, here, label), f'{where}: ' if part.key else '')
-            part, held = _validation_rows(part, held_out, options, where)
+            objective.check_labels(checked_loss, label, _label_column(prog, here, label),
+                                   f'{where}: ' if part.key else '')
+            part, held = _validation_rows(part, held_out, options, where,
+                                          None if found is None else [str(c) for c in prog.columns].index(label))
             if held is not None:
-                objective.check_labels(loss, label, _label_column(prog, held, label), f'{where}, validation: ')
+                objective.check_labels(checked_loss, label, _label_column(prog, held, label), f'{where}, validation: ')
             clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                                   options['iterations'], every_iterations=options['progress_every'],
                                   warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
@@ -131,12 +156,19 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                                         min(step_rows, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
                                       penalty, clock, held, _blocks(prog, cats))
+            if centred:  # scikit-learn's symmetric parameterisation
+                fitted = dict(zip(prog.weights, classes.centre([fitted[n] for n in prog.weights], prog.shapes,
+                                                               centred)))
             nested = prog.nest([fitted[n] for n in prog.weights])
             if not isinstance(kernel, shards.Sharded) and not (  # the rows here, a model of numbers, no penalty
                     shapes.columns or vectors.needed(goal.model) and not categorical.only(goal.model, cats)
                     or options['l1'] or options['l2']):
-                separation.check_fit(loss, goal.model, prog, part.table, label, nested, clock.warning,
-                                     server.check_interrupts)
+                separation.check_fit(loss, goal.model, prog, _as_labels(part.table, prog, label, found), label,
+                                     nested, clock.warning, server.check_interrupts)
+            if logits is not None and not isinstance(kernel, shards.Sharded) and not (options['l1'] or options['l2']):
+                separation.warn_classes(found.keys, separation.classes_separated(
+                    *logits, dict(zip([str(c) for c in prog.columns], part.table.columns)), label, fitted,
+                    part.table.rows, server.check_interrupts), clock.warning)
             fits.append((part.values, fitted))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
                              weights=calls.weights_json(unread, categorical.named(nested, cats)),
@@ -152,7 +184,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
         lam, prediction = vectors.unrolled_value(goal.model, shapes, config.limits)
         unrolled = (lam, prediction, dict(shapes.columns))
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
-                              {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)})
+                              {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)}, found)
     return catalog.store(scoring, rows, fits)
 
 
@@ -241,9 +273,10 @@ def _held_out(validation, prog, groups, config, categories=None):
                        categories, unseen=True)
 
 
-def _validation_rows(part, held_out, options, where):
+def _validation_rows(part, held_out, options, where, label_at=None):
     """(the group part with its training rows, its held-out rows or None): a fraction of part's rows split off by
-    their hash and seed (validation.split), or the validation query's rows (of part's group, with group_by)."""
+    their hash and seed (validation.split), or the validation query's rows (of part's group, with group_by); of a
+    model of classes (its label the column label_at), those whose label is a class the training has (classes.seen)."""
     fraction = options['validation']
     if fraction is None:
         return part, None
@@ -251,6 +284,8 @@ def _validation_rows(part, held_out, options, where):
         trained, held = validating.split(part.table, fraction, options['seed'])
     else:
         trained, held = part.table, held_out.get(part.key) if isinstance(held_out, dict) else held_out
+        if label_at is not None and held is not None:
+            held = classes.seen(held, label_at, where, server.notice)
     if held is None or held.rows == 0 or trained.rows == 0:
         raise PgadError('22000', f'{where}: no {"validation" if trained.rows else "training"} rows',
                         detail=f'validation => {fraction if isinstance(fraction, float) else "its query"} leaves '
@@ -280,12 +315,30 @@ def _default_optimizer(optimizer, learning_rate, l1):
     return 'gd' if learning_rate is not None or l1 else 'lbfgs'
 
 
-def _newton_pays(start, shapes, cats, data):
+def _newton_pays(start, shapes, cats, data, by_class=()):
     """Does the default take newton: at most NEWTON_WEIGHTS weight elements, none a vector or matrix but a
-    categorical weight's, no array column, and rows that are here (a sharded table's shards send the gradient's sums
+    categorical or a row per class one's (by_class), no array column (but in a model of classes: w.W @ d.x is
+    as cheap as w.W @ [d.x1, d.x2, …]), and rows that are here (a sharded table's shards send the gradient's sums
     only, to L-BFGS)?"""
-    return (len(start) <= NEWTON_WEIGHTS and not shapes.columns and
-            all(n in cats.keys for n, _ in shapes.weights) and not shards.foreign(data))
+    return (len(start) <= NEWTON_WEIGHTS and (not shapes.columns or by_class) and
+            all(n in cats.keys or n in by_class for n, _ in shapes.weights) and not shards.foreign(data))
+
+
+def _as_labels(table, prog, label, found):
+    """table, where a two-class 'logistic' label (found) is loaded as its code 1 or 2, with it as the 0 or 1 the loss
+    reads (separation.check_fit's labels)."""
+    if found is None:
+        return table
+    at = [str(c) for c in prog.columns].index(label)
+    return loader.Table([c - 1 if k == at else c for k, c in enumerate(table.columns)], table.rows, table.skipped)
+
+
+def _check_class_label(goal, label, loss):
+    """The error where the model reads its label of classes itself: the loss reads it as each row's class."""
+    if label in goal.columns:
+        raise PgadError('0A000', f'the model reads column "{label}", the label of loss \'{objective.base(loss)}\'',
+                        detail='A label of classes is read as each row\'s class, not as a number the model could use.',
+                        hint='Give the model the columns of the features only, or the label another column.')
 
 
 def _iterations(optimizer):
