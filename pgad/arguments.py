@@ -33,7 +33,10 @@ def weights(text, lam, memory_limit=None):
                         detail=f'The weights are {text}.', hint=EXAMPLE)
     given = {name: _weight(name, v) for name, v in value.items()}
     for name in lam.weights:
-        if name not in value:
+        spelt = [k for k in value if k.lower() == name and k != name and k not in lam.weights]
+        if name not in value and len(spelt) == 1:  # {"W": …} for w.W, which folds to w, as in PostgreSQL's SQL
+            given = {name if k == spelt[0] else k: v for k, v in given.items()}
+        elif name not in value:
             example = json.dumps({**{k: value[k] for k in value}, name: 0})
             folded = [k for k in value if k.lower() == name and k != name]
             raise PgadError('22023', f'weight "{name}" is not in the weights',
@@ -288,6 +291,7 @@ def regularize(text, names, memory_limit=None):
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise PgadError('22023', 'regularize must be a JSON array of weight names', detail=f'regularize is {text}.',
                         hint='Write regularize => \'["a", "b"]\', or leave it out to regularise every weight.')
+    value = [name if name in names or name.lower() not in names else name.lower() for name in value]  # "W": w
     for name in value:
         if name not in names:
             raise PgadError('22023', f'weight "{name}" of regularize is not a weight of the model',

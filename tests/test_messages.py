@@ -80,10 +80,17 @@ def test_drop_model_under_a_dependent_view(db):
 
 
 def test_a_mixed_case_weight(db):
-    e = error_of(db, "SELECT pgad.train('m', 'λ(d, w) w.W1*d.x', 'squared', 't', '{\"W1\": 0}')")
-    assert (e.sqlstate, e.message_primary) == ('22023', 'weight "w1" is not in the weights')
-    assert e.message_hint == ('Names in the lambda fold to lower case, as PostgreSQL identifiers do: write w."W1" '
-                              'for the weight "W1".')
+    """{"W1": 0} starts w.W1, which folds to w1 as a PostgreSQL identifier does, where no other key is spelt so; two
+    keys that fold alike are the error that says how to tell them apart."""
+    got = db.execute("SELECT weights FROM pgad.train('m', 'λ(d, w) w.W1*d.x', 'squared', 't', '{\"W1\": 0}')")
+    assert list(got.fetchone()[0]) == ['w1']
+    got = db.execute("SELECT weights FROM pgad.train('m', 'λ(d, w) w.W1*d.x', 'squared', 't', '{\"W1\": 0}', "
+                     "l2 => 1e-3, regularize => '[\"W1\"]')")  # regularize's names fold alike
+    assert list(got.fetchone()[0]) == ['w1']
+    e = error_of(db, "SELECT pgad.train('m', 'λ(d, w) w.AB*d.x', 'squared', 't', '{\"Ab\": 0, \"aB\": 0}')")
+    assert (e.sqlstate, e.message_primary) == ('22023', 'weight "ab" is not in the weights')
+    assert e.message_hint == ('Names in the lambda fold to lower case, as PostgreSQL identifiers do: write w."Ab" '
+                              'for the weight "Ab".')
 
 
 def test_the_null_notice_names_the_group(db):
