@@ -63,7 +63,7 @@ def test_an_unknown_loss_hints_at_the_names_and_the_lambda():
     with pytest.raises(PgadError) as caught:
         objective.build(MODEL, 'quadratic', 'y', DEFAULT)
     assert caught.value.hint == ("loss is 'squared', 'absolute', 'logistic', 'hinge', 'poisson', 'gamma', 'huber' "
-                                 "('huber(1.35)'), 'quantile' ('quantile(0.9)') or a lambda λ(p, d) of the "
+                                 "('huber(1.35)'), 'quantile' ('quantile(0.9)'), 'softmax' or a lambda λ(p, d) of the "
                                  "prediction p and the row d, for example 'λ(p, d) (p - d.y)^2'.")
 
 
