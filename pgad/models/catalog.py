@@ -219,7 +219,8 @@ def check_names(name, loss):
             base = name[:-len(suffix) - 1]
             if name.endswith('_' + suffix) and base and any(
                     kind is None or r['loss'] == kind for r in server.query(OWNERS, [base], ['pg_catalog.text'])):
-                raise PgadError('42710', f'model "{base}" has a {suffix} function named "{name}"',
+                article = 'an' if suffix[0] in 'aeiou' else 'a'
+                raise PgadError('42710', f'model "{base}" has {article} {suffix} function named "{name}"',
                                 detail=f'A model trained with loss \'{kind}\' also gets {function_name(name)}.'
                                 if kind else f'Every model also gets {function_name(name)}.',
                                 hint='Train the model under another name.')
