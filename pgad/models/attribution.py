@@ -98,8 +98,25 @@ def explainer(lam, prediction, categorical=()):
             features.append((str(column), leaves))
     leaves = [leaf for _, ls in features for leaf in ls]
     gradients = [reverse.gradient(graph, root, leaves, by='column') for root in roots]
+    squared = _squares(graph, [i for g in gradients for i in g.values()])
+    gradients = [{leaf: squared[i] for leaf, i in g.items()} for g in gradients]
     return Explainer(lam, graph, roots, features, {leaf: i for i, leaf in leaf_of.items()}, gradients,
                      prediction.ndim > 0)
+
+
+def _squares(graph, roots):
+    """{node: the node with each x^2 under it written x·x} of the roots (the derivatives' 1 − tanh², u'·2u…): the SQL
+    writer's x^2 guards the underflow of power and writes x five times, x·x twice; the value is the same (numpy's x²
+    is x·x), but for PostgreSQL's 22003 where |x| < 1.5e-154 and not 0, a gap of the writer's own products."""
+    nodes, new = graph.nodes, {}
+    for i in graph.ancestors(roots):
+        node = nodes[i]
+        args = [new.get(a, a) for a in node.args]
+        if node.op == 'pow' and nodes[node.args[1]].op == 'const' and nodes[node.args[1]].value == 2.0:
+            new[i] = graph.apply('mul', graph.expr(args[0]), graph.expr(args[0])).id
+        elif args != list(node.args):
+            new[i] = graph.apply(node.op, *[graph.expr(a) for a in args]).id
+    return {i: new.get(i, i) for i in roots}
 
 
 def _lookups(graph, outputs, categorical):
@@ -164,7 +181,7 @@ def contributions(ex, columns, weights, shown, rows, interrupts=lambda: None):
     total = {r: np.zeros(rows) for r in varying}
     for alpha, omega in zip(ALPHAS, OMEGAS):
         interrupts()
-        point = {leaf: means[leaf] + alpha * delta[leaf] for leaf in ex.leaves}
+        point = {leaf: (means[leaf] - alpha * means[leaf]) + alpha * x[leaf] for leaf in ex.leaves}
         for r, v in zip(varying, values(ex.graph, varying, point, weights, rows)):
             total[r] += omega * v
     fixed = dict(zip([r for r in roots if not per_row[r]],
@@ -184,11 +201,14 @@ def explanation_sql(ex, columns, weights, shown, keys=None, max_chars=None):
     or None: an array of objects. 54001 (PgadError) where the text passes max_chars."""
     means = means_of(ex, shown)
     limit = max_chars or printer.budget(limits.DEFAULT)
-    source = {leaf: sql.expression(ex.source, i, columns, weights, limit) for leaf, i in ex.lookups.items()}
+    source_rows = ex.source.graph.depends_on_data()
+    source = {leaf: sql.expression(ex.source, i, columns, weights, limit, source_rows)
+              for leaf, i in ex.lookups.items()}
     value = {leaf: source[leaf] if leaf in source else sql._column(columns, leaf) for leaf in ex.leaves}
     delta = {leaf: sql.op(value[leaf], '-', sql.literal(means[leaf])) for leaf in ex.leaves}
-    paths = [{leaf: sql.op(sql.literal(means[leaf]), '+', sql.op(sql.literal(alpha), '*', delta[leaf]))
-              for leaf in ex.leaves} for alpha in ALPHAS]
+    paths = [{leaf: sql.op(sql.literal(means[leaf] - alpha * means[leaf]), '+', sql.op(sql.literal(alpha), '*',
+                                                                                   value[leaf]))
+              for leaf in ex.leaves} for alpha in ALPHAS]  # x̄ + α(x − x̄) as (x̄ − αx̄) + αx: x written once
     lam = _Lam(ex.graph)
     per_row = ex.graph.depends_on_data()
     used = [0]
@@ -201,10 +221,10 @@ def explanation_sql(ex, columns, weights, shown, keys=None, max_chars=None):
 
     def contribution(g, leaf):
         if not per_row[g[leaf]]:  # the model is linear in the leaf: its weight times the difference, exactly
-            return sql.op(sql.expression(lam, g[leaf], {}, weights, limit), '*', delta[leaf])
+            return sql.op(sql.expression(lam, g[leaf], {}, weights, limit, per_row), '*', delta[leaf])
         total = None
         for omega, path in zip(OMEGAS, paths):
-            term = sql.op(sql.literal(omega), '*', spend(sql.expression(lam, g[leaf], path, weights, limit)))
+            term = sql.op(sql.literal(omega), '*', spend(sql.expression(lam, g[leaf], path, weights, limit, per_row)))
             total = term if total is None else sql.op(total, '+', term)
         return sql.op(delta[leaf], '*', total)
 
