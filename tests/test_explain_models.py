@@ -363,3 +363,14 @@ def test_importance_ends_at_statement_timeout(db):
         db.execute('RESET statement_timeout')
     assert diag.sqlstate == '57014'
     assert time.monotonic() - start < 4.5  # 1.5 s, and up to 3 s for a loaded machine's load and first node
+
+
+def test_a_name_too_long_for_its_explain_function_trains_without_one(db):
+    name = 'n' * 58  # "<name>_explain" would be 66 bytes: PostgreSQL would truncate it to another function's name
+    notices = []
+    db.add_notice_handler(lambda n: notices.append(n.message_primary))
+    train(db, name, 'λ(d, w) w.a*d.x1', 'squared', 'points', '{"a": 0}')
+    assert f'model "{name}" gets no pgad_models."{name}_explain" function: its name would be longer than 63 bytes' \
+        in notices
+    assert db.execute('SELECT count(*) FROM pg_proc WHERE proname LIKE %s', [name + '%']).fetchone() == (1,)
+    db.execute('SELECT pgad.drop_model(%s)', [name])

@@ -408,14 +408,15 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     # pgad.explain's (rows NULL by default), pgad.derivatives' (weights and data NULL by default).
     internal = db.execute("SELECT p.oid::regprocedure::text, p.proisstrict OR p.proname ~ '^_(pack_step|pack_combine|"
                           "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train|explain|"
-                          "derivatives|wrong_length)$', "
+                          "derivatives|wrong_length|importance)$', "
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
     # column finder and their eight support functions, pgad.train's and pgad.drop_model's, pgad.partial_sums's,
     # pgad.init_weights's, the catalog's writer, pgad.evaluate's, the scoring functions' length error, pgad.hessian's
-    # and pgad.summary's, the element reader of pgad.pack's loads, and the owners of a model's name
-    assert len(internal) == 32
+    # and pgad.summary's, the element reader of pgad.pack's loads, the owners of a model's name, and
+    # pgad.importance's
+    assert len(internal) == 33
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     # The writer of pgad.models alone is executable by PUBLIC: pgad's Python calls it as the caller, and it writes
     # only what pgad.train or pgad.drop_model left for it (a direct call is refused: test_model_trust.py).

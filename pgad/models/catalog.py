@@ -93,9 +93,12 @@ EXPLAIN = ('explain', 'pg_catalog.jsonb', None, 'the contribution of each column
            'made, by integrated gradients from the training means: see pgad.models')
 
 
-def suffixes(loss):
-    """The suffixes of the functions pgad creates beside a model's scoring function under loss."""
-    return [suffix for suffix, *_ in EXTRAS.get(loss, ())] + [EXPLAIN[0]]
+def suffixes(loss, name):
+    """The suffixes of the functions pgad creates beside model `name`'s scoring function under loss: the explain
+    function's only where its name fits NAMEDATALEN (a longer name is not refused: the model gets none, and a
+    NOTICE says why; PostgreSQL would truncate the name, and find another function by it)."""
+    explain = [EXPLAIN[0]] if len(f'{name}_{EXPLAIN[0]}'.encode()) < NAMEDATALEN else []
+    return [suffix for suffix, *_ in EXTRAS.get(loss, ())] + explain
 SUPERUSER = f'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} $1'
 ME = 'SELECT CURRENT_USER::pg_catalog.text AS me'
 LOCK = 'LOCK TABLE pgad.models IN SHARE ROW EXCLUSIVE MODE'
@@ -202,7 +205,7 @@ def check_names(name, loss):
     """The error unless the functions pgad would create for model `name` under loss take names of their own: a model
     named like one of them ("a_probability" of a logistic model "a"), or a model whose functions would take this
     model's name, is refused whichever came first; so is a function name past PostgreSQL's NAMEDATALEN."""
-    for suffix in suffixes(loss):
+    for suffix in suffixes(loss, name):
         extra = f'{name}_{suffix}'
         if len(extra.encode()) >= NAMEDATALEN:
             raise PgadError('42622', f'the {suffix} function of model "{name}" would be named "{extra}", longer '
@@ -234,7 +237,7 @@ def extras(name, loss, signature):
     if not (signature or '').startswith(prefix):
         return []
     return [(suffix, f'{function_name(f"{name}_{suffix}")}({signature[len(prefix):]}')
-            for suffix in suffixes(loss)]
+            for suffix in suffixes(loss, name)]
 
 
 def quote_ident(name):
@@ -362,6 +365,8 @@ class Scoring:
             return None
         explainer, baselines, *classes = self.explanation
         why = baselines if explainer is None else None
+        if EXPLAIN[0] not in suffixes(None, self.name):
+            explainer, why = None, f'its name would be longer than {NAMEDATALEN - 1} bytes'
         if explainer is not None:
             try:
                 def value(weights, shown):
