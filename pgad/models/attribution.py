@@ -72,11 +72,12 @@ def explainer(lam, prediction, categorical=()):
             order.add(i)
             if i not in lookups:
                 stack.extend(src.nodes[i].args)
-    leaf_of = {}
+    leaf_of, counted = {}, {}
     for i in sorted(order):
         node = src.nodes[i]
         if i in lookups:
-            leaf_of[i] = ('lookup', lookups[i], sum(1 for j in leaf_of if lookups[j] == lookups[i]) + 1)
+            counted[lookups[i]] = counted.get(lookups[i], 0) + 1
+            leaf_of[i] = ('lookup', lookups[i], counted[lookups[i]])
             new[i] = graph.column(leaf_of[i]).id
         elif node.op == 'const':
             new[i] = graph.const(node.value).id
@@ -89,11 +90,11 @@ def explainer(lam, prediction, categorical=()):
         else:
             new[i] = graph.apply(node.op, *[graph.expr(new[a]) for a in node.args]).id
     roots = [new[i] for i in outputs]
+    read = {graph.nodes[k].value for k in new.values() if graph.nodes[k].op == 'column'}
     features = []
     for column in lam.columns:  # the scalar and element columns, in order of first use
         leaves = [leaf_of[i] for i in sorted(leaf_of) if lookups[i] == column] if column in categorical else \
-            [column] if any(graph.nodes[k].op == 'column' and graph.nodes[k].value == column for k in new.values()) \
-            else []
+            [column] if column in read else []
         if leaves:
             features.append((str(column), leaves))
     leaves = [leaf for _, ls in features for leaf in ls]

@@ -33,6 +33,10 @@ owned by the role that trained it, are replaced or dropped; another role's funct
 names belong to the model: a model named like another model's function is refused whichever comes first
 (check_names). A scoring function that takes an array checks its length (Scoring.checked), raising 2202E through
 the extension's IMMUTABLE pgad._wrong_length, which keeps the function inlinable.
+
+Every model, whatever its loss, also gets "<name>_explain" (EXPLAIN; its body from models/attribution.py: each
+column's contribution to the prediction, as jsonb), under the same rules, unless its text passes the printer's budget
+or its name NAMEDATALEN: then none, with a NOTICE (Scoring.explained; suffixes).
 """
 import json
 import re

@@ -12,7 +12,8 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import attribution, catalog, descent, objective, separation, standardize as standardizing, summary, validation as validating
+from . import attribution, catalog, descent, objective, separation, standardize as standardizing, summary, \
+    validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
