@@ -45,8 +45,12 @@ def importance(name, data, permutation, seed, config):
     baseline = options[first['group_key']]['baseline']
     lengths = tuple((c, sum(1 for k in baseline if k.startswith(f'{c}[')))
                     for c in goal.model.columns if c not in baseline and f'{c}[1]' in baseline)
+    # a label of classes (options.classes: a 'softmax' model's, a 'logistic' model's of text): read as each row's
+    # class code 1 … K, 0 for a class the model never saw (those rows are left out of the losses)
+    classes = options[first['group_key']].get('classes')
+    coded = {label: [str(k) for k in classes]} if classes else {}
     shapes = vectors.Shapes(tuple((n, v.shape) for n, v in weights[first['group_key']].items() if v.ndim),
-                            lengths, tuple(cats.codes))
+                            lengths, tuple({**cats.codes, **coded}))
     prog = program.build(goal.text, tuple(weights[first['group_key']]), 'reverse', False, config.limits, shapes)
     prog = replace(prog, lam=objective.labelled(prog.lam, goal, first['loss']))  # a boolean label too
     lam = prog.lam
@@ -56,17 +60,17 @@ def importance(name, data, permutation, seed, config):
         ex = attribution.explainer(*model, cats.codes)
     except attribution.Unexplained as e:
         raise PgadError('0A000', f'model "{name}" cannot be explained: {e}') from None
-    classes = options[first['group_key']].get('classes')
     outputs = [None] if not ex.vector else \
         [str(c) for c in classes] if classes and len(classes) == len(ex.outputs) else \
         [str(k + 1) for k in range(len(ex.outputs))]
     columns = list(prog.columns)
     group_by = options[first['group_key']].get('group_by') or []
     if group_by:
-        _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, cats.codes, unseen=True)
+        _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, {**cats.codes, **coded},
+                                      unseen=True)
     else:
         parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit,
-                                                      dict(prog.columns_of), cats.codes, unseen=True))]
+                                                      dict(prog.columns_of), {**cats.codes, **coded}, unseen=True))]
     if not any(part.table.rows for part in parts):
         raise PgadError('22000', 'the data has no rows without NULL in the columns the model reads',
                         hint=f'pgad.importance explains model "{name}" on the rows of the data.')
@@ -82,15 +86,20 @@ def importance(name, data, permutation, seed, config):
                                           server.check_interrupts)
         drops = dict.fromkeys((f for f, _ in ex.features), None)
         if permutation:
-            if label in cols:
+            known = np.ones(table.rows, dtype=bool)
+            if coded:  # a class the model never saw has no loss; a 'logistic' label of classes is its code less 1
+                known = cols[label] != 0
+                if objective.base(first['loss']) == 'logistic':
+                    cols[label] = cols[label] - 1
+            elif label in cols:
                 objective.check_labels(first['loss'], label, cols[label], f'model "{name}": ')
             rng = np.random.default_rng(seed)
-            before = _mean_loss(lam, cols, flat, table.rows)
-            for feature, _ in ex.features:
+            before = _mean_loss(lam, cols, flat, table.rows, known)
+            for feature, _ in ex.features if before is not None else ():
                 server.check_interrupts()
                 shuffled = dict(cols)
                 shuffled[feature] = cols[feature][rng.permutation(table.rows)]
-                drops[feature] = _mean_loss(lam, shuffled, flat, table.rows) - before
+                drops[feature] = _mean_loss(lam, shuffled, flat, table.rows, known) - before
         for output, by_feature in zip(outputs, found):
             for feature, _ in ex.features:
                 phi = np.broadcast_to(by_feature[feature], (table.rows,))
@@ -106,9 +115,10 @@ def _flat(w, shapes):
     return out
 
 
-def _mean_loss(lam, cols, weights, rows):
+def _mean_loss(lam, cols, weights, rows, known):
+    """The mean of the objective over the rows that are known (those whose label the model has)."""
     per_row, = evaluate.values(lam.graph, [lam.root], cols, weights, rows)
-    return float(np.mean(per_row))
+    return float(np.mean(per_row[known])) if known.any() else None
 
 
 # The arrays one group's explanation holds at once, each of its rows × 8 bytes: the leaves' values, differences and
