@@ -374,3 +374,40 @@ def test_a_name_too_long_for_its_explain_function_trains_without_one(db):
         in notices
     assert db.execute('SELECT count(*) FROM pg_proc WHERE proname LIKE %s', [name + '%']).fetchone() == (1,)
     db.execute('SELECT pgad.drop_model(%s)', [name])
+
+
+def test_a_softmax_model_is_explained_by_class_name(db):
+    """A model of classes (issue 36 §1's loss 'softmax', options.classes): each class's logit explained, keyed by the
+    class's name; pgad.importance's outputs by class name, its permutation importance numpy's cross-entropy's rise.
+    Skipped where the server has no loss 'softmax' (a branch without part 1)."""
+    db.execute("CREATE TABLE IF NOT EXISTS kinds AS SELECT id, x1, x2, (ARRAY['ant', 'bee', 'cow'])[1 + "
+               "((id % 7) + (id * 13) % 11 + id % 3) / 6 % 3] AS kind FROM points")
+    try:
+        weights, options = train(db, 'kinds', 'λ(d, w) tanh(w.m @ [d.x1, d.x2] + w.b)', 'softmax', 'kinds',
+                                 '{"m": {}, "b": {}}', label='kind', l2=0.1)
+    except psycopg.Error as e:
+        if 'softmax' in str(e) and e.sqlstate == '22023':
+            pytest.skip("no loss 'softmax' here")
+        raise
+    assert options['classes'] == ['ant', 'bee', 'cow']
+    found = explained(db, 'pgad_models.kinds_explain(x1, x2), pgad_models.kinds(x1, x2)')
+    x = data(db, 'x1, x2')
+    m, b = (torch.tensor(weights[n], dtype=torch.float64) for n in 'mb')
+    baseline = [options['baseline'][c] for c in ('x1', 'x2')]
+    for k, kind in enumerate(options['classes']):
+        phi = np.array([[e[kind][c] for c in ('x1', 'x2')] for e, _ in found])
+        assert phi.sum(axis=1) == pytest.approx(np.array([p[k] for _, p in found]) - options['baseline_prediction'][k],
+                                                rel=1e-9, abs=1e-12)
+        expected = torch_ig(lambda z: torch.tanh(z @ m.T + b)[..., k], x, baseline)  # noqa: B023
+        assert np.allclose(phi, expected, rtol=1e-9, atol=1e-12)
+    rows = db.execute("SELECT output, feature, permutation_importance FROM pgad.importance('kinds', 'kinds', true, 5)"
+                      ).fetchall()
+    assert [r[:2] for r in rows] == [(k, c) for k in ('ant', 'bee', 'cow') for c in ('x1', 'x2')]
+    kinds = [options['classes'].index(r[0]) for r in db.execute('SELECT kind FROM kinds ORDER BY id')]
+    logits = lambda z: np.tanh(z @ np.array(weights['m']).T + np.array(weights['b']))  # noqa: E731
+    loss = lambda z: np.mean(np.log(np.exp(logits(z)).sum(axis=1)) - logits(z)[np.arange(len(z)), kinds])  # noqa
+    rng = np.random.default_rng(5)
+    for k, c in enumerate(('x1', 'x2')):
+        shuffled = x.copy()
+        shuffled[:, k] = x[rng.permutation(len(x)), k]
+        assert rows[k][2] == pytest.approx(loss(shuffled) - loss(x), rel=1e-9, abs=1e-12)
