@@ -411,3 +411,15 @@ def test_a_softmax_model_is_explained_by_class_name(db):
         shuffled = x.copy()
         shuffled[:, k] = x[rng.permutation(len(x)), k]
         assert rows[k][2] == pytest.approx(loss(shuffled) - loss(x), rel=1e-9, abs=1e-12)
+
+
+def test_a_standardized_model_is_explained_in_its_columns_units(db):
+    """standardize => true trains on scaled columns and stores the weights scaled back: the baseline and the
+    contributions are in the columns' own units, exactly wᵢ·(xᵢ − x̄ᵢ)."""
+    weights, options = train(db, 'scaled', 'λ(d, w) w.a*d.x1 + w.b*d.x4 + w.c', 'squared', 'points',
+                             '{"a": 0, "b": 0, "c": 0}', standardize=True)
+    x = data(db, 'x1, x4')
+    assert [options['baseline']['x1'], options['baseline']['x4']] == pytest.approx(x.mean(axis=0), rel=1e-12)
+    e, = db.execute('SELECT pgad_models.scaled_explain(2, 3)').fetchone()
+    assert e['x1'] == pytest.approx(weights['a'] * (2 - x[:, 0].mean()), rel=1e-12)
+    assert e['x4'] == pytest.approx(weights['b'] * (3 - x[:, 1].mean()), rel=1e-12)
