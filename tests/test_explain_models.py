@@ -423,3 +423,19 @@ def test_a_standardized_model_is_explained_in_its_columns_units(db):
     e, = db.execute('SELECT pgad_models.scaled_explain(2, 3)').fetchone()
     assert e['x1'] == pytest.approx(weights['a'] * (2 - x[:, 0].mean()), rel=1e-12)
     assert e['x4'] == pytest.approx(weights['b'] * (3 - x[:, 1].mean()), rel=1e-12)
+
+
+def test_an_explain_function_a_view_uses_is_not_dropped_by_a_retraining_that_gets_none(db):
+    train(db, 'viewed', LAYER, 'squared', 'points', LAYER_START, l2=0.05)
+    db.execute('CREATE VIEW viewed_why AS SELECT pgad_models.viewed_explain(x1, x2, x3) AS why FROM points')
+    db.execute('SET pgad.max_lambda_bytes = 4000')
+    try:
+        diag = error_of(db, "SELECT pgad.train('viewed', %s, 'squared', 'points', %s, l2 => 0.05)",
+                        [LAYER, LAYER_START])
+    finally:
+        db.execute('RESET pgad.max_lambda_bytes')
+    assert diag.sqlstate == '2BP01'
+    assert diag.message_primary == 'cannot replace the explain function of model "viewed": the model gets none this ' \
+                                   'time, and other objects depend on it'
+    assert db.execute('SELECT count(*) FROM viewed_why').fetchone() == (120,)
+    db.execute('DROP VIEW viewed_why')

@@ -467,7 +467,8 @@ def store(scoring, rows, fits):
         if same and found['mine'] and not reshaped:
             continue  # CREATE OR REPLACE keeps it, and what uses it
         if found['users']:
-            change = f'the model\'s loss \'{loss}\' has none' if suffix not in made else \
+            change = ('the model gets none this time' if suffix == EXPLAIN[0] else
+                      f'the model\'s loss \'{loss}\' has none') if suffix not in made else \
                 'its arguments change' if not same else reshaped or \
                 f'it belongs to role "{found["owner"]}", and would be replaced by one of role "{me}"'
             now = f'{made[suffix][0]} RETURNS {made[suffix][2]}' if suffix in made else 'none'

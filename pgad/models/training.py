@@ -146,7 +146,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                                      server.check_interrupts)
             fits.append((part.values, fitted))
             if isinstance(explainer, attribution.Explainer) and isinstance(kernel, shards.Sharded):
-                explainer = 'its rows are sharded, and the training means are taken where the rows are here'
+                explainer = 'its rows are sharded, and the training rows\' means would be the local partitions\''
             explained = {}
             if isinstance(explainer, attribution.Explainer):  # the baseline: the training rows' means
                 shown, at = attribution.baseline(explainer, dict(zip(map(str, prog.columns), part.table.columns)),
