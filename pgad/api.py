@@ -10,7 +10,8 @@ import numpy as np
 
 from . import arguments, calls, categorical, explain as explaining, loader, program, server, shards
 from .calls import settings
-from .models import catalog, descent, evaluate as evaluating, initial, summary as summarizing, training
+from .models import catalog, descent, evaluate as evaluating, importance as importing, initial, \
+    summary as summarizing, training
 from .errors import PgadError
 from .lang import hessian as second, printer, tensors, vectors
 
@@ -154,6 +155,13 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
 def evaluate(name, data):
     """pgad.evaluate: the metrics of model `name` on the data, (group_key, metric, value) rows (models/evaluate.py)."""
     return evaluating.evaluate(name, data, settings())
+
+@server.entry
+def importance(name, data, permutation=False, seed=None):
+    """pgad.importance: each feature's mean |contribution| and mean contribution to model `name`'s predictions on the
+    data, and its permutation importance where asked (models/importance.py)."""
+    return importing.importance(name, data, bool(permutation), seed, settings())
+
 
 @server.entry
 def drop_model(name):

@@ -15,6 +15,7 @@ SECTION = '## The aggregates: pgad.loss_agg, pgad.gradient_agg, pgad.gradient_de
 MODELS = '## Models: pgad.train, pgad.models, pgad_models, pgad.drop_model'
 VECTORS = '## Vectors and matrices'
 CLASSES = "## Many classes: loss 'softmax'"
+EXPLANATIONS = '## Explanations: <name>_explain, pgad.importance'
 
 
 def section_sql(section=SECTION):
@@ -143,3 +144,12 @@ def test_the_multiclass_evaluate_and_summary_examples_run_as_shown(cluster, tmp_
     printed = [line.strip() for line in result.stdout.splitlines()]
     assert [line for line in shown if line not in printed] == []
     assert len(shown) > 30
+
+
+def test_the_explanations_examples_run_in_psql_as_shown(cluster, tmp_path):
+    """The explanations, importances and completeness the section shows, line for line."""
+    result = run_in_psql(cluster, tmp_path, section_sql(EXPLANATIONS))
+    assert result.returncode == 0, result.stderr
+    shown = [line.strip() for block in output_blocks(EXPLANATIONS)[1:] for line in block.splitlines()]  # [0]: the
+    printed = [line.strip() for line in result.stdout.splitlines()]                                   # signatures
+    assert shown and [line for line in shown if line not in printed] == []

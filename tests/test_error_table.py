@@ -196,6 +196,21 @@ CALLS = {
     'model "e1" has a probability function named "e1_probability"':
         call(TRAIN.format('e1', 'logistic', CLASSES), LINE, AB) +
         call(TRAIN.format('e1_probability', 'squared', CLASSES), LINE, AB),
+    'model "e3" has an explain function named "e3_explain"':
+        call(TRAIN.format('e3', 'squared', CLASSES), LINE, AB) +
+        call(TRAIN.format('e3_explain', 'squared', CLASSES), LINE, AB),
+    'model "old" has no baseline to explain its predictions from':  # as a model trained before 0.15.0 has none
+        call(TRAIN.format('old', 'squared', CLASSES), LINE, AB) +
+        call("UPDATE pgad.models SET options = options - 'baseline' WHERE name = 'old'") +
+        call("SELECT * FROM pgad.importance('old', 'points')"),
+    'argument "name" of pgad.importance must not be NULL':
+        call("SELECT * FROM pgad.importance(NULL, 'points')"),
+    'the explanation of the data needs 1.2 MB, more than pgad.memory_limit (1.0 MB)':
+        call(TRAIN.format('wide', 'λ(p, d) (sum(p) - d.y)^2', 'SELECT x, x AS z, y FROM points'),
+             'λ(d, w) w.m @ [d.x, d.z]', '{"m": [[0, 0], [0, 0], [0, 0], [0, 0]]}') +
+        [("SET pgad.memory_limit = '1MB'", ())] +  # the data needs 0.6 MB
+        call("SELECT * FROM pgad.importance('wide', 'SELECT x, x AS z, y FROM points, "
+             "pg_catalog.generate_series(1, 660) AS k')"),
     'model "e2_class" exists, and the class function of model "e2" would take its name':
         call(TRAIN.format('e2_class', 'squared', CLASSES), LINE, AB) +
         call(TRAIN.format('e2', 'logistic', CLASSES), LINE, AB),

@@ -214,11 +214,13 @@ def test_null_arguments_give_no_rows(db):
 # §2: the probability and class functions of logistic and hinge models, and the array length check
 
 def functions(db, name):
-    """{function name in pgad_models: (volatility, parallel, language, arguments, result)} of those named name*."""
+    """{function name in pgad_models: (volatility, parallel, language, arguments, result)} of those named name*, but
+    every model's <name>_explain (tests/test_explain_models.py)."""
     return {r[0]: r[1:] for r in db.execute(
         "SELECT p.proname, p.provolatile, p.proparallel, l.lanname, pg_get_function_arguments(p.oid), "
         "pg_get_function_result(p.oid) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
-        "WHERE p.pronamespace = 'pgad_models'::regnamespace AND p.proname LIKE %s", [name + '%'])}
+        "WHERE p.pronamespace = 'pgad_models'::regnamespace AND p.proname LIKE %s AND p.proname NOT LIKE "
+        "'%%\\_explain'", [name + '%'])}
 
 
 def inlined(db, call, table):

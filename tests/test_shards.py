@@ -155,6 +155,22 @@ def test_train_on_shards_is_the_single_server_result(db, optimizer):
     assert db.execute("SELECT pgad_models.\"m_gd_sharded\"(2.0)").fetchone()[0] is not None
 
 
+def test_a_model_trained_where_the_rows_are_sharded_gets_no_explain_function(db):
+    """Its baseline would be the local partitions' means (docs/sql.md, Explanations): none, and a NOTICE says why;
+    the same model on a query over the table, whose rows are pulled, gets one."""
+    notices = []
+    db.add_notice_handler(lambda n: notices.append(n.message_primary))
+    for name, data in (('why_sharded', 'sharded'), ('why_pulled', 'SELECT * FROM sharded')):
+        db.execute(f"SELECT pgad.train(%s, 'λ(d, w) w.a*d.x + w.b', 'squared', %s, '{START}', optimizer => 'lbfgs')",
+                   (name, data))
+    assert 'model "why_sharded" gets no pgad_models."why_sharded_explain" function: its rows are sharded, and the ' \
+           'training rows\' means would be the local partitions\'' in notices
+    explain = "SELECT proname FROM pg_proc WHERE proname LIKE 'why\\_%\\_explain'"
+    assert db.execute(explain).fetchall() == [('why_pulled_explain',)]
+    assert db.execute("SELECT name, options ? 'baseline' FROM pgad.models WHERE name LIKE 'why\\_%' ORDER BY name"
+                      ).fetchall() == [('why_pulled', True), ('why_sharded', False)]
+
+
 def test_momentum_and_adam_step_on_full_batches_where_the_rows_are_sharded(db):
     """batch_size is not used on shards: momentum's fit is the one with a batch larger than the data here."""
     sharded = db.execute("SELECT weights FROM pgad.train('mom_small', 'λ(d, w) w.a*d.x + w.b', 'squared', 'sharded', "

@@ -408,25 +408,28 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     # pgad.explain's (rows NULL by default), pgad.derivatives' (weights and data NULL by default).
     internal = db.execute("SELECT p.oid::regprocedure::text, p.proisstrict OR p.proname ~ '^_(pack_step|pack_combine|"
                           "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train|explain|"
-                          "derivatives|wrong_length)$', "
+                          "derivatives|wrong_length|importance)$', "
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
     # column finder and their eight support functions, pgad.train's and pgad.drop_model's, pgad.partial_sums's,
     # pgad.init_weights's, the catalog's writer, pgad.evaluate's, the scoring functions' length error, pgad.hessian's
-    # and pgad.summary's, the element reader of pgad.pack's loads, and the owners of a model's name
-    assert len(internal) == 32
+    # and pgad.summary's, the element reader of pgad.pack's loads, the owners of a model's name, and
+    # pgad.importance's, and the softmax and argmax of a softmax model's probability and class functions
+    assert len(internal) == 35
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     # The writer of pgad.models alone is executable by PUBLIC: pgad's Python calls it as the caller, and it writes
     # only what pgad.train or pgad.drop_model left for it (a direct call is refused: test_model_trust.py).
     # So is pgad._wrong_length, which every scoring function that takes an array calls to raise its error (not
     # strict: its last argument, the type it stands in for, is NULL), and pgad._element, which the loader's pgad.pack
     # queries read an array's elements with, as the caller, and pgad._model_owners, which tells pgad.train and
-    # pgad.drop_model the roles that own a name whatever rows the caller may read (its owners and loss alone).
+    # pgad.drop_model the roles that own a name whatever rows the caller may read (its owners and loss alone), and
+    # pgad._softmax and pgad._argmax, which a softmax model's probability and class functions call as the caller.
     writer = [acl for name, _, acl in internal if name == 'pgad._write_models()']
     assert len(writer) == 1 and '"=X' not in writer[0] and ',=X/' in writer[0]
     public = ('pgad._write_models()', 'pgad._wrong_length(text,integer,integer,anyelement)',
-              'pgad._element(anyarray,integer,integer,text)', 'pgad._model_owners(text)')
+              'pgad._element(anyarray,integer,integer,text)', 'pgad._model_owners(text)',
+              'pgad._softmax(double precision[])', 'pgad._argmax(double precision[])')
     assert [(name, acl) for name, _, acl in internal if name not in public and
             (acl is None or '"=X' in acl or '{=X' in acl or ',=X' in acl)] == []
     db.execute("DROP ROLE IF EXISTS pgad_outsider")

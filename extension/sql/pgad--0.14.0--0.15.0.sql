@@ -66,3 +66,32 @@ COMMENT ON FUNCTION pgad._argmax(pg_catalog.float8[]) IS
 -- ---------------------------------------------------------------------------------------------------------------
 -- §2 explanations (issue 36)
 -- ---------------------------------------------------------------------------------------------------------------
+
+-- pgad.importance: each feature's mean |contribution| (the integrated gradients of <name>_explain) and mean
+-- contribution to a stored model's predictions on any data, per group and element of a vector prediction, and its
+-- permutation importance where asked (pgad/models/importance.py). Not STRICT: seed is NULL unless given.
+CREATE FUNCTION pgad._importance(name pg_catalog.text, data pg_catalog.text, permutation pg_catalog.bool,
+                                 seed pg_catalog.int8)
+RETURNS TABLE (group_key pg_catalog.jsonb, output pg_catalog.text, feature pg_catalog.text,
+               mean_abs_contribution pg_catalog.float8, mean_contribution pg_catalog.float8,
+               permutation_importance pg_catalog.float8)
+LANGUAGE plpython3u STABLE AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.importance(name, data, permutation, seed)
+$$;
+REVOKE ALL ON FUNCTION pgad._importance(pg_catalog.text, pg_catalog.text, pg_catalog.bool, pg_catalog.int8)
+    FROM PUBLIC;
+
+CREATE FUNCTION pgad.importance(name pg_catalog.text, data pg_catalog.text,
+                                permutation pg_catalog.bool DEFAULT false, seed pg_catalog.int8 DEFAULT NULL)
+RETURNS TABLE (group_key pg_catalog.jsonb, output pg_catalog.text, feature pg_catalog.text,
+               mean_abs_contribution pg_catalog.float8, mean_contribution pg_catalog.float8,
+               permutation_importance pg_catalog.float8)
+LANGUAGE C STABLE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.importance(pg_catalog.text, pg_catalog.text, pg_catalog.bool, pg_catalog.int8) IS
+    'each feature''s mean absolute and mean contribution to model name''s predictions on the data (the integrated '
+    'gradients of its _explain function), per group and output, and with permutation the rise of the mean loss '
+    'when the feature is shuffled';

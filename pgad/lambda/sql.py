@@ -272,15 +272,16 @@ SQL = {
 }
 
 
-def expression(lam, root, columns, weights, max_chars=printer.budget(bounds.DEFAULT)):
+def expression(lam, root, columns, weights, max_chars=printer.budget(bounds.DEFAULT), per_row=None):
     """Node root of lam's graph as a PostgreSQL expression, safe under any search_path: a column reads as the SQL
     text columns[name] ('$1'), a weight as the float8 literal of weights[name]. SQLSTATE 54001 past max_chars.
 
     Each node's rule is applied once, to its arguments' SQL where that is short (a literal, a column) and to a
     placeholder where it is a node of its own; the text is spelt out at the end, in time linear in its length
-    (building each node's text from its arguments' would copy a long chain of + quadratically)."""
+    (building each node's text from its arguments' would copy a long chain of + quadratically). per_row: the
+    graph's depends_on_data(), where the caller writes many roots of one graph."""
     graph = lam.graph
-    per_row = graph.depends_on_data()
+    per_row = per_row or graph.depends_on_data()
     args, pieces, lengths = {}, {}, {}  # the Sql a node's parents see; its rule's text split at placeholders
     for i in graph.ancestors([root]):
         bounds.tick()

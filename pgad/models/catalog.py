@@ -35,6 +35,10 @@ owned by the role that trained it, are replaced or dropped; another role's funct
 names belong to the model: a model named like another model's function is refused whichever comes first
 (check_names). A scoring function that takes an array checks its length (Scoring.checked), raising 2202E through
 the extension's IMMUTABLE pgad._wrong_length, which keeps the function inlinable.
+
+Every model, whatever its loss, also gets "<name>_explain" (EXPLAIN; its body from models/attribution.py: each
+column's contribution to the prediction, as jsonb), under the same rules, unless its text passes the printer's budget
+or its name NAMEDATALEN: then none, with a NOTICE (Scoring.explained; suffixes).
 """
 import json
 import re
@@ -42,6 +46,7 @@ import re
 import numpy as np
 
 from .. import categorical, server
+from . import attribution
 from ..errors import PgadError
 from ..lang import printer, sql, vectors
 
@@ -108,6 +113,18 @@ def chosen(x, found, logits):
         return f'({classes})[({UP.format(x)})::pg_catalog.int4 OPERATOR(pg_catalog.+) 1]'
     return f'({classes})[pgad._argmax({x})]'
 SCORING_COMMENT = 'the prediction of a model pgad.train made: see pgad.models'
+# Every model's function beside its scoring function, whatever its loss: each feature's contribution to the
+# prediction, as jsonb (models/attribution.py). Its body is no function of the score, so it has no `of`.
+EXPLAIN = ('explain', 'pg_catalog.jsonb', None, 'the contribution of each column to a prediction of a model pgad.train '
+           'made, by integrated gradients from the training means: see pgad.models')
+
+
+def suffixes(loss, name):
+    """The suffixes of the functions pgad creates beside model `name`'s scoring function under loss: the explain
+    function's only where its name fits NAMEDATALEN (a longer name is not refused: the model gets none, and a
+    NOTICE says why; PostgreSQL would truncate the name, and find another function by it)."""
+    explain = [EXPLAIN[0]] if len(f'{name}_{EXPLAIN[0]}'.encode()) < NAMEDATALEN else []
+    return [suffix for suffix, *_ in EXTRAS.get(loss, ())] + explain
 SUPERUSER = f'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} $1'
 ME = 'SELECT CURRENT_USER::pg_catalog.text AS me'
 LOCK = 'LOCK TABLE pgad.models IN SHARE ROW EXCLUSIVE MODE'
@@ -214,7 +231,7 @@ def check_names(name, loss):
     """The error unless the functions pgad would create for model `name` under loss take names of their own: a model
     named like one of them ("a_probability" of a logistic model "a"), or a model whose functions would take this
     model's name, is refused whichever came first; so is a function name past PostgreSQL's NAMEDATALEN."""
-    for suffix, *_ in EXTRAS.get(loss, ()):
+    for suffix in suffixes(loss, name):
         extra = f'{name}_{suffix}'
         if len(extra.encode()) >= NAMEDATALEN:
             raise PgadError('42622', f'the {suffix} function of model "{name}" would be named "{extra}", longer '
@@ -226,13 +243,15 @@ def check_names(name, loss):
                                      'take its name',
                             detail=f'A model trained with loss \'{loss}\' also gets {function_name(extra)}.',
                             hint=f'Train model "{name}" under another name, or drop model "{extra}".')
-    for kind, extras in EXTRAS.items():
+    for kind, extras in [*EXTRAS.items(), (None, (EXPLAIN,))]:
         for suffix, *_ in extras:
             base = name[:-len(suffix) - 1]
             if name.endswith('_' + suffix) and base and any(
-                    r['loss'] == kind for r in server.query(OWNERS, [base], ['pg_catalog.text'])):
-                raise PgadError('42710', f'model "{base}" has a {suffix} function named "{name}"',
-                                detail=f'A model trained with loss \'{kind}\' also gets {function_name(name)}.',
+                    kind is None or r['loss'] == kind for r in server.query(OWNERS, [base], ['pg_catalog.text'])):
+                article = 'an' if suffix[0] in 'aeiou' else 'a'
+                raise PgadError('42710', f'model "{base}" has {article} {suffix} function named "{name}"',
+                                detail=f'A model trained with loss \'{kind}\' also gets {function_name(name)}.'
+                                if kind else f'Every model also gets {function_name(name)}.',
                                 hint='Train the model under another name.')
 
 
@@ -244,7 +263,7 @@ def extras(name, loss, signature):
     if not (signature or '').startswith(prefix):
         return []
     return [(suffix, f'{function_name(f"{name}_{suffix}")}({signature[len(prefix):]}')
-            for suffix, *_ in EXTRAS.get(loss, ())]
+            for suffix in suffixes(loss, name)]
 
 
 def quote_ident(name):
@@ -305,14 +324,17 @@ class Scoring:
     """The scoring function of a model: its arguments, and its body from the model DAG and each group's weights."""
 
     def __init__(self, name, model, group_by=(), group_types=(), max_chars=None, unrolled=None, categories=None,
-                 classes=None):
+                 classes=None, explanation=None):
         """unrolled: for a model with vectors, (its unrolled Lambda, its prediction as an array of that Lambda's
         nodes, {array column: length}): the function takes a float8[] for an array column and returns a float8[]
         for a vector prediction. categories: {column indexing a categorical weight: (its base type, its categories)},
         each taken as its type and coded by a CASE (categorical.scoring_code). classes: a model of classes'
-        (models/classes.py's Classes, or None): its class function returns the label's type."""
+        (models/classes.py's Classes, or None): its class function returns the label's type. explanation: (the
+        model's attribution.Explainer, each fit's options.baseline in fits' order, options.classes or None), or
+        (None, why) for a model that gets no <name>_explain."""
         categories = categories or {}
         self.classes = classes
+        self.explanation = explanation
         self.name, self.model, self.group_by, self.max_chars = name, model, list(group_by), max_chars
         lam, self.outputs, lengths = unrolled or (model, np.array(model.graph.expr(model.root), dtype=object), {})
         self.lam = lam
@@ -361,7 +383,39 @@ class Scoring:
             extra = f'{self.name}_{suffix}'
             made[suffix] = (self.identity_of(extra), self.signature_of(extra), returns,
                             self.body(fits, of, returns), comment)
+        explained = self.explained(fits)
+        if explained is not None:
+            extra = f'{self.name}_{EXPLAIN[0]}'
+            made[EXPLAIN[0]] = (self.identity_of(extra), self.signature_of(extra), EXPLAIN[1], explained, EXPLAIN[3])
         return made
+
+    def explained(self, fits):
+        """The body of <name>_explain (attribution.explanation_sql per group), or None with a NOTICE saying why the
+        model gets none: its explainer could not be built, or its text passes the printer's budget (54001)."""
+        if self.explanation is None:
+            return None
+        explainer, baselines, *classes = self.explanation
+        why = baselines if explainer is None else None
+        if EXPLAIN[0] not in suffixes(None, self.name):
+            explainer, why = None, f'its name would be longer than {NAMEDATALEN - 1} bytes'
+        if explainer is not None:
+            try:
+                def value(weights, shown):
+                    return attribution.explanation_sql(explainer, self.columns, weights, shown,
+                                                       classes[0] if classes else None, self.max_chars)
+                if not self.group_by:
+                    (_, weights), = fits
+                    text = value(weights, baselines[0])
+                else:
+                    text = 'CASE ' + ' '.join(f'WHEN {self.matches(values)} THEN {value(weights, shown)}'
+                                              for (values, weights), shown in zip(fits, baselines)) + ' END'
+                return self.checked(text, EXPLAIN[1])
+            except PgadError as e:
+                if e.sqlstate != '54001':
+                    raise
+                why = f'its explanation is too long to write as SQL ({e.message})'
+        server.notice(f'model "{self.name}" gets no {function_name(self.name + "_" + EXPLAIN[0])} function: {why}')
+        return None
 
     def body(self, fits, of=None, returns=None):
         """The SQL expression the function returns: fits is [(the group's values as to_jsonb writes them, or None
@@ -441,7 +495,8 @@ def store(scoring, rows, fits):
         if same and found['mine'] and not reshaped:
             continue  # CREATE OR REPLACE keeps it, and what uses it
         if found['users']:
-            change = f'the model\'s loss \'{loss}\' has none' if suffix not in made else \
+            change = ('the model gets none this time' if suffix == EXPLAIN[0] else
+                      f'the model\'s loss \'{loss}\' has none') if suffix not in made else \
                 'its arguments change' if not same else reshaped or \
                 f'it belongs to role "{found["owner"]}", and would be replaced by one of role "{me}"'
             now = f'{made[suffix][0]} RETURNS {made[suffix][2]}' if suffix in made else 'none'

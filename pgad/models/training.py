@@ -12,8 +12,8 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import catalog, classes, descent, objective, separation, standardize as standardizing, summary, \
-    validation as validating
+from . import attribution, catalog, classes, descent, objective, separation, standardize as standardizing, \
+    summary, validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
@@ -103,8 +103,6 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                         hint='Standardise the columns in the data query, or train one model per group.')
     prog = _program(goal.text, names, options, config, shapes, chosen)
     centred = classes.centred(goal.model, prog.shapes, sized, len(found.keys)) if by_class else ()
-    # a softmax model's prediction, unrolled: its classes' separation is checked on it after each fit
-    logits = vectors.unrolled_value(goal.model, shapes, config.limits) if by_class else None
     if until:
         options['iterations'] = _iterations(options['optimizer'])
     # what the loads read: a boolean label too
@@ -116,6 +114,14 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
         [np.zeros(0)] + [np.full(int(np.prod(shape, dtype=np.int64)), float(options['regularize'] is None or n in
                                                             options['regularize'])) for n, shape in prog.shapes]))
     groups = options['group_by']
+    unrolled = None
+    if shapes or vectors.needed(goal.model):
+        lam, prediction = vectors.unrolled_value(goal.model, shapes, config.limits)
+        unrolled = (lam, prediction, dict(shapes.columns))
+    # a softmax model's prediction, unrolled: its classes' separation is checked on it after each fit
+    logits = unrolled[:2] if by_class else None
+    explainer, baselines = _explainer(unrolled or (goal.model, np.array(goal.model.graph.expr(goal.model.root),
+                                                                        dtype=object)), cats), []
     with ExitStack() as stack:
         if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
             group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit,
@@ -170,22 +176,41 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                     *logits, dict(zip([str(c) for c in prog.columns], part.table.columns)), label, fitted,
                     part.table.rows, server.check_interrupts), clock.warning)
             fits.append((part.values, fitted))
+            if isinstance(explainer, attribution.Explainer) and isinstance(kernel, shards.Sharded):
+                explainer = 'its rows are sharded, and the training rows\' means would be the local partitions\''
+            explained = {}
+            if isinstance(explainer, attribution.Explainer):  # the baseline: the training rows' means
+                shown, at = attribution.baseline(explainer, dict(zip(map(str, prog.columns), part.table.columns)),
+                                                 fitted, part.table.rows)
+                baselines.append(shown)
+                explained = dict(baseline=shown, baseline_prediction=at)
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
                              weights=calls.weights_json(unread, categorical.named(nested, cats)),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
-                             iterations=fit.iterations, options=json.dumps(options), data=data, rows=part.table.rows,
+                             iterations=fit.iterations, options=json.dumps({**options, **explained}), data=data,
+                             rows=part.table.rows,
                              training_time=fit.seconds,
                              validation_history=None if watch is None else watch.history,
                              converged=fit.converged, gradient_norm=fit.gradient_norm))
     if not rows:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
-    unrolled = None
-    if shapes or vectors.needed(goal.model):
-        lam, prediction = vectors.unrolled_value(goal.model, shapes, config.limits)
-        unrolled = (lam, prediction, dict(shapes.columns))
+    explanation = (explainer, baselines, options.get('classes')) if isinstance(explainer, attribution.Explainer) \
+        else (None, explainer)
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
-                              {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)}, found)
+                              {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)}, found, explanation)
     return catalog.store(scoring, rows, fits)
+
+
+def _explainer(model, cats):
+    """The attribution.Explainer of the model (its Lambda and prediction, unrolled), or why it gets none (a text)."""
+    try:
+        return attribution.explainer(*model[:2], cats.codes)
+    except attribution.Unexplained as e:
+        return str(e)
+    except PgadError as e:
+        if e.sqlstate != '54001':
+            raise
+        return f'its derivatives by the columns are too large ({e.message})'
 
 
 
