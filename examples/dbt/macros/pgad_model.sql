@@ -180,7 +180,8 @@
 
 {#- {{ pgad_score('house_prices') }}(sqft, rooms): the scoring function that the dbt model house_prices trained in
     this target, pgad_models."<schema>__house_prices", quoted; kind 'probability' or 'class' names the functions
-    pgad.train makes beside it for a logistic or hinge model, 'mean' the one for a poisson or gamma model. ref() makes the calling model depend on the training.
+    pgad.train makes beside it for a logistic, hinge or softmax model, 'mean' the one for a poisson or gamma model,
+    'explain' every model's explanation. ref() makes the calling model depend on the training.
     Under --empty, before the target has the function, it stands in as a NULL of float8 (no row is read). -#}
 {% macro pgad_score(model, kind=none) -%}
   {%- set relation = ref(model) if model is string else model -%}
