@@ -89,7 +89,7 @@ def test_a_bad_parameter_is_22023_and_stores_nothing(rows, loss, says):
 def test_the_losses_are_the_primitives_of_the_language():
     """Each loss's text, printed from its DAG, against the formula evaluated in numpy."""
     from pgad import limits
-    from pgad.models import evaluate
+    from pgad import python_backend
     from pgad import program
     p, y = np.array([-3.0, -0.2, 0.0, 0.4, 2.5]), np.array([1.0, 0.5, 0.0, 2.0, 0.1])
     expected = {
@@ -101,7 +101,7 @@ def test_the_losses_are_the_primitives_of_the_language():
     for loss, want in expected.items():
         goal = objective.build('λ(d, w) d.p', loss, 'y', limits.DEFAULT)
         lam = program.parsed(goal.text, limits.DEFAULT)
-        got, = evaluate.values(lam.graph, [lam.root], {'p': p, 'y': y}, {}, len(p))
+        got, = python_backend.values(lam.graph, [lam.root], {'p': p, 'y': y}, {}, len(p))
         np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import limits
+from ..python_backend import values
 from ..errors import PgadError
 from ..lang import printer, reverse, sql
 from ..lang.dag import Graph
@@ -139,7 +140,6 @@ def _lookups(graph, outputs, categorical):
 
 def leaf_values(ex, columns, weights, rows):
     """{leaf: its values over the rows} of columns ({column name: array}) and weights ({element: number})."""
-    from .evaluate import values
     found = dict(zip(ex.lookups, values(ex.source.graph, list(ex.lookups.values()), columns, weights, rows)))
     return {leaf: found[leaf] if leaf in ex.lookups else np.asarray(columns[leaf], dtype=np.float64)
             for leaf in ex.leaves}
@@ -148,7 +148,6 @@ def leaf_values(ex, columns, weights, rows):
 def baseline(ex, columns, weights, rows):
     """(options.baseline: {feature: the training rows' mean; a categorical column's, of its lookup's value (a list
     with more than one lookup)}, options.baseline_prediction: the prediction at the means, a number or a list)."""
-    from .evaluate import values
     means = {leaf: float(np.mean(v)) for leaf, v in leaf_values(ex, columns, weights, rows).items()}
     shown = {}
     for feature, leaves in ex.features:
@@ -172,7 +171,6 @@ def means_of(ex, shown):
 
 def contributions(ex, columns, weights, shown, rows, interrupts=lambda: None):
     """[per output {feature: its contribution over the rows}] at the baseline shown (options.baseline)."""
-    from .evaluate import values
     means = means_of(ex, shown)
     x = leaf_values(ex, columns, weights, rows)
     delta = {leaf: x[leaf] - means[leaf] for leaf in ex.leaves}

@@ -24,7 +24,8 @@ import json
 
 import numpy as np
 
-from .. import categorical, limits, loader, program, python_backend, server
+from .. import categorical, limits, loader, program, server
+from ..python_backend import values
 from ..errors import PgadError
 from ..lang import parser, vectors
 from . import catalog, objective
@@ -172,19 +173,6 @@ def logits(lam, root, columns, weights, rows):
         flat.update(zip(vectors.elements(name, value.shape), value.ravel().tolist()))
     found = values(lam.graph, [node.id for node in root.flat], columns, flat, rows)
     return np.stack(found, axis=1) if found else np.zeros((rows, 0))
-
-
-def values(graph, roots, columns, weights, rows):
-    """The value over the rows of each of graph's nodes roots, as float64 arrays of `rows` values: the python
-    backend's evaluation over whole columns ({name: array}), the weights {name: number, or a categorical weight's
-    vector of its categories' values}. A categorical weight is read as w.x[d.c] only (categorical.indexed), d.c each
-    row's code 1 … K, 0 for a category the model never saw: the row's value is the vector's entry at the code, 0 at
-    code 0, as the scoring function's CASE gives."""
-    at = {n: np.concatenate([[0.0], np.asarray(v, dtype=np.float64)]) if np.ndim(v) else np.float64(v)
-          for n, v in weights.items()}  # a categorical weight: 0, then its categories' values
-    _, _, plan = python_backend.steps(graph, roots, {name: name for name in columns}, {name: name for name in at})
-    found = python_backend.evaluate(plan, columns, at)
-    return [np.broadcast_to(np.asarray(found[r], dtype=np.float64), (rows,)) for r in roots]
 
 
 def evaluate(name, data, config):

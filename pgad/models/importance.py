@@ -15,10 +15,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from .. import categorical, loader, program, server
+from .. import categorical, loader, program, python_backend, server
 from ..errors import PgadError
 from ..lang import vectors
-from . import attribution, catalog, evaluate, objective
+from . import attribution, catalog, objective
 
 
 def importance(name, data, permutation, seed, config):
@@ -115,7 +115,7 @@ def _flat(w, shapes):
 
 def _mean_loss(lam, cols, weights, rows, known):
     """The mean of the objective over the rows that are known (those whose label the model has)."""
-    per_row, = evaluate.values(lam.graph, [lam.root], cols, weights, rows)
+    per_row, = python_backend.values(lam.graph, [lam.root], cols, weights, rows)
     return float(np.mean(per_row[known])) if known.any() else None
 
 

@@ -25,16 +25,17 @@ A hinge model whose loss is 0 on every row (m ≥ 1) has separable data too: any
 margin of 1 fit them as well, so the solution is not unique.
 
 pgad.train warns (per model and group) and pgad.summary refuses (22000). The predictions are the model's DAG over
-the loaded columns (evaluate.values), BLOCK rows at a time, so the memory stays bounded and a cancel is seen
+the loaded columns (python_backend.values), BLOCK rows at a time, so the memory stays bounded and a cancel is seen
 between blocks.
 """
 import math
 
 import numpy as np
 
+from .. import python_backend
 from ..errors import PgadError
 from ..lang import reverse
-from . import evaluate, objective
+from . import objective
 
 BLOCK = 1 << 14
 CERTAIN = math.log(1e6)  # σ(m) > 1 − 1e-6
@@ -51,10 +52,10 @@ def _blocks(columns, rows, interrupts):
 
 
 def predictions(model, columns, weights, rows, interrupts=lambda: None):
-    """The model's prediction on each of the rows (columns {name: array}, weights as evaluate.values takes them)."""
+    """The model's prediction on each of the rows (columns {name: array}, weights as python_backend.values takes them)."""
     out = np.empty(rows)
     for start, end, block in _blocks(columns, rows, interrupts):
-        out[start:end], = evaluate.values(model.graph, [model.root], block, weights, end - start)
+        out[start:end], = python_backend.values(model.graph, [model.root], block, weights, end - start)
     return out
 
 
@@ -73,7 +74,7 @@ def grams(model, columns, weights, rows, interrupts=lambda: None):
     def both(mask):
         everything, some = np.zeros((len(names), len(names))), np.zeros((len(names), len(names)))
         for start, end, block in _blocks(columns, rows, interrupts):
-            jacobian = np.column_stack(evaluate.values(lam.graph, ids, block, weights, end - start))
+            jacobian = np.column_stack(python_backend.values(lam.graph, ids, block, weights, end - start))
             everything += jacobian.T @ jacobian
             kept = jacobian[mask[start:end]]
             some += kept.T @ kept
@@ -144,7 +145,7 @@ def classes_separated(model, logits, columns, label, weights, rows, interrupts=l
     {element: value}."""
     separated, seen = np.ones(len(logits), dtype=bool), np.zeros(len(logits), dtype=bool)
     for start, end, block in _blocks(columns, rows, interrupts):
-        z = np.column_stack(evaluate.values(model.graph, [e.id for e in logits], block, weights, end - start))
+        z = np.column_stack(python_backend.values(model.graph, [e.id for e in logits], block, weights, end - start))
         top = z.max(axis=1, keepdims=True)
         log_p = z - top - np.log(np.exp(z - top).sum(axis=1, keepdims=True))
         own = block[label][:, None] == np.arange(1, len(logits) + 1)[None, :]
