@@ -288,6 +288,26 @@ def test_an_explanation_past_the_printer_s_budget_gives_a_notice_and_no_function
     assert len(db.execute("SELECT * FROM pgad.importance('big', 'points')").fetchall()) == 3
 
 
+def test_the_groups_explanations_share_one_budget(db):
+    """Each group's explanation fits the printer's budget, their CASE does not: the model gets no explain function
+    (else the groups of one training would each spend the budget: memory past any bound)."""
+    model = 'λ(d, w) w.v*tanh(w.a*d.x1 + w.b*d.x2 + w.c*d.x3) + w.k'
+    start = '{"v": 0.5, "a": 0.3, "b": -0.2, "c": 0.1, "k": 0}'
+    train(db, 'shared', model, 'squared', 'points', start, group_by='region', l2=0.05)
+    size, = db.execute("SELECT length(pg_get_functiondef('pgad_models.shared_explain'::regproc))").fetchone()
+    notices = []
+    db.add_notice_handler(lambda n: notices.append(n.message_primary))
+    # the budget: 7/4 of the three groups' text, above what one group's writing counts (its pieces, then the whole),
+    # below what the three count together (measured: one group alone passes from 1.5, the three fail up to 2)
+    db.execute(f'SET pgad.max_lambda_bytes = {size * 7 // 4 // 16}')
+    try:
+        train(db, 'shared', model, 'squared', 'points', start, group_by='region', l2=0.05)
+    finally:
+        db.execute('RESET pgad.max_lambda_bytes')
+    assert any('gets no pgad_models."shared_explain" function: its explanation is too long' in n for n in notices)
+    assert db.execute("SELECT count(*) FROM pg_proc WHERE proname = 'shared_explain'").fetchone() == (0,)
+
+
 def test_importance_is_numpy_s_on_the_loaded_rows(db):
     weights, options = train(db, 'imp', LINEAR, 'squared', 'points', '{"a":0,"b":0,"c":0,"e":0,"k":0}')
     query = 'SELECT * FROM points WHERE id % 3 = 0'

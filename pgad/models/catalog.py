@@ -45,7 +45,7 @@ import re
 
 import numpy as np
 
-from .. import categorical, server
+from .. import categorical, limits, server
 from . import attribution
 from ..errors import PgadError
 from ..lang import printer, sql, vectors
@@ -400,9 +400,13 @@ class Scoring:
             explainer, why = None, f'its name would be longer than {NAMEDATALEN - 1} bytes'
         if explainer is not None:
             try:
+                left = [self.max_chars or printer.budget(limits.DEFAULT)]  # the budget of all the groups' text
+
                 def value(weights, shown):
-                    return attribution.explanation_sql(explainer, self.columns, weights, shown,
-                                                       classes[0] if classes else None, self.max_chars)
+                    text = attribution.explanation_sql(explainer, self.columns, weights, shown,
+                                                       classes[0] if classes else None, max(left[0], 1))
+                    left[0] -= len(text)
+                    return text
                 if not self.group_by:
                     (_, weights), = fits
                     text = value(weights, baselines[0])
