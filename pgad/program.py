@@ -20,6 +20,17 @@ from .memo import bounded_cache
 CACHED_NODES = 250_000  # about 80 MB of programs in one backend, at most
 
 
+
+def spans(shapes):
+    """((name, shape, its slice of the weight vector), …) of weights of these shapes ((name, shape), …), in order:
+    the vector holds each weight's elements row-major, one weight after another."""
+    out, at = [], 0
+    for name, shape in shapes:
+        size = int(np.prod(shape, dtype=np.int64))
+        out.append((name, shape, slice(at, at + size)))
+        at += size
+    return out
+
 @dataclass(frozen=True, eq=False)
 class Program:
     lam: Lambda      # the parsed lambda; its graph also holds the derivative nodes
@@ -32,12 +43,8 @@ class Program:
 
     def nest(self, vector):
         """{weight: number, or nested lists row-major} of a vector in the order of weights: what a jsonb shows."""
-        out, at = {}, 0
-        for name, shape in self.shapes:
-            size = int(np.prod(shape, dtype=np.int64))
-            out[name] = vector[at] if not shape else np.asarray(vector[at:at + size]).reshape(shape).tolist()
-            at += size
-        return out
+        return {name: vector[at.start] if not shape else np.asarray(vector[at]).reshape(shape).tolist()
+                for name, shape, at in spans(self.shapes)}
 
     @property
     def columns_of(self):

@@ -53,6 +53,12 @@ def elements(name, shape):
     return [element(name, tuple(k + 1 for k in index)) for index in np.ndindex(*shape)] if shape else [name]
 
 
+def by_element(weights):
+    """Weights {name: number or (nested) array} as the unrolled lambda reads them: {element: number} ('m[1][2]')."""
+    return {e: float(v) for name, value in weights.items()
+            for e, v in zip(elements(name, np.shape(value)), np.ravel(value))}
+
+
 def labels(name, shape):
     """The names a user reads of a weight's elements, row-major: 'v[2]', 'm[1,2]' (pgad.hessian's keys, pgad.summary's
     rows and the messages, as docs/sql.md writes them); elements() names the unrolled lambda's nodes."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import categorical, loader, server
+from .. import categorical, loader, program, server
 from ..errors import PgadError
 from ..lang import vectors
 from ..lang.rules import describe
@@ -204,13 +204,11 @@ def shifts_alike(lam, names):
 def centre(vector, shapes, names):
     """vector (the fitted weights, in the order of a Program's shapes: ((name, shape), …)) with each class-sized
     weight (names) less its mean over the classes, its first axis."""
-    out, at = np.array(vector, dtype=np.float64), 0
-    for name, shape in shapes:
-        size = int(np.prod(shape, dtype=np.int64))
+    out = np.array(vector, dtype=np.float64)
+    for name, shape, at in program.spans(shapes):
         if name in names:
-            value = out[at:at + size].reshape(shape)
-            out[at:at + size] = (value - value.mean(axis=0)).ravel()
-        at += size
+            value = out[at].reshape(shape)
+            out[at] = (value - value.mean(axis=0)).ravel()
     return out
 
 

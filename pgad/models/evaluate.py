@@ -167,11 +167,7 @@ def multiclass(y, z, classes, cells=None):
 def logits(lam, root, columns, weights, rows):
     """The logits (rows × K) of an unrolled vector model (lam, root: vectors.unrolled_value's) over the columns
     ({element column: array}), the weights {name: number or nested lists} read element by element."""
-    flat = {}
-    for name, value in weights.items():
-        value = np.asarray(value, dtype=np.float64)
-        flat.update(zip(vectors.elements(name, value.shape), value.ravel().tolist()))
-    found = values(lam.graph, [node.id for node in root.flat], columns, flat, rows)
+    found = values(lam.graph, [node.id for node in root.flat], columns, vectors.by_element(weights), rows)
     return np.stack(found, axis=1) if found else np.zeros((rows, 0))
 
 
@@ -220,9 +216,8 @@ def evaluate(name, data, config):
             z, = values(goal.model.graph, [goal.model.root], cols, weights[key], table.rows)
             per_row, = values(lam.graph, [lam.root], cols, weights[key], table.rows)
             out.append((key, 'loss', float(np.mean(per_row))))
-            if cats:  # the rows with a category the model never saw (code 0), whose weight contributed 0
-                codes = [cols[c] for c in cats.codes]
-                out.append((key, 'unseen_category_rows', float(np.sum(np.any([c == 0 for c in codes], axis=0)))))
+            if cats:
+                out.append((key, 'unseen_category_rows', _unseen_categories(cols, cats)))
             y = cols[label] if label is not None else None
             if classes:
                 y = y - 1  # the second class is 1, the positive class
@@ -252,6 +247,12 @@ def _load(name, data, config, columns, options, codes, elements=None):
                         f'every row of the data has NULL in a column the model reads ({skipped} rows)',
                         hint=f'pgad.evaluate scores model "{name}" on the rows of the data.')
     return parts
+
+
+def _unseen_categories(cols, cats):
+    """The rows with a category the model never saw (code 0) in a categorical weight's column, whose weight
+    contributed 0."""
+    return float(np.sum(np.any([cols[c] == 0 for c in cats.codes], axis=0)))
 
 
 def _unseen(part):
@@ -303,8 +304,6 @@ def _softmax(name, data, config, stored, options, label):
             out.append((key, 'loss', found[0][1]))  # the mean objective over the rows with a known label
             out += [(key, m, v) for m, v in found]
             if cats:
-                codes_read = [cols[c] for c in cats.codes]
-                out.append((key, 'unseen_category_rows', float(np.sum(np.any([c == 0 for c in codes_read],
-                                                                              axis=0)))))
+                out.append((key, 'unseen_category_rows', _unseen_categories(cols, cats)))
         out.append((key, 'skipped_rows', float(table.skipped)))
     return out

@@ -81,7 +81,7 @@ def importance(name, data, permutation, seed, config):
             continue
         _check_memory(table.rows, len(ex.leaves), len(ex.outputs), len(ex.features), config.memory_limit)
         cols = dict(zip(map(str, columns), table.columns))
-        flat = _flat(weights[key], prog.shapes)
+        flat = vectors.by_element(weights[key])
         found = attribution.contributions(ex, cols, flat, options[key]['baseline'], table.rows,
                                           server.check_interrupts)
         drops = dict.fromkeys((f for f, _ in ex.features), None)
@@ -102,14 +102,6 @@ def importance(name, data, permutation, seed, config):
             for feature, _ in ex.features:
                 phi = np.broadcast_to(by_feature[feature], (table.rows,))
                 out.append((key, output, feature, float(np.mean(np.abs(phi))), float(np.mean(phi)), drops[feature]))
-    return out
-
-
-def _flat(w, shapes):
-    """{element: number} of a group's weights ({name: array}) in the unrolled lambda's names ('m[1][2]')."""
-    out = {}
-    for name, v in w.items():
-        out.update(zip(vectors.elements(name, v.shape), np.ravel(v).tolist()))
     return out
 
 

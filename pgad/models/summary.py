@@ -35,7 +35,7 @@ import numpy as np
 from .. import arguments, calls, categorical, loader, program, server
 from ..errors import PgadError
 from ..lang import hessian as second, vectors
-from . import catalog, objective, separation
+from . import catalog, evaluate, objective, separation
 
 LEVEL = 0.95
 UNCONVERGED = ('error', 'warning')  # pgad.summary's unconverged: refuse a model not at its optimum, or warn
@@ -185,18 +185,14 @@ def multinomial(fit, shapes, classes):
     rows) in MNLogit's parameterisation: for each class k after the first, each weight's row k minus its row 1, and
     the gradient and Hessian at the rows and columns of classes 2 … K. Its rows are named by the class, JSON-quoted
     as pgad.evaluate's metrics write it, and the element's other indices: w["versicolor",2], b["versicolor"]."""
-    blocks, at = [], 0
-    for name, shape in shapes:
-        size = int(np.prod(shape, dtype=np.int64))
-        blocks.append((name, shape, np.arange(at, at + size).reshape(shape)))
-        at += size
+    blocks = [(name, shape, np.arange(at.start, at.stop).reshape(shape)) for name, shape, at in program.spans(shapes)]
     index, reference, names = [], [], []
     for k, label in enumerate(classes[1:], start=1):
         for name, shape, block in blocks:
             for rest in np.ndindex(*shape[1:]):
                 index.append(block[(k, *rest)])
                 reference.append(block[(0, *rest)])
-                written = [json.dumps(label, ensure_ascii=False), *(str(j + 1) for j in rest)]
+                written = [evaluate.class_name(label), *(str(j + 1) for j in rest)]
                 names.append(f'{name}[{",".join(written)}]')
     index, reference = np.array(index, dtype=np.int64), np.array(reference, dtype=np.int64)
     estimate = np.asarray(fit.estimate)
@@ -208,8 +204,7 @@ def _check_classes(name, where, keys, logits, prog, part, w, label):
     """22000 where a softmax model's fit separates a class from the others (separation.classes_separated: every row
     of it within 1e-6 of probability 1, every other within 1e-6 of 0), or where no row has a class: its weights then
     have no finite maximum-likelihood estimate."""
-    flat = {e: float(v) for n, value in w.items()
-            for e, v in zip(vectors.elements(n, np.shape(value)), np.ravel(value))}
+    flat = vectors.by_element(w)
     separated, absent = separation.classes_separated(*logits, dict(zip([str(c) for c in prog.columns], part.columns)),
                                                      label, flat, part.rows, server.check_interrupts)
     for found, why in ((separated, 'separated from the others'), (absent, 'without a row')):

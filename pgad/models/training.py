@@ -387,10 +387,9 @@ def _program(text, names, options, config, shapes, chosen):
 def _blocks(prog, cats):
     """The index arrays of the weight vector whose curvatures descent.curvature may take together: a categorical
     weight's entries (a row reads one), every other weight element alone."""
-    blocks, at = [], 0
-    for name, shape in prog.shapes:
-        size = int(np.prod(shape, dtype=np.int64))
-        blocks += [np.arange(at, at + size)] if name in cats.keys else [np.array([k]) for k in range(at, at + size)]
-        at += size
+    blocks = []
+    for name, _, at in program.spans(prog.shapes):
+        elements = np.arange(at.start, at.stop)
+        blocks += [elements] if name in cats.keys else [np.array([k]) for k in elements]
     return blocks
 
