@@ -54,6 +54,7 @@ PUNCTUATION = {'(', ')', ',', '.', '[', ']'}
 # off a run that has none of SIGNED: *- is * and -, while ^- is one operator
 SIGNED = set('~!@#^&|`?%')
 
+STATE = 'state.'  # a state field s.level reads the node weight('state.level'): sequences.py gives it its value
 MAX_DEPTH = 10_000  # levels of parentheses, calls, CASE and prefix operators inside one another
 TOKEN = re.compile(r'''
     (?:\s+|--[^\n]*)*                  # space and comments before a token, in the same match
@@ -82,10 +83,13 @@ class Lambda:
     weights: list = field(default_factory=list)  # weight names, in order of first use
     own: list = None                             # a loss's: the columns it reads itself (parse_loss)
     places: dict = field(default_factory=dict)   # node id → offset in text of the operator that built it first
+    state: str = None                            # the name of the state parameter (s) of λ(d, w, s), or None
+    states: list = field(default_factory=list)   # the state's fields the lambda reads (s.level), in order of first use
 
     def copy(self):
         """The same Lambda over a copy of its graph, to add derivative nodes to."""
-        return replace(self, graph=self.graph.copy(), columns=list(self.columns), weights=list(self.weights))
+        return replace(self, graph=self.graph.copy(), columns=list(self.columns), weights=list(self.weights),
+                       states=list(self.states))
 
 
 class Column(str):
@@ -182,10 +186,20 @@ def caret(text, pos):
     return Caret(text, pos)
 
 
-def parse(text, limits=bounds.DEFAULT):
-    """Parse a lambda into a Lambda: its DAG and the columns and weights it reads, within limits."""
+def parse(text, limits=bounds.DEFAULT, state=False):
+    """Parse a lambda into a Lambda: its DAG and the columns and weights it reads, within limits; with state, a
+    sequence model's λ(d, w, s) too (sequences.py)."""
     bounds.check_text(text, limits)
-    return Parser(text, limits.lambda_nodes).parse_lambda()
+    return Parser(text, limits.lambda_nodes).parse_lambda(state)
+
+
+def parse_state(text, model, what, limits=bounds.DEFAULT, state=True):
+    """Parse an expression of a sequence model's state (`what` names it in errors: 'the start of state "level"')
+    into the model's graph, over its row, weights and (where state is true) state: its node id, and the columns
+    and state fields it reads, in order (sequences.py). A bare expression: the lambda's parameters are the
+    model's."""
+    bounds.check_text(text, limits)
+    return Parser(text, graph=model.graph).parse_state(model, what, state)
 
 
 def parse_loss(text, model, limits=bounds.DEFAULT):
@@ -206,6 +220,7 @@ class Parser:
         self.value = None  # a loss's name for the prediction (p), read as a bare name
         self.reads = {}    # column → 'n' or 'b': whether the lambda reads it as a number or as a boolean
         self.places = {}   # node id → offset of the operator that built it first (vectors.py's shape errors)
+        self.state, self.states = None, {}  # λ(d, w, s): the state's name, and its fields read
 
     def run(self, parsing):
         """The value of the generator `parsing`: every generator it yields runs first, and its value is sent back."""
@@ -257,15 +272,27 @@ class Parser:
     def fail(self, sqlstate, message, token, hint=None):
         return PgadError(sqlstate, message, detail=caret(self.text, token.pos), hint=hint)
 
-    # λ(d, w) <expr>
-    def parse_lambda(self):
-        self.row, self.params = self.head('a loss must start with λ(d, w) or lambda(d, w)',
-                                          "Write the loss as a lambda of a data row and the weights, "
-                                          "for example 'λ(d, w) (w.a*d.x + w.b - d.y)^2'.", 'weights')
+    # λ(d, w) <expr>, or λ(d, w, s) <expr> of a sequence model (sequences.py)
+    def parse_lambda(self, state=False):
+        self.row, self.params, *state = self.head('a loss must start with λ(d, w) or lambda(d, w)',
+                                                  "Write the loss as a lambda of a data row and the weights, "
+                                                  "for example 'λ(d, w) (w.a*d.x + w.b - d.y)^2'.", 'weights',
+                                                  state)
+        self.state = state[0] if state else None
         self.columns, self.weights = {}, {}  # dicts as ordered sets: names in order of first use
         root = self.body().id
         return Lambda(self.text, self.graph, root, self.row, self.params, self.listed(self.columns),
-                      list(self.weights), places=self.places)
+                      list(self.weights), places=self.places, state=self.state, states=list(self.states))
+
+    # a bare expression over a sequence model's row, weights and state
+    def parse_state(self, model, what, state):
+        self.row, self.params, self.state = model.row, model.params, model.state if state else None
+        self.columns, self.weights = {}, {}
+        self.reads = {c: 'b' if c.boolean else 'n' for c in model.columns}
+        if self.tok.kind == 'end':
+            raise self.fail('42601', f'{what} is empty', self.tok, hint='Write an expression, for example "0".')
+        root = self.body().id
+        return root, self.listed(self.columns), list(self.weights), list(self.states)
 
     # λ(p, d) <expr>, over a model's graph
     def parse_loss(self, model):
@@ -285,8 +312,8 @@ class Parser:
         """columns as Lambda.columns lists them: each a Column that says whether the lambda reads it as a boolean."""
         return [Column(c, self.reads.get(c) == 'b') for c in columns]
 
-    def head(self, message, hint, second):
-        """The names of the two parameters of `λ(a, b)`."""
+    def head(self, message, hint, second, state=False):
+        """The names of the two parameters of `λ(a, b)`, or where state is true, of its three of `λ(a, b, c)`."""
         if not (self.at('lambda') or self.tok.kind == 'ident' and self.tok.value == 'λ'):
             raise self.fail('42601', message, self.tok, hint=hint)
         self.advance()
@@ -297,6 +324,18 @@ class Parser:
         if first == other:
             raise self.fail('42P08', f'the data row and the {second} have the same name "{first}"',
                             self.tokens[self.i - 1])
+        if self.at(',') and not state:
+            raise self.fail('42601', 'a lambda of a state, λ(d, w, s), is a sequence model\'s', self.tok,
+                            hint="Train it with pgad.train(…, order_by => 'day', state => '{\"level\": {\"start\": …, "
+                                 "\"next\": …}}'): docs/sql.md, \"Sequences\".")
+        if state and self.at(','):
+            self.advance()
+            third = self.identifier()
+            if third in (first, other):
+                raise self.fail('42P08', f'the state has the name "{third}" of the '
+                                         f'{"data row" if third == first else second}', self.tokens[self.i - 1])
+            self.expect(')')
+            return first, other, third
         self.expect(')')
         return first, other
 
@@ -534,6 +573,9 @@ class Parser:
         if owner.value == self.params:
             self.weights.setdefault(name)
             return self.graph.weight(name)
+        if self.state is not None and owner.value == self.state:
+            self.states.setdefault(name)
+            return self.graph.weight(STATE + name)
         if owner.value == self.value:
             raise self.fail('42809', f'"{owner.value}" is the prediction, a number: it has no field "{name}"', owner,
                             hint=f'The loss is a λ(p, d) of the prediction p and the data row d, for example '

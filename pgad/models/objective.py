@@ -178,22 +178,27 @@ def build(model_text, loss, label, limits, coded=False):
     column of a named loss; coded: a 'logistic' label of two classes read as its class's code 1 or 2 (classes.py),
     which the loss takes less 1."""
     model = parser.parse(model_text, limits)
+    lam = objective_lambda(model, loss, label, limits, coded)
+    text = f'λ({printer.parameter(model.row)}, {printer.parameter(model.params)}) ' + printer.to_lambda(lam, lam.root, printer.budget(limits))
+    return Objective(model, text, tuple(model.columns), tuple(lam.own))
+
+
+def objective_lambda(model, loss, label, limits, coded=False):
+    """The objective of one row as a Lambda in the model's graph: loss (a name in LOSSES, or a lambda λ(p, d)) of
+    the model's prediction; coded as build() takes it."""
     found = named(loss)
     if found is not None:
         graph, (kind, parameter) = model.graph, found
         given = () if parameter is None else (parameter,)
         y = graph.column(label) - 1 if coded and kind == 'logistic' else graph.column(label)
         body = LOSSES[kind](graph.expr(model.root), y, *given).id
-        lam = parser.Lambda(loss, graph, body, model.row, model.params, list(dict.fromkeys([*model.columns, label])),
-                            list(model.weights), [label])
-    elif LAMBDA.match(loss):
-        lam = parser.parse_loss(loss, model, limits)
-    else:
-        raise PgadError('22023', f'unknown loss "{loss}"',
-                        hint=f"loss is {NAMES} or a lambda λ(p, d) of the prediction p and the row d, for example "
-                             "'λ(p, d) (p - d.y)^2'.")
-    text = f'λ({printer.parameter(model.row)}, {printer.parameter(model.params)}) ' + printer.to_lambda(lam, lam.root, printer.budget(limits))
-    return Objective(model, text, tuple(model.columns), tuple(lam.own))
+        return parser.Lambda(loss, graph, body, model.row, model.params,
+                             list(dict.fromkeys([*model.columns, label])), list(model.weights), [label])
+    if LAMBDA.match(loss):
+        return parser.parse_loss(loss, model, limits)
+    raise PgadError('22023', f'unknown loss "{loss}"',
+                    hint=f"loss is {NAMES} or a lambda λ(p, d) of the prediction p and the row d, for example "
+                         "'λ(p, d) (p - d.y)^2'.")
 
 
 def check_labels(loss, label, values, where=''):

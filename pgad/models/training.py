@@ -12,8 +12,8 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import attribution, catalog, classes, descent, objective, separation, standardize as standardizing, \
-    summary, validation as validating
+from . import attribution, catalog, classes, descent, objective, separation, sequence, \
+    standardize as standardizing, summary, validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
@@ -23,13 +23,15 @@ REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batc
 def train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
           optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
           standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
-          early_stopping=None, likelihood=None):
+          early_stopping=None, likelihood=None, order_by=None, state=None):
     given = dict(locals())
     for argument in REQUIRED:
         if given[argument] is None:
             raise PgadError('22004', f'argument "{argument}" of pgad.train must not be NULL')
     name = arguments.model_name(name)
     config = calls.settings()
+    if order_by is not None or state is not None:  # a sequence model (sequence.py)
+        return sequence.train(name, model, loss, data, weights, given, config)
     loss = objective.canonical(loss)  # 'huber' stored as 'huber(1.0)'
     goal = objective.build(model, loss, label, config.limits)
     w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),

@@ -1,0 +1,73 @@
+-- pgad 0.15.0 → 0.16.0: models that carry a state along ordered rows, and their forecasts (issue 37).
+\echo Use "ALTER EXTENSION pgad UPDATE TO '0.16.0'" to load this file. \quit
+
+-- pgad.train takes order_by and state (a sequence model: docs/sql.md, "Sequences").
+DROP FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                         pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                         pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8,
+                         pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
+                         pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
+                         pg_catalog.bool);
+DROP FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                          pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4, pg_catalog.text,
+                          pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int8,
+                          pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.jsonb,
+                          pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
+                          pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.bool);
+CREATE FUNCTION pgad._train(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
+                            weights pg_catalog.jsonb, learning_rate pg_catalog.float8, iterations pg_catalog.int4,
+                            mode pg_catalog.text, backend pg_catalog.text, optimizer pg_catalog.text,
+                            batch_size pg_catalog.int4, seed pg_catalog.int8, tolerance pg_catalog.float8,
+                            l1 pg_catalog.float8, l2 pg_catalog.float8, regularize pg_catalog.jsonb,
+                            standardize pg_catalog.bool, label pg_catalog.text, group_by pg_catalog.text,
+                            progress_every pg_catalog.int4, dtype pg_catalog.text,
+                            validation pg_catalog.text, early_stopping pg_catalog.int4,
+                            likelihood pg_catalog.bool, order_by pg_catalog.text, state pg_catalog.jsonb)
+RETURNS SETOF pgad.models LANGUAGE plpython3u VOLATILE AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer, batch_size,
+                 seed, tolerance, l1, l2, regularize, standardize, label, group_by, progress_every, dtype,
+                 validation, early_stopping, likelihood, order_by, state)
+$$;
+REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                                   pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4, pg_catalog.text,
+                                   pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int8,
+                                   pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.jsonb,
+                                   pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
+                                   pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.bool,
+                                   pg_catalog.text, pg_catalog.jsonb) FROM PUBLIC;
+
+CREATE FUNCTION pgad.train(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
+                           weights pg_catalog.jsonb, learning_rate pg_catalog.float8 DEFAULT NULL,
+                           iterations pg_catalog.int4 DEFAULT NULL, mode pg_catalog.text DEFAULT 'reverse',
+                           backend pg_catalog.text DEFAULT 'auto', optimizer pg_catalog.text DEFAULT NULL,
+                           batch_size pg_catalog.int4 DEFAULT 256, seed pg_catalog.int8 DEFAULT NULL,
+                           tolerance pg_catalog.float8 DEFAULT 0, l1 pg_catalog.float8 DEFAULT 0,
+                           l2 pg_catalog.float8 DEFAULT 0, regularize pg_catalog.jsonb DEFAULT NULL,
+                           standardize pg_catalog.bool DEFAULT NULL, label pg_catalog.text DEFAULT 'y',
+                           group_by pg_catalog.text DEFAULT NULL, progress_every pg_catalog.int4 DEFAULT 0,
+                           dtype pg_catalog.text DEFAULT 'float64',
+                           validation pg_catalog.anycompatible DEFAULT NULL::pg_catalog.text,
+                           early_stopping pg_catalog.int4 DEFAULT NULL,
+                           likelihood pg_catalog.bool DEFAULT NULL,
+                           order_by pg_catalog.text DEFAULT NULL, state pg_catalog.jsonb DEFAULT NULL)
+RETURNS SETOF pgad.models LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                               pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                               pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8,
+                               pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
+                               pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
+                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb) IS
+    'train a model (one per group, with group_by), store it in pgad.models and create its scoring function '
+    'pgad_models.<name>';
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- §1 sequences (issue 37)
+-- ---------------------------------------------------------------------------------------------------------------
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- §2 forecasts (issue 37)
+-- ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,255 @@
+"""pgad.train of a sequence model (order_by and state): its rows loaded once and put in order per group, its step
+built (sequences.py), each group's sequence fitted by descent.fit through the recurrence, the fits stored with what
+a forecast starts from (each group's last state), and a scoring function that predicts a row from a given state.
+
+What is stored in pgad.models.options beyond a model's usual options: order_by, state (the fields' start and next
+as given), and per group last_state ({field: value after the last row}), last_order (the order column's value of
+the last row, as text) and sigma2 (the mean squared one-step error, squared loss only: the forecast's intervals).
+"""
+import datetime
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import arguments, calls, loader, program, sequences, server
+from ..errors import PgadError
+from ..lang import dag, parser, printer, vectors
+from . import catalog, descent, objective
+
+OPTIMIZERS = ('lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are not a sample of each other
+ORDER_TYPES = {  # the order column's type → how the loader reads it as a float8, in SQL over pgad_data.<column>
+    'date': "({} OPERATOR(pg_catalog.-) '2000-01-01'::pg_catalog.date)::pg_catalog.float8",
+    'timestamp without time zone': "pg_catalog.date_part('epoch', {})",
+    'timestamp with time zone': "pg_catalog.date_part('epoch', {})",
+    **{t: '({})::pg_catalog.float8' for t in ('smallint', 'integer', 'bigint', 'real', 'double precision', 'numeric')},
+}
+STATE_ARGUMENT = 'state_'  # the scoring function's argument for state field f is state_<f>
+
+
+@dataclass
+class Ordered:
+    """A group's rows in order: its key, its values, the columns' arrays, and the order column's (as float8)."""
+    key: str
+    values: list
+    columns: dict
+    order: np.ndarray
+    skipped: int
+
+
+def check(order_by, state, options):
+    """The order_by and state arguments' errors before anything runs: both or neither, and an optimizer that takes
+    full batches."""
+    if (order_by is None) != (state is None):
+        given, missing = ('order_by', 'state') if state is None else ('state', 'order_by')
+        raise PgadError('22023', f'{given} needs {missing}: a sequence model carries a state along ordered rows',
+                        hint='Give both, order_by => \'day\' and state => \'{"level": {"start": "d.y", "next": '
+                             '"s.level + w.alpha*(d.y - s.level)"}}\', or neither.')
+    if options['optimizer'] not in OPTIMIZERS:
+        raise PgadError('0A000', f'optimizer "{options["optimizer"]}" cannot train a sequence model',
+                        detail='A sequence\'s rows are not samples of each other: its objective is a sum along the '
+                               'recurrence, which the optimizers take whole.',
+                        hint="Use 'lbfgs' (the default), 'gd', 'momentum' or 'adam'.")
+    if options['validation'] is not None or options['standardize']:
+        raise PgadError('0A000', 'pgad.train takes no validation or standardize for a sequence model',
+                        hint='Evaluate it on the rows after the training ones with pgad.evaluate.')
+
+
+def order_column(text):
+    """The order_by argument as a column name (folded to lower case unless double-quoted)."""
+    names = arguments.group_by(text)
+    if len(names) != 1:
+        raise PgadError('22023', 'order_by names one column', detail=f'order_by is {text}.',
+                        hint="Order by a date, timestamp or number column: order_by => 'day'.")
+    return names[0]
+
+
+def load(data, columns, order_by, group_by, memory_limit):
+    """The data's rows of columns and order_by, one Ordered per group (one in all without group_by), each group's
+    rows in the order column's order; a tie in it is an error that names the group and the value. A row with NULL
+    in a column read (the order column too) is skipped, as training skips one: the state passes it unchanged."""
+    query = loader.as_query(data)
+    names, types = loader.check_columns(query, [c for c in columns if c != order_by])
+    if order_by not in names:
+        raise PgadError('42703', f'column "{order_by}" of order_by does not exist in the data',
+                        detail='The data has columns: ' + ', '.join(printer.quote_ident(n) for n in names) + '.')
+    kind = loader.type_name(types[names.index(order_by)])
+    if kind not in ORDER_TYPES:
+        raise PgadError('42804', f'column "{order_by}" of order_by is of type {kind}',
+                        hint='Order by a date, a timestamp or a number, or cast the column in the data query.')
+    key = next(f'pgad_order{k or ""}' for k in range(len(names) + 1) if f'pgad_order{k or ""}' not in names)
+    wrapped = (f'SELECT pgad_data.*, {ORDER_TYPES[kind].format("pgad_data." + printer.quote_ident(order_by))} '
+               f'AS {key} FROM ({query}\n) AS pgad_data')
+    read = [*columns, key]
+    if group_by:
+        group_types, parts = loader.load_groups(wrapped, read, group_by, memory_limit)
+        found = [(p.key, p.values, p.table) for p in parts]
+    else:
+        group_types, found = [], [(None, None, loader.load(wrapped, read, memory_limit=memory_limit))]
+    groups = []
+    for group, values, table in found:
+        order = table.columns[-1]
+        at = np.argsort(order, kind='stable')
+        order = order[at]
+        tied = np.flatnonzero(np.diff(order) == 0)
+        if len(tied):
+            where = f' in group {group}' if group else ''
+            raise PgadError('21000', f'order_by "{order_by}" has more than one row at {shown(order[tied[0]], kind)}'
+                                     f'{where}', detail=f'{len(tied)} such tie{"s" * (len(tied) != 1)}' + where + '.',
+                            hint='A sequence has one row per value of its order column: aggregate the rows of a '
+                                 'value in the data query, or add group_by.')
+        groups.append(Ordered(group, values, {c: table.columns[k][at] for k, c in enumerate(columns)}, order,
+                              table.skipped))
+    return group_types, groups, kind
+
+
+def shown(value, kind):
+    """A value of the order column, read as a float8 (ORDER_TYPES), as the text of its type."""
+    if kind == 'date':
+        return (datetime.date(2000, 1, 1) + datetime.timedelta(days=int(value))).isoformat()
+    if kind.startswith('timestamp'):
+        moment = datetime.datetime.fromtimestamp(float(value), datetime.timezone.utc)
+        return moment.isoformat(sep=' ') if kind.endswith('with time zone') else \
+            moment.replace(tzinfo=None).isoformat(sep=' ')
+    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+
+
+class Kernel:
+    """descent.fit's kernel for one sequence: the summed objective and its gradient along all its rows, in one
+    call (whole), by the step's backend."""
+    whole = True
+
+    def __init__(self, step, seqs, mode, tile_bytes):
+        self.step, self.seqs, self.mode, self.tile_bytes = step, seqs, mode, tile_bytes
+
+    def __call__(self, columns, rows, weights):
+        loss, grad = sequences.gradient(self.step, self.seqs, weights, self.mode, self.tile_bytes)
+        return np.concatenate([[loss.sum()], grad.sum(axis=1)])
+
+
+def step_of(model_text, loss, label, state, weights_text, limits, memory_limit):
+    """(the Step, the parsed model, the weights {name: value}, the unread ones, the shapes) of a stored or given
+    sequence model."""
+    model = parser.parse(model_text, limits, state=True)
+    if model.state is None:
+        raise PgadError('42601', 'a sequence model is a lambda of the data row, the weights and the state: '
+                                 'λ(d, w, s)', hint="For example 'λ(d, w, s) s.level', with state => "
+                                                    '\'{"level": {"start": "d.y", "next": "s.level + w.alpha*(d.y - '
+                                                    's.level)"}}\'.')
+    if objective.base(loss) == 'softmax':
+        raise PgadError('0A000', 'a sequence model takes no loss \'softmax\'', hint='Predict a number.')
+    goal = objective.objective_lambda(model, loss, label, limits)
+    given = arguments.weights(weights_text, model, memory_limit)
+    if any(isinstance(v, dict) for v in given.values()):
+        raise PgadError('0A000', 'a sequence model takes no categorical weight', hint='Give numbers or arrays.')
+    shapes = calls.shapes_of(given)
+    fields = sequences.fields(state, limits)
+    step = sequences.build(model, goal.root, fields, list(given), limits, shapes)
+    read = set(n for n, _ in step.shapes)
+    return step, model, goal, {n: v for n, v in given.items() if n in read}, \
+        {n: v for n, v in given.items() if n not in read}, shapes
+
+
+def scoring_lambda(model, columns):
+    """The model's prediction as a Lambda of its columns and, for each state field it reads, the column
+    state_<field>: what the scoring function takes. A data column of that name is an error."""
+    graph = dag.Graph(model.graph.max_nodes)
+    graph.exact = True
+    values = {}
+    for i in model.graph.ancestors([model.root]):
+        node = model.graph.nodes[i]
+        if node.op == 'weight' and node.value.startswith(sequences.STATE):
+            name = STATE_ARGUMENT + node.value[len(sequences.STATE):]
+            if name in columns:
+                raise PgadError('42P08', f'column "{name}" is named as the scoring function\'s argument for state '
+                                         f'field "{node.value[len(sequences.STATE):]}"',
+                                hint='Rename the column in the data query.')
+            values[i] = graph.column(name)
+        elif node.op == 'const':
+            values[i] = graph.const(node.value)
+        elif node.op == 'column':
+            values[i] = graph.column(node.value)
+        elif node.op == 'weight':
+            values[i] = graph.weight(node.value)
+        else:
+            values[i] = graph.apply(node.op, *[values[a] for a in node.args])
+    reads = [c for c in model.columns] + [STATE_ARGUMENT + f for f in model.states]
+    return parser.Lambda(model.text, graph, values[model.root].id, model.row, model.params,
+                         [c if isinstance(c, parser.Column) else parser.Column(c) for c in reads],
+                         list(model.weights))
+
+
+def train(name, model_text, loss, data, weights, given, config):
+    """pgad.train's rows of pgad.models for a sequence model: given holds pgad.train's arguments by name."""
+    order_by, state = given['order_by'], given['state']
+    optimizer = given['optimizer'] or ('gd' if given['learning_rate'] is not None or given['l1'] else 'lbfgs')
+    optimizer = arguments.optimizer(optimizer)
+    loss = objective.canonical(loss)
+    options = dict(learning_rate=arguments.learning_rate(0.05 if given['learning_rate'] is None else
+                                                         given['learning_rate']),
+                   iterations=arguments.iterations(given['iterations'] if given['iterations'] is not None else
+                                                   10_000 if optimizer == 'lbfgs' else 100),
+                   mode=arguments.mode(given['mode']), backend=arguments.backend(given['backend']),
+                   optimizer=optimizer, tolerance=arguments.non_negative('tolerance', given['tolerance']),
+                   l1=arguments.penalty('l1', given['l1'], optimizer), l2=arguments.penalty('l2', given['l2'], optimizer),
+                   label=given['label'], group_by=arguments.group_by(given['group_by']),
+                   progress_every=int(arguments.non_negative('progress_every', given['progress_every'])),
+                   validation=given['validation'], standardize=bool(given['standardize']))
+    check(order_by, state, options)
+    for key in ('validation', 'standardize'):
+        del options[key]
+    order_by = order_column(order_by)
+    label = options['label']
+    step, model, goal, w, unread, shapes = step_of(model_text, loss, label, state, weights, config.limits,
+                                                   config.memory_limit)
+    if order_by in step.columns:
+        raise PgadError('0A000', f'the model reads its order column "{order_by}"',
+                        hint='Read the gap between rows as a column of its own: SELECT day, y, day - '
+                             'lag(day) OVER (ORDER BY day) AS gap FROM … (docs/sql.md, "Sequences").')
+    scoring_model = scoring_lambda(model, set(step.columns))
+    group_types, groups, kind = load(data, list(step.columns), order_by, options['group_by'], config.memory_limit)
+    group_types = catalog.group_types(options['group_by'], group_types)
+    names = [e for n, shape in step.shapes for e in vectors.elements(n, shape)]
+    start = calls.vector_of(w)
+    penalty = descent.Penalty(options['l1'], options['l2'], np.ones(len(start)))
+    rows, fits = [], []
+    for group in groups:
+        where = f'model "{name}"' + (f', group {group.key}' if group.key else '')
+        n = len(group.order)
+        if n == 0:
+            server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
+            continue
+        objective.check_labels(loss, label, group.columns.get(label, np.empty(0)), f'{where}: ' if group.key else '')
+        seqs = sequences.Sequences(group.columns, np.array([0]), np.array([n]))
+        sequences.check_tape(seqs, len(step.states), config.memory_limit)
+        kernel = Kernel(step, seqs, options['mode'], min(sequences.TILE_BYTES, config.memory_limit // 4))
+        clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
+                              options['iterations'], every_iterations=options['progress_every'],
+                              warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
+        fit = descent.fit(kernel, loader.Table([], n, 0), start, names, options['optimizer'],
+                          options['learning_rate'], options['iterations'], n, None, options['tolerance'], penalty,
+                          clock)
+        fitted = dict(zip(names, fit.weights.tolist()))
+        losses, last, predictions = sequences.run(step, seqs, fit.weights, keep='predictions')
+        extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
+                     last_state={f: float(v) for f, v in zip(step.states, last[:, 0])},
+                     last_order=shown(group.order[-1], kind))
+        if objective.base(loss) == 'squared' and label in group.columns:
+            extra['sigma2'] = float(np.mean((group.columns[label] - predictions) ** 2))
+        nested = {n: float(fit.weights[at.start]) if not shape else fit.weights[at].reshape(shape).tolist()
+                  for n, shape, at in program.spans(step.shapes)}
+        fits.append((group.values, fitted))
+        rows.append(dict(name=name, group_key=group.key, model=model_text, loss=loss,
+                         weights=calls.weights_json(unread, nested), final_loss=float(fit.loss),
+                         loss_history=[float(v) for v in fit.history], iterations=fit.iterations,
+                         options=json.dumps({**options, **extra}), data=data, rows=n, training_time=fit.seconds,
+                         validation_history=None, converged=fit.converged, gradient_norm=fit.gradient_norm))
+    if not rows:
+        raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
+    unrolled = None
+    if shapes or vectors.needed(scoring_model):
+        lam, prediction = vectors.unrolled_value(scoring_model, shapes, config.limits)
+        unrolled = (lam, prediction, {})
+    scoring = catalog.Scoring(name, scoring_model, options['group_by'], group_types, printer.budget(config.limits),
+                              unrolled, {}, None, None)
+    return catalog.store(scoring, rows, fits)
