@@ -22,6 +22,7 @@ def series(n=120, seed=3, season=0):
 
 
 def load(db, table, y, groups=None):
+    """table (g int, day date, y float8): the series y, or each of groups in group g = 0, 1, …, a day a row."""
     db.execute(f'CREATE TABLE {table} (g int, day date, y float8)')
     with db.cursor().copy(f'COPY {table} (g, day, y) FROM STDIN') as copy:
         for g, ys in enumerate(groups or [y]):
@@ -44,3 +45,59 @@ def test_simple_exponential_smoothing_matches_statsmodels(db):
     assert weights['alpha'] == pytest.approx(fit.params['smoothing_level'], rel=1e-5)
     assert weights['l0'] == pytest.approx(fit.params['initial_level'], rel=1e-6)
     assert loss * rows == pytest.approx(fit.sse, rel=1e-8)
+
+
+HOLT_STATE = json.dumps({
+    'level': {'start': 'w.l0', 'next': 's.level + s.trend + w.alpha*(d.y - s.level - s.trend)'},
+    'trend': {'start': 'w.b0', 'next': 's.trend + w.alpha*w.beta*(d.y - s.level - s.trend)'}})
+
+
+def holt_series(n, seed, alpha=0.5, beta=0.2, level=50.0, trend=0.3):
+    """A series from Holt's model itself (additive errors), so that the optimum is inside (0, 1)²."""
+    rng = np.random.default_rng(seed)
+    y = []
+    for _ in range(n):
+        e = rng.normal()
+        y.append(level + trend + e)
+        level, trend = level + trend + alpha * e, trend + alpha * beta * e
+    return np.array(y)
+
+
+def test_holt_per_group_matches_statsmodels_in_one_call(db):
+    """Three sequences of other lengths, fitted together (lockstep L-BFGS): each group's parameters as statsmodels'
+    Holt fits that series alone."""
+    from statsmodels.tsa.holtwinters import Holt
+    ys = [holt_series(n, seed) for n, seed in ((150, 1), (90, 2), (200, 3))]
+    load(db, 'holt', None, ys)
+    found = db.execute("SELECT group_key->>'g', weights, final_loss * rows, converged FROM pgad.train('holt', "
+                       "'λ(d, w, s) s.level + s.trend', 'squared', 'SELECT g, day, y FROM holt', "
+                       "'{\"alpha\": 0.5, \"beta\": 0.1, \"l0\": 50, \"b0\": 0}', order_by => 'day', state => %s, "
+                       "group_by => 'g') ORDER BY 1", [HOLT_STATE]).fetchall()
+    assert len(found) == 3
+    for (g, weights, sse, converged), y in zip(found, ys):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            fit = Holt(y, initialization_method='estimated').fit(optimized=True)
+        assert converged
+        assert sse <= fit.sse * (1 + 1e-9)  # statsmodels' optimiser stops near the optimum, never below pgad's
+        assert weights['alpha'] == pytest.approx(fit.params['smoothing_level'], rel=1e-4)
+        assert weights['beta'] == pytest.approx(fit.params['smoothing_trend'], rel=1e-3)
+        assert weights['l0'] == pytest.approx(fit.params['initial_level'], rel=1e-5)
+
+
+def test_the_last_state_is_stored_for_forecasts(db):
+    y = holt_series(60, 5)
+    load(db, 'last', y)
+    options, weights = db.execute("SELECT options, weights FROM pgad.train('last', 'λ(d, w, s) s.level + s.trend', "
+                                  "'squared', 'SELECT day, y FROM last', '{\"alpha\": 0.5, \"beta\": 0.1, \"l0\": 50, "
+                                  "\"b0\": 0}', order_by => 'day', state => %s)", [HOLT_STATE]).fetchone()
+    level, trend = weights['l0'], weights['b0']
+    for v in y:
+        e = v - level - trend
+        level, trend = level + trend + weights['alpha'] * e, trend + weights['alpha'] * weights['beta'] * e
+    assert options['last_state']['level'] == pytest.approx(level, rel=1e-12)
+    assert options['last_state']['trend'] == pytest.approx(trend, rel=1e-12, abs=1e-12)
+    assert options['last_order'] == str(np.datetime64('2024-01-01') + 59)
+    assert options['order_by'] == 'day' and options['order_type'] == 'date'
+    score = db.execute("SELECT pgad_models.last(state_level => 10, state_trend => 2)").fetchone()[0]
+    assert score == 12

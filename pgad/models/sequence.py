@@ -15,7 +15,7 @@ import numpy as np
 from .. import arguments, calls, loader, program, sequences, server
 from ..errors import PgadError
 from ..lang import dag, parser, printer, vectors
-from . import catalog, descent, objective
+from . import catalog, descent, lockstep, objective
 
 OPTIMIZERS = ('lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are not a sample of each other
 ORDER_TYPES = {  # the order column's type → how the loader reads it as a float8, in SQL over pgad_data.<column>
@@ -112,6 +112,36 @@ def shown(value, kind):
         return moment.isoformat(sep=' ') if kind.endswith('with time zone') else \
             moment.replace(tzinfo=None).isoformat(sep=' ')
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
+
+
+def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes):
+    """[descent.Fit of each sequence]: by L-BFGS all at once (lockstep.py), every call of the recurrence over the
+    sequences still running; by the other optimizers one sequence at a time (descent.fit). A WARNING for each
+    sequence that did not converge, naming its group."""
+    if options['optimizer'] == 'lbfgs':
+        clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'model "{name}": {message}'),
+                              options['iterations'], every_iterations=options['progress_every'])
+
+        def objective(w, at):
+            part = sequences.Sequences(seqs.columns, seqs.starts[at], seqs.lengths[at])
+            return sequences.gradient(step, part, w, options['mode'], tile_bytes)
+        fits = lockstep.fit(objective, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, seqs.count)),
+                            seqs.lengths, names, options['iterations'], options['tolerance'], penalty, clock)
+        for where, fit in zip(wheres, fits):
+            if not fit.converged:
+                message, hint = descent.unconverged('lbfgs', fit, options['iterations'], penalty)
+                server.warning(f'{where}: {message}', hint)
+        return fits
+    fits = []
+    for k, where in enumerate(wheres):
+        part = sequences.Sequences(seqs.columns, seqs.starts[[k]], seqs.lengths[[k]])
+        clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
+                              options['iterations'], every_iterations=options['progress_every'],
+                              warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
+        fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes), loader.Table([], int(part.lengths[0]), 0),
+                                start, names, options['optimizer'], options['learning_rate'], options['iterations'],
+                                int(part.lengths[0]), None, options['tolerance'], penalty, clock))
+    return fits
 
 
 class Kernel:
@@ -212,40 +242,41 @@ def train(name, model_text, loss, data, weights, given, config):
     names = [e for n, shape in step.shapes for e in vectors.elements(n, shape)]
     start = calls.vector_of(w)
     penalty = descent.Penalty(options['l1'], options['l2'], np.ones(len(start)))
-    rows, fits = [], []
+    kept = []
     for group in groups:
         where = f'model "{name}"' + (f', group {group.key}' if group.key else '')
-        n = len(group.order)
-        if n == 0:
+        if not len(group.order):
             server.notice(f'{where}: no rows without NULL in the columns it reads; no model for this group')
             continue
         objective.check_labels(loss, label, group.columns.get(label, np.empty(0)), f'{where}: ' if group.key else '')
-        seqs = sequences.Sequences(group.columns, np.array([0]), np.array([n]))
-        sequences.check_tape(seqs, len(step.states), config.memory_limit)
-        kernel = Kernel(step, seqs, options['mode'], min(sequences.TILE_BYTES, config.memory_limit // 4))
-        clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
-                              options['iterations'], every_iterations=options['progress_every'],
-                              warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
-        fit = descent.fit(kernel, loader.Table([], n, 0), start, names, options['optimizer'],
-                          options['learning_rate'], options['iterations'], n, None, options['tolerance'], penalty,
-                          clock)
-        fitted = dict(zip(names, fit.weights.tolist()))
-        losses, last, predictions = sequences.run(step, seqs, fit.weights, keep='predictions')
+        kept.append((where, group))
+    if not kept:
+        raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
+    lengths = np.array([len(group.order) for _, group in kept])
+    seqs = sequences.Sequences({c: np.concatenate([group.columns[c] for _, group in kept]) for c in step.columns},
+                               np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
+    sequences.check_tape(seqs, len(step.states), config.memory_limit)
+    fitted = _fit(step, seqs, start, names, options, penalty, [where for where, _ in kept], name,
+                  min(sequences.TILE_BYTES, config.memory_limit // 4))
+    weights = np.stack([fit.weights for fit in fitted], axis=1)
+    _, last, predictions = sequences.run(step, seqs, weights, keep='predictions')
+    rows, fits = [], []
+    for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
-                     last_state={f: float(v) for f, v in zip(step.states, last[:, 0])},
+                     last_state={f: float(v) for f, v in zip(step.states, last[:, k])},
                      last_order=shown(group.order[-1], kind))
         if objective.base(loss) == 'squared' and label in group.columns:
-            extra['sigma2'] = float(np.mean((group.columns[label] - predictions) ** 2))
+            at = slice(seqs.starts[k], seqs.starts[k] + lengths[k])
+            extra['sigma2'] = float(np.mean((group.columns[label] - predictions[at]) ** 2))
         nested = {n: float(fit.weights[at.start]) if not shape else fit.weights[at].reshape(shape).tolist()
                   for n, shape, at in program.spans(step.shapes)}
-        fits.append((group.values, fitted))
+        fits.append((group.values, dict(zip(names, fit.weights.tolist()))))
         rows.append(dict(name=name, group_key=group.key, model=model_text, loss=loss,
                          weights=calls.weights_json(unread, nested), final_loss=float(fit.loss),
                          loss_history=[float(v) for v in fit.history], iterations=fit.iterations,
-                         options=json.dumps({**options, **extra}), data=data, rows=n, training_time=fit.seconds,
-                         validation_history=None, converged=fit.converged, gradient_norm=fit.gradient_norm))
-    if not rows:
-        raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
+                         options=json.dumps({**options, **extra}), data=data, rows=int(lengths[k]),
+                         training_time=fit.seconds, validation_history=None, converged=fit.converged,
+                         gradient_norm=fit.gradient_norm))
     unrolled = None
     if shapes or vectors.needed(scoring_model):
         lam, prediction = vectors.unrolled_value(scoring_model, shapes, config.limits)
