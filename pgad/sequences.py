@@ -249,9 +249,25 @@ def check_tape(seqs, states, memory_limit):
                              "raise pgad.memory_limit.")
 
 
-def run(step, seqs, weights, keep=None):
+def llvm(step, backend):
+    """Does backend ('python', 'llvm', 'auto'; 'cuda' has no sequence kernel and is taken as 'auto') run step on
+    the llvm backend (jit/scan.py)? 'llvm' where the step is too large is 54001; 'auto' runs python there."""
+    if backend == 'python':
+        return False
+    from .jit import scan
+    if backend == 'llvm':
+        return True
+    return scan.fits(step)
+
+
+def run(step, seqs, weights, keep=None, backend='python', cache=None):
     """(each sequence's summed loss (G), its final state (K × G), predictions or None) along all the rows, in the
-    sequences' own order; keep: 'predictions' also gives each row's prediction (an array like a column)."""
+    sequences' own order; keep: 'predictions' also gives each row's prediction (an array like a column). backend:
+    'python' (this module, the reference), 'llvm' (jit/scan.py) or 'auto' (llvm where it compiles); cache: the llvm
+    backend's jit.cache.DiskCache."""
+    if llvm(step, backend):
+        from .jit import cache as disk, scan
+        return scan.run(step, seqs, weights, ADJOINT, keep, cache or disk.NONE)
     r = _Run(step, seqs, weights)
     k, g = len(step.states), seqs.count
     states = r.starts()
@@ -271,9 +287,13 @@ def run(step, seqs, weights, keep=None):
     return loss[back], states[:, back], predictions
 
 
-def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES):
+def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, backend='python', cache=None):
     """(each sequence's summed loss (G), the gradient of it by the weights (P × G)), in the sequences' own order,
-    by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode."""
+    by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode. backend
+    as run() takes it: the llvm backend runs reverse mode (forward mode runs here)."""
+    if mode == 'reverse' and llvm(step, backend):
+        from .jit import cache as disk, scan
+        return scan.gradient(step, seqs, weights, tile_bytes, ADJOINT, cache or disk.NONE)
     r = _Run(step, seqs, weights)
     loss, grad = (_reverse if mode == 'reverse' else _forward)(r, tile_bytes)
     back = np.empty_like(r.order)

@@ -119,11 +119,13 @@ class Kernel:
     call (whole), by the step's backend."""
     whole = True
 
-    def __init__(self, step, seqs, mode, tile_bytes):
+    def __init__(self, step, seqs, mode, tile_bytes, backend='python', cache=None):
         self.step, self.seqs, self.mode, self.tile_bytes = step, seqs, mode, tile_bytes
+        self.backend, self.cache = backend, cache
 
     def __call__(self, columns, rows, weights):
-        loss, grad = sequences.gradient(self.step, self.seqs, weights, self.mode, self.tile_bytes)
+        loss, grad = sequences.gradient(self.step, self.seqs, weights, self.mode, self.tile_bytes, self.backend,
+                                        self.cache)
         return np.concatenate([[loss.sum()], grad.sum(axis=1)])
 
 
@@ -222,7 +224,8 @@ def train(name, model_text, loss, data, weights, given, config):
         objective.check_labels(loss, label, group.columns.get(label, np.empty(0)), f'{where}: ' if group.key else '')
         seqs = sequences.Sequences(group.columns, np.array([0]), np.array([n]))
         sequences.check_tape(seqs, len(step.states), config.memory_limit)
-        kernel = Kernel(step, seqs, options['mode'], min(sequences.TILE_BYTES, config.memory_limit // 4))
+        kernel = Kernel(step, seqs, options['mode'], min(sequences.TILE_BYTES, config.memory_limit // 4),
+                        options['backend'], config.cache)
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                               options['iterations'], every_iterations=options['progress_every'],
                               warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
@@ -230,7 +233,8 @@ def train(name, model_text, loss, data, weights, given, config):
                           options['learning_rate'], options['iterations'], n, None, options['tolerance'], penalty,
                           clock)
         fitted = dict(zip(names, fit.weights.tolist()))
-        losses, last, predictions = sequences.run(step, seqs, fit.weights, keep='predictions')
+        losses, last, predictions = sequences.run(step, seqs, fit.weights, keep='predictions',
+                                                  backend=options['backend'], cache=config.cache)
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
                      last_state={f: float(v) for f, v in zip(step.states, last[:, 0])},
                      last_order=shown(group.order[-1], kind))
