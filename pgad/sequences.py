@@ -281,7 +281,8 @@ def run(step, seqs, weights, keep=None, backend='python', cache=None):
         loss[:n] += _rows(values[step.loss], n)
         if predictions is not None:
             predictions[r.first[:n] + t] = _rows(values[step.prediction], n)
-        states[:, :n] = [_rows(values[o], n) for o in step.next] if k else states[:, :n]
+        # all at once: a next value may be a view of the states (a field that shifts, s.s2)
+        states[:, :n] = np.array([_rows(values[o], n) for o in step.next]) if k else states[:, :n]
     back = np.empty_like(r.order)
     back[r.order] = np.arange(g)
     return loss[back], states[:, back], predictions
@@ -339,8 +340,8 @@ def _reverse(r, tile_bytes):
             values = python_backend.evaluate(backward, *r.inputs(t, kept[t], n, adjoint))
             for j in range(p):
                 grad[j, :n] += _rows(values[step.vjp[j]], n)
-            for j in range(k):
-                adjoint[j, :n] = _rows(values[step.vjp[p + j]], n)
+            if k:  # all at once: a field's adjoint may be a view of another's (s1 ← s.s2: λ_s2 is λ_s1)
+                adjoint[:, :n] = np.array([_rows(values[step.vjp[p + j]], n) for j in range(k)])
         kept = {}
     if k:
         values = python_backend.evaluate(r.plan(step.start_vjp), *r.inputs(0, np.zeros((k, g)), g, adjoint))
@@ -365,5 +366,5 @@ def _forward(r, tile_bytes):
         grad[:, :n] += jac[0, :p] + np.einsum('kn,kpn->pn', jac[0, p:], tan)
         if k:
             tangent[:, :, :n] = jac[1:, :p] + np.einsum('ijn,jpn->ipn', jac[1:, p:], tan)
-            states[:, :n] = [_rows(values[o], n) for o in step.next]
+            states[:, :n] = np.array([_rows(values[o], n) for o in step.next])  # all at once, as in run()
     return loss, grad

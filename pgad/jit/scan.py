@@ -391,7 +391,8 @@ class _Call:
         predictions = 0 if self.predictions is None else _address(self.predictions)
         self.scan.forward(b - a, _address(first), _address(count), w, self.wstride, state,
                           own if loss is None else _address(loss), 0 if tape is None else _address(tape),
-                          0 if tape_at is None else _address(tape_at), predictions, *self.column_addresses)
+                          _address(np.zeros(b - a, dtype=np.int64) if tape_at is None else tape_at), predictions,
+                          *self.column_addresses)
 
     def _backward(self, a, b, first, count, tape, tape_at):
         w, _, _, adjoint, grad = self._pointers(a)
