@@ -210,3 +210,38 @@ def test_fields_that_shift_update_at_once_in_every_mode(name):
     assert close(forward[0], reverse[0])[0] and np.allclose(forward[1], reverse[1], rtol=1e-10, atol=1e-12)
     python = sequences.run(step, seqs, w)
     assert close(python[1], sequences.run(step, seqs, w, backend='llvm')[1])[0]
+
+
+H = 20  # a tanh cell of 20 fields: about 3 µs a row with its backward pass, 3–5 s a gradient over the table
+HEAVY_FIELDS = ', '.join(f's.h{i}' for i in range(1, H + 1))
+HEAVY_STATE = json.dumps({f'h{i}': {'start': '0', 'next': f'tanh(w.m @ [{HEAVY_FIELDS}, d.y])[{i}]'}
+                          for i in range(1, H + 1)})
+HEAVY_WEIGHTS = json.dumps({'m': [[0.01] * (H + 1)] * H, 'v': [0.1] * H})
+HEAVY_ROWS = 1_000_000
+LATENCY = 1.5  # seconds from the timeout to the end of the statement: a second, and margin for a loaded 2-core VM
+
+
+def train_heavy(db, data, iterations):
+    db.execute(f"SELECT pgad.train('heavy', 'λ(d, w, s) w.v @ [{HEAVY_FIELDS}]', 'squared', %s, %s, "
+               "order_by => 't', state => %s, backend => 'llvm', iterations => %s)",
+               [data, HEAVY_WEIGHTS, HEAVY_STATE, iterations])
+
+
+def test_statement_timeout_ends_a_long_sequence_gradient_within_a_second(cluster, dbname):
+    """One gradient over the table's one sequence takes seconds; statement_timeout acts a second into it, and the
+    statement ends about a second later, between two pieces of rows (scan.py), not after the gradient."""
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute(f'CREATE TABLE long_series AS SELECT i AS t, sin(i / 10.0) AS y '
+                   f'FROM generate_series(1, {HEAVY_ROWS}) AS i')
+        train_heavy(db, 'SELECT t, y FROM long_series LIMIT 10', 1)  # compiled: the disk cache has it from now on
+        started = time.monotonic()  # the load and a cheap scan over the same rows
+        db.execute("SELECT pgad.train('cheap', 'λ(d, w, s) s.level', 'squared', 'long_series', "
+                   "'{\"alpha\": 0.5, \"l0\": 0}', order_by => 't', backend => 'llvm', iterations => 1, "
+                   "state => '{\"level\": {\"start\": \"w.l0\", \"next\": \"s.level + w.alpha*(d.y - s.level)\"}}')")
+        timeout = time.monotonic() - started + 1.0
+        db.execute(f"SET statement_timeout = '{int(timeout * 1000)}ms'")
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            train_heavy(db, 'long_series', 50)
+        late = time.monotonic() - started - timeout
+        assert late < LATENCY, f'the statement ended {late:.2f} s after its timeout'
