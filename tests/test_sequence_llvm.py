@@ -101,7 +101,7 @@ def test_states_recomputed_from_checkpoints_give_the_bits_of_a_stored_tape(name)
     w = weights_at(name, step, given, 1.0)
     stored = sequences.gradient(step, seqs, w, backend='llvm')
     k = len(step.states)
-    for tile in (8 * k * 64, 8 * k):  # segments of 64 rows, and of 1: every state recomputed
+    for tile in (8 * k * 64, 8 * k):  # segments of 64 rows, and of √T (a tile of one row: check_tape's bound)
         checkpointed = sequences.gradient(step, seqs, w, tile_bytes=tile, backend='llvm')
         assert np.array_equal(checkpointed[0], stored[0]) and np.array_equal(checkpointed[1], stored[1])
     reference = sequences.gradient(step, seqs, w, tile_bytes=8 * k * 64)

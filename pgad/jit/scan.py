@@ -78,7 +78,14 @@ def _roots(step):
 
 
 def tier(step):
-    """The tier that compiles the step's functions, or None where it is too large for any (54001 for 'llvm')."""
+    """The tier that compiles the step's functions, or None where it is too large for any (54001 for 'llvm');
+    found once for the Step (kept with it)."""
+    if '_scan_tier' not in step.__dict__:
+        step.__dict__['_scan_tier'] = _tier(step)
+    return step.__dict__['_scan_tier']
+
+
+def _tier(step):
     if any(step.graph.nodes[i].op not in EMIT and step.graph.nodes[i].op not in ('const', 'column', 'weight')
            for r in _roots(step) for i in step.graph.ancestors(list(r))):
         return None
@@ -110,15 +117,15 @@ def _compile(step, adjoint, cache):
     key = cache_key(step)
     name = f'pgad_scan_{key[:24]}'
     names = [f'{name}_{f}' for f in ('start', 'forward', 'backward', 'start_vjp')]
-    data = cache.get(key)
-    if data is None:
+    data = None if names[0] in compiler._loaded else cache.get(key)  # loaded already: in this process's engine
+    if data is None and names[0] not in compiler._loaded:
         text = module_ir(step, adjoint, names)
         ms['IR generation'] = (time.perf_counter() - started) * 1e3
         here = not compiler.in_backend() and nodes(step) <= compiler.IN_PROCESS_NODES
         data, optimised = compiler.machine_code(None, text, level, ms, here=here)
         frames.check(optimised)
         cache.put(key, data)
-    else:
+    elif data is not None:
         ms['cache hit'] = (time.perf_counter() - started) * 1e3
     compiler.address(data, names[0], names[1:])
     columns = len(step.columns)
@@ -440,7 +447,9 @@ class _Call:
                 self._forward(s, s + 1, *piece(t0, t1))
                 yield
             return
-        segment = length if length <= budget else max(1, budget)
+        # the most rows that fit the budget, but never fewer than √T: the checkpoints, T/segment·K doubles, stay
+        # within what sequences.check_tape allowed for (2·√T·K a sequence)
+        segment = length if length <= budget else max(1, budget, math.isqrt(length))
         segments = [(b, min(b + segment, length)) for b in range(0, length, segment)]
         tape = np.empty(segment * self.k)
         checkpoints = np.empty((len(segments), self.k))
