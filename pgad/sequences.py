@@ -249,15 +249,16 @@ def check_tape(seqs, states, memory_limit):
                              "raise pgad.memory_limit.")
 
 
-def llvm(step, backend):
+def llvm(step, backend, tangents=False):
     """Does backend ('python', 'llvm', 'auto'; 'cuda' has no sequence kernel and is taken as 'auto') run step on
-    the llvm backend (jit/scan.py)? 'llvm' where the step is too large is 54001; 'auto' runs python there."""
+    the llvm backend (jit/scan.py; forward mode's kernel where tangents)? 'llvm' where the step is too large is
+    54001; 'auto' runs python there."""
     if backend == 'python':
         return False
     from .jit import scan
     if backend == 'llvm':
         return True
-    return scan.fits(step)
+    return scan.fits(step, tangents)
 
 
 def run(step, seqs, weights, keep=None, backend='python', cache=None):
@@ -291,10 +292,12 @@ def run(step, seqs, weights, keep=None, backend='python', cache=None):
 def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, backend='python', cache=None):
     """(each sequence's summed loss (G), the gradient of it by the weights (P × G)), in the sequences' own order,
     by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode. backend
-    as run() takes it: the llvm backend runs reverse mode (forward mode runs here)."""
-    if mode == 'reverse' and llvm(step, backend):
+    as run() takes it."""
+    if llvm(step, backend, tangents=mode != 'reverse'):
         from .jit import cache as disk, scan
-        return scan.gradient(step, seqs, weights, tile_bytes, ADJOINT, cache or disk.NONE)
+        if mode == 'reverse':
+            return scan.gradient(step, seqs, weights, tile_bytes, ADJOINT, cache or disk.NONE)
+        return scan.forward_mode(step, seqs, weights, ADJOINT, cache or disk.NONE)
     r = _Run(step, seqs, weights)
     loss, grad = (_reverse if mode == 'reverse' else _forward)(r, tile_bytes)
     back = np.empty_like(r.order)

@@ -1,5 +1,5 @@
 """The llvm backend of sequence models (pgad/jit/scan.py) against the python reference (pgad/sequences.py): the same
-losses, last states, predictions and reverse-mode gradients (to 1e-12 relative: the sums along a sequence are taken
+losses, last states, predictions and gradients in reverse and forward mode (to 1e-12 relative: the sums along a sequence are taken
 in the reference's order, so the bits differ only where libm's and numpy's tanh or exp do), the tape kept or
 recomputed from checkpoints (the same bits), the same bits on 1 and 2 threads, a cancel within about a second, and
 pgad.train with backend => 'llvm' as with 'python', on a real server."""
@@ -79,7 +79,7 @@ def close(got, want):
 
 @pytest.mark.parametrize('scale', SCALES)
 @pytest.mark.parametrize('name', sorted(MODELS))
-def test_the_llvm_scan_gives_the_reference_gradient_run_and_predictions(name, scale):
+def test_the_llvm_scan_gives_the_reference_gradients_run_and_predictions(name, scale):
     step, _, _, given, _, _ = step_of(name)
     seqs = sequences_of(LENGTHS, scale)
     for w in (weights_at(name, step, given, scale), weights_at(name, step, given, scale, len(LENGTHS))):
@@ -88,6 +88,9 @@ def test_the_llvm_scan_gives_the_reference_gradient_run_and_predictions(name, sc
         assert got_grad.shape == grad.shape == (len(step.weights), len(LENGTHS))
         assert close(got_loss, loss)[0], close(got_loss, loss)
         assert close(got_grad, grad)[0], close(got_grad, grad)
+        loss, grad = sequences.gradient(step, seqs, w, mode='forward')
+        got_loss, got_grad = sequences.gradient(step, seqs, w, mode='forward', backend='llvm')
+        assert close(got_loss, loss)[0] and close(got_grad, grad)[0], close(got_grad, grad)
         want = sequences.run(step, seqs, w, keep='predictions')
         got = sequences.run(step, seqs, w, keep='predictions', backend='llvm')
         for a, b in zip(got, want):

@@ -1,5 +1,5 @@
 """A sequence model's Step (pgad/sequences.py) → machine code that walks each sequence's rows in order (the llvm
-backend of run() and of reverse mode's gradient()).
+backend of run() and gradient(); forward mode's functions are _tangents_ir's, in a module of their own).
 
 One module of four functions, each over n sequences (first[g], count[g]: the rows of sequence g that the call
 takes; its weights at w + g·wstride, wstride 0 where all share one vector; its state, adjoint, loss and gradient at
@@ -65,63 +65,76 @@ class Scan:
     backward_ns: float
     tier: object
     ms: dict
+    tangents: object = None  # forward mode's: the tangents' start (forward is then forward mode's row)
 
 
-def nodes(step):
-    """The nodes the four functions evaluate, all together."""
+def nodes(step, tangents=False):
+    """The nodes the functions evaluate, all together (forward mode's: and the products of its tangents' update, K + 1
+    rows of K a weight)."""
     g = step.graph
-    return sum(len(g.ancestors(list(r))) for r in _roots(step))
+    extra = 2 * (len(step.states) + 1) * len(step.states) if tangents else 0
+    return sum(len(g.ancestors(list(r))) for r in _roots(step, tangents)) + extra
 
 
-def _roots(step):
+def _roots(step, tangents=False):
+    """Each function's roots: reverse mode's start, forward, backward and start_vjp; or forward mode's start, the
+    tangents' start and the rows with their Jacobian."""
+    if tangents:
+        rows, starts = step.jacobian()
+        return (list(step.start), [n for row in starts for n in row],
+                [step.loss, *step.next, *[n for row in rows for n in row]])
     return ([step.loss, step.prediction, *step.next], list(step.vjp), list(step.start), list(step.start_vjp))
 
 
-def tier(step):
-    """The tier that compiles the step's functions, or None where it is too large for any (54001 for 'llvm');
-    found once for the Step (kept with it)."""
-    if '_scan_tier' not in step.__dict__:
-        step.__dict__['_scan_tier'] = _tier(step)
-    return step.__dict__['_scan_tier']
+def tier(step, tangents=False):
+    """The tier that compiles the step's functions (forward mode's where tangents), or None where it is too large
+    for any (54001 for 'llvm'); found once for the Step (kept with it)."""
+    key = '_scan_tier' + '_tangents' * tangents
+    if key not in step.__dict__:
+        step.__dict__[key] = _tier(step, tangents)
+    return step.__dict__[key]
 
 
-def _tier(step):
+def _tier(step, tangents):
     if any(step.graph.nodes[i].op not in EMIT and step.graph.nodes[i].op not in ('const', 'column', 'weight')
-           for r in _roots(step) for i in step.graph.ancestors(list(r))):
+           for r in _roots(step, tangents) for i in step.graph.ancestors(list(r))):
         return None
-    total = nodes(step)
+    total = nodes(step, tangents)
     return next((t for t in SCAN_TIERS if total <= t.max_nodes), None)
 
 
-def fits(step):
-    return tier(step) is not None
+def fits(step, tangents=False):
+    return tier(step, tangents) is not None
 
 
-def compiled(step, adjoint, cache=disk.NONE):
-    """The Scan of step, compiled once for the Step (kept with it), its object code from the disk cache where there;
-    adjoint: the prefix of the vjp's cotangent columns (adjoint + str(k)). 54001 where it is too large."""
-    found = step.__dict__.get('_scan')
+def compiled(step, adjoint, cache=disk.NONE, tangents=False):
+    """The Scan of step (forward mode's where tangents), compiled once for the Step (kept with it), its object code
+    from the disk cache where there; adjoint: the prefix of the vjp's cotangent columns (adjoint + str(k)). 54001
+    where it is too large."""
+    key = '_scan' + '_tangents' * tangents
+    found = step.__dict__.get(key)
     if found is None:
-        found = step.__dict__['_scan'] = _compile(step, adjoint, cache)
+        found = step.__dict__[key] = _compile(step, adjoint, cache, tangents)
     return found
 
 
-def _compile(step, adjoint, cache):
-    level = tier(step)
+def _compile(step, adjoint, cache, tangents):
+    level = tier(step, tangents)
     if level is None:
-        total = nodes(step)
+        total = nodes(step, tangents)
         raise PgadError('54001', f'the sequence model is too large for the llvm backend: {total} nodes with its '
                                  'derivatives', detail=f'The llvm backend compiles at most {SCAN_TIERS[-1].max_nodes}.',
                         hint="Use backend => 'python', or 'auto', which picks it for models this large.")
     ms, started = {}, time.perf_counter()
-    key = cache_key(step)
+    key = cache_key(step, tangents)
     name = f'pgad_scan_{key[:24]}'
-    names = [f'{name}_{f}' for f in ('start', 'forward', 'backward', 'start_vjp')]
+    names = [f'{name}_{f}' for f in (('start', 'tangents', 'forward_mode') if tangents else
+                                     ('start', 'forward', 'backward', 'start_vjp'))]
     data = None if names[0] in compiler._loaded else cache.get(key)  # loaded already: in this process's engine
     if data is None and names[0] not in compiler._loaded:
-        text = module_ir(step, adjoint, names)
+        text = module_ir(step, adjoint, names, tangents)
         ms['IR generation'] = (time.perf_counter() - started) * 1e3
-        here = not compiler.in_backend() and nodes(step) <= compiler.IN_PROCESS_NODES
+        here = not compiler.in_backend() and nodes(step, tangents) <= compiler.IN_PROCESS_NODES
         data, optimised = compiler.machine_code(None, text, level, ms, here=here)
         frames.check(optimised)
         cache.put(key, data)
@@ -131,20 +144,27 @@ def _compile(step, adjoint, cache):
     columns = len(step.columns)
     p = ctypes.c_void_p
     i = ctypes.c_int64
-    kinds = [[i, p, p, i, p], [i, p, p, p, i, p, p, p, p, p], [i, p, p, p, i, p, p, p, p], [i, p, p, i, p, p]]
+    kinds = [[i, p, p, i, p], [i, p, p, i, p], [i, p, p, p, i, p, p, p, p, p]] if tangents else \
+        [[i, p, p, i, p], [i, p, p, p, i, p, p, p, p, p], [i, p, p, p, i, p, p, p, p], [i, p, p, i, p, p]]
     functions = [ctypes.CFUNCTYPE(None, *kind, *[p] * columns)(compiler.address(data, n)) for kind, n in
                  zip(kinds, names)]
     node_ns = cost.SCALAR_NS if level.speed_level else cost.O0_NS
+    if tangents:  # a row: its nodes, and 2·(K + 1)·K products a weight
+        row = _roots(step, True)[2]
+        k = len(step.states)
+        ns = node_ns * (sum(cost.LIBM_UNITS if cost._dear(step.graph.nodes[n].op) else 1
+                            for n in step.graph.ancestors(row)) + 2 * (k + 1) * (k + 1) * len(step.weights))
+        return Scan(functions[0], functions[2], None, None, ns, 0.0, level, ms, functions[1])
     forward, backward = (node_ns * sum(cost.LIBM_UNITS if cost._dear(step.graph.nodes[n].op) else 1
                                        for n in step.graph.ancestors(list(r))) for r in _roots(step)[:2])
     return Scan(*functions, forward, backward, level, ms)
 
 
-def cache_key(step):
-    """The disk cache's key: the step's DAG listing, its columns, weights and fields in order, this module and the
-    toolchain."""
-    roots = [r for group in _roots(step) for r in group]
-    what = '\n'.join([printer.to_listing(step.graph, roots), repr(roots), repr(step.columns), repr(step.weights),
+def cache_key(step, tangents=False):
+    """The disk cache's key: the step's DAG listing, its columns, weights and fields in order, the mode, this module
+    and the toolchain."""
+    roots = [r for group in _roots(step, tangents) for r in group]
+    what = '\n'.join(['forward mode' if tangents else 'reverse mode', printer.to_listing(step.graph, roots), repr(roots), repr(step.columns), repr(step.weights),
                       repr(step.states), _source(), compiler._toolchain()])
     return hashlib.sha256(what.encode()).hexdigest()
 
@@ -194,8 +214,8 @@ def _function(module, name, kinds, columns):
     return fn, ir.IRBuilder(fn.entry_basic_block)
 
 
-def module_ir(step, adjoint, names):
-    """The LLVM IR (text) of step's four functions, named names."""
+def module_ir(step, adjoint, names, tangents=False):
+    """The LLVM IR (text) of step's four functions, named names; or, where tangents, forward mode's three."""
     module = ir.Module(name='pgad_scan')
     module.triple = compiler.llvm.get_process_triple()
     graph, columns = step.graph, len(step.columns)
@@ -245,6 +265,9 @@ def module_ir(step, adjoint, names):
             b.store(values[r], _at(b, state, base, j))
     sequences(b, n, w, wstride, start)
     finish(b)
+    if tangents:
+        _tangents_ir(step, module, names[1:], sequences, leaf)
+        return str(module)
 
     # forward(n, first, count, w, wstride, state, loss, tape, tape_at, predictions, columns…)
     fn, b = _function(module, names[1], [I64, INDEX, INDEX, POINTER, I64, POINTER, POINTER, POINTER, INDEX, POINTER],
@@ -327,6 +350,15 @@ def gradient(step, seqs, weights, tile_bytes, adjoint, cache=disk.NONE):
     return call.loss, call.grad.T.copy()
 
 
+def forward_mode(step, seqs, weights, adjoint, cache=disk.NONE):
+    """(each sequence's summed loss (G), its gradient (P × G)), as sequences.gradient gives them in forward mode (the
+    tangents K × P a sequence carried along its rows: no tape), by the Step's machine code."""
+    call = _Call(compiled(step, adjoint, cache, tangents=True), step, seqs, weights)
+    call.tangent = np.zeros((len(seqs.lengths), call.k, call.p))
+    call.drive(0, backward=False)
+    return call.loss, call.grad.T.copy()
+
+
 def run(step, seqs, weights, adjoint, keep=None, cache=disk.NONE):
     """(each sequence's summed loss (G), its final state (K × G), each row's prediction or None), as sequences.run
     gives them, by the Step's machine code."""
@@ -360,6 +392,7 @@ class _Call:
         self.adjoint = np.zeros((g, self.k))
         self.grad = np.zeros((g, self.p))
         self.predictions = None
+        self.tangent = None  # forward mode's, G × K × P
         self.buffers = {}  # a thread's id → the tape buffer of the whole sequences it runs
 
     def drive(self, tile_bytes, backward):
@@ -392,9 +425,20 @@ class _Call:
     def _start(self, a, b):
         w, state, _, _, _ = self._pointers(a)
         self.scan.start(b - a, _address(self.first, a), w, self.wstride, state, *self.column_addresses)
+        if self.tangent is not None:
+            self.scan.tangents(b - a, _address(self.first, a), w, self.wstride, _address(self.tangent, a * self.k *
+                                                                                         self.p), *self.column_addresses)
 
     def _forward(self, a, b, first, count, tape=None, tape_at=None, loss=None):
-        w, state, own, _, _ = self._pointers(a)
+        w, state, own, _, grad = self._pointers(a)
+        if self.tangent is not None:  # forward mode's row: the tangents carried with the state
+            scratch = self.buffers.get(threading.get_ident())
+            if scratch is None:
+                scratch = self.buffers[threading.get_ident()] = np.empty(max(1, (self.k + 1) * self.p))
+            self.scan.forward(b - a, _address(first), _address(count), w, self.wstride, state, own,
+                              _address(self.tangent, a * self.k * self.p), grad, _address(scratch),
+                              *self.column_addresses)
+            return
         predictions = 0 if self.predictions is None else _address(self.predictions)
         self.scan.forward(b - a, _address(first), _address(count), w, self.wstride, state,
                           own if loss is None else _address(loss), 0 if tape is None else _address(tape),
@@ -494,3 +538,72 @@ def _rounds(jobs, n):
         finished = {i for i, d in enumerate(x for part in done for x in part) if d}
         active = [j for i, j in enumerate(active) if i not in finished]
         limits.check()
+
+
+def _tangents_ir(step, module, names, sequences, leaf):
+    """Forward mode's functions (real-time recurrent learning), T the K × P tangents ∂state/∂w of a sequence:
+
+    tangents(n, first, w, wstride, tangent, columns…)         T ← ∂start/∂w
+    forward_mode(n, first, count, w, wstride, state, loss, tangent, gradient, scratch, columns…)
+        for each row in order, J the Jacobian of (loss, next…) by (weights…, states…): loss += the row's;
+        gradient += J[0, :P] + J[0, P:]·T; T ← J[1:, :P] + J[1:, P:]·T; state ← next
+    J's columns by the weights go through scratch ((K + 1)·P doubles, the caller's), and T is updated a weight at a
+    time: its column p depends on its column p alone. The sums in the order of sequences._forward's."""
+    graph, columns = step.graph, len(step.columns)
+    k_count, p_count = len(step.states), len(step.weights)
+    K, P = ir.Constant(I64, k_count), ir.Constant(I64, p_count)
+    rows, starts = step.jacobian()
+
+    fn, b = _function(module, names[0], [I64, INDEX, POINTER, I64, POINTER], columns)
+    n, first, w, wstride, tangent = fn.args[:5]
+
+    def start(g, weights):
+        row = b.load(_at(b, first, g))
+        roots = [r for each in starts for r in each]
+        values = emit_nodes(_Emitter(b, module), graph, roots,
+                            leaf(b, row, weights, lambda j: ir.Constant(DOUBLE, 0.0)))
+        base = b.mul(g, b.mul(K, P))
+        for i, each in enumerate(starts):
+            for j, r in enumerate(each):
+                b.store(values[r], _at(b, tangent, base, i * p_count + j))
+    sequences(b, n, w, wstride, start)
+    b.ret_void()
+
+    fn, b = _function(module, names[1], [I64, INDEX, INDEX, POINTER, I64, POINTER, POINTER, POINTER, POINTER,
+                                         POINTER], columns)
+    n, first, count, w, wstride, state, loss, tangent, grad, scratch = fn.args[:10]
+
+    def forward(g, weights):
+        begin, length, base = b.load(_at(b, first, g)), b.load(_at(b, count, g)), b.mul(g, K)
+        t_g, grad_g, sum_at = _at(b, tangent, b.mul(g, b.mul(K, P))), _at(b, grad, b.mul(g, P)), _at(b, loss, g)
+
+        def row(t):
+            old = [b.load(_at(b, state, base, j)) for j in range(k_count)]
+            values = emit_nodes(_Emitter(b, module), graph, [step.loss, *step.next, *[r for e in rows for r in e]],
+                                leaf(b, b.add(begin, t), weights, lambda j: old[j]))
+            b.store(b.fadd(b.load(sum_at), values[step.loss]), sum_at)
+            by_state = [[values[r] for r in e[p_count:]] for e in rows]
+            for o, e in enumerate(rows):
+                for j, r in enumerate(e[:p_count]):
+                    b.store(values[r], _at(b, scratch, o * p_count + j))
+
+            def weight(p):
+                before = [b.load(_at(b, t_g, b.mul(ir.Constant(I64, j), P), p)) for j in range(k_count)]
+
+                def through(o):  # J[o, p] + Σ_j J[o, P + j]·T[j, p]
+                    total = None
+                    for j in range(k_count):
+                        term = b.fmul(by_state[o][j], before[j])
+                        total = term if total is None else b.fadd(total, term)
+                    own = b.load(_at(b, scratch, b.mul(ir.Constant(I64, o), P), p))
+                    return own if total is None else b.fadd(own, total)
+                where = _at(b, grad_g, p)
+                b.store(b.fadd(b.load(where), through(0)), where)
+                for i in range(k_count):
+                    b.store(through(1 + i), _at(b, t_g, b.mul(ir.Constant(I64, i), P), p))
+            _loop(b, P, weight)
+            for j, r in enumerate(step.next):
+                b.store(values[r], _at(b, state, base, j))
+        _loop(b, length, row)
+    sequences(b, n, w, wstride, forward)
+    b.ret_void()
