@@ -3,8 +3,8 @@ against the python reference (pgad/sequences.py), in this process (no server).
 
     .venv/bin/python bench/sequences.py --gradient [--repeats 3]
 
-  Holt-Winters (additive, weekly season: 9 state fields, 12 weights), one series of 730 rows, and 10,000 of them
-  (each its own weights) in one call, on 1 and 2 threads; AR(7) (7 lags as state fields, 8 weights) on one series of
+  Holt-Winters (additive, weekly season: 9 state fields, 12 weights), one series of 730 rows (reverse and forward
+  mode), and 10,000 of them (each its own weights) in one call, on 1 and 2 threads; AR(7) (7 lags as state fields, 8 weights) on one series of
   1,000,000 rows, against one numpy pass over the column (its sum). Best of --repeats; the python reference once
   where it takes seconds. Timings are reported, never asserted.
 
@@ -87,6 +87,10 @@ def gradient(repeats):
     ll = seconds(lambda: sequences.gradient(hw, one, w, backend='llvm'), repeats * 10)
     lines.append(f'| Holt-Winters, 1 series × 730 rows | {py * 1e3:.1f} ms | {ll * 1e3:.3f} ms | (one series: '
                  f'1 thread) |')
+    sequences.gradient(hw, one, w, mode='forward', backend='llvm')
+    py = seconds(lambda: sequences.gradient(hw, one, w, mode='forward'), repeats)
+    ll = seconds(lambda: sequences.gradient(hw, one, w, mode='forward', backend='llvm'), repeats * 10)
+    lines.append(f'| the same in forward mode | {py * 1e3:.1f} ms | {ll * 1e3:.3f} ms | (one series: 1 thread) |')
     many = series(10_000, 730, seed=1)
     each = w[:, None] * (1 + 1e-5 * np.arange(10_000))[None, :]
     py = seconds(lambda: sequences.gradient(hw, many, each), 1)

@@ -440,10 +440,11 @@ class _Call:
                               *self.column_addresses)
             return
         predictions = 0 if self.predictions is None else _address(self.predictions)
+        if tape_at is None:  # not read without a tape, but an address to load from (kept alive through the call)
+            tape_at = np.zeros(b - a, dtype=np.int64)
         self.scan.forward(b - a, _address(first), _address(count), w, self.wstride, state,
                           own if loss is None else _address(loss), 0 if tape is None else _address(tape),
-                          _address(np.zeros(b - a, dtype=np.int64) if tape_at is None else tape_at), predictions,
-                          *self.column_addresses)
+                          _address(tape_at), predictions, *self.column_addresses)
 
     def _backward(self, a, b, first, count, tape, tape_at):
         w, _, _, adjoint, grad = self._pointers(a)
