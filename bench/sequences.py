@@ -4,8 +4,8 @@ against the python reference (pgad/sequences.py), in this process (no server).
     .venv/bin/python bench/sequences.py --gradient [--repeats 3]
 
   Holt-Winters (additive, weekly season: 9 state fields, 12 weights), one series of 730 rows (reverse and forward
-  mode), and 10,000 of them (each its own weights) in one call, on 1 and 2 threads; AR(7) (7 lags as state fields, 8 weights) on one series of
-  1,000,000 rows, against one numpy pass over the column (its sum). Best of --repeats; the python reference once
+  mode), and 10,000 of them (each its own weights) in one call, on 1 and 2 threads; AR(7) (7 lags as state fields,
+  8 weights) on one series of 1,000,000 rows, against one numpy pass over the column (its sum). Best of --repeats; the python reference once
   where it takes seconds. Timings are reported, never asserted.
 
 The functions (holt_winters, autoregression, series, seconds) are for other benchmarks to call.

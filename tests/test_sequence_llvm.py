@@ -1,11 +1,10 @@
 """The llvm backend of sequence models (pgad/jit/scan.py) against the python reference (pgad/sequences.py): the same
-losses, last states, predictions and gradients in reverse and forward mode (to 1e-12 relative: the sums along a sequence are taken
-in the reference's order, so the bits differ only where libm's and numpy's tanh or exp do), the tape kept or
-recomputed from checkpoints (the same bits), the same bits on 1 and 2 threads, a cancel within about a second, and
-pgad.train with backend => 'llvm' as with 'python', on a real server."""
+losses, last states, predictions and gradients in reverse and forward mode (to 1e-12 relative: the sums along a
+sequence are taken in the reference's order, so the bits differ only where libm's and numpy's tanh or exp do), the
+tape kept or recomputed from checkpoints (the same bits), the same bits on 1 and 2 threads, a cancel within about a
+second, and pgad.train with backend => 'llvm' as with 'python', on a real server."""
 import dataclasses
 import json
-import threading
 import time
 
 import numpy as np

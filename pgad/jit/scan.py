@@ -164,8 +164,9 @@ def cache_key(step, tangents=False):
     """The disk cache's key: the step's DAG listing, its columns, weights and fields in order, the mode, this module
     and the toolchain."""
     roots = [r for group in _roots(step, tangents) for r in group]
-    what = '\n'.join(['forward mode' if tangents else 'reverse mode', printer.to_listing(step.graph, roots), repr(roots), repr(step.columns), repr(step.weights),
-                      repr(step.states), _source(), compiler._toolchain()])
+    what = '\n'.join(['forward mode' if tangents else 'reverse mode', printer.to_listing(step.graph, roots),
+                      repr(roots), repr(step.columns), repr(step.weights), repr(step.states), _source(),
+                      compiler._toolchain()])
     return hashlib.sha256(what.encode()).hexdigest()
 
 
@@ -426,8 +427,8 @@ class _Call:
         w, state, _, _, _ = self._pointers(a)
         self.scan.start(b - a, _address(self.first, a), w, self.wstride, state, *self.column_addresses)
         if self.tangent is not None:
-            self.scan.tangents(b - a, _address(self.first, a), w, self.wstride, _address(self.tangent, a * self.k *
-                                                                                         self.p), *self.column_addresses)
+            tangent = _address(self.tangent, a * self.k * self.p)
+            self.scan.tangents(b - a, _address(self.first, a), w, self.wstride, tangent, *self.column_addresses)
 
     def _forward(self, a, b, first, count, tape=None, tape_at=None, loss=None):
         w, state, own, _, grad = self._pointers(a)
