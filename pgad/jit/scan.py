@@ -372,17 +372,18 @@ def run(step, seqs, weights, adjoint, keep=None, cache=disk.NONE):
 
 
 def _address(array, offset=0):
-    return array.ctypes.data + array.itemsize * offset
+    """The address of array's element offset (array contiguous)."""
+    return array.__array_interface__['data'][0] + array.itemsize * offset
 
 
 class _Call:
-    """One call's arrays (each sequence's state, loss, adjoint and gradient in rows of its own) and its pieces."""
+    """One call's arrays (each sequence's state, loss, adjoint and gradient in rows of its own) and its pieces. The
+    machine code is given addresses: an array's is found once a call (numpy takes a few µs to give one)."""
 
     def __init__(self, scan, step, seqs, weights):
         self.scan = scan
         self.k, self.p, g = len(step.states), len(step.weights), seqs.count
         self.columns = [np.ascontiguousarray(seqs.columns[c], dtype=np.float64) for c in step.columns]
-        self.column_addresses = [_address(c) for c in self.columns]
         w = np.asarray(weights, dtype=np.float64)
         self.w = np.ascontiguousarray(w if w.ndim == 1 else w.T)  # G × P: each sequence's weights together
         self.wstride = 0 if w.ndim == 1 else self.p
@@ -394,10 +395,14 @@ class _Call:
         self.grad = np.zeros((g, self.p))
         self.predictions = None
         self.tangent = None  # forward mode's, G × K × P
-        self.buffers = {}  # a thread's id → the tape buffer of the whole sequences it runs
+        self.buffers = {}  # a thread's id → (its buffer, the buffer's address): the tape of the whole sequences it
+        # runs (reverse mode), or forward mode's scratch
 
     def drive(self, tile_bytes, backward):
         """Run every sequence, in pieces of about threads.PIECE_NS, on the pool's threads, in rounds."""
+        self.columns_at = [_address(c) for c in self.columns]
+        self.at = {name: _address(getattr(self, name)) if getattr(self, name) is not None else 0 for name in
+                   ('w', 'first', 'lengths', 'state', 'loss', 'adjoint', 'grad', 'predictions', 'tangent')}
         g = len(self.lengths)
         n = threads.count(int(self.lengths.sum()), threads.LOOP_SHARE_ROWS)
         row_ns = self.scan.forward_ns + (self.scan.backward_ns if backward else 0)
@@ -418,55 +423,59 @@ class _Call:
                 taken += length
         _rounds(jobs, n)
 
-    def _pointers(self, a):
-        """The addresses of sequence a's weights, state, loss, adjoint and gradient."""
-        return (_address(self.w, a * self.wstride), _address(self.state, a * self.k), _address(self.loss, a),
-                _address(self.adjoint, a * self.k), _address(self.grad, a * self.p))
+    def _of(self, name, a, size=1):
+        """The address of sequence a's part of the call's array `name`, size numbers a sequence."""
+        return self.at[name] + 8 * a * size
+
+    def _buffer(self, doubles):
+        """This thread's buffer of at least `doubles` doubles, and its address."""
+        found = self.buffers.get(threading.get_ident())
+        if found is None or len(found[0]) < doubles:
+            buffer = np.empty(max(1, doubles))
+            found = self.buffers[threading.get_ident()] = (buffer, _address(buffer))
+        return found
 
     def _start(self, a, b):
-        w, state, _, _, _ = self._pointers(a)
-        self.scan.start(b - a, _address(self.first, a), w, self.wstride, state, *self.column_addresses)
+        w, first = self._of('w', a, self.wstride), self._of('first', a)
+        self.scan.start(b - a, first, w, self.wstride, self._of('state', a, self.k), *self.columns_at)
         if self.tangent is not None:
-            tangent = _address(self.tangent, a * self.k * self.p)
-            self.scan.tangents(b - a, _address(self.first, a), w, self.wstride, tangent, *self.column_addresses)
+            self.scan.tangents(b - a, first, w, self.wstride, self._of('tangent', a, self.k * self.p),
+                               *self.columns_at)
 
-    def _forward(self, a, b, first, count, tape=None, tape_at=None, loss=None):
-        w, state, own, _, grad = self._pointers(a)
+    def _forward(self, a, b, first, count, tape=0, tape_at=0, loss=0):
+        """Rows of sequences a … b − 1 forward (first, count: the addresses of their first rows and row counts),
+        their states kept in tape (an address, or 0) at the offsets tape_at (an address), the loss added to
+        loss's (an address, or 0: their own)."""
+        w, state = self._of('w', a, self.wstride), self._of('state', a, self.k)
+        loss = loss or self._of('loss', a)
         if self.tangent is not None:  # forward mode's row: the tangents carried with the state
-            scratch = self.buffers.get(threading.get_ident())
-            if scratch is None:
-                scratch = self.buffers[threading.get_ident()] = np.empty(max(1, (self.k + 1) * self.p))
-            self.scan.forward(b - a, _address(first), _address(count), w, self.wstride, state, own,
-                              _address(self.tangent, a * self.k * self.p), grad, _address(scratch),
-                              *self.column_addresses)
-            return
-        predictions = 0 if self.predictions is None else _address(self.predictions)
-        if tape_at is None:  # not read without a tape, but an address to load from (kept alive through the call)
-            tape_at = np.zeros(b - a, dtype=np.int64)
-        self.scan.forward(b - a, _address(first), _address(count), w, self.wstride, state,
-                          own if loss is None else _address(loss), 0 if tape is None else _address(tape),
-                          _address(tape_at), predictions, *self.column_addresses)
+            _, scratch = self._buffer((self.k + 1) * self.p)
+            self.scan.forward(b - a, first, count, w, self.wstride, state, loss,
+                              self._of('tangent', a, self.k * self.p), self._of('grad', a, self.p), scratch,
+                              *self.columns_at)
+        else:
+            self.scan.forward(b - a, first, count, w, self.wstride, state, loss, tape, tape_at or self._of('first', a),
+                              self.at['predictions'], *self.columns_at)  # tape_at: read only with a tape
 
     def _backward(self, a, b, first, count, tape, tape_at):
-        w, _, _, adjoint, grad = self._pointers(a)
-        self.scan.backward(b - a, _address(first), _address(count), w, self.wstride, _address(tape),
-                           _address(tape_at), adjoint, grad, *self.column_addresses)
+        self.scan.backward(b - a, first, count, self._of('w', a, self.wstride), self.wstride, tape, tape_at,
+                           self._of('adjoint', a, self.k), self._of('grad', a, self.p), *self.columns_at)
 
     def _start_vjp(self, a, b):
-        w, _, _, adjoint, grad = self._pointers(a)
-        self.scan.start_vjp(b - a, _address(self.first, a), w, self.wstride, adjoint, grad, *self.column_addresses)
+        self.scan.start_vjp(b - a, self._of('first', a), self._of('w', a, self.wstride), self.wstride,
+                            self._of('adjoint', a, self.k), self._of('grad', a, self.p), *self.columns_at)
 
     def _whole(self, a, b, rows, backward):
         """Sequences a … b − 1 whole, in one piece (their tape, rows·K doubles, in the thread's buffer)."""
-        first, count = self.first[a:b], self.lengths[a:b]
+        first, count = self._of('first', a), self._of('lengths', a)
         self._start(a, b)
         if not backward:
             self._forward(a, b, first, count)
             return
-        tape = self.buffers.get(threading.get_ident())
-        if tape is None or len(tape) < rows * self.k:
-            tape = self.buffers[threading.get_ident()] = np.empty(max(1, rows * self.k))
-        tape_at = np.concatenate([[0], np.cumsum(count[:-1])]).astype(np.int64) * self.k
+        _, tape = self._buffer(rows * self.k)
+        offsets = np.zeros(b - a, dtype=np.int64)
+        np.cumsum(self.lengths[a:b - 1] * self.k, out=offsets[1:])
+        tape_at = _address(offsets)
         self._forward(a, b, first, count, tape, tape_at)
         self._backward(a, b, first, count, tape, tape_at)
         self._start_vjp(a, b)
@@ -476,11 +485,15 @@ class _Call:
     def _long(self, s, rows, budget, backward):
         """Sequence s in pieces of at most `rows` rows, its state, loss, adjoint and gradient carried from piece to
         piece. Its tape: all its states where they fit `budget` rows, else a checkpoint at the start of each segment
-        of `budget` rows and the segment's states recomputed from it before its backward pass."""
+        of `budget` rows (√T at least) and the segment's states recomputed from it before its backward pass."""
         length, start = int(self.lengths[s]), int(self.first[s])
+        span = np.zeros(4, dtype=np.int64)  # a piece's first row, its rows, its tape offset
+        first, count, tape_at = (_address(span, j) for j in range(3))
+        scratch = np.zeros(1)  # the recomputations' loss, which is not added twice
 
-        def piece(t0, t1):
-            return np.array([start + t0], dtype=np.int64), np.array([t1 - t0], dtype=np.int64)
+        def piece(t0, t1, begin=0):
+            span[:3] = start + t0, t1 - t0, (t0 - begin) * self.k
+            return first, count
 
         def walk(begin, end, backwards=False):
             cuts = list(range(begin, end, rows)) + [end]
@@ -499,12 +512,11 @@ class _Call:
         segments = [(b, min(b + segment, length)) for b in range(0, length, segment)]
         tape = np.empty(segment * self.k)
         checkpoints = np.empty((len(segments), self.k))
-        scratch = np.zeros(1)  # the recomputations' loss, which is not added twice
         for j, (b0, b1) in enumerate(segments):
             checkpoints[j] = self.state[s]
             for t0, t1 in walk(b0, b1):
-                kept = (tape, np.array([(t0 - b0) * self.k], dtype=np.int64)) if len(segments) == 1 else (None, None)
-                self._forward(s, s + 1, *piece(t0, t1), *kept)
+                kept = (_address(tape), tape_at) if len(segments) == 1 else ()
+                self._forward(s, s + 1, *piece(t0, t1, b0), *kept)
                 yield
         last = self.state[s].copy()
         for j in range(len(segments) - 1, -1, -1):
@@ -512,11 +524,10 @@ class _Call:
             if len(segments) > 1:
                 self.state[s] = checkpoints[j]
                 for t0, t1 in walk(b0, b1):
-                    self._forward(s, s + 1, *piece(t0, t1), tape, np.array([(t0 - b0) * self.k], dtype=np.int64),
-                                  scratch)
+                    self._forward(s, s + 1, *piece(t0, t1, b0), _address(tape), tape_at, _address(scratch))
                     yield
             for t0, t1 in walk(b0, b1, backwards=True):
-                self._backward(s, s + 1, *piece(t0, t1), tape, np.array([(t0 - b0) * self.k], dtype=np.int64))
+                self._backward(s, s + 1, *piece(t0, t1, b0), _address(tape), tape_at)
                 yield
         self.state[s] = last
         self._start_vjp(s, s + 1)
