@@ -249,9 +249,26 @@ def check_tape(seqs, states, memory_limit):
                              "raise pgad.memory_limit.")
 
 
-def run(step, seqs, weights, keep=None):
+def llvm(step, backend, tangents=False):
+    """Does backend ('python', 'llvm', 'auto'; 'cuda' has no sequence kernel and is taken as 'auto') run step on
+    the llvm backend (jit/scan.py; forward mode's kernel where tangents)? 'llvm' where the step is too large is
+    54001; 'auto' runs python there."""
+    if backend == 'python':
+        return False
+    from .jit import scan
+    if backend == 'llvm':
+        return True
+    return scan.fits(step, tangents)
+
+
+def run(step, seqs, weights, keep=None, backend='python', cache=None):
     """(each sequence's summed loss (G), its final state (K × G), predictions or None) along all the rows, in the
-    sequences' own order; keep: 'predictions' also gives each row's prediction (an array like a column)."""
+    sequences' own order; keep: 'predictions' also gives each row's prediction (an array like a column). backend:
+    'python' (this module, the reference), 'llvm' (jit/scan.py) or 'auto' (llvm where it compiles); cache: the llvm
+    backend's jit.cache.DiskCache."""
+    if llvm(step, backend):
+        from .jit import cache as disk, scan
+        return scan.run(step, seqs, weights, ADJOINT, keep, cache or disk.NONE)
     r = _Run(step, seqs, weights)
     k, g = len(step.states), seqs.count
     states = r.starts()
@@ -265,15 +282,22 @@ def run(step, seqs, weights, keep=None):
         loss[:n] += _rows(values[step.loss], n)
         if predictions is not None:
             predictions[r.first[:n] + t] = _rows(values[step.prediction], n)
-        states[:, :n] = [_rows(values[o], n) for o in step.next] if k else states[:, :n]
+        # all at once: a next value may be a view of the states (a field that shifts, s.s2)
+        states[:, :n] = np.array([_rows(values[o], n) for o in step.next]) if k else states[:, :n]
     back = np.empty_like(r.order)
     back[r.order] = np.arange(g)
     return loss[back], states[:, back], predictions
 
 
-def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES):
+def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, backend='python', cache=None):
     """(each sequence's summed loss (G), the gradient of it by the weights (P × G)), in the sequences' own order,
-    by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode."""
+    by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode. backend
+    as run() takes it."""
+    if llvm(step, backend, tangents=mode != 'reverse'):
+        from .jit import cache as disk, scan
+        if mode == 'reverse':
+            return scan.gradient(step, seqs, weights, tile_bytes, ADJOINT, cache or disk.NONE)
+        return scan.forward_mode(step, seqs, weights, ADJOINT, cache or disk.NONE)
     r = _Run(step, seqs, weights)
     loss, grad = (_reverse if mode == 'reverse' else _forward)(r, tile_bytes)
     back = np.empty_like(r.order)
@@ -319,8 +343,8 @@ def _reverse(r, tile_bytes):
             values = python_backend.evaluate(backward, *r.inputs(t, kept[t], n, adjoint))
             for j in range(p):
                 grad[j, :n] += _rows(values[step.vjp[j]], n)
-            for j in range(k):
-                adjoint[j, :n] = _rows(values[step.vjp[p + j]], n)
+            if k:  # all at once: a field's adjoint may be a view of another's (s1 ← s.s2: λ_s2 is λ_s1)
+                adjoint[:, :n] = np.array([_rows(values[step.vjp[p + j]], n) for j in range(k)])
         kept = {}
     if k:
         values = python_backend.evaluate(r.plan(step.start_vjp), *r.inputs(0, np.zeros((k, g)), g, adjoint))
@@ -345,5 +369,5 @@ def _forward(r, tile_bytes):
         grad[:, :n] += jac[0, :p] + np.einsum('kn,kpn->pn', jac[0, p:], tan)
         if k:
             tangent[:, :, :n] = jac[1:, :p] + np.einsum('ijn,jpn->ipn', jac[1:, p:], tan)
-            states[:, :n] = [_rows(values[o], n) for o in step.next]
+            states[:, :n] = np.array([_rows(values[o], n) for o in step.next])  # all at once, as in run()
     return loss, grad

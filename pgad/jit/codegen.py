@@ -218,7 +218,6 @@ def kernel_ir(program, name=NAME, polynomial=None):
     entry, loop, done = fn.append_basic_block('entry'), fn.append_basic_block('row'), fn.append_basic_block('done')
 
     b = ir.IRBuilder(entry)
-    nodes = program.graph.nodes
     weight_at = {name: k for k, name in enumerate(program.weights)}
     column_at = {name: k for k, name in enumerate(program.columns)}
     weight_values = [b.load(b.gep(weights_ptr, [ir.Constant(I64, k)])) for k in range(len(program.weights))]
@@ -227,18 +226,10 @@ def kernel_ir(program, name=NAME, polynomial=None):
     b.position_at_end(loop)
     i = b.phi(I64, 'i')
     sums = [b.phi(DOUBLE, f'sum{k}') for k in range(len(program.outputs))]
-    emitter, values = _Emitter(b, module, inline(program) if polynomial is None else polynomial), {}
-    for n in program.graph.ancestors(program.outputs):
-        limits.tick()
-        node = nodes[n]
-        if node.op == 'const':
-            values[n] = ir.Constant(BOOL, int(node.value)) if isinstance(node.value, bool) else _const(node.value)
-        elif node.op == 'column':
-            values[n] = b.load(b.gep(column_ptrs[column_at[node.value]], [i]))
-        elif node.op == 'weight':
-            values[n] = weight_values[weight_at[node.value]]
-        else:
-            values[n] = EMIT[node.op](emitter, *[values[a] for a in node.args])
+    emitter = _Emitter(b, module, inline(program) if polynomial is None else polynomial)
+    values = emit_nodes(emitter, program.graph, program.outputs,
+                        lambda node: b.load(b.gep(column_ptrs[column_at[node.value]], [i])) if node.op == 'column'
+                        else weight_values[weight_at[node.value]])
     new_sums = [b.fadd(s, values[o], flags=REDUCE) for s, o in zip(sums, program.outputs)]
     next_i = b.add(i, ir.Constant(I64, 1))
     b.cbranch(b.icmp_signed('<', next_i, rows), loop, done)
@@ -256,6 +247,22 @@ def kernel_ir(program, name=NAME, polynomial=None):
         b.store(total, b.gep(sums_ptr, [ir.Constant(I64, k)]))
     b.ret_void()
     return vectorised(str(module), vector_widths())
+
+
+def emit_nodes(emitter, graph, roots, leaf):
+    """{node: its LLVM value} for roots and their ancestors in graph, in order, at the emitter's builder: a constant
+    as itself, a column or weight node as leaf(node) gives it, every other node by its EMIT row."""
+    values = {}
+    for n in graph.ancestors(roots):
+        limits.tick()
+        node = graph.nodes[n]
+        if node.op == 'const':
+            values[n] = ir.Constant(BOOL, int(node.value)) if isinstance(node.value, bool) else _const(node.value)
+        elif node.op in ('column', 'weight'):
+            values[n] = leaf(node)
+        else:
+            values[n] = EMIT[node.op](emitter, *[values[a] for a in node.args])
+    return values
 
 
 def inline(program):

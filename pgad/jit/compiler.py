@@ -149,10 +149,10 @@ def in_backend():
     return 'plpy' in sys.modules
 
 
-def machine_code(program, ir_text, tier, ms):
-    """(object code, the optimised IR) of ir_text at the tier: here where in_process(program), else in the compiler
-    process. Adds the milliseconds of each stage to ms."""
-    if in_process(program):
+def machine_code(program, ir_text, tier, ms, here=None):
+    """(object code, the optimised IR) of ir_text at the tier: in this process where `here` (by default
+    in_process(program)), else in the compiler process. Adds the milliseconds of each stage to ms."""
+    if in_process(program) if here is None else here:
         started = time.perf_counter()
         module = optimise(ir_text, tier)
         optimized = str(module)
@@ -192,6 +192,17 @@ def engine():
 _loaded = {}
 
 
+def address(object_code, name, names=()):
+    """The address of function `name` of object_code (and of each of names, its other functions), loaded into the
+    process's execution engine the first time name is asked for."""
+    if name not in _loaded:
+        engine().add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        engine().finalize_object()
+        for n in (name, *names):
+            _loaded[n] = engine().get_function_address(n)
+    return _loaded[name]
+
+
 def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_rows=threads.SHARE_ROWS, row_ns=0.0):
     """A Python callable for the kernel `name` in object_code: kernel(columns, rows, weights) → sums. Argument k
     holds widths[k] doubles a row (None: one each). A loop kernel takes a scratch buffer of `scratch` doubles as its
@@ -203,10 +214,7 @@ def _load(object_code, name, columns, outputs, scratch=None, widths=None, share_
     waits for a piece, not the call: each piece calls the machine code on its own rows — each argument's address
     offset by its first row — with sums of its own and its thread's scratch buffer, and the pieces' sums are added
     in order."""
-    if name not in _loaded:
-        engine().add_object_file(llvm.ObjectFileRef.from_data(object_code))
-        engine().finalize_object()
-        _loaded[name] = engine().get_function_address(name)
+    address(object_code, name)
     signature = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                  *[ctypes.c_void_p] * (columns + (scratch is not None)))
     function = signature(_loaded[name])

@@ -114,7 +114,7 @@ def shown(value, kind):
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
-def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes):
+def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, cache=None):
     """[descent.Fit of each sequence]: by L-BFGS all at once (lockstep.py), every call of the recurrence over the
     sequences still running; by the other optimizers one sequence at a time (descent.fit). A WARNING for each
     sequence that did not converge, naming its group."""
@@ -124,7 +124,7 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes):
 
         def objective(w, at):
             part = sequences.Sequences(seqs.columns, seqs.starts[at], seqs.lengths[at])
-            return sequences.gradient(step, part, w, options['mode'], tile_bytes)
+            return sequences.gradient(step, part, w, options['mode'], tile_bytes, options['backend'], cache)
         fits = lockstep.fit(objective, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, seqs.count)),
                             seqs.lengths, names, options['iterations'], options['tolerance'], penalty, clock)
         for where, fit in zip(wheres, fits):
@@ -138,7 +138,8 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes):
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                               options['iterations'], every_iterations=options['progress_every'],
                               warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
-        fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes), loader.Table([], int(part.lengths[0]), 0),
+        fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes, options['backend'], cache),
+                                loader.Table([], int(part.lengths[0]), 0),
                                 start, names, options['optimizer'], options['learning_rate'], options['iterations'],
                                 int(part.lengths[0]), None, options['tolerance'], penalty, clock))
     return fits
@@ -149,11 +150,13 @@ class Kernel:
     call (whole), by the step's backend."""
     whole = True
 
-    def __init__(self, step, seqs, mode, tile_bytes):
+    def __init__(self, step, seqs, mode, tile_bytes, backend='python', cache=None):
         self.step, self.seqs, self.mode, self.tile_bytes = step, seqs, mode, tile_bytes
+        self.backend, self.cache = backend, cache
 
     def __call__(self, columns, rows, weights):
-        loss, grad = sequences.gradient(self.step, self.seqs, weights, self.mode, self.tile_bytes)
+        loss, grad = sequences.gradient(self.step, self.seqs, weights, self.mode, self.tile_bytes, self.backend,
+                                        self.cache)
         return np.concatenate([[loss.sum()], grad.sum(axis=1)])
 
 
@@ -257,9 +260,10 @@ def train(name, model_text, loss, data, weights, given, config):
                                np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
     sequences.check_tape(seqs, len(step.states), config.memory_limit)
     fitted = _fit(step, seqs, start, names, options, penalty, [where for where, _ in kept], name,
-                  min(sequences.TILE_BYTES, config.memory_limit // 4))
+                  min(sequences.TILE_BYTES, config.memory_limit // 4), config.cache)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
-    _, last, predictions = sequences.run(step, seqs, weights, keep='predictions')
+    _, last, predictions = sequences.run(step, seqs, weights, keep='predictions', backend=options['backend'],
+                                         cache=config.cache)
     rows, fits = [], []
     for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
