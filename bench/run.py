@@ -34,7 +34,7 @@ if ROOT not in sys.path:
 
 # module → the extra that brings it
 NEEDED = {'numpy': 'bench', 'matplotlib': 'bench', 'torch': 'bench', 'jax': 'bench', 'jaxlib': 'bench',
-          'sklearn': 'bench', 'psycopg': 'dev', 'testing.postgresql': 'dev'}
+          'sklearn': 'bench', 'statsforecast': 'bench', 'psycopg': 'dev', 'testing.postgresql': 'dev'}
 SCHEMA = 'pgad_bench'
 BIG_N = 1_000_000  # from here on the slow contenders run capped iterations
 

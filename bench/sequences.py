@@ -1,27 +1,58 @@
-"""Sequence models (issue 37): the time of a gradient through the recurrence, by the llvm backend (pgad/jit/scan.py)
-against the python reference (pgad/sequences.py), in this process (no server).
+"""Sequence models (issue 37), two benchmarks:
 
     .venv/bin/python bench/sequences.py --gradient [--repeats 3]
+    .venv/bin/python bench/sequences.py --train [--series 10000] [--days 730] [--peer-series 1000] [--repeats 1]
 
+--gradient: the time of a gradient through the recurrence, by the llvm backend (pgad/jit/scan.py) against the
+python reference (pgad/sequences.py), in this process (no server):
   Holt-Winters (additive, weekly season: 9 state fields, 12 weights), one series of 730 rows (reverse and forward
   mode), and 10,000 of them (each its own weights) in one call, on 1 and 2 threads; AR(7) (7 lags as state fields,
   8 weights) on one series of 1,000,000 rows, against one numpy pass over the column (its sum). Best of --repeats; the python reference once
   where it takes seconds. Timings are reported, never asserted.
 
 The functions (holt_winters, autoregression, series, seconds) are for other benchmarks to call.
+
+--train: many daily series fitted by additive Holt-Winters with a weekly season, pgad.train (one call, group_by
+the series, the rows loaded from the table) against export + statsforecast's AutoETS and export + statsmodels'
+ExponentialSmoothing on the same rows. The table hw (series float8, t float8, y float8) holds --series series of --days rows each, drawn from additive
+Holt-Winters itself (error-correction form, each series its own α ∈ [0.2, 0.5], β ∈ [0.02, 0.1], γ ∈ [0.1, 0.3], level,
+trend and weekly profile), with a fixed seed, copied in with COPY (FORMAT BINARY). The contenders, each timed end
+to end from this process (the export included for the peers, the load for pgad):
+  pgad          pgad.train('hw', MODEL, 'squared', 'SELECT series, t, y FROM hw', …, order_by => 't',
+                group_by => 'series', state => STATE): the level starts at the first row's y plus a weight, the trend
+                and the seven seasonal states at weights; α, β, γ and the starts are each series' own (L-BFGS for
+                all the series in lockstep: pgad/models/lockstep.py)
+  statsforecast AutoETS(model='AAA', season_length=7), StatsForecast(n_jobs=2).fit on the exported rows (numba;
+                its first call compiles, timed apart on 20 series and left out)
+  statsmodels   ExponentialSmoothing(trend='add', seasonal='add', seasonal_periods=7,
+                initialization_method='estimated').fit() one series at a time
+The peers run on the first --peer-series series (their time a series is steady, so the table scales it to
+--series, and says so); pgad on all of them. Each reports its mean SSE a series on the peers' series. Writes
+bench/results/sequences.md and .json. Timings are reported, never asserted.
 """
 import argparse
+import datetime
 import json
 import os
+import platform
 import sys
 import time
+import warnings
 
 import numpy as np
+import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pgad import limits, sequences  # noqa: E402
 from pgad.jit import threads  # noqa: E402
 from pgad.models import sequence  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import optimum  # noqa: E402  (copy_in, and through it bench/run.py)
+from optimum import Cluster  # noqa: E402
+import run  # noqa: E402
+
+ROOT = run.ROOT
 
 LEVEL = 'w.alpha*(d.y - s.s1) + (1 - w.alpha)*(s.level + s.trend)'
 HOLT_WINTERS = {'level': {'start': 'w.l0', 'next': LEVEL},
@@ -109,13 +140,153 @@ def gradient(repeats):
     return '\n'.join(lines)
 
 
+MODEL = 'λ(d, w, s) s.level + s.trend + s.s1'
+STATE = {
+    'level': {'start': 'd.y + w.l0', 'next': 's.level + s.trend + w.alpha*(d.y - s.level - s.trend - s.s1)'},
+    'trend': {'start': 'w.b0', 'next': 's.trend + w.alpha*w.beta*(d.y - s.level - s.trend - s.s1)'},
+    **{f's{k}': {'start': f'w.i{k}', 'next': f's.s{k + 1}'} for k in range(1, 7)},
+    's7': {'start': 'w.i7', 'next': 's.s1 + w.gamma*(d.y - s.level - s.trend - s.s1)'},
+}
+START = {'alpha': 0.2, 'beta': 0.05, 'gamma': 0.1, 'l0': 0.0, 'b0': 0.0, **{f'i{k}': 0.0 for k in range(1, 8)}}
+
+
+def make(series, days, rng):
+    """(series id, t, y) of the rows: each series drawn from additive Holt-Winters with its own parameters."""
+    alpha, beta, gamma = rng.uniform(0.2, 0.5, series), rng.uniform(0.02, 0.1, series), rng.uniform(0.1, 0.3, series)
+    level, trend = rng.uniform(50, 500, series), rng.normal(0, 0.2, series)
+    season = rng.normal(0, 10, (7, series))
+    season -= season.mean(axis=0)
+    sigma = rng.uniform(1, 3, series)
+    y = np.empty((days, series))
+    for t in range(days):
+        e = rng.normal(0, sigma)
+        y[t] = level + trend + season[0] + e
+        level, trend, season = (level + trend + alpha * e, trend + alpha * beta * e,
+                                np.vstack([season[1:], season[0] + gamma * e]))
+    ids = np.repeat(np.arange(series, dtype=np.float64), days)
+    ts = np.tile(np.arange(days, dtype=np.float64), series)
+    return ids, ts, y.T.ravel()
+
+
+def pgad_fit(db):
+    began = time.perf_counter()
+    rows = db.execute("SELECT group_key->>'series', final_loss * rows, converged, iterations FROM pgad.train("
+                      "'hw', %s, 'squared', 'SELECT series, t, y FROM hw', %s, order_by => 't', group_by => 'series', "
+                      "state => %s)", (MODEL, json.dumps(START), json.dumps(STATE))).fetchall()
+    took = time.perf_counter() - began
+    sse = {int(float(k)): v for k, v, _, _ in rows}
+    return took, sse, sum(1 for r in rows if r[2]), max(r[3] for r in rows)
+
+
+def export(db, series):
+    began = time.perf_counter()
+    X, y = run.export(db, argparse.Namespace(xs=['series', 't'], table=f'(SELECT * FROM hw WHERE series < {series}) AS hw'))
+    return time.perf_counter() - began, X, y
+
+
+def statsforecast_fit(ids, ts, y):
+    import pandas as pd
+    from statsforecast import StatsForecast
+    from statsforecast.models import AutoETS
+    frame = pd.DataFrame({'unique_id': ids.astype(np.int64), 'ds': ts.astype(np.int64), 'y': y})
+    began = time.perf_counter()
+    fitted = StatsForecast(models=[AutoETS(model='AAA', season_length=7)], freq=1, n_jobs=2).fit(frame)
+    took = time.perf_counter() - began
+    sse = {}
+    for k, m in enumerate(fitted.fitted_[:, 0]):
+        sse[int(fitted.uids[k]) if hasattr(fitted, 'uids') else k] = float(np.sum(np.square(m.model_['residuals'])))
+    return took, sse
+
+
+def statsmodels_fit(ids, y, series):
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+    began = time.perf_counter()
+    sse = {}
+    for k in range(series):
+        one = y[ids == k]
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            fit = ExponentialSmoothing(one, trend='add', seasonal='add', seasonal_periods=7,
+                                       initialization_method='estimated').fit()
+        sse[k] = float(fit.sse)
+    return time.perf_counter() - began, sse
+
+
+def training(args):
+    """The --train benchmark: the table of each contender's time and SSE; writes bench/results/sequences.md, .json."""
+    started = time.perf_counter()
+    ids, ts, y = make(args.series, args.days, np.random.default_rng(args.seed))
+    peers = min(args.peer_series, args.series)
+    results = {}
+    with Cluster() as cluster, psycopg.connect(cluster.conninfo(), autocommit=True) as db:
+        db.execute('CREATE EXTENSION pgad CASCADE')
+        optimum.copy_in(db, 'hw', {'series': ids, 't': ts, 'y': y})
+        # statsforecast compiles its numba code on its first call: once, on 20 series, not timed
+        small = ids < 20
+        statsforecast_fit(ids[small], ts[small], y[small])
+        for _ in range(args.repeats):
+            took, sse, converged, iterations = pgad_fit(db)
+            best = results.get('pgad')
+            if best is None or took < best['seconds']:
+                results['pgad'] = dict(seconds=took, sse=sse, converged=converged, iterations=iterations)
+            exported, _, _ = export(db, peers)
+            took, sse = statsforecast_fit(ids[ids < peers], ts[ids < peers], y[ids < peers])
+            took += exported
+            best = results.get('statsforecast')
+            if best is None or took < best['seconds']:
+                results['statsforecast'] = dict(seconds=took, sse=sse, series=peers)
+        took, sse = statsmodels_fit(ids, y, min(args.statsmodels_series, args.series))
+        results['statsmodels'] = dict(seconds=took, sse=sse, series=min(args.statsmodels_series, args.series))
+    report = table(results, args)
+    print(report, flush=True)
+    meta = {'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+            'command': ' '.join([os.path.relpath(sys.executable, ROOT), 'bench/sequences.py', *sys.argv[1:]]),
+            'series': args.series, 'days': args.days, 'cpu': run.machine(), 'cores': os.cpu_count(),
+            'python': platform.python_version(), 'seconds': round(time.perf_counter() - started, 1)}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, 'sequences.json'), 'w') as f:
+        json.dump({'meta': meta, 'results': {k: {**v, 'sse': None} for k, v in results.items()}}, f, indent=1)
+    with open(os.path.join(args.out, 'sequences.md'), 'w') as f:
+        f.write(f'`{meta["command"]}`, {meta["date"]}, {meta["cpu"]} × {meta["cores"]}\n\n{report}\n')
+
+
+def table(results, args):
+    """The markdown table: each contender's time for --series series (scaled from the series it fitted), its ratio
+    to pgad's, and its mean SSE a series against pgad's on the series both fitted."""
+    pgad = results['pgad']
+    lines = [f'{args.series:,} series × {args.days} days, additive Holt-Winters (weekly season)', '',
+             '| contender | series fitted | seconds | seconds for all | × pgad | SSE / pgad\'s (mean over its series) |',
+             '|---|---|---|---|---|---|']
+    for name, r in results.items():
+        fitted = r.get('series', args.series)
+        scaled = r['seconds'] * args.series / fitted
+        common = [k for k in r['sse'] if k in pgad['sse']]
+        ratio = np.mean([r['sse'][k] / pgad['sse'][k] for k in common]) if common else float('nan')
+        lines.append(f'| {name} | {fitted:,} | {r["seconds"]:.1f} | {scaled:.1f} | '
+                     f'{scaled / pgad["seconds"]:.2f} | {ratio:.6f} |')
+    lines.append('')
+    lines.append(f'pgad: {pgad["converged"]:,} of {args.series:,} fits converged; at most {pgad["iterations"]} '
+                 'iterations.')
+    return '\n'.join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--gradient', action='store_true', help='the time of a gradient, llvm against python')
-    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--train', action='store_true', help='Holt-Winters on many series against the peers')
+    parser.add_argument('--repeats', type=int, default=None, help='best of (3 for --gradient, 1 for --train)')
+    parser.add_argument('--series', type=int, default=10_000)
+    parser.add_argument('--days', type=int, default=730)
+    parser.add_argument('--peer-series', type=int, default=1000, help='series the peers fit (scaled to --series)')
+    parser.add_argument('--statsmodels-series', type=int, default=100)
+    parser.add_argument('--seed', type=int, default=37)
+    parser.add_argument('--out', default=os.path.join(ROOT, 'bench', 'results'))
     args = parser.parse_args(argv)
     if args.gradient:
-        print(gradient(args.repeats))
+        print(gradient(args.repeats or 3), flush=True)
+    if args.train:
+        args.repeats = args.repeats or 1
+        training(args)
 
 
 if __name__ == '__main__':

@@ -76,3 +76,42 @@ def test_l2_and_a_cap_are_descent_fits():
                             clock=descent.Clock(lambda: None, lambda message: None, 3, warning=lambda m, h: None))
         assert (fit.iterations, fit.stopped, fit.converged) == (alone.iterations, alone.stopped, alone.converged)
         np.testing.assert_allclose(fit.weights, alone.weights, rtol=1e-9, atol=1e-12)
+
+
+def objective_of(found, rows):
+    def objective(w, at):
+        sums = [value(found[k], w[:, j], rows[k]) for j, k in enumerate(at)]
+        return np.array([f for f, _ in sums]), np.stack([g for _, g in sums], axis=1)
+    return objective
+
+
+def test_newton_reaches_each_optimum_in_few_iterations():
+    """Damped Newton with the Hessian from differences of the gradient: each group at the optimum L-BFGS finds,
+    judged converged, in the handful of iterations Newton takes on a smooth convex objective."""
+    found = problems(2)
+    rows = np.full(G, 5)
+    clock = descent.Clock(lambda: None, lambda message: None, 100)
+    fits = lockstep.newton(objective_of(found, rows), np.zeros((P, G)), rows, [f'w{i}' for i in range(P)], 100,
+                           0.0, descent.Penalty(), clock)
+    for k, fit in enumerate(fits):
+        alone = descent.fit(Kernel(found[k], rows[k]), loader.Table([], int(rows[k]), 0), np.zeros(P),
+                            [f'w{i}' for i in range(P)], 'lbfgs', iterations=500)
+        assert fit.converged and fit.iterations <= 15
+        np.testing.assert_allclose(fit.weights, alone.weights, rtol=1e-6, atol=1e-8)
+        assert fit.loss <= alone.loss + 1e-12 * abs(alone.loss)
+
+
+def test_newton_directions_at_once_are_descents_one_by_one():
+    """The batched direction is descent._newton_direction's for every Hessian: positive definite, singular (the
+    damping μ), indefinite and not finite."""
+    rng = np.random.default_rng(0)
+    g = rng.normal(size=(6, 50))
+    h = np.empty((50, 6, 6))
+    for k in range(50):
+        a = rng.normal(size=(6, 6 - k % 3)) * 10.0 ** rng.uniform(-3, 3, 6 - k % 3)
+        h[k] = a @ a.T * 10.0 ** rng.uniform(-2, 2)
+        if k % 7 == 0:
+            h[k] -= np.eye(6) * np.abs(h[k]).max()
+    h[5, 0, 0] = np.nan
+    expected = np.stack([descent._newton_direction(g[:, k], h[k]) for k in range(50)], axis=1)
+    np.testing.assert_allclose(lockstep._newton_directions(g, h), expected, rtol=1e-12, atol=0)

@@ -182,3 +182,137 @@ def _check(f, g, w, names):
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
         descent.check_finite(np.concatenate([[f[k]], g[:, k]]), w[:, k], 1, names, 0.0)
+
+
+STEP = 1e-6  # newton's Hessian by forward differences of the gradient: each weight moved by STEP·max(|w|, 1)
+
+
+def newton(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64'):
+    """[descent.Fit of each group] by damped Newton (descent._newton's steps: the direction in the equilibrated basis,
+    a backtracking search for the Armijo condition, the stop where the decrement is below the objective's precision
+    or no step lowers it), every group at once, with the Hessian from forward differences of the gradient: P more
+    calls of objective an iteration (one a weight, all the groups together), for recurrences whose second derivatives
+    pgad does not build. objective, start, rows, names, penalty and clock as fit() takes them."""
+    p, g_count = start.shape
+    rows = np.asarray(rows, dtype=np.float64)
+    mask = penalty.mask[:, None] if penalty.mask is not None else np.ones((p, 1))
+    eps = np.finfo(np.float64).eps
+
+    def raw(w, at):
+        f, grad = objective(w, at)
+        clock.rows += int(rows[at].sum())
+        clock.poll()
+        return (f / rows[at] + penalty.l2 * np.sum(mask * w * w, axis=0),
+                grad / rows[at] + 2 * penalty.l2 * mask * w)
+
+    def hessians(w, g, at):
+        """Each group's Hessian (len(at) × P × P), symmetrised, by forward differences of the gradient."""
+        h = np.empty((len(at), p, p))
+        for i in range(p):
+            step = STEP * np.maximum(np.abs(w[i]), 1.0)
+            moved = w.copy()
+            moved[i] += step
+            with np.errstate(all='ignore'):
+                h[:, i, :] = ((raw(moved, at)[1] - g) / step).T
+        return (h + h.transpose(0, 2, 1)) / 2
+
+    everyone = np.arange(g_count)
+    w = start.astype(np.float64).copy()
+    f, g = raw(w, everyone)
+    _check(f, g, w, names)
+    first = f.copy()
+    history = [[] for _ in range(g_count)]
+    stopped = np.array(['cap'] * g_count, dtype=object)
+    decrement = np.zeros(g_count)
+    running = everyone.copy()
+    for it in range(1, iterations + 1):
+        if not len(running):
+            break
+        at = running
+        h = hessians(w[:, at], g[:, at], at)
+        d = _newton_directions(g[:, at], h)
+        slope = np.sum(d * g[:, at], axis=0)
+        decrement[at] = np.maximum(-slope, 0.0)
+        small = ~(-slope > 4 * eps * np.abs(f[at]))
+        stopped[at[small]] = 'optimum'
+        at, d, slope = at[~small], d[:, ~small], slope[~small]
+        if not len(at):
+            break
+        new_w, new_f, new_g, ok = _line_search(raw, w[:, at], d, f[at], slope, np.ones(len(at)), at)
+        failed = ~ok | ~(new_f < f[at])
+        stopped[at[failed]] = 'search'
+        moved = at[~failed]
+        w[:, moved], f[moved], g[:, moved] = new_w[:, ~failed], new_f[~failed], new_g[:, ~failed]
+        for k, value in zip(moved, new_f[~failed]):
+            history[k].append(float(value))
+        clock.iteration(it, float(np.mean(f[moved])) if len(moved) else float('nan'))
+        done = np.zeros(len(moved), dtype=bool)
+        if tolerance > 0:
+            done |= np.array([len(history[k]) > 1 and history[k][-2] - history[k][-1] < tolerance * abs(history[k][-2])
+                              for k in moved], dtype=bool)
+            stopped[moved[done]] = 'tolerance'
+        optimum = ~np.any(g[:, moved], axis=0) & ~done
+        stopped[moved[optimum]] = 'optimum'
+        done |= optimum
+        running = moved[~done]
+    _check(f, g, w, names)
+    # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton'
+    h = hessians(w, g, everyone)
+    decrement = np.maximum(-np.sum(_newton_directions(g, h) * g, axis=0), 0.0)
+    seconds = clock.seconds()
+    fits = []
+    for k in range(g_count):
+        measure, converged = descent.judged(float(decrement[k]), float(f[k]), descent.FLOOR * abs(float(first[k])),
+                                            int(rows[k]), precision)
+        fits.append(descent.Fit(w[:, k].copy(), float(f[k]), history[k], len(history[k]), seconds, converged,
+                                measure, str(stopped[k])))
+    return fits
+
+
+def _newton_directions(g, h):
+    """descent._newton_direction for each group (g a column, h[k] its Hessian) at once: −(H + μI)⁻¹·g in the
+    equilibrated basis, μ the least of 0, 1e-10·10^k whose factor's pivots are all above descent.PIVOT (a batched
+    factorisation for the groups that take each μ: the least eigenvalue says which can), −g where none does or H is
+    not finite."""
+    diagonal = np.abs(np.diagonal(h, axis1=1, axis2=2))
+    root = np.sqrt(np.where(np.isfinite(diagonal) & (diagonal > 0), diagonal, 1.0))  # hessian.equilibrated's
+    scaled = h / (root[:, :, None] * root[:, None, :])
+    d = np.empty_like(g)
+    left = np.flatnonzero(np.all(np.isfinite(scaled), axis=(1, 2)))
+    lowest = np.linalg.eigvalsh(scaled[left])[:, 0] if len(left) else np.zeros(0)
+    mu = 0.0
+    for _ in range(40):  # descent._newton_direction's damping: 0, then 1e-10, 1e-9, …, the least that serves
+        at = left[lowest + mu > 0]  # those whose factorisation may exist at this damping
+        if len(at):
+            factor, made = _cholesky(scaled[at] + mu * np.eye(scaled.shape[1]))
+            solved = made & (np.min(np.diagonal(factor, axis1=1, axis2=2), axis=1) ** 2 > descent.PIVOT)
+            at, factor = at[solved], factor[solved]
+            gs = (g[:, at] / root[at].T).T[:, :, None]
+            inner = np.linalg.solve(factor, gs)
+            d[:, at] = -(np.linalg.solve(np.transpose(factor, (0, 2, 1)), inner)[:, :, 0] / root[at]).T
+            keep = ~np.isin(left, at)
+            left, lowest = left[keep], lowest[keep]
+        if not len(left):
+            break
+        mu = 1e-10 if mu == 0 else mu * 10
+    for k in np.setdiff1d(np.arange(g.shape[1]), np.flatnonzero(np.all(np.isfinite(scaled), axis=(1, 2)))):
+        d[:, k] = -g[:, k]  # a Hessian not finite: the gradient, as descent._newton_direction gives
+    for k in left:
+        d[:, k] = -g[:, k]
+    return d
+
+
+def _cholesky(a):
+    """(the Cholesky factors of the matrices a, which of them have one): one batched call, or where one of them has
+    none (rounding at the edge of definiteness), one call each."""
+    try:
+        return np.linalg.cholesky(a), np.ones(len(a), dtype=bool)
+    except np.linalg.LinAlgError:
+        factor, made = np.zeros_like(a), np.zeros(len(a), dtype=bool)
+        for k in range(len(a)):
+            try:
+                factor[k], made[k] = np.linalg.cholesky(a[k]), True
+            except np.linalg.LinAlgError:
+                pass
+        return factor, made
+

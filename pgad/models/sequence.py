@@ -17,7 +17,9 @@ from ..errors import PgadError
 from ..lang import dag, parser, printer, vectors
 from . import catalog, descent, lockstep, objective
 
-OPTIMIZERS = ('lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are not a sample of each other
+OPTIMIZERS = ('newton', 'lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are no sample of another
+NEWTON_WEIGHTS = 48  # the default optimizer is newton up to this many weights (its Hessian: a gradient a weight), then
+#                      L-BFGS, as pgad.train's for other models
 ORDER_TYPES = {  # the order column's type → how the loader reads it as a float8, in SQL over pgad_data.<column>
     'date': "({} OPERATOR(pg_catalog.-) '2000-01-01'::pg_catalog.date)::pg_catalog.float8",
     'timestamp without time zone': "pg_catalog.date_part('epoch', {})",
@@ -49,7 +51,7 @@ def check(order_by, state, options):
         raise PgadError('0A000', f'optimizer "{options["optimizer"]}" cannot train a sequence model',
                         detail='A sequence\'s rows are not samples of each other: its objective is a sum along the '
                                'recurrence, which the optimizers take whole.',
-                        hint="Use 'lbfgs' (the default), 'gd', 'momentum' or 'adam'.")
+                        hint="Use 'newton', 'lbfgs', 'gd', 'momentum' or 'adam', or leave optimizer out.")
     if options['validation'] is not None or options['standardize']:
         raise PgadError('0A000', 'pgad.train takes no validation or standardize for a sequence model',
                         hint='Evaluate it on the rows after the training ones with pgad.evaluate.')
@@ -115,21 +117,22 @@ def shown(value, kind):
 
 
 def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, cache=None):
-    """[descent.Fit of each sequence]: by L-BFGS all at once (lockstep.py), every call of the recurrence over the
-    sequences still running; by the other optimizers one sequence at a time (descent.fit). A WARNING for each
+    """[descent.Fit of each sequence]: by Newton or L-BFGS all at once (lockstep.py), every call of the recurrence over
+    the sequences still running; by the other optimizers one sequence at a time (descent.fit). A WARNING for each
     sequence that did not converge, naming its group."""
-    if options['optimizer'] == 'lbfgs':
+    if options['optimizer'] in ('lbfgs', 'newton'):
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'model "{name}": {message}'),
                               options['iterations'], every_iterations=options['progress_every'])
 
         def objective(w, at):
             part = sequences.Sequences(seqs.columns, seqs.starts[at], seqs.lengths[at])
             return sequences.gradient(step, part, w, options['mode'], tile_bytes, options['backend'], cache)
-        fits = lockstep.fit(objective, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, seqs.count)),
-                            seqs.lengths, names, options['iterations'], options['tolerance'], penalty, clock)
+        fitting = lockstep.newton if options['optimizer'] == 'newton' else lockstep.fit
+        fits = fitting(objective, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, seqs.count)),
+                       seqs.lengths, names, options['iterations'], options['tolerance'], penalty, clock)
         for where, fit in zip(wheres, fits):
             if not fit.converged:
-                message, hint = descent.unconverged('lbfgs', fit, options['iterations'], penalty)
+                message, hint = descent.unconverged(options['optimizer'], fit, options['iterations'], penalty)
                 server.warning(f'{where}: {message}', hint)
         return fits
     fits = []
@@ -215,13 +218,14 @@ def scoring_lambda(model, columns):
 def train(name, model_text, loss, data, weights, given, config):
     """pgad.train's rows of pgad.models for a sequence model: given holds pgad.train's arguments by name."""
     order_by, state = given['order_by'], given['state']
+    chosen = given['optimizer'] is None
     optimizer = given['optimizer'] or ('gd' if given['learning_rate'] is not None or given['l1'] else 'lbfgs')
     optimizer = arguments.optimizer(optimizer)
     loss = objective.canonical(loss)
     options = dict(learning_rate=arguments.learning_rate(0.05 if given['learning_rate'] is None else
                                                          given['learning_rate']),
                    iterations=arguments.iterations(given['iterations'] if given['iterations'] is not None else
-                                                   10_000 if optimizer == 'lbfgs' else 100),
+                                                   10_000 if optimizer == 'lbfgs' else 100),  # newton: 100 too
                    mode=arguments.mode(given['mode']), backend=arguments.backend(given['backend']),
                    optimizer=optimizer, tolerance=arguments.non_negative('tolerance', given['tolerance']),
                    l1=arguments.penalty('l1', given['l1'], optimizer), l2=arguments.penalty('l2', given['l2'], optimizer),
@@ -239,6 +243,10 @@ def train(name, model_text, loss, data, weights, given, config):
         raise PgadError('0A000', f'the model reads its order column "{order_by}"',
                         hint='Read the gap between rows as a column of its own: SELECT day, y, day - '
                              'lag(day) OVER (ORDER BY day) AS gap FROM … (docs/sql.md, "Sequences").')
+    if chosen and optimizer == 'lbfgs' and len(step.weights) <= NEWTON_WEIGHTS:
+        options['optimizer'] = 'newton'
+        if given['iterations'] is None:
+            options['iterations'] = 100
     scoring_model = scoring_lambda(model, set(step.columns))
     group_types, groups, kind = load(data, list(step.columns), order_by, options['group_by'], config.memory_limit)
     group_types = catalog.group_types(options['group_by'], group_types)
