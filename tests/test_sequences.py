@@ -101,3 +101,13 @@ def test_the_last_state_is_stored_for_forecasts(db):
     assert options['order_by'] == 'day' and options['order_type'] == 'date'
     score = db.execute("SELECT pgad_models.last(state_level => 10, state_trend => 2)").fetchone()[0]
     assert score == 12
+
+
+def test_summary_and_importance_refuse_a_sequence_model(db):
+    load(db, 'refused', holt_series(40, 6))
+    db.execute("SELECT FROM pgad.train('refused', 'λ(d, w, s) s.level', 'squared', 'SELECT day, y FROM refused', "
+               "'{\"alpha\": 0.5, \"l0\": 50}', order_by => 'day', state => %s)", [SES_STATE])
+    e = error_of(db, "SELECT * FROM pgad.summary('refused')")
+    assert e.sqlstate == '0A000' and 'sequence model' in e.message_primary
+    e = error_of(db, "SELECT * FROM pgad.importance('refused', 'SELECT day, y FROM refused')")
+    assert e.sqlstate == '0A000'

@@ -107,6 +107,11 @@ def coefficients(name, unconverged='error'):
                         hint="unconverged => 'warning' gives the table of a model not at its optimum, with a WARNING.")
     config = calls.settings()
     found = catalog.rows(name)
+    if 'order_by' in json.loads(found[0]['options']):
+        raise PgadError('0A000', f'pgad.summary does not take sequence model "{name}"',
+                        detail='Its objective is a sum along a recurrence: its rows are not independent, which the '
+                               'standard errors assume.',
+                        hint='Evaluate it with pgad.evaluate on later rows, and forecast with pgad.forecast.')
     me = catalog.current_user()
     for owner in {row['trained_by'] for row in found} - {me}:
         raise PgadError('42501', f'model "{name}" belongs to role "{owner}"',
