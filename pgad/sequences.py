@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import lang, limits as bounds, python_backend
+from . import lang, limits as bounds, python_backend, scan_linear
 from .errors import PgadError
 from .lang import parser, vectors
 from .lang.dag import Graph
@@ -249,9 +249,13 @@ def check_tape(seqs, states, memory_limit):
                              "raise pgad.memory_limit.")
 
 
-def run(step, seqs, weights, keep=None):
+def run(step, seqs, weights, keep=None, scan=None, tile_bytes=TILE_BYTES):
     """(each sequence's summed loss (G), its final state (K × G), predictions or None) along all the rows, in the
-    sequences' own order; keep: 'predictions' also gives each row's prediction (an array like a column)."""
+    sequences' own order; keep: 'predictions' also gives each row's prediction (an array like a column). scan: a
+    linear step's rows by the parallel scan (scan_linear.py) where it pays (None), always (True), or never (False:
+    the reference, in order)."""
+    if _scans(step, seqs, scan):
+        return scan_linear.run(step, seqs, weights, keep, tile_bytes)
     r = _Run(step, seqs, weights)
     k, g = len(step.states), seqs.count
     states = r.starts()
@@ -271,14 +275,23 @@ def run(step, seqs, weights, keep=None):
     return loss[back], states[:, back], predictions
 
 
-def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES):
+def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, scan=None):
     """(each sequence's summed loss (G), the gradient of it by the weights (P × G)), in the sequences' own order,
-    by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode."""
+    by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode; scan as
+    run's (reverse mode only)."""
+    if mode == 'reverse' and _scans(step, seqs, scan):
+        return scan_linear.gradient(step, seqs, weights, tuple(ADJOINT + str(k) for k in range(len(step.states))),
+                                    tile_bytes)
     r = _Run(step, seqs, weights)
     loss, grad = (_reverse if mode == 'reverse' else _forward)(r, tile_bytes)
     back = np.empty_like(r.order)
     back[r.order] = np.arange(seqs.count)
     return loss[back], grad[:, back]
+
+
+def _scans(step, seqs, scan):
+    return scan_linear.linear(step) and len(step.states) > 0 if scan else \
+        scan is None and scan_linear.takes(step, seqs)
 
 
 def _reverse(r, tile_bytes):
