@@ -269,7 +269,7 @@ def run(step, seqs, weights, keep=None, scan=None, tile_bytes=TILE_BYTES):
         loss[:n] += _rows(values[step.loss], n)
         if predictions is not None:
             predictions[r.first[:n] + t] = _rows(values[step.prediction], n)
-        states[:, :n] = [_rows(values[o], n) for o in step.next] if k else states[:, :n]
+        states[:, :n] = np.array([_rows(values[o], n) for o in step.next]) if k else states[:, :n]
     back = np.empty_like(r.order)
     back[r.order] = np.arange(g)
     return loss[back], states[:, back], predictions
@@ -332,8 +332,8 @@ def _reverse(r, tile_bytes):
             values = python_backend.evaluate(backward, *r.inputs(t, kept[t], n, adjoint))
             for j in range(p):
                 grad[j, :n] += _rows(values[step.vjp[j]], n)
-            for j in range(k):
-                adjoint[j, :n] = _rows(values[step.vjp[p + j]], n)
+            if k:  # all read before any is written: one field's adjoint may be another's, as it came (a shift)
+                adjoint[:, :n] = np.array([_rows(values[step.vjp[p + j]], n) for j in range(k)])
         kept = {}
     if k:
         values = python_backend.evaluate(r.plan(step.start_vjp), *r.inputs(0, np.zeros((k, g)), g, adjoint))
@@ -358,5 +358,5 @@ def _forward(r, tile_bytes):
         grad[:, :n] += jac[0, :p] + np.einsum('kn,kpn->pn', jac[0, p:], tan)
         if k:
             tangent[:, :, :n] = jac[1:, :p] + np.einsum('ijn,jpn->ipn', jac[1:, p:], tan)
-            states[:, :n] = [_rows(values[o], n) for o in step.next]
+            states[:, :n] = np.array([_rows(values[o], n) for o in step.next])
     return loss, grad
