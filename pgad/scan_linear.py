@@ -39,8 +39,8 @@ from .lang import parser
 
 STATE = parser.STATE
 BLOCK = 32              # rows a block, at each level of the scan
-PIECE_BLOCKS = 512      # blocks a piece: what one thread takes at once (16,384 rows)
-CHUNK_PIECES = 8        # pieces a chunk at most: 131,072 rows between a chunk's carried states
+PIECE_BLOCKS = 2048     # blocks a piece: what one thread takes at once (65,536 rows)
+CHUNK_PIECES = 4        # pieces a chunk at most: 262,144 rows between a chunk's carried states
 AFFINE = ('add', 'sub', 'neg')  # a node of these over nodes affine in the state is affine in it
 
 
@@ -101,43 +101,50 @@ def scan(a, m, b, carry, count=1):
         _in_order(a, m, b, carry, out, 0, n)
         return out
     full = blocks * BLOCK
-    ab = a[:full].reshape(blocks, BLOCK, *a.shape[1:]) if a.ndim == 3 else None
-    mb, bb = m[:full].reshape(blocks, BLOCK), b[:full].reshape(blocks, BLOCK, -1)
+    # row r of every block side by side (the r-th rows of the blocks contiguous): a step of a loop over r below is a
+    # few numpy calls over all the blocks of a piece
+    ab = _across(a[:full], blocks) if a.ndim == 3 else None
+    mb, bb = _across(m[:full, None], blocks), _across(b[:full], blocks)
     pieces = [(i, min(i + PIECE_BLOCKS, blocks)) for i in range(0, blocks, PIECE_BLOCKS)]
     total_a = np.empty((blocks, *a.shape[1:])) if a.ndim == 3 else _power(a, BLOCK)
     total_m, total_b = np.empty(blocks), np.empty((blocks, b.shape[1]))
 
     def totals(i, j):
-        aa = ab[i:j] if ab is not None else a
-        c = bb[i:j, 0].copy()
+        c = bb[0, i:j].copy()
         if ab is not None:
-            prod = aa[:, 0] * mb[i:j, 0, None, None]
+            prod = ab[0, i:j] * mb[0, i:j, :, None]
         for r in range(1, BLOCK):
-            ar = aa[:, r] if ab is not None else a
-            c = _apply(ar, c) * mb[i:j, r, None] + bb[i:j, r]
+            ar = ab[r, i:j] if ab is not None else a
+            c = _apply(ar, c) * mb[r, i:j] + bb[r, i:j]
             if ab is not None:
-                prod = np.matmul(ar, prod) * mb[i:j, r, None, None]
+                prod = np.matmul(ar, prod) * mb[r, i:j, :, None]
         total_b[i:j] = c
         if ab is not None:
             total_a[i:j], total_m[i:j] = prod, 1.0
         else:
-            total_m[i:j] = np.prod(mb[i:j], axis=1)
+            total_m[i:j] = np.prod(mb[:, i:j, 0], axis=0)
 
     _pieces(totals, pieces, count)
     ends = scan(total_a, total_m, total_b, carry)     # each block's last state
     begins = np.concatenate([np.asarray(carry, dtype=np.float64)[None], ends[:-1]])
+    found = np.empty_like(bb)
 
     def states(i, j):
         u = begins[i:j]
-        target = out[:full].reshape(blocks, BLOCK, -1)
         for r in range(BLOCK):
-            u = _apply(ab[i:j, r] if ab is not None else a, u) * mb[i:j, r, None] + bb[i:j, r]
-            target[i:j, r] = u
+            u = _apply(ab[r, i:j] if ab is not None else a, u) * mb[r, i:j] + bb[r, i:j]
+            found[r, i:j] = u
 
     _pieces(states, pieces, count)
+    out[:full] = found.transpose(1, 0, 2).reshape(full, -1)
     if full < n:
         _in_order(a, m, b, ends[-1], out, full, n)
     return out
+
+
+def _across(x, blocks):
+    """x (blocks·BLOCK rows × …) as BLOCK × blocks × …: x[r, i] the r-th row of block i, a copy."""
+    return np.ascontiguousarray(np.swapaxes(x.reshape(blocks, BLOCK, *x.shape[1:]), 0, 1))
 
 
 def _apply(a, u):
@@ -190,7 +197,7 @@ class _Layout:
         self.constant = self.w.ndim == 1 and not any(step.graph.depends_on_data()[i] for i in self._jacobian())
         # a row's numbers in a chunk: its maps (A a row where it is not one matrix), states, adjoints, offsets and
         # scans (u, λ), its sequence, and a number a node of the step's plans
-        per_row = 8 * ((0 if self.constant else 2 * k * k) + 8 * k + 4 + len(step.weights) + len(step.graph))
+        per_row = 8 * ((0 if self.constant else 3 * k * k) + 10 * k + 4 + len(step.weights) + _arrays(step))
         fixed = 8 * (k + 2) * max(1, seqs.count) * (2 + len(step.weights))
         most = (budget - fixed) // per_row if budget is not None else CHUNK_PIECES * PIECE_BLOCKS * BLOCK
         if most < BLOCK * 4:
@@ -214,7 +221,7 @@ class _Layout:
         """(columns, weights, the rows' sequences, first, last) of rows begin … end, {name: array} for the plans;
         states and adjoint rows × K, or 0."""
         rows = np.arange(begin, end)
-        seq = np.searchsorted(self.ends, rows, side='right')
+        seq = np.searchsorted(self.ends, rows, side='right') if len(self.ends) > 1 else np.zeros(end - begin, int)
         at = np.asarray(self.seqs.starts, dtype=np.int64)[seq] + rows - self.offsets[seq]
         columns = {c: self.seqs.columns[c][at] for c in self.step.columns}
         for j, name in enumerate(adjoint_names):
@@ -229,6 +236,18 @@ class _Layout:
         columns = {c: self.seqs.columns[c][at] for c in self.step.columns}
         weights = {e: self.w[j] for j, e in enumerate(self.step.weights)}
         return columns, weights
+
+
+def _arrays(step):
+    """The most arrays of rows a plan of the step holds at once, at most: its nodes that change from row to row."""
+    graph = step.graph
+    per_row = graph.depends_on_data()
+    on_state = [False] * len(graph)
+    for i, node in enumerate(graph.nodes):
+        on_state[i] = node.op == 'weight' and str(node.value).startswith(STATE) or any(on_state[a] for a in node.args)
+    rows, _ = step.jacobian()
+    roots = [*step.vjp, step.loss, step.prediction, *step.next, *(n for row in rows[1:] for n in row)]
+    return sum(1 for i in graph.ancestors(roots) if per_row[i] or on_state[i])
 
 
 def _plan(graph, roots):
