@@ -96,7 +96,7 @@ def scan(a, m, b, carry, count=1):
     × K); m (rows) scales each row's map of the state before (0 at a sequence's first row); count threads."""
     n = len(b)
     blocks = n // BLOCK
-    out = np.empty_like(b)
+    out = np.empty(b.shape)
     if blocks < 2:
         _in_order(a, m, b, carry, out, 0, n)
         return out
@@ -136,7 +136,7 @@ def scan(a, m, b, carry, count=1):
             found[r, i:j] = u
 
     _pieces(states, pieces, count)
-    out[:full] = found.transpose(1, 0, 2).reshape(full, -1)
+    out[:full].reshape(blocks, BLOCK, -1)[...] = found.swapaxes(0, 1)
     if full < n:
         _in_order(a, m, b, ends[-1], out, full, n)
     return out
@@ -194,7 +194,8 @@ class _Layout:
         self.offsets = self.ends - self.lengths
         self.rows = int(self.ends[-1]) if len(self.ends) else 0
         k = len(step.states)
-        self.constant = self.w.ndim == 1 and not any(step.graph.depends_on_data()[i] for i in self._jacobian())
+        per_row = step.graph.depends_on_data()
+        self.constant = self.w.ndim == 1 and not any(per_row[i] for i in self._jacobian())
         # a row's numbers in a chunk: its maps (A a row where it is not one matrix), states, adjoints, offsets and
         # scans (u, λ), its sequence, and a number a node of the step's plans
         per_row = 8 * ((0 if self.constant else 3 * k * k) + 10 * k + 4 + len(step.weights) + _arrays(step))
@@ -239,7 +240,15 @@ class _Layout:
 
 
 def _arrays(step):
-    """The most arrays of rows a plan of the step holds at once, at most: its nodes that change from row to row."""
+    """The most arrays of rows a plan of the step holds at once, at most: its nodes that change from row to row
+    (counted once per Step)."""
+    found = step.__dict__.get('_arrays')
+    if found is None:
+        found = step.__dict__['_arrays'] = _count_arrays(step)
+    return found
+
+
+def _count_arrays(step):
     graph = step.graph
     per_row = graph.depends_on_data()
     on_state = [False] * len(graph)
