@@ -186,7 +186,7 @@ class _Layout:
     """The sequences' rows as one column, sequence after sequence, in chunks: each row's sequence, its row of the
     data's columns, and whether it is its sequence's first or last."""
 
-    def __init__(self, step, seqs, weights, budget):
+    def __init__(self, step, seqs, weights, budget, keep=False):
         self.step, self.seqs = step, seqs
         self.w = np.asarray(weights, dtype=np.float64)
         self.lengths = np.asarray(seqs.lengths, dtype=np.int64)
@@ -200,6 +200,11 @@ class _Layout:
         # scans (u, λ), its sequence, and a number a node of the step's plans
         per_row = 8 * ((0 if self.constant else 3 * k * k) + 10 * k + 4 + len(step.weights) + _arrays(step))
         fixed = 8 * (k + 2) * max(1, seqs.count) * (2 + len(step.weights))
+        # the states kept from the forward pass for the backward one, where A is one matrix and they take at most
+        # half the budget; else the backward pass runs each chunk's states again from its carried start
+        states = 8 * k * self.rows
+        self.keep = keep and self.constant and (budget is None or states <= budget // 2)
+        fixed += states if self.keep else 0
         most = (budget - fixed) // per_row if budget is not None else CHUNK_PIECES * PIECE_BLOCKS * BLOCK
         if most < BLOCK * 4:
             need = fixed + per_row * BLOCK * 4
@@ -221,15 +226,20 @@ class _Layout:
     def inputs(self, begin, end, states=None, adjoint=None, adjoint_names=()):
         """(columns, weights, the rows' sequences, first, last) of rows begin … end, {name: array} for the plans;
         states and adjoint rows × K, or 0."""
-        rows = np.arange(begin, end)
-        seq = np.searchsorted(self.ends, rows, side='right') if len(self.ends) > 1 else np.zeros(end - begin, int)
+        rows, seq, first, last = self.where(begin, end)
         at = np.asarray(self.seqs.starts, dtype=np.int64)[seq] + rows - self.offsets[seq]
         columns = {c: self.seqs.columns[c][at] for c in self.step.columns}
         for j, name in enumerate(adjoint_names):
             columns[name] = 0.0 if adjoint is None else adjoint[:, j]
         weights = {e: (self.w[j] if self.w.ndim == 1 else self.w[j, seq]) for j, e in enumerate(self.step.weights)}
         weights.update({STATE + f: (0.0 if states is None else states[:, j]) for j, f in enumerate(self.step.states)})
-        return columns, weights, seq, rows == self.offsets[seq], rows == self.ends[seq] - 1
+        return columns, weights, seq, first, last
+
+    def where(self, begin, end):
+        """(the rows begin … end, their sequences, whether each is its sequence's first, its last)."""
+        rows = np.arange(begin, end)
+        seq = np.searchsorted(self.ends, rows, side='right') if len(self.ends) > 1 else np.zeros(end - begin, int)
+        return rows, seq, rows == self.offsets[seq], rows == self.ends[seq] - 1
 
     def first_rows(self):
         """(columns, weights) of each sequence's first row, for the starts and start_vjp."""
@@ -349,7 +359,7 @@ def run(step, seqs, weights, keep=None, budget=None):
 def gradient(step, seqs, weights, adjoint_names, budget=None):
     """sequences.gradient's (loss per sequence G, gradient P × G) of a linear step in reverse mode, by the scan
     forwards and backwards; adjoint_names: the columns through which step.vjp reads λ."""
-    layout = _Layout(step, seqs, weights, budget)
+    layout = _Layout(step, seqs, weights, budget, keep=True)
     k, g, p = len(step.states), seqs.count, len(step.weights)
     work = _Pass(layout, adjoint_names)
     loss, grad, first_adjoint = np.zeros(g), np.zeros((p, g)), np.zeros((k, g))
@@ -359,7 +369,7 @@ def gradient(step, seqs, weights, adjoint_names, budget=None):
     by_weight = step.vjp[:p]
     terms = _plan(step.graph, by_weight)
     chunks = layout.chunks()
-    carries, kept = [], None
+    carries, kept = [], []
     carry = np.zeros(k)
     for begin, end in chunks:
         carries.append(carry)
@@ -368,11 +378,20 @@ def gradient(step, seqs, weights, adjoint_names, budget=None):
         loss += np.bincount(seq, weights=_evaluate(layout, losses, [step.loss], begin, end, forward[0])[0],
                             minlength=g)
         carry = forward[1][-1]
-        kept = forward if len(chunks) == 1 else None
+        if len(chunks) == 1:
+            kept.append(forward)
+        elif layout.keep:
+            kept.append(forward[0])
         limits.check()
     after = np.zeros(k)  # λ at the first row of the chunk after
-    for (begin, end), carry in zip(reversed(chunks), reversed(carries)):
-        states, _, (seq, first, last), a = kept if kept is not None else work.forward(begin, end, carry)
+    for c in range(len(chunks) - 1, -1, -1):
+        begin, end = chunks[c]
+        if len(chunks) == 1:
+            states, _, (seq, first, last), a = kept.pop()
+        elif layout.keep:
+            states, (_, seq, first, last), a = kept.pop(), layout.where(begin, end), work.a
+        else:
+            states, _, (seq, first, last), a = work.forward(begin, end, carries[c])
         n = end - begin
         slope = np.array(_evaluate(layout, slopes, by_state, begin, end, states, None, adjoint_names)).T.reshape(n, k)
         back = a.T if a.ndim == 2 else a[::-1].transpose(0, 2, 1)

@@ -227,8 +227,38 @@ def test_memory_past_the_budget_is_refused_before_anything_runs():
     with pytest.raises(PgadError) as caught:
         sequences.gradient(step, one(10_000), weights_of(weights), tile_bytes=100_000, scan=True)
     assert caught.value.sqlstate == '54000' and 'pgad.memory_limit' in str(caught.value)
-    # a budget of a few chunks: the same numbers, the states carried from chunk to chunk
+    # budgets of several chunks, the states carried from chunk to chunk: the forward pass's states kept for the
+    # backward one (16 MB), or run again from each chunk's start (4 MB); the same numbers
     seqs = one(50_000)
-    small = sequences.gradient(step, seqs, weights_of(weights), tile_bytes=4 << 20, scan=True)
     whole = sequences.gradient(step, seqs, weights_of(weights), scan=False)
-    close(small[1], whole[1], np.abs(whole[1]).max() + np.abs(seqs.columns['y']).max() ** 2)
+    for budget, keeps in ((16 << 20, True), (4 << 20, False)):
+        layout = scan_linear._Layout(step, seqs, weights_of(weights), budget, keep=True)
+        assert layout.keep == keeps and len(layout.chunks()) > 2
+        small = sequences.gradient(step, seqs, weights_of(weights), tile_bytes=budget, scan=True)
+        close(small[0], whole[0], whole[0])
+        close(small[1], whole[1], np.abs(whole[1]).max() + np.abs(seqs.columns['y']).max() ** 2)
+
+
+def test_pgad_train_of_ar7_by_the_scan_matches_statsmodels_autoreg(db):
+    """pgad.train of AR(7) by conditional least squares (the first seven rows' loss masked by the data query, as
+    AutoReg drops them), its gradient by the scan inside the server, against statsmodels' AutoReg(y, 7): the
+    parameters to 1e-6 relative."""
+    import warnings
+    from statsmodels.tsa.ar_model import AutoReg
+    from scipy.signal import lfilter
+    rng = np.random.default_rng(11)
+    y = lfilter([1.0], [1.0, -0.35, -0.2, -0.1, 0.05, -0.1, -0.05, -0.1], 1.0 + rng.normal(0, 1, 3200))[200:]
+    db.execute('CREATE TABLE ar7 (t int, y float8)')
+    with db.cursor().copy('COPY ar7 (t, y) FROM STDIN') as copy:
+        for t, v in enumerate(y, 1):
+            copy.write_row((t, float(v)))
+    model, state, weights, _ = MODELS['ar7']
+    found = db.execute("SELECT weights, converged FROM pgad.train('ar7', %s, 'λ(p, d) d.m*(p - d.y)^2', "
+                       "'SELECT t, y, (t > 7)::int::float8 AS m FROM ar7', %s, order_by => 't', state => %s)",
+                       [model, json.dumps(weights), json.dumps(state)]).fetchone()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        fit = AutoReg(y, 7).fit()
+    assert found[1]
+    got = np.array([found[0]['c'], *[found[0][f'p{k}'] for k in range(1, 8)]])
+    assert got == pytest.approx(fit.params, rel=1e-6)
