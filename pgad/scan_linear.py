@@ -14,8 +14,9 @@ does not, a quotient of one by a node that does not, or a case whose condition d
   - the gradient is one sum over the rows of the step's vjp by the weights at (s_t, λ_{t+1}), and each sequence's
     start_vjp at its λ_0.
 
-Many sequences are one column of rows, sequence after sequence; the map of a sequence's first row is
-u = 0·u_before + (A_t start + b_t), so one scan runs over all of them (m_t = 0 cuts the chain there).
+Many sequences are one column of rows, sequence after sequence; the map of a sequence's first row reads nothing of
+the state before it, u = A_t start + b_t (m_t false cuts the chain there, not a product by 0, so that a sequence
+whose states overflow leaves the next alone), and one scan runs over all of them.
 
 scan() is blocked, of a fixed shape: the rows in blocks of BLOCK; each block's total map (its matrix product, and
 its offset from a zero start) by the rows in order, vectorised across the blocks; the totals scanned the same way
@@ -92,8 +93,9 @@ def takes(step, seqs):
 
 
 def scan(a, m, b, carry, count=1):
-    """u (rows × K): u_t = m_t·(A_t u_{t−1}) + b_t from u_{−1} = carry; a is one K × K matrix, or one a row (rows × K
-    × K); m (rows) scales each row's map of the state before (0 at a sequence's first row); count threads."""
+    """u (rows × K): u_t = A_t u_{t−1} + b_t where m_t, else b_t, from u_{−1} = carry; a is one K × K matrix, or one a
+    row (rows × K × K); m (rows, booleans): does the row read the state before (not a sequence's first row);
+    count threads."""
     n = len(b)
     blocks = n // BLOCK
     out = np.empty(b.shape)
@@ -107,22 +109,22 @@ def scan(a, m, b, carry, count=1):
     mb, bb = _across(m[:full, None], blocks), _across(b[:full], blocks)
     pieces = [(i, min(i + PIECE_BLOCKS, blocks)) for i in range(0, blocks, PIECE_BLOCKS)]
     total_a = np.empty((blocks, *a.shape[1:])) if a.ndim == 3 else _power(a, BLOCK)
-    total_m, total_b = np.empty(blocks), np.empty((blocks, b.shape[1]))
+    total_m, total_b = np.empty(blocks, dtype=bool), np.empty((blocks, b.shape[1]))
 
     def totals(i, j):
         c = bb[0, i:j].copy()
         if ab is not None:
-            prod = ab[0, i:j] * mb[0, i:j, :, None]
+            prod = _cut(ab[0, i:j], mb[0, i:j, :, None])
         for r in range(1, BLOCK):
             ar = ab[r, i:j] if ab is not None else a
-            c = _apply(ar, c) * mb[r, i:j] + bb[r, i:j]
+            c = _cut(_apply(ar, c), mb[r, i:j]) + bb[r, i:j]
             if ab is not None:
-                prod = np.matmul(ar, prod) * mb[r, i:j, :, None]
+                prod = _cut(np.matmul(ar, prod), mb[r, i:j, :, None])
         total_b[i:j] = c
         if ab is not None:
-            total_a[i:j], total_m[i:j] = prod, 1.0
+            total_a[i:j], total_m[i:j] = prod, True
         else:
-            total_m[i:j] = np.prod(mb[:, i:j, 0], axis=0)
+            total_m[i:j] = np.all(mb[:, i:j, 0], axis=0)
 
     _pieces(totals, pieces, count)
     ends = scan(total_a, total_m, total_b, carry)     # each block's last state
@@ -132,7 +134,7 @@ def scan(a, m, b, carry, count=1):
     def states(i, j):
         u = begins[i:j]
         for r in range(BLOCK):
-            u = _apply(ab[r, i:j] if ab is not None else a, u) * mb[r, i:j] + bb[r, i:j]
+            u = _cut(_apply(ab[r, i:j] if ab is not None else a, u), mb[r, i:j]) + bb[r, i:j]
             found[r, i:j] = u
 
     _pieces(states, pieces, count)
@@ -145,6 +147,11 @@ def scan(a, m, b, carry, count=1):
 def _across(x, blocks):
     """x (blocks·BLOCK rows × …) as BLOCK × blocks × …: x[r, i] the r-th row of block i, a copy."""
     return np.ascontiguousarray(np.swapaxes(x.reshape(blocks, BLOCK, *x.shape[1:]), 0, 1))
+
+
+def _cut(x, m):
+    """x where m, else 0 (not x·0: a state or product that overflowed in one sequence stays out of the next)."""
+    return np.where(m, x, 0.0)
 
 
 def _apply(a, u):
@@ -163,7 +170,7 @@ def _power(a, n):
 def _in_order(a, m, b, carry, out, begin, end):
     u = np.asarray(carry, dtype=np.float64)
     for t in range(begin, end):
-        u = (a[t] if a.ndim == 3 else a) @ u * m[t] + b[t]
+        u = ((a[t] if a.ndim == 3 else a) @ u if m[t] else 0.0) + b[t]
         out[t] = u
 
 
@@ -316,7 +323,7 @@ class _Pass:
             for e, r in enumerate(self.jacobian):
                 a[:, e // k, e % k] = _rows(values[r], n)
         del values
-        m = np.where(first, 0.0, 1.0)
+        m = ~first
         starts = self.starts[:, seq[first]].T
         b[first] += _apply(a if a.ndim == 2 else a[first], starts)
         u = scan(a, m, b, carry, self.layout.count)
@@ -395,7 +402,7 @@ def gradient(step, seqs, weights, adjoint_names, budget=None):
         n = end - begin
         slope = np.array(_evaluate(layout, slopes, by_state, begin, end, states, None, adjoint_names)).T.reshape(n, k)
         back = a.T if a.ndim == 2 else a[::-1].transpose(0, 2, 1)
-        m = np.where(last, 0.0, 1.0)[::-1]
+        m = ~last[::-1]
         adjoint = scan(back, m, slope[::-1], after, layout.count)[::-1]
         following = np.empty_like(adjoint)  # λ_{t+1}, 0 after a sequence's last row
         following[:-1] = adjoint[1:]

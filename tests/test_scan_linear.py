@@ -193,6 +193,22 @@ def test_the_same_bits_where_the_matrix_changes_row_by_row(thread_count):
     close(found[0][1], grad, np.abs(grad).max(axis=0) + np.abs(seqs.columns['y']).max() ** 2)
 
 
+def test_a_sequence_that_overflows_leaves_the_next_alone():
+    """Two sequences of a recurrence that grows tenfold a row: the first, of 2,000 rows, overflows to inf; the
+    second, of 100, stays finite, as in the reference (the scan cuts the chain at a first row, it does not multiply
+    the state before by 0: inf·0 is NaN)."""
+    step = step_of('λ(d, w, s) s.level', {'level': {'start': 'w.l0', 'next': 'w.g*s.level + d.y'}},
+                   {'g': 10.0, 'l0': 1.0})
+    seqs = sequences.Sequences(columns(('y',), 2100, 4), np.array([0, 2000]), np.array([2000, 100]))
+    w = np.array([10.0, 1.0])
+    with np.errstate(all='ignore'):
+        loss, grad = sequences.gradient(step, seqs, w, scan=False)
+        scan_loss, scan_grad = sequences.gradient(step, seqs, w, scan=True)
+    assert not np.isfinite(loss[0]) and np.isfinite(loss[1]) and np.isfinite(scan_loss[1])
+    close(scan_loss[1:], loss[1:], loss[1:])
+    close(scan_grad[:, 1], grad[:, 1], np.abs(grad[:, 1]).max())
+
+
 @pytest.mark.parametrize('model, state', [
     ('λ(d, w, s) s.h', {'h': {'start': '0', 'next': 'tanh(w.a*s.h + w.b*d.y)'}}),
     ('λ(d, w, s) s.level + s.trend', {'level': {'start': 'w.a', 'next': 's.level*s.trend + w.b*d.y'},
