@@ -278,3 +278,27 @@ def test_pgad_train_of_ar7_by_the_scan_matches_statsmodels_autoreg(db):
     assert found[1]
     got = np.array([found[0]['c'], *[found[0][f'p{k}'] for k in range(1, 8)]])
     assert got == pytest.approx(fit.params, rel=1e-6)
+
+
+def test_pgad_train_runs_the_scan_on_the_pool_with_the_same_bits(db):
+    """Simple exponential smoothing along 200,000 rows in the server: with pgad.threads = 2 the scan's pieces go to
+    the pool (the split reported at DEBUG2), and the fit is the same bits as with 1."""
+    rng = np.random.default_rng(12)
+    y = 50 + np.cumsum(rng.normal(0, 1, 200_000))
+    db.execute('CREATE TABLE long_ses (t int, y float8)')
+    with db.cursor().copy('COPY long_ses (t, y) FROM STDIN') as copy:
+        for t, v in enumerate(y, 1):
+            copy.write_row((t, float(v)))
+    splits = []
+    db.add_notice_handler(lambda d: splits.append(d.message_primary) if 'threads' in d.message_primary else None)
+    found = {}
+    for n in (1, 2):
+        db.execute(f'SET pgad.threads = {n}')
+        db.execute('SET client_min_messages = debug2')
+        found[n] = db.execute("SELECT weights::text, final_loss FROM pgad.train(%s, 'λ(d, w, s) s.level', "
+                              "'squared', 'SELECT t, y FROM long_ses', '{\"alpha\": 0.5, \"l0\": 50}', "
+                              "order_by => 't', state => %s, iterations => 20)",
+                              [f'long_ses_{n}', json.dumps(SES)]).fetchone()
+        db.execute('RESET client_min_messages')
+        assert any('on 2 threads' in m for m in splits) == (n == 2), splits
+    assert found[1] == found[2]
