@@ -80,13 +80,14 @@ def _constant_jacobian(step):
 
 
 def takes(step, seqs):
-    """Does the scan pay for step over seqs: a linear step whose sequences are few for their length (the time-major
-    reference runs a numpy call a node a row of the longest, over all the sequences; the scan a numpy call a node
-    over all the rows, and K² to K³ operations a row)?"""
+    """Does the scan pay for step over seqs: a linear step whose sequences are few (the time-major reference runs a
+    numpy call a node a row of the longest, over all the sequences at once; the scan a numpy call a node over all
+    the rows, and K² or more operations a row)? Additive Holt-Winters (K = 9, 104 nodes) over sequences of 730
+    rows: the scan 30 times faster at 10 sequences, 3 times at 100, the reference faster from about 250."""
     if not linear(step) or not len(step.states) or seqs.longest < 2 * BLOCK:
         return False
     k = len(step.states)
-    return seqs.count * k * k <= 64 * len(step.graph)
+    return seqs.count * k * k <= 128 * len(step.graph)
 
 
 # ---- the scan
