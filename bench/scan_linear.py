@@ -30,7 +30,8 @@ from pgad.jit import threads  # noqa: E402
 from pgad.models import sequence  # noqa: E402
 
 P = 7
-STATE = {'l1': {'start': '0', 'next': 'd.y'}, **{f'l{k}': {'start': '0', 'next': f's.l{k - 1}'} for k in range(2, P + 1)}}
+STATE = {'l1': {'start': '0', 'next': 'd.y'},
+         **{f'l{k}': {'start': '0', 'next': f's.l{k - 1}'} for k in range(2, P + 1)}}
 MODEL = 'λ(d, w, s) w.c + ' + ' + '.join(f'w.p{k}*s.l{k}' for k in range(1, P + 1))
 WEIGHTS = {'c': 0.0, **{f'p{k}': 0.0 for k in range(1, P + 1)}}
 MASKED = 'λ(p, d) d.m*(p - d.y)^2'  # conditional least squares: rows 1 … 7 have m = 0

@@ -202,8 +202,8 @@ class _Layout:
         self.offsets = self.ends - self.lengths
         self.rows = int(self.ends[-1]) if len(self.ends) else 0
         k = len(step.states)
-        per_row = step.graph.depends_on_data()
-        self.constant = self.w.ndim == 1 and not any(per_row[i] for i in self._jacobian())
+        reads_data = step.graph.depends_on_data()
+        self.constant = self.w.ndim == 1 and not any(reads_data[i] for i in self._jacobian())
         # a row's numbers in a chunk: its maps (A a row where it is not one matrix), states, adjoints, offsets and
         # scans (u, λ), its sequence, and a number a node of the step's plans
         per_row = 8 * ((0 if self.constant else 3 * k * k) + 10 * k + 4 + len(step.weights) + _arrays(step))

@@ -162,6 +162,27 @@ def test_a_million_rows_of_ar7_against_the_lagged_columns():
     close(grad[:, 0], 2 * lags.T @ residual, 2 * np.abs(lags * residual[:, None]).sum(axis=0))
 
 
+@pytest.mark.parametrize('mode', ['reverse', 'forward'])
+def test_the_reference_reads_a_shifted_field_as_it_came(mode):
+    """The sequential reference itself on AR(7), whose lag fields take each other's values as they came: the last
+    state is the last seven values, the loss and gradient those of the regression on the lagged columns (0.16.0's
+    first reference wrote each field's new value before the next field read the old one)."""
+    model, state, weights, names = MODELS['ar7']
+    step = step_of(model, state, weights)
+    seqs = one(300, seed=8)
+    w = weights_of(weights)
+    y = seqs.columns['y']
+    lags = np.zeros((300, 8))
+    lags[:, 0] = 1
+    for k in range(1, 8):
+        lags[k:, k] = y[:-k]
+    residual = lags @ w - y
+    loss, grad = sequences.gradient(step, seqs, w, mode=mode, scan=False)
+    close(loss, np.sum(residual ** 2), np.sum(residual ** 2))
+    close(grad[:, 0], 2 * lags.T @ residual, 2 * np.abs(lags * residual[:, None]).sum(axis=0))
+    assert np.array_equal(sequences.run(step, seqs, w, scan=False)[1][:, 0], y[::-1][:7])
+
+
 def test_the_same_bits_run_to_run_and_on_any_number_of_threads(thread_count):
     model, state, weights, names = MODELS['holt_winters']
     step = step_of(model, state, weights)
