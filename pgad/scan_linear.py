@@ -113,14 +113,15 @@ def scan(a, m, b, carry, count=1):
     total_m, total_b = np.empty(blocks, dtype=bool), np.empty((blocks, b.shape[1]))
 
     def totals(i, j):
+        cut = _cut if not mb[:, i:j].all() else _whole  # most pieces have no sequence's first row
         c = bb[0, i:j].copy()
         if ab is not None:
-            prod = _cut(ab[0, i:j], mb[0, i:j, :, None])
+            prod = cut(ab[0, i:j], mb[0, i:j, :, None])
         for r in range(1, BLOCK):
             ar = ab[r, i:j] if ab is not None else a
-            c = _cut(_apply(ar, c), mb[r, i:j]) + bb[r, i:j]
+            c = cut(_apply(ar, c), mb[r, i:j]) + bb[r, i:j]
             if ab is not None:
-                prod = _cut(np.matmul(ar, prod), mb[r, i:j, :, None])
+                prod = cut(np.matmul(ar, prod), mb[r, i:j, :, None])
         total_b[i:j] = c
         if ab is not None:
             total_a[i:j], total_m[i:j] = prod, True
@@ -133,9 +134,10 @@ def scan(a, m, b, carry, count=1):
     found = np.empty_like(bb)
 
     def states(i, j):
+        cut = _cut if not mb[:, i:j].all() else _whole
         u = begins[i:j]
         for r in range(BLOCK):
-            u = _cut(_apply(ab[r, i:j] if ab is not None else a, u), mb[r, i:j]) + bb[r, i:j]
+            u = cut(_apply(ab[r, i:j] if ab is not None else a, u), mb[r, i:j]) + bb[r, i:j]
             found[r, i:j] = u
 
     _pieces(states, pieces, count)
@@ -153,6 +155,11 @@ def _across(x, blocks):
 def _cut(x, m):
     """x where m, else 0 (not x·0: a state or product that overflowed in one sequence stays out of the next)."""
     return np.where(m, x, 0.0)
+
+
+def _whole(x, m):
+    """_cut where every m holds: x."""
+    return x
 
 
 def _apply(a, u):
