@@ -8,7 +8,9 @@ In process, no SQL, the contenders interleaved, best of --repeats:
                 (each node a numpy call a row), timed on --reference-rows rows and scaled to --rows (it is linear in
                 the rows)
   scan, n       sequences.gradient(…, scan=True) on n threads (1 and 2): the maps of all rows in one numpy call a
-                node, the blocked scan forwards and backwards
+                node, the blocked scan forwards and backwards; with the budget pgad.train gives it (64 MB: a chunk
+                of rows is one piece, so a second thread has nothing to take) and with 8 times that (four pieces a
+                chunk)
   np.sum        np.sum of the column: one numpy pass over the rows, the floor
 With --sql, end to end on a throwaway cluster: the rows in a table (COPY), then pgad.train of the AR(7) by
 conditional least squares (the first seven rows' loss masked by a column of the data query, as AutoReg drops
@@ -25,7 +27,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from pgad import limits, sequences  # noqa: E402
+from pgad import limits, scan_linear, sequences  # noqa: E402
 from pgad.jit import threads  # noqa: E402
 from pgad.models import sequence  # noqa: E402
 
@@ -63,9 +65,13 @@ def in_process(args):
     whole = sequences.Sequences({'y': y}, np.array([0]), np.array([args.rows]))
     part = sequences.Sequences({'y': y[:args.reference_rows]}, np.array([0]), np.array([args.reference_rows]))
     times = {}
-    scan = lambda: sequences.gradient(step, whole, w, scan=True)  # noqa: E731
+    def scan(budget):
+        return lambda: sequences.gradient(step, whole, w, tile_bytes=budget, scan=True)
+    train, wide = sequences.TILE_BYTES, 8 * sequences.TILE_BYTES
     contenders = {'reference (scaled)': (1, lambda: sequences.gradient(step, part, w, scan=False)),
-                  'scan, 1 thread': (1, scan), 'scan, 2 threads': (2, scan),
+                  'scan, 1 thread': (1, scan(train)), 'scan, 2 threads': (2, scan(train)),
+                  f'scan, 1 thread, {wide >> 20} MB': (1, scan(wide)),
+                  f'scan, 2 threads, {wide >> 20} MB': (2, scan(wide)),
                   'np.sum of the column': (1, lambda: np.sum(y))}
     for _ in range(args.repeats):
         for name, (n, f) in contenders.items():
@@ -73,15 +79,18 @@ def in_process(args):
             took = best(f, 1) * (args.rows / args.reference_rows if name.startswith('reference') else 1)
             times[name] = min(times.get(name, took), took)
     threads.on_count(None)
-    one = sequences.gradient(step, whole, w, scan=True)
+    one = sequences.gradient(step, whole, w, tile_bytes=wide, scan=True)
     threads.on_count(lambda: 2)
-    two = sequences.gradient(step, whole, w, scan=True)
+    two = sequences.gradient(step, whole, w, tile_bytes=wide, scan=True)
     threads.on_count(None)
-    print(f'AR({P}) along one sequence of {args.rows:,} rows, time per gradient (best of {args.repeats}):')
+    print(f'AR({P}) along one sequence of {args.rows:,} rows, time per gradient (best of {args.repeats}), '
+          f'the budget {train >> 20} MB (pgad.train\'s: {scan_linear.PIECE_BLOCKS * scan_linear.BLOCK:,}-row pieces, '
+          f'chunks of {scan_linear._Layout(step, whole, w, train, True).chunk:,} rows) unless said:')
     floor = times['np.sum of the column']
     for name, took in times.items():
-        print(f'  {name:24s} {took:10.4f} s   {took / floor:9.1f}× np.sum')
+        print(f'  {name:32s} {took:10.4f} s   {took / floor:9.1f}× np.sum')
     print(f'  1 and 2 threads give the same bits: {np.array_equal(one[1], two[1]) and np.array_equal(one[0], two[0])}')
+    print(f'  a chunk at {wide >> 20} MB: {scan_linear._Layout(step, whole, w, wide, True).chunk:,} rows')
 
 
 def sql(args):

@@ -300,12 +300,12 @@ def _rows(value, n):
 class _Pass:
     """The plans of a linear Step and what each chunk's forward pass gives."""
 
-    def __init__(self, layout, adjoint_names):
-        self.layout, self.step, self.names = layout, layout.step, adjoint_names
+    def __init__(self, layout):
+        self.layout, self.step = layout, layout.step
         step = self.step
         k, g = len(step.states), layout.seqs.count
         self.jacobian = layout._jacobian()
-        self.maps = _plan(step.graph, [*self.jacobian, *step.next])
+        self.maps = _plan(step.graph, [*([] if layout.constant else self.jacobian), *step.next])
         columns, weights = layout.first_rows()
         weights.update({STATE + f: 0.0 for f in step.states})
         values = python_backend.evaluate(_plan(step.graph, step.start), columns, weights)
@@ -315,8 +315,8 @@ class _Pass:
             self.a = np.array([float(values[r]) for r in self.jacobian]).reshape(k, k)
 
     def forward(self, begin, end, carry):
-        """(states before each row (rows × K), u after each row, the inputs, the maps (a, m)) of rows begin … end
-        from carry, the state after row begin − 1."""
+        """(the states before each row (rows × K), after each row, (each row's sequence, first, last), A: one
+        matrix or one a row) of rows begin … end from carry, the state after row begin − 1."""
         step, k = self.step, len(self.step.states)
         n = end - begin
         columns, weights, seq, first, last = self.layout.inputs(begin, end)
@@ -352,7 +352,7 @@ def run(step, seqs, weights, keep=None, budget=None):
     """sequences.run's (loss per sequence, last states K × G, predictions or None) of a linear step, by the scan."""
     layout = _Layout(step, seqs, weights, budget)
     k, g = len(step.states), seqs.count
-    work = _Pass(layout, ())
+    work = _Pass(layout)
     loss, last_states = np.zeros(g), np.zeros((k, g))
     predictions = np.empty(len(next(iter(seqs.columns.values())))) if keep == 'predictions' and seqs.columns else \
         np.empty(layout.rows) if keep == 'predictions' else None
@@ -376,7 +376,7 @@ def gradient(step, seqs, weights, adjoint_names, budget=None):
     forwards and backwards; adjoint_names: the columns through which step.vjp reads λ."""
     layout = _Layout(step, seqs, weights, budget, keep=True)
     k, g, p = len(step.states), seqs.count, len(step.weights)
-    work = _Pass(layout, adjoint_names)
+    work = _Pass(layout)
     loss, grad, first_adjoint = np.zeros(g), np.zeros((p, g)), np.zeros((k, g))
     losses = _plan(step.graph, [step.loss])
     by_state = step.vjp[p:]
@@ -386,7 +386,7 @@ def gradient(step, seqs, weights, adjoint_names, budget=None):
     chunks = layout.chunks()
     carries, kept = [], []
     carry = np.zeros(k)
-    for begin, end in chunks:
+    for begin, end in chunks:  # forwards: the states, the loss, each chunk's carried start
         carries.append(carry)
         forward = work.forward(begin, end, carry)
         seq = forward[2][0]
@@ -399,7 +399,7 @@ def gradient(step, seqs, weights, adjoint_names, budget=None):
             kept.append(forward[0])
         limits.check()
     after = np.zeros(k)  # λ at the first row of the chunk after
-    for c in range(len(chunks) - 1, -1, -1):
+    for c in range(len(chunks) - 1, -1, -1):  # backwards: ∂loss/∂s, the adjoints by the scan, the vjp's sums
         begin, end = chunks[c]
         if len(chunks) == 1:
             states, _, (seq, first, last), a = kept.pop()
