@@ -4,10 +4,10 @@
     .venv/bin/python bench/scan_linear.py [--rows 1000000] [--reference-rows 10000] [--repeats 3] [--sql]
 
 In process, no SQL, the contenders interleaved, best of --repeats:
-  reference     sequences.gradient(…, scan=False): the states forwards and the adjoints backwards a row at a time
+  reference     sequences.gradient(…, parallel=False): the states forwards and the adjoints backwards a row at a time
                 (each node a numpy call a row), timed on --reference-rows rows and scaled to --rows (it is linear in
                 the rows)
-  scan, n       sequences.gradient(…, scan=True) on n threads (1 and 2): the maps of all rows in one numpy call a
+  scan, n       sequences.gradient(…, parallel=True) on n threads (1 and 2): the maps of all rows in one numpy call a
                 node, the blocked scan forwards and backwards; with the budget pgad.train gives it (64 MB: a chunk
                 of rows is one piece, so a second thread has nothing to take) and with 8 times that (four pieces a
                 chunk)
@@ -66,9 +66,9 @@ def in_process(args):
     part = sequences.Sequences({'y': y[:args.reference_rows]}, np.array([0]), np.array([args.reference_rows]))
     times = {}
     def scan(budget):
-        return lambda: sequences.gradient(step, whole, w, tile_bytes=budget, scan=True)
+        return lambda: sequences.gradient(step, whole, w, tile_bytes=budget, parallel=True)
     train, wide = sequences.TILE_BYTES, 8 * sequences.TILE_BYTES
-    contenders = {'reference (scaled)': (1, lambda: sequences.gradient(step, part, w, scan=False)),
+    contenders = {'reference (scaled)': (1, lambda: sequences.gradient(step, part, w, parallel=False)),
                   'scan, 1 thread': (1, scan(train)), 'scan, 2 threads': (2, scan(train)),
                   f'scan, 1 thread, {wide >> 20} MB': (1, scan(wide)),
                   f'scan, 2 threads, {wide >> 20} MB': (2, scan(wide)),
@@ -79,9 +79,9 @@ def in_process(args):
             took = best(f, 1) * (args.rows / args.reference_rows if name.startswith('reference') else 1)
             times[name] = min(times.get(name, took), took)
     threads.on_count(None)
-    one = sequences.gradient(step, whole, w, tile_bytes=wide, scan=True)
+    one = sequences.gradient(step, whole, w, tile_bytes=wide, parallel=True)
     threads.on_count(lambda: 2)
-    two = sequences.gradient(step, whole, w, tile_bytes=wide, scan=True)
+    two = sequences.gradient(step, whole, w, tile_bytes=wide, parallel=True)
     threads.on_count(None)
     print(f'AR({P}) along one sequence of {args.rows:,} rows, time per gradient (best of {args.repeats}), '
           f'the budget {train >> 20} MB (pgad.train\'s: {scan_linear.PIECE_BLOCKS * scan_linear.BLOCK:,}-row pieces, '

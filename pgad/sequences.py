@@ -249,12 +249,12 @@ def check_tape(seqs, states, memory_limit):
                              "raise pgad.memory_limit.")
 
 
-def run(step, seqs, weights, keep=None, scan=None, tile_bytes=TILE_BYTES):
+def run(step, seqs, weights, keep=None, parallel=None, tile_bytes=TILE_BYTES):
     """(each sequence's summed loss (G), its final state (K × G), predictions or None) along all the rows, in the
-    sequences' own order; keep: 'predictions' also gives each row's prediction (an array like a column). scan: a
+    sequences' own order; keep: 'predictions' also gives each row's prediction (an array like a column). parallel: a
     linear step's rows by the parallel scan (scan_linear.py) where it pays (None), always (True), or never (False:
     the reference, in order)."""
-    if _scans(step, seqs, scan):
+    if _scans(step, seqs, parallel):
         return scan_linear.run(step, seqs, weights, keep, tile_bytes)
     r = _Run(step, seqs, weights)
     k, g = len(step.states), seqs.count
@@ -275,11 +275,11 @@ def run(step, seqs, weights, keep=None, scan=None, tile_bytes=TILE_BYTES):
     return loss[back], states[:, back], predictions
 
 
-def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, scan=None):
+def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, parallel=None):
     """(each sequence's summed loss (G), the gradient of it by the weights (P × G)), in the sequences' own order,
-    by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode; scan as
-    run's (reverse mode only)."""
-    if mode == 'reverse' and _scans(step, seqs, scan):
+    by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode; parallel
+    as run's (reverse mode only)."""
+    if mode == 'reverse' and _scans(step, seqs, parallel):
         return scan_linear.gradient(step, seqs, weights, tuple(ADJOINT + str(k) for k in range(len(step.states))),
                                     tile_bytes)
     r = _Run(step, seqs, weights)
@@ -289,9 +289,9 @@ def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, scan=No
     return loss[back], grad[:, back]
 
 
-def _scans(step, seqs, scan):
-    return scan_linear.linear(step) and len(step.states) > 0 if scan else \
-        scan is None and scan_linear.takes(step, seqs)
+def _scans(step, seqs, parallel):
+    return scan_linear.linear(step) and len(step.states) > 0 if parallel else \
+        parallel is None and scan_linear.takes(step, seqs)
 
 
 def _reverse(r, tile_bytes):

@@ -98,13 +98,13 @@ def test_the_scan_equals_the_sequential_reference(name):
     w = weights_of(weights)
     for rows in (1, 7, 64, 1000, 20_000):
         seqs = one(rows, names)
-        loss, grad = sequences.gradient(step, seqs, w, scan=False)
-        scan_loss, scan_grad = sequences.gradient(step, seqs, w, scan=True)
+        loss, grad = sequences.gradient(step, seqs, w, parallel=False)
+        scan_loss, scan_grad = sequences.gradient(step, seqs, w, parallel=True)
         terms = np.abs(grad).max() + np.abs(seqs.columns['y']).max() ** 2
         close(scan_loss, loss, loss)
         close(scan_grad, grad, terms)
-        ran = sequences.run(step, seqs, w, keep='predictions', scan=False)
-        scanned = sequences.run(step, seqs, w, keep='predictions', scan=True)
+        ran = sequences.run(step, seqs, w, keep='predictions', parallel=False)
+        scanned = sequences.run(step, seqs, w, keep='predictions', parallel=True)
         close(scanned[0], ran[0], ran[0])
         close(scanned[1], ran[1], np.abs(ran[1]).max() + 1)
         close(scanned[2], ran[2], np.abs(ran[2]).max() + 1)
@@ -120,8 +120,8 @@ def test_many_ragged_sequences(name):
     w = weights_of(weights)
     each = w[:, None] * (1 + 0.01 * np.arange(seqs.count))[None, :]
     for given in (w, each):
-        loss, grad = sequences.gradient(step, seqs, given, scan=False)
-        scan_loss, scan_grad = sequences.gradient(step, seqs, given, scan=True)
+        loss, grad = sequences.gradient(step, seqs, given, parallel=False)
+        scan_loss, scan_grad = sequences.gradient(step, seqs, given, parallel=True)
         close(scan_loss, loss, loss)
         close(scan_grad, grad, np.abs(grad).max(axis=0) + np.abs(seqs.columns['y']).max() ** 2)
         ran, scanned = sequences.run(step, seqs, given, 'predictions', False), \
@@ -136,8 +136,8 @@ def test_scales(scale):
     step = step_of(model, state, weights)
     seqs = one(5000, scale=scale)
     w = weights_of(weights, scale)
-    loss, grad = sequences.gradient(step, seqs, w, scan=False)
-    scan_loss, scan_grad = sequences.gradient(step, seqs, w, scan=True)
+    loss, grad = sequences.gradient(step, seqs, w, parallel=False)
+    scan_loss, scan_grad = sequences.gradient(step, seqs, w, parallel=True)
     close(scan_loss, loss, loss)
     close(scan_grad, grad, np.abs(grad).max() + np.abs(seqs.columns['y']).max() ** 2 / scale)
 
@@ -156,7 +156,7 @@ def test_a_million_rows_of_ar7_against_the_lagged_columns():
     for k in range(1, 8):
         lags[k:, k] = y[:-k]
     residual = lags @ w - y
-    loss, grad = sequences.gradient(step, seqs, w, scan=True)
+    loss, grad = sequences.gradient(step, seqs, w, parallel=True)
     close(loss, np.sum(residual ** 2), np.sum(residual ** 2))
     # a sum of a million terms in another order: to RELATIVE of the sum of their sizes
     close(grad[:, 0], 2 * lags.T @ residual, 2 * np.abs(lags * residual[:, None]).sum(axis=0))
@@ -177,10 +177,10 @@ def test_the_reference_reads_a_shifted_field_as_it_came(mode):
     for k in range(1, 8):
         lags[k:, k] = y[:-k]
     residual = lags @ w - y
-    loss, grad = sequences.gradient(step, seqs, w, mode=mode, scan=False)
+    loss, grad = sequences.gradient(step, seqs, w, mode=mode, parallel=False)
     close(loss, np.sum(residual ** 2), np.sum(residual ** 2))
     close(grad[:, 0], 2 * lags.T @ residual, 2 * np.abs(lags * residual[:, None]).sum(axis=0))
-    assert np.array_equal(sequences.run(step, seqs, w, scan=False)[1][:, 0], y[::-1][:7])
+    assert np.array_equal(sequences.run(step, seqs, w, parallel=False)[1][:, 0], y[::-1][:7])
 
 
 def test_the_same_bits_run_to_run_and_on_any_number_of_threads(thread_count):
@@ -191,7 +191,7 @@ def test_the_same_bits_run_to_run_and_on_any_number_of_threads(thread_count):
     found = []
     for n in (1, 1, 2, 3):
         thread_count(n)
-        found.append(sequences.gradient(step, seqs, w, scan=True))
+        found.append(sequences.gradient(step, seqs, w, parallel=True))
     for loss, grad in found[1:]:
         assert np.array_equal(loss, found[0][0]) and np.array_equal(grad, found[0][1])
 
@@ -206,10 +206,10 @@ def test_the_same_bits_where_the_matrix_changes_row_by_row(thread_count):
     found = []
     for n in (1, 2, 3):
         thread_count(n)
-        found.append(sequences.gradient(step, seqs, w, scan=True))
+        found.append(sequences.gradient(step, seqs, w, parallel=True))
     for loss, grad in found[1:]:
         assert np.array_equal(loss, found[0][0]) and np.array_equal(grad, found[0][1])
-    loss, grad = sequences.gradient(step, seqs, w, scan=False)
+    loss, grad = sequences.gradient(step, seqs, w, parallel=False)
     close(found[0][0], loss, loss)
     close(found[0][1], grad, np.abs(grad).max(axis=0) + np.abs(seqs.columns['y']).max() ** 2)
 
@@ -223,8 +223,8 @@ def test_a_sequence_that_overflows_leaves_the_next_alone():
     seqs = sequences.Sequences(columns(('y',), 2100, 4), np.array([0, 2000]), np.array([2000, 100]))
     w = np.array([10.0, 1.0])
     with np.errstate(all='ignore'):
-        loss, grad = sequences.gradient(step, seqs, w, scan=False)
-        scan_loss, scan_grad = sequences.gradient(step, seqs, w, scan=True)
+        loss, grad = sequences.gradient(step, seqs, w, parallel=False)
+        scan_loss, scan_grad = sequences.gradient(step, seqs, w, parallel=True)
     assert not np.isfinite(loss[0]) and np.isfinite(loss[1]) and np.isfinite(scan_loss[1])
     close(scan_loss[1:], loss[1:], loss[1:])
     close(scan_grad[:, 1], grad[:, 1], np.abs(grad[:, 1]).max())
@@ -245,9 +245,9 @@ def test_a_step_that_is_not_linear_runs_in_order(model, state):
     seqs = one(500)
     w = np.array([0.5, 0.3])
     assert all(np.array_equal(x, y) for x, y in zip(sequences.gradient(step, seqs, w),
-                                                      sequences.gradient(step, seqs, w, scan=False)))
-    assert all(np.array_equal(x, y) for x, y in zip(sequences.gradient(step, seqs, w, scan=True),
-                                                      sequences.gradient(step, seqs, w, scan=False)))
+                                                      sequences.gradient(step, seqs, w, parallel=False)))
+    assert all(np.array_equal(x, y) for x, y in zip(sequences.gradient(step, seqs, w, parallel=True),
+                                                      sequences.gradient(step, seqs, w, parallel=False)))
 
 
 def test_the_scan_is_taken_for_a_long_sequence_and_not_for_many_short_ones():
@@ -262,16 +262,16 @@ def test_memory_past_the_budget_is_refused_before_anything_runs():
     model, state, weights, names = MODELS['holt_winters']
     step = step_of(model, state, weights)
     with pytest.raises(PgadError) as caught:
-        sequences.gradient(step, one(10_000), weights_of(weights), tile_bytes=100_000, scan=True)
+        sequences.gradient(step, one(10_000), weights_of(weights), tile_bytes=100_000, parallel=True)
     assert caught.value.sqlstate == '54000' and 'pgad.memory_limit' in str(caught.value)
     # budgets of several chunks, the states carried from chunk to chunk: the forward pass's states kept for the
     # backward one (16 MB), or run again from each chunk's start (4 MB); the same numbers
     seqs = one(50_000)
-    whole = sequences.gradient(step, seqs, weights_of(weights), scan=False)
+    whole = sequences.gradient(step, seqs, weights_of(weights), parallel=False)
     for budget, keeps in ((16 << 20, True), (4 << 20, False)):
         layout = scan_linear._Layout(step, seqs, weights_of(weights), budget, keep=True)
         assert layout.keep == keeps and len(layout.chunks()) > 2
-        small = sequences.gradient(step, seqs, weights_of(weights), tile_bytes=budget, scan=True)
+        small = sequences.gradient(step, seqs, weights_of(weights), tile_bytes=budget, parallel=True)
         close(small[0], whole[0], whole[0])
         close(small[1], whole[1], np.abs(whole[1]).max() + np.abs(seqs.columns['y']).max() ** 2)
 

@@ -230,7 +230,8 @@ def train(name, model_text, loss, data, weights, given, config):
                           options['learning_rate'], options['iterations'], n, None, options['tolerance'], penalty,
                           clock)
         fitted = dict(zip(names, fit.weights.tolist()))
-        losses, last, predictions = sequences.run(step, seqs, fit.weights, keep='predictions')
+        losses, last, predictions = sequences.run(step, seqs, fit.weights, keep='predictions',
+                                                  tile_bytes=kernel.tile_bytes)
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
                      last_state={f: float(v) for f, v in zip(step.states, last[:, 0])},
                      last_order=shown(group.order[-1], kind))
