@@ -72,11 +72,15 @@ def _affine(step):
 
 
 def _constant_jacobian(step):
-    rows, _ = step.jacobian()
-    p = len(step.weights)
-    nodes = [rows[1 + k][p + j] for k in range(len(step.states)) for j in range(len(step.states))]
     return not any(step.graph.nodes[i].op == 'weight' and str(step.graph.nodes[i].value).startswith(STATE)
-                   for i in step.graph.ancestors(nodes))
+                   for i in step.graph.ancestors(_maps(step)))
+
+
+def _maps(step):
+    """The nodes of A: ∂next_i/∂s_j (Step.jacobian()), i by i."""
+    rows, _ = step.jacobian()
+    p, k = len(step.weights), len(step.states)
+    return [rows[1 + i][p + j] for i in range(k) for j in range(k)]
 
 
 def takes(step, seqs):
@@ -210,7 +214,7 @@ class _Layout:
         self.rows = int(self.ends[-1]) if len(self.ends) else 0
         k = len(step.states)
         reads_data = step.graph.depends_on_data()
-        self.constant = self.w.ndim == 1 and not any(reads_data[i] for i in self._jacobian())
+        self.constant = self.w.ndim == 1 and not any(reads_data[i] for i in _maps(step))
         # a row's numbers in a chunk: its maps (A a row where it is not one matrix), states, adjoints, offsets and
         # scans (u, λ), its sequence, and a number a node of the step's plans
         per_row = 8 * ((0 if self.constant else 3 * k * k) + 10 * k + 4 + len(step.weights) + _arrays(step))
@@ -229,11 +233,6 @@ class _Layout:
                             hint='Train with fewer groups at once, or have a superuser raise pgad.memory_limit.')
         self.chunk = int(min(CHUNK_PIECES * PIECE_BLOCKS * BLOCK, most // BLOCK * BLOCK))
         self.count = threads.count(self.rows, PIECE_BLOCKS * BLOCK)
-
-    def _jacobian(self):
-        rows, _ = self.step.jacobian()
-        p, k = len(self.step.weights), len(self.step.states)
-        return [rows[1 + i][p + j] for i in range(k) for j in range(k)]
 
     def chunks(self):
         return [(r, min(r + self.chunk, self.rows)) for r in range(0, self.rows, self.chunk)]
@@ -304,7 +303,7 @@ class _Pass:
         self.layout, self.step = layout, layout.step
         step = self.step
         k, g = len(step.states), layout.seqs.count
-        self.jacobian = layout._jacobian()
+        self.jacobian = _maps(step)
         self.maps = _plan(step.graph, [*([] if layout.constant else self.jacobian), *step.next])
         columns, weights = layout.first_rows()
         weights.update({STATE + f: 0.0 for f in step.states})
