@@ -213,8 +213,9 @@ class _Layout:
         self.offsets = self.ends - self.lengths
         self.rows = int(self.ends[-1]) if len(self.ends) else 0
         k = len(step.states)
+        maps = _maps(step)  # built (step.jacobian()) before the flags of the graph's nodes are
         reads_data = step.graph.depends_on_data()
-        self.constant = self.w.ndim == 1 and not any(reads_data[i] for i in _maps(step))
+        self.constant = self.w.ndim == 1 and not any(reads_data[i] for i in maps)
         # a row's numbers in a chunk: its maps (A a row where it is not one matrix), states, adjoints, offsets and
         # scans (u, λ), its sequence, and a number a node of the step's plans
         per_row = 8 * ((0 if self.constant else 3 * k * k) + 10 * k + 4 + len(step.weights) + _arrays(step))
@@ -274,11 +275,11 @@ def _arrays(step):
 
 def _count_arrays(step):
     graph = step.graph
+    rows, _ = step.jacobian()
     per_row = graph.depends_on_data()
     on_state = [False] * len(graph)
     for i, node in enumerate(graph.nodes):
         on_state[i] = node.op == 'weight' and str(node.value).startswith(STATE) or any(on_state[a] for a in node.args)
-    rows, _ = step.jacobian()
     roots = [*step.vjp, step.loss, step.prediction, *step.next, *(n for row in rows[1:] for n in row)]
     return sum(1 for i in graph.ancestors(roots) if per_row[i] or on_state[i])
 

@@ -162,6 +162,19 @@ def test_a_million_rows_of_ar7_against_the_lagged_columns():
     close(grad[:, 0], 2 * lags.T @ residual, 2 * np.abs(lags * residual[:, None]).sum(axis=0))
 
 
+def test_the_scan_of_a_fresh_step():
+    """scan_linear.run and gradient on a Step whose Jacobian nobody built yet (its nodes grow the graph)."""
+    model, state, weights, names = MODELS['holt']
+    seqs, w = one(1000), weights_of(weights)
+    ran = scan_linear.run(step_of(model, state, weights), seqs, w)
+    loss, grad = scan_linear.gradient(step_of(model, state, weights), seqs, w,
+                                      tuple(sequences.ADJOINT + str(k) for k in range(2)))
+    expected = sequences.gradient(step_of(model, state, weights), seqs, w, parallel=False)
+    close(ran[0], expected[0], expected[0])
+    close(loss, expected[0], expected[0])
+    close(grad, expected[1], np.abs(expected[1]).max() + np.abs(seqs.columns['y']).max() ** 2)
+
+
 @pytest.mark.parametrize('mode', ['reverse', 'forward'])
 def test_the_reference_reads_a_shifted_field_as_it_came(mode):
     """The sequential reference itself on AR(7), whose lag fields take each other's values as they came: the last
