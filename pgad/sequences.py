@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import lang, limits as bounds, python_backend
+from . import lang, limits as bounds, python_backend, scan_linear
 from .errors import PgadError
 from .lang import parser, vectors
 from .lang.dag import Graph
@@ -261,14 +261,17 @@ def llvm(step, backend, tangents=False):
     return scan.fits(step, tangents)
 
 
-def run(step, seqs, weights, keep=None, backend='python', cache=None):
+def run(step, seqs, weights, keep=None, backend='python', cache=None, parallel=None, tile_bytes=TILE_BYTES):
     """(each sequence's summed loss (G), its final state (K × G), predictions or None) along all the rows, in the
     sequences' own order; keep: 'predictions' also gives each row's prediction (an array like a column). backend:
     'python' (this module, the reference), 'llvm' (jit/scan.py) or 'auto' (llvm where it compiles); cache: the llvm
-    backend's jit.cache.DiskCache."""
+    backend's jit.cache.DiskCache; parallel: on python, a linear step's rows by the parallel scan (scan_linear.py)
+    where it pays (None), always (True), or never (False: the reference, in order)."""
     if llvm(step, backend):
         from .jit import cache as disk, scan
         return scan.run(step, seqs, weights, ADJOINT, keep, cache or disk.NONE)
+    if _scans(step, seqs, parallel, tile_bytes):
+        return scan_linear.run(step, seqs, weights, keep, tile_bytes)
     r = _Run(step, seqs, weights)
     k, g = len(step.states), seqs.count
     states = r.starts()
@@ -289,20 +292,33 @@ def run(step, seqs, weights, keep=None, backend='python', cache=None):
     return loss[back], states[:, back], predictions
 
 
-def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, backend='python', cache=None):
+def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, backend='python', cache=None,
+             parallel=None):
     """(each sequence's summed loss (G), the gradient of it by the weights (P × G)), in the sequences' own order,
     by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode. backend
-    as run() takes it."""
+    and parallel as run() takes them (parallel: reverse mode only)."""
     if llvm(step, backend, tangents=mode != 'reverse'):
         from .jit import cache as disk, scan
         if mode == 'reverse':
             return scan.gradient(step, seqs, weights, tile_bytes, ADJOINT, cache or disk.NONE)
         return scan.forward_mode(step, seqs, weights, ADJOINT, cache or disk.NONE)
+    if mode == 'reverse' and _scans(step, seqs, parallel, tile_bytes):
+        return scan_linear.gradient(step, seqs, weights, tuple(ADJOINT + str(k) for k in range(len(step.states))),
+                                    tile_bytes)
     r = _Run(step, seqs, weights)
     loss, grad = (_reverse if mode == 'reverse' else _forward)(r, tile_bytes)
     back = np.empty_like(r.order)
     back[r.order] = np.arange(seqs.count)
     return loss[back], grad[:, back]
+
+
+def _scans(step, seqs, parallel, tile_bytes):
+    """Does the parallel scan run step over seqs: always where parallel (a linear step), never where it is False,
+    and by default where it pays (scan_linear.takes) and its least chunk fits tile_bytes (else the reference, whose
+    checkpoints take less)."""
+    if parallel:
+        return scan_linear.linear(step) and len(step.states) > 0
+    return parallel is None and scan_linear.takes(step, seqs) and scan_linear.fits(step, seqs, tile_bytes)
 
 
 def _reverse(r, tile_bytes):

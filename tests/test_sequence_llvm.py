@@ -177,27 +177,43 @@ def load_series(db, table, groups):
                 copy.write_row((g, str(np.datetime64('2024-01-01') + k), float(v)))
 
 
+def holt_winters_series(n, seed):
+    """A series drawn from additive Holt-Winters itself (weekly season), whose optimum is inside the parameters'
+    range."""
+    rng = np.random.default_rng(seed)
+    level, trend, season = 50.0, 0.2, list(rng.normal(0, 5, 7))
+    y = []
+    for _ in range(n):
+        e = rng.normal(0, 1.0)
+        y.append(level + trend + season[0] + e)
+        level, trend, season = level + trend + 0.4 * e, trend + 0.4 * 0.3 * e, season[1:] + [season[0] + 0.3 * e]
+    return np.array(y)
+
+
 def test_train_with_backend_llvm_matches_backend_python(db):
-    seqs = sequences_of([200, 150, 90], 50.0, seed=11)
-    y = seqs.columns['y']
-    load_series(db, 'hw', [y[s:s + n] for s, n in zip(seqs.starts, seqs.lengths)])
+    load_series(db, "hw", [holt_winters_series(n, seed) for n, seed in ((300, 1), (250, 4), (200, 3))])
     _, state, weights = MODELS['holt_winters']
     weights = {**weights, 'l0': 50.0}
     found = {}
     for backend in ('python', 'llvm'):
-        rows = db.execute("SELECT group_key, weights, final_loss, iterations, options->'last_state' FROM pgad.train("
+        rows = db.execute("SELECT group_key, weights, final_loss, converged, options->'last_state' FROM pgad.train("
                           "%s, 'λ(d, w, s) s.level + s.trend + s.s1', 'squared', 'SELECT g, day, y FROM hw', %s, "
-                          "order_by => 'day', state => %s, group_by => 'g', backend => %s, iterations => 40) "
+                          "order_by => 'day', state => %s, group_by => 'g', backend => %s) "
                           "ORDER BY group_key::text",
                           [f'hw_{backend}', json.dumps(weights), json.dumps(state), backend]).fetchall()
         found[backend] = rows
+    # the python backend takes these few sequences by the parallel scan (other roundings than the llvm kernel's,
+    # which Newton's Hessian from differences of the gradient amplifies along the way): the same optimum. The level
+    # and the seasons' starts are the same up to a shift (level − c, every season + c predicts alike): compared as
+    # level + season
     for a, b in zip(found['python'], found['llvm']):
-        assert a[3] == b[3]  # the same iterations
-        assert b[2] == pytest.approx(a[2], rel=1e-9)
-        for key in a[1]:
-            assert b[1][key] == pytest.approx(a[1][key], rel=1e-8, abs=1e-10)
-        for key in a[4]:
-            assert b[4][key] == pytest.approx(a[4][key], rel=1e-8, abs=1e-10)
+        assert a[3] and b[3]  # both converged
+        assert b[2] == pytest.approx(a[2], rel=1e-10)
+        for key in ('alpha', 'beta', 'gamma', 'b0'):
+            assert b[1][key] == pytest.approx(a[1][key], rel=1e-5, abs=1e-7)
+        for k in range(1, 8):
+            assert b[1]['l0'] + b[1][f'i{k}'] == pytest.approx(a[1]['l0'] + a[1][f'i{k}'], rel=1e-6)
+            assert b[4]['level'] + b[4][f's{k}'] == pytest.approx(a[4]['level'] + a[4][f's{k}'], rel=1e-6)
 
 
 @pytest.mark.parametrize('name', ['holt_winters', 'ar3'])

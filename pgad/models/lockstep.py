@@ -185,6 +185,10 @@ def _check(f, g, w, names):
 
 
 STEP = 1e-6  # newton's Hessian by forward differences of the gradient: each weight moved by STEP·max(|w|, 1)
+# The least squared pivot of newton's equilibrated Hessian (descent.PIVOT's, for a Hessian from differences): their
+# error, about STEP relative, makes a direction the objective does not see (Holt-Winters' level against its seasons)
+# a curvature of ±1e-6 or so, along which an undamped step would wander by the gradient's rounding over it
+DIFFERENCE_PIVOT = 1e-5
 
 
 def newton(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64'):
@@ -230,7 +234,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
             break
         at = running
         h = hessians(w[:, at], g[:, at], at)
-        d = _newton_directions(g[:, at], h)
+        d = _newton_directions(g[:, at], h, DIFFERENCE_PIVOT)
         slope = np.sum(d * g[:, at], axis=0)
         decrement[at] = np.maximum(-slope, 0.0)
         small = ~(-slope > 4 * eps * np.abs(f[at]))
@@ -258,7 +262,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     _check(f, g, w, names)
     # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton'
     h = hessians(w, g, everyone)
-    decrement = np.maximum(-np.sum(_newton_directions(g, h) * g, axis=0), 0.0)
+    decrement = np.maximum(-np.sum(_newton_directions(g, h, DIFFERENCE_PIVOT) * g, axis=0), 0.0)
     seconds = clock.seconds()
     fits = []
     for k in range(g_count):
@@ -269,9 +273,9 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     return fits
 
 
-def _newton_directions(g, h):
+def _newton_directions(g, h, pivot=descent.PIVOT):
     """descent._newton_direction for each group (g a column, h[k] its Hessian) at once: −(H + μI)⁻¹·g in the
-    equilibrated basis, μ the least of 0, 1e-10·10^k whose factor's pivots are all above descent.PIVOT (a batched
+    equilibrated basis, μ the least of 0, 1e-10·10^k whose factor's pivots are all above pivot (a batched
     factorisation for the groups that take each μ: the least eigenvalue says which can), −g where none does or H is
     not finite."""
     diagonal = np.abs(np.diagonal(h, axis1=1, axis2=2))
@@ -285,7 +289,7 @@ def _newton_directions(g, h):
         at = left[lowest + mu > 0]  # those whose factorisation may exist at this damping
         if len(at):
             factor, made = _cholesky(scaled[at] + mu * np.eye(scaled.shape[1]))
-            solved = made & (np.min(np.diagonal(factor, axis1=1, axis2=2), axis=1) ** 2 > descent.PIVOT)
+            solved = made & (np.min(np.diagonal(factor, axis1=1, axis2=2), axis=1) ** 2 > pivot)
             at, factor = at[solved], factor[solved]
             gs = (g[:, at] / root[at].T).T[:, :, None]
             inner = np.linalg.solve(factor, gs)

@@ -271,7 +271,7 @@ def train(name, model_text, loss, data, weights, given, config):
                   min(sequences.TILE_BYTES, config.memory_limit // 4), config.cache)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
     _, last, predictions = sequences.run(step, seqs, weights, keep='predictions', backend=options['backend'],
-                                         cache=config.cache)
+                                         cache=config.cache, tile_bytes=min(sequences.TILE_BYTES, config.memory_limit // 4))
     rows, fits = [], []
     for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,

@@ -1,0 +1,338 @@
+"""A linear recurrence by the parallel scan (pgad/scan_linear.py) against the sequential reference
+(sequences.gradient and run in order, reverse mode): exponential smoothing, AR(p) with lag fields, ARX, many ragged
+sequences, a sequence of 1e6 rows, scales 1e-8 … 1e8; the same bits run to run and on any number of threads; a
+non-linear step never taken by the scan. All in float64 with fixed seeds; the last test is SQL end to end."""
+import json
+
+import numpy as np
+import pytest
+
+from pgad import limits, scan_linear, sequences
+from pgad.errors import PgadError
+from pgad.jit import threads
+from pgad.models import sequence
+
+RELATIVE = 1e-12    # the scan against the reference, relative to the largest number of the same sum's terms
+
+SES = {'level': {'start': 'w.l0', 'next': 's.level + w.alpha*(d.y - s.level)'}}
+HOLT = {'level': {'start': 'w.l0', 'next': 's.level + s.trend + w.alpha*(d.y - s.level - s.trend)'},
+        'trend': {'start': 'w.b0', 'next': 's.trend + w.beta*(d.y - s.level - s.trend)'}}
+SEASON = {f's{k}': {'start': f'w.s{k}', 'next': f's.s{k + 1}'} for k in range(1, 7)}
+HOLT_WINTERS = {'level': {'start': 'w.l0', 'next': 's.level + s.trend + w.alpha*(d.y - s.level - s.trend - s.s1)'},
+                'trend': {'start': 'w.b0', 'next': 's.trend + w.beta*(d.y - s.level - s.trend - s.s1)'},
+                **SEASON, 's7': {'start': 'w.s7', 'next': 's.s1 + w.gamma*(d.y - s.level - s.trend - s.s1)'}}
+
+
+def ar_state(p):
+    return {'l1': {'start': '0', 'next': 'd.y'},
+            **{f'l{k}': {'start': '0', 'next': f's.l{k - 1}'} for k in range(2, p + 1)}}
+
+
+def ar_model(p, extra=''):
+    return 'λ(d, w, s) w.c + ' + ' + '.join(f'w.p{k}*s.l{k}' for k in range(1, p + 1)) + extra
+
+
+MODELS = {  # name: (model, state, weights, columns)
+    'ses': ('λ(d, w, s) s.level', SES, {'alpha': 0.3, 'l0': 1.0}, ('y',)),
+    'holt': ('λ(d, w, s) s.level + s.trend', HOLT, {'alpha': 0.4, 'beta': 0.1, 'l0': 1.0, 'b0': 0.1}, ('y',)),
+    'holt_winters': ('λ(d, w, s) s.level + s.trend + s.s1', HOLT_WINTERS,
+                     {'alpha': 0.3, 'beta': 0.05, 'gamma': 0.2, 'l0': 1.0, 'b0': 0.1,
+                      **{f's{k}': 0.1 * k - 0.4 for k in range(1, 8)}}, ('y',)),
+    'ar7': (ar_model(7), ar_state(7), {'c': 0.1, **{f'p{k}': 0.5 / k for k in range(1, 8)}}, ('y',)),
+    'arx': (ar_model(2, ' + w.b*d.x'), ar_state(2), {'c': 0.1, 'p1': 0.5, 'p2': -0.2, 'b': 0.7}, ('y', 'x')),
+}
+
+
+def step_of(model, state, weights):
+    return sequence.step_of(model, 'squared', 'y', json.dumps(state), json.dumps(weights), limits.DEFAULT,
+                            1 << 30)[0]
+
+
+def columns(names, rows, seed, scale=1.0):
+    rng = np.random.default_rng(seed)
+    return {'y': scale * (5 + np.cumsum(rng.normal(0, 1, rows)) / np.sqrt(1 + np.arange(rows)) +
+                          rng.normal(0, 1, rows)),
+            **({'x': scale * rng.normal(0, 1, rows)} if 'x' in names else {})}
+
+
+def one(rows, names=('y',), seed=1, scale=1.0):
+    return sequences.Sequences(columns(names, rows, seed, scale), np.array([0]), np.array([rows]))
+
+
+def ragged(lengths, names=('y',), seed=2):
+    """Sequences of the given lengths, stored in another order than theirs (starts not increasing)."""
+    lengths = np.array(lengths)
+    placed = np.random.default_rng(seed).permutation(len(lengths))
+    starts = np.empty(len(lengths), dtype=np.int64)
+    starts[placed] = np.concatenate([[0], np.cumsum(lengths[placed])[:-1]])
+    return sequences.Sequences(columns(names, int(lengths.sum()), seed), starts, lengths)
+
+
+def close(found, expected, terms):
+    """found equals expected to RELATIVE of terms (the size of the largest term of each number's sum)."""
+    assert np.all(np.abs(found - expected) <= RELATIVE * terms), np.max(np.abs(found - expected) / terms)
+
+
+def weights_of(spec, scale=1.0):
+    return np.array([v * (scale if k in ('l0', 'b0', 'c') or k.startswith('s') and k[1:].isdigit() else 1)
+                     for k, v in spec.items()])
+
+
+@pytest.fixture
+def thread_count():
+    """threads.count asks for n threads (pgad.max_threads in the server), put back after."""
+    replaced = []
+
+    def use(n):
+        replaced.append(threads.on_count(lambda: n))
+    yield use
+    for r in reversed(replaced[:1]):
+        threads.on_count(*r)
+
+
+@pytest.mark.parametrize('name', sorted(MODELS))
+def test_the_scan_equals_the_sequential_reference(name):
+    model, state, weights, names = MODELS[name]
+    step = step_of(model, state, weights)
+    assert scan_linear.linear(step)
+    w = weights_of(weights)
+    for rows in (1, 7, 64, 1000, 20_000):
+        seqs = one(rows, names)
+        loss, grad = sequences.gradient(step, seqs, w, parallel=False)
+        scan_loss, scan_grad = sequences.gradient(step, seqs, w, parallel=True)
+        terms = np.abs(grad).max() + np.abs(seqs.columns['y']).max() ** 2
+        close(scan_loss, loss, loss)
+        close(scan_grad, grad, terms)
+        ran = sequences.run(step, seqs, w, keep='predictions', parallel=False)
+        scanned = sequences.run(step, seqs, w, keep='predictions', parallel=True)
+        close(scanned[0], ran[0], ran[0])
+        close(scanned[1], ran[1], np.abs(ran[1]).max() + 1)
+        close(scanned[2], ran[2], np.abs(ran[2]).max() + 1)
+
+
+@pytest.mark.parametrize('name', ['holt_winters', 'arx'])
+def test_many_ragged_sequences(name):
+    """Sequences of lengths 1 … 3,000 (every one cut from the others at its first and last row), one weight vector
+    for all, and a weight vector a sequence (P × G)."""
+    model, state, weights, names = MODELS[name]
+    step = step_of(model, state, weights)
+    seqs = ragged([1, 2, 31, 32, 33, 100, 3000, 5, 1200, 64, 65, 1], names)
+    w = weights_of(weights)
+    each = w[:, None] * (1 + 0.01 * np.arange(seqs.count))[None, :]
+    for given in (w, each):
+        loss, grad = sequences.gradient(step, seqs, given, parallel=False)
+        scan_loss, scan_grad = sequences.gradient(step, seqs, given, parallel=True)
+        close(scan_loss, loss, loss)
+        close(scan_grad, grad, np.abs(grad).max(axis=0) + np.abs(seqs.columns['y']).max() ** 2)
+        ran, scanned = sequences.run(step, seqs, given, 'predictions', False), \
+            sequences.run(step, seqs, given, 'predictions', True)
+        close(scanned[1], ran[1], np.abs(ran[1]).max() + 1)
+        close(scanned[2], ran[2], np.abs(ran[2]).max() + 1)
+
+
+@pytest.mark.parametrize('scale', [1e-8, 1e-4, 1.0, 1e4, 1e8])
+def test_scales(scale):
+    model, state, weights, names = MODELS['holt']
+    step = step_of(model, state, weights)
+    seqs = one(5000, scale=scale)
+    w = weights_of(weights, scale)
+    loss, grad = sequences.gradient(step, seqs, w, parallel=False)
+    scan_loss, scan_grad = sequences.gradient(step, seqs, w, parallel=True)
+    close(scan_loss, loss, loss)
+    close(scan_grad, grad, np.abs(grad).max() + np.abs(seqs.columns['y']).max() ** 2 / scale)
+
+
+def test_a_million_rows_of_ar7_against_the_lagged_columns():
+    """AR(7) along one sequence of 1e6 rows (eight chunks and a remainder, two passes): its loss and gradient are
+    those of the regression on the lagged columns (the lags start at 0), a closed form in numpy."""
+    model, state, weights, names = MODELS['ar7']
+    step = step_of(model, state, weights)
+    rows = 1_000_003
+    seqs = one(rows, seed=7)
+    w = weights_of(weights)
+    y = seqs.columns['y']
+    lags = np.zeros((rows, 8))
+    lags[:, 0] = 1
+    for k in range(1, 8):
+        lags[k:, k] = y[:-k]
+    residual = lags @ w - y
+    loss, grad = sequences.gradient(step, seqs, w, parallel=True)
+    close(loss, np.sum(residual ** 2), np.sum(residual ** 2))
+    # a sum of a million terms in another order: to RELATIVE of the sum of their sizes
+    close(grad[:, 0], 2 * lags.T @ residual, 2 * np.abs(lags * residual[:, None]).sum(axis=0))
+
+
+def test_the_scan_of_a_fresh_step():
+    """scan_linear.run and gradient on a Step whose Jacobian nobody built yet (its nodes grow the graph)."""
+    model, state, weights, names = MODELS['holt']
+    seqs, w = one(1000), weights_of(weights)
+    ran = scan_linear.run(step_of(model, state, weights), seqs, w)
+    loss, grad = scan_linear.gradient(step_of(model, state, weights), seqs, w,
+                                      tuple(sequences.ADJOINT + str(k) for k in range(2)))
+    expected = sequences.gradient(step_of(model, state, weights), seqs, w, parallel=False)
+    close(ran[0], expected[0], expected[0])
+    close(loss, expected[0], expected[0])
+    close(grad, expected[1], np.abs(expected[1]).max() + np.abs(seqs.columns['y']).max() ** 2)
+
+
+@pytest.mark.parametrize('mode', ['reverse', 'forward'])
+def test_the_reference_reads_a_shifted_field_as_it_came(mode):
+    """The sequential reference itself on AR(7), whose lag fields take each other's values as they came: the last
+    state is the last seven values, the loss and gradient those of the regression on the lagged columns (0.16.0's
+    first reference wrote each field's new value before the next field read the old one)."""
+    model, state, weights, names = MODELS['ar7']
+    step = step_of(model, state, weights)
+    seqs = one(300, seed=8)
+    w = weights_of(weights)
+    y = seqs.columns['y']
+    lags = np.zeros((300, 8))
+    lags[:, 0] = 1
+    for k in range(1, 8):
+        lags[k:, k] = y[:-k]
+    residual = lags @ w - y
+    loss, grad = sequences.gradient(step, seqs, w, mode=mode, parallel=False)
+    close(loss, np.sum(residual ** 2), np.sum(residual ** 2))
+    close(grad[:, 0], 2 * lags.T @ residual, 2 * np.abs(lags * residual[:, None]).sum(axis=0))
+    assert np.array_equal(sequences.run(step, seqs, w, parallel=False)[1][:, 0], y[::-1][:7])
+
+
+def test_the_same_bits_run_to_run_and_on_any_number_of_threads(thread_count):
+    model, state, weights, names = MODELS['holt_winters']
+    step = step_of(model, state, weights)
+    seqs = one(300_000, seed=5)
+    w = weights_of(weights)
+    found = []
+    for n in (1, 1, 2, 3):
+        thread_count(n)
+        found.append(sequences.gradient(step, seqs, w, parallel=True))
+    for loss, grad in found[1:]:
+        assert np.array_equal(loss, found[0][0]) and np.array_equal(grad, found[0][1])
+
+
+def test_the_same_bits_where_the_matrix_changes_row_by_row(thread_count):
+    """A decay read from a column (exp(−w.k·d.gap)): A_t a matrix a row, products of them in the blocks."""
+    step = step_of('λ(d, w, s) s.level', {'level': {'start': 'w.l0', 'next': 'exp(-w.k*d.x)*s.level + w.a*d.y'}},
+                   {'k': 0.1, 'a': 0.5, 'l0': 1.0})
+    seqs = ragged([40_000, 1, 90_000, 33], ('y', 'x'))
+    seqs.columns['x'][:] = np.abs(seqs.columns['x'])
+    w = np.array([0.1, 0.5, 1.0])
+    found = []
+    for n in (1, 2, 3):
+        thread_count(n)
+        found.append(sequences.gradient(step, seqs, w, parallel=True))
+    for loss, grad in found[1:]:
+        assert np.array_equal(loss, found[0][0]) and np.array_equal(grad, found[0][1])
+    loss, grad = sequences.gradient(step, seqs, w, parallel=False)
+    close(found[0][0], loss, loss)
+    close(found[0][1], grad, np.abs(grad).max(axis=0) + np.abs(seqs.columns['y']).max() ** 2)
+
+
+def test_a_sequence_that_overflows_leaves_the_next_alone():
+    """Two sequences of a recurrence that grows tenfold a row: the first, of 2,000 rows, overflows to inf; the
+    second, of 100, stays finite, as in the reference (the scan cuts the chain at a first row, it does not multiply
+    the state before by 0: inf·0 is NaN)."""
+    step = step_of('λ(d, w, s) s.level', {'level': {'start': 'w.l0', 'next': 'w.g*s.level + d.y'}},
+                   {'g': 10.0, 'l0': 1.0})
+    seqs = sequences.Sequences(columns(('y',), 2100, 4), np.array([0, 2000]), np.array([2000, 100]))
+    w = np.array([10.0, 1.0])
+    with np.errstate(all='ignore'):
+        loss, grad = sequences.gradient(step, seqs, w, parallel=False)
+        scan_loss, scan_grad = sequences.gradient(step, seqs, w, parallel=True)
+    assert not np.isfinite(loss[0]) and np.isfinite(loss[1]) and np.isfinite(scan_loss[1])
+    close(scan_loss[1:], loss[1:], loss[1:])
+    close(scan_grad[:, 1], grad[:, 1], np.abs(grad[:, 1]).max())
+
+
+@pytest.mark.parametrize('model, state', [
+    ('λ(d, w, s) s.h', {'h': {'start': '0', 'next': 'tanh(w.a*s.h + w.b*d.y)'}}),
+    ('λ(d, w, s) s.level + s.trend', {'level': {'start': 'w.a', 'next': 's.level*s.trend + w.b*d.y'},
+                                      'trend': {'start': '1', 'next': 's.trend'}}),
+    # ∂next/∂s reads no state (sign's derivative is 0), yet next is not affine in it
+    ('λ(d, w, s) s.level', {'level': {'start': 'w.a', 'next': 'w.b*d.y + sign(s.level - 5)'}}),
+])
+def test_a_step_that_is_not_linear_runs_in_order(model, state):
+    """The scan is not taken where a next value is not affine in the state: if linear() said it was, the scan's
+    answer (the maps at s = 0) would differ from the reference by far more than rounding."""
+    step = step_of(model, state, {'a': 0.5, 'b': 0.3})
+    assert not scan_linear.linear(step)
+    seqs = one(500)
+    w = np.array([0.5, 0.3])
+    assert all(np.array_equal(x, y) for x, y in zip(sequences.gradient(step, seqs, w),
+                                                      sequences.gradient(step, seqs, w, parallel=False)))
+    assert all(np.array_equal(x, y) for x, y in zip(sequences.gradient(step, seqs, w, parallel=True),
+                                                      sequences.gradient(step, seqs, w, parallel=False)))
+
+
+def test_the_scan_is_taken_for_a_long_sequence_and_not_for_many_short_ones():
+    model, state, weights, names = MODELS['holt_winters']
+    step = step_of(model, state, weights)
+    assert scan_linear.takes(step, one(100_000))
+    assert not scan_linear.takes(step, sequences.Sequences({'y': np.zeros(730 * 2000)},
+                                                           np.arange(2000) * 730, np.full(2000, 730)))
+
+
+def test_memory_past_the_budget_is_refused_before_anything_runs():
+    model, state, weights, names = MODELS['holt_winters']
+    step = step_of(model, state, weights)
+    with pytest.raises(PgadError) as caught:
+        sequences.gradient(step, one(10_000), weights_of(weights), tile_bytes=100_000, parallel=True)
+    assert caught.value.sqlstate == '54000' and 'pgad.memory_limit' in str(caught.value)
+    # budgets of several chunks, the states carried from chunk to chunk: the forward pass's states kept for the
+    # backward one (16 MB), or run again from each chunk's start (4 MB); the same numbers
+    seqs = one(50_000)
+    whole = sequences.gradient(step, seqs, weights_of(weights), parallel=False)
+    for budget, keeps in ((16 << 20, True), (4 << 20, False)):
+        layout = scan_linear._Layout(step, seqs, weights_of(weights), budget, keep=True)
+        assert layout.keep == keeps and len(layout.chunks()) > 2
+        small = sequences.gradient(step, seqs, weights_of(weights), tile_bytes=budget, parallel=True)
+        close(small[0], whole[0], whole[0])
+        close(small[1], whole[1], np.abs(whole[1]).max() + np.abs(seqs.columns['y']).max() ** 2)
+
+
+def test_pgad_train_of_ar7_by_the_scan_matches_statsmodels_autoreg(db):
+    """pgad.train of AR(7) by conditional least squares (the first seven rows' loss masked by the data query, as
+    AutoReg drops them), its gradient by the scan inside the server, against statsmodels' AutoReg(y, 7): the
+    parameters to 1e-6 relative."""
+    import warnings
+    from statsmodels.tsa.ar_model import AutoReg
+    from scipy.signal import lfilter
+    rng = np.random.default_rng(11)
+    y = lfilter([1.0], [1.0, -0.35, -0.2, -0.1, 0.05, -0.1, -0.05, -0.1], 1.0 + rng.normal(0, 1, 3200))[200:]
+    db.execute('CREATE TABLE ar7 (t int, y float8)')
+    with db.cursor().copy('COPY ar7 (t, y) FROM STDIN') as copy:
+        for t, v in enumerate(y, 1):
+            copy.write_row((t, float(v)))
+    model, state, weights, _ = MODELS['ar7']
+    found = db.execute("SELECT weights, converged FROM pgad.train('ar7', %s, 'λ(p, d) d.m*(p - d.y)^2', "
+                       "'SELECT t, y, (t > 7)::int::float8 AS m FROM ar7', %s, order_by => 't', state => %s)",
+                       [model, json.dumps(weights), json.dumps(state)]).fetchone()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        fit = AutoReg(y, 7).fit()
+    assert found[1]
+    got = np.array([found[0]['c'], *[found[0][f'p{k}'] for k in range(1, 8)]])
+    assert got == pytest.approx(fit.params, rel=1e-6)
+
+
+def test_pgad_train_runs_the_scan_on_the_pool_with_the_same_bits(db):
+    """Simple exponential smoothing along 200,000 rows in the server: with pgad.threads = 2 the scan's pieces go to
+    the pool (the split reported at DEBUG2), and the fit is the same bits as with 1."""
+    rng = np.random.default_rng(12)
+    y = 50 + np.cumsum(rng.normal(0, 1, 200_000))
+    db.execute('CREATE TABLE long_ses (t int, y float8)')
+    with db.cursor().copy('COPY long_ses (t, y) FROM STDIN') as copy:
+        for t, v in enumerate(y, 1):
+            copy.write_row((t, float(v)))
+    splits = []
+    db.add_notice_handler(lambda d: splits.append(d.message_primary) if 'threads' in d.message_primary else None)
+    found = {}
+    for n in (1, 2):
+        db.execute(f'SET pgad.threads = {n}')
+        db.execute('SET client_min_messages = debug2')
+        found[n] = db.execute("SELECT weights::text, final_loss FROM pgad.train(%s, 'λ(d, w, s) s.level', "
+                              "'squared', 'SELECT t, y FROM long_ses', '{\"alpha\": 0.5, \"l0\": 50}', "
+                              "order_by => 't', state => %s, iterations => 20)",
+                              [f'long_ses_{n}', json.dumps(SES)]).fetchone()
+        db.execute('RESET client_min_messages')
+        assert any('on 2 threads' in m for m in splits) == (n == 2), splits
+    assert found[1] == found[2]
