@@ -111,3 +111,4 @@ def test_summary_and_importance_refuse_a_sequence_model(db):
     assert e.sqlstate == '0A000' and 'sequence model' in e.message_primary
     e = error_of(db, "SELECT * FROM pgad.importance('refused', 'SELECT day, y FROM refused')")
     assert e.sqlstate == '0A000'
+

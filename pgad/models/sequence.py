@@ -116,20 +116,30 @@ def shown(value, kind):
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
-def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, cache=None):
+def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, memory_limit, cache=None):
     """[descent.Fit of each sequence]: by Newton or L-BFGS all at once (lockstep.py), every call of the recurrence over
     the sequences still running; by the other optimizers one sequence at a time (descent.fit). A WARNING for each
-    sequence that did not converge, naming its group."""
+    sequence that did not converge, naming its group. Lockstep takes as many groups at a time as a quarter of
+    memory_limit holds their optimizer's state."""
     if options['optimizer'] in ('lbfgs', 'newton'):
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'model "{name}": {message}'),
                               options['iterations'], every_iterations=options['progress_every'])
+        newton = options['optimizer'] == 'newton'
+        fitting = lockstep.newton if newton else lockstep.fit
+        p = len(start)
+        # what a group costs lockstep beyond its rows: newton its Hessian and its differences, L-BFGS its pairs
+        per_group = 8 * p * (4 * p + 8 if newton else 2 * descent.MEMORY + 12)
+        batch = max(1, (memory_limit // 4) // per_group)
+        fits = []
+        for begin in range(0, seqs.count, batch):  # as many groups at once as pgad.memory_limit has room for
+            part = sequences.Sequences(seqs.columns, seqs.starts[begin:begin + batch],
+                                       seqs.lengths[begin:begin + batch])
 
-        def objective(w, at):
-            part = sequences.Sequences(seqs.columns, seqs.starts[at], seqs.lengths[at])
-            return sequences.gradient(step, part, w, options['mode'], tile_bytes, options['backend'], cache)
-        fitting = lockstep.newton if options['optimizer'] == 'newton' else lockstep.fit
-        fits = fitting(objective, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, seqs.count)),
-                       seqs.lengths, names, options['iterations'], options['tolerance'], penalty, clock)
+            def objective(w, at, part=part):
+                some = sequences.Sequences(part.columns, part.starts[at], part.lengths[at])
+                return sequences.gradient(step, some, w, options['mode'], tile_bytes, options['backend'], cache)
+            fits += fitting(objective, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, part.count)),
+                            part.lengths, names, options['iterations'], options['tolerance'], penalty, clock)
         for where, fit in zip(wheres, fits):
             if not fit.converged:
                 message, hint = descent.unconverged(options['optimizer'], fit, options['iterations'], penalty)
@@ -268,7 +278,7 @@ def train(name, model_text, loss, data, weights, given, config):
                                np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
     sequences.check_tape(seqs, len(step.states), config.memory_limit)
     fitted = _fit(step, seqs, start, names, options, penalty, [where for where, _ in kept], name,
-                  min(sequences.TILE_BYTES, config.memory_limit // 4), config.cache)
+                  min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
     _, last, predictions = sequences.run(step, seqs, weights, keep='predictions', backend=options['backend'],
                                          cache=config.cache, tile_bytes=min(sequences.TILE_BYTES, config.memory_limit // 4))
