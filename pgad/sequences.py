@@ -265,7 +265,7 @@ def run(step, seqs, weights, keep=None):
         loss[:n] += _rows(values[step.loss], n)
         if predictions is not None:
             predictions[r.first[:n] + t] = _rows(values[step.prediction], n)
-        states[:, :n] = [_rows(values[o], n) for o in step.next] if k else states[:, :n]
+        states[:, :n] = np.array([_rows(values[o], n) for o in step.next]) if k else states[:, :n]
     back = np.empty_like(r.order)
     back[r.order] = np.arange(g)
     return loss[back], states[:, back], predictions
@@ -345,5 +345,5 @@ def _forward(r, tile_bytes):
         grad[:, :n] += jac[0, :p] + np.einsum('kn,kpn->pn', jac[0, p:], tan)
         if k:
             tangent[:, :, :n] = jac[1:, :p] + np.einsum('ijn,jpn->ipn', jac[1:, p:], tan)
-            states[:, :n] = [_rows(values[o], n) for o in step.next]
+            states[:, :n] = np.array([_rows(values[o], n) for o in step.next])
     return loss, grad
