@@ -7,9 +7,9 @@ state reads (exogenous) taken from the data query's first `horizon` rows after t
 Its prediction intervals at `level`:
 - analytic where the model is linear-Gaussian: loss 'squared', and the prediction and every next state linear in
   the state and the label (their derivatives by those read neither). With F_h = ∂next/∂s + ∂next/∂y·∂ŷ/∂s and
-  b_h = ∂next/∂y at step h, the states' covariance goes P_{h+1} = F_h P_h F_hᵀ + σ²·b_h b_hᵀ from P_1 = 0, and the
-  h-step variance is ∂ŷ/∂s P_h ∂ŷ/∂sᵀ + σ² — σ²·Σ_{j<h} c_j², c_j the impulse response — around the point
-  forecast, ± the normal quantile of level times its root. σ² is the stored sigma2, the mean squared one-step error
+  b_h = ∂next/∂y at step h, the states' covariance goes P_{h+1} = F_h P_h F_hᵀ + σ²·b_h b_hᵀ from P_1 = 0,
+  and the h-step variance is ∂ŷ/∂s P_h ∂ŷ/∂sᵀ + σ² — σ²·Σ_{j<h} c_j², c_j the impulse response — around
+  the point forecast, ± the normal quantile of level times its root. σ² is the stored sigma2, the mean squared one-step error
   over the training rows (SSE/n), the divisor of statsmodels' ETSModel (mse = sse/nobs) and AutoReg (sigma2 =
   ssr/nobs, nobs the rows it predicts: all of pgad's rows have a prediction);
 - by simulation otherwise (loss 'squared', a recurrence not linear): `simulations` paths, each step's label the
