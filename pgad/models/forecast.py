@@ -9,9 +9,9 @@ Its prediction intervals at `level`:
   the state and the label (their derivatives by those read neither). With F_h = ∂next/∂s + ∂next/∂y·∂ŷ/∂s and
   b_h = ∂next/∂y at step h, the states' covariance goes P_{h+1} = F_h P_h F_hᵀ + σ²·b_h b_hᵀ from P_1 = 0,
   and the h-step variance is ∂ŷ/∂s P_h ∂ŷ/∂sᵀ + σ² — σ²·Σ_{j<h} c_j², c_j the impulse response — around
-  the point forecast, ± the normal quantile of level times its root. σ² is the stored sigma2, the mean squared one-step error
-  over the training rows (SSE/n), the divisor of statsmodels' ETSModel (mse = sse/nobs) and AutoReg (sigma2 =
-  ssr/nobs, nobs the rows it predicts: all of pgad's rows have a prediction);
+  the point forecast, ± the normal quantile of level times its root. σ² is the stored sigma2, the mean squared
+  one-step error over the training rows (SSE/n), the divisor of statsmodels' ETSModel (mse = sse/nobs) and
+  AutoReg (sigma2 = ssr/nobs, nobs the rows it predicts: all of pgad's rows have a prediction);
 - by simulation otherwise (loss 'squared', a recurrence not linear): `simulations` paths, each step's label the
   prediction plus a normal error of variance σ² (numpy's Generator seeded by `seed`), the bounds the empirical
   quantiles of the paths' values at each step; the value is still the point forecast (the errors set to 0);
