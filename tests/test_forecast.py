@@ -179,6 +179,26 @@ def test_evaluate_runs_one_step_ahead_from_the_last_state_with_the_actual_labels
     assert e.sqlstate == '22000' and 'after the training' in e.message_primary
 
 
+def test_evaluate_of_groups_counts_a_group_the_model_lacks_and_each_group_starts_from_its_own_state(db):
+    a, b = series(60, seed=1), series(60, seed=2) + 30
+    load(db, 'f_evg', [a[:50], b[:50]])
+    train(db, 'f_evg', 'f_evg', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}', group_by='g')
+    load(db, 'f_evg_all', [a, b, a])
+    found = {(r[0]['g'], r[1]): r[2] for r in db.execute(
+        "SELECT group_key, metric, value FROM pgad.evaluate('f_evg', 'SELECT * FROM f_evg_all')")}
+    stored = {r[0]['g']: (r[1], r[2]) for r in db.execute(
+        "SELECT group_key, weights, options FROM pgad.models WHERE name = 'f_evg'")}
+    for g, y in ((0, a), (1, b)):
+        w, options = stored[g]
+        level, errors = options['last_state']['level'], []
+        for v in y[50:]:
+            errors.append(v - level)
+            level += w['alpha'] * (v - level)
+        assert found[g, 'rows'] == 10 and found[g, 'earlier_rows'] == 50
+        assert found[g, 'mse'] == pytest.approx(np.mean(np.square(errors)), rel=1e-12)
+    assert found[2, 'unseen_rows'] == 60 and (2, 'rows') not in found
+
+
 def test_bad_arguments_are_clear_errors_and_nulls_give_no_rows(db):
     y = series(40)
     load(db, 'f_bad', [y])
