@@ -137,8 +137,8 @@ def test_a_model_with_an_exogenous_column_takes_it_from_the_data_per_group(db):
         db.cursor().executemany('INSERT INTO f_arx_future VALUES (%s, %s, %s)',
                        [(g, str(np.datetime64('2024-01-01') + k), float(x[k])) for k in range(90, 140)])
     state = '{"l1": {"start": "w.s1", "next": "d.y"}}'
-    weights = train(db, 'f_arx', 'f_arx', 'λ(d, w, s) w.c + w.a*s.l1 + w.b*d.x', state,
-                    '{"c": 0, "a": 0, "b": 0, "s1": 0}', group_by='g')[0]
+    train(db, 'f_arx', 'f_arx', 'λ(d, w, s) w.c + w.a*s.l1 + w.b*d.x', state, '{"c": 0.5, "a": 0.3, "b": 2, "s1": 0}',
+          group_by='g')
     rows = db.execute("SELECT group_key, step, value FROM pgad.forecast('f_arx', 5, "
                       "'SELECT g, day, x FROM f_arx_future') ORDER BY group_key, step").fetchall()
     assert [(r[0], r[1]) for r in rows] == [({'g': g}, s) for g in range(2) for s in range(1, 6)]
@@ -154,7 +154,6 @@ def test_a_model_with_an_exogenous_column_takes_it_from_the_data_per_group(db):
     assert e.sqlstate == '22023' and 'column \'x\'' in e.message_primary
     e = error_of(db, "SELECT * FROM pgad.forecast('f_arx', 41, 'SELECT g, day, x FROM f_arx_future')")
     assert e.sqlstate == '22023' and 'group {"g": 0}' in e.message_primary and '40 rows' in e.message_primary
-    del weights
 
 
 def test_evaluate_runs_one_step_ahead_from_the_last_state_with_the_actual_labels(db):

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import arguments, calls, limits, python_backend, sequences, server
 from ..errors import PgadError
-from ..lang import dag, parser
+from ..lang import dag
 from . import catalog, objective, sequence
 
 LABEL = '\x00label'     # the label column read as a weight (the prediction, or the actual label), in Forecaster's graph
