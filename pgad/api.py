@@ -10,8 +10,8 @@ import numpy as np
 
 from . import arguments, calls, categorical, explain as explaining, loader, program, server, shards
 from .calls import settings
-from .models import catalog, descent, evaluate as evaluating, importance as importing, initial, \
-    summary as summarizing, training
+from .models import catalog, descent, evaluate as evaluating, forecast as forecasting, importance as importing, \
+    initial, summary as summarizing, training
 from .errors import PgadError
 from .lang import hessian as second, printer, tensors, vectors
 
@@ -155,6 +155,14 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
 def evaluate(name, data):
     """pgad.evaluate: the metrics of model `name` on the data, (group_key, metric, value) rows (models/evaluate.py)."""
     return evaluating.evaluate(name, data, settings())
+
+
+@server.entry
+def forecast(name, horizon, data=None, level=0.95, simulations=1000, seed=0):
+    """pgad.forecast: model `name`'s recurrence run `horizon` steps past its last row, (group_key, step, value,
+    lower, upper) rows (models/forecast.py)."""
+    return forecasting.forecast(name, horizon, data, level, simulations, seed, settings())
+
 
 @server.entry
 def importance(name, data, permutation=False, seed=None):

@@ -26,6 +26,9 @@ TRAIN = "SELECT pgad.train('{}', %s, '{}', '{}', %s, iterations => 1)"
 LINE, VECTOR_MODEL = 'λ(d, w) w.a*d.x + w.b', 'λ(d, w) dot(w.a, d.v) + w.c'
 CLASSES = 'SELECT x, (x > 5)::int AS y FROM points'
 VECTORS = 'SELECT ARRAY[x, 1]::float8[] AS v, y FROM points'
+SES = '{"level": {"start": "w.l0", "next": "s.level + w.alpha*(d.y - s.level)"}}'
+SEQUENCE = [("SELECT pgad.train('sq', 'λ(d, w, s) s.level', 'squared', 'SELECT x AS t, y FROM points', %s, "
+             "order_by => 't', state => %s, iterations => 1)", ('{"alpha": 0.5, "l0": 0}', SES))]
 SHARDED = 'SELECT * FROM pgad.train(\'m\', \'λ(d, w) w.a*d.x\', \'squared\', \'sharded\', \'{{"a": 0}}\'{})'
 
 
@@ -286,6 +289,19 @@ CALLS = {
     'likelihood => true takes a loss that is a negative log-likelihood, not loss "hinge"':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', 'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y "
              "FROM points', %s, likelihood => true)", '{"a": 0}'),
+    # pgad.forecast and pgad.evaluate of a sequence model (docs/sql.md, "Forecasts")
+    'model "m" is not a sequence model':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, iterations => 1)", '{"a": 0}')
+        + call("SELECT * FROM pgad.forecast('m', 3)"),
+    'horizon must be at least 1, not 0': SEQUENCE + call("SELECT * FROM pgad.forecast('sq', 0)"),
+    'a forecast of 2000000000 steps for 1 group needs 488281 MB, more than pgad.memory_limit (…)':
+        SEQUENCE + call("SELECT * FROM pgad.forecast('sq', 2000000000)"),
+    "the data has 0 rows after the training's last row, fewer than the horizon (3)":
+        call("SELECT pgad.train('sqx', 'λ(d, w, s) s.level + w.b*d.x', 'squared', 'SELECT x AS t, x, y FROM points', "
+             "%s, order_by => 't', state => %s, iterations => 1)", '{"alpha": 0.5, "l0": 0, "b": 0}', SES)
+        + call("SELECT * FROM pgad.forecast('sqx', 3, 'SELECT x AS t, x FROM points')"),
+    "the data has no rows after the training's last row":
+        SEQUENCE + call("SELECT * FROM pgad.evaluate('sq', 'SELECT x AS t, y FROM points')"),
 }
 ELSEWHERE = {
     'column "color" of a categorical weight is of type …, which role "…" owns':

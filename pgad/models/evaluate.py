@@ -28,7 +28,7 @@ from .. import categorical, limits, loader, program, server
 from ..python_backend import values
 from ..errors import PgadError
 from ..lang import parser, vectors
-from . import catalog, objective
+from . import catalog, forecast, objective
 
 SOFTMAX = 'softmax'
 
@@ -177,6 +177,8 @@ def evaluate(name, data, config):
     first = stored[0]
     options = json.loads(first['options'])
     label = options.get('label', 'y')
+    if 'order_by' in options:  # a sequence model: one step ahead from its last state
+        return forecast.evaluate(name, data, config, stored, METRICS)
     if first['loss'] == SOFTMAX:
         return _softmax(name, data, config, stored, options, label)
     classes = options.get('classes')  # a 'logistic' label of two classes: coded 1 or 2, the loss reads it less 1

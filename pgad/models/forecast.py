@@ -1,0 +1,328 @@
+"""pgad.forecast and pgad.evaluate of a sequence model (docs/sql.md, "Forecasts"): the recurrence run on from each
+group's stored last state (models/sequence.py stores it).
+
+A forecast runs `horizon` steps past the last training row with the model's own prediction standing in for the
+label column (d.<label> := the prediction, in the next-state expressions), the other columns the model or its
+state reads (exogenous) taken from the data query's first `horizon` rows after the training's last row, per group.
+Its prediction intervals at `level`:
+- analytic where the model is linear-Gaussian: loss 'squared', and the prediction and every next state linear in
+  the state and the label (their derivatives by those read neither). With F_h = ∂next/∂s + ∂next/∂y·∂ŷ/∂s and
+  b_h = ∂next/∂y at step h, the states' covariance goes P_{h+1} = F_h P_h F_hᵀ + σ²·b_h b_hᵀ from P_1 = 0,
+  and the h-step variance is ∂ŷ/∂s P_h ∂ŷ/∂sᵀ + σ² — σ²·Σ_{j<h} c_j², c_j the impulse response — around
+  the point forecast, ± the normal quantile of level times its root. σ² is the stored sigma2, the mean squared
+  one-step error over the training rows (SSE/n), the divisor of statsmodels' ETSModel (mse = sse/nobs) and
+  AutoReg (sigma2 = ssr/nobs, nobs the rows it predicts: all of pgad's rows have a prediction);
+- by simulation otherwise (loss 'squared', a recurrence not linear): `simulations` paths, each step's label the
+  prediction plus a normal error of variance σ² (numpy's Generator seeded by `seed`), the bounds the empirical
+  quantiles of the paths' values at each step; the value is still the point forecast (the errors set to 0);
+- none for any other loss, which gives no σ: the bounds are NULL, and a NOTICE says why.
+
+pgad.evaluate of a sequence model (evaluate() below) runs from each group's last state along the data's rows after
+the training's last row, the state updated with the actual label: one-step-ahead errors.
+"""
+import datetime
+import json
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+from .. import arguments, calls, limits, python_backend, sequences, server
+from ..errors import PgadError
+from ..lang import dag
+from . import catalog, objective, sequence
+
+LABEL = '\x00label'     # the label column read as a weight (the prediction, or the actual label), in Forecaster's graph
+ROW_BYTES = 256         # what one row of pgad.forecast's result costs, counted against pgad.memory_limit
+
+
+class Forecaster:
+    """A stored sequence model's step with the label column read as the weight LABEL: its prediction, next states
+    and their derivatives by the state and the label (for the analytic intervals), as nodes of one graph."""
+
+    def __init__(self, name, stored, config):
+        first = stored[0]
+        self.options = options = json.loads(first['options'])
+        if 'order_by' not in options:
+            raise PgadError('0A000', f'model "{name}" is not a sequence model',
+                            hint='pgad.forecast runs a model trained with order_by and state.')
+        self.label, self.loss = options.get('label', 'y'), first['loss']
+        step, model, _, w, _, _ = sequence.step_of(first['model'], first['loss'], self.label,
+                                                   json.dumps(options['state']), first['weights'], config.limits,
+                                                   config.memory_limit)
+        self.step, self.names = step, list(w)
+        graph, values = dag.Graph(step.graph.max_nodes), {}
+        graph.exact = step.graph.exact
+        for i in step.graph.ancestors([step.loss, step.prediction, *step.next]):
+            node = step.graph.nodes[i]
+            if node.op == 'column' and node.value == self.label:
+                values[i] = graph.weight(LABEL)
+            elif node.op == 'const':
+                values[i] = graph.const(node.value)
+            elif node.op == 'column':
+                values[i] = graph.column(node.value)
+            elif node.op == 'weight':
+                values[i] = graph.weight(node.value)
+            else:
+                values[i] = graph.apply(node.op, *[values[a] for a in node.args])
+        self.graph = graph
+        self.loss_node = values[step.loss].id
+        self.prediction = values[step.prediction].id
+        self.next = [values[n].id for n in step.next]
+        if _reads(graph, [self.prediction], {LABEL}):
+            raise PgadError('0A000', f'the prediction of model "{name}" reads its label column "{self.label}"',
+                            hint='A forecast predicts the label: the model reads the label only through its state.')
+        read = [graph.nodes[i].value for i in graph.ancestors([self.prediction, *self.next])
+                if graph.nodes[i].op == 'column']
+        self.exogenous = list(dict.fromkeys(read))
+        self.read = [c for c in step.columns if c != self.label] + ([self.label] if self.label in step.columns
+                                                                      else [])
+        self.weights = {r['group_key']: self.vector(r['weights'], model, config) for r in stored}
+        self.options_of = {r['group_key']: json.loads(r['options']) for r in stored}
+
+    def vector(self, text, model, config):
+        given = arguments.weights(text, model, config.memory_limit)
+        return calls.vector_of({n: given[n] for n in self.names})
+
+    def linear(self):
+        """Whether the prediction and each next state are linear in the state and the label, with the nodes of
+        (∂ŷ/∂s, ∂next/∂s, ∂next/∂y) when they are."""
+        by = [sequences.STATE + f for f in self.step.states]
+        found = [sequences._gradient(self.graph, root, [*by, LABEL]) for root in [self.prediction, *self.next]]
+        if any(_reads(self.graph, row, {*by, LABEL}) for row in found):
+            return None
+        return found
+
+    def plan(self, roots):
+        return python_backend.steps(self.graph, list(roots), _Names(), _Names())[2]
+
+    def inputs(self, columns, states, weights, label):
+        """The plan's (columns, weights) for n paths: weights P × n, states K × n."""
+        found = {e: weights[k] for k, e in enumerate(self.step.weights)}
+        found.update({sequences.STATE + f: states[k] for k, f in enumerate(self.step.states)})
+        found[LABEL] = label
+        return columns, found
+
+
+class _Names(dict):
+    def __getitem__(self, name):
+        return name
+
+
+def _reads(graph, roots, names):
+    """Whether any of roots reads a weight of names."""
+    return any(graph.nodes[i].op == 'weight' and graph.nodes[i].value in names for i in graph.ancestors(list(roots)))
+
+
+def _rows(value, n):
+    return np.broadcast_to(np.asarray(value, dtype=np.float64), (n,))
+
+
+def order_value(text, kind):
+    """The stored last_order (the text sequence.shown wrote) as the float8 the loader reads the order column as."""
+    if kind == 'date':
+        return float((datetime.date.fromisoformat(text) - datetime.date(2000, 1, 1)).days)
+    if kind.startswith('timestamp'):
+        moment = datetime.datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+        return moment.timestamp()
+    return float(text)
+
+
+def _after(name, data, fc, columns, config):
+    """{group key: (its columns' arrays, rows after the training's last row; how many rows at or before it)} of the
+    data, each group's rows in order (ties an error, as in training), a row with NULL in a column read skipped."""
+    options = fc.options
+    group_types, groups, kind = sequence.load(data, columns, options['order_by'], options.get('group_by') or [],
+                                              config.memory_limit)
+    found = {}
+    for group in groups:
+        key = group.key if options.get('group_by') else None
+        if key not in fc.options_of:
+            found[key] = (None, len(group.order), group.skipped)
+            continue
+        last = order_value(fc.options_of[key]['last_order'], fc.options_of[key].get('order_type', kind))
+        later = group.order > last
+        found[key] = ({c: v[later] for c, v in group.columns.items()}, int(np.sum(~later)), group.skipped)
+    return found
+
+
+def forecast(name, horizon, data, level, simulations, seed, config):
+    """pgad.forecast's rows, (group_key as jsonb text or None, step, value, lower, upper)."""
+    if name is None or horizon is None or level is None or simulations is None or seed is None:
+        return []
+    if horizon < 1:
+        raise PgadError('22023', f'horizon must be at least 1, not {horizon}', hint='Forecast 1 or more steps.')
+    if not 0 < level < 1:
+        raise PgadError('22023', f'level must be between 0 and 1, not {level}',
+                        hint='Give the coverage of the intervals as a fraction: level => 0.95.')
+    if simulations < 1:
+        raise PgadError('22023', f'simulations must be at least 1, not {simulations}',
+                        hint='Simulate 1000 paths (the default), or more for steadier bounds.')
+    stored = catalog.rows(name)
+    fc = Forecaster(name, stored, config)
+    keys = [r['group_key'] for r in stored]
+    g, k = len(keys), len(fc.step.states)
+    need = g * horizon * (ROW_BYTES + 8 * len(fc.exogenous))
+    if need > config.memory_limit:
+        raise PgadError('54000', f'a forecast of {horizon} steps for {g} group{"s" * (g != 1)} needs {need >> 20} MB, '
+                                 f'more than pgad.memory_limit ({config.memory_limit >> 20} MB)',
+                        hint='Forecast fewer steps, or have a superuser raise pgad.memory_limit.')
+    columns = _future(name, data, fc, keys, horizon, config)
+    sigma2 = np.array([fc.options_of[key].get('sigma2', math.nan) for key in keys])
+    how = 'none' if not len(sigma2) or np.isnan(sigma2).any() or objective.base(fc.loss) != 'squared' else \
+        'analytic' if fc.linear() is not None else 'simulation'
+    if how == 'none':
+        server.notice(f'model "{name}" has no prediction intervals: its loss \'{fc.loss}\' gives no variance of the '
+                      'one-step error (only loss \'squared\' does); lower and upper are NULL')
+    if how == 'simulation':
+        paths = g * simulations * (8 * (len(fc.graph.nodes) + k + len(fc.step.weights) + 2))
+        if paths > config.memory_limit:
+            raise PgadError('54000', f'{simulations} simulated paths for {g} group{"s" * (g != 1)} need '
+                                     f'{paths >> 20} MB, more than pgad.memory_limit ({config.memory_limit >> 20} MB)',
+                            hint='Simulate fewer paths, or have a superuser raise pgad.memory_limit.')
+    weights = np.array([fc.weights[key] for key in keys]).T.reshape(len(fc.step.weights), g)
+    states = np.array([[fc.options_of[key]['last_state'][f] for key in keys] for f in fc.step.states]).reshape(k, g)
+    values, variance = _paths(fc, columns, weights, states, horizon, sigma2, how == 'analytic')
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    if how == 'analytic':
+        half = z * np.sqrt(variance)
+        lower, upper = values - half, values + half
+    elif how == 'simulation':
+        lower, upper = _simulated(fc, columns, weights, states, horizon, sigma2, level, simulations, seed)
+    else:
+        lower = upper = np.full_like(values, None, dtype=object)
+    return [(key, h + 1, float(values[h, j]), _number(lower[h, j]), _number(upper[h, j]))
+            for j, key in enumerate(keys) for h in range(horizon)]
+
+
+def _number(value):
+    return None if value is None else float(value)
+
+
+def _future(name, data, fc, keys, horizon, config):
+    """{exogenous column: horizon × G array}: each group's first horizon rows of the data after its last row."""
+    if not fc.exogenous:
+        return {}
+    if data is None:
+        raise PgadError('22023', f'model "{name}" reads {", ".join(f"column {c!r}" for c in fc.exogenous)} '
+                                 'beside its state: a forecast takes their future values from data',
+                        hint=f'Give data => \'SELECT {fc.options["order_by"]}, {", ".join(fc.exogenous)} FROM …\', '
+                             f'with at least the horizon\'s rows after the training\'s last row.')
+    found = _after(name, data, fc, fc.exogenous, config)
+    out = {c: np.empty((horizon, len(keys))) for c in fc.exogenous}
+    for j, key in enumerate(keys):
+        columns, _, _ = found.get(key, (None, 0, 0))
+        rows = 0 if columns is None else len(columns[fc.exogenous[0]])
+        if rows < horizon:
+            where = f' of group {key}' if key is not None else ''
+            raise PgadError('22023', f'the data has {rows} row{"s" * (rows != 1)}{where} after the training\'s '
+                                     f'last row, fewer than the horizon ({horizon})',
+                            detail=f'The training\'s last row{where} is at {fc.options_of[key]["last_order"]}.',
+                            hint=f'Give the future values of {", ".join(fc.exogenous)} for every step.')
+        for c in fc.exogenous:
+            out[c][:, j] = columns[c][:horizon]
+    return out
+
+
+def _paths(fc, columns, weights, states, horizon, sigma2, analytic):
+    """(the point forecasts, horizon × G; their variances, horizon × G, where analytic, else None): the recurrence
+    with the prediction for the label, the states' covariance carried by the step's Jacobians."""
+    g, k = weights.shape[1], len(fc.step.states)
+    jac = fc.linear() if analytic else None
+    flat = [n for row in jac for n in row] if jac else []
+    prediction = fc.plan([fc.prediction])
+    after = fc.plan([*fc.next, *flat])
+    values = np.empty((horizon, g))
+    variance = np.empty((horizon, g)) if jac else None
+    cov = np.zeros((g, k, k))
+    for h in range(horizon):
+        limits.tick(g)
+        at = {c: v[h] for c, v in columns.items()}
+        y = _rows(python_backend.evaluate(prediction, *fc.inputs(at, states, weights, 0.0))[fc.prediction], g)
+        values[h] = y
+        found = python_backend.evaluate(after, *fc.inputs(at, states, weights, y))
+        if jac:
+            c = np.array([_rows(found[n], g) for n in jac[0][:k]]).reshape(k, g).T
+            variance[h] = np.einsum('gi,gij,gj->g', c, cov, c) + sigma2
+            a = np.array([[_rows(found[n], g) for n in row[:k]] for row in jac[1:]]).reshape(k, k, g)
+            b = np.array([_rows(found[row[k]], g) for row in jac[1:]]).reshape(k, g)
+            f = np.transpose(a, (2, 0, 1)) + np.einsum('ig,gj->gij', b, c)
+            cov = f @ cov @ np.transpose(f, (0, 2, 1)) + sigma2[:, None, None] * np.einsum('ig,jg->gij', b, b)
+        states = np.array([_rows(found[n], g) for n in fc.next]).reshape(k, g)
+    return values, variance
+
+
+def _simulated(fc, columns, weights, states, horizon, sigma2, level, simulations, seed):
+    """(lower, upper), horizon × G: the empirical quantiles at each step of `simulations` paths whose labels are the
+    prediction plus a normal error of variance sigma2, drawn by numpy's Generator seeded by seed."""
+    g, k, s = weights.shape[1], len(fc.step.states), simulations
+    rng = np.random.default_rng(seed % (1 << 64))
+    weights = np.repeat(weights, s, axis=1)       # group j's paths are columns j·s … j·s + s − 1
+    states = np.repeat(states, s, axis=1)
+    sigma = np.repeat(np.sqrt(sigma2), s)
+    plan = fc.plan([fc.prediction])
+    after = fc.plan(fc.next)
+    lower, upper = np.empty((horizon, g)), np.empty((horizon, g))
+    for h in range(horizon):
+        limits.tick(g * s)
+        at = {c: np.repeat(v[h], s) for c, v in columns.items()}
+        y = _rows(python_backend.evaluate(plan, *fc.inputs(at, states, weights, 0.0))[fc.prediction], g * s)
+        y = y + sigma * rng.standard_normal(g * s)
+        bounds = np.quantile(y.reshape(g, s), [(1 - level) / 2, (1 + level) / 2], axis=1)
+        lower[h], upper[h] = bounds
+        found = python_backend.evaluate(after, *fc.inputs(at, states, weights, y))
+        states = np.array([_rows(found[n], g * s) for n in fc.next]).reshape(k, g * s)
+    return lower, upper
+
+
+def evaluate(name, data, config, stored, metrics_of):
+    """pgad.evaluate's rows for a sequence model, (group_key, metric, value): from each group's last state along the
+    data's rows after the training's last row, in order, the state updated with the actual label (one step ahead):
+    rows, loss (the mean objective), the loss's metrics; earlier_rows (rows at or before the training's last row,
+    left out), skipped_rows (a NULL in a column read); unseen_rows of a group the model does not have. metrics_of:
+    evaluate.METRICS, the metrics of each named loss; of loss 'squared' mse, rmse and mae (no r2: the data's mean
+    is no forecast the model could have made)."""
+    fc = Forecaster(name, stored, config)
+    found = _after(name, data, fc, fc.read, config)
+    kind, parameter = objective.named(fc.loss) or (None, None)
+    metrics = metrics_of.get(kind, {})
+    metrics = metrics(parameter) if callable(metrics) else metrics
+    if kind == 'squared':
+        metrics = {m: metrics[m] for m in ('mse', 'rmse', 'mae')}
+    if fc.label not in fc.read:
+        metrics = {}
+    plan = fc.plan([fc.prediction, fc.loss_node, *fc.next])
+    out = []
+    for key in sorted(found, key=lambda key: (key is not None, key)):
+        columns, earlier, skipped = found[key]
+        if columns is None:
+            out.append((key, 'unseen_rows', float(earlier)))
+            continue
+        n = len(next(iter(columns.values()))) if columns else 0
+        out.append((key, 'rows', float(n)))
+        if n:
+            k = len(fc.step.states)
+            w = fc.weights[key].reshape(-1, 1)
+            state = np.array([fc.options_of[key]['last_state'][f] for f in fc.step.states]).reshape(k, 1)
+            z, per_row = np.empty(n), np.empty(n)
+            label = columns.get(fc.label, np.full(n, math.nan))
+            for t in range(n):
+                limits.tick(1)
+                at = {c: v[t:t + 1] for c, v in columns.items() if c != fc.label}
+                values = python_backend.evaluate(plan, *fc.inputs(at, state, w, label[t:t + 1]))
+                z[t], per_row[t] = _rows(values[fc.prediction], 1)[0], _rows(values[fc.loss_node], 1)[0]
+                state = np.array([_rows(values[o], 1) for o in fc.next]).reshape(k, 1)
+            out.append((key, 'loss', float(np.mean(per_row))))
+            for metric, rule in metrics.items():
+                with np.errstate(over='ignore'):
+                    value = rule(label, z)
+                out.append((key, metric, None if value is None else float(value)))
+        out.append((key, 'earlier_rows', float(earlier)))
+        out.append((key, 'skipped_rows', float(skipped)))
+    if not any(m == 'rows' and v for _, m, v in out):
+        raise PgadError('22000', 'the data has no rows after the training\'s last row',
+                        hint=f'pgad.evaluate scores sequence model "{name}" one step ahead on the rows after the ones '
+                             'it was trained on.')
+    return out

@@ -1,0 +1,276 @@
+"""Forecasts of sequence models (issue 37, part 3), on a real server: pgad.forecast's values and analytic intervals
+against statsmodels' ETSModel (simple and Holt, additive error) and AutoReg at the same parameters, the simulated
+intervals against the analytic ones, exogenous columns from a query, and pgad.evaluate one step ahead."""
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import psycopg
+import pytest
+
+from conftest import error_of
+
+SES = '{"level": {"start": "w.l0", "next": "s.level + w.alpha*(d.y - s.level)"}}'
+HOLT = ('{"level": {"start": "w.l0", "next": "s.level + s.trend + w.alpha*(d.y - s.level - s.trend)"}, '
+        '"trend": {"start": "w.b0", "next": "s.trend + w.beta*(d.y - s.level - s.trend)"}}')
+AR2 = '{"l1": {"start": "w.s1", "next": "d.y"}, "l2": {"start": "w.s2", "next": "s.l1"}}'
+H = 12
+
+
+def series(n=120, seed=3):
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    return 50 + 0.3 * t + np.cumsum(rng.normal(0, 1, n)) + rng.normal(0, 2, n)
+
+
+def load(db, table, groups, x=None):
+    db.execute(f'DROP TABLE IF EXISTS {table}')
+    db.execute(f'CREATE TABLE {table} (g int, day date, y float8, x float8)')
+    with db.cursor().copy(f'COPY {table} (g, day, y, x) FROM STDIN') as copy:
+        for g, ys in enumerate(groups):
+            for k, v in enumerate(ys):
+                copy.write_row((g, str(np.datetime64('2024-01-01') + k), None if v is None else float(v),
+                                None if x is None else float(x[k])))
+
+
+def train(db, name, table, model, state, weights, **more):
+    """The model stored near its starting weights (one step of plain descent, learning rate 1e-9): the forecasts
+    are checked at whatever weights it has, and a full fit of the python reference backend takes minutes."""
+    more = dict(optimizer='gd', learning_rate=1e-9, iterations=1, **more)
+    extra = ''.join(f', {k} => %({k})s' for k in more)
+    return db.execute(f"SELECT weights, options FROM pgad.train(%(name)s, %(model)s, 'squared', %(data)s, "
+                      f"%(weights)s, order_by => 'day', state => %(state)s{extra})",
+                      dict(name=name, model=model, data=f'SELECT * FROM {table}', weights=weights, state=state,
+                           **more)).fetchone()
+
+
+def forecast(db, name, horizon=H, **more):
+    extra = ''.join(f', {k} => %({k})s' for k in more)
+    return db.execute(f'SELECT group_key, step, value, lower, upper FROM pgad.forecast(%(name)s, %(h)s{extra}) '
+                      'ORDER BY group_key, step', dict(name=name, h=horizon, **more)).fetchall()
+
+
+def columns(rows):
+    return [np.array([r[k] for r in rows], dtype=float) for k in (2, 3, 4)]
+
+
+def test_simple_exponential_smoothing_forecast_matches_statsmodels_ets(db):
+    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+    y = series()
+    load(db, 'f_ses', [y])
+    weights, options = train(db, 'f_ses', 'f_ses', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    value, lower, upper = columns(forecast(db, 'f_ses'))
+    fit = ETSModel(pd.Series(y), error='add').smooth([weights['alpha'], weights['l0']])
+    assert options['sigma2'] == pytest.approx(fit.mse, rel=1e-9)  # the same divisor: SSE over all n rows
+    frame = fit.get_prediction(start=len(y), end=len(y) + H - 1).summary_frame(alpha=0.05)
+    assert value == pytest.approx(frame['mean'].to_numpy(), rel=1e-9)
+    assert lower == pytest.approx(frame['pi_lower'].to_numpy(), rel=1e-6)
+    assert upper == pytest.approx(frame['pi_upper'].to_numpy(), rel=1e-6)
+    assert upper[-1] - lower[-1] > upper[0] - lower[0]  # the interval widens with the step
+
+
+def test_holt_forecast_matches_statsmodels_ets_at_level_80(db):
+    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+    y = series(seed=5)
+    load(db, 'f_holt', [y])
+    weights, options = train(db, 'f_holt', 'f_holt', 'λ(d, w, s) s.level + s.trend', HOLT,
+                             '{"alpha": 0.5, "beta": 0.1, "l0": 50, "b0": 0}')
+    value, lower, upper = columns(forecast(db, 'f_holt', level=0.8))
+    fit = ETSModel(pd.Series(y), error='add', trend='add').smooth([weights[k] for k in ('alpha', 'beta', 'l0', 'b0')])
+    assert options['sigma2'] == pytest.approx(fit.mse, rel=1e-9)
+    frame = fit.get_prediction(start=len(y), end=len(y) + H - 1).summary_frame(alpha=0.2)
+    assert value == pytest.approx(frame['mean'].to_numpy(), rel=1e-9)
+    assert lower == pytest.approx(frame['pi_lower'].to_numpy(), rel=1e-6)
+    assert upper == pytest.approx(frame['pi_upper'].to_numpy(), rel=1e-6)
+
+
+def ar2_at(y, weights, sigma2):
+    """statsmodels' AutoReg(2) results at pgad's parameters and σ²."""
+    from statsmodels.tsa.ar_model import AutoReg
+    fit = AutoReg(y, 2).fit()
+    fit._results._params = np.array([weights['c'], weights['a1'], weights['a2']])
+    fit._results.sigma2 = sigma2
+    return fit
+
+
+def test_autoregression_forecast_matches_statsmodels_autoreg(db):
+    y = series(seed=7)
+    load(db, 'f_ar', [y])
+    weights, options = train(db, 'f_ar', 'f_ar', 'λ(d, w, s) w.c + w.a1*s.l1 + w.a2*s.l2', AR2,
+                             '{"c": 0, "a1": 0.5, "a2": 0, "s1": 50, "s2": 50}')
+    value, lower, upper = columns(forecast(db, 'f_ar'))
+    fit = ar2_at(y, weights, options['sigma2'])
+    frame = fit.get_prediction(start=len(y), end=len(y) + H - 1).summary_frame(alpha=0.05)
+    assert value == pytest.approx(frame['mean'].to_numpy(), rel=1e-9)
+    assert lower == pytest.approx(frame['mean_ci_lower'].to_numpy(), rel=1e-6)
+    assert upper == pytest.approx(frame['mean_ci_upper'].to_numpy(), rel=1e-6)
+
+
+def test_simulated_intervals_of_a_nonlinear_model_near_the_analytic_ones_of_the_same_recurrence(db):
+    """The same SES written nonlinearly in the state (s.level*1 through exp(ln(…)) would be folded; a product of the
+    state with itself divided by itself is not), so pgad simulates: 4000 paths, seeded, within Monte-Carlo error."""
+    y = series()
+    load(db, 'f_sim', [y])
+    train(db, 'f_sim', 'f_sim', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    nonlinear = SES.replace('"s.level + w.alpha', '"s.level*s.level/s.level + w.alpha')
+    train(db, 'f_sim2', 'f_sim', 'λ(d, w, s) s.level', nonlinear, '{"alpha": 0.5, "l0": 50}')
+    value, lower, upper = columns(forecast(db, 'f_sim'))
+    rows = forecast(db, 'f_sim2', simulations=20000, seed=11)
+    v2, l2, u2 = columns(rows)
+    assert v2 == pytest.approx(value, rel=1e-8)  # one step of descent from the same start: weights 1e-9 apart
+    # the 2.5% quantile of 20000 normal draws has a standard error of √(0.025·0.975/20000)/φ(1.96) = 0.019σ_h:
+    # 0.08σ_h is 4 of them
+    sigma_h = (upper - lower) / (2 * 1.959963984540054)
+    assert np.all(np.abs(l2 - lower) < 0.08 * sigma_h) and np.all(np.abs(u2 - upper) < 0.08 * sigma_h)
+    assert forecast(db, 'f_sim2', simulations=20000, seed=11) == rows  # the seed fixes the draws
+    assert forecast(db, 'f_sim2', simulations=20000, seed=12) != rows
+
+
+def test_a_model_with_an_exogenous_column_takes_it_from_the_data_per_group(db):
+    rng = np.random.default_rng(2)
+    x = rng.normal(0, 1, 140)
+    groups = [10 + 2 * x[:140] + rng.normal(0, 0.5, 140), -5 + 2 * x[:140] + rng.normal(0, 0.5, 140)]
+    load(db, 'f_arx', [g[:100] for g in groups], x)
+    db.execute('CREATE TABLE f_arx_future AS SELECT g, day, x FROM f_arx WHERE false')
+    for g in range(2):
+        db.cursor().executemany('INSERT INTO f_arx_future VALUES (%s, %s, %s)',
+                       [(g, str(np.datetime64('2024-01-01') + k), float(x[k])) for k in range(90, 140)])
+    state = '{"l1": {"start": "w.s1", "next": "d.y"}}'
+    train(db, 'f_arx', 'f_arx', 'λ(d, w, s) w.c + w.a*s.l1 + w.b*d.x', state, '{"c": 0.5, "a": 0.3, "b": 2, "s1": 0}',
+          group_by='g')
+    rows = db.execute("SELECT group_key, step, value FROM pgad.forecast('f_arx', 5, "
+                      "'SELECT g, day, x FROM f_arx_future') ORDER BY group_key, step").fetchall()
+    assert [(r[0], r[1]) for r in rows] == [({'g': g}, s) for g in range(2) for s in range(1, 6)]
+    stored = {r[0]['g']: (r[1], r[2]) for r in db.execute(
+        "SELECT group_key, weights, options FROM pgad.models WHERE name = 'f_arx'")}
+    for g in range(2):
+        w, options = stored[g]
+        level = options['last_state']['l1']
+        for step in range(5):  # the rows after day 100 (the data's rows 90…99 are the training's: left out)
+            level = w['c'] + w['a'] * level + w['b'] * x[100 + step]
+            assert rows[g * 5 + step][2] == pytest.approx(level, rel=1e-12)
+    e = error_of(db, "SELECT * FROM pgad.forecast('f_arx', 5)")
+    assert e.sqlstate == '22023' and 'column \'x\'' in e.message_primary
+    e = error_of(db, "SELECT * FROM pgad.forecast('f_arx', 41, 'SELECT g, day, x FROM f_arx_future')")
+    assert e.sqlstate == '22023' and 'group {"g": 0}' in e.message_primary and '40 rows' in e.message_primary
+
+
+def test_evaluate_runs_one_step_ahead_from_the_last_state_with_the_actual_labels(db):
+    y = series(150, seed=9)
+    load(db, 'f_ev', [y[:120]])
+    weights, options = train(db, 'f_ev', 'f_ev', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    load(db, 'f_ev_all', [y])
+    found = dict(db.execute("SELECT metric, value FROM pgad.evaluate('f_ev', 'SELECT day, y FROM f_ev_all')")
+                 .fetchall())
+    level, errors = options['last_state']['level'], []
+    for v in y[120:]:
+        errors.append(v - level)
+        level += weights['alpha'] * (v - level)
+    errors = np.array(errors)
+    assert found['rows'] == 30 and found['earlier_rows'] == 120 and found['skipped_rows'] == 0
+    assert found['mse'] == pytest.approx(np.mean(errors ** 2), rel=1e-12)
+    assert found['loss'] == pytest.approx(np.mean(errors ** 2), rel=1e-12)
+    assert found['rmse'] == pytest.approx(np.sqrt(np.mean(errors ** 2)), rel=1e-12)
+    assert found['mae'] == pytest.approx(np.mean(np.abs(errors)), rel=1e-12)
+    assert 'r2' not in found
+    e = error_of(db, "SELECT * FROM pgad.evaluate('f_ev', 'SELECT day, y FROM f_ev')")
+    assert e.sqlstate == '22000' and 'after the training' in e.message_primary
+
+
+def test_evaluate_of_groups_counts_a_group_the_model_lacks_and_each_group_starts_from_its_own_state(db):
+    a, b = series(60, seed=1), series(60, seed=2) + 30
+    load(db, 'f_evg', [a[:50], b[:50]])
+    train(db, 'f_evg', 'f_evg', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}', group_by='g')
+    load(db, 'f_evg_all', [a, b, a])
+    found = {(r[0]['g'], r[1]): r[2] for r in db.execute(
+        "SELECT group_key, metric, value FROM pgad.evaluate('f_evg', 'SELECT * FROM f_evg_all')")}
+    stored = {r[0]['g']: (r[1], r[2]) for r in db.execute(
+        "SELECT group_key, weights, options FROM pgad.models WHERE name = 'f_evg'")}
+    for g, y in ((0, a), (1, b)):
+        w, options = stored[g]
+        level, errors = options['last_state']['level'], []
+        for v in y[50:]:
+            errors.append(v - level)
+            level += w['alpha'] * (v - level)
+        assert found[g, 'rows'] == 10 and found[g, 'earlier_rows'] == 50
+        assert found[g, 'mse'] == pytest.approx(np.mean(np.square(errors)), rel=1e-12)
+    assert found[2, 'unseen_rows'] == 60 and (2, 'rows') not in found
+
+
+def test_bad_arguments_are_clear_errors_and_nulls_give_no_rows(db):
+    y = series(40)
+    load(db, 'f_bad', [y])
+    train(db, 'f_bad', 'f_bad', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    for sql, state, words in [
+            ("SELECT * FROM pgad.forecast('f_bad', 0)", '22023', 'horizon must be at least 1'),
+            ("SELECT * FROM pgad.forecast('f_bad', -3)", '22023', 'horizon must be at least 1'),
+            ("SELECT * FROM pgad.forecast('f_bad', 2000000000)", '54000', 'a forecast of 2000000000 steps'),
+            ("SELECT * FROM pgad.forecast('f_bad', 3, level => 1)", '22023', 'level must be between 0 and 1'),
+            ("SELECT * FROM pgad.forecast('f_bad', 3, simulations => 0)", '22023', 'simulations must be at least 1'),
+            ("SELECT * FROM pgad.forecast('f_nothing', 3)", '42704', 'model "f_nothing" does not exist')]:
+        e = error_of(db, sql)
+        assert (e.sqlstate, words in e.message_primary) == (state, True), sql
+    db.execute("SELECT * FROM pgad.train('f_flat', 'λ(d, w) w.a', 'squared', 'SELECT y FROM f_bad', '{\"a\": 0}', "
+               "iterations => 1)")
+    e = error_of(db, "SELECT * FROM pgad.forecast('f_flat', 3)")
+    assert e.sqlstate == '0A000' and 'not a sequence model' in e.message_primary
+    for sql in ["SELECT * FROM pgad.forecast(NULL, 3)", "SELECT * FROM pgad.forecast('f_bad', NULL)",
+                "SELECT * FROM pgad.forecast('f_bad', 3, level => NULL)",
+                "SELECT * FROM pgad.forecast('f_bad', 3, seed => NULL)"]:
+        assert db.execute(sql).fetchall() == [], sql
+
+
+def test_a_loss_without_a_variance_gives_null_bounds_and_says_why(db):
+    y = series(60)
+    load(db, 'f_abs', [y])
+    db.execute("SELECT * FROM pgad.train('f_abs', 'λ(d, w, s) s.level', 'absolute', 'SELECT day, y FROM f_abs', "
+               "'{\"alpha\": 0.5, \"l0\": 50}', order_by => 'day', state => %s, iterations => 1)", [SES])
+    notices = []
+    db.add_notice_handler(lambda d: notices.append(d.message_primary))
+    rows = forecast(db, 'f_abs', 3)
+    assert [r[3:] for r in rows] == [(None, None)] * 3 and all(r[2] is not None for r in rows)
+    assert any('no prediction intervals' in n and "'absolute'" in n for n in notices)
+
+
+def test_another_role_cannot_forecast_from_a_model_whose_rows_it_cannot_read(db, cluster, dbname):
+    y = series(40)
+    load(db, 'f_secret', [y])
+    train(db, 'f_secret', 'f_secret', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    db.execute('DROP ROLE IF EXISTS f_outsider')
+    db.execute('CREATE ROLE f_outsider LOGIN')
+    with psycopg.connect(cluster.conninfo(dbname, user='f_outsider'), autocommit=True) as other:
+        e = error_of(other, "SELECT * FROM pgad.forecast('f_secret', 3)")
+        assert e.sqlstate == '42501' and 'permission denied for model "f_secret"' in e.message_primary
+    db.execute('GRANT SELECT ON f_secret TO f_outsider')
+    with psycopg.connect(cluster.conninfo(dbname, user='f_outsider'), autocommit=True) as other:
+        assert len(other.execute("SELECT * FROM pgad.forecast('f_secret', 3)").fetchall()) == 3
+
+
+def test_retraining_changes_the_forecast_and_dropping_the_model_ends_it(db):
+    y = series(50)
+    load(db, 'f_again', [y])
+    train(db, 'f_again', 'f_again', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    before = forecast(db, 'f_again', 3)
+    load(db, 'f_again', [y + 100])
+    train(db, 'f_again', 'f_again', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    after = forecast(db, 'f_again', 3)
+    assert after[0][2] == pytest.approx(before[0][2] + 100, rel=1e-6)
+    db.execute("SELECT pgad.drop_model('f_again')")
+    assert error_of(db, "SELECT * FROM pgad.forecast('f_again', 3)").sqlstate == '42704'
+
+
+def test_a_large_simulation_is_cancelled(db, cluster, dbname):
+    y = series(40)
+    load(db, 'f_long', [y])
+    weights = train(db, 'f_long', 'f_long', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')[0]
+    nonlinear = SES.replace('"s.level + w.alpha', '"s.level*s.level/s.level + w.alpha')
+    train(db, 'f_long2', 'f_long', 'λ(d, w, s) s.level', nonlinear, json.dumps(weights))
+    db.execute("SET statement_timeout = '1s'")
+    began = time.monotonic()
+    try:
+        e = error_of(db, "SELECT count(*) FROM pgad.forecast('f_long2', 100000, simulations => 10000)")
+    finally:
+        db.execute('RESET statement_timeout')
+    assert e.sqlstate == '57014' and time.monotonic() - began < 15  # generous: a loaded 2-core machine
+
