@@ -68,6 +68,7 @@ bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/optimum.py --repeats 1 $(OPTIMUM_ARGS)
 	$(DEV)/bin/python bench/multiclass.py --repeats 1
 	$(DEV)/bin/python bench/sequences.py --gradient --train
+	$(DEV)/bin/python bench/scan_linear.py
 	$(DEV)/bin/python bench/shards.py
 	$(DEV)/bin/python bench/mlp.py
 	$(DEV)/bin/python bench/sizes.py
