@@ -100,6 +100,7 @@ def test_a_model_of_a_join_is_hidden_from_a_role_that_may_read_one_of_its_tables
 @pytest.mark.parametrize('call', [
     "SELECT * FROM pgad.evaluate('{name}', 'public.mine')",
     "SELECT * FROM pgad.summary('{name}')",
+    "SELECT * FROM pgad.forecast('{name}', 3)",
     "SELECT pgad.drop_model('{name}')",
     "SELECT * FROM pgad.train('{name}', 'λ(d, w) w.a*d.sqft', 'squared', 'public.mine', '{{\"a\": 0}}', "
     "label => 'price', optimizer => 'lbfgs', iterations => 5)",
