@@ -111,6 +111,27 @@ class Graph:
             flags.append(node.op == 'column' or any(flags[a] for a in node.args))
         return flags
 
+    def rebuilt(self, roots, leaf):
+        """(a new graph of roots' ancestors, {old id: its Expr there}), each column or weight node for which
+        leaf(node, new graph) gives an Expr replaced by it (a state read made a column, a label made a weight). The
+        new graph is exact, as the parser's: it folds nothing that would hide a NaN."""
+        graph, values = Graph(self.max_nodes), {}
+        graph.exact = True
+        for i in self.ancestors(roots):
+            node = self.nodes[i]
+            found = leaf(node, graph) if node.op in ('column', 'weight') else None
+            if found is not None:
+                values[i] = found
+            elif node.op == 'const':
+                values[i] = graph.const(node.value)
+            elif node.op == 'column':
+                values[i] = graph.column(node.value)
+            elif node.op == 'weight':
+                values[i] = graph.weight(node.value)
+            else:
+                values[i] = graph.apply(node.op, *[values[a] for a in node.args])
+        return graph, values
+
 
 def simplify(graph, op, ids):
     """The id of op(ids), after constant folding and the identities of 0 and 1."""

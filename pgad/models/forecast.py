@@ -29,7 +29,6 @@ import numpy as np
 
 from .. import arguments, calls, limits, python_backend, sequences, server
 from ..errors import PgadError
-from ..lang import dag
 from . import catalog, objective, sequence
 
 LABEL = '\x00label'     # the label column read as a weight (the prediction, or the actual label), in Forecaster's graph
@@ -51,20 +50,8 @@ class Forecaster:
                                                    json.dumps(options['state']), first['weights'], config.limits,
                                                    config.memory_limit)
         self.step, self.names = step, list(w)
-        graph, values = dag.Graph(step.graph.max_nodes), {}
-        graph.exact = step.graph.exact
-        for i in step.graph.ancestors([step.loss, step.prediction, *step.next]):
-            node = step.graph.nodes[i]
-            if node.op == 'column' and node.value == self.label:
-                values[i] = graph.weight(LABEL)
-            elif node.op == 'const':
-                values[i] = graph.const(node.value)
-            elif node.op == 'column':
-                values[i] = graph.column(node.value)
-            elif node.op == 'weight':
-                values[i] = graph.weight(node.value)
-            else:
-                values[i] = graph.apply(node.op, *[values[a] for a in node.args])
+        graph, values = step.graph.rebuilt([step.loss, step.prediction, *step.next], lambda node, g: g.weight(LABEL)
+                                           if node.op == 'column' and node.value == self.label else None)
         self.graph = graph
         self.loss_node = values[step.loss].id
         self.prediction = values[step.prediction].id

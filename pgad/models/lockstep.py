@@ -21,14 +21,7 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
     rows; penalty a descent.Penalty (l2 only); clock a descent.Clock (interrupts, progress)."""
     p, g_count = start.shape
     rows = np.asarray(rows, dtype=np.float64)
-    mask = penalty.mask[:, None] if penalty.mask is not None else np.ones((p, 1))
-
-    def raw(w, at):
-        f, grad = objective(w, at)
-        clock.rows += int(rows[at].sum())
-        clock.poll()
-        return (f / rows[at] + penalty.l2 * np.sum(mask * w * w, axis=0),
-                grad / rows[at] + 2 * penalty.l2 * mask * w)
+    raw = _means(objective, rows, penalty, clock)
 
     everyone = np.arange(g_count)
     w = start.astype(np.float64).copy()
@@ -66,27 +59,51 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
         good = sy > 1e-12 * np.sqrt(np.sum(s * s, axis=0) * np.sum(y * y, axis=0))
         _push(s_pairs, y_pairs, rho, kept, moved[good], s[:, good], y[:, good], 1.0 / sy[good])
         u[:, moved], f[moved], g[:, moved] = step, nf, ng
-        for k, value in zip(moved, nf):
-            history[k].append(float(value))
-        clock.iteration(it, float(np.mean(f[moved])) if len(moved) else float('nan'))
-        done = np.zeros(len(moved), dtype=bool)
-        if tolerance > 0:
-            done |= np.array([len(history[k]) > 1 and history[k][-2] - history[k][-1] < tolerance * abs(history[k][-2])
-                              for k in moved], dtype=bool)
-            stopped[moved[done]] = 'tolerance'
-        optimum = ~np.any(g[:, moved], axis=0) & ~done
-        stopped[moved[optimum]] = 'optimum'
-        done |= optimum
-        running = moved[~done]
+        running = _stepped(it, moved, nf, g, history, stopped, tolerance, clock)
     w = scale * u
     _check(f, g, w, names)
     # the judgement: the gradient scaled by the Hessian's diagonal at the fitted weights, as descent.fit's
     _, f_end, g_end = (None, *raw(w, everyone))
     curvature = _curvature(raw, w, f_end, g_end, everyone, descent.FLOOR * np.abs(first))
     decrement = np.sum(g_end * g_end / curvature, axis=0)
-    seconds = clock.seconds()
+    return _judged(w, f, first, decrement, rows, history, stopped, precision, clock.seconds())
+
+
+def _means(objective, rows, penalty, clock):
+    """raw(w, at): the groups at's objectives (mean loss plus penalty) and gradients at w, from objective's sums;
+    each call counts its rows and lets the server check for interrupts (clock)."""
+    mask = penalty.mask[:, None] if penalty.mask is not None else 1.0
+
+    def raw(w, at):
+        f, grad = objective(w, at)
+        clock.rows += int(rows[at].sum())
+        clock.poll()
+        return (f / rows[at] + penalty.l2 * np.sum(mask * w * w, axis=0),
+                grad / rows[at] + 2 * penalty.l2 * mask * w)
+    return raw
+
+
+def _stepped(it, moved, values, g, history, stopped, tolerance, clock):
+    """After iteration it, in which the groups moved reached the objectives values (g their gradients): their
+    histories, the progress report, and which of them go on — not those that tolerance or a zero gradient stops
+    (stopped says which)."""
+    for k, value in zip(moved, values):
+        history[k].append(float(value))
+    clock.iteration(it, float(np.mean(values)) if len(moved) else float('nan'))
+    done = np.zeros(len(moved), dtype=bool)
+    if tolerance > 0:
+        done |= np.array([len(history[k]) > 1 and history[k][-2] - history[k][-1] < tolerance * abs(history[k][-2])
+                          for k in moved], dtype=bool)
+        stopped[moved[done]] = 'tolerance'
+    optimum = ~np.any(g[:, moved], axis=0) & ~done
+    stopped[moved[optimum]] = 'optimum'
+    return moved[~(done | optimum)]
+
+
+def _judged(w, f, first, decrement, rows, history, stopped, precision, seconds):
+    """Each group's descent.Fit, judged by descent.judged on its decrement (the criterion's gᵀM⁻¹g)."""
     fits = []
-    for k in range(g_count):
+    for k in range(w.shape[1]):
         measure, converged = descent.judged(float(decrement[k]), float(f[k]), descent.FLOOR * abs(float(first[k])),
                                             int(rows[k]), precision)
         fits.append(descent.Fit(w[:, k].copy(), float(f[k]), history[k], len(history[k]), seconds, converged,
@@ -199,15 +216,8 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     pgad does not build. objective, start, rows, names, penalty and clock as fit() takes them."""
     p, g_count = start.shape
     rows = np.asarray(rows, dtype=np.float64)
-    mask = penalty.mask[:, None] if penalty.mask is not None else np.ones((p, 1))
     eps = np.finfo(np.float64).eps
-
-    def raw(w, at):
-        f, grad = objective(w, at)
-        clock.rows += int(rows[at].sum())
-        clock.poll()
-        return (f / rows[at] + penalty.l2 * np.sum(mask * w * w, axis=0),
-                grad / rows[at] + 2 * penalty.l2 * mask * w)
+    raw = _means(objective, rows, penalty, clock)
 
     def hessians(w, g, at):
         """Each group's Hessian (len(at) × P × P), symmetrised, by forward differences of the gradient."""
@@ -247,30 +257,12 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
         stopped[at[failed]] = 'search'
         moved = at[~failed]
         w[:, moved], f[moved], g[:, moved] = new_w[:, ~failed], new_f[~failed], new_g[:, ~failed]
-        for k, value in zip(moved, new_f[~failed]):
-            history[k].append(float(value))
-        clock.iteration(it, float(np.mean(f[moved])) if len(moved) else float('nan'))
-        done = np.zeros(len(moved), dtype=bool)
-        if tolerance > 0:
-            done |= np.array([len(history[k]) > 1 and history[k][-2] - history[k][-1] < tolerance * abs(history[k][-2])
-                              for k in moved], dtype=bool)
-            stopped[moved[done]] = 'tolerance'
-        optimum = ~np.any(g[:, moved], axis=0) & ~done
-        stopped[moved[optimum]] = 'optimum'
-        done |= optimum
-        running = moved[~done]
+        running = _stepped(it, moved, new_f[~failed], g, history, stopped, tolerance, clock)
     _check(f, g, w, names)
     # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton'
     h = hessians(w, g, everyone)
     decrement = np.maximum(-np.sum(_newton_directions(g, h, DIFFERENCE_PIVOT) * g, axis=0), 0.0)
-    seconds = clock.seconds()
-    fits = []
-    for k in range(g_count):
-        measure, converged = descent.judged(float(decrement[k]), float(f[k]), descent.FLOOR * abs(float(first[k])),
-                                            int(rows[k]), precision)
-        fits.append(descent.Fit(w[:, k].copy(), float(f[k]), history[k], len(history[k]), seconds, converged,
-                                measure, str(stopped[k])))
-    return fits
+    return _judged(w, f, first, decrement, rows, history, stopped, precision, clock.seconds())
 
 
 def _newton_directions(g, h, pivot=descent.PIVOT):

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import arguments, calls, loader, program, sequences, server
 from ..errors import PgadError
-from ..lang import dag, parser, printer, vectors
+from ..lang import parser, printer, vectors
 from . import catalog, descent, lockstep, objective
 
 OPTIMIZERS = ('newton', 'lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are no sample of another
@@ -135,10 +135,10 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
             part = sequences.Sequences(seqs.columns, seqs.starts[begin:begin + batch],
                                        seqs.lengths[begin:begin + batch])
 
-            def objective(w, at, part=part):
+            def sums(w, at, part=part):  # the objective and gradient of the groups at
                 some = sequences.Sequences(part.columns, part.starts[at], part.lengths[at])
                 return sequences.gradient(step, some, w, options['mode'], tile_bytes, options['backend'], cache)
-            fits += fitting(objective, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, part.count)),
+            fits += fitting(sums, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, part.count)),
                             part.lengths, names, options['iterations'], options['tolerance'], penalty, clock)
         for where, fit in zip(wheres, fits):
             if not fit.converged:
@@ -199,26 +199,16 @@ def step_of(model_text, loss, label, state, weights_text, limits, memory_limit):
 def scoring_lambda(model, columns):
     """The model's prediction as a Lambda of its columns and, for each state field it reads, the column
     state_<field>: what the scoring function takes. A data column of that name is an error."""
-    graph = dag.Graph(model.graph.max_nodes)
-    graph.exact = True
-    values = {}
-    for i in model.graph.ancestors([model.root]):
-        node = model.graph.nodes[i]
-        if node.op == 'weight' and node.value.startswith(sequences.STATE):
-            name = STATE_ARGUMENT + node.value[len(sequences.STATE):]
-            if name in columns:
-                raise PgadError('42P08', f'column "{name}" is named as the scoring function\'s argument for state '
-                                         f'field "{node.value[len(sequences.STATE):]}"',
-                                hint='Rename the column in the data query.')
-            values[i] = graph.column(name)
-        elif node.op == 'const':
-            values[i] = graph.const(node.value)
-        elif node.op == 'column':
-            values[i] = graph.column(node.value)
-        elif node.op == 'weight':
-            values[i] = graph.weight(node.value)
-        else:
-            values[i] = graph.apply(node.op, *[values[a] for a in node.args])
+    def leaf(node, graph):
+        if node.op != 'weight' or not node.value.startswith(sequences.STATE):
+            return None
+        name = STATE_ARGUMENT + node.value[len(sequences.STATE):]
+        if name in columns:
+            raise PgadError('42P08', f'column "{name}" is named as the scoring function\'s argument for state '
+                                     f'field "{node.value[len(sequences.STATE):]}"',
+                            hint='Rename the column in the data query.')
+        return graph.column(name)
+    graph, values = model.graph.rebuilt([model.root], leaf)
     reads = [c for c in model.columns] + [STATE_ARGUMENT + f for f in model.states]
     return parser.Lambda(model.text, graph, values[model.root].id, model.row, model.params,
                          [c if isinstance(c, parser.Column) else parser.Column(c) for c in reads],
