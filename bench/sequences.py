@@ -6,7 +6,8 @@
 --gradient: the time of a gradient through the recurrence, by the llvm backend (pgad/jit/scan.py) against the
 python reference (pgad/sequences.py), in this process (no server):
   Holt-Winters (additive, weekly season: 9 state fields, 12 weights), one series of 730 rows (reverse and forward
-  mode), and 10,000 of them (each its own weights) in one call, on 1 and 2 threads; AR(7) (7 lags as state fields,
+  mode), and 10,000 of them (each its own weights) in one call, on 1 and 2 threads, in SIMD lanes (pgad/jit/lanes.py)
+  and one at a time (scan.py); AR(7) (7 lags as state fields,
   8 weights) on one series of 1,000,000 rows, against one numpy pass over the column (its sum). Best of --repeats; the python reference once
   where it takes seconds. Timings are reported, never asserted.
 
@@ -44,7 +45,7 @@ import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pgad import limits, sequences  # noqa: E402
-from pgad.jit import threads  # noqa: E402
+from pgad.jit import lanes, threads  # noqa: E402
 from pgad.models import sequence  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -127,8 +128,15 @@ def gradient(repeats):
     py = seconds(lambda: sequences.gradient(hw, many, each), 1)
     ll = [on_threads(n, lambda: seconds(lambda: sequences.gradient(hw, many, each, backend='llvm'), repeats))
           for n in (1, 2)]
-    lines.append(f'| Holt-Winters, 10,000 series × 730 rows (each its weights) | {py:.2f} s | {ll[0]:.3f} s | '
-                 f'{ll[1]:.3f} s |')
+    lines.append(f'| Holt-Winters, 10,000 series × 730 rows (each its weights), {lanes.width()} in SIMD lanes | '
+                 f'{py:.2f} s | {ll[0]:.3f} s | {ll[1]:.3f} s |')
+    pays, lanes.pays = lanes.pays, lambda step, seqs: False  # scan.py's kernel, a sequence at a time
+    try:
+        ll = [on_threads(n, lambda: seconds(lambda: sequences.gradient(hw, many, each, backend='llvm'), repeats))
+              for n in (1, 2)]
+    finally:
+        lanes.pays = pays
+    lines.append(f'| the same, one series at a time | | {ll[0]:.3f} s | {ll[1]:.3f} s |')
     ar, w = autoregression(7)
     long = series(1, 1_000_000, seed=2)
     sequences.gradient(ar, series(1, 10), w, backend='llvm')
