@@ -14,16 +14,18 @@ order (no reassociation), so the results are scan.py's bits, the python referenc
     start_vjp(n, first, w, adjoint, gradient, columns…)
 
 over n packs, pack p's lane l the sequence whose rows are first[p·W + l] … + length[p·W + l] − 1 of the columns
-(read where they are: a gather); rows[p] the longest of the pack. Its weights are w[p·P·W + j·W + l], its state and
-adjoint [p·K·W + k·W + l], its loss [p·W + l], its gradient [p·P·W + j·W + l], its tape at tape_at[p] (row t's field
-k at t·K·W + k·W + l). A lane whose sequence has ended (t ≥ its length) reads its last row again and keeps its state,
-adjoint, loss and gradient (a select): ragged packs cost their longest sequence's rows.
+(read where they are: a gather); rows[2p] the longest of the pack, rows[2p + 1] its shortest. Its weights are
+w[p·P·W + j·W + l], its state and adjoint [p·K·W + k·W + l], its loss [p·W + l], its gradient [p·P·W + j·W + l], its
+tape at tape_at[p] (row t's field k at t·K·W + k·W + l). Past the shortest lane's end, a lane whose sequence has
+ended (t ≥ its length) reads its last row again and keeps its state, adjoint, loss and gradient (a select); the rows
+before run without the selects. A ragged pack costs its longest sequence's rows.
 
-The driver packs the sequences longest first, W a pack; a pack whose tape (rows·K·W doubles) passes a thread's share
-of the tile budget, or whose work passes threads.PIECE_NS, and the last sequences short of a whole pack, go to
-scan.py's kernel (which checkpoints and cuts long sequences). The packs run on the pool's threads in pieces of whole
-packs, interrupts checked between pieces; each sequence's sums are its own, so the bits depend neither on the
-threads nor on the cut. The machine code allocates nothing; the tape is a buffer of the caller's.
+The driver packs the sequences longest first, W a pack (the last pack's spare lanes run its last sequence again,
+whose copies are dropped); a pack whose tape (rows·K·W doubles) passes a thread's share of the tile budget, or whose
+work passes threads.PIECE_NS, goes to scan.py's kernel (which checkpoints and cuts long sequences). The packs run on
+the pool's threads in pieces of whole packs (runs of them whose tape stays in a core's cache), interrupts checked
+between pieces; each sequence's sums are its own, so the bits depend neither on the threads nor on the cut. The
+machine code allocates nothing; the tape is a buffer of the caller's.
 """
 import ctypes
 import functools
@@ -53,8 +55,10 @@ LANE_TIER = Tier('O3, lanes', 3, True, 3, MAX_NODES, MAX_NODES, 64_000_000)
 RUN_BYTES = 1 << 20
 
 
+@functools.lru_cache(maxsize=None)
 def width():
-    """Doubles in the CPU's widest vector register that libmvec has variants for (2 at least)."""
+    """Doubles in the CPU's widest vector register that libmvec has variants for (2 at least); asked of LLVM once
+    (200 µs a time)."""
     return max([w for _, w in vector_widths()] or [2])
 
 
@@ -136,11 +140,18 @@ def module_ir(step, adjoint, names, lanes):
         _loop(b, n, lambda p: _loop(b, W, lambda l: body(p, l, b.add(b.mul(p, W), l))))
 
     def rows_then_lanes(b, n, rows, body, backwards=False):
-        """for p in range(n): for t in range(rows[p]) (from the last where backwards): for l in range(W):
-        body(p, t, l, p·W + l)."""
+        """for p in range(n): for t in range(rows[2p]) (from the last where backwards): for l in range(W):
+        body(p, t, l, p·W + l, masked) — masked from row rows[2p + 1] on (the shortest lane's end), where a lane may
+        have ended: the rows before, where none has, without the selects."""
         def pack(p):
-            _loop(b, b.load(_at(b, rows, p)),
-                  lambda t: _loop(b, W, lambda l: body(p, t, l, b.add(b.mul(p, W), l))), backwards)
+            longest, shortest = b.load(_at(b, rows, b.add(p, p))), b.load(_at(b, rows, b.add(p, p), 1))
+
+            def part(offset, masked):
+                return lambda u: _loop(b, W, lambda l: body(p, b.add(u, offset), l, b.add(b.mul(p, W), l), masked))
+            zero = ir.Constant(I64, 0)
+            parts = [(shortest, part(zero, False)), (b.sub(longest, shortest), part(shortest, True))]
+            for count, each in parts[::-1] if backwards else parts:
+                _loop(b, count, each, backwards)
         _loop(b, n, pack)
 
     def field(b, array, p, size, j, l):
@@ -161,11 +172,18 @@ def module_ir(step, adjoint, names, lanes):
             return state(state_at[name])
         return value
 
-    def where(b, first, length, t, at):
-        """(is row t the lane's, the row it reads: its last where t is past it)."""
-        begin, count = b.load(_at(b, first, at)), b.load(_at(b, length, at))
+    def where(b, first, length, t, at, masked):
+        """(is row t the lane's, None where not masked: it is; the row it reads: its last where t is past it)."""
+        begin = b.load(_at(b, first, at))
+        if not masked:
+            return None, b.add(begin, t)
+        count = b.load(_at(b, length, at))
         live = b.icmp_signed('<', t, count)
         return live, b.add(begin, b.select(live, t, b.sub(count, ir.Constant(I64, 1))))
+
+    def keep(b, live, new, old):
+        """new where the lane is live, old where it has ended."""
+        return new if live is None else b.select(live, new, old)
 
     zero = lambda j: ir.Constant(DOUBLE, 0.0)  # noqa: E731
 
@@ -186,18 +204,19 @@ def module_ir(step, adjoint, names, lanes):
                       columns)
     n, first, length, rows, w, state, loss, tape, tape_at = fn.args[:9]
 
-    def forward(p, t, l, at):
-        live, row = where(b, first, length, t, at)
+    def forward(p, t, l, at, masked):
+        live, row = where(b, first, length, t, at, masked)
         taped = _at(b, tape, b.load(_at(b, tape_at, p)), b.mul(t, KW))
         old = [b.load(field(b, state, p, KW, j, l)) for j in range(k_count)]
         for j, v in enumerate(old):
             b.store(v, _at(b, taped, j * lanes, l))
-        values = emit_nodes(_Emitter(b, module), graph, [step.loss, *step.next], leaf(b, row, p, l, w, lambda j: old[j]))
+        values = emit_nodes(_Emitter(b, module), graph, [step.loss, *step.next],
+                            leaf(b, row, p, l, w, lambda j: old[j]))
         sum_at = _at(b, loss, at)
         total = b.load(sum_at)
-        b.store(b.select(live, b.fadd(total, values[step.loss]), total), sum_at)
+        b.store(keep(b, live, b.fadd(total, values[step.loss]), total), sum_at)
         for j, r in enumerate(step.next):
-            b.store(b.select(live, values[r], old[j]), field(b, state, p, KW, j, l))
+            b.store(keep(b, live, values[r], old[j]), field(b, state, p, KW, j, l))
     rows_then_lanes(b, n, rows, forward)
     b.ret_void()
 
@@ -206,8 +225,8 @@ def module_ir(step, adjoint, names, lanes):
                       columns)
     n, first, length, rows, w, tape, tape_at, adjoints, grad = fn.args[:9]
 
-    def backward(p, t, l, at):
-        live, row = where(b, first, length, t, at)
+    def backward(p, t, l, at, masked):
+        live, row = where(b, first, length, t, at, masked)
         taped = _at(b, tape, b.load(_at(b, tape_at, p)), b.mul(t, KW))
         old = [b.load(_at(b, taped, j * lanes, l)) for j in range(k_count)]
         before = [b.load(field(b, adjoints, p, KW, j, l)) for j in range(k_count)]
@@ -216,9 +235,9 @@ def module_ir(step, adjoint, names, lanes):
         for j in range(p_count):
             at_j = field(b, grad, p, PW, j, l)
             total = b.load(at_j)
-            b.store(b.select(live, b.fadd(total, values[step.vjp[j]]), total), at_j)
+            b.store(keep(b, live, b.fadd(total, values[step.vjp[j]]), total), at_j)
         for j, r in enumerate(step.vjp[p_count:]):
-            b.store(b.select(live, values[r], before[j]), field(b, adjoints, p, KW, j, l))
+            b.store(keep(b, live, values[r], before[j]), field(b, adjoints, p, KW, j, l))
     rows_then_lanes(b, n, rows, backward, backwards=True)
     b.ret_void()
 
@@ -251,11 +270,11 @@ def gradient(step, seqs, weights, tile_bytes, adjoint, cache=disk.NONE):
     scalar = scan.compiled(step, adjoint, cache)
     row_ns = (scalar.forward_ns + scalar.backward_ns) * lanes  # a pack's row, at most
     budget = max(1, tile_bytes // 8 // n)  # the tape doubles a thread keeps
-    count = g // lanes
-    longest = lengths[order[:count * lanes:lanes]] if count else np.zeros(0, dtype=np.int64)
+    count = -(-g // lanes)  # the last pack's spare lanes run its last sequence again (the same bits: dropped)
+    packs = np.concatenate([order, np.full(count * lanes - g, order[-1])]).reshape(count, lanes)
+    longest = lengths[packs[:, 0]]
     laned = (longest * k * lanes <= budget) & (longest * row_ns <= threads.PIECE_NS)
-    packed = order[:count * lanes].reshape(count, lanes)[laned]
-    rest = np.concatenate([order[:count * lanes].reshape(count, lanes)[~laned].ravel(), order[count * lanes:]])
+    packed, rest = packs[laned], np.unique(packs[~laned])
     loss, grad = np.zeros(g), np.zeros((p, g))
     w = np.asarray(weights, dtype=np.float64)
     if len(rest):
@@ -269,32 +288,43 @@ def gradient(step, seqs, weights, tile_bytes, adjoint, cache=disk.NONE):
 
 
 def _packs(functions, lanes, step, seqs, w, packed, n, row_ns, budget):
+    """(the loss, the gradient) of the sequences packed (m × W indices) by the lane functions. Their arrays are parts
+    of two blocks (numpy takes a few µs to give an array's address: two a call)."""
     start, forward, backward, start_vjp = functions
     k, p, m = len(step.states), len(step.weights), len(packed)
     columns = [np.ascontiguousarray(seqs.columns[c], dtype=np.float64) for c in step.columns]
     columns_at = [scan._address(c) for c in columns]
-    first = np.ascontiguousarray(np.asarray(seqs.starts, dtype=np.int64)[packed])
-    length = np.ascontiguousarray(np.asarray(seqs.lengths, dtype=np.int64)[packed])
-    rows = np.ascontiguousarray(length.max(axis=1))
+    sizes = {'w': p, 'state': k, 'adjoint': k, 'loss': 1, 'grad': p}  # doubles a lane: [pack][field][lane]
+    block = np.zeros(m * lanes * sum(sizes.values()))
+    parts, at, used = {}, {}, 0
+    for name, size in sizes.items():
+        parts[name] = block[used:used + m * size * lanes].reshape(m, size, lanes)
+        at[name], used = 8 * used, used + m * size * lanes
     # each pack's weights, [pack][weight][lane]
-    laned = np.ascontiguousarray(np.broadcast_to(w[None, :, None], (m, p, lanes)) if w.ndim == 1 else
-                                 w[:, packed].transpose(1, 0, 2))
-    state, adjoint = np.zeros((m, k, lanes)), np.zeros((m, k, lanes))
-    loss, grad = np.zeros((m, lanes)), np.zeros((m, p, lanes))
-    at = {name: scan._address(a) for name, a in (('first', first), ('length', length), ('rows', rows),
-                                                ('w', laned), ('state', state), ('adjoint', adjoint),
-                                                ('loss', loss), ('grad', grad))}
+    parts['w'][:] = w[None, :, None] if w.ndim == 1 else w[:, packed].transpose(1, 0, 2)
+    # first, length: [pack][lane]; rows: [pack][its longest, its shortest]; the tape offsets: [pack]
+    indices = np.empty((2 * lanes + 3) * m, dtype=np.int64)
+    first, length = indices[:m * lanes].reshape(m, lanes), indices[m * lanes:2 * m * lanes].reshape(m, lanes)
+    first[:] = np.asarray(seqs.starts, dtype=np.int64)[packed]
+    length[:] = np.asarray(seqs.lengths, dtype=np.int64)[packed]
+    longest_shortest = indices[2 * m * lanes:2 * m * lanes + 2 * m].reshape(m, 2)
+    longest_shortest[:, 0], longest_shortest[:, 1] = length.max(axis=1), length.min(axis=1)
+    rows, offsets = longest_shortest[:, 0], indices[2 * m * lanes + 2 * m:]
+    base, ints = scan._address(block), scan._address(indices)
+    at = {name: base + a for name, a in at.items()}
+    at.update(first=ints, length=ints + 8 * m * lanes, rows=ints + 16 * m * lanes,
+              offsets=ints + 8 * (2 * lanes + 2) * m)
     # the tape offsets of the packs of each run of them whose tape fits a thread's budget
-    offsets = np.zeros(m, dtype=np.int64)
     runs, begin, kept, spent = [], 0, 0, 0.0
+    most = min(budget, RUN_BYTES // 8)
     for j in range(m + 1):
         need = int(rows[j]) * k * lanes if j < m else 0
-        if j == m or ((kept + need > min(budget, RUN_BYTES // 8) or spent + rows[j] * row_ns > threads.PIECE_NS) and j > begin):
+        if j == m or (j > begin and (kept + need > most or spent + rows[j] * row_ns > threads.PIECE_NS)):
             runs.append((begin, j, kept))
             begin, kept, spent = j, 0, 0.0
         if j < m:
             offsets[j], kept, spent = kept, kept + need, spent + rows[j] * row_ns
-    offsets_at = scan._address(offsets)
+    offsets_at = at['offsets']
     buffers = {}
 
     def of(name, a, size=1):
@@ -303,15 +333,16 @@ def _packs(functions, lanes, step, seqs, w, packed, n, row_ns, budget):
     def run(a, b):
         for r0, r1, doubles in runs[a:b]:
             found = buffers.get(threading.get_ident())
-            if found is None or len(found) < doubles:
-                found = buffers[threading.get_ident()] = np.empty(max(1, doubles))
-            tape = scan._address(found)
+            if found is None or len(found[0]) < doubles:
+                buffer = np.empty(max(1, doubles))
+                found = buffers[threading.get_ident()] = (buffer, scan._address(buffer))
+            tape = found[1]
             c = r1 - r0
             start(c, of('first', r0, lanes), of('length', r0, lanes), of('w', r0, p * lanes),
                   of('state', r0, k * lanes), *columns_at)
-            forward(c, of('first', r0, lanes), of('length', r0, lanes), of('rows', r0), of('w', r0, p * lanes),
+            forward(c, of('first', r0, lanes), of('length', r0, lanes), of('rows', r0, 2), of('w', r0, p * lanes),
                     of('state', r0, k * lanes), of('loss', r0, lanes), tape, offsets_at + 8 * r0, *columns_at)
-            backward(c, of('first', r0, lanes), of('length', r0, lanes), of('rows', r0), of('w', r0, p * lanes),
+            backward(c, of('first', r0, lanes), of('length', r0, lanes), of('rows', r0, 2), of('w', r0, p * lanes),
                      tape, offsets_at + 8 * r0, of('adjoint', r0, k * lanes), of('grad', r0, p * lanes),
                      *columns_at)
             start_vjp(c, of('first', r0, lanes), of('w', r0, p * lanes), of('adjoint', r0, k * lanes),
@@ -320,4 +351,4 @@ def _packs(functions, lanes, step, seqs, w, packed, n, row_ns, budget):
     per_run = max(int(rows.sum()) * row_ns / max(len(runs), 1), 1e-3)
     threads.run(run, len(runs), n, limits.check, per_run)
     limits.check()
-    return loss.ravel(), grad.transpose(1, 0, 2).reshape(p, m * lanes)
+    return parts['loss'].ravel(), parts['grad'].transpose(1, 0, 2).reshape(p, m * lanes)
