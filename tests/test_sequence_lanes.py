@@ -1,9 +1,8 @@
 """The lane kernels of sequence models (pgad/jit/lanes.py: W sequences side by side in SIMD lanes) against the python
-reference (pgad/sequences.py) and scan.py's one-at-a-time kernel: the same losses and gradients (to 1e-12 relative;
-the bits of scan.py's where the step calls no libm), ragged packs whose shorter lanes end early, each sequence its own
-weights, the same bits run to run and on 1 and 2 threads, interrupts between pieces, and pgad.train over many groups
-as with backend => 'python', on a real server. The counts of sequences are multiples of lanes.width() plus a rest,
-whatever the CPU's width."""
+reference (pgad/sequences.py) and scan.py's one-at-a-time kernel: the same losses and gradients (to 1e-12 relative,
+and scan.py's bits), ragged packs whose shorter lanes end early, each sequence its own weights, the same bits run to
+run and on 1 and 2 threads, interrupts between pieces, and pgad.train over many groups as with backend => 'python',
+on a real server. The counts of sequences are multiples of lanes.width() plus a rest, whatever the CPU's width."""
 import json
 
 import numpy as np
@@ -53,10 +52,11 @@ def test_the_lanes_give_the_reference_gradient(name, scale, monkeypatch):
     assert not rest  # 3·W + 3 sequences in lanes, the last pack's spare lanes running its last sequence again
 
 
-@pytest.mark.parametrize('name', ['holt_winters', 'ses', 'ar3'])
+@pytest.mark.parametrize('name', sorted(MODELS))
 def test_the_lanes_give_the_bits_of_the_one_at_a_time_kernel(name):
-    """Arithmetic alone (no libm): each lane computes its sequence's operations in scan.py's order, so the bits are
-    the same, ragged lanes and a rest included."""
+    """Each lane computes its sequence's operations in scan.py's order, with libm's scalar functions (the cell's
+    tanh), so the bits are the same whichever kernel runs a sequence (the tile budget and the count decide), ragged
+    lanes and spare ones included."""
     step, _, _, given, _, _ = step_of(name)
     seqs = ragged(4, 3.0, seed=11)
     for w in (weights_at(name, step, given, 3.0), weights_at(name, step, given, 3.0, seqs.count)):

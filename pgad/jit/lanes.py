@@ -6,7 +6,8 @@ sequence at a time, run a chain of dependent scalar operations whatever the CPU'
 of similar length (Sequences.order's neighbours) walks its rows together: each function's body is a loop over the W
 lanes whose iterations are independent, and LLVM's loop vectoriser turns it into vector instructions (the optimised
 IR shows <W x double>). Each lane computes what scan.py computes for its sequence, the same operations in the same
-order (no reassociation), so the results are scan.py's bits, the python reference's to its libm's ulps.
+order (no reassociation), with libm's scalar functions, so the results are scan.py's bits, the python reference's to
+its libm's ulps.
 
     start(n, first, length, w, state, columns…)                           state ← each field's start
     forward(n, first, length, rows, w, state, loss, tape, tape_at, columns…)
@@ -98,7 +99,9 @@ def _compile(step, adjoint, cache, lanes):
     names = [f'{name}_{f}' for f in ('start', 'forward', 'backward', 'start_vjp')]
     data = None if names[0] in compiler._loaded else cache.get(key)
     if data is None and names[0] not in compiler._loaded:
-        text = vectorised(module_ir(step, adjoint, names, lanes), vector_widths())
+        # libm's calls pure but without their vector variants: each lane calls the scalar function scan.py calls, so
+        # a sequence's bits are the same whichever kernel runs it (the tile budget, the count of sequences decide)
+        text = vectorised(module_ir(step, adjoint, names, lanes), [])
         ms['IR generation'] = (time.perf_counter() - started) * 1e3
         here = not compiler.in_backend() and scan.nodes(step) <= compiler.IN_PROCESS_NODES
         data, optimised = compiler.machine_code(None, text, LANE_TIER, ms, here=here)
