@@ -13,6 +13,7 @@ its libm's ulps.
     forward(n, first, length, rows, w, state, loss, tape, tape_at, columns…)
     backward(n, first, length, rows, w, tape, tape_at, adjoint, gradient, columns…)
     start_vjp(n, first, w, adjoint, gradient, columns…)
+    gradient(n, first, length, rows, w, state, loss, tape, tape_at, adjoint, gradient, columns…)    the four in turn
 
 over n packs, pack p's lane l the sequence whose rows are first[p·W + l] … + length[p·W + l] − 1 of the columns
 (read where they are: a gather); rows[2p] the longest of the pack, rows[2p + 1] its shortest. Its weights are
@@ -75,9 +76,9 @@ def pays(step, seqs):
 
 @dataclass
 class Lanes:
-    """A Step's four lane functions, called through ctypes, W lanes; the optimised IR where compiled here (not
-    loaded from the disk cache)."""
-    functions: list
+    """A Step's lane function `gradient` (the four in turn), called through ctypes, W lanes; the optimised IR where
+    compiled here (not loaded from the disk cache)."""
+    gradient: object
     width: int
     optimised_ir: str
     ms: dict
@@ -96,7 +97,7 @@ def _compile(step, adjoint, cache, lanes):
     ms, started, optimised = {}, time.perf_counter(), ''
     key = hashlib.sha256(f'{scan.cache_key(step)} lanes {lanes} {_source()}'.encode()).hexdigest()
     name = f'pgad_lanes_{key[:24]}'
-    names = [f'{name}_{f}' for f in ('start', 'forward', 'backward', 'start_vjp')]
+    names = [f'{name}_{f}' for f in ('start', 'forward', 'backward', 'start_vjp', 'gradient')]
     data = None if names[0] in compiler._loaded else cache.get(key)
     if data is None and names[0] not in compiler._loaded:
         # libm's calls pure but without their vector variants: each lane calls the scalar function scan.py calls, so
@@ -110,11 +111,8 @@ def _compile(step, adjoint, cache, lanes):
     elif data is not None:
         ms['cache hit'] = (time.perf_counter() - started) * 1e3
     compiler.address(data, names[0], names[1:])
-    p, i = ctypes.c_void_p, ctypes.c_int64
-    kinds = [[i, p, p, p, p], [i, p, p, p, p, p, p, p, p], [i, p, p, p, p, p, p, p, p], [i, p, p, p, p]]
-    columns = len(step.columns)
-    return Lanes([ctypes.CFUNCTYPE(None, *kind, *[p] * columns)(compiler.address(data, n)) for kind, n in
-                  zip(kinds, names)], lanes, optimised, ms)
+    kind = [ctypes.c_int64] + [ctypes.c_void_p] * (10 + len(step.columns))
+    return Lanes(ctypes.CFUNCTYPE(None, *kind)(compiler.address(data, names[4])), lanes, optimised, ms)
 
 
 @functools.lru_cache(maxsize=None)
@@ -256,6 +254,19 @@ def module_ir(step, adjoint, names, lanes):
             b.store(b.fadd(b.load(at_j), values[step.start_vjp[j]]), at_j)
     packs(b, n, start_vjp)
     b.ret_void()
+
+    # gradient(n, first, length, rows, w, state, loss, tape, tape_at, adjoint, gradient, columns…): one call of the
+    # driver's for a run of packs (a ctypes call costs microseconds)
+    fn, b = _function(module, names[4], [I64, INDEX, INDEX, INDEX, POINTER, POINTER, POINTER, POINTER, INDEX, POINTER,
+                                         POINTER], columns)
+    n, first, length, rows, w, state, loss, tape, tape_at, adjoints, grad = fn.args[:11]
+    cols = list(fn.args[11:])
+    four = [module.globals[name] for name in names[:4]]
+    b.call(four[0], [n, first, length, w, state, *cols])
+    b.call(four[1], [n, first, length, rows, w, state, loss, tape, tape_at, *cols])
+    b.call(four[2], [n, first, length, rows, w, tape, tape_at, adjoints, grad, *cols])
+    b.call(four[3], [n, first, w, adjoints, grad, *cols])
+    b.ret_void()
     return str(module)
 
 
@@ -265,7 +276,7 @@ def gradient(step, seqs, weights, tile_bytes, adjoint, cache=disk.NONE):
     """(each sequence's summed loss (G), its gradient by the weights (P × G)), as scan.gradient gives them: the
     packs of W sequences by the lane kernel, the rest by scan.py's."""
     compiled_lanes = compiled(step, adjoint, cache)
-    functions, lanes = compiled_lanes.functions, compiled_lanes.width
+    function, lanes = compiled_lanes.gradient, compiled_lanes.width
     k, p, g = len(step.states), len(step.weights), seqs.count
     order = seqs.order
     lengths = np.asarray(seqs.lengths, dtype=np.int64)
@@ -285,15 +296,14 @@ def gradient(step, seqs, weights, tile_bytes, adjoint, cache=disk.NONE):
         loss[rest], grad[:, rest] = scan.gradient(step, part, w if w.ndim == 1 else w[:, rest], tile_bytes,
                                                   adjoint, cache)
     if len(packed):
-        loss[packed.ravel()], grad[:, packed.ravel()] = _packs(functions, lanes, step, seqs, w, packed, n, row_ns,
+        loss[packed.ravel()], grad[:, packed.ravel()] = _packs(function, lanes, step, seqs, w, packed, n, row_ns,
                                                              budget)
     return loss, grad
 
 
-def _packs(functions, lanes, step, seqs, w, packed, n, row_ns, budget):
-    """(the loss, the gradient) of the sequences packed (m × W indices) by the lane functions. Their arrays are parts
+def _packs(function, lanes, step, seqs, w, packed, n, row_ns, budget):
+    """(the loss, the gradient) of the sequences packed (m × W indices) by the lane kernel. Their arrays are parts
     of two blocks (numpy takes a few µs to give an array's address: two a call)."""
-    start, forward, backward, start_vjp = functions
     k, p, m = len(step.states), len(step.weights), len(packed)
     columns = [np.ascontiguousarray(seqs.columns[c], dtype=np.float64) for c in step.columns]
     columns_at = [scan._address(c) for c in columns]
@@ -340,16 +350,9 @@ def _packs(functions, lanes, step, seqs, w, packed, n, row_ns, budget):
                 buffer = np.empty(max(1, doubles))
                 found = buffers[threading.get_ident()] = (buffer, scan._address(buffer))
             tape = found[1]
-            c = r1 - r0
-            start(c, of('first', r0, lanes), of('length', r0, lanes), of('w', r0, p * lanes),
-                  of('state', r0, k * lanes), *columns_at)
-            forward(c, of('first', r0, lanes), of('length', r0, lanes), of('rows', r0, 2), of('w', r0, p * lanes),
-                    of('state', r0, k * lanes), of('loss', r0, lanes), tape, offsets_at + 8 * r0, *columns_at)
-            backward(c, of('first', r0, lanes), of('length', r0, lanes), of('rows', r0, 2), of('w', r0, p * lanes),
-                     tape, offsets_at + 8 * r0, of('adjoint', r0, k * lanes), of('grad', r0, p * lanes),
-                     *columns_at)
-            start_vjp(c, of('first', r0, lanes), of('w', r0, p * lanes), of('adjoint', r0, k * lanes),
-                      of('grad', r0, p * lanes), *columns_at)
+            function(r1 - r0, of('first', r0, lanes), of('length', r0, lanes), of('rows', r0, 2),
+                     of('w', r0, p * lanes), of('state', r0, k * lanes), of('loss', r0, lanes), tape,
+                     offsets_at + 8 * r0, of('adjoint', r0, k * lanes), of('grad', r0, p * lanes), *columns_at)
 
     per_run = max(int(rows.sum()) * row_ns / max(len(runs), 1), 1e-3)
     threads.run(run, len(runs), n, limits.check, per_run)
