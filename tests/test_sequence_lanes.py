@@ -121,7 +121,7 @@ def test_interrupts_are_checked_between_pieces_of_packs(monkeypatch):
     checks = []
     monkeypatch.setattr(limits, 'check', lambda: checks.append(1))
     cut = sequences.gradient(step, seqs, w, backend='llvm')
-    assert not rest and len(checks) >= 8
+    assert not rest and len(checks) >= 4  # 8 packs in 6 pieces of 1.5 packs' estimate at most
     assert np.array_equal(cut[0], whole[0]) and np.array_equal(cut[1], whole[1])
 
     def cancel():
