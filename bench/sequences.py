@@ -1,14 +1,20 @@
-"""Sequence models (issue 37), two benchmarks:
+"""Sequence models (issue 37), three benchmarks:
 
     .venv/bin/python bench/sequences.py --gradient [--repeats 3]
     .venv/bin/python bench/sequences.py --train [--series 10000] [--days 730] [--peer-series 1000] [--repeats 1]
+    .venv/bin/python bench/sequences.py --fit [--fit-series 1000] [--days 730] [--repeats 2]
 
 --gradient: the time of a gradient through the recurrence, by the llvm backend (pgad/jit/scan.py) against the
 python reference (pgad/sequences.py), in this process (no server):
   Holt-Winters (additive, weekly season: 9 state fields, 12 weights), one series of 730 rows (reverse and forward
-  mode), and 10,000 of them (each its own weights) in one call, on 1 and 2 threads; AR(7) (7 lags as state fields,
+  mode), and 10,000 of them (each its own weights) in one call, on 1 and 2 threads, in SIMD lanes (pgad/jit/lanes.py)
+  and one at a time (scan.py); AR(7) (7 lags as state fields,
   8 weights) on one series of 1,000,000 rows, against one numpy pass over the column (its sum). Best of --repeats; the python reference once
   where it takes seconds. Timings are reported, never asserted.
+
+--fit: lockstep.newton (pgad.train's default for sequence models) fitting --fit-series of --train's series in this
+process, its gradients in SIMD lanes (pgad/jit/lanes.py) against one series at a time (scan.py), interleaved, the
+CPU seconds of the fit and of its gradients (the least of --repeats).
 
 The functions (holt_winters, autoregression, series, seconds) are for other benchmarks to call.
 
@@ -44,8 +50,8 @@ import psycopg
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pgad import limits, sequences  # noqa: E402
-from pgad.jit import threads  # noqa: E402
-from pgad.models import sequence  # noqa: E402
+from pgad.jit import lanes, threads  # noqa: E402
+from pgad.models import descent, lockstep, sequence  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import optimum  # noqa: E402  (copy_in, and through it bench/run.py)
@@ -127,8 +133,15 @@ def gradient(repeats):
     py = seconds(lambda: sequences.gradient(hw, many, each), 1)
     ll = [on_threads(n, lambda: seconds(lambda: sequences.gradient(hw, many, each, backend='llvm'), repeats))
           for n in (1, 2)]
-    lines.append(f'| Holt-Winters, 10,000 series × 730 rows (each its weights) | {py:.2f} s | {ll[0]:.3f} s | '
-                 f'{ll[1]:.3f} s |')
+    lines.append(f'| Holt-Winters, 10,000 series × 730 rows (each its weights), {lanes.width()} in SIMD lanes | '
+                 f'{py:.2f} s | {ll[0]:.3f} s | {ll[1]:.3f} s |')
+    pays, lanes.pays = lanes.pays, lambda step, seqs: False  # scan.py's kernel, a sequence at a time
+    try:
+        ll = [on_threads(n, lambda: seconds(lambda: sequences.gradient(hw, many, each, backend='llvm'), repeats))
+              for n in (1, 2)]
+    finally:
+        lanes.pays = pays
+    lines.append(f'| the same, one series at a time | | {ll[0]:.3f} s | {ll[1]:.3f} s |')
     ar, w = autoregression(7)
     long = series(1, 1_000_000, seed=2)
     sequences.gradient(ar, series(1, 10), w, backend='llvm')
@@ -270,10 +283,47 @@ def table(results, args):
     return '\n'.join(lines)
 
 
+def fitting(count, days, seed, repeats):
+    """lockstep.newton (pgad.train's default for sequence models) fitting count Holt-Winters series of --train's data
+    (make), 100 iterations, its gradients by sequences.gradient(…, backend='llvm') as models/sequence.py calls them:
+    in SIMD lanes against one series at a time, interleaved, the CPU seconds of this process (time.process_time: the
+    least of repeats) for the fit and for its gradients."""
+    _, _, y = make(count, days, np.random.default_rng(seed))
+    hw, _, _, given, _, _ = sequence.step_of(MODEL, 'squared', 'y', json.dumps(STATE), json.dumps(START),
+                                             limits.DEFAULT, 1 << 34)
+    start = np.array([float(given[n]) for n in hw.weights])
+    rows = sequences.Sequences({'y': y}, np.arange(count, dtype=np.int64) * days, np.full(count, days, np.int64))
+    best, pays = {}, lanes.pays
+    for _ in range(repeats):
+        for name, rule in (('lanes', pays), ('one series at a time', lambda step, seqs: False)):
+            lanes.pays, spent = rule, [0.0]
+
+            def objective(w, at):
+                started = time.process_time()
+                part = sequences.Sequences(rows.columns, rows.starts[at], rows.lengths[at])
+                found = sequences.gradient(hw, part, w, 'reverse', 64 << 20, 'llvm')
+                spent[0] += time.process_time() - started
+                return found
+            started = time.process_time()
+            try:
+                lockstep.newton(objective, np.tile(start[:, None], (1, count)), rows.lengths, list(hw.weights), 100,
+                                0.0, descent.Penalty(), descent.Clock(lambda: None, lambda m: None, 100))
+            finally:
+                lanes.pays = pays
+            total = time.process_time() - started
+            best[name] = min(best.get(name, (total, spent[0])), (total, spent[0]))
+    lines = [f'| lockstep.newton, {count:,} Holt-Winters series × {days} rows | the fit, CPU s | its gradients |',
+             '|---|---:|---:|']
+    lines += [f'| {name} | {total:.2f} | {grads:.2f} |' for name, (total, grads) in best.items()]
+    return '\n'.join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--gradient', action='store_true', help='the time of a gradient, llvm against python')
     parser.add_argument('--train', action='store_true', help='Holt-Winters on many series against the peers')
+    parser.add_argument('--fit', action='store_true', help="lockstep's fit of --fit-series series, lanes or not")
+    parser.add_argument('--fit-series', type=int, default=1000)
     parser.add_argument('--repeats', type=int, default=None, help='best of (3 for --gradient, 1 for --train)')
     parser.add_argument('--series', type=int, default=10_000)
     parser.add_argument('--days', type=int, default=730)
@@ -284,6 +334,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.gradient:
         print(gradient(args.repeats or 3), flush=True)
+    if args.fit:
+        print(fitting(args.fit_series, args.days, args.seed, args.repeats or 2), flush=True)
     if args.train:
         args.repeats = args.repeats or 1
         training(args)

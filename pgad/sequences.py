@@ -298,7 +298,9 @@ def gradient(step, seqs, weights, mode='reverse', tile_bytes=TILE_BYTES, backend
     by reverse mode (states kept in tiles, or recomputed from checkpoints past tile_bytes) or forward mode. backend
     and parallel as run() takes them (parallel: reverse mode only)."""
     if llvm(step, backend, tangents=mode != 'reverse'):
-        from .jit import cache as disk, scan
+        from .jit import cache as disk, lanes, scan
+        if mode == 'reverse' and lanes.pays(step, seqs):  # W sequences at once, side by side in SIMD lanes
+            return lanes.gradient(step, seqs, weights, tile_bytes, ADJOINT, cache or disk.NONE)
         if mode == 'reverse':
             return scan.gradient(step, seqs, weights, tile_bytes, ADJOINT, cache or disk.NONE)
         return scan.forward_mode(step, seqs, weights, ADJOINT, cache or disk.NONE)

@@ -1,0 +1,173 @@
+"""The lane kernels of sequence models (pgad/jit/lanes.py: W sequences side by side in SIMD lanes) against the python
+reference (pgad/sequences.py) and scan.py's one-at-a-time kernel: the same losses and gradients (to 1e-12 relative,
+and scan.py's bits), ragged packs whose shorter lanes end early, each sequence its own weights, the same bits run to
+run and on 1 and 2 threads, interrupts between pieces, and pgad.train over many groups as with backend => 'python',
+on a real server. The counts of sequences are multiples of lanes.width() plus a rest, whatever the CPU's width."""
+import json
+
+import numpy as np
+import pytest
+
+from pgad import limits, sequences
+from pgad.jit import lanes, scan, threads
+from test_sequence_llvm import MODELS, close, load_series, sequences_of, step_of, weights_at
+
+W = lanes.width()  # 2, 4 or 8: every count below is made of it
+LENGTHS = [1, 2, 7, 40, 365, 730]
+
+
+def ragged(packs, scale, seed=7):
+    """packs·W sequences and 3 more (a pack with spare lanes), of the LENGTHS in turn: sorted longest first, each
+    pack has lanes that end before its longest."""
+    count = packs * W + 3
+    return sequences_of([LENGTHS[k % len(LENGTHS)] for k in range(count)], scale, seed)
+
+
+def counted(monkeypatch):
+    """The lengths of the sequences scan.gradient is given, call after call (the rest the lanes do not take)."""
+    given = []
+    inner = scan.gradient
+
+    def gradient(step, seqs, *args, **kwargs):
+        given.append(sorted(seqs.lengths))
+        return inner(step, seqs, *args, **kwargs)
+    monkeypatch.setattr(scan, 'gradient', gradient)
+    return given
+
+
+@pytest.mark.parametrize('scale', [1e-8, 1.0, 1e8])
+@pytest.mark.parametrize('name', sorted(MODELS))
+def test_the_lanes_give_the_reference_gradient(name, scale, monkeypatch):
+    step, _, _, given, _, _ = step_of(name)
+    seqs = ragged(3, scale)
+    rest = counted(monkeypatch)
+    for w in (weights_at(name, step, given, scale), weights_at(name, step, given, scale, seqs.count)):
+        loss, grad = sequences.gradient(step, seqs, w)
+        got_loss, got_grad = sequences.gradient(step, seqs, w, backend='llvm')
+        assert got_grad.shape == grad.shape == (len(step.weights), seqs.count)
+        assert close(got_loss, loss)[0], close(got_loss, loss)
+        assert close(got_grad, grad)[0], close(got_grad, grad)
+        auto = sequences.gradient(step, seqs, w, backend='auto')
+        assert np.array_equal(auto[0], got_loss) and np.array_equal(auto[1], got_grad)
+    assert not rest  # 3·W + 3 sequences in lanes, the last pack's spare lanes running its last sequence again
+
+
+@pytest.mark.parametrize('name', sorted(MODELS))
+def test_the_lanes_give_the_bits_of_the_one_at_a_time_kernel(name):
+    """Each lane computes its sequence's operations in scan.py's order, with libm's scalar functions (the cell's
+    tanh), so the bits are the same whichever kernel runs a sequence (the tile budget and the count decide), ragged
+    lanes and spare ones included."""
+    step, _, _, given, _, _ = step_of(name)
+    seqs = ragged(4, 3.0, seed=11)
+    for w in (weights_at(name, step, given, 3.0), weights_at(name, step, given, 3.0, seqs.count)):
+        got = lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)
+        want = scan.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_an_ended_lane_keeps_its_state_and_adds_nothing():
+    """One long sequence and W − 1 of one row in one pack: the short lanes read their one row again for 729 rows and
+    must not change their loss, state or gradient; each against the reference over that sequence alone."""
+    step, _, _, given, _, _ = step_of('holt_winters')
+    seqs = sequences_of([730] + [1] * (W - 1) + [730] * W, 5.0)
+    w = weights_at('holt_winters', step, given, 5.0, seqs.count)
+    loss, grad = lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)
+    for g in range(seqs.count):
+        one = sequences.Sequences(seqs.columns, seqs.starts[[g]], seqs.lengths[[g]])
+        want = sequences.gradient(step, one, w[:, [g]])
+        assert close(loss[g], want[0][0])[0] and close(grad[:, [g]], want[1])[0], g
+
+
+def test_the_same_bits_run_to_run_on_one_and_two_threads():
+    step, _, _, given, _, _ = step_of('cell')
+    seqs = ragged(6, 1.0)  # 18·W + 3 sequences: enough rows for two threads (threads.LOOP_SHARE_ROWS a share)
+    w = weights_at('cell', step, given, 1.0, seqs.count)
+    results = []
+    for n in (1, 2, 2, 1):
+        replaced = threads.on_count(lambda n=n: n)
+        try:
+            results.append(sequences.gradient(step, seqs, w, backend='llvm'))
+        finally:
+            threads.on_count(*replaced)
+    for loss, grad in results[1:]:
+        assert np.array_equal(loss, results[0][0]) and np.array_equal(grad, results[0][1])
+    assert close(results[0][1], sequences.gradient(step, seqs, w)[1])[0]
+
+
+def test_a_tape_past_the_tile_budget_goes_to_the_one_at_a_time_kernel(monkeypatch):
+    """A pack whose tape (rows·K·W doubles) passes a thread's tile budget runs on scan.py's kernel, which
+    recomputes from checkpoints: the same bits as with the whole tape."""
+    step, _, _, given, _, _ = step_of('holt_winters')
+    seqs = ragged(2, 1.0)
+    w = weights_at('holt_winters', step, given, 1.0)
+    whole = sequences.gradient(step, seqs, w, backend='llvm')
+    rest = counted(monkeypatch)
+    small = sequences.gradient(step, seqs, w, tile_bytes=8 * len(step.states) * 64 * W, backend='llvm')
+    # the packs with 730 rows: one at a time; those of 40 rows at most in lanes
+    assert len(rest) == 1 and 730 in rest[0] and len(rest[0]) < seqs.count
+    assert rest[0].count(730) == list(seqs.lengths).count(730)
+    assert np.array_equal(small[0], whole[0]) and np.array_equal(small[1], whole[1])
+
+
+def test_interrupts_are_checked_between_pieces_of_packs(monkeypatch):
+    step, _, _, given, _, _ = step_of('holt_winters')
+    seqs = sequences_of([730] * (8 * W), 1.0)
+    w = weights_at('holt_winters', step, given, 1.0)
+    whole = sequences.gradient(step, seqs, w, backend='llvm')
+    one = scan.compiled(step, sequences.ADJOINT)
+    # a piece a pack (the estimated cost of its 730 rows fits a piece, two packs' do not), whose cut changes no bit
+    monkeypatch.setattr(threads, 'PIECE_NS', 1.5 * 730 * (one.forward_ns + one.backward_ns) * W)
+    rest = counted(monkeypatch)
+    checks = []
+    monkeypatch.setattr(limits, 'check', lambda: checks.append(1))
+    cut = sequences.gradient(step, seqs, w, backend='llvm')
+    assert not rest and len(checks) >= 4  # 8 packs in 6 pieces of 1.5 packs' estimate at most
+    assert np.array_equal(cut[0], whole[0]) and np.array_equal(cut[1], whole[1])
+
+    def cancel():
+        checks.append(1)
+        if len(checks) == 3:
+            raise KeyboardInterrupt('canceled')
+    checks.clear()
+    monkeypatch.setattr(limits, 'check', cancel)
+    with pytest.raises(KeyboardInterrupt):
+        sequences.gradient(step, seqs, w, backend='llvm')
+    assert len(checks) == 3
+
+
+def test_the_lane_loop_is_vectorised():
+    """The optimised IR of the lane functions computes on vectors of doubles (the loop vectoriser took the lane
+    loop), at whatever width the CPU has."""
+    step, _, _, _, _, _ = step_of('holt_winters')
+    compiled = lanes.compiled(step, sequences.ADJOINT)
+    assert compiled.optimised_ir == '' or ' x double>' in compiled.optimised_ir  # '': loaded from the disk cache
+
+
+def test_fewer_sequences_than_lanes_run_one_at_a_time(monkeypatch):
+    step, _, _, given, _, _ = step_of('ses')
+    assert not lanes.pays(step, sequences_of([5] * (W - 1), 1.0))
+    assert lanes.pays(step, sequences_of([5] * W, 1.0))
+    monkeypatch.setattr(lanes, 'MAX_NODES', 10)
+    assert not lanes.pays(step_of('holt')[0], sequences_of([5] * W, 1.0))
+
+
+def test_train_many_groups_with_backend_llvm_matches_backend_python(db):
+    """pgad.train over 2·W + 1 groups (lockstep's Newton, its gradients by the lanes) as with the python reference."""
+    count = 2 * W + 1
+    seqs = sequences_of([60 + 7 * (g % 5) for g in range(count)], 50.0, seed=13)
+    y = seqs.columns['y']
+    load_series(db, 'many', [y[s:s + n] for s, n in zip(seqs.starts, seqs.lengths)])
+    _, state, weights = MODELS['holt']
+    weights = {**weights, 'l0': 50.0}
+    found = {}
+    for backend in ('python', 'llvm'):
+        found[backend] = db.execute(
+            "SELECT group_key, weights, final_loss FROM pgad.train(%s, 'λ(d, w, s) s.level + s.trend', 'squared', "
+            "'SELECT g, day, y FROM many', %s, order_by => 'day', state => %s, group_by => 'g', backend => %s, "
+            "iterations => 30) ORDER BY group_key::text",
+            [f'many_{backend}', json.dumps(weights), json.dumps(state), backend]).fetchall()
+    assert len(found['llvm']) == count
+    for a, b in zip(found['python'], found['llvm']):
+        assert b[2] == pytest.approx(a[2], rel=1e-9)
+        for key in a[1]:
+            assert b[1][key] == pytest.approx(a[1][key], rel=1e-8, abs=1e-10)
