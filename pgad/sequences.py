@@ -319,8 +319,8 @@ def _reverse(r, tile_bytes):
             values = python_backend.evaluate(backward, *r.inputs(t, kept[t], n, adjoint))
             for j in range(p):
                 grad[j, :n] += _rows(values[step.vjp[j]], n)
-            for j in range(k):
-                adjoint[j, :n] = _rows(values[step.vjp[p + j]], n)
+            if k:  # all at once: a field's adjoint may be another's column (next s1 = s.s2), a view of adjoint
+                adjoint[:, :n] = np.array([_rows(values[step.vjp[p + j]], n) for j in range(k)])
         kept = {}
     if k:
         values = python_backend.evaluate(r.plan(step.start_vjp), *r.inputs(0, np.zeros((k, g)), g, adjoint))
