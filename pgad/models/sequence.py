@@ -118,6 +118,15 @@ def shown(value, kind):
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
+def taken(hint):
+    """descent's hint of an unconverged fit without what a sequence model does not take (check): newton,
+    standardize."""
+    for other in (", or with optimizer => 'newton' (at most 300 weights) or standardize => true.",
+                  ", or try optimizer => 'newton'."):
+        hint = hint.replace(other, '.')
+    return hint
+
+
 class Kernel:
     """descent.fit's kernel for one sequence: the summed objective and its gradient along all its rows, in one
     call (whole), by the step's backend."""
@@ -229,7 +238,7 @@ def train(name, model_text, loss, data, weights, given, config):
         kernel = Kernel(step, seqs, options['mode'], min(sequences.TILE_BYTES, config.memory_limit // 4))
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                               options['iterations'], every_iterations=options['progress_every'],
-                              warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
+                              warning=lambda message, hint: server.warning(f'{where}: {message}', taken(hint)))
         fit = descent.fit(kernel, loader.Table([], n, 0), start, names, options['optimizer'],
                           options['learning_rate'], options['iterations'], n, None, options['tolerance'], penalty,
                           clock)
