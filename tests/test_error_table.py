@@ -29,6 +29,9 @@ VECTORS = 'SELECT ARRAY[x, 1]::float8[] AS v, y FROM points'
 SES = '{"level": {"start": "w.l0", "next": "s.level + w.alpha*(d.y - s.level)"}}'
 SEQUENCE = [("SELECT pgad.train('sq', 'λ(d, w, s) s.level', 'squared', 'SELECT x AS t, y FROM points', %s, "
              "order_by => 't', state => %s, iterations => 1)", ('{"alpha": 0.5, "l0": 0}', SES))]
+SES_AB = '{"level": {"start": "w.a", "next": "s.level + w.b*(d.y - s.level)"}}'
+SEQUENCE_OF = ("SELECT pgad.train('q', 'λ(d, w, s) s.level', 'squared', '{}', '{{\"a\": 0, \"b\": 0.5}}', "
+            "order_by => '{}', state => '" + SES_AB.replace('{', '{{').replace('}', '}}') + "'{})")
 SHARDED = 'SELECT * FROM pgad.train(\'m\', \'λ(d, w) w.a*d.x\', \'squared\', \'sharded\', \'{{"a": 0}}\'{})'
 
 
@@ -193,6 +196,34 @@ CALLS = {
     'optimizer "sgd" cannot train where the rows are sharded':
         shard2('{current}') + call(SHARDED.format(", optimizer => 'sgd'")),
     'model "nosuch" does not exist': call("SELECT * FROM pgad.evaluate('nosuch', 'points')"),
+    # sequence models (docs/sql.md, "Sequences")
+    'order_by "x" has more than one row at 1': call(SEQUENCE_OF.format('SELECT 1 AS x, y FROM points', 'x', '')),
+    'state needs order_by: a sequence model carries a state along ordered rows':
+        call("SELECT pgad.train('q', 'λ(d, w, s) s.level', 'squared', 'points', %s, state => %s)", AB, SES_AB),
+    'order_by names one column': call(SEQUENCE_OF.format('points', 'x, y', '')),
+    'column "x" is both order_by and group_by': call(SEQUENCE_OF.format('points', 'x', ", group_by => 'x'")),
+    'column "z" of order_by does not exist in the data': call(SEQUENCE_OF.format('points', 'z', '')),
+    'column "x" of order_by is of type text': call(SEQUENCE_OF.format('SELECT x::text AS x, y FROM points', 'x', '')),
+    'the model reads its order column "x"':
+        call(SEQUENCE_OF.replace("'λ(d, w, s) s.level'", "'λ(d, w, s) s.level + 0*d.x'").format('points', 'x', '')),
+    'state field "trend" is not in the state':
+        call(SEQUENCE_OF.replace("'λ(d, w, s) s.level'", "'λ(d, w, s) s.level + s.trend'").format('points', 'x', '')),
+    'state must be a JSON object of at least one field':
+        call("SELECT pgad.train('q', 'λ(d, w, s) s.level', 'squared', 'points', %s, order_by => 'x', state => '{}')",
+             AB),
+    'the state has 10001 fields, more than pgad.max_lambda_nodes / 10 (10000)':
+        call("SELECT pgad.train('q', 'λ(d, w, s) s.f0', 'squared', 'points', %s, order_by => 'x', state => %s)", AB,
+             json.dumps({f'f{k}': {'start': '0', 'next': '0'} for k in range(10001)})),
+    'weight "state.x" is named as pgad names a state field':
+        call("SELECT pgad.train('q', 'λ(d, w, s) s.level + w.\"state.x\"', 'squared', 'points', "
+             "'{\"a\": 0, \"b\": 0.5, \"state.x\": 0}', order_by => 'x', state => %s)", SES_AB),
+    'optimizer "sgd" cannot train a sequence model': call(SEQUENCE_OF.format('points', 'x', ", optimizer => 'sgd'")),
+    "a sequence model takes no loss 'softmax'":
+        call(SEQUENCE_OF.replace("'squared'", "'softmax'").format('points', 'x', '')),
+    'pgad.train takes no validation or standardize for a sequence model':
+        call(SEQUENCE_OF.format('points', 'x', ', standardize => true')),
+    "a lambda of a state, λ(d, w, s), is a sequence model's":
+        call("SELECT pgad.loss('λ(d, w, s) s.level', 'points', '{}')"),
     'pgad.evaluate does not take model "vlen", a model with vectors':
         call(TRAIN.format('vlen', 'squared', VECTORS), VECTOR_MODEL, '{"a": [0, 0], "c": 0}') +
         call("SELECT * FROM pgad.evaluate('vlen', %s)", VECTORS),

@@ -79,10 +79,15 @@ def load(data, columns, order_by, group_by, memory_limit):
     if kind not in ORDER_TYPES:
         raise PgadError('42804', f'column "{order_by}" of order_by is of type {kind}',
                         hint='Order by a date, a timestamp or a number, or cast the column in the data query.')
-    key = next(f'pgad_order{k or ""}' for k in range(len(names) + 1) if f'pgad_order{k or ""}' not in names)
-    wrapped = (f'SELECT pgad_data.*, {ORDER_TYPES[kind].format("pgad_data." + printer.quote_ident(order_by))} '
-               f'AS {key} FROM ({query}\n) AS pgad_data')
-    read = [*columns, key]
+    if order_by in (group_by or ()):
+        raise PgadError('22023', f'column "{order_by}" is both order_by and group_by',
+                        hint='Order each group\'s rows by a column that is not one of its keys.')
+    # the order column's value as a float8, under its own name (a NULL in it is named so): the model reads it not
+    kept = [c for c in dict.fromkeys([*columns, *(group_by or ())]) if c in names]
+    wrapped = ('SELECT ' + ', '.join([*(f'pgad_data.{printer.quote_ident(c)}' for c in kept),
+                                      ORDER_TYPES[kind].format('pgad_data.' + printer.quote_ident(order_by)) +
+                                      ' AS ' + printer.quote_ident(order_by)]) + f' FROM ({query}\n) AS pgad_data')
+    read = [*columns, order_by]
     if group_by:
         group_types, parts = loader.load_groups(wrapped, read, group_by, memory_limit)
         found = [(p.key, p.values, p.table) for p in parts]
@@ -109,10 +114,9 @@ def shown(value, kind):
     """A value of the order column, read as a float8 (ORDER_TYPES), as the text of its type."""
     if kind == 'date':
         return (datetime.date(2000, 1, 1) + datetime.timedelta(days=int(value))).isoformat()
-    if kind.startswith('timestamp'):
-        moment = datetime.datetime.fromtimestamp(float(value), datetime.timezone.utc)
-        return moment.isoformat(sep=' ') if kind.endswith('with time zone') else \
-            moment.replace(tzinfo=None).isoformat(sep=' ')
+    if kind.startswith('timestamp'):  # as the server prints it (a timestamptz in the session's TimeZone)
+        moment = 'pg_catalog.to_timestamp($1)' + ('' if kind.endswith('with time zone') else " AT TIME ZONE 'UTC'")
+        return server.query(f'SELECT ({moment})::pg_catalog.text AS t', [float(value)], ['pg_catalog.float8'])[0]['t']
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
@@ -143,19 +147,24 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
         for where, fit in zip(wheres, fits):
             if not fit.converged:
                 message, hint = descent.unconverged(options['optimizer'], fit, options['iterations'], penalty)
-                server.warning(f'{where}: {message}', hint)
+                server.warning(f'{where}: {message}', taken(hint))
         return fits
     fits = []
     for k, where in enumerate(wheres):
         part = sequences.Sequences(seqs.columns, seqs.starts[[k]], seqs.lengths[[k]])
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                               options['iterations'], every_iterations=options['progress_every'],
-                              warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
+                              warning=lambda message, hint: server.warning(f'{where}: {message}', taken(hint)))
         fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes, options['backend'], cache),
                                 loader.Table([], int(part.lengths[0]), 0),
                                 start, names, options['optimizer'], options['learning_rate'], options['iterations'],
                                 int(part.lengths[0]), None, options['tolerance'], penalty, clock))
     return fits
+
+
+def taken(hint):
+    """descent's hint of an unconverged fit without what a sequence model does not take (check): standardize."""
+    return hint.replace(" or standardize => true.", ".")
 
 
 class Kernel:

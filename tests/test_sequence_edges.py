@@ -1,0 +1,227 @@
+"""Ordered data at its edges, through SQL (docs/sql.md, "Sequences"): ties named with the group and the value as
+its type prints it, NULLs skipped with the NOTICE, groups of one row and of very different lengths, and every
+argument a sequence model refuses, each a clear SQLSTATE that leaves the catalog as it was; and the threats of
+docs/security.md that concern sequences."""
+import json
+import threading
+import time
+
+import psycopg
+import pytest
+
+from conftest import error_of
+
+SES = '{"level": {"start": "w.l0", "next": "s.level + w.alpha*(d.y - s.level)"}}'
+W = '{"alpha": 0.5, "l0": 0}'
+MODEL = 'λ(d, w, s) s.level'
+
+
+@pytest.fixture
+def edges(db):
+    db.execute('DROP TABLE IF EXISTS e')
+    db.execute("CREATE TABLE e (g int, day date, ts timestamp, tz timestamptz, i int, n numeric, y float8, x float8)")
+    # two groups of ten rows, each day once per group; y and x never NULL
+    db.execute("INSERT INTO e SELECT k % 2, '2024-01-01'::date + k/2, '2024-01-01'::timestamp + (k/2) * interval "
+               "'1 hour', '2024-01-01 00:00+00'::timestamptz + (k/2) * interval '90 minutes', k/2, (k/2) * 1.5, "
+               "sin(k), cos(k) FROM generate_series(0, 19) k")
+    return db
+
+
+def catalog(db):
+    return db.execute("SELECT (SELECT count(*) FROM pgad.models), (SELECT count(*) FROM pg_proc p JOIN "
+                      "pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'pgad_models')").fetchone()
+
+
+def refused(db, sql, params=None):
+    """The error of sql, after which the catalog is as it was."""
+    before = catalog(db)
+    diag = error_of(db, sql, params)
+    assert diag.sqlstate != 'XX000' and catalog(db) == before
+    return diag
+
+
+def train(data, order_by='day', state=SES, model=MODEL, weights=W, extra=''):
+    return (f"SELECT name, group_key, rows FROM pgad.train('edge', %s, 'squared', %s, %s, order_by => %s, "
+            f"state => %s{extra})", [model, data, weights, order_by, state])
+
+
+@pytest.mark.parametrize('column, shown', [
+    ('day', '2024-01-03'), ('ts', '2024-01-01 02:00:00'), ('tz', '2024-01-01 03:00:00+00'), ('i', '2'),
+    ('n', '3')])
+def test_a_tie_names_the_group_and_the_value_as_its_type_prints_it(edges, column, shown):
+    edges.execute("SET TimeZone = 'UTC'")
+    # group 1 has two rows at the third value of the order column
+    data = f'SELECT g, {column}, y FROM e UNION ALL SELECT g, {column}, y FROM e WHERE g = 1 AND i = 2'
+    diag = refused(edges, *train(data, column, extra=", group_by => 'g'"))
+    assert diag.sqlstate == '21000'
+    assert diag.message_primary == f'order_by "{column}" has more than one row at {shown} in group {{"g": 1}}'
+
+
+def test_a_timestamptz_tie_is_shown_in_the_session_time_zone(edges):
+    edges.execute("SET TimeZone = 'Asia/Tokyo'")
+    diag = refused(edges, *train('SELECT tz, y FROM e', 'tz'))
+    assert diag.message_primary == 'order_by "tz" has more than one row at 2024-01-01 09:00:00+09'
+
+
+@pytest.mark.parametrize('data, named', [
+    ("SELECT day, CASE WHEN i = 3 THEN NULL ELSE y END AS y FROM e WHERE g = 0", '"y"'),
+    ("SELECT CASE WHEN i = 3 THEN NULL ELSE day END AS day, y FROM e WHERE g = 0", '"day"'),
+])
+def test_a_row_with_null_is_skipped_with_the_notice(edges, data, named):
+    notices = []
+    edges.add_notice_handler(lambda d: notices.append(d.message_primary))
+    name, key, rows = edges.execute(*train(data)).fetchone()
+    assert rows == 9
+    assert f'skipped 1 of 10 rows with NULL in {named} (1 row)' in notices
+
+
+def test_an_exogenous_null_skips_the_row(edges):
+    model = 'λ(d, w, s) s.level + w.b*d.x'
+    rows = edges.execute(*train("SELECT day, y, CASE WHEN i = 4 THEN NULL ELSE x END AS x FROM e WHERE g = 0",
+                                model=model, weights='{"alpha": 0.5, "l0": 0, "b": 0}')).fetchone()[2]
+    assert rows == 9
+
+
+def test_groups_of_one_row_and_of_many(edges):
+    edges.execute("INSERT INTO e (g, day, y) SELECT 2, '2024-01-01'::date + k, sin(k) FROM generate_series(0, 499) k")
+    edges.execute("INSERT INTO e (g, day, y) VALUES (3, '2024-01-01', 1.5)")
+    found = {key['g']: rows for _, key, rows in
+             edges.execute(*train('SELECT g, day, y FROM e', extra=", group_by => 'g'")).fetchall()}
+    assert found == {0: 10, 1: 10, 2: 500, 3: 1}
+    one = edges.execute("SELECT weights, options FROM pgad.models WHERE name = 'edge' AND group_key->>'g' = '3'"
+                        ).fetchone()
+    # one row: the level's start is fitted to it, and the state after it is the smoothed row
+    assert one[0]['l0'] == pytest.approx(1.5, rel=1e-6)
+    assert one[1]['last_state']['level'] == pytest.approx(1.5, rel=1e-6)
+
+
+@pytest.mark.parametrize('case, sql, sqlstate, message', [
+    ('reads its order column', train('SELECT i, y FROM e WHERE g = 0', 'i', model='λ(d, w, s) s.level + 0*d.i'),
+     '0A000', 'the model reads its order column "i"'),
+    ('order column missing', train('SELECT day, y FROM e', 'dayz'), '42703',
+     'column "dayz" of order_by does not exist in the data'),
+    ('two order columns', train('SELECT day, i, y FROM e', 'day, i'), '22023', 'order_by names one column'),
+    ('order column of text', train('SELECT day::text AS day, y FROM e WHERE g = 0'), '42804',
+     'column "day" of order_by is of type text'),
+    ('order_by is group_by', train('SELECT g, day, y FROM e', 'g', extra=", group_by => 'g'"), '22023',
+     'column "g" is both order_by and group_by'),
+    ('state without order_by', ("SELECT pgad.train('edge', %s, 'squared', 'SELECT day, y FROM e', %s, state => %s)",
+                                [MODEL, W, SES]), '22023',
+     'state needs order_by: a sequence model carries a state along ordered rows'),
+    ('order_by without state', ("SELECT pgad.train('edge', %s, 'squared', 'SELECT day, y FROM e', %s, "
+                                "order_by => 'day')", [MODEL, W]), '22023',
+     'order_by needs state: a sequence model carries a state along ordered rows'),
+    ('a field read, not declared', train('SELECT day, y FROM e WHERE g = 0', model='λ(d, w, s) s.level + s.trend'),
+     '42703', 'state field "trend" is not in the state'),
+    ('a start that reads the state', train('SELECT day, y FROM e WHERE g = 0',
+                                           state='{"level": {"start": "s.level", "next": "s.level"}}'),
+     '42P01', '"s" is neither the data row "d" nor the weights "w"'),
+    ('an empty state', train('SELECT day, y FROM e WHERE g = 0', state='{}'), '22023',
+     'state must be a JSON object of at least one field'),
+    ('too many fields', train('SELECT day, y FROM e WHERE g = 0', state=json.dumps(
+        {f'f{k}': {'start': '0', 'next': f's.f{k}'} for k in range(10001)})), '54000',
+     'the state has 10001 fields, more than pgad.max_lambda_nodes / 10 (10000)'),
+    ('a weight named state.x', train('SELECT day, y FROM e WHERE g = 0', model='λ(d, w, s) s.level + w."state.x"',
+                                     weights='{"alpha": 0.5, "l0": 0, "state.x": 1}'), '42P08',
+     'weight "state.x" is named as pgad names a state field'),
+    ('sgd', train('SELECT day, y FROM e WHERE g = 0', extra=", optimizer => 'sgd'"), '0A000',
+     'optimizer "sgd" cannot train a sequence model'),
+    ('softmax', ("SELECT pgad.train('edge', %s, 'softmax', 'SELECT day, y FROM e WHERE g = 0', %s, "
+                 "order_by => 'day', state => %s)", [MODEL, W, SES]), '0A000',
+     "a sequence model takes no loss 'softmax'"),
+    ('standardize', train('SELECT day, y FROM e WHERE g = 0', extra=', standardize => true'), '0A000',
+     'pgad.train takes no validation or standardize for a sequence model'),
+    ('validation', train('SELECT day, y FROM e WHERE g = 0', extra=', validation => 0.2'), '0A000',
+     'pgad.train takes no validation or standardize for a sequence model'),
+    ('pgad.loss of a state', ("SELECT pgad.loss('λ(d, w, s) (s.level - d.y)^2', 'SELECT day, y FROM e', %s)", [W]),
+     '42601', "a lambda of a state, λ(d, w, s), is a sequence model's"),
+    ('pgad.train without state', ("SELECT pgad.train('edge', %s, 'squared', 'SELECT day, y FROM e', %s)",
+                                  [MODEL, W]), '42601', "a lambda of a state, λ(d, w, s), is a sequence model's"),
+])
+def test_a_refused_argument_is_a_clear_error_that_changes_nothing(edges, case, sql, sqlstate, message):
+    before = edges.execute("SELECT weights, options FROM pgad.models WHERE name = 'edge'").fetchall()
+    diag = refused(edges, *sql)
+    assert (diag.sqlstate, diag.message_primary) == (sqlstate, message), case
+    assert edges.execute("SELECT weights, options FROM pgad.models WHERE name = 'edge'").fetchall() == before
+    if case.startswith('pgad'):
+        assert 'order_by' in diag.message_hint and 'state' in diag.message_hint
+
+
+# --- threats (docs/security.md) ---
+
+def test_state_text_is_never_spliced_into_sql_or_python(edges):
+    """A field and a column named like an injection are names: the model trains, its scoring function takes the
+    field as an argument, and the table is still there."""
+    field = "x'); DROP TABLE e; --"
+    column = "y'); DROP TABLE e; --"
+    state = json.dumps({field: {'start': 'w.l0', 'next': f's."{field}" + w.alpha*(d."{column}" - s."{field}")'}})
+    sql, params = train(f'SELECT day, y AS "{column}" FROM e WHERE g = 0', state=state,
+                        model=f'λ(d, w, s) s."{field}"', extra=', label => %s')
+    edges.execute(sql, params + [column])
+    assert edges.execute("SELECT count(*) FROM e").fetchone()[0] == 20
+    argument = edges.execute("SELECT pg_get_function_arguments('pgad_models.edge'::regproc)").fetchone()[0]
+    assert "state_x'); DROP TABLE e; --" in argument
+    value = edges.execute('SELECT pgad_models.edge(%s)', [2.5]).fetchone()[0]
+    assert value == 2.5
+    # a start or next that tries to run SQL is not a lambda: a syntax error, nothing run
+    for bad in ('(SELECT 1)', "pg_sleep(10)", 'd.y; DROP TABLE e'):
+        diag = refused(edges, *train('SELECT day, y FROM e WHERE g = 0',
+                                     state=json.dumps({'level': {'start': bad, 'next': 's.level'}})))
+        assert diag.sqlstate in ('42601', '42703', '42883')  # not a lambda: nothing of it runs
+    assert edges.execute("SELECT count(*) FROM e").fetchone()[0] == 20
+
+
+def test_a_data_query_of_another_roles_table_is_refused(cluster, dbname, edges):
+    edges.execute('DROP TABLE IF EXISTS secret_series')
+    edges.execute("CREATE TABLE secret_series AS SELECT '2024-01-01'::date + k AS day, k::float8 AS y "
+                  "FROM generate_series(0, 9) k")
+    edges.execute('DROP ROLE IF EXISTS seq_mallory')
+    edges.execute('CREATE ROLE seq_mallory LOGIN')
+    edges.execute('GRANT USAGE ON SCHEMA pgad, pgad_models TO seq_mallory')
+    with psycopg.connect(cluster.conninfo(dbname, user='seq_mallory'), autocommit=True) as mallory:
+        diag = error_of(mallory, *train('SELECT day, y FROM secret_series'))
+        assert diag.sqlstate == '42501' and 'secret_series' in diag.message_primary
+
+
+def test_an_order_column_of_another_roles_type_is_refused_as_a_number_would_be(cluster, dbname, edges):
+    """A domain over a number another role owns: the loader names its type; the order column must be a date, a
+    timestamp or a number, so it is 42804 before any of the type's functions runs."""
+    edges.execute('DROP TABLE IF EXISTS owned_order')
+    edges.execute('DROP DOMAIN IF EXISTS seq_tick CASCADE')
+    edges.execute('CREATE DOMAIN seq_tick AS int CHECK (VALUE >= 0)')
+    edges.execute('DROP ROLE IF EXISTS seq_alice')
+    edges.execute('CREATE ROLE seq_alice')
+    edges.execute('ALTER DOMAIN seq_tick OWNER TO seq_alice')
+    edges.execute("CREATE TABLE owned_order AS SELECT k::seq_tick AS t, sin(k) AS y FROM generate_series(0, 9) k")
+    diag = refused(edges, *train('SELECT t, y FROM owned_order', 't'))
+    assert diag.sqlstate == '42804' and diag.message_primary.startswith('column "t" of order_by is of type')
+
+
+def test_a_sequence_past_memory_limit_is_refused_before_it_is_allocated(edges):
+    """The tape check (sequences.check_tape): a million rows, a memory_limit far below even the checkpoints."""
+    edges.execute('DROP TABLE IF EXISTS long_series')
+    edges.execute("CREATE TABLE long_series AS SELECT k AS t, sin(k)::float8 AS y FROM generate_series(1, 1000000) k")
+    edges.execute("SET pgad.memory_limit = '16MB'")
+    try:
+        state = json.dumps({f'f{k}': {'start': '0', 'next': f's.f{k} + w.alpha*(d.y - s.f{k})'} for k in range(200)})
+        diag = refused(edges, *train('SELECT t, y FROM long_series', 't', state=state,
+                                     model='λ(d, w, s) ' + ' + '.join(f's.f{k}' for k in range(200)),
+                                     weights='{"alpha": 0.5}'))
+    finally:
+        edges.execute('RESET pgad.memory_limit')
+    assert diag.sqlstate in ('54000', '53200'), diag.message_primary
+
+
+def test_a_long_training_is_cancelled_within_about_a_second(cluster, dbname, edges):
+    edges.execute('DROP TABLE IF EXISTS cancel_series')
+    edges.execute("CREATE TABLE cancel_series AS SELECT k AS t, sin(k)::float8 AS y FROM generate_series(1, 200000) k")
+    pid = edges.execute('SELECT pg_backend_pid()').fetchone()[0]
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as other:
+        timer = threading.Timer(3.0, lambda: other.execute('SELECT pg_cancel_backend(%s)', [pid]))
+        timer.start()
+        started = time.monotonic()
+        diag = error_of(edges, *train('SELECT t, y FROM cancel_series', 't', extra=', iterations => 100000'))
+        elapsed = time.monotonic() - started
+        timer.join()
+    assert diag.sqlstate == '57014'
+    assert elapsed < 3.0 + 2.0  # cancelled within about a second (generous: a loaded 2-core machine)
