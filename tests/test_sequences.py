@@ -112,3 +112,24 @@ def test_summary_and_importance_refuse_a_sequence_model(db):
     e = error_of(db, "SELECT * FROM pgad.importance('refused', 'SELECT day, y FROM refused')")
     assert e.sqlstate == '0A000'
 
+
+
+def test_a_prediction_that_reads_its_label_forecasts_only_where_that_branch_is_not_taken(db):
+    """AR(1)'s first row predicts its own label (a loss of 0): past the last row that branch is not taken, and the
+    forecast is the recurrence's; a prediction that reads the label on every row has nothing to read there: 22000."""
+    y = holt_series(50, 8)
+    load(db, 'own', y)
+    state = json.dumps({'n': {'start': '0', 'next': 's.n + 1'}, 'y1': {'start': '0', 'next': 'd.y'}})
+    weights = db.execute("SELECT weights FROM pgad.train('own', 'λ(d, w, s) CASE WHEN s.n < 1 THEN d.y ELSE w.c + "
+                         "w.a*s.y1 END', 'squared', 'SELECT day, y FROM own', '{\"c\": 0, \"a\": 0.5}', "
+                         "order_by => 'day', state => %s)", [state]).fetchone()[0]
+    values = [v for v, in db.execute("SELECT value FROM pgad.forecast('own', 3)")]
+    expected, last = [], y[-1]
+    for _ in range(3):
+        last = weights['c'] + weights['a'] * last
+        expected.append(last)
+    assert values == pytest.approx(expected, rel=1e-12)
+    db.execute("SELECT FROM pgad.train('always', 'λ(d, w, s) s.level + 0*d.y', 'squared', 'SELECT day, y FROM own', "
+               "'{\"alpha\": 0.5, \"l0\": 50}', order_by => 'day', state => %s)", [SES_STATE])
+    e = error_of(db, "SELECT * FROM pgad.forecast('always', 2)")
+    assert e.sqlstate == '22000' and 'not a finite number at step 1' in e.message_primary

@@ -56,9 +56,7 @@ class Forecaster:
         self.loss_node = values[step.loss].id
         self.prediction = values[step.prediction].id
         self.next = [values[n].id for n in step.next]
-        if _reads(graph, [self.prediction], {LABEL}):
-            raise PgadError('0A000', f'the prediction of model "{name}" reads its label column "{self.label}"',
-                            hint='A forecast predicts the label: the model reads the label only through its state.')
+        self.name = name
         read = [graph.nodes[i].value for i in graph.ancestors([self.prediction, *self.next])
                 if graph.nodes[i].op == 'column']
         self.exogenous = list(dict.fromkeys(read))
@@ -227,7 +225,7 @@ def _paths(fc, columns, weights, states, horizon, sigma2, analytic):
     for h in range(horizon):
         limits.tick(g)
         at = {c: v[h] for c, v in columns.items()}
-        y = _rows(python_backend.evaluate(prediction, *fc.inputs(at, states, weights, 0.0))[fc.prediction], g)
+        y = _predicted(fc, prediction, at, states, weights, g, h)
         values[h] = y
         found = python_backend.evaluate(after, *fc.inputs(at, states, weights, y))
         if jac:
@@ -239,6 +237,20 @@ def _paths(fc, columns, weights, states, horizon, sigma2, analytic):
             cov = f @ cov @ np.transpose(f, (0, 2, 1)) + sigma2[:, None, None] * np.einsum('ig,jg->gij', b, b)
         states = np.array([_rows(found[n], g) for n in fc.next]).reshape(k, g)
     return values, variance
+
+
+def _predicted(fc, plan, columns, states, weights, n, h):
+    """The prediction of step h (0-based) of n paths, the label read as NaN: a model whose prediction reads the label
+    (an AR(p)'s first rows predicting their own) forecasts where that branch is not taken, and is an error where it
+    is (22000), as is any prediction that is not finite."""
+    with np.errstate(all='ignore'):
+        y = _rows(python_backend.evaluate(plan, *fc.inputs(columns, states, weights, np.nan))[fc.prediction], n)
+    if not np.all(np.isfinite(y)):
+        raise PgadError('22000', f'the forecast of model "{fc.name}" is not a finite number at step {h + 1}',
+                        hint=f'A prediction that reads the label column "{fc.label}" past the training\'s last row '
+                             'has no value to read: read the label through the state (its next values), as the '
+                             'examples in docs/sql.md ("Sequences") do.')
+    return y
 
 
 def _simulated(fc, columns, weights, states, horizon, sigma2, level, simulations, seed):
@@ -255,7 +267,7 @@ def _simulated(fc, columns, weights, states, horizon, sigma2, level, simulations
     for h in range(horizon):
         limits.tick(g * s)
         at = {c: np.repeat(v[h], s) for c, v in columns.items()}
-        y = _rows(python_backend.evaluate(plan, *fc.inputs(at, states, weights, 0.0))[fc.prediction], g * s)
+        y = _predicted(fc, plan, at, states, weights, g * s, h)
         y = y + sigma * rng.standard_normal(g * s)
         bounds = np.quantile(y.reshape(g, s), [(1 - level) / 2, (1 + level) / 2], axis=1)
         lower[h], upper[h] = bounds
