@@ -151,23 +151,35 @@ def test_fewer_sequences_than_lanes_run_one_at_a_time(monkeypatch):
     assert not lanes.pays(step_of('holt')[0], sequences_of([5] * W, 1.0))
 
 
+def holt_series(n, seed, alpha=0.4, beta=0.3):
+    """A series drawn from Holt's model itself, whose least squares lie inside (0, 1)²."""
+    rng = np.random.default_rng(seed)
+    level, trend, y = 50.0, 0.3, []
+    for _ in range(n):
+        e = rng.normal()
+        y.append(level + trend + e)
+        level, trend = level + trend + alpha * e, trend + alpha * beta * e
+    return np.array(y)
+
+
 def test_train_many_groups_with_backend_llvm_matches_backend_python(db):
-    """pgad.train over 2·W + 1 groups (lockstep's Newton, its gradients by the lanes) as with the python reference."""
+    """pgad.train over 2·W + 1 groups (lockstep's Newton, its gradients by the lanes) as with the python reference,
+    at the optimum: the python backend takes these sequences by the parallel scan, whose roundings Newton's Hessian
+    from differences of the gradient carries along the way, so the paths may part in the last digits."""
     count = 2 * W + 1
-    seqs = sequences_of([60 + 7 * (g % 5) for g in range(count)], 50.0, seed=13)
-    y = seqs.columns['y']
-    load_series(db, 'many', [y[s:s + n] for s, n in zip(seqs.starts, seqs.lengths)])
+    load_series(db, 'many', [holt_series(120 + 7 * (g % 5), 13 + g) for g in range(count)])
     _, state, weights = MODELS['holt']
     weights = {**weights, 'l0': 50.0}
     found = {}
     for backend in ('python', 'llvm'):
         found[backend] = db.execute(
-            "SELECT group_key, weights, final_loss FROM pgad.train(%s, 'λ(d, w, s) s.level + s.trend', 'squared', "
-            "'SELECT g, day, y FROM many', %s, order_by => 'day', state => %s, group_by => 'g', backend => %s, "
-            "iterations => 30) ORDER BY group_key::text",
+            "SELECT group_key, weights, final_loss, converged FROM pgad.train(%s, 'λ(d, w, s) s.level + s.trend', "
+            "'squared', 'SELECT g, day, y FROM many', %s, order_by => 'day', state => %s, group_by => 'g', "
+            "backend => %s) ORDER BY group_key::text",
             [f'many_{backend}', json.dumps(weights), json.dumps(state), backend]).fetchall()
     assert len(found['llvm']) == count
     for a, b in zip(found['python'], found['llvm']):
-        assert b[2] == pytest.approx(a[2], rel=1e-9)
+        assert a[3] and b[3]
+        assert b[2] == pytest.approx(a[2], rel=1e-10)
         for key in a[1]:
-            assert b[1][key] == pytest.approx(a[1][key], rel=1e-8, abs=1e-10)
+            assert b[1][key] == pytest.approx(a[1][key], rel=1e-5, abs=1e-7)
