@@ -82,6 +82,23 @@ def evaluate(plan, columns, weights):
     return values
 
 
+def named_plan(graph, roots):
+    """steps()' plan for inputs given by name: evaluate(plan, {column: array}, {weight: value}) (the sequence models'
+    states, adjoints and per-sequence weights are such inputs)."""
+    return steps(graph, list(roots), _ByName(), _ByName())[2]
+
+
+class _ByName(dict):
+    """A plan's column_at and weight_at that map every name to itself."""
+    def __getitem__(self, name):
+        return name
+
+
+def as_rows(value, n):
+    """A node's value, an array over the rows or one number, as n float64s (a view, not a copy)."""
+    return np.broadcast_to(np.asarray(value, dtype=np.float64), (n,))
+
+
 def _gather(vector, at):
     return vector[np.asarray(at, dtype=np.float64).astype(np.int64)]
 
@@ -109,4 +126,4 @@ def values(graph, roots, columns, weights, rows):
           for n, v in weights.items()}  # a categorical weight: 0, then its categories' values
     _, _, plan = steps(graph, roots, {name: name for name in columns}, {name: name for name in at})
     found = evaluate(plan, columns, at)
-    return [np.broadcast_to(np.asarray(found[r], dtype=np.float64), (rows,)) for r in roots]
+    return [as_rows(found[r], rows) for r in roots]

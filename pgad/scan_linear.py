@@ -34,6 +34,7 @@ import math
 import numpy as np
 
 from . import limits, python_backend
+from .python_backend import as_rows, named_plan
 from .errors import PgadError
 from .jit import threads
 from .lang import parser
@@ -295,19 +296,6 @@ def _count_arrays(step):
     return sum(1 for i in graph.ancestors(roots) if per_row[i] or on_state[i])
 
 
-def _plan(graph, roots):
-    return python_backend.steps(graph, list(roots), _Names(), _Names())[2]
-
-
-class _Names(dict):
-    def __getitem__(self, name):
-        return name
-
-
-def _rows(value, n):
-    return np.broadcast_to(np.asarray(value, dtype=np.float64), (n,))
-
-
 class _Pass:
     """The plans of a linear Step and what each chunk's forward pass gives."""
 
@@ -316,13 +304,13 @@ class _Pass:
         step = self.step
         k, g = len(step.states), layout.seqs.count
         self.jacobian = _maps(step)
-        self.maps = _plan(step.graph, [*([] if layout.constant else self.jacobian), *step.next])
+        self.maps = named_plan(step.graph, [*([] if layout.constant else self.jacobian), *step.next])
         columns, weights = layout.first_rows()
         weights.update({STATE + f: 0.0 for f in step.states})
-        values = python_backend.evaluate(_plan(step.graph, step.start), columns, weights)
-        self.starts = np.array([_rows(values[r], g) for r in step.start]).reshape(k, g)
+        values = python_backend.evaluate(named_plan(step.graph, step.start), columns, weights)
+        self.starts = np.array([as_rows(values[r], g) for r in step.start]).reshape(k, g)
         if layout.constant:
-            values = python_backend.evaluate(_plan(step.graph, self.jacobian), {}, weights)
+            values = python_backend.evaluate(named_plan(step.graph, self.jacobian), {}, weights)
             self.a = np.array([float(values[r]) for r in self.jacobian]).reshape(k, k)
 
     def forward(self, begin, end, carry):
@@ -334,13 +322,13 @@ class _Pass:
         values = python_backend.evaluate(self.maps, columns, weights)
         b = np.empty((n, k))
         for j, r in enumerate(step.next):
-            b[:, j] = _rows(values[r], n)
+            b[:, j] = as_rows(values[r], n)
         if self.layout.constant:
             a = self.a
         else:
             a = np.empty((n, k, k))
             for e, r in enumerate(self.jacobian):
-                a[:, e // k, e % k] = _rows(values[r], n)
+                a[:, e // k, e % k] = as_rows(values[r], n)
         del values
         m = ~first
         starts = self.starts[:, seq[first]].T
@@ -356,7 +344,7 @@ class _Pass:
 def _evaluate(layout, plan, roots, begin, end, states, adjoint=None, names=()):
     columns, weights, _, _, _ = layout.inputs(begin, end, states, adjoint, names)
     values = python_backend.evaluate(plan, columns, weights)
-    return [_rows(values[r], end - begin) for r in roots]
+    return [as_rows(values[r], end - begin) for r in roots]
 
 
 def run(step, seqs, weights, keep=None, budget=None):
@@ -367,7 +355,7 @@ def run(step, seqs, weights, keep=None, budget=None):
     loss, last_states = np.zeros(g), np.zeros((k, g))
     predictions = np.empty(len(next(iter(seqs.columns.values())))) if keep == 'predictions' and seqs.columns else \
         np.empty(layout.rows) if keep == 'predictions' else None
-    plan = _plan(step.graph, [step.loss, step.prediction])
+    plan = named_plan(step.graph, [step.loss, step.prediction])
     carry = np.zeros(k)
     for begin, end in layout.chunks():
         states, u, (seq, first, last), _ = work.forward(begin, end, carry)
@@ -389,11 +377,11 @@ def gradient(step, seqs, weights, adjoint_names, budget=None):
     k, g, p = len(step.states), seqs.count, len(step.weights)
     work = _Pass(layout)
     loss, grad, first_adjoint = np.zeros(g), np.zeros((p, g)), np.zeros((k, g))
-    losses = _plan(step.graph, [step.loss])
+    losses = named_plan(step.graph, [step.loss])
     by_state = step.vjp[p:]
-    slopes = _plan(step.graph, by_state)
+    slopes = named_plan(step.graph, by_state)
     by_weight = step.vjp[:p]
-    terms = _plan(step.graph, by_weight)
+    terms = named_plan(step.graph, by_weight)
     chunks = layout.chunks()
     carries, kept = [], []
     carry = np.zeros(k)
@@ -434,7 +422,7 @@ def gradient(step, seqs, weights, adjoint_names, budget=None):
         limits.check()
     columns, weights = layout.first_rows()
     columns.update({name: first_adjoint[j] for j, name in enumerate(adjoint_names)})
-    values = python_backend.evaluate(_plan(step.graph, step.start_vjp), columns, weights)
+    values = python_backend.evaluate(named_plan(step.graph, step.start_vjp), columns, weights)
     for j in range(p):
-        grad[j] += _rows(values[step.start_vjp[j]], g)
+        grad[j] += as_rows(values[step.start_vjp[j]], g)
     return loss, grad

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import lang, limits as bounds, python_backend, scan_linear
+from .python_backend import as_rows
 from .errors import PgadError
 from .lang import parser, vectors
 from .lang.dag import Graph
@@ -206,7 +207,7 @@ class _Run:
         self.w = w if w.ndim == 1 else w[:, self.order]
 
     def plan(self, roots):
-        return python_backend.steps(self.step.graph, list(roots), _Names(), _Names())[2]
+        return python_backend.named_plan(self.step.graph, roots)
 
     def inputs(self, t, states, n, adjoint=None):
         """(columns, weights) of row t for the first n sequences: {name: array}."""
@@ -222,17 +223,7 @@ class _Run:
         """The states before each sequence's first row: K × G."""
         k, g = len(self.step.states), self.seqs.count
         values = python_backend.evaluate(self.plan(self.step.start), *self.inputs(0, np.zeros((k, g)), g))
-        return np.array([_rows(values[r], g) for r in self.step.start]).reshape(k, g)
-
-
-class _Names(dict):
-    """A plan's column_at and weight_at that map every name to itself (the inputs are dicts by name)."""
-    def __getitem__(self, name):
-        return name
-
-
-def _rows(value, n):
-    return np.broadcast_to(np.asarray(value, dtype=np.float64), (n,))
+        return np.array([as_rows(values[r], g) for r in self.step.start]).reshape(k, g)
 
 
 def check_tape(seqs, states, memory_limit):
@@ -282,11 +273,11 @@ def run(step, seqs, weights, keep=None, backend='python', cache=None, parallel=N
     plan = r.plan(roots)
     for t, n in enumerate(r.active):
         values = python_backend.evaluate(plan, *r.inputs(t, states, n))
-        loss[:n] += _rows(values[step.loss], n)
+        loss[:n] += as_rows(values[step.loss], n)
         if predictions is not None:
-            predictions[r.first[:n] + t] = _rows(values[step.prediction], n)
+            predictions[r.first[:n] + t] = as_rows(values[step.prediction], n)
         # all at once: a next value may be a view of the states (a field that shifts, s.s2)
-        states[:, :n] = np.array([_rows(values[o], n) for o in step.next]) if k else states[:, :n]
+        states[:, :n] = np.array([as_rows(values[o], n) for o in step.next]) if k else states[:, :n]
     back = np.empty_like(r.order)
     back[r.order] = np.arange(g)
     return loss[back], states[:, back], predictions
@@ -340,8 +331,8 @@ def _reverse(r, tile_bytes):
             tape[t] = states[:, :n].copy()
         out = states.copy()
         if k:
-            out[:, :n] = [_rows(values[o], n) for o in step.next]
-        return out, _rows(values[step.loss], n)
+            out[:, :n] = [as_rows(values[o], n) for o in step.next]
+        return out, as_rows(values[step.loss], n)
 
     for t in range(length):
         if t % every == 0:
@@ -360,14 +351,14 @@ def _reverse(r, tile_bytes):
             n = r.active[t]
             values = python_backend.evaluate(backward, *r.inputs(t, kept[t], n, adjoint))
             for j in range(p):
-                grad[j, :n] += _rows(values[step.vjp[j]], n)
+                grad[j, :n] += as_rows(values[step.vjp[j]], n)
             if k:  # all at once: a field's adjoint may be a view of another's (s1 ← s.s2: λ_s2 is λ_s1)
-                adjoint[:, :n] = np.array([_rows(values[step.vjp[p + j]], n) for j in range(k)])
+                adjoint[:, :n] = np.array([as_rows(values[step.vjp[p + j]], n) for j in range(k)])
         kept = {}
     if k:
         values = python_backend.evaluate(r.plan(step.start_vjp), *r.inputs(0, np.zeros((k, g)), g, adjoint))
         for j in range(p):
-            grad[j] += _rows(values[step.start_vjp[j]], g)
+            grad[j] += as_rows(values[step.start_vjp[j]], g)
     return loss, grad
 
 
@@ -376,16 +367,16 @@ def _forward(r, tile_bytes):
     k, g, p = len(step.states), seqs.count, len(step.weights)
     rows, starts = step.jacobian()
     values = python_backend.evaluate(r.plan([n for row in starts for n in row]), *r.inputs(0, np.zeros((k, g)), g))
-    tangent = np.array([[_rows(values[n], g) for n in row] for row in starts]).reshape(k, p, g)
+    tangent = np.array([[as_rows(values[n], g) for n in row] for row in starts]).reshape(k, p, g)
     plan = r.plan([step.loss, *step.next, *[n for row in rows for n in row]])
     states, loss, grad = r.starts(), np.zeros(g), np.zeros((p, g))
     for t, n in enumerate(r.active):
         values = python_backend.evaluate(plan, *r.inputs(t, states, n))
-        jac = np.array([[_rows(values[e], n) for e in row] for row in rows]).reshape(k + 1, p + k, n)
-        loss[:n] += _rows(values[step.loss], n)
+        jac = np.array([[as_rows(values[e], n) for e in row] for row in rows]).reshape(k + 1, p + k, n)
+        loss[:n] += as_rows(values[step.loss], n)
         tan = tangent[:, :, :n]
         grad[:, :n] += jac[0, :p] + np.einsum('kn,kpn->pn', jac[0, p:], tan)
         if k:
             tangent[:, :, :n] = jac[1:, :p] + np.einsum('ijn,jpn->ipn', jac[1:, p:], tan)
-            states[:, :n] = np.array([_rows(values[o], n) for o in step.next])  # all at once, as in run()
+            states[:, :n] = np.array([as_rows(values[o], n) for o in step.next])  # all at once, as in run()
     return loss, grad

@@ -41,9 +41,8 @@ from llvmlite import ir
 
 from . import cache as disk, compiler, frames, scan, threads
 from .. import limits
-from ..lang.parser import STATE
 from .codegen import DOUBLE, I64, _Emitter, emit_nodes, vector_widths, vectorised
-from .scan import INDEX, POINTER, _at, _function, _loop
+from .scan import INDEX, POINTER, _at, _function, _loop, _module, _positions
 from .tiers import Tier
 
 # The tier a lane kernel compiles at: O3 with the loop vectoriser (the lane loop is what it vectorises), up to
@@ -125,14 +124,9 @@ def _source():
 
 def module_ir(step, adjoint, names, lanes):
     """The LLVM IR (text) of step's four lane functions, named names, W = lanes."""
-    module = ir.Module(name='pgad_lanes')
-    module.triple = compiler.llvm.get_process_triple()
+    module, (column_at, weight_at, state_at, adjoint_at) = _module('pgad_lanes'), _positions(step, adjoint)
     graph, columns = step.graph, len(step.columns)
     k_count, p_count = len(step.states), len(step.weights)
-    column_at = {c: j for j, c in enumerate(step.columns)}
-    weight_at = {w: j for j, w in enumerate(step.weights)}
-    state_at = {STATE + f: j for j, f in enumerate(step.states)}
-    adjoint_at = {adjoint + str(j): j for j in range(k_count)}
     W = ir.Constant(I64, lanes)
     KW, PW = ir.Constant(I64, k_count * lanes), ir.Constant(I64, p_count * lanes)
 

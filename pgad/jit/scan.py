@@ -215,16 +215,25 @@ def _function(module, name, kinds, columns):
     return fn, ir.IRBuilder(fn.entry_basic_block)
 
 
+def _module(name):
+    """An empty LLVM module for this process's target."""
+    module = ir.Module(name=name)
+    module.triple = compiler.llvm.get_process_triple()
+    return module
+
+
+def _positions(step, adjoint):
+    """({column: its argument}, {weight element: its place in a weight vector}, {state node: its field},
+    {adjoint column: its field}) of step's leaves, as the kernels read them."""
+    return ({c: j for j, c in enumerate(step.columns)}, {w: j for j, w in enumerate(step.weights)},
+            {STATE + f: j for j, f in enumerate(step.states)}, {adjoint + str(j): j for j in range(len(step.states))})
+
+
 def module_ir(step, adjoint, names, tangents=False):
     """The LLVM IR (text) of step's four functions, named names; or, where tangents, forward mode's three."""
-    module = ir.Module(name='pgad_scan')
-    module.triple = compiler.llvm.get_process_triple()
+    module, (column_at, weight_at, state_at, adjoint_at) = _module('pgad_scan'), _positions(step, adjoint)
     graph, columns = step.graph, len(step.columns)
     k_count, p_count = len(step.states), len(step.weights)
-    column_at = {c: j for j, c in enumerate(step.columns)}
-    weight_at = {w: j for j, w in enumerate(step.weights)}
-    state_at = {STATE + f: j for j, f in enumerate(step.states)}
-    adjoint_at = {adjoint + str(j): j for j in range(k_count)}
     K, P = ir.Constant(I64, k_count), ir.Constant(I64, p_count)
 
     def sequences(b, n, w, wstride, body):

@@ -28,6 +28,7 @@ from statistics import NormalDist
 import numpy as np
 
 from .. import arguments, calls, limits, python_backend, sequences, server
+from ..python_backend import as_rows
 from ..errors import PgadError
 from . import catalog, objective, sequence
 
@@ -79,7 +80,7 @@ class Forecaster:
         return found
 
     def plan(self, roots):
-        return python_backend.steps(self.graph, list(roots), _Names(), _Names())[2]
+        return python_backend.named_plan(self.graph, roots)
 
     def inputs(self, columns, states, weights, label):
         """The plan's (columns, weights) for n paths: weights P × n, states K × n."""
@@ -89,18 +90,9 @@ class Forecaster:
         return columns, found
 
 
-class _Names(dict):
-    def __getitem__(self, name):
-        return name
-
-
 def _reads(graph, roots, names):
     """Whether any of roots reads a weight of names."""
     return any(graph.nodes[i].op == 'weight' and graph.nodes[i].value in names for i in graph.ancestors(list(roots)))
-
-
-def _rows(value, n):
-    return np.broadcast_to(np.asarray(value, dtype=np.float64), (n,))
 
 
 def order_value(text, kind):
@@ -229,13 +221,13 @@ def _paths(fc, columns, weights, states, horizon, sigma2, analytic):
         values[h] = y
         found = python_backend.evaluate(after, *fc.inputs(at, states, weights, y))
         if jac:
-            c = np.array([_rows(found[n], g) for n in jac[0][:k]]).reshape(k, g).T
+            c = np.array([as_rows(found[n], g) for n in jac[0][:k]]).reshape(k, g).T
             variance[h] = np.einsum('gi,gij,gj->g', c, cov, c) + sigma2
-            a = np.array([[_rows(found[n], g) for n in row[:k]] for row in jac[1:]]).reshape(k, k, g)
-            b = np.array([_rows(found[row[k]], g) for row in jac[1:]]).reshape(k, g)
+            a = np.array([[as_rows(found[n], g) for n in row[:k]] for row in jac[1:]]).reshape(k, k, g)
+            b = np.array([as_rows(found[row[k]], g) for row in jac[1:]]).reshape(k, g)
             f = np.transpose(a, (2, 0, 1)) + np.einsum('ig,gj->gij', b, c)
             cov = f @ cov @ np.transpose(f, (0, 2, 1)) + sigma2[:, None, None] * np.einsum('ig,jg->gij', b, b)
-        states = np.array([_rows(found[n], g) for n in fc.next]).reshape(k, g)
+        states = np.array([as_rows(found[n], g) for n in fc.next]).reshape(k, g)
     return values, variance
 
 
@@ -244,7 +236,7 @@ def _predicted(fc, plan, columns, states, weights, n, h):
     (an AR(p)'s first rows predicting their own) forecasts where that branch is not taken, and is an error where it
     is (22000), as is any prediction that is not finite."""
     with np.errstate(all='ignore'):
-        y = _rows(python_backend.evaluate(plan, *fc.inputs(columns, states, weights, np.nan))[fc.prediction], n)
+        y = as_rows(python_backend.evaluate(plan, *fc.inputs(columns, states, weights, np.nan))[fc.prediction], n)
     if not np.all(np.isfinite(y)):
         raise PgadError('22000', f'the forecast of model "{fc.name}" is not a finite number at step {h + 1}',
                         hint=f'A prediction that reads the label column "{fc.label}" past the training\'s last row '
@@ -272,7 +264,7 @@ def _simulated(fc, columns, weights, states, horizon, sigma2, level, simulations
         bounds = np.quantile(y.reshape(g, s), [(1 - level) / 2, (1 + level) / 2], axis=1)
         lower[h], upper[h] = bounds
         found = python_backend.evaluate(after, *fc.inputs(at, states, weights, y))
-        states = np.array([_rows(found[n], g * s) for n in fc.next]).reshape(k, g * s)
+        states = np.array([as_rows(found[n], g * s) for n in fc.next]).reshape(k, g * s)
     return lower, upper
 
 
@@ -311,8 +303,8 @@ def evaluate(name, data, config, stored, metrics_of):
                 limits.tick(1)
                 at = {c: v[t:t + 1] for c, v in columns.items() if c != fc.label}
                 values = python_backend.evaluate(plan, *fc.inputs(at, state, w, label[t:t + 1]))
-                z[t], per_row[t] = _rows(values[fc.prediction], 1)[0], _rows(values[fc.loss_node], 1)[0]
-                state = np.array([_rows(values[o], 1) for o in fc.next]).reshape(k, 1)
+                z[t], per_row[t] = as_rows(values[fc.prediction], 1)[0], as_rows(values[fc.loss_node], 1)[0]
+                state = np.array([as_rows(values[o], 1) for o in fc.next]).reshape(k, 1)
             out.append((key, 'loss', float(np.mean(per_row))))
             for metric, rule in metrics.items():
                 with np.errstate(over='ignore'):
