@@ -57,8 +57,8 @@ class Step:
         found = self.__dict__.get('_jacobian')
         if found is None:
             names = (*self.weights, *(STATE + f for f in self.states))
-            rows = [_gradient(self.graph, o, names) for o in (self.loss, *self.next)]
-            starts = [_gradient(self.graph, o, self.weights) for o in self.start]
+            rows = [derivatives(self.graph, o, names) for o in (self.loss, *self.next)]
+            starts = [derivatives(self.graph, o, self.weights) for o in self.start]
             found = self.__dict__['_jacobian'] = (rows, starts)
         return found
 
@@ -149,17 +149,17 @@ def build(model, loss, state, given, limits=bounds.DEFAULT, shapes=vectors.Shape
     augmented = graph.expr(loss)
     for a, n in zip(adjoint, nexts):
         augmented = augmented + a * graph.expr(n)
-    grad = _gradient(graph, augmented.id, (*flat, *state_names))
+    grad = derivatives(graph, augmented.id, (*flat, *state_names))
     started = graph.const(0.0)
     for a, n in zip(adjoint, starts):
         started = started + a * graph.expr(n)
-    start_grad = _gradient(graph, started.id, flat)
+    start_grad = derivatives(graph, started.id, flat)
     return Step(graph, tuple(c for c in columns if not str(c).startswith(ADJOINT)), flat, tuple(declared), loss,
                 prediction, tuple(nexts), tuple(starts), tuple(grad), tuple(start_grad),
                 tuple((n, tuple(weight_shape.get(n, ()))) for n in weights))
 
 
-def _gradient(graph, root, names):
+def derivatives(graph, root, names):
     """[node of ∂root/∂name for each name] in graph, by reverse mode."""
     lam = parser.Lambda('', graph, root, 'd', 'w')
     found = lang.gradient(lam, list(names), 'reverse')

@@ -74,7 +74,7 @@ class Forecaster:
         """Whether the prediction and each next state are linear in the state and the label, with the nodes of
         (∂ŷ/∂s, ∂next/∂s, ∂next/∂y) when they are."""
         by = [sequences.STATE + f for f in self.step.states]
-        found = [sequences._gradient(self.graph, root, [*by, LABEL]) for root in [self.prediction, *self.next]]
+        found = [sequences.derivatives(self.graph, root, [*by, LABEL]) for root in [self.prediction, *self.next]]
         if any(_reads(self.graph, row, {*by, LABEL}) for row in found):
             return None
         return found
