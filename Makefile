@@ -11,7 +11,12 @@ PGAD_HOME ?= /usr/local/lib/pgad
 PGAD_CACHE ?= /var/cache/pgad
 VENV := $(PGAD_HOME)/venv
 DEV := .venv
-SQL := $(wildcard extension/sql/*.sql)
+# One source of the current install script, extension/sql/pgad.sql, built as pgad--<default_version>.sql (as
+# pgvector's Makefile does); beside it pgad--0.1.0.sql, the first version, and the upgrade scripts from it, the path by
+# which PostgreSQL installs any older version (CREATE EXTENSION pgad VERSION '0.9.0': tests/test_upgrade.py).
+VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" extension/pgad.control)
+SQL := extension/sql/pgad--0.1.0.sql $(wildcard extension/sql/pgad--*--*.sql)
+BUILT := build/pgad--$(VERSION).sql $(patsubst extension/sql/%,build/%,$(SQL))
 
 .PHONY: all install demo test bench fuzz mutation installcheck clean server-packages python-env extension-files
 
@@ -34,12 +39,23 @@ python-env:
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check '.$(if $(CUDA),[cuda])'
 	@install -d -m 700 -o postgres -g postgres $(PGAD_CACHE) 2>/dev/null || mkdir -p $(PGAD_CACHE)
 
+SITE_PACKAGES = $$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+
+build/pgad--$(VERSION).sql: extension/sql/pgad.sql extension/pgad.control
+	@mkdir -p build
+	sed "s|@PGAD_SITE_PACKAGES@|$(SITE_PACKAGES)|" $< > $@
+
 build/%.sql: extension/sql/%.sql
 	@mkdir -p build
-	sed "s|@PGAD_SITE_PACKAGES@|$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')|" $< > $@
+	sed "s|@PGAD_SITE_PACKAGES@|$(SITE_PACKAGES)|" $< > $@
 
-extension-files: $(patsubst extension/sql/%,build/%,$(SQL))
-	@$(MAKE) --no-print-directory -f pgxs.mk install PG_CONFIG="$(PG_CONFIG)" PGAD_CACHE="$(PGAD_CACHE)"
+# The extension's scripts are replaced as a whole: a script that is no longer built (an older version's full
+# script) is removed from the build and from the server's extension directory.
+extension-files: $(BUILT)
+	@rm -f $(filter-out $(BUILT),$(wildcard build/*.sql))
+	@rm -f "$$($(PG_CONFIG) --sharedir)"/extension/pgad--*.sql
+	@$(MAKE) --no-print-directory -f pgxs.mk install PG_CONFIG="$(PG_CONFIG)" PGAD_CACHE="$(PGAD_CACHE)" \
+		BUILT="$(BUILT)"
 
 # --- the client side: demo, tests, benchmarks --------------------------------------------------------------------
 $(DEV)/.done: pyproject.toml

@@ -7,7 +7,7 @@ PGAD_CACHE ?= /var/cache/pgad
 PG_CPPFLAGS = -DPGAD_CACHE_DIRECTORY='"$(PGAD_CACHE)"'
 MODULEDIR = extension
 DATA = extension/pgad.control
-DATA_built = $(wildcard build/*.sql)
+DATA_built = $(BUILT)
 REGRESS = pgad security
 REGRESS_OPTS = --inputdir=test --outputdir=$(or $(REGRESS_OUT),test)
 PG_CONFIG ?= pg_config

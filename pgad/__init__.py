@@ -8,7 +8,7 @@ import importlib
 import signal
 import sys
 
-__version__ = '0.16.0'
+__version__ = '0.17.0'
 
 # numpy's BLAS starts its threads as numpy is first imported, and a thread starts with its starter's signal mask:
 # imported with every signal blocked, they never run the backend's signal handlers, as pgad's own threads never do

@@ -140,15 +140,22 @@ def gradient_descent_agg(packed, columns, loss, weights, options=None):
         return None if call is None else _descend(call, given['learning_rate'], given['iterations'])
 
 
-# pgad.train and pgad.drop_model: models/training.py trains, catalog.py stores and drops.
+# pgad.train, pgad.deploy and pgad.drop_model: models/training.py trains, catalog.py stores, deploys and drops.
 @server.entry
 def train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
           optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
           standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
-          early_stopping=None, likelihood=None, order_by=None, state=None):
+          early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None):
     return training.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer,
                           batch_size, seed, tolerance, l1, l2, regularize, standardize, label, group_by,
-                          progress_every, dtype, validation, early_stopping, likelihood, order_by, state)
+                          progress_every, dtype, validation, early_stopping, likelihood, order_by, state, deploy,
+                          impute)
+
+
+@server.entry
+def deploy(name, version=None, strategy=None):
+    """pgad.deploy: version `version` of model `name`, or the one `strategy` picks, deployed; its rows."""
+    return catalog.deploy(name, version, strategy)
 
 
 @server.entry
@@ -172,8 +179,8 @@ def importance(name, data, permutation=False, seed=None):
 
 
 @server.entry
-def drop_model(name):
-    catalog.drop(name)
+def drop_model(name, version=None):
+    catalog.drop(name, version)
 
 
 @server.entry

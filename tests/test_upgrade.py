@@ -6,8 +6,8 @@ from conftest import new_database
 
 # Every object of schema pgad as the catalog describes it: functions (signature with defaults, result, language,
 # volatility, strictness, security, privileges, comment, body), aggregates (support functions, state, parallel
-# safety), types, the table pgad.models (columns, defaults, indexes, privileges, policies, pg_dump's configuration
-# tables) and the schemas pgad and pgad_models.
+# safety), types, the table pgad.model_versions (columns, defaults, indexes, privileges, policies, pg_dump's configuration
+# tables), the view pgad.models and the schemas pgad and pgad_models.
 CATALOG = """
 SELECT 'function' AS kind, p.proname || '(' || pg_get_function_arguments(p.oid) || ')' AS name,
        concat_ws(' | ', pg_get_function_result(p.oid), l.lanname, p.provolatile, p.proisstrict, p.prosecdef,
@@ -35,9 +35,13 @@ SELECT 'table', c.relname, concat_ws(' | ', c.relacl::text, c.relrowsecurity, (
        obj_description(c.oid, 'pg_class'))
 FROM pg_class AS c WHERE c.relnamespace = 'pgad'::regnamespace AND c.relkind = 'r'
 UNION ALL
+SELECT 'view', c.relname, concat_ws(' | ', c.relacl::text, c.reloptions::text, pg_get_viewdef(c.oid),
+                                    obj_description(c.oid, 'pg_class'))
+FROM pg_class AS c WHERE c.relnamespace = 'pgad'::regnamespace AND c.relkind = 'v'
+UNION ALL
 SELECT 'policy', p.polname, concat_ws(' | ', p.polcmd, p.polroles::text, pg_get_expr(p.polqual, p.polrelid),
                                       pg_get_expr(p.polwithcheck, p.polrelid))
-FROM pg_policy AS p WHERE p.polrelid = 'pgad.models'::regclass
+FROM pg_policy AS p WHERE p.polrelid = 'pgad.model_versions'::regclass
 UNION ALL
 SELECT 'configuration', extname, extconfig::regclass[]::text || ' ' || coalesce(extcondition::text, '')
 FROM pg_extension WHERE extname = 'pgad'
@@ -60,7 +64,7 @@ def fresh(cluster):
 
 
 @pytest.mark.parametrize('version', ['0.1.0', '0.2.0', '0.3.0', '0.4.0', '0.5.0', '0.6.0', '0.7.0', '0.8.0', '0.9.0', '0.10.0', '0.11.0',
-                                     '0.12.0', '0.13.0', '0.14.0', '0.15.0'])
+                                     '0.12.0', '0.13.0', '0.14.0', '0.15.0', '0.16.0'])
 def test_an_updated_install_is_the_fresh_install(cluster, fresh, version):
     with connect_new(cluster) as db:
         db.execute(f"CREATE EXTENSION pgad VERSION '{version}' CASCADE")

@@ -52,11 +52,11 @@ from ..lang import printer, sql, vectors
 
 SCHEMA = 'pgad_models'
 EQ, NE, CONCAT = 'OPERATOR(pg_catalog.=)', 'OPERATOR(pg_catalog.<>)', 'OPERATOR(pg_catalog.||)'
-INSERT = ('INSERT INTO pgad.models (name, group_key, model, loss, weights, final_loss, loss_history, iterations, '
-          'options, data, rows, training_time, validation_history, converged, gradient_norm, scoring_function, '
-          'trained_by, read_from) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, '
-          'pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15, $16, $17, $18::pg_catalog.regclass[]) '
-          'RETURNING models.*')
+INSERT = ('INSERT INTO pgad.model_versions (name, group_key, model, loss, weights, final_loss, loss_history, '
+          'iterations, options, data, rows, training_time, validation_history, converged, gradient_norm, '
+          'scoring_function, trained_by, read_from, version, deployed, deployed_at) VALUES ($1, $2, $3, $4, $5, $6, '
+          '$7, $8, $9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15, $16, $17, '
+          '$18::pg_catalog.regclass[], 1, true, pg_catalog.clock_timestamp()) RETURNING model_versions.*')
 INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.text', 'pg_catalog.jsonb',
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
                 'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.bool', 'pg_catalog.float8',
@@ -127,7 +127,7 @@ def suffixes(loss, name):
     return [suffix for suffix, *_ in EXTRAS.get(loss, ())] + explain
 SUPERUSER = f'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} $1'
 ME = 'SELECT CURRENT_USER::pg_catalog.text AS me'
-LOCK = 'LOCK TABLE pgad.models IN SHARE ROW EXCLUSIVE MODE'
+LOCK = 'LOCK TABLE pgad.model_versions IN SHARE ROW EXCLUSIVE MODE'
 CAN_CREATE = f"SELECT pg_catalog.has_schema_privilege('{SCHEMA}', 'CREATE') AS can"
 # The function of pgad_models that a signature names (none when there is none): its identity written with every type
 # schema-qualified (what DROP FUNCTION takes, whatever the search_path), its owner, whether the caller owns it, and
@@ -184,7 +184,7 @@ FOREIGN = (f"SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) A
 # A type's oid and how format_type writes it (none for a text that names no type).
 TYPE = ('SELECT t::pg_catalog.oid AS oid, pg_catalog.format_type(t, NULL) AS shown '
         'FROM pg_catalog.to_regtype($1) AS t')
-DELETE = f"DELETE FROM pgad.models AS m WHERE m.name {EQ} $1 RETURNING m.*"
+DELETE = f"DELETE FROM pgad.model_versions AS m WHERE m.name {EQ} $1 RETURNING m.*"
 # The name's row of pgad.model_names: claimed before a model is written, under the writer's lock. Under repeatable
 # read or serializable, a name another transaction claimed and committed after this one's snapshot is a 40001 here
 # (ON CONFLICT with a row the snapshot does not see), rather than two first trainings both committing.
@@ -603,7 +603,7 @@ def hidden(name):
                      hint='Ask for SELECT on the relations the model was trained on, or train a model of your own.')
 
 
-def drop(name):
+def drop(name, version=None):
     """Drop model `name`: its rows in pgad.models and the scoring function pgad created for it."""
     me = current_user()
     found = owners(name)

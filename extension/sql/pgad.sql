@@ -1,4 +1,5 @@
--- pgad 0.16.0: thin shims. Each public function pgad.f is the C function pgad_call (extension/pgad.c), which calls
+-- pgad, the current version (extension/pgad.control's default_version; `make install` builds it as
+-- pgad--<version>.sql): thin shims. Each public function pgad.f is the C function pgad_call (extension/pgad.c), which calls
 -- the PL/Python function pgad._f with the same arguments; that one hands them to pgad.api, where the logic lives
 -- (documented in docs/sql.md). Every name below is schema-qualified: see docs/security.md.
 \echo Use "CREATE EXTENSION pgad CASCADE" to load this file. \quit
@@ -330,18 +331,18 @@ REVOKE ALL ON FUNCTION pgad._lambda_columns(pg_catalog.text, pg_catalog.text[], 
   pgad._lambda_deserialize(pg_catalog.bytea, pg_catalog.internal), pgad._loss_agg_final(pg_catalog.internal),
   pgad._gradient_agg_final(pg_catalog.internal), pgad._gradient_descent_agg_final(pg_catalog.internal) FROM PUBLIC;
 
--- pgad.train's models (docs/sql.md): the catalog pgad.models, one row per model (per group, with group_by), and
--- schema pgad_models, where each model's scoring function lives. Users' models are not the extension's: pg_dump
--- dumps the rows of pgad.models (pg_extension_config_dump) and the functions in pgad_models (not members of the
--- extension), and a restore brings both back. A role reads the rows of the models whose data it may read (below);
--- only pgad writes them, through pgad._write_models (below). A role creates scoring functions only with CREATE on
--- pgad_models, which no role but its owner has until granted: a function there is one every user of the model
--- calls.
+-- pgad.train's models (docs/sql.md): the catalog pgad.model_versions, one row per version of a model (per group, with
+-- group_by), its deployed versions in the view pgad.models, and schema pgad_models, where each model's scoring
+-- functions live. Users' models are not the extension's: pg_dump dumps the rows of pgad.model_versions
+-- (pg_extension_config_dump) and the functions in pgad_models (not members of the extension), and a restore brings
+-- both back. A role reads the rows of the models whose data it may read (below); only pgad writes them, through
+-- pgad._write_models (below). A role creates scoring functions only with CREATE on pgad_models, which no role but its
+-- owner has until granted: a function there is one every user of the model calls.
 CREATE SCHEMA pgad_models;
 COMMENT ON SCHEMA pgad_models IS 'the scoring functions of the models pgad.train made: pgad_models.<model>(columns)';
 GRANT USAGE ON SCHEMA pgad_models TO PUBLIC;
 
-CREATE TABLE pgad.models (
+CREATE TABLE pgad.model_versions (
   name pg_catalog.text NOT NULL,
   group_key pg_catalog.jsonb,                 -- the group's values by column ({"region": "north"}); NULL: no groups
   model pg_catalog.text NOT NULL,             -- the prediction lambda, λ(d, w) …
@@ -361,10 +362,15 @@ CREATE TABLE pgad.models (
   read_from pg_catalog.regclass[],            -- the relations the training read; NULL: not recorded (0.12.0)
   converged pg_catalog.bool,                  -- whether the fit met the convergence criterion; NULL: before 0.14.0
   gradient_norm pg_catalog.float8,            -- the criterion's measure of the gradient at the fitted weights
-  UNIQUE NULLS NOT DISTINCT (name, group_key));
-COMMENT ON TABLE pgad.models IS 'the models pgad.train made, one row per model and group';
-SELECT pg_catalog.pg_extension_config_dump('pgad.models', '');
-GRANT SELECT ON pgad.models TO PUBLIC;
+  version pg_catalog.int4 NOT NULL,           -- 1, 2, …: each pgad.train of the name makes the next (issue 38)
+  deployed pg_catalog.bool NOT NULL,          -- its functions are pgad_models."name"'s: one version of a name is
+  deployed_at pg_catalog.timestamptz,         -- when it was last deployed; NULL: never
+  metrics pg_catalog.jsonb,                   -- its metrics on the validation rows; NULL: no validation
+  UNIQUE NULLS NOT DISTINCT (name, version, group_key));
+CREATE UNIQUE INDEX model_versions_deployed ON pgad.model_versions (name, group_key) NULLS NOT DISTINCT WHERE deployed;
+COMMENT ON TABLE pgad.model_versions IS 'the models pgad.train made, one row per version and group';
+SELECT pg_catalog.pg_extension_config_dump('pgad.model_versions', '');
+GRANT SELECT ON pgad.model_versions TO PUBLIC;
 
 -- Who reads a model's rows (issue 34): they hold the data's category values and group keys, with rows per group, so
 -- a role sees them as pg_stats shows a column's statistics, only where it may read what they came from: the role
@@ -373,8 +379,8 @@ GRANT SELECT ON pgad.models TO PUBLIC;
 -- security hiding rows from it; a superuser reads all. read_from NULL (a model trained before 0.13.0): its role
 -- and that role's members only, until it is trained again. What pgad runs as the caller reads pgad.models under
 -- the same rule; pgad._write_models, its owner's, reads every row.
-ALTER TABLE pgad.models ENABLE ROW LEVEL SECURITY;
-CREATE POLICY models_readers ON pgad.models FOR SELECT TO PUBLIC USING (
+ALTER TABLE pgad.model_versions ENABLE ROW LEVEL SECURITY;
+CREATE POLICY models_readers ON pgad.model_versions FOR SELECT TO PUBLIC USING (
   trained_by OPERATOR(pg_catalog.=) CURRENT_USER
   OR COALESCE(pg_catalog.pg_has_role((SELECT r.oid FROM pg_catalog.pg_roles AS r
                                       WHERE r.rolname OPERATOR(pg_catalog.=) trained_by), 'USAGE'), false)
@@ -382,8 +388,16 @@ CREATE POLICY models_readers ON pgad.models FOR SELECT TO PUBLIC USING (
         SELECT FROM pg_catalog.unnest(read_from) AS relation
         WHERE NOT COALESCE(pg_catalog.has_table_privilege(relation::pg_catalog.oid, 'SELECT')
                            AND NOT pg_catalog.row_security_active(relation::pg_catalog.oid), false))));
-COMMENT ON COLUMN pgad.models.read_from IS
+COMMENT ON COLUMN pgad.model_versions.read_from IS
     'the relations the training read (a view''s and a function''s included); NULL: not recorded (before 0.13.0)';
+
+-- The deployed version of each model (issue 38): what pgad_models."name" scores by, and what pgad.evaluate,
+-- pgad.summary, pgad.forecast and the other functions of a model read. security_invoker: read as the caller, under
+-- pgad.model_versions' policy.
+CREATE VIEW pgad.models WITH (security_invoker = true) AS
+SELECT v.* FROM pgad.model_versions AS v WHERE v.deployed;
+COMMENT ON VIEW pgad.models IS 'the deployed version of each model pgad.train made, one row per model and group';
+GRANT SELECT ON pgad.models TO PUBLIC;
 
 -- The roles that trained model name's rows, and its loss where that gives it functions of its own (logistic,
 -- hinge, poisson, gamma): what pgad.train and pgad.drop_model check a name against (pgad/models/catalog.py,
@@ -395,7 +409,7 @@ SET search_path TO pg_catalog, pg_temp AS $$
 SELECT DISTINCT m.trained_by::pg_catalog.text,
        CASE WHEN m.loss OPERATOR(pg_catalog.=) ANY (ARRAY['logistic', 'hinge', 'poisson', 'gamma', 'softmax'])
             THEN m.loss END
-FROM pgad.models AS m WHERE m.name OPERATOR(pg_catalog.=) $1
+FROM pgad.model_versions AS m WHERE m.name OPERATOR(pg_catalog.=) $1
 $$;
 REVOKE ALL ON FUNCTION pgad._model_owners(pg_catalog.text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgad._model_owners(pg_catalog.text) TO PUBLIC;  -- pgad's Python calls it as the caller
@@ -405,14 +419,15 @@ GRANT EXECUTE ON FUNCTION pgad._model_owners(pg_catalog.text) TO PUBLIC;  -- pga
 -- older than the writer's lock, and miss the rows of a first training of the name that committed in between: the
 -- claim then fails (40001) where two trainings would otherwise both commit under one name (issue 34).
 CREATE TABLE pgad.model_names (name pg_catalog.text PRIMARY KEY);
-COMMENT ON TABLE pgad.model_names IS 'the names in pgad.models, one row each, claimed by the writer';
+COMMENT ON TABLE pgad.model_names IS 'the names in pgad.model_versions, one row each, claimed by the writer';
 SELECT pg_catalog.pg_extension_config_dump('pgad.model_names', '');
 
--- The one writer of pgad.models: pgad.train and pgad.drop_model (pgad/models/catalog.py) leave the rows to write, and the
+-- The one writer of pgad.model_versions: pgad.train, pgad.deploy and pgad.drop_model (pgad/models/catalog.py) leave
+-- what to write, and the
 -- role that called them, in the backend's Python, and call this at once; it runs as the extension's owner, checks
 -- again that the name is free or the caller's (a name belongs to the role that trained it first; a superuser may
 -- replace or drop anyone's) and writes. It takes no argument, so a direct call has nothing to write and is refused.
-CREATE FUNCTION pgad._write_models() RETURNS SETOF pgad.models LANGUAGE plpython3u VOLATILE STRICT SECURITY DEFINER
+CREATE FUNCTION pgad._write_models() RETURNS SETOF pgad.model_versions LANGUAGE plpython3u VOLATILE STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
@@ -435,7 +450,8 @@ REVOKE ALL ON FUNCTION pgad._drop_model(pg_catalog.text) FROM PUBLIC;
 
 CREATE FUNCTION pgad.drop_model(name pg_catalog.text) RETURNS pg_catalog.void
 LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
-COMMENT ON FUNCTION pgad.drop_model(pg_catalog.text) IS 'drop a model: its rows in pgad.models and its scoring function';
+COMMENT ON FUNCTION pgad.drop_model(pg_catalog.text) IS
+    'drop a model: every version''s rows in pgad.model_versions and its functions in pgad_models';
 
 -- Any role may train on the data it can read.
 GRANT USAGE ON SCHEMA pgad TO PUBLIC;
@@ -543,15 +559,16 @@ CREATE FUNCTION pgad._train(name pg_catalog.text, model pg_catalog.text, loss pg
                             standardize pg_catalog.bool, label pg_catalog.text, group_by pg_catalog.text,
                             progress_every pg_catalog.int4, dtype pg_catalog.text,
                             validation pg_catalog.text, early_stopping pg_catalog.int4,
-                            likelihood pg_catalog.bool, order_by pg_catalog.text, state pg_catalog.jsonb)
-RETURNS SETOF pgad.models LANGUAGE plpython3u VOLATILE AS $$
+                            likelihood pg_catalog.bool, order_by pg_catalog.text, state pg_catalog.jsonb,
+                            deploy pg_catalog.text, impute pg_catalog.jsonb)
+RETURNS SETOF pgad.model_versions LANGUAGE plpython3u VOLATILE AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
     sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
 from pgad import api
 return api.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer, batch_size,
                  seed, tolerance, l1, l2, regularize, standardize, label, group_by, progress_every, dtype,
-                 validation, early_stopping, likelihood, order_by, state)
+                 validation, early_stopping, likelihood, order_by, state, deploy, impute)
 $$;
 REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
                                    pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4, pg_catalog.text,
@@ -559,9 +576,9 @@ REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.
                                    pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.jsonb,
                                    pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
                                    pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.bool,
-                                   pg_catalog.text, pg_catalog.jsonb) FROM PUBLIC;
+                                   pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.jsonb) FROM PUBLIC;
 
-COMMENT ON COLUMN pgad.models.validation_history IS 'the loss on the validation rows after each iteration (epoch)';
+COMMENT ON COLUMN pgad.model_versions.validation_history IS 'the loss on the validation rows after each iteration (epoch)';
 
 -- Not STRICT: learning_rate, iterations, optimizer, standardize, regularize, seed, group_by, validation,
 -- early_stopping and likelihood are NULL unless given. validation is a fraction (validation => 0.2, numeric) or a query (text):
@@ -579,16 +596,18 @@ CREATE FUNCTION pgad.train(name pg_catalog.text, model pg_catalog.text, loss pg_
                            validation pg_catalog.anycompatible DEFAULT NULL::pg_catalog.text,
                            early_stopping pg_catalog.int4 DEFAULT NULL,
                            likelihood pg_catalog.bool DEFAULT NULL,
-                           order_by pg_catalog.text DEFAULT NULL, state pg_catalog.jsonb DEFAULT NULL)
-RETURNS SETOF pgad.models LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
+                           order_by pg_catalog.text DEFAULT NULL, state pg_catalog.jsonb DEFAULT NULL,
+                           deploy pg_catalog.anyelement DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL)
+RETURNS SETOF pgad.model_versions LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
                                pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8,
                                pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
-                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb) IS
-    'train a model (one per group, with group_by), store it in pgad.models and create its scoring function '
-    'pgad_models.<name>';
+                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, pg_catalog.anyelement,
+                               pg_catalog.jsonb) IS
+    'train a new version of a model (one per group, with group_by), store it in pgad.model_versions and, unless '
+    'deploy => false, deploy it: its scoring function pgad_models.<name>';
 
 -- ---------------------------------------------------------------------------------------------------------------
 -- §1 multiclass models (issue 36)
@@ -706,3 +725,53 @@ COMMENT ON FUNCTION pgad.forecast(pg_catalog.text, pg_catalog.int4, pg_catalog.t
                                   pg_catalog.int4, pg_catalog.int8) IS
     'sequence model name''s forecast horizon steps past its last row, per group, with prediction intervals at '
     'level: analytic for a linear recurrence under loss squared, else simulated (simulations paths, seed)';
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- §1 versions, deployment and rollback (issue 38)
+-- ---------------------------------------------------------------------------------------------------------------
+
+-- pgad.deploy: make a version of a model the deployed one, its functions pgad_models."name"'s, in the caller's
+-- transaction (pgad/models/catalog.py, deploy): a version by number, or by strategy 'best_validation',
+-- 'most_recent' or 'previous'. Not STRICT: version and strategy are NULL unless given, and one of them is.
+CREATE FUNCTION pgad._deploy(name pg_catalog.text, version pg_catalog.int4, strategy pg_catalog.text)
+RETURNS SETOF pgad.model_versions LANGUAGE plpython3u VOLATILE AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.deploy(name, version, strategy)
+$$;
+REVOKE ALL ON FUNCTION pgad._deploy(pg_catalog.text, pg_catalog.int4, pg_catalog.text) FROM PUBLIC;
+CREATE FUNCTION pgad.deploy(name pg_catalog.text, version pg_catalog.int4 DEFAULT NULL,
+                            strategy pg_catalog.text DEFAULT NULL)
+RETURNS SETOF pgad.model_versions LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.deploy(pg_catalog.text, pg_catalog.int4, pg_catalog.text) IS
+    'deploy a version of a model, by number or by strategy (best_validation, most_recent, previous): its '
+    'functions become pgad_models.<name>''s';
+
+-- pgad.drop_model(name, version): drop one version that is not deployed, and its functions.
+CREATE FUNCTION pgad._drop_model(name pg_catalog.text, version pg_catalog.int4) RETURNS pg_catalog.void
+LANGUAGE plpython3u VOLATILE STRICT AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.drop_model(name, version)
+$$;
+REVOKE ALL ON FUNCTION pgad._drop_model(pg_catalog.text, pg_catalog.int4) FROM PUBLIC;
+CREATE FUNCTION pgad.drop_model(name pg_catalog.text, version pg_catalog.int4) RETURNS pg_catalog.void
+LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.drop_model(pg_catalog.text, pg_catalog.int4) IS
+    'drop a version of a model that is not deployed: its rows in pgad.model_versions and its functions';
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- §2 stored preprocessing (issue 38)
+-- ---------------------------------------------------------------------------------------------------------------
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- §3 tuning (issue 38)
+-- ---------------------------------------------------------------------------------------------------------------
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- §4 the first call (issue 38)
+-- ---------------------------------------------------------------------------------------------------------------

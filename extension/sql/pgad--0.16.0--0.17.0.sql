@@ -1,0 +1,144 @@
+-- pgad 0.16.0 → 0.17.0: models over time (issue 38): versions, deployment and rollback, stored preprocessing,
+-- tuning. One source of the install script (extension/sql/pgad.sql): tests/test_upgrade.py checks that this path
+-- gives its catalog.
+\echo Use "ALTER EXTENSION pgad UPDATE TO '0.17.0'" to load this file. \quit
+
+-- §1 versions. pgad.models becomes pgad.model_versions, a row per version and group; each existing model is its
+-- version 1, deployed.
+ALTER TABLE pgad.models RENAME TO model_versions;
+ALTER TABLE pgad.model_versions DROP CONSTRAINT models_name_group_key_key;
+ALTER TABLE pgad.model_versions ADD COLUMN version pg_catalog.int4 NOT NULL DEFAULT 1,
+  ADD COLUMN deployed pg_catalog.bool NOT NULL DEFAULT true, ADD COLUMN deployed_at pg_catalog.timestamptz,
+  ADD COLUMN metrics pg_catalog.jsonb;
+ALTER TABLE pgad.model_versions ALTER COLUMN version DROP DEFAULT, ALTER COLUMN deployed DROP DEFAULT;
+UPDATE pgad.model_versions SET deployed_at = trained_at;
+ALTER TABLE pgad.model_versions ADD UNIQUE NULLS NOT DISTINCT (name, version, group_key);
+CREATE UNIQUE INDEX model_versions_deployed ON pgad.model_versions (name, group_key) NULLS NOT DISTINCT WHERE deployed;
+COMMENT ON TABLE pgad.model_versions IS 'the models pgad.train made, one row per version and group';
+COMMENT ON TABLE pgad.model_names IS 'the names in pgad.model_versions, one row each, claimed by the writer';
+COMMENT ON FUNCTION pgad.drop_model(pg_catalog.text) IS
+    'drop a model: every version''s rows in pgad.model_versions and its functions in pgad_models';
+
+-- The deployed version of each model (issue 38): what pgad_models."name" scores by, and what pgad.evaluate,
+-- pgad.summary, pgad.forecast and the other functions of a model read. security_invoker: read as the caller, under
+-- pgad.model_versions' policy.
+CREATE VIEW pgad.models WITH (security_invoker = true) AS
+SELECT v.* FROM pgad.model_versions AS v WHERE v.deployed;
+COMMENT ON VIEW pgad.models IS 'the deployed version of each model pgad.train made, one row per model and group';
+GRANT SELECT ON pgad.models TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgad._model_owners(name pg_catalog.text)
+RETURNS TABLE (owner pg_catalog.text, loss pg_catalog.text) LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp AS $$
+SELECT DISTINCT m.trained_by::pg_catalog.text,
+       CASE WHEN m.loss OPERATOR(pg_catalog.=) ANY (ARRAY['logistic', 'hinge', 'poisson', 'gamma', 'softmax'])
+            THEN m.loss END
+FROM pgad.model_versions AS m WHERE m.name OPERATOR(pg_catalog.=) $1
+$$;
+
+DROP FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                         pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                         pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8,
+                         pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
+                         pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
+                         pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb);
+DROP FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                          pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4, pg_catalog.text,
+                          pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int8,
+                          pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.jsonb,
+                          pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
+                          pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.bool,
+                          pg_catalog.text, pg_catalog.jsonb);
+-- pgad.train, whose defaults converge on columns of any scale: learning_rate, iterations, optimizer and standardize
+-- are NULL unless given, and pgad/api.py chooses (optimizer 'lbfgs', or 'gd' where a learning_rate or l1 is given).
+CREATE FUNCTION pgad._train(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
+                            weights pg_catalog.jsonb, learning_rate pg_catalog.float8, iterations pg_catalog.int4,
+                            mode pg_catalog.text, backend pg_catalog.text, optimizer pg_catalog.text,
+                            batch_size pg_catalog.int4, seed pg_catalog.int8, tolerance pg_catalog.float8,
+                            l1 pg_catalog.float8, l2 pg_catalog.float8, regularize pg_catalog.jsonb,
+                            standardize pg_catalog.bool, label pg_catalog.text, group_by pg_catalog.text,
+                            progress_every pg_catalog.int4, dtype pg_catalog.text,
+                            validation pg_catalog.text, early_stopping pg_catalog.int4,
+                            likelihood pg_catalog.bool, order_by pg_catalog.text, state pg_catalog.jsonb,
+                            deploy pg_catalog.text, impute pg_catalog.jsonb)
+RETURNS SETOF pgad.model_versions LANGUAGE plpython3u VOLATILE AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer, batch_size,
+                 seed, tolerance, l1, l2, regularize, standardize, label, group_by, progress_every, dtype,
+                 validation, early_stopping, likelihood, order_by, state, deploy, impute)
+$$;
+REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                                   pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4, pg_catalog.text,
+                                   pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int8,
+                                   pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.jsonb,
+                                   pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
+                                   pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.bool,
+                                   pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.jsonb) FROM PUBLIC;
+
+-- Not STRICT: learning_rate, iterations, optimizer, standardize, regularize, seed, group_by, validation,
+-- early_stopping and likelihood are NULL unless given. validation is a fraction (validation => 0.2, numeric) or a query (text):
+-- anycompatible takes both (an unknown literal as text), and reaches pgad._train as its text (pgad_call).
+CREATE FUNCTION pgad.train(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
+                           weights pg_catalog.jsonb, learning_rate pg_catalog.float8 DEFAULT NULL,
+                           iterations pg_catalog.int4 DEFAULT NULL, mode pg_catalog.text DEFAULT 'reverse',
+                           backend pg_catalog.text DEFAULT 'auto', optimizer pg_catalog.text DEFAULT NULL,
+                           batch_size pg_catalog.int4 DEFAULT 256, seed pg_catalog.int8 DEFAULT NULL,
+                           tolerance pg_catalog.float8 DEFAULT 0, l1 pg_catalog.float8 DEFAULT 0,
+                           l2 pg_catalog.float8 DEFAULT 0, regularize pg_catalog.jsonb DEFAULT NULL,
+                           standardize pg_catalog.bool DEFAULT NULL, label pg_catalog.text DEFAULT 'y',
+                           group_by pg_catalog.text DEFAULT NULL, progress_every pg_catalog.int4 DEFAULT 0,
+                           dtype pg_catalog.text DEFAULT 'float64',
+                           validation pg_catalog.anycompatible DEFAULT NULL::pg_catalog.text,
+                           early_stopping pg_catalog.int4 DEFAULT NULL,
+                           likelihood pg_catalog.bool DEFAULT NULL,
+                           order_by pg_catalog.text DEFAULT NULL, state pg_catalog.jsonb DEFAULT NULL,
+                           deploy pg_catalog.anyelement DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL)
+RETURNS SETOF pgad.model_versions LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                               pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                               pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8,
+                               pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
+                               pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
+                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, pg_catalog.anyelement,
+                               pg_catalog.jsonb) IS
+    'train a new version of a model (one per group, with group_by), store it in pgad.model_versions and, unless '
+    'deploy => false, deploy it: its scoring function pgad_models.<name>';
+
+-- pgad.deploy: make a version of a model the deployed one, its functions pgad_models."name"'s, in the caller's
+-- transaction (pgad/models/catalog.py, deploy): a version by number, or by strategy 'best_validation',
+-- 'most_recent' or 'previous'. Not STRICT: version and strategy are NULL unless given, and one of them is.
+CREATE FUNCTION pgad._deploy(name pg_catalog.text, version pg_catalog.int4, strategy pg_catalog.text)
+RETURNS SETOF pgad.model_versions LANGUAGE plpython3u VOLATILE AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.deploy(name, version, strategy)
+$$;
+REVOKE ALL ON FUNCTION pgad._deploy(pg_catalog.text, pg_catalog.int4, pg_catalog.text) FROM PUBLIC;
+CREATE FUNCTION pgad.deploy(name pg_catalog.text, version pg_catalog.int4 DEFAULT NULL,
+                            strategy pg_catalog.text DEFAULT NULL)
+RETURNS SETOF pgad.model_versions LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.deploy(pg_catalog.text, pg_catalog.int4, pg_catalog.text) IS
+    'deploy a version of a model, by number or by strategy (best_validation, most_recent, previous): its '
+    'functions become pgad_models.<name>''s';
+
+-- pgad.drop_model(name, version): drop one version that is not deployed, and its functions.
+CREATE FUNCTION pgad._drop_model(name pg_catalog.text, version pg_catalog.int4) RETURNS pg_catalog.void
+LANGUAGE plpython3u VOLATILE STRICT AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.drop_model(name, version)
+$$;
+REVOKE ALL ON FUNCTION pgad._drop_model(pg_catalog.text, pg_catalog.int4) FROM PUBLIC;
+CREATE FUNCTION pgad.drop_model(name pg_catalog.text, version pg_catalog.int4) RETURNS pg_catalog.void
+LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.drop_model(pg_catalog.text, pg_catalog.int4) IS
+    'drop a version of a model that is not deployed: its rows in pgad.model_versions and its functions';
+
+-- LEGACY: the functions of version 1 of each model trained before 0.17.0 (see catalog.py, VERSION_FUNCTIONS)
