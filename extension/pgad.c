@@ -70,6 +70,7 @@ static int	load_chunk_rows = 0;
 static int	memory_limit_kb = 1024 * 1024;
 static int	threads = 0;
 static int	max_threads = 1;
+static int	keep_versions = 10;
 
 /* The most threads one call may use (pgad/jit/threads.py's MAX_THREADS) */
 #define PGAD_MAX_THREADS 64
@@ -150,6 +151,11 @@ _PG_init(void)
 							NULL,
 							&max_threads, max_threads, 1, PGAD_MAX_THREADS,
 							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("pgad.keep_versions",
+							"The versions of a model pgad.train keeps besides the deployed one; older ones are dropped.",
+							"A version whose functions other objects use is kept.",
+							&keep_versions, 10, 1, 100000,
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgad");
 	RegisterXactCallback(load_xact_callback, NULL);
 }

@@ -15,6 +15,9 @@ UPDATE pgad.model_versions SET deployed_at = trained_at;
 ALTER TABLE pgad.model_versions ADD UNIQUE NULLS NOT DISTINCT (name, version, group_key);
 CREATE UNIQUE INDEX model_versions_deployed ON pgad.model_versions (name, group_key) NULLS NOT DISTINCT WHERE deployed;
 COMMENT ON TABLE pgad.model_versions IS 'the models pgad.train made, one row per version and group';
+ALTER TABLE pgad.model_names ADD COLUMN versions pg_catalog.int4 NOT NULL DEFAULT 0;
+INSERT INTO pgad.model_names SELECT DISTINCT v.name, 1 FROM pgad.model_versions AS v
+ON CONFLICT (name) DO UPDATE SET versions = 1;
 COMMENT ON TABLE pgad.model_names IS 'the names in pgad.model_versions, one row each, claimed by the writer';
 COMMENT ON FUNCTION pgad.drop_model(pg_catalog.text) IS
     'drop a model: every version''s rows in pgad.model_versions and its functions in pgad_models';

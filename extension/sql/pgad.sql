@@ -418,7 +418,9 @@ GRANT EXECUTE ON FUNCTION pgad._model_owners(pg_catalog.text) TO PUBLIC;  -- pga
 -- writes (INSERT … ON CONFLICT DO NOTHING). Under repeatable read or serializable a transaction's snapshot may be
 -- older than the writer's lock, and miss the rows of a first training of the name that committed in between: the
 -- claim then fails (40001) where two trainings would otherwise both commit under one name (issue 34).
-CREATE TABLE pgad.model_names (name pg_catalog.text PRIMARY KEY);
+CREATE TABLE pgad.model_names (
+  name pg_catalog.text PRIMARY KEY,
+  versions pg_catalog.int4 NOT NULL DEFAULT 0);  -- the versions the name has had: the next is one more (issue 38)
 COMMENT ON TABLE pgad.model_names IS 'the names in pgad.model_versions, one row each, claimed by the writer';
 SELECT pg_catalog.pg_extension_config_dump('pgad.model_names', '');
 
