@@ -270,9 +270,9 @@ PG_FUNCTION_INFO_V1(pgad_call);
 
 /*
  * What pgad_call keeps of a function between calls: its implementation, and which arguments pgad.f declares
- * anycompatible or anyelement (one that takes a number or a text, as pgad.train's validation, or a boolean or a
- * text, as its deploy): PL/Python takes no polymorphic type, so pgad._f declares those text, and each reaches it as
- * its value's text (the type's output function).
+ * anycompatible or "any" (one that takes a number or a text, as pgad.train's validation, or a boolean or a text,
+ * as its deploy: "any", since anycompatible would make both of one type): PL/Python takes no polymorphic type, so
+ * pgad._f declares those text, and each reaches it as its value's text (the type's output function).
  */
 typedef struct Door
 {
@@ -306,7 +306,7 @@ pgad_call(PG_FUNCTION_ARGS)
 							   ((Form_pg_proc) GETSTRUCT(tuple))->pronargs);
 		ReleaseSysCache(tuple);
 		for (i = 0; i < types->dim1; i++)
-			if (types->values[i] == ANYCOMPATIBLEOID || types->values[i] == ANYELEMENTOID)
+			if (types->values[i] == ANYCOMPATIBLEOID || types->values[i] == ANYOID)
 			{
 				door->as_text[i] = any = true;
 				types->values[i] = TEXTOID;

@@ -599,14 +599,14 @@ CREATE FUNCTION pgad.train(name pg_catalog.text, model pg_catalog.text, loss pg_
                            early_stopping pg_catalog.int4 DEFAULT NULL,
                            likelihood pg_catalog.bool DEFAULT NULL,
                            order_by pg_catalog.text DEFAULT NULL, state pg_catalog.jsonb DEFAULT NULL,
-                           deploy pg_catalog.anyelement DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL)
+                           deploy "any" DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL)
 RETURNS SETOF pgad.model_versions LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
                                pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8,
                                pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
-                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, pg_catalog.anyelement,
+                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, "any",
                                pg_catalog.jsonb) IS
     'train a new version of a model (one per group, with group_by), store it in pgad.model_versions and, unless '
     'deploy => false, deploy it: its scoring function pgad_models.<name>';
