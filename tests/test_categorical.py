@@ -170,7 +170,9 @@ def test_scoring_function_case(db, houses):
             weights['r'][region] + 2 * weights['a'], rel=1e-12)
     assert fetch(db, "SELECT pgad_models.cat_score('west', 2)") == pytest.approx(2 * weights['a'], rel=1e-12)
     assert fetch(db, "SELECT pgad_models.cat_score(NULL, 2)") is None
-    body = fetch(db, "SELECT pg_get_functiondef('pgad_models.cat_score'::regproc)")
+    # the deployed version's own function (pgad_models.cat_score calls it)
+    body = fetch(db, "SELECT pg_get_functiondef(format('pgad_models.%I', name || '@' || version)::regproc) "
+                     "FROM pgad.models WHERE name = 'cat_score'")
     assert "o''hare" in body and body.count('CASE') >= 2
     plan = '\n'.join(r[0] for r in db.execute(
         'EXPLAIN (VERBOSE) SELECT pgad_models.cat_score(h.region, h.sqft) FROM houses AS h').fetchall())

@@ -349,7 +349,8 @@ def test_many_categories_take_scaled_lbfgs_to_the_optimum(db):
     scored = db.execute('SELECT level, x, z, pgad_models.levels(level, x, z) FROM levels').fetchall()
     want = [weights['hood'][level] + weights['a'] * x + weights['b'] * z for level, x, z, _ in scored]
     np.testing.assert_allclose([row[3] for row in scored], want, rtol=1e-12, atol=1e-9)
-    size = db.execute("SELECT pg_catalog.length(pg_catalog.pg_get_functiondef('pgad_models.levels'::regproc))")
+    size = db.execute("SELECT pg_catalog.length(pg_catalog.pg_get_functiondef(format('pgad_models.%I', "
+                      "name || '@' || version)::regproc)) FROM pgad.models WHERE name = 'levels'")
     assert size.fetchone()[0] < 400 * LEVEL_COUNT
 
 

@@ -294,7 +294,8 @@ def test_the_groups_explanations_share_one_budget(db):
     model = 'λ(d, w) w.v*tanh(w.a*d.x1 + w.b*d.x2 + w.c*d.x3) + w.k'
     start = '{"v": 0.5, "a": 0.3, "b": -0.2, "c": 0.1, "k": 0}'
     train(db, 'shared', model, 'squared', 'points', start, group_by='region', l2=0.05)
-    size, = db.execute("SELECT length(pg_get_functiondef('pgad_models.shared_explain'::regproc))").fetchone()
+    size, = db.execute("SELECT length(pg_get_functiondef(format('pgad_models.%I', name || '_explain@' || version)"
+                       "::regproc)) FROM pgad.models WHERE name = 'shared'").fetchone()
     notices = []
     db.add_notice_handler(lambda n: notices.append(n.message_primary))
     # the budget: 7/4 of the three groups' text, above what one group's writing counts (its pieces, then the whole),
@@ -386,13 +387,13 @@ def test_importance_ends_at_statement_timeout(db):
 
 
 def test_a_name_too_long_for_its_explain_function_trains_without_one(db):
-    name = 'n' * 58  # "<name>_explain" would be 66 bytes: PostgreSQL would truncate it to another function's name
+    name = 'n' * 50  # "<name>_explain@3" would pass 63 bytes: PostgreSQL would truncate it to another function's name
     notices = []
     db.add_notice_handler(lambda n: notices.append(n.message_primary))
     train(db, name, 'λ(d, w) w.a*d.x1', 'squared', 'points', '{"a": 0}')
-    assert f'model "{name}" gets no pgad_models."{name}_explain" function: its name would be longer than 63 bytes' \
+    assert f'model "{name}" gets no pgad_models."{name}_explain" function: its name would be longer than 55 bytes' \
         in notices
-    assert db.execute('SELECT count(*) FROM pg_proc WHERE proname LIKE %s', [name + '%']).fetchone() == (1,)
+    assert db.execute('SELECT count(*) FROM pg_proc WHERE proname LIKE %s', [name + '%']).fetchone() == (2,)  # @1
     db.execute('SELECT pgad.drop_model(%s)', [name])
 
 

@@ -124,11 +124,15 @@ def test_a_scoring_function_depends_on_nothing_of_another_role(db, cluster, dbna
     """Every object a scoring function depends on (its argument types, the functions and operators of its body) is
     built in, a superuser's, or the trainer's."""
     train(db, 'by_subregion_too', group_by='subregion,code')
-    foreign = db.execute("""
-        SELECT pg_describe_object(d.refclassid, d.refobjid, 0) FROM pg_depend AS d
-        WHERE d.classid = 'pg_proc'::regclass AND d.objid = 'pgad_models.by_subregion_too'::regproc
-          AND d.refclassid <> 'pg_namespace'::regclass""").fetchall()
-    assert foreign == []  # nothing but its schema: every type and operator it uses is pinned, built in
+    # the deployed function calls its version's own (versions, issue 38), whose body is the model
+    for function, calls in (('pgad_models.by_subregion_too', ['function pgad_models."by_subregion_too@1"(text,integer,'
+                                                               'double precision)']),
+                            ('pgad_models."by_subregion_too@1"', [])):
+        foreign = db.execute("""
+            SELECT pg_describe_object(d.refclassid, d.refobjid, 0) FROM pg_depend AS d
+            WHERE d.classid = 'pg_proc'::regclass AND d.objid = %s::regproc
+              AND d.refclassid <> 'pg_namespace'::regclass""", [function]).fetchall()
+        assert [f for f, in foreign] == calls  # nothing but its schema: every type and operator it uses is built in
     with psycopg.connect(cluster.conninfo(dbname, user=MALLORY), autocommit=True) as mallory:
         mallory.execute('DROP DOMAIN mallory_s.subregion CASCADE')  # would have dropped the function on 0.9.0
         mallory.execute('ALTER TABLE mallory_s.shops ADD COLUMN subregion mallory_s.region')

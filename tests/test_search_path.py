@@ -198,7 +198,7 @@ def test_the_shadows_work_when_called_unqualified(server, dbname):
 SQL_WORDS = {'SELECT', 'FROM', 'AS', 'OVER', 'IN', 'VALUES', 'AND', 'OR', 'NOT', 'EXISTS', 'JOIN', 'ON', 'WHERE',
              'LIMIT', 'GROUP', 'BY', 'ORDER', 'CASE', 'WHEN', 'THEN', 'ELSE', 'END', 'TABLE', 'WITH', 'ROW', 'ARRAY',
              'COALESCE', 'NULLIF', 'GREATEST', 'LEAST', 'USING', 'INTO', 'CHECK', 'DISTINCT', 'RETURN',
-             'ANY', 'ALL'}  # OPERATOR(pg_catalog.=) ANY (…): syntax, its operator qualified
+             'ANY', 'ALL', 'CONFLICT'}  # OPERATOR(pg_catalog.=) ANY (…): syntax, its operator qualified
 
 
 def unqualified(sql):
@@ -206,7 +206,10 @@ def unqualified(sql):
     text = re.sub(r"'(?:[^']|'')*'", "''", sql)                    # string literals
     text = re.sub(r'"(?:[^"]|"")*"', 'x', text)                    # quoted identifiers
     text = re.sub(r'--[^\n]*', '', text)                           # comments
-    text = re.sub(r'OPERATOR\(pg_catalog\.[^)]+\)', ' ', text)     # qualified operators
+    text = re.sub(r'OPERATOR\(pg_catalog\.[^)]+\)', ' , ', text)   # qualified operators (x OPERATOR(…) (y): no call)
+    text = re.sub(r'\bSET\s+(\w+|\([^)]*\))\s*=', ' ', text)        # UPDATE's assignments: no operator
+    text = re.sub(r':=|\bsecurity_invoker\s*=', ' ', text)          # PL/pgSQL's assignments, a view's option
+    text = re.sub(r'\b\w+\s*=\s*(?=RETURNED_SQLSTATE|MESSAGE_TEXT|PG_EXCEPTION_)', ' ', text)  # GET DIAGNOSTICS
     text = re.sub(r'\(\s*\*\s*\)|SELECT\s+\*|\.\*', ' ', text)     # count(*), SELECT *: no operator
     text = re.sub(r'\b(ERRCODE|MESSAGE|DETAIL|HINT)\s*=', ' ', text)  # PL/pgSQL's RAISE … USING options
     text = re.sub(r'\b(SFUNC|STYPE|FINALFUNC|COMBINEFUNC|SERIALFUNC|DESERIALFUNC|PARALLEL)\s*=', ' ',

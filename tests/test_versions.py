@@ -284,6 +284,11 @@ def test_a_model_trained_before_0_17_0_is_version_1_and_can_be_deployed_again(cl
             db.execute("SELECT pgad.deploy('old', strategy => 'previous')")
             assert db.execute('SELECT pgad_models.old(3), pgad_models.old_probability(3)').fetchone() == before
             assert db.execute('SELECT count(*) FROM old_scores').fetchone()[0] == 9
+            assert db.execute("SELECT count(*) FROM pg_depend WHERE deptype = 'e' AND objid IN (SELECT oid FROM pg_proc "
+                              "WHERE pronamespace = 'pgad_models'::regnamespace)").fetchone()[0] == 0  # the model's
+            db.execute('DROP VIEW old_scores')
+            db.execute("SELECT pgad.drop_model('old')")
+            assert functions(db, 'old') == []
     finally:
         with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE {name} WITH (FORCE)')

@@ -164,18 +164,26 @@ COMMENT ON FUNCTION pgad.evaluate(pg_catalog.text, pg_catalog.text, pg_catalog.i
 -- Each model trained before 0.17.0 is its version 1, deployed, whose functions are pgad_models."name" and the others
 -- beside it (pgad/models/catalog.py, suffixes). A version has functions of its own, "name@1" (catalog.py,
 -- versioned), which the deployed ones call; a model's version 1 gets copies of its functions under those names, owned
--- by the role that trained it, so that it can be deployed again after a new version. Their bodies are PostgreSQL's
--- own text of the stored ones (pg_get_function_sqlbody), every float written exactly (extra_float_digits 3).
+-- by the role that trained it and not members of the extension, so that it can be deployed again after a new
+-- version. Their bodies are PostgreSQL's own text of the stored ones (pg_get_function_sqlbody), every float written
+-- exactly (extra_float_digits 3).
 DO $$
 DECLARE
   f pg_catalog.record;
+  m pg_catalog.record;
+  scoring pg_catalog.regprocedure;
   digits pg_catalog.text := pg_catalog.current_setting('extra_float_digits');
 BEGIN
   PERFORM pg_catalog.set_config('extra_float_digits', '3', true);
+  FOR m IN SELECT DISTINCT v.name, v.scoring_function, v.trained_by FROM pgad.model_versions AS v LOOP
+  BEGIN
+    scoring := pg_catalog.to_regprocedure(m.scoring_function);
+  EXCEPTION WHEN OTHERS THEN  -- a row written by hand before 0.10.0 may name no function, in no syntax
+    scoring := NULL;
+  END;
   FOR f IN
-    SELECT DISTINCT p.oid, p.proname, m.trained_by
-    FROM pgad.model_versions AS m
-    JOIN pg_catalog.pg_proc AS s ON s.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(m.scoring_function)
+    SELECT DISTINCT p.oid, p.proname
+    FROM pg_catalog.pg_proc AS s
     JOIN pg_catalog.pg_proc AS p ON p.pronamespace OPERATOR(pg_catalog.=) s.pronamespace
       AND p.proargtypes OPERATOR(pg_catalog.=) s.proargtypes AND p.proowner OPERATOR(pg_catalog.=) s.proowner
       AND (p.proname OPERATOR(pg_catalog.=) m.name OR p.proname OPERATOR(pg_catalog.=) ANY (ARRAY[
@@ -183,14 +191,19 @@ BEGIN
            m.name OPERATOR(pg_catalog.||) '_mean', m.name OPERATOR(pg_catalog.||) '_explain']))
     JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) p.proowner
       AND r.rolname OPERATOR(pg_catalog.=) m.trained_by
-    WHERE s.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
+    WHERE s.oid OPERATOR(pg_catalog.=) scoring
+      AND s.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
       AND pg_catalog.octet_length(p.proname) OPERATOR(pg_catalog.<) 62 AND p.prosqlbody IS NOT NULL
   LOOP
     EXECUTE pg_catalog.format('CREATE FUNCTION pgad_models.%I(%s) RETURNS %s LANGUAGE sql IMMUTABLE PARALLEL SAFE %s',
                               f.proname OPERATOR(pg_catalog.||) '@1', pg_catalog.pg_get_function_arguments(f.oid),
                               pg_catalog.pg_get_function_result(f.oid), pg_catalog.pg_get_function_sqlbody(f.oid));
     EXECUTE pg_catalog.format('ALTER FUNCTION pgad_models.%I(%s) OWNER TO %I', f.proname OPERATOR(pg_catalog.||) '@1',
-                              pg_catalog.pg_get_function_identity_arguments(f.oid), f.trained_by);
+                              pg_catalog.pg_get_function_identity_arguments(f.oid), m.trained_by);
+    -- made by this script, it would be the extension's: it is the model's, as the function it copies
+    EXECUTE pg_catalog.format('ALTER EXTENSION pgad DROP FUNCTION pgad_models.%I(%s)',
+                              f.proname OPERATOR(pg_catalog.||) '@1', pg_catalog.pg_get_function_identity_arguments(f.oid));
+  END LOOP;
   END LOOP;
   PERFORM pg_catalog.set_config('extra_float_digits', digits, true);
 END $$;

@@ -1,4 +1,4 @@
--- pgad, the current version (extension/pgad.control's default_version; `make install` builds it as
+-- pgad, the current version (default_version in extension/pgad.control; make install builds it as
 -- pgad--<version>.sql): thin shims. Each public function pgad.f is the C function pgad_call (extension/pgad.c), which calls
 -- the PL/Python function pgad._f with the same arguments; that one hands them to pgad.api, where the logic lives
 -- (documented in docs/sql.md). Every name below is schema-qualified: see docs/security.md.

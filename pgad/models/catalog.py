@@ -210,7 +210,7 @@ VERSIONS = ("SELECT m.version, pg_catalog.bool_or(m.deployed) AS deployed, pg_ca
             f"FROM pgad.model_versions AS m WHERE m.name {EQ} $1 GROUP BY m.version ORDER BY m.version")
 UNDEPLOY = (f'UPDATE pgad.model_versions AS m SET deployed = false WHERE m.name {EQ} $1 AND m.deployed '
             f'AND m.version {NE} $2')
-DEPLOY = (f'UPDATE pgad.model_versions AS m SET deployed = true, deployed_at = pg_catalog.clock_timestamp() '
+DEPLOY = (f'UPDATE pgad.model_versions AS m SET (deployed, deployed_at) = ROW(true, pg_catalog.clock_timestamp()) '
           f'WHERE m.name {EQ} $1 AND m.version {EQ} $2 RETURNING m.*')
 VERSION_ROWS = (f'SELECT m.* FROM pgad.model_versions AS m WHERE m.name {EQ} $1 AND m.version {EQ} $2 '
                 'ORDER BY m.group_key')
@@ -428,7 +428,7 @@ class Scoring:
         explainer, baselines, *classes = self.explanation
         why = baselines if explainer is None else None
         if EXPLAIN[0] not in suffixes(None, self.name):
-            explainer, why = None, f'its name would be longer than {NAMEDATALEN - 1} bytes'
+            explainer, why = None, f'its name would be longer than {NAMEDATALEN - VERSIONED - 1} bytes'
         if explainer is not None:
             try:
                 left = [self.max_chars or printer.budget(limits.DEFAULT)]  # the budget of all the groups' text
