@@ -15,11 +15,12 @@
 
 {% macro pgad_deploy(name, version=none, strategy=none) -%}
   {%- set pgad_name = pgad_operation_name(name) -%}
-  {%- set rows = run_query('select name, group_key, version from pgad.deploy(name => ' ~ pgad_literal(pgad_name)
-                           ~ ', version => ' ~ pgad_operation_literal(version) ~ ', strategy => '
-                           ~ pgad_operation_literal(strategy) ~ ')') -%}
+  {%- call statement('pgad_deploy', fetch_result=True, auto_begin=True) -%}
+    select name, group_key, version from pgad.deploy(name => {{ pgad_literal(pgad_name) }},
+      version => {{ pgad_operation_literal(version) }}, strategy => {{ pgad_operation_literal(strategy) }})
+  {%- endcall -%}
   {%- do adapter.commit() -%}
-  {%- for row in rows -%}
+  {%- for row in load_result('pgad_deploy')['table'] -%}
     {{ log('pgad model ' ~ row['name'] ~ (' ' ~ row['group_key'] if row['group_key'] else '') ~ ': version '
            ~ row['version'] ~ ' deployed', info=true) }}
   {%- endfor -%}
@@ -28,8 +29,9 @@
 
 {% macro pgad_drop_model(name, version) -%}
   {%- set pgad_name = pgad_operation_name(name) -%}
-  {%- do run_query('select pgad.drop_model(name => ' ~ pgad_literal(pgad_name) ~ ', version => '
-                   ~ pgad_literal(version) ~ ')') -%}
+  {%- call statement('pgad_drop_model', auto_begin=True) -%}
+    select pgad.drop_model(name => {{ pgad_literal(pgad_name) }}, version => {{ pgad_literal(version) }})
+  {%- endcall -%}
   {%- do adapter.commit() -%}
   {{ log('pgad model ' ~ pgad_name ~ ': version ' ~ version ~ ' dropped', info=true) }}
 {%- endmacro %}
