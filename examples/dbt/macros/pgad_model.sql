@@ -70,8 +70,9 @@
     {%- set value = pgad_config(option) -%}
     {%- if value is not none -%}
       {%- if option == 'group_by' and value is not string -%}{%- set value = value | join(', ') -%}{%- endif -%}
-      {#- deploy is true, false (a boolean, so typed: pgad.train's deploy takes a boolean or a text) or 'if_better' -#}
-      {%- do arguments.append((option, pgad_literal(value) ~ ('::pg_catalog.bool' if value is boolean else ''))) -%}
+      {#- a boolean is typed, and so is deploy, which takes true, false or 'if_better' ("any": no type to read it as) -#}
+      {%- set type = '::pg_catalog.bool' if value is boolean else ('::pg_catalog.text' if option == 'deploy' else '') -%}
+      {%- do arguments.append((option, pgad_literal(value) ~ type)) -%}
     {%- endif -%}
   {%- endfor -%}
 
