@@ -526,3 +526,22 @@ def test_an_operations_arguments_reach_sql_as_literals(built, project):
     out = operation(run, 'pgad_deploy', json.dumps({'name': 'house_prices', 'strategy': attack}), fails=True)
     assert db.execute("SELECT to_regclass('dev.predicted_prices') IS NOT NULL").fetchone() == (True,)
     assert versions(db, 'dev__house_prices') == before
+
+
+def test_deploy_if_better_keeps_the_deployed_version_unless_the_new_one_is_better(built, project):
+    """config deploy='if_better' reaches pgad.train: the first version is deployed; a second trained on the same rows,
+    whose validation loss is the same, is stored but not deployed, and pgad's NOTICE saying so shows in dbt's
+    output."""
+    db, _, _ = built
+    run, _ = project
+    text = ("{{ config(materialized='pgad_model', model='λ(d, w) w.a*d.sqft + w.b', loss='squared', label='price', "
+            "weights={'a': 0, 'b': 0}, validation=0.2, seed=1, deploy='if_better') }}\n"
+            "select sqft, price from {{ ref('stg_houses') }}")
+    out = with_model(run, 'guarded', text)
+    assert 'iterations, version 1, deployed' in out
+    sent = (run.directory / 'target' / 'run' / 'pgad_houses' / 'models' / 'guarded.sql').read_text()
+    assert "deploy => 'if_better'::pg_catalog.text" in sent
+    out = with_model(run, 'guarded', text)
+    assert 'iterations, version 2, not deployed' in out and 'version 2 is not deployed: its validation loss' in out
+    assert versions(db, 'dev__guarded') == {1: True, 2: False}
+    db.execute("SELECT pgad.drop_model('dev__guarded')")
