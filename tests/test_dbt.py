@@ -1,7 +1,9 @@
 """examples/dbt works as a dbt user runs it: dbt itself (pyproject's dbt group, installed in build/dbt-venv) seeds,
 runs and tests the project against a fresh database of the throwaway cluster, in two targets (prod, schema analytics,
 and dev, schema dev); then the models pgad.train stored and the predictions of its scoring functions are checked in
-SQL against the rule the seed's prices follow, and dev's run against prod's models."""
+SQL against the rule the seed's prices follow, and dev's run against prod's models; then versions through dbt (each run
+a version, config deploy, the operations pgad_deploy and pgad_drop_model, each in its own target, with the view
+predicted_prices following the deployed version) and the deployed version's statistics in dbt docs' catalog.json."""
 import json
 import re
 import csv

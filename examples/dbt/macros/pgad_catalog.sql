@@ -13,7 +13,8 @@
 -#}
 
 {% macro postgres__get_catalog_relations(information_schema, relations) -%}
-  {%- set pgad = run_query("select pg_catalog.to_regclass('pgad.model_versions') is not null").columns[0].values()[0] -%}
+  {%- set pgad = run_query("select pg_catalog.to_regclass('pgad.model_versions') is not null")
+                  .columns[0].values()[0] -%}
   {%- call statement('catalog', fetch_result=True) -%}
 
     {#
@@ -47,7 +48,8 @@
     left outer join pg_catalog.pg_description tbl_desc on (tbl_desc.objoid = tbl.oid and tbl_desc.objsubid = 0)
     left outer join pg_catalog.pg_description col_desc on (col_desc.objoid = tbl.oid and col_desc.objsubid = col.attnum)
     {%- if pgad %}
-    left outer join pgad_stats on (tbl.relkind = 'v' and pgad_stats.name = {{ pgad_stats_name('sch.nspname', 'tbl.relname') }})
+    left outer join pgad_stats
+        on (tbl.relkind = 'v' and pgad_stats.name = {{ pgad_stats_name('sch.nspname', 'tbl.relname') }})
     {%- endif %}
     where (
       {%- for relation in relations -%}

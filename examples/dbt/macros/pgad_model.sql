@@ -70,8 +70,9 @@
     {%- set value = pgad_config(option) -%}
     {%- if value is not none -%}
       {%- if option == 'group_by' and value is not string -%}{%- set value = value | join(', ') -%}{%- endif -%}
-      {#- a boolean is typed, and so is deploy, which takes true, false or 'if_better' ("any": no type to read it as) -#}
-      {%- set type = '::pg_catalog.bool' if value is boolean else ('::pg_catalog.text' if option == 'deploy' else '') -%}
+      {#- a boolean is typed, and so is deploy: true, false or 'if_better' ("any", no type to read a literal as) -#}
+      {%- set type = '::pg_catalog.bool' if value is boolean
+                     else ('::pg_catalog.text' if option == 'deploy' else '') -%}
       {%- do arguments.append((option, pgad_literal(value) ~ type)) -%}
     {%- endif -%}
   {%- endfor -%}
