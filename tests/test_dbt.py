@@ -1,7 +1,10 @@
 """examples/dbt works as a dbt user runs it: dbt itself (pyproject's dbt group, installed in build/dbt-venv) seeds,
 runs and tests the project against a fresh database of the throwaway cluster, in two targets (prod, schema analytics,
 and dev, schema dev); then the models pgad.train stored and the predictions of its scoring functions are checked in
-SQL against the rule the seed's prices follow, and dev's run against prod's models."""
+SQL against the rule the seed's prices follow, and dev's run against prod's models; then versions through dbt (each run
+a version, config deploy, the operations pgad_deploy and pgad_drop_model, each in its own target, with the view
+predicted_prices following the deployed version) and the deployed version's statistics in dbt docs' catalog.json."""
+import json
 import re
 import csv
 import os
@@ -335,3 +338,212 @@ def test_the_macros_list_of_dbt_configs_is_dbts():
     listed = macro[macro.index('macro pgad_dbt_configs'):]
     listed = set(re.findall(r"'([a-z_-]+)'", listed[:listed.index('endmacro')]))
     assert set(names) <= listed, set(names) - listed
+
+
+def deployed(db, name):
+    """(the deployed version of model name, without groups, and its weights)."""
+    return db.execute('SELECT version, weights FROM pgad.models WHERE name = %s AND group_key IS NULL',
+                      [name]).fetchone()
+
+
+def versions(db, name):
+    """{version: deployed} of model name's rows in pgad.model_versions (its groups' included)."""
+    return dict(db.execute('SELECT version, bool_and(deployed) FROM pgad.model_versions WHERE name = %s '
+                           'GROUP BY version', [name]).fetchall())
+
+
+def follows(db, schema, weights):
+    """Whether every row of the view <schema>.predicted_prices is the prediction of the model with weights (the
+    view calls pgad_models."<schema>__house_prices", which scores by the deployed version), within 1e-9."""
+    rows = db.execute(f'SELECT p.predicted, h.sqft, h.rooms FROM {schema}.predicted_prices p '
+                      f'JOIN {schema}.stg_houses h USING (id)').fetchall()
+    return len(rows) == 45 and all(
+        p == pytest.approx(weights['per_sqft'] * sqft + weights['per_room'] * rooms + weights['base'], rel=1e-9)
+        for p, sqft, rooms in rows)
+
+
+def operation(run, macro, args, *options, fails=False):
+    return run('run-operation', macro, '--args', args, *options, fails=fails)
+
+
+def test_versions_through_dbt_in_two_targets(built, project):
+    """Each dbt run that trains makes a new version; config deploy (here through --vars pgad_deploy) chooses whether it
+    is deployed; pgad_deploy deploys a version by number or by strategy (previous: the rollback) and pgad_drop_model
+    drops one, each in its own target only; the view predicted_prices, built once, follows the deployed version."""
+    db, _, _ = built
+    run, _ = project
+    dev, prod = 'dev__house_prices', 'analytics__house_prices'
+    run('run', '-s', 'house_prices', '--target', 'prod')  # prod has two versions at least
+    prod_versions, (prod_version, prod_weights) = versions(db, prod), deployed(db, prod)
+    assert len(prod_versions) >= 2 and follows(db, 'analytics', prod_weights)
+    prod_state = state(db, PROD)
+
+    first, first_weights = deployed(db, dev)
+    assert follows(db, 'dev', first_weights)
+    db.execute('UPDATE dev.houses SET price = 3 * price / 2')  # dev's prices: the seed's tripled
+    out = run('run', '-s', 'house_prices')
+    second, second_weights = deployed(db, dev)
+    assert second == max(versions(db, dev)) == first + 1 and f'iterations, version {second}, deployed' in out
+    assert second_weights['per_sqft'] == pytest.approx(1.5 * first_weights['per_sqft'], rel=1e-6)
+    assert follows(db, 'dev', second_weights)
+
+    out = operation(run, 'pgad_deploy', '{name: house_prices, strategy: previous}')  # the rollback
+    assert f'pgad model {dev}: version {first} deployed' in out
+    assert deployed(db, dev) == (first, first_weights) and follows(db, 'dev', first_weights)
+
+    db.execute('UPDATE dev.houses SET price = 4 * price / 3')  # the seed's quadrupled
+    out = run('run', '-s', 'house_prices', '--vars', '{pgad_deploy: false}')  # trained, stored, not deployed
+    third = max(versions(db, dev))
+    assert third == second + 1 and f'iterations, version {third}, not deployed' in out
+    assert deployed(db, dev) == (first, first_weights) and follows(db, 'dev', first_weights)
+    sent = (run.directory / 'target' / 'run' / 'pgad_houses' / 'models' / 'house_prices.sql').read_text()
+    assert "deploy => 'false'::pg_catalog.bool" in sent
+    out = operation(run, 'pgad_deploy', f'{{name: house_prices, version: {third}}}')
+    assert f'pgad model {dev}: version {third} deployed' in out
+    third_weights = deployed(db, dev)[1]
+    assert third_weights['per_sqft'] == pytest.approx(2 * first_weights['per_sqft'], rel=1e-6)
+    assert follows(db, 'dev', third_weights)
+
+    out = operation(run, 'pgad_drop_model', f'{{name: house_prices, version: {second}}}')
+    assert f'pgad model {dev}: version {second} dropped' in out
+    assert second not in versions(db, dev) and {first, third} <= versions(db, dev).keys()
+    operation(run, 'pgad_drop_model', f'{{name: house_prices, version: {third}}}', fails=True)  # the deployed one
+    assert deployed(db, dev)[0] == third and follows(db, 'dev', third_weights)
+
+    # all that in dev changed nothing of prod's
+    assert state(db, PROD) == prod_state and versions(db, prod) == prod_versions
+    # and prod's rollback changes nothing of dev's
+    dev_state, dev_versions = state(db, DEV), versions(db, dev)
+    operation(run, 'pgad_deploy', '{name: house_prices, strategy: previous}', '--target', 'prod')
+    back, back_weights = deployed(db, prod)
+    assert back != prod_version and back in prod_versions and follows(db, 'analytics', back_weights)
+    assert state(db, DEV) == dev_state and versions(db, dev) == dev_versions
+    operation(run, 'pgad_deploy', '{name: house_prices, strategy: most_recent}', '--target', 'prod')
+    assert deployed(db, prod) == (prod_version, prod_weights) and follows(db, 'analytics', prod_weights)
+    run('seed')  # dev's seed as it was
+
+
+def catalog(run, *options):
+    """The nodes of the catalog.json that dbt docs generate writes, by unique id."""
+    run('docs', 'generate', *options)
+    return json.loads((run.directory / 'target' / 'catalog.json').read_text())['nodes']
+
+
+def stats(node):
+    """A catalog node's statistics, {key: value}, those shown (a value of a model with groups read as JSON)."""
+    return {k: v['value'] for k, v in node['stats'].items() if v['include']}
+
+
+def value(text):
+    """A statistic's value: JSON read as JSON, else the text itself."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text
+
+
+def test_dbt_docs_show_the_deployed_versions_weights_and_metrics(built, project):
+    """dbt docs generate shows, in the statistics of a pgad_model's view (catalog.json, the docs site's Details), the
+    model's pgad name, deployed version and versions kept, weights, final loss, fit, and with validation the
+    validation loss and metrics, as pgad.models has them when the docs are generated; another view shows none."""
+    db, _, _ = built
+    run, _ = project
+    nodes = catalog(run, '--target', 'prod')
+    assert stats(nodes['model.pgad_houses.stg_houses']) == {}
+    for model in ('house_prices', 'house_prices_by_region'):
+        name = f'analytics__{model}'
+        rows = db.execute('SELECT group_key, version, weights, final_loss, converged, iterations FROM pgad.models '
+                          'WHERE name = %s', [name]).fetchall()
+        kept = ', '.join(str(v) for v in sorted(versions(db, name)))
+        shown = stats(nodes[f'model.pgad_houses.{model}'])
+        assert shown.pop('pgad_model') == name and shown.pop('pgad_version') == f'{rows[0][1]} (versions kept: {kept})'
+        assert shown.pop('pgad_trained_at')
+        shown = {k: value(v) for k, v in shown.items()}
+        expected = {', '.join(g.values()) if g else None: (w, loss, f'converged after {i} iterations')
+                    for g, _, w, loss, converged, i in rows if converged}
+        assert len(expected) == len(rows)
+        if model == 'house_prices':  # no groups: the values themselves
+            assert shown == dict(zip(('pgad_weights', 'pgad_final_loss', 'pgad_fit'), expected[None]))
+        else:  # a JSON object by region
+            assert shown == {k: {g: e[i] for g, e in expected.items()}
+                             for i, k in enumerate(('pgad_weights', 'pgad_final_loss', 'pgad_fit'))}
+    # after a rollback, the next docs show the version deployed then
+    operation(run, 'pgad_deploy', '{name: house_prices, strategy: previous}', '--target', 'prod')
+    try:
+        version, weights = deployed(db, 'analytics__house_prices')
+        shown = stats(catalog(run, '--target', 'prod')['model.pgad_houses.house_prices'])
+        assert shown['pgad_version'].startswith(f'{version} (') and json.loads(shown['pgad_weights']) == weights
+    finally:
+        operation(run, 'pgad_deploy', '{name: house_prices, strategy: most_recent}', '--target', 'prod')
+    # a model trained with validation shows the last validation loss, and its metrics where it has them
+    path = run.directory / 'models' / 'validated.sql'
+    path.write_text("{{ config(materialized='pgad_model', model='λ(d, w) w.a*d.sqft + w.b', loss='squared', "
+                    "label='price', weights={'a': 0, 'b': 0}, validation=0.2, seed=1) }}\n"
+                    "select sqft, price from {{ ref('stg_houses') }}")
+    try:
+        run('run', '-s', 'validated')
+        shown = stats(catalog(run)['model.pgad_houses.validated'])
+    finally:
+        path.unlink()
+    history, metrics = db.execute('SELECT validation_history, metrics FROM pgad.models WHERE name = %s',
+                                  ['dev__validated']).fetchone()
+    assert float(shown['pgad_validation_loss']) == history[-1]
+    if metrics is None:
+        assert 'pgad_metrics' not in shown
+    else:
+        assert json.loads(shown['pgad_metrics']) == metrics
+    db.execute("SELECT pgad.drop_model('dev__validated')")
+
+
+def test_the_catalog_query_is_dbt_postgres_s():
+    """macros/pgad_catalog.sql overrides dbt-postgres's catalog query (at the pinned versions) to add pgad's
+    statistics: every line of dbt-postgres's macros is in it, in order."""
+    dbt_program()
+    theirs = next(VENV.glob('lib/python*/site-packages/dbt/include/postgres/macros/catalog.sql')).read_text()
+    ours = iter((EXAMPLE / 'macros' / 'pgad_catalog.sql').read_text().splitlines())
+    missing = [line for line in theirs.splitlines() if line.strip() and not any(line == o for o in ours)]
+    assert missing == []
+
+
+def test_dbts_output_in_the_example_is_ignored():
+    """Running the example in examples/dbt leaves target/ and logs/ there: git ignores them."""
+    paths = ['examples/dbt/target/catalog.json', 'examples/dbt/logs/dbt.log']
+    result = subprocess.run(['git', 'check-ignore', *paths], cwd=ROOT, capture_output=True, text=True)
+    assert result.stdout.split() == paths
+
+
+def test_an_operations_arguments_reach_sql_as_literals(built, project):
+    """pgad_deploy and pgad_drop_model act only on a pgad_model of the project, in the target, and their other
+    arguments reach SQL as quoted literals: text that would end the call and run SQL of its own is refused as a
+    version (22P02), and nothing changes."""
+    db, _, _ = built
+    run, _ = project
+    out = operation(run, 'pgad_deploy', '{name: stg_houses, strategy: previous}', fails=True)
+    assert "no dbt model 'stg_houses' with materialized='pgad_model' in this project" in out
+    before = versions(db, 'dev__house_prices')
+    attack = ('pg_catalog.abs(0)) FROM pg_catalog.pg_class WHERE false; DROP VIEW dev.predicted_prices; '
+              'SELECT (1')
+    out = operation(run, 'pgad_drop_model', json.dumps({'name': 'house_prices', 'version': attack}), fails=True)
+    assert 'invalid input syntax for type integer' in out
+    out = operation(run, 'pgad_deploy', json.dumps({'name': 'house_prices', 'strategy': attack}), fails=True)
+    assert db.execute("SELECT to_regclass('dev.predicted_prices') IS NOT NULL").fetchone() == (True,)
+    assert versions(db, 'dev__house_prices') == before
+
+
+def test_deploy_if_better_keeps_the_deployed_version_unless_the_new_one_is_better(built, project):
+    """config deploy='if_better' reaches pgad.train: the first version is deployed; a second trained on the same rows,
+    whose validation loss is the same, is stored but not deployed, and pgad's NOTICE saying so shows in dbt's
+    output."""
+    db, _, _ = built
+    run, _ = project
+    text = ("{{ config(materialized='pgad_model', model='λ(d, w) w.a*d.sqft + w.b', loss='squared', label='price', "
+            "weights={'a': 0, 'b': 0}, validation=0.2, seed=1, deploy='if_better') }}\n"
+            "select sqft, price from {{ ref('stg_houses') }}")
+    out = with_model(run, 'guarded', text)
+    assert 'iterations, version 1, deployed' in out
+    sent = (run.directory / 'target' / 'run' / 'pgad_houses' / 'models' / 'guarded.sql').read_text()
+    assert "deploy => 'if_better'::pg_catalog.text" in sent
+    out = with_model(run, 'guarded', text)
+    assert 'iterations, version 2, not deployed' in out and 'version 2 is not deployed: its validation loss' in out
+    assert versions(db, 'dev__guarded') == {1: True, 2: False}
+    db.execute("SELECT pgad.drop_model('dev__guarded')")

@@ -18,13 +18,20 @@
   neither dbt's nor pgad's is an error naming it. Every value reaches SQL as a quoted literal that PostgreSQL reads
   as the type of pgad.train's argument, never as SQL text. The final loss, and every NOTICE and WARNING of
   pgad.train, show in dbt's output.
+
+  Each run that trains makes a new version of the model (pgad.train makes one per call); config deploy (true, the
+  default, false or 'if_better') says whether it becomes the deployed one, which pgad_models."<schema>__<model>"
+  scores by. The operations pgad_deploy and pgad_drop_model (macros/pgad_operations.sql) deploy another version
+  or roll back, and drop one; dbt docs generate shows the deployed version's weights and metrics
+  (macros/pgad_catalog.sql).
 -#}
 
 {#- pgad.train's arguments that a config may set: the one list to extend when pgad.train gains an option. -#}
 {% macro pgad_train_options() -%}
   {{ return(['model', 'loss', 'weights', 'learning_rate', 'iterations', 'mode', 'backend', 'optimizer',
              'batch_size', 'seed', 'tolerance', 'l1', 'l2', 'regularize', 'standardize', 'label', 'group_by',
-             'progress_every', 'dtype', 'validation', 'early_stopping']) }}
+             'progress_every', 'dtype', 'validation', 'early_stopping', 'deploy',
+             'impute']) }}
 {%- endmacro %}
 
 {#- dbt's own model configs (dbt-core's ModelConfig and dbt-postgres's PostgresConfig, at the versions pinned in
@@ -63,7 +70,10 @@
     {%- set value = pgad_config(option) -%}
     {%- if value is not none -%}
       {%- if option == 'group_by' and value is not string -%}{%- set value = value | join(', ') -%}{%- endif -%}
-      {%- do arguments.append((option, pgad_literal(value))) -%}
+      {#- a boolean is typed, and so is deploy: true, false or 'if_better' ("any", no type to read a literal as) -#}
+      {%- set type = '::pg_catalog.bool' if value is boolean
+                     else ('::pg_catalog.text' if option == 'deploy' else '') -%}
+      {%- do arguments.append((option, pgad_literal(value) ~ type)) -%}
     {%- endif -%}
   {%- endfor -%}
 
@@ -100,7 +110,7 @@
 
     {%- do connection.handle.notices.clear() if connection.handle is not none -%}
     {% call statement('main', fetch_result=True) -%}
-      select name, group_key, final_loss, iterations from pgad.train(
+      select name, group_key, final_loss, iterations, version, deployed from pgad.train(
         {%- for name, value in arguments %}
         {{ name }} => {{ value }}{{ ',' if not loop.last }}
         {%- endfor %}
@@ -117,7 +127,8 @@
     {% endfor %}
     {% for row in load_result('main')['table'] %}
       {{ log('pgad model ' ~ row['name'] ~ (' ' ~ row['group_key'] if row['group_key'] else '') ~ ': final loss '
-             ~ row['final_loss'] ~ ' after ' ~ row['iterations'] ~ ' iterations', info=true) }}
+             ~ row['final_loss'] ~ ' after ' ~ row['iterations'] ~ ' iterations, version ' ~ row['version']
+             ~ (', deployed' if row['deployed'] else ', not deployed'), info=true) }}
     {% endfor %}
   {% endif %}
 

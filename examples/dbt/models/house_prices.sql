@@ -6,7 +6,8 @@
     weights={'per_sqft': 0, 'per_room': 0, 'base': 0},
     optimizer='lbfgs',
     iterations=200,
-    standardize=true
+    standardize=true,
+    deploy=var('pgad_deploy', true)
 ) }}
 
 select sqft, rooms, price

@@ -7,7 +7,8 @@
     group_by='region',
     optimizer='lbfgs',
     iterations=200,
-    standardize=true
+    standardize=true,
+    deploy=var('pgad_deploy', true)
 ) }}
 
 select region, sqft, rooms, price
