@@ -28,7 +28,7 @@ from .. import categorical, limits, loader, program, server
 from ..python_backend import values
 from ..errors import PgadError
 from ..lang import parser, vectors
-from . import catalog, forecast, objective
+from . import catalog, forecast, objective, preprocess
 
 SOFTMAX = 'softmax'
 
@@ -199,13 +199,16 @@ def evaluate(name, data, config):
     metrics = METRICS.get(kind, {})
     metrics = metrics(parameter) if callable(metrics) else metrics
     label = label if kind in METRICS else None
-    parts = _load(name, data, config, columns, options, {**cats.codes, **({label: classes} if classes else {})})
+    imputed = preprocess.of(options)  # NULLs replaced as training replaced them (models/preprocess.py)
+    parts = _load(name, data, config, columns, options, {**cats.codes, **({label: classes} if classes else {})},
+                  missing=set(imputed))
     out = []
     for part in parts:
         key, table = part.key, part.table
         if key not in weights:
             out += _unseen(part)
             continue
+        table = preprocess.fill(table, list(map(str, columns)), imputed, cats.codes)
         out.append((key, 'rows', float(table.rows)))
         cols = dict(zip(map(str, columns), table.columns))
         if classes:  # the rows of a class the model never saw (code 0) counted and left out
@@ -234,15 +237,16 @@ def evaluate(name, data, config):
     return out
 
 
-def _load(name, data, config, columns, options, codes, elements=None):
+def _load(name, data, config, columns, options, codes, elements=None, missing=()):
     """The groups (loader.Group) of the data's rows, the columns coded by codes ({column: its categories}), a value
-    the model never saw as 0; 22000 where no row is left."""
+    the model never saw as 0, a column in missing (imputed) with NaN for NULL; 22000 where no row is left."""
     group_by = options.get('group_by') or []
     if group_by:
         _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, codes, unseen=True)
     else:
         parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit, elements,
-                                                      codes, unseen=True))]
+                                                      codes, unseen=True, missing=missing))]
+
     if not any(part.table.rows for part in parts):
         skipped = sum(part.table.skipped for part in parts)
         raise PgadError('22000', 'the data has no rows' if not skipped else

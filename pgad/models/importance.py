@@ -18,7 +18,7 @@ import numpy as np
 from .. import categorical, loader, program, python_backend, server
 from ..errors import PgadError
 from ..lang import vectors
-from . import attribution, catalog, objective
+from . import attribution, catalog, objective, preprocess
 
 
 def importance(name, data, permutation, seed, config):
@@ -69,8 +69,11 @@ def importance(name, data, permutation, seed, config):
         _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, {**cats.codes, **coded},
                                       unseen=True)
     else:
-        parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit,
-                                                      dict(prog.columns_of), {**cats.codes, **coded}, unseen=True))]
+        imputed = preprocess.of(options[first['group_key']])  # NULLs replaced as training replaced them
+        parts = [loader.Group(None, None, preprocess.fill(loader.load(
+            data, columns, config.chunk_rows, config.memory_limit, dict(prog.columns_of), {**cats.codes, **coded},
+            unseen=True, missing=set(imputed)), list(map(str, columns)), imputed, cats.codes))]
+
     if not any(part.table.rows for part in parts):
         raise PgadError('22000', 'the data has no rows without NULL in the columns the model reads',
                         hint=f'pgad.importance explains model "{name}" on the rows of the data.')

@@ -1,0 +1,198 @@
+"""pgad.train's impute (models/preprocess.py) against a real server, with oracles that need no pgad: the weights
+trained with impute equal numpy's least squares on the same rows imputed by hand with numpy's mean, median and most
+frequent value; the scoring functions give, on a row with NULLs, what they give on the row with the stored
+statistics written in (coalesce); pgad.evaluate's metrics are those of the scoring function over the same rows; the
+statistics come from the training rows only; and every refused impute is its SQLSTATE with nothing stored.
+Tolerances: weights rtol 1e-6 (Newton stops at a gradient norm well above rounding), SQL against numpy 1e-9."""
+import json
+
+import numpy as np
+import psycopg
+import pytest
+
+from conftest import error_of
+
+LINEAR = 'λ(d, w) w.a*d.x + w.b*d.z + w.c*d.v + w.i'
+
+
+def _rows(seed=0, n=200, scale=1.0):
+    """(x, z, v, y) with NULLs: x and z missing in about a fifth of the rows each, v in a tenth."""
+    rng = np.random.default_rng(seed)
+    x, z, v = rng.normal(3, 2, n) * scale, rng.normal(-1, 1, n), rng.integers(0, 4, n).astype(float)
+    y = 1.5 * x / scale - 2 * z + 0.5 * v + 4 + rng.normal(0, 0.1, n)
+    masks = rng.random(n) < 0.2, rng.random(n) < 0.2, rng.random(n) < 0.1
+    return [np.where(m, np.nan, c) for c, m in zip((x, z, v), masks)] + [y]
+
+
+def _table(db, name, columns, ids=None):
+    x, z, v, y = columns
+    ids = range(len(y)) if ids is None else ids
+    db.execute(f'DROP TABLE IF EXISTS {name}')
+    db.execute(f'CREATE TABLE {name} (id int, x float8, z float8, v int, y float8)')
+    with db.cursor() as cur:
+        cur.executemany(f'INSERT INTO {name} VALUES (%s, %s, %s, %s, %s)',
+                        [(k, *(None if np.isnan(c) else float(c) for c in (a, b)),
+                          None if np.isnan(c3) else int(c3), float(d))
+                         for k, a, b, c3, d in zip(ids, x, z, v, y)])
+
+
+def _mode(values):
+    found, counts = np.unique(values, return_counts=True)
+    return found[np.argmax(counts)]
+
+
+def _options(db, name):
+    return db.execute('SELECT options FROM pgad.models WHERE name = %s', [name]).fetchone()[0]
+
+
+def test_the_fit_with_impute_is_least_squares_on_the_rows_imputed_by_hand(db):
+    x, z, v, y = _rows()
+    _table(db, 'gaps', (x, z, v, y))
+    db.execute("SELECT pgad.train('gapped', %s, 'squared', 'gaps', '{\"a\": 0, \"b\": 0, \"c\": 0, \"i\": 0}', "
+               "impute => '{\"x\": \"mean\", \"z\": \"median\", \"v\": \"most_frequent\"}')", [LINEAR])
+    stats = {'x': np.nanmean(x), 'z': np.nanmedian(z), 'v': _mode(v[~np.isnan(v)])}
+    stored = _options(db, 'gapped')['impute']
+    assert stored == {'x': {'strategy': 'mean', 'value': pytest.approx(stats['x'], rel=1e-12)},
+                      'z': {'strategy': 'median', 'value': pytest.approx(stats['z'], rel=1e-12)},
+                      'v': {'strategy': 'most_frequent', 'value': stats['v']}}
+    filled = [np.where(np.isnan(c), stats[k], c) for k, c in zip('xzv', (x, z, v))]
+    expected, *_ = np.linalg.lstsq(np.column_stack(filled + [np.ones(len(y))]), y, rcond=None)
+    weights, rows = db.execute("SELECT weights, rows FROM pgad.models WHERE name = 'gapped'").fetchone()
+    assert rows == len(y)  # no row skipped
+    np.testing.assert_allclose([weights[n] for n in 'abci'], expected, rtol=1e-6)
+
+
+def test_a_column_not_named_keeps_skipping_its_rows(db):
+    x, z, v, y = _rows(1)
+    _table(db, 'half', (x, z, v, y))
+    db.execute("SELECT pgad.train('half_gapped', %s, 'squared', 'half', '{\"a\": 0, \"b\": 0, \"c\": 0, \"i\": 0}', "
+               "impute => '{\"x\": 0}')", [LINEAR])
+    keep = ~np.isnan(z) & ~np.isnan(v)
+    filled = np.where(np.isnan(x), 0.0, x)
+    expected, *_ = np.linalg.lstsq(np.column_stack([filled[keep], z[keep], v[keep], np.ones(keep.sum())]), y[keep],
+                                   rcond=None)
+    weights, rows, options = db.execute("SELECT weights, rows, options FROM pgad.models "
+                                        "WHERE name = 'half_gapped'").fetchone()
+    assert rows == keep.sum() and options['impute'] == {'x': {'strategy': 'constant', 'value': 0.0}}
+    np.testing.assert_allclose([weights[n] for n in 'abci'], expected, rtol=1e-6)
+    # scoring: an imputed column's NULL is its constant; another column's NULL is NULL, as before
+    assert db.execute("SELECT pgad_models.half_gapped(NULL, 1, 2) = pgad_models.half_gapped(0, 1, 2), "
+                      "pgad_models.half_gapped(1, NULL, 2) IS NULL").fetchone() == (True, True)
+
+
+def test_scoring_a_row_with_nulls_is_scoring_it_with_the_stored_statistics(db):
+    x, z, v, y = _rows(2)
+    _table(db, 'scored', (x, z, v, y))
+    db.execute("SELECT pgad.train('scored_m', %s, 'squared', 'scored', '{\"a\": 0, \"b\": 0, \"c\": 0, \"i\": 0}', "
+               "impute => '{\"x\": \"mean\", \"z\": \"median\", \"v\": \"most_frequent\"}')", [LINEAR])
+    stored = _options(db, 'scored_m')['impute']
+    got = db.execute(
+        "SELECT count(*), count(*) FILTER (WHERE pgad_models.scored_m(x, z, v) IS NULL), "
+        "count(*) FILTER (WHERE pgad_models.scored_m(x, z, v) IS DISTINCT FROM pgad_models.scored_m("
+        "coalesce(x, %s), coalesce(z, %s), coalesce(v, %s)))::int, "
+        "count(*) FILTER (WHERE pgad_models.scored_m_explain(x, z, v) IS NULL) FROM scored",
+        [stored['x']['value'], stored['z']['value'], stored['v']['value']]).fetchone()
+    assert got == (len(y), 0, 0, 0)
+    # the same from the stored weights by numpy, to 1e-9
+    weights = db.execute("SELECT weights FROM pgad.models WHERE name = 'scored_m'").fetchone()[0]
+    filled = [np.where(np.isnan(c), stored[k]['value'], c) for k, c in zip('xzv', (x, z, v))]
+    expected = weights['a'] * filled[0] + weights['b'] * filled[1] + weights['c'] * filled[2] + weights['i']
+    scores = [r[0] for r in db.execute('SELECT pgad_models.scored_m(x, z, v) FROM scored ORDER BY id')]
+    np.testing.assert_allclose(scores, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_evaluate_and_importance_impute_as_scoring_does(db):
+    x, z, v, y = _rows(3)
+    _table(db, 'judged', (x, z, v, y))
+    db.execute("SELECT pgad.train('judged_m', %s, 'squared', 'judged', '{\"a\": 0, \"b\": 0, \"c\": 0, \"i\": 0}', "
+               "impute => '{\"x\": \"mean\", \"z\": \"median\", \"v\": 1}')", [LINEAR])
+    metrics = dict(db.execute("SELECT metric, value FROM pgad.evaluate('judged_m', 'judged')").fetchall())
+    rows, mse, mae = db.execute("SELECT count(*), avg((pgad_models.judged_m(x, z, v) - y) ^ 2), "
+                                "avg(abs(pgad_models.judged_m(x, z, v) - y)) FROM judged").fetchone()
+    assert metrics['rows'] == rows == len(y) and metrics['skipped_rows'] == 0
+    assert metrics['mse'] == pytest.approx(mse, rel=1e-9) and metrics['mae'] == pytest.approx(mae, rel=1e-9)
+    # pgad.importance's mean contribution of each feature: the mean over the rows of the explain function's
+    found = {f: m for _, _, f, _, m, _ in db.execute("SELECT * FROM pgad.importance('judged_m', 'judged')")}
+    for feature in 'xzv':
+        mean = db.execute(f"SELECT avg((pgad_models.judged_m_explain(x, z, v) ->> '{feature}')::float8) "
+                          "FROM judged").fetchone()[0]
+        assert found[feature] == pytest.approx(mean, rel=1e-9, abs=1e-12)
+
+
+def test_the_statistics_leave_the_validation_rows_out(db):
+    x, z, v, y = _rows(4, n=300)
+    _table(db, 'split', (x, z, v, y))
+    db.execute("UPDATE split SET x = x + 1000 WHERE id >= 200")  # the held-out rows: a mean of their own
+    db.execute("SELECT pgad.train('split_m', %s, 'squared', 'SELECT * FROM split WHERE id < 200', "
+               "'{\"a\": 0, \"b\": 0, \"c\": 0, \"i\": 0}', validation => 'SELECT * FROM split WHERE id >= 200', "
+               "impute => '{\"x\": \"mean\", \"z\": \"median\"}')", [LINEAR])
+    stored = _options(db, 'split_m')['impute']
+    trained = ~np.isnan(v[:200])  # the rows trained on: a NULL in v, not imputed, skips its row
+    assert stored['x']['value'] == pytest.approx(np.nanmean(x[:200][trained]), rel=1e-12)
+    assert stored['z']['value'] == pytest.approx(np.nanmedian(z[:200][trained]), rel=1e-12)
+    # a validation fraction: the statistic is of the rows trained on, not of every row
+    db.execute("SELECT pgad.train('split_f', %s, 'squared', 'split', '{\"a\": 0, \"b\": 0, \"c\": 0, \"i\": 0}', "
+               "validation => 0.3, seed => 7, impute => '{\"x\": \"mean\"}')", [LINEAR])
+    assert _options(db, 'split_f')['impute']['x']['value'] != pytest.approx(np.nanmean(
+        np.where(np.arange(300) >= 200, x + 1000, x)), rel=1e-9)
+
+
+def test_most_frequent_of_a_categorical_column_is_its_category(db):
+    rng = np.random.default_rng(5)
+    cities = rng.choice(['oslo', 'rome', 'lima'], 150, p=[0.5, 0.3, 0.2])
+    x = rng.normal(0, 1, 150)
+    y = x + np.select([cities == 'oslo', cities == 'rome'], [1.0, 2.0], 3.0) + rng.normal(0, 0.1, 150)
+    missing = rng.random(150) < 0.2
+    db.execute('DROP TABLE IF EXISTS towns')
+    db.execute('CREATE TABLE towns (city text, x float8, y float8)')
+    with db.cursor() as cur:
+        cur.executemany('INSERT INTO towns VALUES (%s, %s, %s)',
+                        [(None if m else str(c), float(a), float(b)) for c, a, b, m in zip(cities, x, y, missing)])
+    db.execute("SELECT pgad.train('towns_m', 'λ(d, w) w.c[d.city] + w.a*d.x', 'squared', 'towns', "
+               "'{\"c\": {}, \"a\": 0}', impute => '{\"city\": \"most_frequent\"}')")
+    frequent = _mode(cities[~missing])
+    assert _options(db, 'towns_m')['impute'] == {'city': {'strategy': 'most_frequent', 'value': frequent}}
+    weights = db.execute("SELECT weights FROM pgad.models WHERE name = 'towns_m'").fetchone()[0]
+    filled = np.where(missing, frequent, cities)
+    keys = sorted(weights['c'])
+    design = np.column_stack([filled == k for k in keys] + [x]).astype(float)
+    expected, *_ = np.linalg.lstsq(design, y, rcond=None)
+    np.testing.assert_allclose([weights['c'][k] for k in keys] + [weights['a']], expected, rtol=1e-6)
+    assert db.execute("SELECT pgad_models.towns_m(NULL, 0.5) = pgad_models.towns_m(%s, 0.5)",
+                      [frequent]).fetchone()[0]
+
+
+@pytest.mark.parametrize('impute, state, message', [
+    ('{"q": "mean"}', '42703', 'column "q" of impute is not a column the model reads'),
+    ('{"x": "average"}', '22023', 'unknown impute strategy "average" for column "x"'),
+    ('{"x": true}', '22023', 'unknown impute strategy true for column "x"'),
+    ('["x"]', '22023', 'impute must be a jsonb object of columns and strategies'),
+    ('{"city": "mean"}', '42804', 'impute strategy "mean" needs a numeric column, and column "city" is a '
+                                  'categorical one'),
+    ('{"city": 3}', '42804', 'impute constant 3 is a number, and column "city" is a categorical one'),
+    ('{"x": "median"}', '22000', 'column "x" of impute has no value that is not NULL in the training rows'),
+])
+def test_a_refused_impute_is_its_sqlstate_and_stores_nothing(db, impute, state, message):
+    db.execute('DROP TABLE IF EXISTS blank')
+    db.execute("CREATE TABLE blank AS SELECT NULL::float8 AS x, k::text AS city, k::float8 AS y "
+               "FROM generate_series(1, 5) AS k")
+    before = db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0]
+    e = error_of(db, "SELECT pgad.train('refused', 'λ(d, w) w.c[d.city] + w.a*d.x', 'squared', 'blank', "
+                     "'{\"c\": {}, \"a\": 0}', impute => %s)", [impute])
+    assert (e.sqlstate, e.message_primary) == (state, message)
+    if state == '22023' and 'strategy' in message:
+        assert "'mean', 'median', 'most_frequent' or a number" in e.message_hint
+    assert db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0] == before
+    assert db.execute("SELECT count(*) FROM pg_catalog.pg_proc WHERE proname LIKE 'refused%'").fetchone()[0] == 0
+
+
+def test_impute_is_refused_where_it_is_not_supported(db):
+    db.execute('DROP TABLE IF EXISTS grouped')
+    db.execute("CREATE TABLE grouped AS SELECT k % 2 AS g, k::float8 AS x, k::float8 AS y, k AS t "
+               "FROM generate_series(1, 20) AS k")
+    e = error_of(db, "SELECT pgad.train('grouped_m', 'λ(d, w) w.a*d.x', 'squared', 'grouped', '{\"a\": 0}', "
+                     "group_by => 'g', impute => '{\"x\": \"mean\"}')")
+    assert e.sqlstate == '0A000' and e.message_primary == 'pgad.train takes no impute with group_by'
+    e = error_of(db, "SELECT pgad.train('ordered_m', 'λ(d, w) w.a*d.x', 'squared', 'grouped', '{\"a\": 0}', "
+                     "order_by => 't', impute => '{\"x\": \"mean\"}')")
+    assert e.sqlstate == '0A000' and e.message_primary == 'pgad.train takes no impute for a sequence model'
