@@ -104,7 +104,7 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index);
     categories a categorical column to its categories, loaded as each row's code 1 … K (category_code; a value
     not among them skips the row, or with unseen, is code 0); a column in missing (imputed: models/preprocess.py)
-    is loaded with NaN for NULL, its rows not skipped."""
+    is loaded with −NaN (NaN with its sign bit set) for NULL, its rows not skipped; a NaN of the data's as NaN."""
     query = as_query(data)
     elements = elements or {}
     categories = categories or {}
@@ -256,12 +256,13 @@ def value(column, elements, categories=None, unseen=False, widths=None, missing=
     """The SQL of one column's value in a row of the data: pgad_data.x, or for an element, pgad._element(
     pgad_data.pixels, 3, 64, 'pixels'), which checks that the row's array is one-dimensional from 1 with the 64
     elements the lambda reads (widths: array_lengths(elements), where the caller has it), or a categorical column's
-    code (categories: {column: its categories}); a column in missing (imputed), NaN where the row's is NULL."""
-    if column in missing:
-        return f"COALESCE(({value(column, elements, categories, unseen, widths)})::pg_catalog.float8, " \
-            "'NaN'::pg_catalog.float8)"  # a keyword, not a function
+    code (categories: {column: its categories}); a column in missing (imputed), −NaN where the row's is NULL."""
+    if column in missing:  # NULL as −NaN (its sign bit set), a NaN of the data's as PostgreSQL's own NaN (positive)
+        read = f'({value(column, elements, categories, unseen, widths)})::pg_catalog.float8'
+        return f"CASE WHEN {read} IS NULL THEN OPERATOR(pg_catalog.-) 'NaN'::pg_catalog.float8 " \
+            f"WHEN {read} OPERATOR(pg_catalog.=) 'NaN'::pg_catalog.float8 THEN 'NaN'::pg_catalog.float8 " \
+            f"ELSE {read} END"
     if categories and column in categories:
-
         return category_code(column, categories[column], unseen)
     if column in elements:
         name, index = elements[column]

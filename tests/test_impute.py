@@ -196,3 +196,16 @@ def test_impute_is_refused_where_it_is_not_supported(db):
     e = error_of(db, "SELECT pgad.train('ordered_m', 'λ(d, w) w.a*d.x', 'squared', 'grouped', '{\"a\": 0}', "
                      "order_by => 't', impute => '{\"x\": \"mean\"}')")
     assert e.sqlstate == '0A000' and e.message_primary == 'pgad.train takes no impute for a sequence model'
+
+
+def test_a_nan_of_the_data_in_an_imputed_column_is_still_the_data_s_nan(db):
+    db.execute('DROP TABLE IF EXISTS nans')
+    db.execute("CREATE TABLE nans AS SELECT CASE WHEN k = 3 THEN 'NaN' WHEN k = 4 THEN NULL ELSE k::float8 END AS x, "
+               "k::float8 AS y FROM generate_series(1, 10) AS k")
+    e = error_of(db, "SELECT pgad.train('nans_m', 'λ(d, w) w.a*d.x + w.b', 'squared', 'nans', "
+                     "'{\"a\": 0, \"b\": 0}', impute => '{\"x\": \"mean\"}')")
+    assert (e.sqlstate, e.message_primary) == ('22000', 'column "x" of the data is NaN')
+    db.execute("SELECT pgad.train('nans_m', 'λ(d, w) w.a*d.x + w.b', 'squared', "
+               "'SELECT * FROM nans WHERE x IS DISTINCT FROM ''NaN''', '{\"a\": 0, \"b\": 0}', "
+               "impute => '{\"x\": \"mean\"}')")
+    assert _options(db, 'nans_m')['impute']['x']['value'] == pytest.approx(np.mean([1, 2, 5, 6, 7, 8, 9, 10]))

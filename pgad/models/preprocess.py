@@ -2,15 +2,17 @@
 the model and applied wherever the model is used.
 
 impute is a jsonb object, column → 'mean' | 'median' | 'most_frequent' | a number (a constant). Its columns are
-loaded with NaN for NULL (loader.load's missing), so that their rows are not skipped; a row with NULL in a column
-not named is skipped, as before. The statistic is taken from the rows the model trains on (a validation fraction's
-held-out rows, or a validation query's, are left out, as from any statistic a model learns), over their values
-that are not NULL: the mean, the median (numpy's: the mean of the middle two of an even count), the most frequent
-value (the smallest of those most frequent; of a categorical column, the category first in the categories' order),
-or the constant. Each column's is stored in the model's options as impute: {"x": {"strategy": "mean", "value": 12.5}}
-(a categorical column's value its category, as text; a boolean column's 1 or 0), and the rows' NaNs replaced by it
-(fill) in training, pgad.evaluate, pgad.importance and pgad.summary alike. The scoring functions read the column
-as coalesce($k, value) (catalog.Scoring's imputed), so that a NULL there gives a number, as in training.
+loaded with −NaN for NULL (loader.load's missing: a NaN whose sign bit is set; a NaN of the data's is loaded as
+PostgreSQL's own NaN, whose sign bit is clear, and is still the data's NaN, an error in training), so that their rows
+are not skipped; a row with NULL in a column not named is skipped, as before. The statistic is taken from the rows
+the model trains on (those left after that skipping; a validation fraction's held-out rows, or a validation
+query's, are left out, as from any statistic a model learns), over their values that are not NULL: the mean, the
+median (numpy's: the mean of the middle two of an even count), the most frequent value (the smallest of those most
+frequent; of a categorical column, the category first in the categories' order), or the constant. Each column's is
+stored in the model's options as impute: {"x": {"strategy": "mean", "value": 12.5}} (a categorical column's value
+its category, as text; a boolean column's 1 or 0), and the rows' −NaNs replaced by it (fill) in training,
+pgad.evaluate, pgad.importance and pgad.summary alike. The scoring functions read the column as coalesce($k, value)
+(catalog.Scoring's imputed), so that a NULL there gives a number, as in training.
 
 Imputation comes before standardize: the means and deviations standardize.py takes are of the imputed columns.
 """
@@ -70,7 +72,7 @@ def parse(text, columns, categorical=()):
 
 def statistics(spec, names, table, codes=None):
     """{column: {"strategy": …, "value": …}} of the spec (parse's) from the training rows table (loaded as
-    names, NaN for NULL in spec's columns); codes: {categorical column: its categories}, a code's value given as
+    names, −NaN for NULL in spec's columns); codes: {categorical column: its categories}, a code's value given as
     its category. 22000 for a column whose every training row is NULL."""
     codes = codes or {}
     out = {}
@@ -79,7 +81,7 @@ def statistics(spec, names, table, codes=None):
             out[str(column)] = dict(strategy='constant', value=strategy)
             continue
         values = table.columns[names.index(column)]
-        values = values[~np.isnan(values)]
+        values = values[~np.isnan(values)]  # NULL, and a NaN of the data's (an error in training)
         if not len(values):
             raise PgadError('22000', f'column "{column}" of impute has no value that is not NULL in the training '
                                      'rows', detail=f'Its {strategy} is taken from the rows the model trains on.',
@@ -98,7 +100,7 @@ def statistics(spec, names, table, codes=None):
 
 
 def fill(table, names, imputed, codes=None):
-    """table (loader.Table, loaded as names) with the NaNs of each imputed column ({column: {"value": …}}: the
+    """table (loader.Table, loaded as names) with the −NaNs (NULLs) of each imputed column ({column: {"value": …}}: the
     stored options.impute) replaced by its value; codes: {categorical column: its categories} (a category the
     categories lack is code 0: a weight of 0, as the scoring function reads it)."""
     if not imputed:
@@ -112,7 +114,7 @@ def fill(table, names, imputed, codes=None):
         if column in codes:
             value = codes[column].index(value) + 1 if value in codes[column] else 0
         at = names.index(column)
-        columns[at] = np.where(np.isnan(columns[at]), float(value), columns[at])
+        columns[at] = np.where(np.isnan(columns[at]) & np.signbit(columns[at]), float(value), columns[at])
     return type(table)(columns, table.rows, table.skipped)
 
 
