@@ -209,3 +209,45 @@ def test_a_nan_of_the_data_in_an_imputed_column_is_still_the_data_s_nan(db):
                "'SELECT * FROM nans WHERE x IS DISTINCT FROM ''NaN''', '{\"a\": 0, \"b\": 0}', "
                "impute => '{\"x\": \"mean\"}')")
     assert _options(db, 'nans_m')['impute']['x']['value'] == pytest.approx(np.mean([1, 2, 5, 6, 7, 8, 9, 10]))
+
+
+@pytest.mark.parametrize('scale', [1e-8, 1.0, 1e8])
+def test_standardize_after_impute_reports_the_weights_in_the_original_units(db, scale):
+    """Columns at 1e-8, 1 and 1e8 together, standardize => true with impute: the stored weights, pgad.summary's
+    estimates and standard errors, the baseline and <name>_explain's contributions are those of the original
+    columns imputed by hand (statsmodels' OLS, numpy), to 1e-6 relative: the scaling is undone in all of them."""
+    import statsmodels.api as sm
+    rng = np.random.default_rng(6)
+    n = 150
+    x, z = rng.normal(3, 1, n) * scale, rng.normal(-1, 1, n) / scale
+    t = rng.normal(0, 1, n)
+    y = 2 * x / scale + 3 * z * scale - t + 1 + rng.normal(0, 0.1, n)
+    x[rng.random(n) < 0.2] = np.nan
+    z[rng.random(n) < 0.2] = np.nan
+    db.execute('DROP TABLE IF EXISTS scaled')
+    db.execute('CREATE TABLE scaled (x float8, z float8, t float8, y float8)')
+    with db.cursor() as cur:
+        cur.executemany('INSERT INTO scaled VALUES (%s, %s, %s, %s)',
+                        [(None if np.isnan(a) else float(a), None if np.isnan(b) else float(b), float(c), float(d))
+                         for a, b, c, d in zip(x, z, t, y)])
+    name = f'scaled_{int(np.log10(scale)) + 8}'
+    db.execute(f"SELECT pgad.train('{name}', 'λ(d, w) w.a*d.x + w.b*d.z + w.c*d.t + w.i', 'squared', 'scaled', "
+               "'{\"a\": 0, \"b\": 0, \"c\": 0, \"i\": 0}', standardize => true, "
+               "impute => '{\"x\": \"mean\", \"z\": \"median\"}')")
+    filled = np.column_stack([np.where(np.isnan(x), np.nanmean(x), x), np.where(np.isnan(z), np.nanmedian(z), z), t])
+    s = np.r_[filled.std(axis=0), 1.0]  # OLS in a well-scaled basis (pinv would drop a column at 1e-8), scaled back
+    ols = sm.OLS(y, sm.add_constant(filled, prepend=False) / s).fit()
+    params, bse = ols.params / s, ols.bse / s
+    weights, options = db.execute('SELECT weights, options FROM pgad.models WHERE name = %s', [name]).fetchone()
+    assert options['standardize'] is True
+    np.testing.assert_allclose([weights[w] for w in 'abci'], params, rtol=1e-6)
+    table = {w: (e, s) for w, e, s in db.execute(f"SELECT weight, estimate, std_error FROM pgad.summary('{name}')")}
+    np.testing.assert_allclose([table[w][0] for w in 'abci'], params, rtol=1e-6)
+    np.testing.assert_allclose([table[w][1] for w in 'abci'], bse, rtol=1e-6)
+    # the baseline: the imputed training rows' means; a contribution: aᵢ·(xᵢ − x̄ᵢ) in the columns' own units
+    mean = filled.mean(axis=0)
+    assert [options['baseline'][c] for c in 'xzt'] == pytest.approx(mean, rel=1e-9)
+    found = db.execute(f'SELECT pgad_models.{name}_explain(x, z, t) FROM scaled').fetchall()
+    phi = np.array([[e[c] for c in 'xzt'] for e, in found])
+    w = np.array([weights[c] for c in 'abc'])
+    np.testing.assert_allclose(phi, w * (filled - mean), rtol=1e-9, atol=1e-9 * np.max(np.abs(w * filled)))
