@@ -251,3 +251,39 @@ def test_standardize_after_impute_reports_the_weights_in_the_original_units(db, 
     phi = np.array([[e[c] for c in 'xzt'] for e, in found])
     w = np.array([weights[c] for c in 'abc'])
     np.testing.assert_allclose(phi, w * (filled - mean), rtol=1e-9, atol=1e-9 * np.max(np.abs(w * filled)))
+
+
+def test_a_category_of_quotes_and_dollars_is_a_literal_in_the_scoring_function(db):
+    """The most frequent category, which pgad writes into the scoring function's SQL, is quote_literal's: a value of
+    quotes, backslashes and $$ is compared as itself, and breaks out of nothing."""
+    odd = "o'slo$$\\'); DROP TABLE odd; --"
+    db.execute('DROP TABLE IF EXISTS odd')
+    db.execute("CREATE TABLE odd AS SELECT CASE WHEN k %% 5 = 0 THEN NULL WHEN k %% 3 = 0 THEN 'rome' ELSE %s END "
+               "AS city, k::float8 AS x, (k %% 7)::float8 AS y FROM generate_series(1, 60) AS k", [odd])
+    db.execute("SELECT pgad.train('odd_m', 'λ(d, w) w.c[d.city] + w.a*d.x', 'squared', 'odd', "
+               "'{\"c\": {}, \"a\": 0}', impute => '{\"city\": \"most_frequent\"}')")
+    assert _options(db, 'odd_m')['impute']['city']['value'] == odd
+    assert db.execute("SELECT pgad_models.odd_m(NULL, 2) = pgad_models.odd_m(%s, 2), "
+                      "pgad_models.odd_m(NULL, 2) <> pgad_models.odd_m('rome', 2), count(*) FROM odd",
+                      [odd]).fetchone() == (True, True, 60)
+
+
+def test_a_column_name_of_sql_in_impute_is_refused_as_no_column_of_the_model(db):
+    db.execute('DROP TABLE IF EXISTS kept')
+    db.execute('CREATE TABLE kept AS SELECT k::float8 AS x, k::float8 AS y FROM generate_series(1, 5) AS k')
+    key = 'x" FROM kept; DROP TABLE kept; --'
+    e = error_of(db, "SELECT pgad.train('kept_m', 'λ(d, w) w.a*d.x', 'squared', 'kept', '{\"a\": 0}', "
+                     "impute => %s)", [json.dumps({key: 'mean'})])
+    assert (e.sqlstate, e.message_primary) == ('42703', f'column "{key}" of impute is not a column the model reads')
+    assert db.execute('SELECT count(*) FROM kept').fetchone()[0] == 5
+
+
+def test_a_mean_past_float64_s_range_is_still_the_mean(db):
+    """1.5e308 + 1.7e308 overflows a plain sum: the mean and median are taken in scaled units, finite."""
+    db.execute('DROP TABLE IF EXISTS huge')
+    db.execute("CREATE TABLE huge AS SELECT v AS x, k::float8 AS y FROM unnest(ARRAY[1.5e308, 1.7e308, NULL, 1.6e308,"
+               " 1.7e308]::float8[]) WITH ORDINALITY AS t(v, k)")
+    for strategy, expected in (('mean', 1.625e308), ('median', 1.65e308)):
+        db.execute("SELECT pgad.train('huge_m', 'λ(d, w) w.a*d.x*1e-308 + w.b', 'squared', 'huge', "
+                   "'{\"a\": 0, \"b\": 0}', impute => %s)", [json.dumps({'x': strategy})])
+        assert _options(db, 'huge_m')['impute']['x']['value'] == pytest.approx(expected, rel=1e-12)

@@ -86,10 +86,8 @@ def statistics(spec, names, table, codes=None):
             raise PgadError('22000', f'column "{column}" of impute has no value that is not NULL in the training '
                                      'rows', detail=f'Its {strategy} is taken from the rows the model trains on.',
                             hint='Give the column a constant to impute, or train on rows that have its values.')
-        if strategy == 'mean':
-            value = float(np.mean(values))
-        elif strategy == 'median':
-            value = float(np.median(values))
+        if strategy in ('mean', 'median'):
+            value = central(values, np.mean if strategy == 'mean' else np.median)
         else:
             found, counts = np.unique(values, return_counts=True)
             value = float(found[np.argmax(counts)])  # the smallest of the most frequent
@@ -97,6 +95,17 @@ def statistics(spec, names, table, codes=None):
             value = codes[str(column)][int(value) - 1]
         out[str(column)] = dict(strategy=strategy, value=value)
     return out
+
+
+def central(values, statistic):
+    """statistic (np.mean or np.median) of finite values, finite: where a sum passes float64's range (a mean of
+    1e308s, the middle two of an even count), of the values divided by the largest magnitude, multiplied back."""
+    with np.errstate(over='ignore'):
+        value = float(statistic(values))
+    if not math.isfinite(value):
+        largest = float(np.max(np.abs(values)))
+        value = float(statistic(values / largest)) * largest
+    return value
 
 
 def fill(table, names, imputed, codes=None):
