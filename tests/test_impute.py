@@ -130,6 +130,12 @@ def test_the_statistics_leave_the_validation_rows_out(db):
     trained = ~np.isnan(v[:200])  # the rows trained on: a NULL in v, not imputed, skips its row
     assert stored['x']['value'] == pytest.approx(np.nanmean(x[:200][trained]), rel=1e-12)
     assert stored['z']['value'] == pytest.approx(np.nanmedian(z[:200][trained]), rel=1e-12)
+    # the validation rows imputed with the training rows' statistics: the last validation loss is pgad.evaluate's
+    # loss on them at the stored weights
+    history = db.execute("SELECT validation_history FROM pgad.models WHERE name = 'split_m'").fetchone()[0]
+    loss = db.execute("SELECT value FROM pgad.evaluate('split_m', 'SELECT * FROM split WHERE id >= 200') "
+                      "WHERE metric = 'loss'").fetchone()[0]
+    assert history[-1] == pytest.approx(loss, rel=1e-9)
     # a validation fraction: the statistic is of the rows trained on, not of every row
     db.execute("SELECT pgad.train('split_f', %s, 'squared', 'split', '{\"a\": 0, \"b\": 0, \"c\": 0, \"i\": 0}', "
                "validation => 0.3, seed => 7, impute => '{\"x\": \"mean\"}')", [LINEAR])
