@@ -293,3 +293,32 @@ def test_a_mean_past_float64_s_range_is_still_the_mean(db):
         db.execute("SELECT pgad.train('huge_m', 'λ(d, w) w.a*d.x*1e-308 + w.b', 'squared', 'huge', "
                    "'{\"a\": 0, \"b\": 0}', impute => %s)", [json.dumps({'x': strategy})])
         assert _options(db, 'huge_m')['impute']['x']['value'] == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_softmax_model_s_functions_and_evaluate_impute_alike(db):
+    """Three classes from two columns with gaps: the _class function on the rows as they are equals it on the rows
+    filled with the stored statistics, and pgad.evaluate's accuracy over every row is the _class function's."""
+    rng = np.random.default_rng(8)
+    n = 240
+    a, b = rng.normal(0, 1, n), rng.normal(0, 1, n)
+    label = np.select([a + b > 0.7, a - b > 0.3], ['high', 'left'], 'low')
+    a[rng.random(n) < 0.15] = np.nan
+    b[rng.random(n) < 0.15] = np.nan
+    db.execute('DROP TABLE IF EXISTS kinds')
+    db.execute('CREATE TABLE kinds (a float8, b float8, y text)')
+    with db.cursor() as cur:
+        cur.executemany('INSERT INTO kinds VALUES (%s, %s, %s)',
+                        [(None if np.isnan(p) else float(p), None if np.isnan(q) else float(q), str(c))
+                         for p, q, c in zip(a, b, label)])
+    db.execute("SELECT pgad.train('kinds_m', 'λ(d, w) w.w @ [d.a, d.b] + w.c', 'softmax', 'kinds', "
+               "'{\"w\": {}, \"c\": {}}', l2 => 0.01, impute => '{\"a\": \"mean\", \"b\": 0}')")
+    stored = _options(db, 'kinds_m')['impute']
+    assert stored == {'a': {'strategy': 'mean', 'value': pytest.approx(np.nanmean(a), rel=1e-12)},
+                      'b': {'strategy': 'constant', 'value': 0.0}}
+    same, accuracy, rows = db.execute(
+        "SELECT bool_and(pgad_models.kinds_m_class(a, b) = pgad_models.kinds_m_class(coalesce(a, %s), "
+        "coalesce(b, 0))), avg((pgad_models.kinds_m_class(a, b) = y)::int), count(*) FROM kinds",
+        [stored['a']['value']]).fetchone()
+    metrics = dict(db.execute("SELECT metric, value FROM pgad.evaluate('kinds_m', 'kinds')").fetchall())
+    assert same and metrics['rows'] == rows == n and metrics['skipped_rows'] == 0
+    assert metrics['accuracy'] == pytest.approx(float(accuracy), rel=1e-12)

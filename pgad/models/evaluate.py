@@ -288,7 +288,8 @@ def _softmax(name, data, config, stored, options, label):
     lam, root = vectors.unrolled_value(model, shapes, config.limits)
     elements = {e: (c, k + 1) for c, n in lengths for k, e in enumerate(vectors.elements(c, (n,)))}
     columns = list(dict.fromkeys([*lam.columns, label]))
-    parts = _load(name, data, config, columns, options, codes, elements)
+    imputed = preprocess.of(options)  # NULLs replaced as training replaced them
+    parts = _load(name, data, config, columns, options, codes, elements, missing=set(imputed))
     cells = config.memory_limit // CELL_BYTES
     if len(classes) ** 2 > cells:
         server.notice(f'model "{name}" has {len(classes)} classes: the confusion matrix gives only its cells that '
@@ -301,8 +302,10 @@ def _softmax(name, data, config, stored, options, label):
             continue
         out.append((key, 'rows', float(table.rows)))
         if table.rows:
+            table = preprocess.fill(table, list(map(str, columns)), imputed, cats.codes)
             cols = dict(zip(map(str, columns), table.columns))
             y = np.asarray(cols[label])
+
             seen = y > 0
             z = logits(lam, root, cols, weights[key], table.rows)
             out.append((key, 'unseen_label_rows', float(np.sum(~seen))))
