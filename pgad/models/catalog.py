@@ -456,12 +456,12 @@ class Scoring:
         return self.checked('CASE ' + ' '.join(arms) + ' END', returns or self.returns)
 
     def checked(self, text, returns):
-        """text, for arguments that training would have taken: NULL where a column the model reads is NULL, or an
-        array argument is or holds one (training skips such a row; GREATEST, LEAST and CASE in text would give a
-        number); pgad._wrong_length's error (2202E) where an array is not one-dimensional from index 1 with the
-        model's length (training refuses it; PostgreSQL's v[k] would read NULL or another element), the argument
-        named with its dimensions where only its shape is wrong. The CASE and pgad._wrong_length (IMMUTABLE) keep
-        the function inlinable."""
+        """text, for arguments that training would have taken: NULL where a column the model reads (and does not
+        impute) is NULL, or an array argument is or holds one (training skips such a row; GREATEST, LEAST and CASE in
+        text would give a number); pgad._wrong_length's error (2202E) where an array is not one-dimensional from
+        index 1 with the model's length (training refuses it; PostgreSQL's v[k] would read NULL or another element),
+        the argument named with its dimensions where only its shape is wrong. The CASE and pgad._wrong_length
+        (IMMUTABLE) keep the function inlinable."""
         at = {p: k + 1 for k, (p, _) in enumerate(self.params)}
         arms = []
         for column, k, n in self.lengths:

@@ -3,9 +3,11 @@
 The model's rows in pgad.models give its lambda, loss, label, group_by and fitted weights (stored in the columns'
 units: standardize => true trains on scaled columns but stores the weights scaled back, standardize.py). The columns
 the objective reads are loaded once by pgad's loader (rows with a NULL in one of them skipped, as pgad.train skips
-them), per group with group_by (loader.load_groups). The prediction and the objective of every row are then the
-model's DAG evaluated over whole numpy columns with the rules table's numpy functions (values, below): the compiled
-kernels give sums over the rows only, and the metrics need each row's prediction. No Python runs per row.
+them; a NULL in a column the model imputes filled with its stored statistic, options.impute, as pgad.train filled
+it: models/preprocess.py), per group with group_by (loader.load_groups). The prediction and the objective of every
+row are then the model's DAG evaluated over whole numpy columns with the rules table's numpy functions (values,
+below): the compiled kernels give sums over the rows only, and the metrics need each row's prediction. No Python
+runs per row.
 
 `loss` is the model's objective on the data without regularisation, the mean over the rows (pgad.models.final_loss's
 convention, which adds the penalty). The other metrics follow the named loss (METRICS); a lambda loss has no label

@@ -1,14 +1,15 @@
 """pgad.importance: how much each feature of a stored model matters over any rows, per group.
 
 The model's rows in pgad.models give its lambda, weights and baseline (options.baseline, the training rows' means,
-stored by pgad.train since 0.15.0). The columns the objective reads are loaded once by pgad's loader, as
-pgad.evaluate loads them (rows with a NULL in one of them skipped; a categorical column coded by the stored
-categories, a category the model never saw as 0, contributing 0), and each row's contributions are the
-integrated gradients of <name>_explain computed over whole numpy columns (attribution.contributions): the mean of
-their absolute values and their mean, per feature (and per element of a vector prediction: `output`, by class name
-where the model has options.classes). With permutation, each feature's permutation importance: the mean loss (the
-model's objective without regularisation, pgad.evaluate's `loss`) with that feature's column shuffled, less the mean
-loss on the rows as they are; the shuffle is numpy's default_rng(seed) permutation, one per feature in order.
+stored by pgad.train since 0.15.0). The columns the objective reads are loaded once by pgad's loader, as pgad.evaluate
+loads them (rows with a NULL in one of them skipped, or filled where the model imputes the column: options.impute; a
+categorical column coded by the stored categories, a category the model never saw as 0, contributing 0), and each row's
+contributions are the integrated gradients of <name>_explain computed over whole numpy columns
+(attribution.contributions): the mean of their absolute values and their mean, per feature (and per element of a vector
+prediction: `output`, by class name where the model has options.classes). With permutation, each feature's permutation
+importance: the mean loss (the model's objective without regularisation, pgad.evaluate's `loss`) with that feature's
+column shuffled, less the mean loss on the rows as they are; the shuffle is numpy's default_rng(seed) permutation, one
+per feature in order.
 """
 import json
 from dataclasses import replace
