@@ -99,6 +99,26 @@ def test_scoring_a_row_with_nulls_is_scoring_it_with_the_stored_statistics(db):
     expected = weights['a'] * filled[0] + weights['b'] * filled[1] + weights['c'] * filled[2] + weights['i']
     scores = [r[0] for r in db.execute('SELECT pgad_models.scored_m(x, z, v) FROM scored ORDER BY id')]
     np.testing.assert_allclose(scores, expected, rtol=1e-9, atol=1e-12)
+    # still inlined: the plan holds the body (its COALESCE), not a call
+    plan = '\n'.join(r[0] for r in db.execute('EXPLAIN VERBOSE SELECT pgad_models.scored_m(x, z, v) FROM scored'))
+    assert 'pgad_models' not in plan and 'COALESCE' in plan
+
+
+def test_a_boolean_column_imputed_with_its_most_frequent_value(db):
+    db.execute('DROP TABLE IF EXISTS flags')
+    db.execute("CREATE TABLE flags AS SELECT CASE WHEN k % 6 = 0 THEN NULL ELSE k % 4 <> 0 END AS big, "
+               "k::float8 AS x, (CASE WHEN k % 4 <> 0 THEN 3 ELSE 1 END * k)::float8 AS y "
+               "FROM generate_series(1, 48) AS k")
+    db.execute("SELECT pgad.train('flags_m', 'λ(d, w) CASE WHEN d.big THEN w.a ELSE w.b END*d.x', 'squared', "
+               "'flags', '{\"a\": 0, \"b\": 0}', impute => '{\"big\": \"most_frequent\"}')")
+    assert _options(db, 'flags_m')['impute'] == {'big': {'strategy': 'most_frequent', 'value': 1.0}}
+    assert db.execute("SELECT pgad_models.flags_m(NULL, 2) = pgad_models.flags_m(true, 2), "
+                      "pgad_models.flags_m(NULL, 2) <> pgad_models.flags_m(false, 2), "
+                      "(SELECT rows FROM pgad.models WHERE name = 'flags_m')").fetchone() == (True, True, 48)
+    e = error_of(db, "SELECT pgad.train('flags_m', 'λ(d, w) CASE WHEN d.big THEN w.a ELSE w.b END*d.x', 'squared', "
+                     "'flags', '{\"a\": 0, \"b\": 0}', impute => '{\"big\": \"mean\"}')")
+    assert (e.sqlstate, e.message_primary) == (
+        '42804', 'impute strategy "mean" needs a numeric column, and column "big" is a boolean one')
 
 
 def test_evaluate_and_importance_impute_as_scoring_does(db):
