@@ -342,3 +342,45 @@ def test_a_softmax_model_s_functions_and_evaluate_impute_alike(db):
     metrics = dict(db.execute("SELECT metric, value FROM pgad.evaluate('kinds_m', 'kinds')").fetchall())
     assert same and metrics['rows'] == rows == n and metrics['skipped_rows'] == 0
     assert metrics['accuracy'] == pytest.approx(float(accuracy), rel=1e-12)
+
+
+def test_a_long_statistic_answers_an_interrupt_while_it_runs():
+    """preprocess.waited, in process: past THREAD_VALUES the work runs in a thread of its own with every signal
+    blocked, and the caller's interrupt check runs meanwhile and is raised while the work has not ended (the work
+    here waits on a gate the test opens only after: no timing is assumed)."""
+    import signal
+    import threading
+    from pgad.models import preprocess
+
+    gate, started, seen = threading.Event(), threading.Event(), {}
+
+    def work():
+        seen['mask'] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        started.set()
+        gate.wait()
+        return 1.0
+
+    class Cancelled(Exception):
+        pass
+
+    def interrupts():
+        raise Cancelled
+    with pytest.raises(Cancelled):
+        preprocess.waited(work, preprocess.THREAD_VALUES + 1, interrupts)
+    assert started.wait(60) and signal.SIGINT in seen['mask'] and signal.SIGTERM in seen['mask']
+    gate.set()
+    assert preprocess.waited(lambda: 2.0, preprocess.THREAD_VALUES + 1, lambda: None) == 2.0
+    assert preprocess.waited(lambda: 3.0, 10, interrupts) == 3.0  # small: here, no thread, no check
+
+
+def test_a_most_frequent_value_of_a_million_rows_is_taken_in_its_thread(db):
+    """Past THREAD_VALUES (2^20) values the statistic runs in preprocess.waited's thread inside the backend: the same
+    value as numpy's on the same rows."""
+    n = (1 << 20) * 10 // 9 + 2000  # past 2^20 values that are not NULL
+    db.execute('DROP TABLE IF EXISTS many')
+    db.execute("CREATE TABLE many AS SELECT CASE WHEN k %% 10 = 0 THEN NULL ELSE (k %% 977)::float8 END AS x, "
+               "0::float8 AS y FROM generate_series(1, %s) AS k", [n])
+    db.execute("SELECT pgad.train('many_m', 'λ(d, w) w.a*d.x', 'squared', 'many', '{\"a\": 0}', "
+               "impute => '{\"x\": \"most_frequent\"}', iterations => 1)")
+    k = np.arange(1, n + 1)
+    assert _options(db, 'many_m')['impute']['x']['value'] == _mode((k % 977)[k % 10 != 0].astype(float))

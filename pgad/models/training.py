@@ -166,7 +166,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             imputed = {}
             if impute:  # the statistics of the training rows, before standardize; the held-out rows filled alike
                 names_read = [str(c) for c in prog.columns]
-                imputed = preprocess.statistics(impute, names_read, part.table, cats.codes)
+                imputed = preprocess.statistics(impute, names_read, part.table, cats.codes, server.check_interrupts)
                 part = loader.Group(part.key, part.values,
                                     preprocess.fill(part.table, names_read, imputed, cats.codes))
                 held = None if held is None else preprocess.fill(held, names_read, imputed, cats.codes)
