@@ -7,7 +7,6 @@ Tolerances: weights rtol 1e-6 (Newton stops at a gradient norm well above roundi
 import json
 
 import numpy as np
-import psycopg
 import pytest
 
 from conftest import error_of
