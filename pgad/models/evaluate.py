@@ -173,9 +173,10 @@ def logits(lam, root, columns, weights, rows):
     return np.stack(found, axis=1) if found else np.zeros((rows, 0))
 
 
-def evaluate(name, data, config):
-    """pgad.evaluate's rows, (group_key as jsonb text or None, metric, value)."""
-    stored = catalog.rows(name)
+def evaluate(name, data, config, version=None):
+    """pgad.evaluate's rows, (group_key as jsonb text or None, metric, value), of the deployed version or of
+    version `version`."""
+    stored = catalog.rows(name, version)
     first = stored[0]
     options = json.loads(first['options'])
     label = options.get('label', 'y')
@@ -241,14 +242,13 @@ def evaluate(name, data, config):
 
 def _load(name, data, config, columns, options, codes, elements=None, missing=()):
     """The groups (loader.Group) of the data's rows, the columns coded by codes ({column: its categories}), a value
-    the model never saw as 0, a column in missing (imputed) with NaN for NULL; 22000 where no row is left."""
+    the model never saw as 0, a column in missing (imputed) with −NaN for NULL; 22000 where no row is left."""
     group_by = options.get('group_by') or []
     if group_by:
         _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, codes, unseen=True)
     else:
         parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit, elements,
                                                       codes, unseen=True, missing=missing))]
-
     if not any(part.table.rows for part in parts):
         skipped = sum(part.table.skipped for part in parts)
         raise PgadError('22000', 'the data has no rows' if not skipped else

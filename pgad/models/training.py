@@ -30,6 +30,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             raise PgadError('22004', f'argument "{argument}" of pgad.train must not be NULL')
     name = arguments.model_name(name)
     config = calls.settings()
+    given['deploy'] = deploy = arguments.deploy(deploy, validation)
     if order_by is not None or state is not None:  # a sequence model (sequence.py)
         if impute is not None and json.loads(impute):
             raise PgadError('0A000', 'pgad.train takes no impute for a sequence model',
@@ -223,7 +224,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
                               {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)}, found, explanation,
                               imputed)
-    return catalog.store(scoring, rows, fits)
+    return catalog.store(scoring, rows, fits, deploy)
 
 
 def _explainer(model, cats):
@@ -313,7 +314,7 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
 def _held_out(validation, prog, groups, config, categories=None, missing=()):
     """The rows of a validation query (None for a fraction, or no validation): a loader.Table, or with group_by
     {group key: Table}; a categorical column coded by the training's categories, a category it has not seen as 0;
-    the columns in missing (imputed) with NaN for NULL."""
+    the columns in missing (imputed) with −NaN for NULL."""
     if not isinstance(validation, str):
         return None
     if groups:
