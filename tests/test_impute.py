@@ -383,3 +383,29 @@ def test_a_most_frequent_value_of_a_million_rows_is_taken_in_its_thread(db):
                "impute => '{\"x\": \"most_frequent\"}', iterations => 1)")
     k = np.arange(1, n + 1)
     assert _options(db, 'many_m')['impute']['x']['value'] == _mode((k % 977)[k % 10 != 0].astype(float))
+
+
+def test_each_version_keeps_its_own_imputation(db):
+    """Version 1 imputes x with its mean, version 2 (not deployed) with 0: each version's function and pgad.evaluate
+    of each version use its own statistic, and pgad.deploy moves the deployed function from one to the other."""
+    x, z, v, y = _rows(9)
+    _table(db, 'versioned', (x, z, v, y))
+    train = ("SELECT version FROM pgad.train('versioned_m', %s, 'squared', 'versioned', "
+             "'{\"a\": 0, \"b\": 0, \"c\": 0, \"i\": 0}', deploy => %s, impute => %s)")
+    assert db.execute(train, [LINEAR, True, '{"x": "mean", "z": 0, "v": 0}']).fetchone()[0] == 1
+    assert db.execute(train, [LINEAR, False, '{"x": 0, "z": 0, "v": 0}']).fetchone()[0] == 2
+    mean = db.execute("SELECT options->'impute'->'x'->>'value' FROM pgad.model_versions "
+                      "WHERE name = 'versioned_m' AND version = 1").fetchone()[0]
+    assert float(mean) == pytest.approx(np.nanmean(x), rel=1e-12)
+    same = ('SELECT bool_and(pgad_models.{f}(x, z, v) = pgad_models.{f}(coalesce(x, %s), coalesce(z, 0), '
+            'coalesce(v, 0))) FROM versioned')
+    assert db.execute(same.format(f='"versioned_m@1"'), [float(mean)]).fetchone()[0]
+    assert db.execute(same.format(f='"versioned_m@2"'), [0.0]).fetchone()[0]
+    assert db.execute(same.format(f='versioned_m'), [float(mean)]).fetchone()[0]
+    for version in (1, 2):
+        mse = db.execute("SELECT value FROM pgad.evaluate('versioned_m', 'versioned', %s) WHERE metric = 'mse'",
+                         [version]).fetchone()[0]
+        assert mse == pytest.approx(db.execute(f'SELECT avg((pgad_models."versioned_m@{version}"(x, z, v) - y) ^ 2) '
+                                               'FROM versioned').fetchone()[0], rel=1e-9)
+    db.execute("SELECT pgad.deploy('versioned_m', 2)")
+    assert db.execute(same.format(f='versioned_m'), [0.0]).fetchone()[0]
