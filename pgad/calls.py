@@ -72,7 +72,6 @@ def loading(data, spread=True):
         if layout is None:
             table = some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit,
                                            dict(prog.columns_of), categories, missing=missing))
-
             yield table, compiled(prog, job.backend, job.dtype, config, table.rows)
             return
         with shards.Shards(layout, job) as remote:

@@ -363,7 +363,6 @@ def _imputed(argument, stored, kind='pg_catalog.float8'):
 
 
 class Scoring:
-
     """The scoring function of a model: its arguments, and its body from the model DAG and each group's weights."""
 
     def __init__(self, name, model, group_by=(), group_types=(), max_chars=None, unrolled=None, categories=None,

@@ -307,7 +307,6 @@ def _softmax(name, data, config, stored, options, label):
             table = preprocess.fill(table, list(map(str, columns)), imputed, cats.codes)
             cols = dict(zip(map(str, columns), table.columns))
             y = np.asarray(cols[label])
-
             seen = y > 0
             z = logits(lam, root, cols, weights[key], table.rows)
             out.append((key, 'unseen_label_rows', float(np.sum(~seen))))

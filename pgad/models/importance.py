@@ -74,7 +74,6 @@ def importance(name, data, permutation, seed, config):
         parts = [loader.Group(None, None, preprocess.fill(loader.load(
             data, columns, config.chunk_rows, config.memory_limit, dict(prog.columns_of), {**cats.codes, **coded},
             unseen=True, missing=set(imputed)), list(map(str, columns)), imputed, cats.codes))]
-
     if not any(part.table.rows for part in parts):
         raise PgadError('22000', 'the data has no rows without NULL in the columns the model reads',
                         hint=f'pgad.importance explains model "{name}" on the rows of the data.')

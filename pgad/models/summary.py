@@ -147,7 +147,6 @@ def coefficients(name, unconverged='error'):
         tables = {None: calls.some_rows(preprocess.fill(loader.load(
             first['data'], list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of), codes,
             missing=set(imputed)), list(map(str, prog.columns)), imputed, cats.codes))}
-
     out = []
     for row in found:
         key = None if row['group_key'] is None else json.dumps(json.loads(row['group_key']), sort_keys=True)

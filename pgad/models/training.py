@@ -325,7 +325,6 @@ def _held_out(validation, prog, groups, config, categories=None, missing=()):
                        categories, unseen=True, missing=missing)
 
 
-
 def _validation_rows(part, held_out, options, where, label_at=None):
     """(the group part with its training rows, its held-out rows or None): a fraction of part's rows split off by
     their hash and seed (validation.split), or the validation query's rows (of part's group, with group_by); of a
