@@ -2,7 +2,10 @@
 trained with impute equal numpy's least squares on the same rows imputed by hand with numpy's mean, median and most
 frequent value; the scoring functions give, on a row with NULLs, what they give on the row with the stored
 statistics written in (coalesce); pgad.evaluate's metrics are those of the scoring function over the same rows; the
-statistics come from the training rows only; and every refused impute is its SQLSTATE with nothing stored.
+statistics come from the training rows only; standardize after impute reports the weights, pgad.summary and the
+explanations in the columns' own units at scales 1e-8 … 1e8; each version keeps its own statistics; and every refused
+impute is its SQLSTATE with nothing stored. The attacks: a category of quotes and $$, a column name of SQL, a NaN of
+the data's, a mean past float64's range, a statistic of many rows that must answer a cancel.
 Tolerances: weights rtol 1e-6 (Newton stops at a gradient norm well above rounding), SQL against numpy 1e-9."""
 import json
 
