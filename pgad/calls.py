@@ -67,11 +67,11 @@ def loading(data, spread=True):
     is where a sharded load's first round counts the rows. load.lengths(lam) gives the lengths of the array columns
     the lambda reads (loader.lengths). A lambda with vectors pulls a sharded table's rows."""
     @contextmanager
-    def load(prog, config, job, start, categories=None):
+    def load(prog, config, job, start, categories=None, missing=()):
         layout = shards.layout(data, prog.columns) if spread and not prog.shaped else None
         if layout is None:
             table = some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit,
-                                           dict(prog.columns_of), categories))
+                                           dict(prog.columns_of), categories, missing=missing))
             yield table, compiled(prog, job.backend, job.dtype, config, table.rows)
             return
         with shards.Shards(layout, job) as remote:

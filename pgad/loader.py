@@ -96,13 +96,15 @@ class Table:
     skipped: int    # rows skipped for NULL
 
 
-def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False, packed=False):
+def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False, packed=False,
+         missing=()):
     """Load `columns` (names, exactly as the data spells them) of the data into a Table: natively where pgad.so is
     there (load_natively), else, or with packed (the tests compare the two), with pgad.pack; chunk_rows, when not
     0, packs it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
     elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index);
     categories a categorical column to its categories, loaded as each row's code 1 … K (category_code; a value
-    not among them skips the row, or with unseen, is code 0)."""
+    not among them skips the row, or with unseen, is code 0); a column in missing (imputed: models/preprocess.py)
+    is loaded with −NaN (NaN with its sign bit set) for NULL, its rows not skipped; a NaN of the data's as NaN."""
     query = as_query(data)
     elements = elements or {}
     categories = categories or {}
@@ -114,17 +116,17 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     library = None if chunk_rows or packed else native_loader()
     if library is not None:
         try:
-            table = load_natively(library, query, columns, elements, categories, unseen)
+            table = load_natively(library, query, columns, elements, categories, unseen, missing)
         except server.SPIError as e:
             if e.sqlstate == OUT_OF_MEMORY:
                 check_memory(memory_limit, query, columns, elements)
             raise
         server.debug(f'pgad: loaded {table.rows} rows of {len(columns)} columns in 1 part')
-        return skipping(table, columns, query, elements)
+        return skipping(table, [c for c in columns if c not in missing], query, elements)
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns, elements)
     widths = array_lengths(elements)
-    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen, widths), k)
+    rows_sql = ROWS.format(', '.join(VALUE.format(value(c, elements, categories, unseen, widths, missing), k)
                                      for k, c in enumerate(columns)),
                            query)
     packs = aggregate(len(columns))
@@ -142,10 +144,11 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     loaded = [unpack(part, len(columns)) for part in parts]
     rows, skipped = sum(part[1] for part in loaded), sum(part[2] for part in loaded)
     server.debug(f'pgad: loaded {rows} rows of {len(columns)} columns in {len(parts)} part{"s" * (len(parts) != 1)}')
+    kept = [c for c in columns if c not in missing]  # the columns whose NULL skips a row
     if len(loaded) == 1:
-        return skipping(Table(loaded[0][0], rows, skipped), columns, query, elements)
+        return skipping(Table(loaded[0][0], rows, skipped), kept, query, elements)
     return skipping(Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded])
-                           for k in range(len(columns))], rows, skipped), columns, query, elements)
+                           for k in range(len(columns))], rows, skipped), kept, query, elements)
 
 
 PARALLEL = 0  # the native load's plan: serial, where parallel workers lose (measured: docs/design.md)
@@ -197,7 +200,7 @@ class Mapped:
         weakref.finalize(self, library.pgad_load_free_column, load, column)
 
 
-def load_natively(library, query, columns, elements, categories, unseen):
+def load_natively(library, query, columns, elements, categories, unseen, missing=()):
     """A Table of the columns (typed) of the data query, loaded by pgad.so's pgad_load: each column is one native
     float8 array that numpy wraps without a copy. An array column is read once, as pg_catalog.float8[] under its own
     name (which pgad.so's errors give), and its elements become columns in pgad.so, which checks every row's array
@@ -217,7 +220,7 @@ def load_natively(library, query, columns, elements, categories, unseen):
         else:
             attributes.append(len(select))
             indexes.append(0)
-            select.append(VALUE.format(value(c, elements, categories, unseen), len(select)))
+            select.append(VALUE.format(value(c, elements, categories, unseen, missing=missing), len(select)))
     lengths = [widths[elements[c][0]] if index else 0 for c, index in zip(columns, indexes)]
     n = len(columns)
     load = library.pgad_load(ROWS.format(', '.join(select), query).encode(), n, (ctypes.c_int * n)(*attributes),
@@ -249,11 +252,16 @@ def wrapped(library, load, failed):
         library.pgad_load_done(load, count)
 
 
-def value(column, elements, categories=None, unseen=False, widths=None):
+def value(column, elements, categories=None, unseen=False, widths=None, missing=()):
     """The SQL of one column's value in a row of the data: pgad_data.x, or for an element, pgad._element(
     pgad_data.pixels, 3, 64, 'pixels'), which checks that the row's array is one-dimensional from 1 with the 64
     elements the lambda reads (widths: array_lengths(elements), where the caller has it), or a categorical column's
-    code (categories: {column: its categories})."""
+    code (categories: {column: its categories}); a column in missing (imputed), −NaN where the row's is NULL."""
+    if column in missing:  # NULL as −NaN (its sign bit set), a NaN of the data's as PostgreSQL's own NaN (positive)
+        read = f'({value(column, elements, categories, unseen, widths)})::pg_catalog.float8'
+        return f"CASE WHEN {read} IS NULL THEN OPERATOR(pg_catalog.-) 'NaN'::pg_catalog.float8 " \
+            f"WHEN {read} OPERATOR(pg_catalog.=) 'NaN'::pg_catalog.float8 THEN 'NaN'::pg_catalog.float8 " \
+            f"ELSE {read} END"
     if categories and column in categories:
         return category_code(column, categories[column], unseen)
     if column in elements:

@@ -337,6 +337,30 @@ CALLS = {
     'likelihood => true takes a loss that is a negative log-likelihood, not loss "hinge"':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'hinge', 'SELECT x, CASE WHEN y > 2 THEN 1 ELSE -1 END AS y "
              "FROM points', %s, likelihood => true)", '{"a": 0}'),
+    # pgad.train's impute (docs/sql.md, "Preprocessing")
+    'column "q" of impute is not a column the model reads':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, impute => '{\"q\": \"mean\"}')",
+             '{"a": 0}'),
+    'unknown impute strategy "average" for column "x"':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, "
+             "impute => '{\"x\": \"average\"}')", '{"a": 0}'),
+    'impute must be a jsonb object of columns and strategies':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, impute => '[\"x\"]')", '{"a": 0}'),
+    'impute strategy "mean" needs a numeric column, and column "t" is a categorical one':
+        call("SELECT pgad.train('m', 'λ(d, w) w.r[d.t] + w.a*d.x', 'squared', 'SELECT t, x, x AS y FROM mixed', %s, "
+             "impute => '{\"t\": \"mean\"}')", '{"r": {}, "a": 0}'),
+    'column "x" of impute has no value that is not NULL in the training rows':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'SELECT NULL::float8 AS x, y FROM points', %s, "
+             "impute => '{\"x\": \"median\"}')", '{"a": 0}'),
+    'pgad.train takes no impute with group_by':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'SELECT x, y, mod(x::int, 2) AS g FROM points', %s, "
+             "group_by => 'g', impute => '{\"x\": \"mean\"}')", '{"a": 0}'),
+    'pgad.train takes no impute for a sequence model':
+        call("SELECT pgad.train('sq', 'λ(d, w, s) s.level', 'squared', 'SELECT x AS t, y FROM points', %s, "
+             "order_by => 't', state => %s, impute => '{\"y\": \"mean\"}')", '{"alpha": 0.5, "l0": 0}', SES),
+    'pgad.train takes no impute for column "v", an array':
+        call(f"SELECT pgad.train('m', %s, 'squared', '{VECTORS}', %s, impute => '{{\"v\": \"mean\"}}')",
+             VECTOR_MODEL, '{"a": [0, 0], "c": 0}'),
     # pgad.forecast and pgad.evaluate of a sequence model (docs/sql.md, "Forecasts")
     'model "m" is not a sequence model':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, iterations => 1)", '{"a": 0}')

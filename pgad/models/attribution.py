@@ -31,6 +31,7 @@ from ..python_backend import values
 from ..errors import PgadError
 from ..lang import printer, reverse, sql
 from ..lang.dag import Graph
+from . import preprocess
 
 NODES = 32  # Gauss–Legendre nodes: exact for polynomials of degree 63 along the path
 _t, _w = np.polynomial.legendre.leggauss(NODES)
@@ -148,7 +149,8 @@ def leaf_values(ex, columns, weights, rows):
 def baseline(ex, columns, weights, rows):
     """(options.baseline: {feature: the training rows' mean; a categorical column's, of its lookup's value (a list
     with more than one lookup)}, options.baseline_prediction: the prediction at the means, a number or a list)."""
-    means = {leaf: float(np.mean(v)) for leaf, v in leaf_values(ex, columns, weights, rows).items()}
+    means = {leaf: preprocess.central(np.broadcast_to(v, (rows,)), np.mean)  # finite where a sum would overflow
+             for leaf, v in leaf_values(ex, columns, weights, rows).items()}
     shown = {}
     for feature, leaves in ex.features:
         shown[feature] = means[leaves[0]] if len(leaves) == 1 else [means[leaf] for leaf in leaves]

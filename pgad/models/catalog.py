@@ -351,19 +351,33 @@ def _argument(column, k, grouped):
     return f'(${k})::pg_catalog.float8' if grouped else f'${k}'
 
 
+def _imputed(argument, stored, kind='pg_catalog.float8'):
+    """The SQL of an argument whose NULL is imputed (stored: options.impute's {"value": …} of its column, or None):
+    coalesce(argument, value), the value a literal of kind (a float8 written as Python's repr writes it, which
+    PostgreSQL reads back to the same bits; a category quoted as quote_literal quotes it)."""
+    if stored is None:
+        return argument
+    value = stored['value']
+    literal = repr(float(value)) if kind == 'pg_catalog.float8' else str(value)
+    return f'COALESCE({argument}, {printer.quote_literal(literal)}::{kind})'  # a keyword, not a function
+
+
 class Scoring:
     """The scoring function of a model: its arguments, and its body from the model DAG and each group's weights."""
 
     def __init__(self, name, model, group_by=(), group_types=(), max_chars=None, unrolled=None, categories=None,
-                 classes=None, explanation=None):
+                 classes=None, explanation=None, imputed=None):
         """unrolled: for a model with vectors, (its unrolled Lambda, its prediction as an array of that Lambda's
         nodes, {array column: length}): the function takes a float8[] for an array column and returns a float8[]
         for a vector prediction. categories: {column indexing a categorical weight: (its base type, its categories)},
         each taken as its type and coded by a CASE (categorical.scoring_code). classes: a model of classes'
         (models/classes.py's Classes, or None): its class function returns the label's type. explanation: (the
         model's attribution.Explainer, each fit's options.baseline in fits' order, options.classes or None), or
-        (None, why) for a model that gets no <name>_explain."""
+        (None, why) for a model that gets no <name>_explain. imputed: {column: {"value": …}} (options.impute,
+        models/preprocess.py), each such column read as coalesce($k, value): a NULL there is scored as training
+        imputed it."""
         categories = categories or {}
+        self.imputed = imputed or {}
         self.classes = classes
         self.explanation = explanation
         self.name, self.model, self.group_by, self.max_chars = name, model, list(group_by), max_chars
@@ -379,8 +393,10 @@ class Scoring:
                    if c not in self.group_by]
         self.params = params
         at = {p: k + 1 for k, (p, _) in enumerate(params)}
-        self.columns = {c: _argument(c, at[c], c in self.group_by) if c not in categories else
-                        categorical.scoring_code(f'${at[c]}', categories[c][1], categories[c][0])
+        self.columns = {c: _imputed(_argument(c, at[c], c in self.group_by), self.imputed.get(c)) if c not in
+                        categories else categorical.scoring_code(
+                            _imputed(f'${at[c]}', self.imputed.get(c), categories[c][0]), categories[c][1],
+                            categories[c][0])
                         for c in model.columns if c not in lengths}
         self.columns.update({vectors.element(c, (k + 1,)): f'(${at[c]})[{k + 1}]' for c, n in lengths.items()
                              for k in range(n)})
@@ -470,12 +486,12 @@ class Scoring:
         return self.checked('CASE ' + ' '.join(arms) + ' END', returns or self.returns)
 
     def checked(self, text, returns):
-        """text, for arguments that training would have taken: NULL where a column the model reads is NULL, or an
-        array argument is or holds one (training skips such a row; GREATEST, LEAST and CASE in text would give a
-        number); pgad._wrong_length's error (2202E) where an array is not one-dimensional from index 1 with the
-        model's length (training refuses it; PostgreSQL's v[k] would read NULL or another element), the argument
-        named with its dimensions where only its shape is wrong. The CASE and pgad._wrong_length (IMMUTABLE) keep
-        the function inlinable."""
+        """text, for arguments that training would have taken: NULL where a column the model reads (and does not
+        impute) is NULL, or an array argument is or holds one (training skips such a row; GREATEST, LEAST and CASE in
+        text would give a number); pgad._wrong_length's error (2202E) where an array is not one-dimensional from
+        index 1 with the model's length (training refuses it; PostgreSQL's v[k] would read NULL or another element),
+        the argument named with its dimensions where only its shape is wrong. The CASE and pgad._wrong_length
+        (IMMUTABLE) keep the function inlinable."""
         at = {p: k + 1 for k, (p, _) in enumerate(self.params)}
         arms = []
         for column, k, n in self.lengths:
@@ -486,7 +502,7 @@ class Scoring:
                 f"pg_catalog.array_dims(${k}) OPERATOR(pg_catalog.<>) '[1:{n}]'::pg_catalog.text"
             arms.append(f'WHEN ({wrong}) THEN pgad._wrong_length({shown}, {n}, pg_catalog.cardinality(${k}), '
                         f'NULL::{returns})')
-        nulls = [f'${at[c]} IS NULL' for c in self.model.columns]
+        nulls = [f'${at[c]} IS NULL' for c in self.model.columns if c not in self.imputed]
         nulls += [f'pg_catalog.array_position(${k}, NULL::pg_catalog.float8) IS NOT NULL' for _, k, _ in self.lengths]
         if nulls:
             arms.append(f'WHEN {" OR ".join(nulls)} THEN NULL::{returns}')

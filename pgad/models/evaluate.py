@@ -3,9 +3,11 @@
 The model's rows in pgad.models give its lambda, loss, label, group_by and fitted weights (stored in the columns'
 units: standardize => true trains on scaled columns but stores the weights scaled back, standardize.py). The columns
 the objective reads are loaded once by pgad's loader (rows with a NULL in one of them skipped, as pgad.train skips
-them), per group with group_by (loader.load_groups). The prediction and the objective of every row are then the
-model's DAG evaluated over whole numpy columns with the rules table's numpy functions (values, below): the compiled
-kernels give sums over the rows only, and the metrics need each row's prediction. No Python runs per row.
+them; a NULL in a column the model imputes filled with its stored statistic, options.impute, as pgad.train filled
+it: models/preprocess.py), per group with group_by (loader.load_groups). The prediction and the objective of every
+row are then the model's DAG evaluated over whole numpy columns with the rules table's numpy functions (values,
+below): the compiled kernels give sums over the rows only, and the metrics need each row's prediction. No Python
+runs per row.
 
 `loss` is the model's objective on the data without regularisation, the mean over the rows (pgad.models.final_loss's
 convention, which adds the penalty). The other metrics follow the named loss (METRICS); a lambda loss has no label
@@ -28,7 +30,7 @@ from .. import categorical, limits, loader, program, server
 from ..python_backend import values
 from ..errors import PgadError
 from ..lang import parser, vectors
-from . import catalog, forecast, objective
+from . import catalog, forecast, objective, preprocess
 
 SOFTMAX = 'softmax'
 
@@ -200,13 +202,16 @@ def evaluate(name, data, config, version=None):
     metrics = METRICS.get(kind, {})
     metrics = metrics(parameter) if callable(metrics) else metrics
     label = label if kind in METRICS else None
-    parts = _load(name, data, config, columns, options, {**cats.codes, **({label: classes} if classes else {})})
+    imputed = preprocess.of(options)  # NULLs replaced as training replaced them (models/preprocess.py)
+    parts = _load(name, data, config, columns, options, {**cats.codes, **({label: classes} if classes else {})},
+                  missing=set(imputed))
     out = []
     for part in parts:
         key, table = part.key, part.table
         if key not in weights:
             out += _unseen(part)
             continue
+        table = preprocess.fill(table, list(map(str, columns)), imputed, cats.codes)
         out.append((key, 'rows', float(table.rows)))
         cols = dict(zip(map(str, columns), table.columns))
         if classes:  # the rows of a class the model never saw (code 0) counted and left out
@@ -235,15 +240,15 @@ def evaluate(name, data, config, version=None):
     return out
 
 
-def _load(name, data, config, columns, options, codes, elements=None):
+def _load(name, data, config, columns, options, codes, elements=None, missing=()):
     """The groups (loader.Group) of the data's rows, the columns coded by codes ({column: its categories}), a value
-    the model never saw as 0; 22000 where no row is left."""
+    the model never saw as 0, a column in missing (imputed) with −NaN for NULL; 22000 where no row is left."""
     group_by = options.get('group_by') or []
     if group_by:
         _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, codes, unseen=True)
     else:
         parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit, elements,
-                                                      codes, unseen=True))]
+                                                      codes, unseen=True, missing=missing))]
     if not any(part.table.rows for part in parts):
         skipped = sum(part.table.skipped for part in parts)
         raise PgadError('22000', 'the data has no rows' if not skipped else
@@ -285,7 +290,8 @@ def _softmax(name, data, config, stored, options, label):
     lam, root = vectors.unrolled_value(model, shapes, config.limits)
     elements = {e: (c, k + 1) for c, n in lengths for k, e in enumerate(vectors.elements(c, (n,)))}
     columns = list(dict.fromkeys([*lam.columns, label]))
-    parts = _load(name, data, config, columns, options, codes, elements)
+    imputed = preprocess.of(options)  # NULLs replaced as training replaced them
+    parts = _load(name, data, config, columns, options, codes, elements, missing=set(imputed))
     cells = config.memory_limit // CELL_BYTES
     if len(classes) ** 2 > cells:
         server.notice(f'model "{name}" has {len(classes)} classes: the confusion matrix gives only its cells that '
@@ -298,6 +304,7 @@ def _softmax(name, data, config, stored, options, label):
             continue
         out.append((key, 'rows', float(table.rows)))
         if table.rows:
+            table = preprocess.fill(table, list(map(str, columns)), imputed, cats.codes)
             cols = dict(zip(map(str, columns), table.columns))
             y = np.asarray(cols[label])
             seen = y > 0

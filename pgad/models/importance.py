@@ -1,14 +1,15 @@
 """pgad.importance: how much each feature of a stored model matters over any rows, per group.
 
 The model's rows in pgad.models give its lambda, weights and baseline (options.baseline, the training rows' means,
-stored by pgad.train since 0.15.0). The columns the objective reads are loaded once by pgad's loader, as
-pgad.evaluate loads them (rows with a NULL in one of them skipped; a categorical column coded by the stored
-categories, a category the model never saw as 0, contributing 0), and each row's contributions are the
-integrated gradients of <name>_explain computed over whole numpy columns (attribution.contributions): the mean of
-their absolute values and their mean, per feature (and per element of a vector prediction: `output`, by class name
-where the model has options.classes). With permutation, each feature's permutation importance: the mean loss (the
-model's objective without regularisation, pgad.evaluate's `loss`) with that feature's column shuffled, less the mean
-loss on the rows as they are; the shuffle is numpy's default_rng(seed) permutation, one per feature in order.
+stored by pgad.train since 0.15.0). The columns the objective reads are loaded once by pgad's loader, as pgad.evaluate
+loads them (rows with a NULL in one of them skipped, or filled where the model imputes the column: options.impute; a
+categorical column coded by the stored categories, a category the model never saw as 0, contributing 0), and each row's
+contributions are the integrated gradients of <name>_explain computed over whole numpy columns
+(attribution.contributions): the mean of their absolute values and their mean, per feature (and per element of a vector
+prediction: `output`, by class name where the model has options.classes). With permutation, each feature's permutation
+importance: the mean loss (the model's objective without regularisation, pgad.evaluate's `loss`) with that feature's
+column shuffled, less the mean loss on the rows as they are; the shuffle is numpy's default_rng(seed) permutation, one
+per feature in order.
 """
 import json
 from dataclasses import replace
@@ -18,7 +19,7 @@ import numpy as np
 from .. import categorical, loader, program, python_backend, server
 from ..errors import PgadError
 from ..lang import vectors
-from . import attribution, catalog, objective
+from . import attribution, catalog, objective, preprocess
 
 
 def importance(name, data, permutation, seed, config):
@@ -69,8 +70,10 @@ def importance(name, data, permutation, seed, config):
         _, parts = loader.load_groups(data, columns, group_by, config.memory_limit, {**cats.codes, **coded},
                                       unseen=True)
     else:
-        parts = [loader.Group(None, None, loader.load(data, columns, config.chunk_rows, config.memory_limit,
-                                                      dict(prog.columns_of), {**cats.codes, **coded}, unseen=True))]
+        imputed = preprocess.of(options[first['group_key']])  # NULLs replaced as training replaced them
+        parts = [loader.Group(None, None, preprocess.fill(loader.load(
+            data, columns, config.chunk_rows, config.memory_limit, dict(prog.columns_of), {**cats.codes, **coded},
+            unseen=True, missing=set(imputed)), list(map(str, columns)), imputed, cats.codes))]
     if not any(part.table.rows for part in parts):
         raise PgadError('22000', 'the data has no rows without NULL in the columns the model reads',
                         hint=f'pgad.importance explains model "{name}" on the rows of the data.')

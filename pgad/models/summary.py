@@ -35,7 +35,7 @@ import numpy as np
 from .. import arguments, calls, categorical, loader, program, server
 from ..errors import PgadError
 from ..lang import hessian as second, vectors
-from . import catalog, evaluate, objective, separation
+from . import catalog, evaluate, objective, preprocess, separation
 
 LEVEL = 0.95
 UNCONVERGED = ('error', 'warning')  # pgad.summary's unconverged: refuse a model not at its optimum, or warn
@@ -143,8 +143,10 @@ def coefficients(name, unconverged='error'):
         _, parts = loader.load_groups(first['data'], list(prog.columns), groups, config.memory_limit, codes)
         tables = {json.dumps(json.loads(part.key), sort_keys=True): part.table for part in parts}
     else:
-        tables = {None: calls.some_rows(loader.load(first['data'], list(prog.columns), config.chunk_rows,
-                                               config.memory_limit, dict(prog.columns_of), codes))}
+        imputed = preprocess.of(options)  # NULLs replaced as training replaced them
+        tables = {None: calls.some_rows(preprocess.fill(loader.load(
+            first['data'], list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of), codes,
+            missing=set(imputed)), list(map(str, prog.columns)), imputed, cats.codes))}
     out = []
     for row in found:
         key = None if row['group_key'] is None else json.dumps(json.loads(row['group_key']), sort_keys=True)

@@ -12,7 +12,7 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import attribution, catalog, classes, descent, objective, separation, sequence, \
+from . import attribution, catalog, classes, descent, objective, preprocess, separation, sequence, \
     standardize as standardizing, summary, validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
@@ -32,6 +32,10 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     config = calls.settings()
     given['deploy'] = deploy = arguments.deploy(deploy, validation)
     if order_by is not None or state is not None:  # a sequence model (sequence.py)
+        if impute is not None and json.loads(impute):
+            raise PgadError('0A000', 'pgad.train takes no impute for a sequence model',
+                            detail='A sequence model reads its rows in order, each from the state the one before left.',
+                            hint='Replace the NULLs in the data query (coalesce), or leave impute out.')
         return sequence.train(name, model, loss, data, weights, given, config)
     loss = objective.canonical(loss)  # 'huber' stored as 'huber(1.0)'
     goal = objective.build(model, loss, label, config.limits)
@@ -84,11 +88,20 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     if found is not None:
         cats.labels.update(found.codes)
     kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
+    impute = preprocess.parse(impute, goal.model.columns, cats.codes)
+    if impute and options['group_by']:
+        raise PgadError('0A000', 'pgad.train takes no impute with group_by',
+                        detail='The statistic would be taken per group, and the scoring function has one per column.',
+                        hint='Replace the NULLs in the data query (coalesce), or train one model per group.')
     try:
         lengths = loader.lengths(data, read.columns, cats.codes)
     except PgadError as e:
         raise objective.without_label(e, goal, loss) from None
     shapes = calls.shapes_of(w, lengths, cats)
+    for column, _ in lengths if impute else ():
+        if column in impute:
+            raise PgadError('0A000', f'pgad.train takes no impute for column "{column}", an array',
+                            hint='Replace the NULLs in the data query, or leave the column out of impute.')
     if sized:  # the class-sized weights' shapes, from the others'
         w = classes.sized(w, sized, goal.model, len(found.keys), shapes)
         shapes = calls.shapes_of(w, lengths, cats)
@@ -134,11 +147,11 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
             # standardize, validation and newton need the rows here: the shards send only the gradient's sums
-            spread = not standardize and validation is None and options['optimizer'] != 'newton'
+            spread = not standardize and validation is None and options['optimizer'] != 'newton' and not impute
             loading = calls.loading(data, spread=spread)
-            table, kernel = stack.enter_context(loading(prog, config, job, start, cats.codes))
+            table, kernel = stack.enter_context(loading(prog, config, job, start, cats.codes, set(impute)))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
-        held_out = _held_out(options['validation'], prog, groups, config, cats.codes)
+        held_out = _held_out(options['validation'], prog, groups, config, cats.codes, set(impute))
         rows, fits = [], []
         for part, kernel in parts:
             where = f'model "{name}"' + (f', group {part.key}' if part.key else '')
@@ -151,6 +164,13 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                                    f'{where}: ' if part.key else '')
             part, held = _validation_rows(part, held_out, options, where,
                                           None if found is None else [str(c) for c in prog.columns].index(label))
+            imputed = {}
+            if impute:  # the statistics of the training rows, before standardize; the held-out rows filled alike
+                names_read = [str(c) for c in prog.columns]
+                imputed = preprocess.statistics(impute, names_read, part.table, cats.codes, server.check_interrupts)
+                part = loader.Group(part.key, part.values,
+                                    preprocess.fill(part.table, names_read, imputed, cats.codes))
+                held = None if held is None else preprocess.fill(held, names_read, imputed, cats.codes)
             if held is not None:
                 objective.check_labels(checked_loss, label, _label_column(prog, held, label), f'{where}, validation: ')
             clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
@@ -190,7 +210,9 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
                              weights=calls.weights_json(unread, categorical.named(nested, cats)),
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
-                             iterations=fit.iterations, options=json.dumps({**options, **explained}), data=data,
+                             iterations=fit.iterations,
+                             options=json.dumps({**options, **({'impute': imputed} if imputed else {}), **explained}),
+                             data=data,
                              rows=part.table.rows,
                              training_time=fit.seconds,
                              validation_history=None if watch is None else watch.history,
@@ -200,7 +222,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     explanation = (explainer, baselines, options.get('classes')) if isinstance(explainer, attribution.Explainer) \
         else (None, explainer)
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
-                              {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)}, found, explanation)
+                              {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)}, found, explanation,
+                              imputed)
     return catalog.store(scoring, rows, fits, deploy)
 
 
@@ -288,9 +311,10 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
     return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit, watch
 
 
-def _held_out(validation, prog, groups, config, categories=None):
+def _held_out(validation, prog, groups, config, categories=None, missing=()):
     """The rows of a validation query (None for a fraction, or no validation): a loader.Table, or with group_by
-    {group key: Table}; a categorical column coded by the training's categories, a category it has not seen as 0."""
+    {group key: Table}; a categorical column coded by the training's categories, a category it has not seen as 0;
+    the columns in missing (imputed) with −NaN for NULL."""
     if not isinstance(validation, str):
         return None
     if groups:
@@ -298,7 +322,7 @@ def _held_out(validation, prog, groups, config, categories=None):
                                       unseen=True)
         return {part.key: part.table for part in found}
     return loader.load(validation, list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of),
-                       categories, unseen=True)
+                       categories, unseen=True, missing=missing)
 
 
 def _validation_rows(part, held_out, options, where, label_at=None):
