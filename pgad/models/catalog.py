@@ -54,13 +54,13 @@ SCHEMA = 'pgad_models'
 EQ, NE, CONCAT = 'OPERATOR(pg_catalog.=)', 'OPERATOR(pg_catalog.<>)', 'OPERATOR(pg_catalog.||)'
 INSERT = ('INSERT INTO pgad.model_versions (name, group_key, model, loss, weights, final_loss, loss_history, '
           'iterations, options, data, rows, training_time, validation_history, converged, gradient_norm, '
-          'scoring_function, trained_by, read_from, version, deployed, deployed_at) VALUES ($1, $2, $3, $4, $5, $6, '
-          '$7, $8, $9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15, $16, $17, '
-          '$18::pg_catalog.regclass[], 1, true, pg_catalog.clock_timestamp()) RETURNING model_versions.*')
+          'scoring_function, trained_by, read_from, version, deployed, deployed_at, metrics) VALUES ($1, $2, $3, $4, '
+          '$5, $6, $7, $8, $9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15, $16, $17, '
+          '$18::pg_catalog.regclass[], 1, true, pg_catalog.clock_timestamp(), $19) RETURNING model_versions.*')
 INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.text', 'pg_catalog.jsonb',
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
                 'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.bool', 'pg_catalog.float8',
-                'pg_catalog.text', 'pg_catalog.name', 'pg_catalog.oid[]']
+                'pg_catalog.text', 'pg_catalog.name', 'pg_catalog.oid[]', 'pg_catalog.jsonb']
 # The roles that trained model $1's rows, and its loss where it gives functions (EXTRAS): from every row, whichever the
 # caller may read (pgad._model_owners; a model's name and owner are public, in pg_proc, and its rows are not).
 OWNERS = 'SELECT o.owner, o.loss FROM pgad._model_owners($1) AS o'
@@ -542,7 +542,7 @@ def store(scoring, rows, fits):
     return _write(dict(op='store', name=name, caller=me, function=shown, read_from=read, rows=[
         [row[c] for c in ('name', 'group_key', 'model', 'loss', 'weights', 'final_loss', 'loss_history',
                           'iterations', 'options', 'data', 'rows', 'training_time', 'validation_history',
-                          'converged', 'gradient_norm')]
+                          'converged', 'gradient_norm')] + [row.get('metrics')]
         for row in rows]))
 
 
@@ -686,7 +686,8 @@ def write():
         return deleted
     _serialized(name, CLAIM)
     return [stored for row in job['rows']
-            for stored in server.query(INSERT, row + [job['function'], caller, job['read_from']], INSERT_TYPES)]
+            for stored in server.query(INSERT, row[:-1] + [job['function'], caller, job['read_from'], row[-1]],
+                                       INSERT_TYPES)]
 
 
 def _serialized(name, sql):

@@ -309,3 +309,28 @@ def _softmax(name, data, config, stored, options, label):
                 out.append((key, 'unseen_category_rows', _unseen_categories(cols, cats)))
         out.append((key, 'skipped_rows', float(table.skipped)))
     return out
+
+
+def metrics_on(loss, model, label, weights, columns, rows, classes=None):
+    """{metric: value} of METRICS for a named loss (as pgad.evaluate gives them) of model (a Lambda) at weights (as
+    stored: a dict from its jsonb) over rows whose columns are {name: array}, the label coded 1 or 2 where classes
+    (a two-class 'logistic' label); {} for a lambda loss, a 'softmax' model or a model with vectors. A value that is
+    not finite, or has nothing to divide by (r2 of a constant label, roc_auc of one class), is None."""
+    kind, parameter = objective.named(loss) or (None, None)
+    rules = METRICS.get(kind, {})
+    rules = rules(parameter) if callable(rules) else rules
+    cats = categorical.Categories()
+    if rules and categorical.indexed(weights, model):
+        _, cats = categorical.stored(weights, model)
+        weights = categorical.as_vectors(weights, cats)
+    if not rules or vectors.needed(model) and not categorical.only(model, cats) or any(
+            isinstance(v, list) for v in weights.values()):
+        return {}
+    z, = values(model.graph, [model.root], columns, weights, rows)
+    y = columns[label] - 1 if classes else columns[label]
+    out = {}
+    for metric, rule in rules.items():
+        with np.errstate(over='ignore', invalid='ignore'):
+            value = rule(y, z)
+        out[metric] = None if value is None or not np.isfinite(value) else float(value)
+    return out

@@ -12,7 +12,7 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import attribution, catalog, classes, descent, objective, separation, sequence, \
+from . import attribution, catalog, classes, descent, evaluate as evaluating, objective, separation, sequence, \
     standardize as standardizing, summary, validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
@@ -186,14 +186,17 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                                                  fitted, part.table.rows)
                 baselines.append(shown)
                 explained = dict(baseline=shown, baseline_prediction=at)
+            stored = calls.weights_json(unread, categorical.named(nested, cats))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
-                             weights=calls.weights_json(unread, categorical.named(nested, cats)),
+                             weights=stored,
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations, options=json.dumps({**options, **explained}), data=data,
                              rows=part.table.rows,
                              training_time=fit.seconds,
                              validation_history=None if watch is None else watch.history,
-                             converged=fit.converged, gradient_norm=fit.gradient_norm))
+                             converged=fit.converged, gradient_norm=fit.gradient_norm,
+                             metrics=None if held is None else _metrics(kernel, prog, held, fitted, loss, goal, label,
+                                                                        found, stored)))
     if not rows:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
     explanation = (explainer, baselines, options.get('classes')) if isinstance(explainer, attribution.Explainer) \
@@ -285,6 +288,19 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
             fit = replace(fit, converged=False)
     fitted = dict(zip(names, fit.weights.tolist()))
     return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit, watch
+
+
+def _metrics(kernel, prog, held, fitted, loss, goal, label, found, weights):
+    """The metrics of a version on its validation rows held (a Table of prog's columns), as the jsonb text of
+    pgad.model_versions.metrics: validation_loss, the mean objective there without the penalty (at the weights the
+    version keeps: the last of validation_history, or with early_stopping its lowest), validation_rows, and
+    pgad.evaluate's metrics of its loss (evaluate.metrics_on). A value that is not finite is null."""
+    value = descent.evaluate(kernel, held, np.array([fitted[n] for n in prog.weights], dtype=np.float64),
+                             server.check_interrupts)[0] / held.rows
+    found = evaluating.metrics_on(loss, goal.model, label, json.loads(weights),
+                                  dict(zip(map(str, prog.columns), held.columns)), held.rows, found is not None)
+    return json.dumps({'validation_loss': float(value) if np.isfinite(value) else None,
+                       'validation_rows': held.rows, **found})
 
 
 def _held_out(validation, prog, groups, config, categories=None):
