@@ -214,3 +214,33 @@ def test_bad_arguments(db, ridge, tail, sqlstate, message, hint):
     if hint:
         assert hint in (e.message_hint or ''), e.message_hint
     assert db.execute('SELECT count(*) FROM pgad.model_versions').fetchone() == before
+
+
+def test_text_is_never_spliced(db, ridge):
+    """A key or a value written as SQL is a key that is not tuned (22023, before anything runs) or a value
+    pgad.train refuses as its own argument: every trial fails, the tune is the first one's error, and nothing ran."""
+    e = error_of(db, TUNE + ", grid => '{\"l2\\\"); DROP TABLE ridge; --\": [0]}')")
+    assert e.sqlstate == '22023' and e.message_primary.startswith('pgad.tune cannot tune argument "l2"); DROP')
+    e = error_of(db, TUNE + ", grid => '{\"optimizer\": [\"adam''); DROP TABLE ridge; --\"]}')")
+    assert e.sqlstate == '22023' and e.message_primary.startswith('unknown optimizer "adam\'); DROP')
+    assert db.execute('SELECT count(*) FROM ridge').fetchone()[0] == ROWS
+    assert versions(db, 'bad') == []
+
+
+def test_another_roles_model_name_is_refused(db, cluster, dbname, ridge):
+    """A tune is trainings of the name under pgad.train's rules: another role's model is 42501 before any trial."""
+    db.execute("SELECT FROM pgad.train('owned', %s, 'squared', %s, %s)", (MODEL, TRAINING, WEIGHTS))
+    db.execute('DROP ROLE IF EXISTS pgad_tuner')
+    db.execute('CREATE ROLE pgad_tuner LOGIN')
+    db.execute('GRANT CREATE ON SCHEMA pgad_models TO pgad_tuner')
+    db.execute('GRANT SELECT ON ridge TO pgad_tuner')
+    try:
+        with psycopg.connect(cluster.conninfo(dbname, user='pgad_tuner'), autocommit=True) as other:
+            e = error_of(other, "SELECT FROM pgad.tune('owned', %s, 'squared', %s, %s, grid => '{\"l2\": [0, 1]}', "
+                                "validation => %s)", (MODEL, TRAINING, WEIGHTS, HELD))
+        assert e.sqlstate == '42501' and e.message_primary == 'model "owned" belongs to role "postgres"'
+        assert [v for v, *_ in versions(db, 'owned')] == [1]
+    finally:
+        db.execute('REVOKE ALL ON ridge FROM pgad_tuner')
+        db.execute('REVOKE ALL ON SCHEMA pgad_models FROM pgad_tuner')
+        db.execute('DROP ROLE pgad_tuner')
