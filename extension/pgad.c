@@ -70,6 +70,7 @@ static int	load_chunk_rows = 0;
 static int	memory_limit_kb = 1024 * 1024;
 static int	threads = 0;
 static int	max_threads = 1;
+static int	keep_versions = 10;
 
 /* The most threads one call may use (pgad/jit/threads.py's MAX_THREADS) */
 #define PGAD_MAX_THREADS 64
@@ -150,6 +151,11 @@ _PG_init(void)
 							NULL,
 							&max_threads, max_threads, 1, PGAD_MAX_THREADS,
 							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("pgad.keep_versions",
+							"The versions of a model pgad.train keeps besides the deployed one; older ones are dropped.",
+							"A version whose functions other objects use is kept.",
+							&keep_versions, 10, 1, 100000,
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgad");
 	RegisterXactCallback(load_xact_callback, NULL);
 }
@@ -264,9 +270,9 @@ PG_FUNCTION_INFO_V1(pgad_call);
 
 /*
  * What pgad_call keeps of a function between calls: its implementation, and which arguments pgad.f declares
- * anycompatible or anyelement (one that takes a number or a text, as pgad.train's validation, or a boolean or a
- * text, as its deploy): PL/Python takes no polymorphic type, so pgad._f declares those text, and each reaches it as
- * its value's text (the type's output function).
+ * anycompatible or "any" (one that takes a number or a text, as pgad.train's validation, or a boolean or a text,
+ * as its deploy: "any", since anycompatible would make both of one type): PL/Python takes no polymorphic type, so
+ * pgad._f declares those text, and each reaches it as its value's text (the type's output function).
  */
 typedef struct Door
 {
@@ -300,7 +306,7 @@ pgad_call(PG_FUNCTION_ARGS)
 							   ((Form_pg_proc) GETSTRUCT(tuple))->pronargs);
 		ReleaseSysCache(tuple);
 		for (i = 0; i < types->dim1; i++)
-			if (types->values[i] == ANYCOMPATIBLEOID || types->values[i] == ANYELEMENTOID)
+			if (types->values[i] == ANYCOMPATIBLEOID || types->values[i] == ANYOID)
 			{
 				door->as_text[i] = any = true;
 				types->values[i] = TEXTOID;

@@ -225,15 +225,36 @@ def options(text, aggregate, names, memory_limit=None):
 
 # pgad.train's own arguments.
 NAMEDATALEN = 64
+VERSIONED = 8  # the bytes a version's functions add to the model's name: '@' and up to seven digits (catalog.versioned)
 IDENTIFIER = re.compile(r'\s*(?:"((?:[^"]|"")+)"|([^\W\d]\w*))\s*(,|$)')
 
 
 def model_name(value):
-    """A model's name: also its scoring function's name in pgad_models, always quoted there."""
-    if not value or len(value.encode()) >= NAMEDATALEN:
+    """A model's name: also its scoring function's name in pgad_models, always quoted there, and with a version's
+    number that version's own function's ("name@3")."""
+    if not value or len(value.encode()) >= NAMEDATALEN - VERSIONED:
         raise PgadError('42602', f'invalid model name "{value}"',
-                        detail=f'A model name has 1 to {NAMEDATALEN - 1} bytes, as a PostgreSQL name does.',
+                        detail=f'A model name has 1 to {NAMEDATALEN - VERSIONED - 1} bytes: a PostgreSQL name has at '
+                               f'most {NAMEDATALEN - 1}, and a version\'s functions add its number ("name@3").',
                         hint='The name is also the name of the model\'s scoring function, pgad_models."<name>".')
+    return value
+
+
+DEPLOY = {'t': True, 'true': True, 'f': False, 'false': False, 'if_better': 'if_better'}
+
+
+def deploy(text, validation):
+    """pgad.train's deploy, as text (a boolean reaches it as 't' or 'f'): True, False or 'if_better', which compares
+    validation losses and so needs validation rows."""
+    if text is None:
+        raise PgadError('22004', 'argument "deploy" of pgad.train must not be NULL')
+    value = DEPLOY.get(str(text).strip().lower())
+    if value is None:
+        raise PgadError('22023', f'invalid value for argument "deploy" of pgad.train: "{text}"',
+                        hint="deploy takes true, false or 'if_better'.")
+    if value == 'if_better' and validation is None:
+        raise PgadError('22023', "deploy => 'if_better' compares validation losses, and there are no validation rows",
+                        hint='Give validation => 0.2 (or a query of validation rows).')
     return value
 
 

@@ -15,6 +15,9 @@ UPDATE pgad.model_versions SET deployed_at = trained_at;
 ALTER TABLE pgad.model_versions ADD UNIQUE NULLS NOT DISTINCT (name, version, group_key);
 CREATE UNIQUE INDEX model_versions_deployed ON pgad.model_versions (name, group_key) NULLS NOT DISTINCT WHERE deployed;
 COMMENT ON TABLE pgad.model_versions IS 'the models pgad.train made, one row per version and group';
+ALTER TABLE pgad.model_names ADD COLUMN versions pg_catalog.int4 NOT NULL DEFAULT 0;
+INSERT INTO pgad.model_names SELECT DISTINCT v.name, 1 FROM pgad.model_versions AS v
+ON CONFLICT (name) DO UPDATE SET versions = 1;
 COMMENT ON TABLE pgad.model_names IS 'the names in pgad.model_versions, one row each, claimed by the writer';
 COMMENT ON FUNCTION pgad.drop_model(pg_catalog.text) IS
     'drop a model: every version''s rows in pgad.model_versions and its functions in pgad_models';
@@ -95,14 +98,14 @@ CREATE FUNCTION pgad.train(name pg_catalog.text, model pg_catalog.text, loss pg_
                            early_stopping pg_catalog.int4 DEFAULT NULL,
                            likelihood pg_catalog.bool DEFAULT NULL,
                            order_by pg_catalog.text DEFAULT NULL, state pg_catalog.jsonb DEFAULT NULL,
-                           deploy pg_catalog.anyelement DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL)
+                           deploy "any" DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL)
 RETURNS SETOF pgad.model_versions LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
                                pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8,
                                pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
-                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, pg_catalog.anyelement,
+                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, "any",
                                pg_catalog.jsonb) IS
     'train a new version of a model (one per group, with group_by), store it in pgad.model_versions and, unless '
     'deploy => false, deploy it: its scoring function pgad_models.<name>';
@@ -141,9 +144,41 @@ LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.drop_model(pg_catalog.text, pg_catalog.int4) IS
     'drop a version of a model that is not deployed: its rows in pgad.model_versions and its functions';
 
--- LEGACY: the functions of version 1 of each model trained before 0.17.0 (see catalog.py, VERSION_FUNCTIONS)
+-- Each model trained before 0.17.0 is its version 1, deployed, whose functions are pgad_models."name" and the others
+-- beside it (pgad/models/catalog.py, suffixes). A version has functions of its own, "name@1" (catalog.py,
+-- versioned), which the deployed ones call; a model's version 1 gets copies of its functions under those names, owned
+-- by the role that trained it, so that it can be deployed again after a new version. Their bodies are PostgreSQL's
+-- own text of the stored ones (pg_get_function_sqlbody), every float written exactly (extra_float_digits 3).
+DO $$
+DECLARE
+  f pg_catalog.record;
+  digits pg_catalog.text := pg_catalog.current_setting('extra_float_digits');
+BEGIN
+  PERFORM pg_catalog.set_config('extra_float_digits', '3', true);
+  FOR f IN
+    SELECT DISTINCT p.oid, p.proname, m.trained_by
+    FROM pgad.model_versions AS m
+    JOIN pg_catalog.pg_proc AS s ON s.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(m.scoring_function)
+    JOIN pg_catalog.pg_proc AS p ON p.pronamespace OPERATOR(pg_catalog.=) s.pronamespace
+      AND p.proargtypes OPERATOR(pg_catalog.=) s.proargtypes AND p.proowner OPERATOR(pg_catalog.=) s.proowner
+      AND (p.proname OPERATOR(pg_catalog.=) m.name OR p.proname OPERATOR(pg_catalog.=) ANY (ARRAY[
+           m.name OPERATOR(pg_catalog.||) '_probability', m.name OPERATOR(pg_catalog.||) '_class',
+           m.name OPERATOR(pg_catalog.||) '_mean', m.name OPERATOR(pg_catalog.||) '_explain']))
+    JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) p.proowner
+      AND r.rolname OPERATOR(pg_catalog.=) m.trained_by
+    WHERE s.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
+      AND pg_catalog.octet_length(p.proname) OPERATOR(pg_catalog.<) 62 AND p.prosqlbody IS NOT NULL
+  LOOP
+    EXECUTE pg_catalog.format('CREATE FUNCTION pgad_models.%I(%s) RETURNS %s LANGUAGE sql IMMUTABLE PARALLEL SAFE %s',
+                              f.proname OPERATOR(pg_catalog.||) '@1', pg_catalog.pg_get_function_arguments(f.oid),
+                              pg_catalog.pg_get_function_result(f.oid), pg_catalog.pg_get_function_sqlbody(f.oid));
+    EXECUTE pg_catalog.format('ALTER FUNCTION pgad_models.%I(%s) OWNER TO %I', f.proname OPERATOR(pg_catalog.||) '@1',
+                              pg_catalog.pg_get_function_identity_arguments(f.oid), f.trained_by);
+  END LOOP;
+  PERFORM pg_catalog.set_config('extra_float_digits', digits, true);
+END $$;
 
--- §3 tuning
+-- §3 tuning (issue 38)
 -- pgad.tune: a training of the model per combination of a grid, or per draw of a random search, each a version
 -- (deploy => false) on the same validation rows, the best by the metric deployed (pgad/models/tuning.py); a row per
 -- trial. Not STRICT: grid, random, trials and seed are NULL unless given, and one of grid and random is.

@@ -418,7 +418,9 @@ GRANT EXECUTE ON FUNCTION pgad._model_owners(pg_catalog.text) TO PUBLIC;  -- pga
 -- writes (INSERT … ON CONFLICT DO NOTHING). Under repeatable read or serializable a transaction's snapshot may be
 -- older than the writer's lock, and miss the rows of a first training of the name that committed in between: the
 -- claim then fails (40001) where two trainings would otherwise both commit under one name (issue 34).
-CREATE TABLE pgad.model_names (name pg_catalog.text PRIMARY KEY);
+CREATE TABLE pgad.model_names (
+  name pg_catalog.text PRIMARY KEY,
+  versions pg_catalog.int4 NOT NULL DEFAULT 0);  -- the versions the name has had: the next is one more (issue 38)
 COMMENT ON TABLE pgad.model_names IS 'the names in pgad.model_versions, one row each, claimed by the writer';
 SELECT pg_catalog.pg_extension_config_dump('pgad.model_names', '');
 
@@ -597,14 +599,14 @@ CREATE FUNCTION pgad.train(name pg_catalog.text, model pg_catalog.text, loss pg_
                            early_stopping pg_catalog.int4 DEFAULT NULL,
                            likelihood pg_catalog.bool DEFAULT NULL,
                            order_by pg_catalog.text DEFAULT NULL, state pg_catalog.jsonb DEFAULT NULL,
-                           deploy pg_catalog.anyelement DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL)
+                           deploy "any" DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL)
 RETURNS SETOF pgad.model_versions LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
                                pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.int8, pg_catalog.float8, pg_catalog.float8,
                                pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
-                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, pg_catalog.anyelement,
+                               pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, "any",
                                pg_catalog.jsonb) IS
     'train a new version of a model (one per group, with group_by), store it in pgad.model_versions and, unless '
     'deploy => false, deploy it: its scoring function pgad_models.<name>';

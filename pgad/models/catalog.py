@@ -53,21 +53,25 @@ from ..lang import printer, sql, vectors
 SCHEMA = 'pgad_models'
 EQ, NE, CONCAT = 'OPERATOR(pg_catalog.=)', 'OPERATOR(pg_catalog.<>)', 'OPERATOR(pg_catalog.||)'
 INSERT = ('INSERT INTO pgad.model_versions (name, group_key, model, loss, weights, final_loss, loss_history, '
-          'iterations, options, data, rows, training_time, validation_history, converged, gradient_norm, '
-          'scoring_function, trained_by, read_from, version, deployed, deployed_at, metrics) VALUES ($1, $2, $3, $4, '
-          '$5, $6, $7, $8, $9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15, $16, $17, '
-          '$18::pg_catalog.regclass[], 1, true, pg_catalog.clock_timestamp(), $19) RETURNING model_versions.*')
+          'iterations, options, data, rows, training_time, validation_history, converged, gradient_norm, metrics, '
+          'scoring_function, trained_by, read_from, version, deployed) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '
+          '$10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15, $16, $17, $18, '
+          '$19::pg_catalog.regclass[], $20, false) RETURNING model_versions.*')
 INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.text', 'pg_catalog.jsonb',
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
                 'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.bool', 'pg_catalog.float8',
-                'pg_catalog.text', 'pg_catalog.name', 'pg_catalog.oid[]', 'pg_catalog.jsonb']
+                'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.name', 'pg_catalog.oid[]', 'pg_catalog.int4']
+STORED = ('name', 'group_key', 'model', 'loss', 'weights', 'final_loss', 'loss_history', 'iterations', 'options',
+          'data', 'rows', 'training_time', 'validation_history', 'converged', 'gradient_norm', 'metrics')
 # The roles that trained model $1's rows, and its loss where it gives functions (EXTRAS): from every row, whichever the
 # caller may read (pgad._model_owners; a model's name and owner are public, in pg_proc, and its rows are not).
 OWNERS = 'SELECT o.owner, o.loss FROM pgad._model_owners($1) AS o'
-# The functions pgad created for a model: the signatures its rows record, and the role that trained them.
+# The deployed functions pgad created for a model: the signatures its rows record of the versions ever deployed,
+# and the roles that trained them (a version's own functions, versioned, have its number in their names).
 RECORDED = ('SELECT DISTINCT m.scoring_function AS signature, m.trained_by::pg_catalog.text AS owner, m.loss '
-            f'FROM pgad.models AS m WHERE m.name {EQ} $1')
+            f'FROM pgad.model_versions AS m WHERE m.name {EQ} $1 AND m.deployed_at IS NOT NULL')
 NAMEDATALEN = 64
+VERSIONED = 8  # what a version's number adds to a function's name: '@' and up to seven digits (versioned)
 # The functions pgad creates for a model beside its scoring function, by its loss: (suffix of the name, what it
 # returns, its body from the score x's SQL, its comment). The probability is 1/2 + tanh(x/2)/2, σ(x) written with x
 # once and strict (NULL gives NULL; no overflow or underflow for any finite x); the class is 1 (or 0, or −1) from the
@@ -123,7 +127,7 @@ def suffixes(loss, name):
     """The suffixes of the functions pgad creates beside model `name`'s scoring function under loss: the explain
     function's only where its name fits NAMEDATALEN (a longer name is not refused: the model gets none, and a
     NOTICE says why; PostgreSQL would truncate the name, and find another function by it)."""
-    explain = [EXPLAIN[0]] if len(f'{name}_{EXPLAIN[0]}'.encode()) < NAMEDATALEN else []
+    explain = [EXPLAIN[0]] if len(f'{name}_{EXPLAIN[0]}'.encode()) < NAMEDATALEN - VERSIONED else []
     return [suffix for suffix, *_ in EXTRAS.get(loss, ())] + explain
 SUPERUSER = f'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} $1'
 ME = 'SELECT CURRENT_USER::pg_catalog.text AS me'
@@ -141,6 +145,13 @@ FUNCTION = (f"SELECT p.oid, pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.t
             f"ON t.oid {EQ} p.proargtypes[k] JOIN pg_catalog.pg_namespace AS n ON n.oid {EQ} t.typnamespace "
             f"ORDER BY k), ', ') {CONCAT} ')' AS identity, "
             f"p.prorettype AS returns, pg_catalog.format_type(p.prorettype, NULL) AS result, "
+            f"(SELECT pg_catalog.quote_ident(n.nspname) {CONCAT} '.' {CONCAT} pg_catalog.quote_ident(t.typname) "
+            f" FROM pg_catalog.pg_type AS t JOIN pg_catalog.pg_namespace AS n ON n.oid {EQ} t.typnamespace "
+            f" WHERE t.oid {EQ} p.prorettype) AS qualified_result, "
+            f"ARRAY(SELECT pg_catalog.quote_ident(n.nspname) {CONCAT} '.' {CONCAT} pg_catalog.quote_ident(t.typname) "
+            f" FROM pg_catalog.generate_subscripts(p.proargtypes, 1) AS k JOIN pg_catalog.pg_type AS t "
+            f" ON t.oid {EQ} p.proargtypes[k] JOIN pg_catalog.pg_namespace AS n ON n.oid {EQ} t.typnamespace "
+            f" ORDER BY k) AS types, "
             f"coalesce(p.proargnames, '{{}}'::pg_catalog.text[]) AS names, "
             f"(SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ') "
             f" FROM pg_catalog.pg_depend AS d WHERE d.refclassid {EQ} 'pg_catalog.pg_proc'::pg_catalog.regclass "
@@ -185,10 +196,30 @@ FOREIGN = (f"SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) A
 TYPE = ('SELECT t::pg_catalog.oid AS oid, pg_catalog.format_type(t, NULL) AS shown '
         'FROM pg_catalog.to_regtype($1) AS t')
 DELETE = f"DELETE FROM pgad.model_versions AS m WHERE m.name {EQ} $1 RETURNING m.*"
+DELETE_VERSION = f"DELETE FROM pgad.model_versions AS m WHERE m.name {EQ} $1 AND m.version {EQ} $2 RETURNING m.*"
+# The next version of a name, counted in pgad.model_names (a version's number is never given twice, while the name
+# has a version).
+NEXT = (f'UPDATE pgad.model_names AS n SET versions = n.versions OPERATOR(pg_catalog.+) 1 WHERE n.name {EQ} $1 '
+        'RETURNING n.versions AS version')
+# Each version of a model, once: deployed or not, when last deployed, and its validation loss (the last of each
+# group's validation_history, their mean; NULL unless every group has one).
+VERSIONS = ("SELECT m.version, pg_catalog.bool_or(m.deployed) AS deployed, pg_catalog.max(m.deployed_at) AS "
+            "deployed_at, CASE WHEN pg_catalog.count(m.validation_history) OPERATOR(pg_catalog.=) pg_catalog.count(*) "
+            "THEN pg_catalog.avg(m.validation_history[pg_catalog.array_upper(m.validation_history, 1)]) END "
+            f"AS validation, pg_catalog.date_part('epoch', pg_catalog.max(m.deployed_at)) AS deployed_epoch "
+            f"FROM pgad.model_versions AS m WHERE m.name {EQ} $1 GROUP BY m.version ORDER BY m.version")
+UNDEPLOY = (f'UPDATE pgad.model_versions AS m SET deployed = false WHERE m.name {EQ} $1 AND m.deployed '
+            f'AND m.version {NE} $2')
+DEPLOY = (f'UPDATE pgad.model_versions AS m SET deployed = true, deployed_at = pg_catalog.clock_timestamp() '
+          f'WHERE m.name {EQ} $1 AND m.version {EQ} $2 RETURNING m.*')
+VERSION_ROWS = (f'SELECT m.* FROM pgad.model_versions AS m WHERE m.name {EQ} $1 AND m.version {EQ} $2 '
+                'ORDER BY m.group_key')
+STRATEGIES = ('best_validation', 'most_recent', 'previous')
+KEEP = "SELECT pg_catalog.current_setting('pgad.keep_versions')::pg_catalog.int4 AS keep"
 # The name's row of pgad.model_names: claimed before a model is written, under the writer's lock. Under repeatable
 # read or serializable, a name another transaction claimed and committed after this one's snapshot is a 40001 here
 # (ON CONFLICT with a row the snapshot does not see), rather than two first trainings both committing.
-CLAIM = 'INSERT INTO pgad.model_names VALUES ($1) ON CONFLICT DO NOTHING'
+CLAIM = 'INSERT INTO pgad.model_names (name) VALUES ($1) ON CONFLICT DO NOTHING'
 UNCLAIM = f'DELETE FROM pgad.model_names AS n WHERE n.name {EQ} $1'
 # The relations this transaction has read, which a model's rows record (read_from): every relation it holds a lock
 # on (PostgreSQL locks each relation a query reads, a view's relations and a function's queries' included, until
@@ -233,9 +264,9 @@ def check_names(name, loss):
     model's name, is refused whichever came first; so is a function name past PostgreSQL's NAMEDATALEN."""
     for suffix in suffixes(loss, name):
         extra = f'{name}_{suffix}'
-        if len(extra.encode()) >= NAMEDATALEN:
+        if len(extra.encode()) >= NAMEDATALEN - VERSIONED:
             raise PgadError('42622', f'the {suffix} function of model "{name}" would be named "{extra}", longer '
-                                     f'than {NAMEDATALEN - 1} bytes',
+                                     f'than {NAMEDATALEN - VERSIONED - 1} bytes',
                             detail=f'A model trained with loss \'{loss}\' also gets {function_name(extra)}.',
                             hint='Train the model under a shorter name.')
         if owners(extra):
@@ -474,23 +505,114 @@ class Scoring:
         return '(' + ' AND '.join(tests) + ')'
 
 
-def store(scoring, rows, fits):
-    """Replace model scoring.name by rows (dicts of pgad.models' columns) and its scoring function: pgad.models'
-    stored rows as PostgreSQL returns them.
+def versioned(name, suffix, version):
+    """The name of version `version`'s own function of model `name` (suffix '' for its scoring function): what the
+    deployed function pgad_models."name" (or "name_suffix") calls while that version is deployed."""
+    return f'{name}_{suffix}@{version}' if suffix else f'{name}@{version}'
 
-    The function is created as the caller, who owns it. Of the functions in pgad_models, only the one the model's
-    rows record (scoring_function, the function pgad created for it) is dropped or replaced, never another of that
-    name: another role's overload stays, and so does a function of the new signature that pgad did not create for
-    this model (refused, unless the caller owns it)."""
+
+def store(scoring, rows, fits, deploy=True):
+    """Store rows (dicts of pgad.model_versions' columns) as the next version of model scoring.name, create that
+    version's own functions (versioned: the model's scoring function and the others, its weights written in) and,
+    as deploy says (True, False or 'if_better': if its validation loss is lower than the deployed version's),
+    deploy it: the version's stored rows as PostgreSQL returns them.
+
+    The functions are created as the caller, who owns them, after the writer's lock (write) is taken: two
+    transactions storing or deploying a model take turns. A function of a version's name that pgad did not create
+    (another role's, or the caller's own of another shape) is refused, never replaced."""
     name, me, read = scoring.name, current_user(), relations_read()
     check_owner(name, owners(name), me)
     loss = rows[0]['loss']
     check_names(name, loss)
     made = scoring.functions(loss, fits)
-    ours = {(suffix, f['oid']): f for r in server.query(RECORDED, [name], ['pg_catalog.text'])
+    shown = f'{SCHEMA}.{quote_ident(name)}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
+    stored = _write(dict(op='store', name=name, caller=me, function=shown, read_from=read,
+                         rows=[[row.get(c) for c in STORED] for row in rows]))
+    version = stored[0]['version']
+    _create(name, {suffix: (scoring.identity_of(versioned(name, suffix, version)),
+                            scoring.signature_of(versioned(name, suffix, version)), returns, body,
+                            f'{comment}; version {version}')
+                   for suffix, (_, _, returns, body, comment) in made.items()}, me)
+    if deploy:
+        stored = _deploy(name, me, version, if_better=deploy == 'if_better') or stored
+    _prune(name, me)
+    return stored
+
+
+def deploy(name, version=None, strategy=None):
+    """pgad.deploy: make version `version` of model `name`, or the one strategy picks (STRATEGIES), the deployed
+    one; its rows."""
+    if name is None:
+        raise PgadError('22004', 'argument "name" of pgad.deploy must not be NULL')
+    if (version is None) == (strategy is None):
+        raise PgadError('22023', 'pgad.deploy takes a version or a strategy, one of them',
+                        hint="Give version => 3, or strategy => 'best_validation', 'most_recent' or 'previous'.")
+    if strategy is not None and strategy not in STRATEGIES:
+        raise PgadError('22023', f'unknown deployment strategy "{strategy}"',
+                        hint="The strategies are 'best_validation', 'most_recent' and 'previous'.")
+    me = current_user()
+    found = owners(name)
+    if not found:
+        raise missing(name)
+    check_owner(name, found, me)
+    return _deploy(name, me, version, strategy)
+
+
+def _deploy(name, me, version=None, strategy=None, if_better=False):
+    """Deploy a version of model `name` (the writer picks it, under its lock: write, chosen) and point the deployed
+    functions at its own: its rows, or none where if_better found it no better."""
+    _write(dict(op='lock', name=name, caller=me))
+    ours = _deployed_functions(name)  # before the deployment: the functions pgad made for a version deployed before
+    rows = _write(dict(op='deploy', name=name, caller=me, version=version, strategy=strategy, if_better=if_better))
+    if rows:
+        row = rows[0]
+        made, names = _wrappers(name, row['loss'], row['scoring_function'], row['trained_by'], row['version'])
+        _point(name, row['loss'], made, names, me, ours)
+    return rows
+
+
+def _deployed_functions(name):
+    """{(suffix, oid): FUNCTION's row} of the deployed functions pgad created for model `name` (RECORDED), owned by
+    the role that trained the version that recorded them."""
+    return {(suffix, f['oid']): f for r in server.query(RECORDED, [name], ['pg_catalog.text'])
             for suffix, signature in [('', r['signature']), *extras(name, r['loss'], r['signature'])]
             for f in function(signature) if f['owner'] == r['owner']}
-    names = [str(p) for p, _ in scoring.params]
+
+
+def _wrappers(name, loss, signature, owner, version):
+    """({suffix: (identity, signature, returns, body, comment)}, the arguments' names) of the deployed functions of
+    model `name` that call version `version`'s own (versioned), which its row records as signature, owned by owner.
+    A version without them cannot be deployed."""
+    prefix = f'{SCHEMA}.{quote_ident(name)}('
+    comments = {'': SCORING_COMMENT, EXPLAIN[0]: EXPLAIN[3], **{e[0]: e[3] for e in EXTRAS.get(loss, ())}}
+    made, names = {}, []
+    for suffix in ['', *suffixes(loss, name)]:
+        own = versioned(name, suffix, version)
+        found = [f for f in function(f'{function_name(own)}({signature[len(prefix):]}')
+                 if f['owner'] == owner] if signature.startswith(prefix) else []
+        if not found:
+            if suffix:
+                continue
+            raise PgadError('55000', f'version {version} of model "{name}" has no scoring function of its own',
+                            detail=f'{function_name(own)} does not exist, or another role than "{owner}" owns it.',
+                            hint='Train the model again, and deploy that version.')
+        f = found[0]
+        public = f'{name}_{suffix}' if suffix else name
+        names = list(f['names'])
+        arguments = ', '.join(printer.quote_ident(n) + ' ' + t for n, t in zip(names, f['types']))
+        made[suffix] = (f'{function_name(public)}({", ".join(f["types"])})', f'{function_name(public)}({arguments})',
+                        f['qualified_result'],
+                        f'{function_name(own)}({", ".join(f"${k + 1}" for k in range(len(f["types"])))})',
+                        f'{comments[suffix]}; version {version}')
+    return made, names
+
+
+def _point(name, loss, made, names, me, ours):
+    """Make model `name`'s deployed functions made's ({suffix: (identity, signature, returns, body, comment)}),
+    their arguments named names: of the functions in pgad_models, only those the model's rows record (a version's
+    scoring_function, and the functions beside it) are dropped or replaced, never another of that name: another
+    role's overload stays, and so does a function of the new signature that pgad did not create for this model
+    (refused, unless the caller owns it); ours: _deployed_functions before the deployment."""
     for (suffix, _), found in ours.items():
         what = f'{suffix} function' if suffix else 'scoring function'
         target = function(made[suffix][0]) if suffix in made else []
@@ -508,8 +630,15 @@ def store(scoring, rows, fits):
                                      f'objects depend on it',
                             detail=f'The function was {found["identity"]} RETURNS {found["result"]}, now {now}. '
                                    f'It is used by: {found["users"]}.',
-                            hint='Drop or change those objects, then train again.')
+                            hint='Drop or change those objects, then train (or deploy) again.')
         server.query(f'DROP FUNCTION {found["identity"]}')
+    _create(name, made, me, names)
+
+
+def _create(name, made, me, names=None):
+    """CREATE OR REPLACE each of made's functions ({suffix: (identity, signature, returns, body, comment)}) as the
+    caller, refusing one of that name that is another role's, or the caller's own of another shape; then what it
+    depends on is checked (FOREIGN)."""
     for suffix, (identity, signature, returns, body, comment) in made.items():
         what = f'{suffix} function' if suffix else 'scoring function'
         target = function(identity)
@@ -520,7 +649,7 @@ def store(scoring, rows, fits):
                                    'not its owner.',
                             hint='Train the model under another name, or ask that role (or a superuser) to drop the '
                                  'function.')
-        reshaped = target and reshaping(target[0], returns, names)
+        reshaped = target and reshaping(target[0], returns, names if names is not None else target[0]['names'])
         if reshaped:  # the caller's own function, which pgad did not create for the model: never dropped here
             raise PgadError('42P13', f'function {target[0]["identity"]} exists, and pgad.train did not create it '
                                      f'for model "{name}"',
@@ -537,13 +666,53 @@ def store(scoring, rows, fits):
                             detail='Anyone may call a scoring function: it uses only the objects of superusers and of '
                                    'the role that trains.',
                             hint='Cast the column to a built-in type in the data query.')
-        server.query(f"COMMENT ON FUNCTION {identity} IS '{comment}'")
-    shown = f'{SCHEMA}.{quote_ident(name)}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
-    return _write(dict(op='store', name=name, caller=me, function=shown, read_from=read, rows=[
-        [row[c] for c in ('name', 'group_key', 'model', 'loss', 'weights', 'final_loss', 'loss_history',
-                          'iterations', 'options', 'data', 'rows', 'training_time', 'validation_history',
-                          'converged', 'gradient_norm')] + [row.get('metrics')]
-        for row in rows]))
+        server.query(f"COMMENT ON FUNCTION {identity} IS {printer.quote_literal(comment)}")
+
+
+def _prune(name, me):
+    """Drop the versions of model `name` past the newest pgad.keep_versions that are not deployed, oldest first; a
+    version whose functions other objects use is kept, with a NOTICE."""
+    keep = server.query(KEEP)[0]['keep']
+    old = [v['version'] for v in server.query(VERSIONS, [name], ['pg_catalog.text']) if not v['deployed']]
+    for version in old[:max(len(old) - keep, 0)]:
+        rows = server.query(VERSION_ROWS, [name, version], ['pg_catalog.text', 'pg_catalog.int4'])
+        used = [f['identity'] for f in _own_functions(name, rows) if f['users']]
+        if used:
+            server.notice(f'model "{name}": version {version} is kept past pgad.keep_versions, since other objects '
+                          f'use its functions ({", ".join(used)})')
+            continue
+        _drop_functions(name, _write(dict(op='drop_version', name=name, caller=me, version=version)), public=False)
+
+
+def _own_functions(name, rows):
+    """The functions of the versions whose rows are given (versioned), owned by the role that trained each."""
+    found = {}
+    for r in rows:
+        prefix = f'{SCHEMA}.{quote_ident(name)}('
+        if not r['scoring_function'].startswith(prefix):
+            continue
+        for suffix in ['', *suffixes(r['loss'], name)]:
+            own = f'{function_name(versioned(name, suffix, r["version"]))}({r["scoring_function"][len(prefix):]}'
+            for f in function(own):
+                if f['owner'] == r['trained_by']:
+                    found[f['oid']] = f
+    return list(found.values())
+
+
+def _drop_functions(name, rows, public):
+    """Drop the functions of the versions whose rows were deleted: the deployed ones first (public: they call a
+    version's own), then each version's own; objects that depend on one are named (dependents)."""
+    try:
+        if public:
+            for signature, owner, loss in {(r['scoring_function'], r['trained_by'], r['loss']) for r in rows}:
+                for _, each in [*extras(name, loss, signature), ('', signature)]:
+                    for found in function(each):
+                        if found['owner'] == owner:
+                            server.query(f'DROP FUNCTION {found["identity"]}')
+        for found in _own_functions(name, rows):
+            server.query(f'DROP FUNCTION {found["identity"]}')
+    except server.SPIError as e:
+        raise dependents(e, name) from None
 
 
 def relations_read():
@@ -604,21 +773,17 @@ def hidden(name):
 
 
 def drop(name, version=None):
-    """Drop model `name`: its rows in pgad.models and the scoring function pgad created for it."""
+    """Drop model `name`: every version's rows in pgad.model_versions and the functions pgad created for them; or,
+    with a version, that version's alone, which must not be the deployed one."""
     me = current_user()
     found = owners(name)
     if not found:
         raise missing(name)
     check_owner(name, found, me, dropping=True)
-    deleted = _write(dict(op='drop', name=name, caller=me))
-    for signature, owner, loss in {(r['scoring_function'], r['trained_by'], r['loss']) for r in deleted}:
-        for _, each in [*extras(name, loss, signature), ('', signature)]:
-            for found in function(each):
-                if found['owner'] == owner:
-                    try:
-                        server.query(f'DROP FUNCTION {found["identity"]}')
-                    except server.SPIError as e:
-                        raise dependents(e, name) from None
+    if version is not None:
+        _drop_functions(name, _write(dict(op='drop_version', name=name, caller=me, version=version)), public=False)
+        return
+    _drop_functions(name, _write(dict(op='drop', name=name, caller=me)), public=True)
 
 
 def dependents(error, name):
@@ -665,36 +830,95 @@ def _write(job):
 
 @server.entry
 def write():
-    """pgad._write_models(): the write store or drop left, checked again under a lock that orders every writer of
-    the catalog (a name belongs to the role that trained it first; a superuser may replace or drop anyone's), the
-    name claimed in pgad.model_names (CLAIM: 40001 under a snapshot older than another training of it). The rows
-    written, or for a drop the rows deleted."""
+    """pgad._write_models(): the write that store, deploy or drop left, checked again under a lock that orders every
+    writer of the catalog (a name belongs to the role that trained it first; a superuser may replace or drop
+    anyone's), the name claimed in pgad.model_names (CLAIM: 40001 under a snapshot older than another training of
+    it). The rows written (a new version's, or a deployed version's), or for a drop the rows deleted."""
     if not _waiting:
         raise PgadError('42501', 'permission denied for function pgad._write_models',
-                        detail='It writes pgad.models for pgad.train and pgad.drop_model, and for nothing else.',
-                        hint='Call pgad.train or pgad.drop_model.')
+                        detail='It writes pgad.model_versions for pgad.train, pgad.deploy and pgad.drop_model, and '
+                               'for nothing else.',
+                        hint='Call pgad.train, pgad.deploy or pgad.drop_model.')
     job = _waiting.pop()
     server.query(LOCK)
-    name, caller = job['name'], job['caller']
+    name, caller, op = job['name'], job['caller'], job['op']
     found = owners(name)
-    if job['op'] == 'drop' and not found:
+    if op in ('drop', 'drop_version', 'deploy', 'lock') and not found:
         raise missing(name)
-    check_owner(name, found, caller, dropping=job['op'] == 'drop')
-    deleted = _serialized(name, DELETE)
-    if job['op'] == 'drop':
+    check_owner(name, found, caller, dropping=op.startswith('drop'))
+    if op == 'lock':  # the lock alone, taken before what deploy reads
+        return []
+    if op == 'drop':
+        deleted = _serialized(DELETE, name)
         server.query(UNCLAIM, [name], ['pg_catalog.text'])
         return deleted
-    _serialized(name, CLAIM)
-    return [stored for row in job['rows']
-            for stored in server.query(INSERT, row[:-1] + [job['function'], caller, job['read_from'], row[-1]],
-                                       INSERT_TYPES)]
+    if op == 'store':
+        _serialized(CLAIM, name)
+        version = _serialized(NEXT, name)[0]['version']
+        return [stored for row in job['rows'] for stored in
+                server.query(INSERT, row + [job['function'], caller, job['read_from'], version], INSERT_TYPES)]
+    versions = server.query(VERSIONS, [name], ['pg_catalog.text'])
+    if op == 'drop_version':
+        version = _existing(name, versions, job['version'])
+        if version['deployed']:
+            raise PgadError('55006', f'version {version["version"]} of model "{name}" is deployed',
+                            detail='pgad_models."' + name + '" scores by it.',
+                            hint='Deploy another version first (pgad.deploy), or drop the whole model.')
+        return _serialized(DELETE_VERSION, name, version['version'])
+    version = chosen(name, versions, job['version'], job['strategy'], job['if_better'])
+    if version is None:
+        return []
+    _serialized(UNDEPLOY, name, version)
+    return _serialized(DEPLOY, name, version)
 
 
-def _serialized(name, sql):
-    """server.query(sql, [name]), whose serialization failure (40001: a transaction that committed after this one's
+def _existing(name, versions, number):
+    """The row of VERSIONS of version `number`; the error when model `name` has no such version."""
+    for version in versions:
+        if version['version'] == number:
+            return version
+    raise PgadError('42704', f'version {number} of model "{name}" does not exist',
+                    hint='The versions of a model are listed in pgad.model_versions.')
+
+
+def chosen(name, versions, number, strategy, if_better):
+    """The version of model `name` to deploy, from its VERSIONS rows: `number` (with if_better, None where its
+    validation loss is not lower than the deployed version's), or the one strategy picks: 'most_recent' the
+    newest; 'best_validation' the lowest validation loss (the newest of equals); 'previous' the version deployed
+    last before the deployed one."""
+    current = next((v for v in versions if v['deployed']), None)
+    if number is not None:
+        new = _existing(name, versions, number)
+        if if_better and current is not None and current['validation'] is not None and not (
+                new['validation'] is not None and new['validation'] < current['validation']):
+            server.notice(f'model "{name}": version {number} is not deployed: its validation loss '
+                          f'{new["validation"]:.6g} is not lower than version {current["version"]}\'s, '
+                          f'{current["validation"]:.6g}')
+            return None
+        return number
+    if strategy == 'most_recent':
+        return versions[-1]['version']
+    if strategy == 'best_validation':
+        scored = [v for v in versions if v['validation'] is not None]
+        if not scored:
+            raise PgadError('55000', f'no version of model "{name}" has a validation loss',
+                            hint='Train with validation => 0.2 (or a query) to compare versions.')
+        return min(scored, key=lambda v: (v['validation'], -v['version']))['version']
+    earlier = [v for v in versions if v['deployed_at'] is not None and v is not current]
+    if current is None or not earlier:
+        raise PgadError('55000', f'model "{name}" has no version deployed before '
+                                 f'{"its deployed one" if current else "now"}',
+                        hint='Deploy a version by its number: pgad.deploy(name, version => 3).')
+    return max(earlier, key=lambda v: v['deployed_epoch'])['version']
+
+
+def _serialized(sql, name, version=None):
+    """server.query(sql, [name] or [name, version]), whose serialization failure (40001: a transaction that committed after this one's
     snapshot wrote model `name`, under repeatable read or serializable) is said in pgad's words."""
     try:
-        return server.query(sql, [name], ['pg_catalog.text'])
+        if version is None:
+            return server.query(sql, [name], ['pg_catalog.text'])
+        return server.query(sql, [name, version], ['pg_catalog.text', 'pg_catalog.int4'])
     except server.SPIError as e:
         if getattr(e, 'sqlstate', None) != '40001':
             raise

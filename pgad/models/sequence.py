@@ -304,4 +304,4 @@ def train(name, model_text, loss, data, weights, given, config):
         unrolled = (lam, prediction, {})
     scoring = catalog.Scoring(name, scoring_model, options['group_by'], group_types, printer.budget(config.limits),
                               unrolled, {}, None, None)
-    return catalog.store(scoring, rows, fits)
+    return catalog.store(scoring, rows, fits, given['deploy'])

@@ -30,6 +30,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             raise PgadError('22004', f'argument "{argument}" of pgad.train must not be NULL')
     name = arguments.model_name(name)
     config = calls.settings()
+    given['deploy'] = deploy = arguments.deploy(deploy, validation)
     if order_by is not None or state is not None:  # a sequence model (sequence.py)
         return sequence.train(name, model, loss, data, weights, given, config)
     loss = objective.canonical(loss)  # 'huber' stored as 'huber(1.0)'
@@ -203,7 +204,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
         else (None, explainer)
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
                               {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)}, found, explanation)
-    return catalog.store(scoring, rows, fits)
+    return catalog.store(scoring, rows, fits, deploy)
 
 
 def _explainer(model, cats):

@@ -67,6 +67,29 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
     passed = _options(options, memory_limit)
     combinations = _combinations(grid, random, trials, seed, passed, memory_limit)
     catalog.check_can_store(name)
+    keep = server.query(catalog.KEEP)[0]['keep']
+    _keep(max(keep, len(combinations)))  # no trial's version is pruned by a later trial's training
+    done = _trials(name, model, loss, data, weights, seed, validation, metric, passed, combinations)
+    _keep(keep)  # (an error rolls the statement back, the setting with it)
+    trained = [t for t in done if t.error is None]
+    if not trained:
+        raise done[0].error
+    scored = [t for t in trained if t.value is not None]
+    best = (max if higher else min)(scored, key=lambda t: t.value, default=None)  # the first of equals
+    if best is None:
+        server.warning(f'model "{name}": no trial has a value of metric "{metric}"; no version deployed',
+                       hint='A metric is null where it is not finite or has nothing to divide by (r2 of a constant '
+                            'label, roc_auc of one class).')
+    elif deploy:
+        catalog.deploy(name, best.version)
+    return [(t.k, t.version, json.dumps(t.parameters), t.value, t.converged, t.seconds,
+             bool(deploy) and t is best, None if t.error is None else f'{t.error.sqlstate}: {t.error.message}')
+            for t in done]
+
+
+def _trials(name, model, loss, data, weights, seed, validation, metric, passed, combinations):
+    """The Trial of each combination, in order: a pgad.train of the name with deploy => false, in a subtransaction
+    (a trial that fails leaves nothing behind); a serialization failure or running out of memory ends them."""
     done = []
     for k, parameters in enumerate(combinations, 1):
         server.check_interrupts()
@@ -86,20 +109,12 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
         done.append(trial)
         server.notice(f'model "{name}": trial {k} of {len(combinations)} {json.dumps(parameters)}: {metric} '
                       f'{trial.value}, version {trial.version}')
-    trained = [t for t in done if t.error is None]
-    if not trained:
-        raise done[0].error
-    scored = [t for t in trained if t.value is not None]
-    best = (max if higher else min)(scored, key=lambda t: t.value, default=None)  # the first of equals
-    if best is None:
-        server.warning(f'model "{name}": no trial has a value of metric "{metric}"; no version deployed',
-                       hint='A metric is null where it is not finite or has nothing to divide by (r2 of a constant '
-                            'label, roc_auc of one class).')
-    elif deploy:
-        catalog.deploy(name, best.version)
-    return [(t.k, t.version, json.dumps(t.parameters), t.value, t.converged, t.seconds,
-             bool(deploy) and t is best, None if t.error is None else f'{t.error.sqlstate}: {t.error.message}')
-            for t in done]
+    return done
+
+
+def _keep(count):
+    """pgad.keep_versions set to count until the transaction ends (or it is set again)."""
+    server.query("SELECT pg_catalog.set_config('pgad.keep_versions', $1, true)", [str(count)], ['pg_catalog.text'])
 
 
 class Trial:

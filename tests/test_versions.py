@@ -1,0 +1,289 @@
+"""Versions of a model (issue 38, item 1), against a real server: each pgad.train of a name stores its next version
+in pgad.model_versions with functions of its own (pgad_models."name@3"), the view pgad.models shows the deployed
+one, pgad.deploy points pgad_models."name" at another in the caller's transaction (views follow), and
+pgad.drop_model drops one version or all (docs/sql.md, "Versions")."""
+import subprocess
+import threading
+
+import psycopg
+import pytest
+
+from conftest import error_of, new_database
+
+LINE = 'λ(d, w) w.a*d.x + w.b'
+START = '{"a": 0, "b": 0}'
+
+
+@pytest.fixture(scope='module', autouse=True)
+def points(cluster, dbname):
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        # y = 2x + 1 on the rows 1..40, y = 3x on the rows 41..80: two data sets, two lines
+        db.execute('CREATE TABLE pts AS SELECT g::float8 AS x, (2*g + 1)::float8 AS y, g <= 40 AS first '
+                   'FROM generate_series(1, 80) AS g')
+        db.execute('UPDATE pts SET y = 3*x WHERE NOT first')
+    yield
+
+
+def train(db, name, data='SELECT x, y FROM pts WHERE first', **options):
+    args = ''.join(f', {k} => %({k})s' + ('::text' if k == 'deploy' and isinstance(v, str) else '')
+                   for k, v in options.items())
+    return db.execute(f"SELECT version, deployed FROM pgad.train(%(name)s, %(model)s, 'squared', %(data)s, "
+                      f"%(start)s, optimizer => 'lbfgs'{args})",
+                      dict(name=name, model=LINE, data=data, start=START, **options)).fetchall()
+
+
+def versions(db, name):
+    return db.execute('SELECT version, deployed FROM pgad.model_versions WHERE name = %s ORDER BY version',
+                      [name]).fetchall()
+
+
+def score(db, name, x=10):
+    return db.execute(f'SELECT pgad_models."{name}"(%s)', [x]).fetchone()[0]
+
+
+def functions(db, name):
+    return sorted(p for p, in db.execute(
+        "SELECT p.proname FROM pg_proc AS p WHERE p.pronamespace = 'pgad_models'::regnamespace "
+        "AND p.proname LIKE %s", [f'{name}%']).fetchall())
+
+
+def test_each_training_is_a_new_version_and_the_deployed_one_scores(db):
+    assert train(db, 'v_each') == [(1, True)]
+    assert score(db, 'v_each') == pytest.approx(21)
+    assert train(db, 'v_each', data='SELECT x, y FROM pts WHERE NOT first') == [(2, True)]
+    assert versions(db, 'v_each') == [(1, False), (2, True)]
+    assert score(db, 'v_each') == pytest.approx(30)
+    assert db.execute("SELECT version FROM pgad.models WHERE name = 'v_each'").fetchall() == [(2,)]
+    assert functions(db, 'v_each') == ['v_each', 'v_each@1', 'v_each@2', 'v_each_explain', 'v_each_explain@1',
+                                       'v_each_explain@2']
+    assert db.execute("SELECT pgad_models.\"v_each@1\"(10)").fetchone()[0] == pytest.approx(21)
+
+
+def test_deploy_false_stores_a_version_and_changes_no_function(db):
+    train(db, 'v_quiet')
+    db.execute('CREATE VIEW v_quiet_scores AS SELECT x, pgad_models.v_quiet(x) AS p FROM pts')
+    try:
+        assert train(db, 'v_quiet', data='SELECT x, y FROM pts WHERE NOT first', deploy=False) == [(2, False)]
+        assert score(db, 'v_quiet') == pytest.approx(21)
+        assert db.execute('SELECT p FROM v_quiet_scores WHERE x = 10').fetchone()[0] == pytest.approx(21)
+        assert db.execute("SELECT version, deployed FROM pgad.deploy('v_quiet', 2)").fetchall() == [(2, True)]
+        assert db.execute('SELECT p FROM v_quiet_scores WHERE x = 10').fetchone()[0] == pytest.approx(30)  # follows
+        assert db.execute("SELECT version FROM pgad.deploy('v_quiet', strategy => 'previous')").fetchall() == [(1,)]
+        assert db.execute('SELECT p FROM v_quiet_scores WHERE x = 10').fetchone()[0] == pytest.approx(21)
+    finally:
+        db.execute('DROP VIEW v_quiet_scores')
+
+
+def test_a_first_training_without_deploy_makes_no_scoring_function(db):
+    assert train(db, 'v_none', deploy=False) == [(1, False)]
+    assert functions(db, 'v_none') == ['v_none@1', 'v_none_explain@1']
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'v_none'").fetchone()[0] == 0
+    db.execute("SELECT pgad.deploy('v_none', 1)")
+    assert score(db, 'v_none') == pytest.approx(21)
+
+
+def test_the_strategies(db):
+    train(db, 'v_pick', validation='SELECT x, y FROM pts WHERE first')  # 1: fits its validation rows
+    train(db, 'v_pick', data='SELECT x, y FROM pts WHERE NOT first', validation='SELECT x, y FROM pts WHERE first')
+    assert versions(db, 'v_pick') == [(1, False), (2, True)]
+    assert db.execute("SELECT version FROM pgad.deploy('v_pick', strategy => 'best_validation')").fetchall() == [(1,)]
+    assert score(db, 'v_pick') == pytest.approx(21)
+    assert db.execute("SELECT version FROM pgad.deploy('v_pick', strategy => 'most_recent')").fetchall() == [(2,)]
+    assert db.execute("SELECT version FROM pgad.deploy('v_pick', strategy => 'previous')").fetchall() == [(1,)]
+    assert db.execute("SELECT version FROM pgad.deploy('v_pick', strategy => 'previous')").fetchall() == [(2,)]
+    assert score(db, 'v_pick') == pytest.approx(30)
+
+
+def test_if_better_deploys_only_a_lower_validation_loss(db):
+    held, other = 'SELECT x, y FROM pts WHERE first', 'SELECT x, y FROM pts WHERE NOT first'
+    assert train(db, 'v_better', data=other, validation=held) == [(1, True)]  # far from the validation rows
+    assert train(db, 'v_better', validation=held, deploy='if_better') == [(2, True)]  # fits them
+    assert train(db, 'v_better', data=other, validation=held, deploy='if_better') == [(3, False)]
+    assert score(db, 'v_better') == pytest.approx(21)
+
+
+def test_dropping_a_version(db):
+    train(db, 'v_drop')
+    train(db, 'v_drop', data='SELECT x, y FROM pts WHERE NOT first')
+    e = error_of(db, "SELECT pgad.drop_model('v_drop', 2)")
+    assert e.sqlstate == '55006' and 'version 2 of model "v_drop" is deployed' in e.message_primary
+    e = error_of(db, "SELECT pgad.drop_model('v_drop', 7)")
+    assert e.sqlstate == '42704' and 'version 7 of model "v_drop" does not exist' in e.message_primary
+    db.execute("SELECT pgad.drop_model('v_drop', 1)")
+    assert versions(db, 'v_drop') == [(2, True)]
+    assert functions(db, 'v_drop') == ['v_drop', 'v_drop@2', 'v_drop_explain', 'v_drop_explain@2']
+    assert train(db, 'v_drop') == [(3, True)]  # a number is never given twice
+    db.execute("SELECT pgad.drop_model('v_drop')")
+    assert versions(db, 'v_drop') == [] and functions(db, 'v_drop') == []
+
+
+def test_a_version_whose_function_a_view_uses_is_not_dropped(db):
+    train(db, 'v_used')
+    train(db, 'v_used')
+    db.execute('CREATE VIEW v_used_first AS SELECT pgad_models."v_used@1"(1::float8) AS p')
+    try:
+        e = error_of(db, "SELECT pgad.drop_model('v_used', 1)")
+        assert e.sqlstate == '2BP01' and 'DROP VIEW v_used_first' in e.message_hint
+        assert versions(db, 'v_used') == [(1, False), (2, True)]
+    finally:
+        db.execute('DROP VIEW v_used_first')
+
+
+def test_keep_versions_drops_the_oldest_undeployed(db):
+    db.execute('SET pgad.keep_versions = 2')
+    try:
+        for _ in range(3):
+            train(db, 'v_keep')
+        train(db, 'v_keep', deploy=False)
+        db.execute("SELECT pgad.deploy('v_keep', 2)")
+        train(db, 'v_keep', deploy=False)
+    finally:
+        db.execute('RESET pgad.keep_versions')
+    assert versions(db, 'v_keep') == [(2, True), (4, False), (5, False)]
+    assert 'v_keep@1' not in functions(db, 'v_keep') and 'v_keep@3' not in functions(db, 'v_keep')
+
+
+def test_a_deployment_rolled_back_changes_nothing(db):
+    train(db, 'v_tx')
+    train(db, 'v_tx', data='SELECT x, y FROM pts WHERE NOT first')
+    with db.transaction(force_rollback=True):
+        db.execute("SELECT pgad.deploy('v_tx', 1)")
+        assert score(db, 'v_tx') == pytest.approx(21)
+    assert score(db, 'v_tx') == pytest.approx(30)
+    assert versions(db, 'v_tx') == [(1, False), (2, True)]
+
+
+def test_the_deployed_function_is_inlined(db):
+    train(db, 'v_inline')
+    train(db, 'v_inline')
+    plan = '\n'.join(r for r, in db.execute('EXPLAIN VERBOSE SELECT pgad_models.v_inline(x) FROM pts').fetchall())
+    assert 'v_inline' not in plan and 'x IS NULL' in plan
+
+
+def test_bad_deployments_are_refused(db):
+    train(db, 'v_bad')
+    for sql, state, words in [
+            ("SELECT pgad.deploy('v_bad')", '22023', 'a version or a strategy'),
+            ("SELECT pgad.deploy('v_bad', 1, 'previous')", '22023', 'a version or a strategy'),
+            ("SELECT pgad.deploy('v_bad', strategy => 'newest')", '22023', 'unknown deployment strategy "newest"'),
+            ("SELECT pgad.deploy('v_bad', strategy => 'previous')", '55000', 'no version deployed before'),
+            ("SELECT pgad.deploy('v_bad', strategy => 'best_validation')", '55000', 'has a validation loss'),
+            ("SELECT pgad.deploy('v_bad', 9)", '42704', 'version 9 of model "v_bad" does not exist'),
+            ("SELECT pgad.deploy('v_nothing', 1)", '42704', 'model "v_nothing" does not exist'),
+            ("SELECT pgad.deploy(NULL, 1)", '22004', 'must not be NULL'),
+            ("SELECT pgad.train('v_bad', 'λ(d, w) w.a*d.x', 'squared', 'pts', '{\"a\": 0}', deploy => 'maybe')",
+             '22023', 'invalid value for argument "deploy"'),
+            ("SELECT pgad.train('v_bad', 'λ(d, w) w.a*d.x', 'squared', 'pts', '{\"a\": 0}', deploy => 'if_better')",
+             '22023', 'compares validation losses')]:
+        e = error_of(db, sql)
+        assert (e.sqlstate, words in e.message_primary) == (state, True), (sql, e.message_primary)
+    assert versions(db, 'v_bad') == [(1, True)]
+
+
+def test_two_sessions_deploying_at_once_take_turns(cluster, dbname, db):
+    """pgad.deploy takes the writer's lock before it touches a function: two transactions deploying the same model
+    at once run one after the other, never 'tuple concurrently updated' (XX000), and the deployed functions are the
+    deployed version's."""
+    train(db, 'v_race')
+    train(db, 'v_race', data='SELECT x, y FROM pts WHERE NOT first')
+    first = psycopg.connect(cluster.conninfo(dbname))
+    second = psycopg.connect(cluster.conninfo(dbname))
+    try:
+        first.execute("SELECT pgad.deploy('v_race', 1)")
+        errors = []
+
+        def other():
+            try:
+                second.execute("SELECT pgad.deploy('v_race', 2)")
+                second.commit()
+            except psycopg.Error as e:
+                errors.append(e)
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(1)
+        assert thread.is_alive()  # waiting for the first's lock
+        first.commit()
+        thread.join(30)
+        assert errors == []
+    finally:
+        first.close()
+        second.close()
+    assert versions(db, 'v_race') == [(1, False), (2, True)] and score(db, 'v_race') == pytest.approx(30)
+
+
+def test_another_role_may_not_deploy_or_drop_a_version(cluster, dbname, db):
+    db.execute('DROP ROLE IF EXISTS v_other')
+    db.execute('CREATE ROLE v_other LOGIN')
+    try:
+        train(db, 'v_owned')
+        train(db, 'v_owned')
+        with psycopg.connect(cluster.conninfo(dbname, user='v_other'), autocommit=True) as other:
+            for sql in ("SELECT pgad.deploy('v_owned', 1)", "SELECT pgad.drop_model('v_owned', 1)",
+                        "SELECT pgad.deploy('v_owned', strategy => 'previous')"):
+                e = error_of(other, sql)
+                assert e.sqlstate == '42501' and 'belongs to role' in e.message_primary
+            assert other.execute("SELECT count(*) FROM pgad.model_versions WHERE name = 'v_owned'").fetchone()[0] == 0
+        assert versions(db, 'v_owned') == [(1, False), (2, True)]
+    finally:
+        db.execute('DROP OWNED BY v_other')
+        db.execute('DROP ROLE v_other')
+
+
+def test_a_model_with_versions_survives_pg_dump_and_restore(cluster, dbname, db):
+    train(db, 'v_dump')
+    train(db, 'v_dump', data='SELECT x, y FROM pts WHERE NOT first')
+    target = new_database(cluster, 'restored')
+    port = str(cluster.settings['port'])
+    dump = subprocess.run(['pg_dump', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', dbname],
+                          capture_output=True, text=True, check=True).stdout
+    try:
+        subprocess.run(['psql', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', target, '-v', 'ON_ERROR_STOP=1',
+                        '-q'], input=dump, capture_output=True, text=True, check=True)
+        with psycopg.connect(cluster.conninfo(target), autocommit=True) as restored:
+            assert versions(restored, 'v_dump') == [(1, False), (2, True)]
+            assert score(restored, 'v_dump') == pytest.approx(30)
+            restored.execute("SELECT pgad.deploy('v_dump', 1)")
+            assert score(restored, 'v_dump') == pytest.approx(21)
+            assert train(restored, 'v_dump') == [(3, True)]
+    finally:
+        with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE {target} WITH (FORCE)')
+
+
+# A logistic model as 0.16.0's pgad.train left it: its row, its scoring function and its probability function.
+OLD = ["INSERT INTO pgad.models (name, model, loss, weights, final_loss, loss_history, iterations, options, data, "
+       "rows, training_time, scoring_function, trained_by) VALUES ('old', 'λ(d, w) w.a*d.x + w.b', 'logistic', "
+       "'{\"a\": 0.5, \"b\": -2}', 0, '{}', 1, '{}', 'pts', 9, '1 s', 'pgad_models.old(pg_catalog.float8)', "
+       "'postgres')",
+       "CREATE FUNCTION pgad_models.old(x pg_catalog.float8) RETURNS pg_catalog.float8 LANGUAGE sql IMMUTABLE "
+       "PARALLEL SAFE RETURN CASE WHEN x IS NULL THEN NULL ELSE 0.1234567890123456789::float8 * x - 2 END",
+       "CREATE FUNCTION pgad_models.old_probability(x pg_catalog.float8) RETURNS pg_catalog.float8 LANGUAGE sql "
+       "IMMUTABLE PARALLEL SAFE RETURN 0.5 + 0.5 * tanh(0.5 * (0.1234567890123456789::float8 * x - 2))"]
+
+
+def test_a_model_trained_before_0_17_0_is_version_1_and_can_be_deployed_again(cluster):
+    """After ALTER EXTENSION pgad UPDATE an existing model is its version 1, deployed, with copies of its functions
+    under version 1's names (every float exactly): after a new version, strategy 'previous' brings it back."""
+    name = new_database(cluster, 'versions_update')
+    try:
+        with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
+            db.execute("CREATE EXTENSION pgad VERSION '0.16.0' CASCADE")
+            db.execute('CREATE TABLE pts AS SELECT g::float8 AS x, (2*g + 1)::float8 AS y FROM generate_series(1, 9) g')
+            for sql in OLD:
+                db.execute(sql)
+            before = db.execute('SELECT pgad_models.old(3), pgad_models.old_probability(3)').fetchone()
+            db.execute('CREATE VIEW old_scores AS SELECT pgad_models.old_probability(x) AS p FROM pts')
+            db.execute("SET extra_float_digits = 0")
+            db.execute('ALTER EXTENSION pgad UPDATE')
+            db.execute("RESET extra_float_digits")
+            assert versions(db, 'old') == [(1, True)]
+            db.execute("SELECT pgad.train('old', %s, 'logistic', 'SELECT x, (y > 12)::int AS y FROM pts', %s, "
+                       "l2 => 0.1)", [LINE, START])
+            assert versions(db, 'old') == [(1, False), (2, True)]
+            assert db.execute('SELECT pgad_models.old(3)').fetchone()[0] != pytest.approx(before[0])
+            db.execute("SELECT pgad.deploy('old', strategy => 'previous')")
+            assert db.execute('SELECT pgad_models.old(3), pgad_models.old_probability(3)').fetchone() == before
+            assert db.execute('SELECT count(*) FROM old_scores').fetchone()[0] == 9
+    finally:
+        with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
