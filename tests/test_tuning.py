@@ -111,15 +111,16 @@ def test_higher_is_better_and_deploy_false(db, ridge):
 
 def test_a_fraction_is_the_same_split_for_every_trial(db, ridge):
     """validation => 0.25 with a seed: every trial validates on the same rows (their count, and the same
-    validation loss for equal parameters), and the deployed one has the lowest value."""
+    validation loss for equal parameters), and the deployed one has the lowest value, the earlier of equals."""
     found = db.execute("SELECT value, deployed, version FROM pgad.tune('split', %s, 'squared', 'SELECT * FROM ridge', "
                        "%s, grid => '{\"l2\": [0.1, 0, 0.1]}', validation => 0.25, seed => 3) ORDER BY trial",
                        (MODEL, WEIGHTS)).fetchall()
     rows = {m['validation_rows'] for *_, m in versions(db, 'split')}
     assert len(rows) == 1 and 0 < rows.pop() < ROWS
     assert found[0][0] == pytest.approx(found[2][0], rel=1e-12)
-    assert [d for _, d, _ in found] == [False, True, False]  # l2 = 0 fits and validates best on these rows
-    assert found[1][0] < found[0][0]
+    assert found[0][0] != found[1][0]
+    best = int(np.argmin([v for v, *_ in found]))  # the first of equals: trial 1 where l2 = 0.1 is the better
+    assert [d for _, d, _ in found] == [k == best for k in range(3)]
 
 
 def test_a_failed_trial_is_a_row(db, ridge):
@@ -244,3 +245,41 @@ def test_another_roles_model_name_is_refused(db, cluster, dbname, ridge):
         db.execute('REVOKE ALL ON ridge FROM pgad_tuner')
         db.execute('REVOKE ALL ON SCHEMA pgad_models FROM pgad_tuner')
         db.execute('DROP ROLE pgad_tuner')
+
+
+def test_every_trial_is_kept_past_keep_versions(db, ridge):
+    """pgad.keep_versions below the trials: the tune keeps every trial's version, and the setting is the caller's
+    again after it."""
+    db.execute('SET pgad.keep_versions = 2')
+    try:
+        found = db.execute("SELECT version FROM pgad.tune('kept4', %s, 'squared', %s, %s, "
+                           "grid => '{\"l2\": [0, 0.1, 1, 10]}', validation => %s)",
+                           (MODEL, TRAINING, WEIGHTS, HELD)).fetchall()
+        assert db.execute('SHOW pgad.keep_versions').fetchone()[0] == '2'
+    finally:
+        db.execute('RESET pgad.keep_versions')
+    assert [v for v, *_ in versions(db, 'kept4')] == [v for v, in found] == [1, 2, 3, 4]
+
+
+def test_logistic_metrics_per_group(db, ridge):
+    """A logistic model by group: each group's version row holds log_loss, accuracy and roc_auc on its own
+    validation rows, as scikit-learn computes them from the stored weights."""
+    from sklearn import metrics as sk
+    x, y, held = ridge
+    label = (y > 1).astype(int)
+    group = np.arange(ROWS) % 3
+    db.execute('CREATE TABLE classes AS SELECT id, id % 3 AS g, x1, x2, (y > 1)::int AS y FROM ridge')
+    rows = db.execute("SELECT group_key, weights, metrics FROM pgad.train('logit', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + "
+                      "w.c', 'logistic', 'SELECT g, x1, x2, y FROM classes WHERE id % 2 = 1', "
+                      "'{\"a\": 0, \"b\": 0, \"c\": 0}', group_by => 'g', "
+                      "validation => 'SELECT g, x1, x2, y FROM classes WHERE id % 2 = 0')").fetchall()
+    assert len(rows) == 3
+    for key, w, metrics in rows:
+        at = held & (group == key['g'])
+        z = w['a'] * x[at, 0] + w['b'] * x[at, 1] + w['c']
+        p = 1 / (1 + np.exp(-z))
+        assert metrics['validation_rows'] == at.sum()
+        assert metrics['log_loss'] == pytest.approx(sk.log_loss(label[at], p), rel=1e-9)
+        assert metrics['validation_loss'] == pytest.approx(sk.log_loss(label[at], p), rel=1e-9)
+        assert metrics['accuracy'] == pytest.approx(sk.accuracy_score(label[at], p >= 0.5), rel=1e-12)
+        assert metrics['roc_auc'] == pytest.approx(sk.roc_auc_score(label[at], z), rel=1e-12)
