@@ -107,8 +107,9 @@ def _trials(name, model, loss, data, weights, seed, validation, metric, passed, 
             continue
         trial = Trial(k, parameters, time.monotonic() - started, rows=rows, metric=metric)
         done.append(trial)
-        server.notice(f'model "{name}": trial {k} of {len(combinations)} {json.dumps(parameters)}: {metric} '
-                      f'{trial.value}, version {trial.version}')
+        shown = 'null' if trial.value is None else f'{trial.value:.6g}'
+        server.notice(f'model "{name}": trial {k} of {len(combinations)} {json.dumps(parameters)}: {metric} {shown}, '
+                      f'version {trial.version}')
     return done
 
 
