@@ -283,3 +283,29 @@ def test_logistic_metrics_per_group(db, ridge):
         assert metrics['validation_loss'] == pytest.approx(sk.log_loss(label[at], p), rel=1e-9)
         assert metrics['accuracy'] == pytest.approx(sk.accuracy_score(label[at], p >= 0.5), rel=1e-12)
         assert metrics['roc_auc'] == pytest.approx(sk.roc_auc_score(label[at], z), rel=1e-12)
+
+
+def test_softmax_metrics_and_tune(db, ridge):
+    """A 'softmax' model's metrics on its validation rows are scikit-learn's log_loss, accuracy and f1_macro of its
+    _probability function's output there; a tune by f1_macro deploys the highest."""
+    from sklearn import metrics as sk
+    db.execute("CREATE TABLE three AS SELECT id, x1, x2, CASE WHEN y < 0 THEN 'low' WHEN y < 2 THEN 'mid' "
+               "ELSE 'high' END AS y FROM ridge")
+    held = 'SELECT x1, x2, y FROM three WHERE id % 2 = 0'
+    model = 'λ(d, w) w.W @ [d.x1, d.x2] + w.b'
+    found = db.execute("SELECT version, value, deployed FROM pgad.tune('three', %s, 'softmax', "
+                       "'SELECT x1, x2, y FROM three WHERE id %% 2 = 1', '{\"W\": {}, \"b\": {}}', "
+                       "grid => '{\"l2\": [0, 0.3, 3]}', validation => %s, metric => 'f1_macro') ORDER BY trial",
+                       (model, held)).fetchall()
+    assert [d for *_, d in found] == [k == int(np.argmax([v for _, v, _ in found])) for k in range(3)]
+    options, metrics = db.execute("SELECT options, metrics FROM pgad.models WHERE name = 'three'").fetchone()
+    rows = db.execute('SELECT pgad_models.three_probability(x1, x2), y FROM (' + held + ') AS h').fetchall()
+    p = np.array([r[0] for r in rows])
+    y = [r[1] for r in rows]
+    labels = options['classes']
+    assert metrics['log_loss'] == pytest.approx(sk.log_loss(y, p, labels=labels), rel=1e-9)
+    assert metrics['validation_loss'] == pytest.approx(sk.log_loss(y, p, labels=labels), rel=1e-9)
+    predicted = [labels[k] for k in np.argmax(p, axis=1)]
+    assert metrics['accuracy'] == pytest.approx(sk.accuracy_score(y, predicted), rel=1e-12)
+    assert metrics['f1_macro'] == pytest.approx(sk.f1_score(y, predicted, labels=labels, average='macro'), rel=1e-12)
+    assert found[[d for *_, d in found].index(True)][1] == pytest.approx(metrics['f1_macro'], rel=1e-12)

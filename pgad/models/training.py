@@ -197,7 +197,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                              validation_history=None if watch is None else watch.history,
                              converged=fit.converged, gradient_norm=fit.gradient_norm,
                              metrics=None if held is None else _metrics(kernel, prog, held, fitted, loss, goal, label,
-                                                                        found, stored)))
+                                                                        found, stored, logits)))
     if not rows:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
     explanation = (explainer, baselines, options.get('classes')) if isinstance(explainer, attribution.Explainer) \
@@ -291,15 +291,20 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
     return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit, watch
 
 
-def _metrics(kernel, prog, held, fitted, loss, goal, label, found, weights):
+def _metrics(kernel, prog, held, fitted, loss, goal, label, found, weights, logits=None):
     """The metrics of a version on its validation rows held (a Table of prog's columns), as the jsonb text of
     pgad.model_versions.metrics: validation_loss, the mean objective there without the penalty (at the weights the
     version keeps: the last of validation_history, or with early_stopping its lowest), validation_rows, and
-    pgad.evaluate's metrics of its loss (evaluate.metrics_on). A value that is not finite is null."""
+    pgad.evaluate's metrics of its loss (evaluate.metrics_on; of a 'softmax' model from its unrolled logits, where
+    it reads no array column). A value that is not finite is null."""
     value = descent.evaluate(kernel, held, np.array([fitted[n] for n in prog.weights], dtype=np.float64),
                              server.check_interrupts)[0] / held.rows
-    found = evaluating.metrics_on(loss, goal.model, label, json.loads(weights),
-                                  dict(zip(map(str, prog.columns), held.columns)), held.rows, found is not None)
+    columns = dict(zip(map(str, prog.columns), held.columns))
+    if logits is not None and not set(map(str, logits[0].columns)) <= set(columns):
+        logits = None  # array columns, loaded as arrays: their elements are not columns here
+    found = evaluating.metrics_on(loss, goal.model, label, json.loads(weights), columns, held.rows,
+                                  list(found.keys) if objective.base(loss) == 'softmax' else found is not None,
+                                  logits)
     return json.dumps({'validation_loss': float(value) if np.isfinite(value) else None,
                        'validation_rows': held.rows, **found})
 

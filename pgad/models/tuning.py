@@ -42,7 +42,8 @@ KINDS = {'number': 'a number', 'integer': 'an integer', 'text': 'a string', 'boo
          'json': 'a JSON value'}
 # The most trials one pgad.tune runs: each is a training and a version with its functions.
 MAX_TRIALS = 100
-# The metrics of which a higher value is better; of the others (losses, errors, deviances), a lower.
+# The metrics of which a higher value is better (and their _macro and _weighted means); of the others (losses,
+# errors, deviances), a lower.
 HIGHER = ('r2', 'accuracy', 'precision', 'recall', 'f1', 'roc_auc')
 DISTRIBUTIONS = ('uniform', 'log_uniform', 'choice')
 INT4_MAX = 2**31 - 1
@@ -144,12 +145,13 @@ def _metric(metric, loss):
     """Is a higher value of metric better (HIGHER)? The error for a metric that the loss's versions do not have."""
     kind, parameter = objective.named(loss) or (None, None)
     rules = evaluate.METRICS.get(kind, {})
-    names = ['validation_loss', *(rules(parameter) if callable(rules) else rules)]
+    names = ['validation_loss', *(rules(parameter) if callable(rules) else rules),
+             *(evaluate.SOFTMAX_METRICS if kind == evaluate.SOFTMAX else ())]
     if metric not in names:
         raise PgadError('22023', f'unknown metric "{metric}" of loss \'{loss}\'' if kind else
                                  f'unknown metric "{metric}" of a lambda loss',
                         hint=f'The metrics are {", ".join(names)}.')
-    return metric in HIGHER
+    return metric in HIGHER or metric.rsplit('_', 1)[0] in HIGHER  # f1_macro as f1
 
 
 def _options(text, memory_limit):
