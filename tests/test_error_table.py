@@ -32,6 +32,9 @@ SEQUENCE = [("SELECT pgad.train('sq', 'λ(d, w, s) s.level', 'squared', 'SELECT 
 SES_AB = '{"level": {"start": "w.a", "next": "s.level + w.b*(d.y - s.level)"}}'
 SEQUENCE_OF = ("SELECT pgad.train('q', 'λ(d, w, s) s.level', 'squared', '{}', '{{\"a\": 0, \"b\": 0.5}}', "
             "order_by => '{}', state => '" + SES_AB.replace('{', '{{').replace('}', '}}') + "'{})")
+# a model "vm" of one version, deployed, without validation (trained again by each call that needs it)
+VM = [("SELECT pgad.drop_model(m.name) FROM pgad.models AS m WHERE m.name = 'vm'", ()),
+      ("SELECT pgad.train('vm', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, iterations => 1)", ('{"a": 0}',))]
 TUNE = "SELECT * FROM pgad.tune('m', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', "
 SHARDED = 'SELECT * FROM pgad.train(\'m\', \'λ(d, w) w.a*d.x\', \'squared\', \'sharded\', \'{{"a": 0}}\'{})'
 
@@ -197,6 +200,20 @@ CALLS = {
     'optimizer "sgd" cannot train where the rows are sharded':
         shard2('{current}') + call(SHARDED.format(", optimizer => 'sgd'")),
     'model "nosuch" does not exist': call("SELECT * FROM pgad.evaluate('nosuch', 'points')"),
+    # versions (docs/sql.md, "Versions")
+    'pgad.deploy takes a version or a strategy, one of them': VM + call("SELECT * FROM pgad.deploy('vm')"),
+    'unknown deployment strategy "newest"': VM + call("SELECT * FROM pgad.deploy('vm', strategy => 'newest')"),
+    'version 9 of model "vm" does not exist': VM + call("SELECT * FROM pgad.deploy('vm', 9)"),
+    'no version of model "vm" has a validation loss':
+        VM + call("SELECT * FROM pgad.deploy('vm', strategy => 'best_validation')"),
+    'model "vm" has no version deployed before its deployed one':
+        VM + call("SELECT * FROM pgad.deploy('vm', strategy => 'previous')"),
+    'version 1 of model "vm" is deployed': VM + call("SELECT pgad.drop_model('vm', 1)"),
+    'invalid value for argument "deploy" of pgad.train: "maybe"':
+        call("SELECT pgad.train('vm', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', deploy => 'maybe')"),
+    "deploy => 'if_better' compares validation losses, and there are no validation rows":
+        call("SELECT pgad.train('vm', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', "
+             "deploy => 'if_better')"),
     # sequence models (docs/sql.md, "Sequences")
     'order_by "x" has more than one row at 1': call(SEQUENCE_OF.format('SELECT 1 AS x, y FROM points', 'x', '')),
     'state needs order_by: a sequence model carries a state along ordered rows':
@@ -249,7 +266,7 @@ CALLS = {
     'model "e2_class" exists, and the class function of model "e2" would take its name':
         call(TRAIN.format('e2_class', 'squared', CLASSES), LINE, AB) +
         call(TRAIN.format('e2', 'logistic', CLASSES), LINE, AB),
-    'the probability function of model "m…m" would be named "m…m_probability", longer than 63 bytes':
+    'the probability function of model "m…m" would be named "m…m_probability", longer than 55 bytes':
         call(TRAIN.format('m' * 55, 'logistic', CLASSES), LINE, AB),
     'array argument "v" has 3 elements, the model reads 2':
         call(TRAIN.format('vlen', 'squared', VECTORS), VECTOR_MODEL, '{"a": [0, 0], "c": 0}') +

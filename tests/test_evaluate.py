@@ -215,12 +215,12 @@ def test_null_arguments_give_no_rows(db):
 
 def functions(db, name):
     """{function name in pgad_models: (volatility, parallel, language, arguments, result)} of those named name*, but
-    every model's <name>_explain (tests/test_explain_models.py)."""
+    every model's <name>_explain (tests/test_explain_models.py) and a version's own (name@3: tests/test_versions.py)."""
     return {r[0]: r[1:] for r in db.execute(
         "SELECT p.proname, p.provolatile, p.proparallel, l.lanname, pg_get_function_arguments(p.oid), "
         "pg_get_function_result(p.oid) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
         "WHERE p.pronamespace = 'pgad_models'::regnamespace AND p.proname LIKE %s AND p.proname NOT LIKE "
-        "'%%\\_explain'", [name + '%'])}
+        "'%%\\_explain' AND p.proname NOT LIKE '%%@%%'", [name + '%'])}
 
 
 def inlined(db, call, table):
@@ -317,7 +317,7 @@ def test_a_function_name_past_namedatalen_is_refused(db):
     name = 'm' * 55
     e = error_of(db, "SELECT pgad.train(%s, %s, 'logistic', 'labels', '{\"a\": 0, \"b\": 0, \"c\": 0}')",
                  [name, LOGIT])
-    assert e.sqlstate == '42622' and f'"{name}_probability", longer than 63 bytes' in e.message_primary
+    assert e.sqlstate == '42622' and f'"{name}_probability", longer than 55 bytes' in e.message_primary
     assert functions(db, name) == {}
 
 

@@ -287,3 +287,22 @@ def test_a_model_trained_before_0_17_0_is_version_1_and_can_be_deployed_again(cl
     finally:
         with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
+
+
+def test_a_function_another_role_made_with_a_versions_name_is_refused(cluster, dbname, db):
+    """A role with CREATE on pgad_models makes pgad_models."v_squat@2"(float8) before the owner's second training:
+    CREATE OR REPLACE would give her function the owner's body and keep her its owner, to change later under the
+    owner's deployed function. Refused, 42501, and nothing changes."""
+    db.execute('DROP ROLE IF EXISTS v_squatter')
+    db.execute('CREATE ROLE v_squatter LOGIN')
+    db.execute('GRANT CREATE ON SCHEMA pgad_models TO v_squatter')
+    try:
+        train(db, 'v_squat')
+        with psycopg.connect(cluster.conninfo(dbname, user='v_squatter'), autocommit=True) as other:
+            other.execute('CREATE FUNCTION pgad_models."v_squat@2"(x float8) RETURNS float8 LANGUAGE sql RETURN 0')
+        e = error_of(db, "SELECT pgad.train('v_squat', %s, 'squared', 'pts', %s)", [LINE, START])
+        assert e.sqlstate == '42501' and 'belongs to role "v_squatter"' in e.message_primary
+        assert versions(db, 'v_squat') == [(1, True)] and score(db, 'v_squat') == pytest.approx(21)
+    finally:
+        db.execute('DROP OWNED BY v_squatter')
+        db.execute('DROP ROLE v_squatter')

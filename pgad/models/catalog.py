@@ -865,7 +865,7 @@ def write():
                             detail='pgad_models."' + name + '" scores by it.',
                             hint='Deploy another version first (pgad.deploy), or drop the whole model.')
         return _serialized(DELETE_VERSION, name, version['version'])
-    version = chosen(name, versions, job['version'], job['strategy'], job['if_better'])
+    version = picked(name, versions, job['version'], job['strategy'], job['if_better'])
     if version is None:
         return []
     _serialized(UNDEPLOY, name, version)
@@ -881,7 +881,7 @@ def _existing(name, versions, number):
                     hint='The versions of a model are listed in pgad.model_versions.')
 
 
-def chosen(name, versions, number, strategy, if_better):
+def picked(name, versions, number, strategy, if_better):
     """The version of model `name` to deploy, from its VERSIONS rows: `number` (with if_better, None where its
     validation loss is not lower than the deployed version's), or the one strategy picks: 'most_recent' the
     newest; 'best_validation' the lowest validation loss (the newest of equals); 'previous' the version deployed
