@@ -164,5 +164,5 @@ def test_the_tuning_examples_run_in_psql_as_shown(cluster, tmp_path):
     shown = [line.strip() for block in output_blocks(TUNING)[1:] for line in block.splitlines()]  # [0]: the signature
     printed = [line.strip() for line in result.stdout.splitlines()]
     assert shown and [line for line in shown if line not in printed] == []
-    assert 'NOTICE:  model "flats": trial 3 of 4 {"l2": 0.1}: rmse 1.36853, version 3' in result.stderr
-    assert len(re.findall(r'NOTICE:  model "flats": trial \d of [34] ', result.stderr)) == 7
+    assert 'NOTICE:  model "noisy": trial 3 of 4 {"l2": 0.1}: rmse 1.36853, version 3' in result.stderr
+    assert len(re.findall(r'NOTICE:  model "noisy": trial \d of [34] ', result.stderr)) == 7
