@@ -309,3 +309,25 @@ def test_softmax_metrics_and_tune(db, ridge):
     assert metrics['accuracy'] == pytest.approx(sk.accuracy_score(y, predicted), rel=1e-12)
     assert metrics['f1_macro'] == pytest.approx(sk.f1_score(y, predicted, labels=labels, average='macro'), rel=1e-12)
     assert found[[d for *_, d in found].index(True)][1] == pytest.approx(metrics['f1_macro'], rel=1e-12)
+
+
+@pytest.mark.parametrize('name, model, loss, weights, data', [
+    ('by_region', 'λ(d, w) w.a*d.x1 + w.r[d.region]', 'squared', '{"a": 0, "r": {}}',
+     "SELECT id, x1, CASE WHEN x2 > 0.5 THEN 'north' WHEN x2 > -0.5 THEN 'mid' ELSE 'south' END AS region, y "
+     "FROM ridge"),
+    ('texts', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', 'logistic', '{"a": 0, "b": 0, "c": 0}',
+     "SELECT id, x1, x2, CASE WHEN y > 1 THEN 'yes' ELSE 'no' END AS y FROM ridge"),
+])
+def test_metrics_are_pgad_evaluates_on_the_validation_rows(db, ridge, name, model, loss, weights, data):
+    """A categorical weight's model and a logistic model of a text label: the metrics stored at training are
+    pgad.evaluate's on the validation query's rows (its loss as validation_loss), to 1e-9."""
+    held = f'SELECT * FROM ({data}) AS d WHERE id % 2 = 0'
+    metrics, = db.execute("SELECT metrics FROM pgad.train(%s, %s, %s, %s, %s, validation => %s)",
+                          (name, model, loss, f'SELECT * FROM ({data}) AS d WHERE id % 2 = 1', weights,
+                           held)).fetchone()
+    evaluated = dict(db.execute('SELECT metric, value FROM pgad.evaluate(%s, %s)', (name, held)).fetchall())
+    assert metrics['validation_rows'] == evaluated['rows'] == ROWS // 2
+    assert metrics['validation_loss'] == pytest.approx(evaluated['loss'], rel=1e-9)
+    shared = set(metrics) - {'validation_loss', 'validation_rows'}
+    assert len(shared) >= 4 and shared <= set(evaluated)
+    assert {m: metrics[m] for m in shared} == pytest.approx({m: evaluated[m] for m in shared}, rel=1e-9)
