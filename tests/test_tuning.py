@@ -3,6 +3,7 @@ the tune deploys the version with the best validation metric, checked against sc
 same training rows and scored on the same validation rows; every trial is a version; a failed trial is a row; a
 cancel ends the tune; bad grids are clear errors that change nothing."""
 import time
+from datetime import timedelta
 
 import numpy as np
 import psycopg
@@ -66,8 +67,8 @@ def test_tune_deploys_what_ridge_picks(db, ridge):
     x, y, held = ridge
     notices = []
     db.add_notice_handler(lambda n: notices.append(n.message_primary))
-    found = db.execute("SELECT trial, version, parameters, value, converged, deployed, error FROM pgad.tune("
-                       "'ridge', %s, 'squared', %s, %s, grid => %s, validation => %s, metric => 'mse', "
+    found = db.execute("SELECT trial, version, parameters, value, converged, deployed, error, training_time "
+                       "FROM pgad.tune('ridge', %s, 'squared', %s, %s, grid => %s, validation => %s, metric => 'mse', "
                        "options => %s) ORDER BY trial",
                        (MODEL, TRAINING, WEIGHTS, f'{{"l2": {GRID}}}', HELD,
                         f'{{"regularize": {SLOPES}}}')).fetchall()
@@ -78,7 +79,7 @@ def test_tune_deploys_what_ridge_picks(db, ridge):
     assert [r[0] for r in found] == list(range(1, len(GRID) + 1))
     assert [r[2] for r in found] == [{'l2': l2} for l2 in GRID]
     assert [r[3] for r in found] == pytest.approx(expected, rel=1e-6)
-    assert all(r[4] and r[6] is None for r in found)
+    assert all(r[4] and r[6] is None and timedelta(0) < r[7] < timedelta(minutes=5) for r in found)
     best = int(np.argmin(expected))
     assert GRID[best] == 0.3  # inside the grid: a tune that took the first or the last would fail
     assert [r[5] for r in found] == [k == best for k in range(len(GRID))]
