@@ -48,14 +48,15 @@ def test_metrics_of_a_version_on_its_validation_rows(db, ridge):
     """metrics: validation_loss (the mean squared error: loss 'squared' is (p − y)²), rmse, mae and r2 of the
     stored weights on the validation query's rows, computed here with numpy; NULL without validation."""
     x, y, held = ridge
-    w, metrics = db.execute("SELECT weights, metrics FROM pgad.train('m', %s, 'squared', %s, %s, validation => %s)",
-                            (MODEL, TRAINING, WEIGHTS, HELD)).fetchone()
+    w, metrics, history = db.execute("SELECT weights, metrics, validation_history FROM pgad.train('m', %s, 'squared', "
+                                     "%s, %s, validation => %s)", (MODEL, TRAINING, WEIGHTS, HELD)).fetchone()
     err = x[held] @ [w[f'b{k}'] for k in range(1, 7)] + w['c'] - y[held]
     assert metrics['validation_rows'] == held.sum()
     assert metrics['rmse'] == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-9)
     assert metrics['mae'] == pytest.approx(np.mean(np.abs(err)), rel=1e-9)
     assert metrics['r2'] == pytest.approx(1 - np.sum(err ** 2) / np.sum((y[held] - y[held].mean()) ** 2), rel=1e-9)
     assert metrics['validation_loss'] == pytest.approx(np.mean(err ** 2), rel=1e-9)
+    assert metrics['validation_loss'] == pytest.approx(history[-1], rel=1e-9)
     assert db.execute("SELECT metrics FROM pgad.train('m', %s, 'squared', %s, %s)",
                       (MODEL, TRAINING, WEIGHTS)).fetchone()[0] is None
 
@@ -332,3 +333,14 @@ def test_metrics_are_pgad_evaluates_on_the_validation_rows(db, ridge, name, mode
     shared = set(metrics) - {'validation_loss', 'validation_rows'}
     assert len(shared) >= 4 and shared <= set(evaluated)
     assert {m: metrics[m] for m in shared} == pytest.approx({m: evaluated[m] for m in shared}, rel=1e-9)
+
+
+def test_the_validation_loss_of_an_early_stopped_version_is_its_lowest(db, ridge):
+    """With early_stopping, the version keeps the weights of its lowest validation loss: metrics' validation_loss is
+    that one, not the last of validation_history."""
+    metrics, history = db.execute(
+        "SELECT metrics, validation_history FROM pgad.train('early', %s, 'squared', %s, %s, optimizer => 'adam', "
+        "learning_rate => 0.5, iterations => 300, early_stopping => 3, validation => %s)",
+        (MODEL, TRAINING, WEIGHTS, HELD)).fetchone()
+    assert min(history) < history[-1]
+    assert metrics['validation_loss'] == pytest.approx(min(history), rel=1e-9)
