@@ -204,6 +204,11 @@ BAD = [
     (", grid => '{\"l2\": [0]}', options => '{\"l2\": 1}')", '22023', 'argument "l2" is both tuned and given', None),
     (", grid => '{\"l2\": [0]}', options => '{\"label\": 1}')", '22023', 'option "label" must be a string', None),
     (", grid => '{\"l2\": [0]}', validation => NULL::text)", '22004', 'pgad.tune needs validation rows', None),
+    (", grid => '{\"l2\": [0]}', metric => NULL)", '22004', 'argument "metric" of pgad.tune must not be NULL', None),
+    (", grid => '{\"l2\": [0]}', seed => -1)", '22023', 'seed must be 0 or a positive number, not -1', None),
+    (", random => '{\"l2\": [0, 1]}', trials => 0)", '22023', 'a random search takes trials, a positive integer, '
+     'not 0', None),
+    (", grid => '{\"l2\": [0]}', options => '[1]')", '22023', 'options must be a JSON object', None),
 ]
 
 
@@ -344,3 +349,9 @@ def test_the_validation_loss_of_an_early_stopped_version_is_its_lowest(db, ridge
         (MODEL, TRAINING, WEIGHTS, HELD)).fetchone()
     assert min(history) < history[-1]
     assert metrics['validation_loss'] == pytest.approx(min(history), rel=1e-9)
+
+
+def test_a_null_name_is_22004(db, ridge):
+    e = error_of(db, "SELECT FROM pgad.tune(NULL, %s, 'squared', %s, %s, grid => '{\"l2\": [0]}')",
+                 (MODEL, TRAINING, WEIGHTS))
+    assert (e.sqlstate, e.message_primary) == ('22004', 'argument "name" of pgad.tune must not be NULL')
