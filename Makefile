@@ -18,7 +18,7 @@ VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" extension/pgad.co
 SQL := extension/sql/pgad--0.1.0.sql $(wildcard extension/sql/pgad--*--*.sql)
 BUILT := build/pgad--$(VERSION).sql $(patsubst extension/sql/%,build/%,$(SQL))
 
-.PHONY: all install demo test bench fuzz mutation installcheck clean server-packages python-env extension-files
+.PHONY: FORCE all install demo test bench fuzz mutation installcheck clean server-packages python-env extension-files
 
 all: install
 
@@ -41,11 +41,12 @@ python-env:
 
 SITE_PACKAGES = $$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
-build/pgad--$(VERSION).sql: extension/sql/pgad.sql extension/pgad.control
+# Built every time (a sed each): the path written in depends on PGAD_HOME, which no file's date says.
+build/pgad--$(VERSION).sql: extension/sql/pgad.sql extension/pgad.control FORCE
 	@mkdir -p build
 	sed "s|@PGAD_SITE_PACKAGES@|$(SITE_PACKAGES)|" $< > $@
 
-build/%.sql: extension/sql/%.sql
+build/%.sql: extension/sql/%.sql FORCE
 	@mkdir -p build
 	sed "s|@PGAD_SITE_PACKAGES@|$(SITE_PACKAGES)|" $< > $@
 

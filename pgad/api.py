@@ -168,9 +168,10 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
 
 
 @server.entry
-def evaluate(name, data):
-    """pgad.evaluate: the metrics of model `name` on the data, (group_key, metric, value) rows (models/evaluate.py)."""
-    return evaluating.evaluate(name, data, settings())
+def evaluate(name, data, version=None):
+    """pgad.evaluate: the metrics of model `name` (its deployed version, or version `version`) on the data,
+    (group_key, metric, value) rows (models/evaluate.py)."""
+    return evaluating.evaluate(name, data, settings(), version)
 
 
 @server.entry

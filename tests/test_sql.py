@@ -418,8 +418,8 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     # pgad.init_weights's, the catalog's writer, pgad.evaluate's, the scoring functions' length error, pgad.hessian's
     # and pgad.summary's, the element reader of pgad.pack's loads, the owners of a model's name, and
     # pgad.importance's, the softmax and argmax of a softmax model's probability and class functions, and
-    # pgad.forecast's, pgad.deploy's and the version's pgad.drop_model's, pgad.tune's
-    assert len(internal) == 39
+    # pgad.forecast's, pgad.deploy's, the version's pgad.drop_model's and pgad.evaluate's, pgad.tune's
+    assert len(internal) == 40
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     # The writer of pgad.models alone is executable by PUBLIC: pgad's Python calls it as the caller, and it writes
     # only what pgad.train or pgad.drop_model left for it (a direct call is refused: test_model_trust.py).
@@ -448,6 +448,7 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
              "pgad._train('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', 0.1, 1, 'reverse', 'auto', "
              "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0, 'float64', NULL, NULL, NULL, NULL, NULL, 't', NULL)",
              "pgad._drop_model('m')", "pgad._drop_model('m', 1)", "pgad._deploy('m', 1, NULL)",
+             "pgad._evaluate('m', 'SELECT 1', 1)",
              "pgad._init_weights('{}', 'glorot', 0)", "pgad._evaluate('m', 'SELECT 1')",
              "pgad._hessian('λ(d, w) w.a', 'SELECT 1', '{\"a\": 0}', 'auto')", "pgad._summary('m', 'error')",
              "pgad._forecast('m', 3, NULL::text, 0.95::float8, 1000, 0::int8)",

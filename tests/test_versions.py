@@ -306,3 +306,21 @@ def test_a_function_another_role_made_with_a_versions_name_is_refused(cluster, d
     finally:
         db.execute('DROP OWNED BY v_squatter')
         db.execute('DROP ROLE v_squatter')
+
+
+def test_evaluate_compares_a_new_version_with_the_deployed_one(db):
+    train(db, 'v_eval')
+    train(db, 'v_eval', data='SELECT x, y FROM pts WHERE NOT first', deploy=False)
+
+    def rmse(*version):
+        extra = ', %s' if version else ''
+        return db.execute(f"SELECT value FROM pgad.evaluate('v_eval', 'SELECT x, y FROM pts WHERE NOT first'{extra}) "
+                          "WHERE metric = 'rmse'", list(version)).fetchone()[0]
+    x = list(range(41, 81))  # version 1 predicts 2x + 1 where y = 3x: its rmse is that of x - 1
+    assert rmse() == pytest.approx((sum((v - 1) ** 2 for v in x) / len(x)) ** 0.5)
+    assert rmse(1) == pytest.approx(rmse()) and rmse(2) == pytest.approx(0, abs=1e-6)
+    e = error_of(db, "SELECT * FROM pgad.evaluate('v_eval', 'pts', 5)")
+    assert e.sqlstate == '42704' and 'version 5 of model "v_eval" does not exist' in e.message_primary
+    train(db, 'v_undeployed', deploy=False)
+    e = error_of(db, "SELECT * FROM pgad.evaluate('v_undeployed', 'pts')")
+    assert e.sqlstate == '55000' and 'has no deployed version' in e.message_primary

@@ -766,6 +766,23 @@ LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.drop_model(pg_catalog.text, pg_catalog.int4) IS
     'drop a version of a model that is not deployed: its rows in pgad.model_versions and its functions';
 
+-- pgad.evaluate(name, data, version): the metrics of a version of a model, deployed or not, on any data.
+CREATE FUNCTION pgad._evaluate(name pg_catalog.text, data pg_catalog.text, version pg_catalog.int4)
+RETURNS TABLE (group_key pg_catalog.jsonb, metric pg_catalog.text, value pg_catalog.float8)
+LANGUAGE plpython3u STABLE STRICT AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.evaluate(name, data, version)
+$$;
+REVOKE ALL ON FUNCTION pgad._evaluate(pg_catalog.text, pg_catalog.text, pg_catalog.int4) FROM PUBLIC;
+CREATE FUNCTION pgad.evaluate(name pg_catalog.text, data pg_catalog.text, version pg_catalog.int4)
+RETURNS TABLE (group_key pg_catalog.jsonb, metric pg_catalog.text, value pg_catalog.float8)
+LANGUAGE C STABLE STRICT AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.evaluate(pg_catalog.text, pg_catalog.text, pg_catalog.int4) IS
+    'the metrics of version version of model name on the data, per group, as pgad.evaluate(name, data) gives them';
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- §2 stored preprocessing (issue 38)
 -- ---------------------------------------------------------------------------------------------------------------

@@ -745,17 +745,29 @@ def function(signature):
         return []
 
 
-# A model's rows as pgad.evaluate and pgad.summary read them, its groups in order.
+# A model's rows as pgad.evaluate and pgad.summary read them, its groups in order: the deployed version's, or
+# version $2's.
 ROWS = (f'SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS weights, '
         f'm.options::pg_catalog.text AS options, m.data, m.trained_by::pg_catalog.text AS trained_by, m.converged '
-        f'FROM pgad.models AS m WHERE m.name {EQ} $1 ORDER BY m.group_key')
+        f'FROM pgad.model_versions AS m WHERE m.name {EQ} $1 AND (m.version {EQ} $2 OR $2 IS NULL AND m.deployed) '
+        'ORDER BY m.group_key')
+READABLE = f'SELECT pg_catalog.count(*) AS n FROM pgad.model_versions AS m WHERE m.name {EQ} $1'
 
 
-def rows(name):
-    """The rows of model `name` in pgad.models (ROWS); the error when there is none, or none the caller may read."""
-    found = server.query(ROWS, [name], ['pg_catalog.text'])
+def rows(name, version=None):
+    """The rows of model `name`'s deployed version in pgad.models, or of version `version` (ROWS); the error when
+    there is none, or none the caller may read."""
+    found = server.query(ROWS, [name, version], ['pg_catalog.text', 'pg_catalog.int4'])
     if not found:
-        raise hidden(name) if owners(name) else missing(name)
+        if not owners(name):
+            raise missing(name)
+        if not server.query(READABLE, [name], ['pg_catalog.text'])[0]['n']:
+            raise hidden(name)
+        if version is not None:
+            raise PgadError('42704', f'version {version} of model "{name}" does not exist',
+                            hint='The versions of a model are listed in pgad.model_versions.')
+        raise PgadError('55000', f'model "{name}" has no deployed version',
+                        hint='Deploy one (pgad.deploy), or name a version.')
     return found
 
 

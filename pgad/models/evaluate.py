@@ -171,9 +171,10 @@ def logits(lam, root, columns, weights, rows):
     return np.stack(found, axis=1) if found else np.zeros((rows, 0))
 
 
-def evaluate(name, data, config):
-    """pgad.evaluate's rows, (group_key as jsonb text or None, metric, value)."""
-    stored = catalog.rows(name)
+def evaluate(name, data, config, version=None):
+    """pgad.evaluate's rows, (group_key as jsonb text or None, metric, value), of the deployed version or of
+    version `version`."""
+    stored = catalog.rows(name, version)
     first = stored[0]
     options = json.loads(first['options'])
     label = options.get('label', 'y')
