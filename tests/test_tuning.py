@@ -355,3 +355,18 @@ def test_a_null_name_is_22004(db, ridge):
     e = error_of(db, "SELECT FROM pgad.tune(NULL, %s, 'squared', %s, %s, grid => '{\"l2\": [0]}')",
                  (MODEL, TRAINING, WEIGHTS))
     assert (e.sqlstate, e.message_primary) == ('22004', 'argument "name" of pgad.tune must not be NULL')
+
+
+def test_a_grouped_trials_value_is_its_groups_mean_by_validation_rows(db, ridge):
+    """With group_by, a trial's value is the mean of its groups' metric weighted by their validation rows."""
+    data = 'SELECT id, id % 3 AS g, x1, x2, y FROM ridge'
+    found = db.execute("SELECT version, value FROM pgad.tune('grouped', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', 'squared', "
+                       "%s, '{\"a\": 0, \"b\": 0, \"c\": 0}', grid => '{\"l2\": [0, 1]}', metric => 'mae', "
+                       "validation => 0.3, seed => 2, options => '{\"group_by\": \"g\"}') ORDER BY trial",
+                       (data,)).fetchall()
+    for version, value in found:
+        groups = db.execute("SELECT metrics FROM pgad.model_versions WHERE name = 'grouped' AND version = %s",
+                            (version,)).fetchall()
+        assert len(groups) == 3
+        rows = np.array([m['validation_rows'] for m, in groups])
+        assert value == pytest.approx(np.dot(rows, [m['mae'] for m, in groups]) / rows.sum(), rel=1e-12)
