@@ -360,8 +360,8 @@ def test_a_null_name_is_22004(db, ridge):
 def test_a_grouped_trials_value_is_its_groups_mean_by_validation_rows(db, ridge):
     """With group_by, a trial's value is the mean of its groups' metric weighted by their validation rows."""
     data = 'SELECT id, id % 3 AS g, x1, x2, y FROM ridge'
-    found = db.execute("SELECT version, value FROM pgad.tune('grouped', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', 'squared', "
-                       "%s, '{\"a\": 0, \"b\": 0, \"c\": 0}', grid => '{\"l2\": [0, 1]}', metric => 'mae', "
+    found = db.execute("SELECT version, value FROM pgad.tune('grouped', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', "
+                       "'squared', %s, '{\"a\": 0, \"b\": 0, \"c\": 0}', grid => '{\"l2\": [0, 1]}', metric => 'mae', "
                        "validation => 0.3, seed => 2, options => '{\"group_by\": \"g\"}') ORDER BY trial",
                        (data,)).fetchall()
     for version, value in found:
