@@ -11,7 +11,7 @@ import numpy as np
 from . import arguments, calls, categorical, explain as explaining, loader, program, server, shards
 from .calls import settings
 from .models import catalog, descent, evaluate as evaluating, forecast as forecasting, importance as importing, \
-    initial, summary as summarizing, training
+    initial, summary as summarizing, training, tuning
 from .errors import PgadError
 from .lang import hessian as second, printer, tensors, vectors
 
@@ -156,6 +156,15 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
 def deploy(name, version=None, strategy=None):
     """pgad.deploy: version `version` of model `name`, or the one `strategy` picks, deployed; its rows."""
     return catalog.deploy(name, version, strategy)
+
+
+@server.entry
+def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, seed=None, validation=None,
+         metric='validation_loss', deploy=True, options=None):
+    """pgad.tune: a training of model `name` per combination of the grid (or per random draw), each a version, the
+    best by the metric deployed; a row per trial (models/tuning.py)."""
+    return tuning.tune(name, model, loss, data, weights, grid, random, trials, seed, validation, metric, deploy,
+                       options)
 
 
 @server.entry

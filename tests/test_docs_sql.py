@@ -16,6 +16,7 @@ MODELS = '## Models: pgad.train, pgad.models, pgad_models, pgad.drop_model'
 VECTORS = '## Vectors and matrices'
 CLASSES = "## Many classes: loss 'softmax'"
 EXPLANATIONS = '## Explanations: <name>_explain, pgad.importance'
+TUNING = '## Tuning: pgad.tune'
 
 
 def section_sql(section=SECTION):
@@ -153,3 +154,15 @@ def test_the_explanations_examples_run_in_psql_as_shown(cluster, tmp_path):
     shown = [line.strip() for block in output_blocks(EXPLANATIONS)[1:] for line in block.splitlines()]  # [0]: the
     printed = [line.strip() for line in result.stdout.splitlines()]                                   # signatures
     assert shown and [line for line in shown if line not in printed] == []
+
+
+def test_the_tuning_examples_run_in_psql_as_shown(cluster, tmp_path):
+    """The grid's and the random search's trials, and the version deployed, as the section shows, line for line; a
+    NOTICE per trial."""
+    result = run_in_psql(cluster, tmp_path, section_sql(TUNING))
+    assert result.returncode == 0, result.stderr
+    shown = [line.strip() for block in output_blocks(TUNING)[1:] for line in block.splitlines()]  # [0]: the signature
+    printed = [line.strip() for line in result.stdout.splitlines()]
+    assert shown and [line for line in shown if line not in printed] == []
+    assert 'NOTICE:  model "noisy": trial 3 of 4 {"l2": 0.1}: rmse 1.36853, version 3' in result.stderr
+    assert len(re.findall(r'NOTICE:  model "noisy": trial \d of [34] ', result.stderr)) == 7

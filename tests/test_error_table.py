@@ -35,6 +35,7 @@ SEQUENCE_OF = ("SELECT pgad.train('q', 'λ(d, w, s) s.level', 'squared', '{}', '
 # a model "vm" of one version, deployed, without validation (trained again by each call that needs it)
 VM = [("SELECT pgad.drop_model(m.name) FROM pgad.models AS m WHERE m.name = 'vm'", ()),
       ("SELECT pgad.train('vm', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, iterations => 1)", ('{"a": 0}',))]
+TUNE = "SELECT * FROM pgad.tune('m', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', "
 SHARDED = 'SELECT * FROM pgad.train(\'m\', \'λ(d, w) w.a*d.x\', \'squared\', \'sharded\', \'{{"a": 0}}\'{})'
 
 
@@ -374,6 +375,14 @@ CALLS = {
         + call("SELECT * FROM pgad.forecast('sqx', 3, 'SELECT x AS t, x FROM points')"),
     "the data has no rows after the training's last row":
         SEQUENCE + call("SELECT * FROM pgad.evaluate('sq', 'SELECT x AS t, y FROM points')"),
+    # pgad.tune (docs/sql.md, "Tuning")
+    'pgad.tune cannot tune argument "mode"': call(TUNE + "grid => '{\"mode\": [\"forward\"]}')"),
+    'grid value of "l2" must be a number, not "a"': call(TUNE + "grid => '{\"l2\": [\"a\"]}')"),
+    'pgad.tune would run 110 trials, more than 100':
+        call(TUNE + "grid => '{\"l2\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], \"l1\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]}')"),
+    'pgad.tune takes a grid or a random search, one of them': call(TUNE[:-2] + ')'),
+    "unknown metric \"auc\" of loss 'squared'": call(TUNE + "grid => '{\"l2\": [0]}', metric => 'auc')"),
+    'pgad.tune needs validation rows': call(TUNE + "grid => '{\"l2\": [0]}', validation => NULL::text)"),
 }
 ELSEWHERE = {
     'column "color" of a categorical weight is of type …, which role "…" owns':

@@ -791,6 +791,45 @@ COMMENT ON FUNCTION pgad.evaluate(pg_catalog.text, pg_catalog.text, pg_catalog.i
 -- §3 tuning (issue 38)
 -- ---------------------------------------------------------------------------------------------------------------
 
+-- pgad.tune: a training of the model per combination of a grid, or per draw of a random search, each a version
+-- (deploy => false) on the same validation rows, the best by the metric deployed (pgad/models/tuning.py); a row per
+-- trial. Not STRICT: grid, random, trials and seed are NULL unless given, and one of grid and random is.
+CREATE FUNCTION pgad._tune(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
+                           weights pg_catalog.jsonb, grid pg_catalog.jsonb, random pg_catalog.jsonb,
+                           trials pg_catalog.int4, seed pg_catalog.int8, validation pg_catalog.text,
+                           metric pg_catalog.text, deploy pg_catalog.bool, options pg_catalog.jsonb)
+RETURNS TABLE (trial pg_catalog.int4, version pg_catalog.int4, parameters pg_catalog.jsonb, value pg_catalog.float8,
+               converged pg_catalog.bool, training_time pg_catalog.interval, deployed pg_catalog.bool,
+               error pg_catalog.text)
+LANGUAGE plpython3u VOLATILE AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.tune(name, model, loss, data, weights, grid, random, trials, seed, validation, metric, deploy, options)
+$$;
+REVOKE ALL ON FUNCTION pgad._tune(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
+                                  pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.int4,
+                                  pg_catalog.int8, pg_catalog.text, pg_catalog.text, pg_catalog.bool,
+                                  pg_catalog.jsonb) FROM PUBLIC;
+-- validation is a fraction (numeric) or a query (text), as pgad.train's: anycompatible, reaching pgad._tune as text.
+CREATE FUNCTION pgad.tune(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
+                          weights pg_catalog.jsonb, grid pg_catalog.jsonb DEFAULT NULL,
+                          random pg_catalog.jsonb DEFAULT NULL, trials pg_catalog.int4 DEFAULT NULL,
+                          seed pg_catalog.int8 DEFAULT NULL,
+                          validation pg_catalog.anycompatible DEFAULT 0.2::pg_catalog.numeric,
+                          metric pg_catalog.text DEFAULT 'validation_loss', deploy pg_catalog.bool DEFAULT true,
+                          options pg_catalog.jsonb DEFAULT NULL)
+RETURNS TABLE (trial pg_catalog.int4, version pg_catalog.int4, parameters pg_catalog.jsonb, value pg_catalog.float8,
+               converged pg_catalog.bool, training_time pg_catalog.interval, deployed pg_catalog.bool,
+               error pg_catalog.text)
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.tune(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
+                              pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.int4, pg_catalog.int8,
+                              pg_catalog.anycompatible, pg_catalog.text, pg_catalog.bool, pg_catalog.jsonb) IS
+    'train model name once per combination of the grid (or per draw of the random search), each a version on the '
+    'same validation rows, and deploy the best by the metric; a row per trial';
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- §4 the first call (issue 38)
 -- ---------------------------------------------------------------------------------------------------------------

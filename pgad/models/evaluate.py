@@ -317,3 +317,41 @@ def _softmax(name, data, config, stored, options, label):
                 out.append((key, 'unseen_category_rows', _unseen_categories(cols, cats)))
         out.append((key, 'skipped_rows', float(table.skipped)))
     return out
+
+
+# The metrics of a 'softmax' model that pgad.model_versions.metrics holds: multiclass()'s but those of each class
+SOFTMAX_METRICS = ('log_loss', 'accuracy', 'precision_macro', 'recall_macro', 'f1_macro', 'precision_weighted',
+                   'recall_weighted', 'f1_weighted')
+
+
+def metrics_on(loss, model, label, weights, columns, rows, classes=None, unrolled=None):
+    """{metric: value} of METRICS for a named loss (as pgad.evaluate gives them) of model (a Lambda) at weights (as
+    stored: a dict from its jsonb) over rows whose columns are {name: array}, the label coded 1 or 2 where classes
+    (a two-class 'logistic' label); of a 'softmax' model, its label coded 1 … K by classes (its K classes as text)
+    and its logits from unrolled (vectors.unrolled_value's Lambda and root), SOFTMAX_METRICS; {} for a lambda loss or
+    another model with vectors. A value that is not finite, or has nothing to divide by (r2 of a constant label,
+    roc_auc of one class), is None."""
+    if loss == SOFTMAX and unrolled is not None:
+        if categorical.indexed(weights, model):
+            weights = categorical.as_vectors(weights, categorical.stored(weights, model)[1])
+        z = logits(*unrolled, columns, {n: v for n, v in weights.items() if n in model.weights}, rows)
+        found = dict(multiclass(columns[label], z, classes))
+        return {m: None if found[m] is None or not np.isfinite(found[m]) else float(found[m]) for m in SOFTMAX_METRICS}
+    kind, parameter = objective.named(loss) or (None, None)
+    rules = METRICS.get(kind, {})
+    rules = rules(parameter) if callable(rules) else rules
+    cats = categorical.Categories()
+    if rules and categorical.indexed(weights, model):
+        _, cats = categorical.stored(weights, model)
+        weights = categorical.as_vectors(weights, cats)
+    if not rules or vectors.needed(model) and not categorical.only(model, cats) or any(
+            isinstance(v, list) for v in weights.values()):
+        return {}
+    z, = values(model.graph, [model.root], columns, weights, rows)
+    y = columns[label] - 1 if classes else columns[label]
+    out = {}
+    for metric, rule in rules.items():
+        with np.errstate(over='ignore', invalid='ignore'):
+            value = rule(y, z)
+        out[metric] = None if value is None or not np.isfinite(value) else float(value)
+    return out

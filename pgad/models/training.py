@@ -12,8 +12,8 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import attribution, catalog, classes, descent, objective, preprocess, separation, sequence, \
-    standardize as standardizing, summary, validation as validating
+from . import attribution, catalog, classes, descent, evaluate as evaluating, objective, preprocess, separation, \
+    sequence, standardize as standardizing, summary, validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
@@ -207,8 +207,9 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                                                  fitted, part.table.rows)
                 baselines.append(shown)
                 explained = dict(baseline=shown, baseline_prediction=at)
+            stored = calls.weights_json(unread, categorical.named(nested, cats))
             rows.append(dict(name=name, group_key=part.key, model=model, loss=loss,
-                             weights=calls.weights_json(unread, categorical.named(nested, cats)),
+                             weights=stored,
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations,
                              options=json.dumps({**options, **({'impute': imputed} if imputed else {}), **explained}),
@@ -216,7 +217,9 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                              rows=part.table.rows,
                              training_time=fit.seconds,
                              validation_history=None if watch is None else watch.history,
-                             converged=fit.converged, gradient_norm=fit.gradient_norm))
+                             converged=fit.converged, gradient_norm=fit.gradient_norm,
+                             metrics=None if held is None else _metrics(kernel, prog, held, fitted, loss, goal, label,
+                                                                        found, stored, logits)))
     if not rows:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
     explanation = (explainer, baselines, options.get('classes')) if isinstance(explainer, attribution.Explainer) \
@@ -309,6 +312,24 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
             fit = replace(fit, converged=False)
     fitted = dict(zip(names, fit.weights.tolist()))
     return (fitted if plan is None else standardizing.back(plan, fitted, mean, std)), fit, watch
+
+
+def _metrics(kernel, prog, held, fitted, loss, goal, label, found, weights, logits=None):
+    """The metrics of a version on its validation rows held (a Table of prog's columns), as the jsonb text of
+    pgad.model_versions.metrics: validation_loss, the mean objective there without the penalty (at the weights the
+    version keeps: the last of validation_history, or with early_stopping its lowest), validation_rows, and
+    pgad.evaluate's metrics of its loss (evaluate.metrics_on; of a 'softmax' model from its unrolled logits, where
+    it reads no array column). A value that is not finite is null."""
+    value = descent.evaluate(kernel, held, np.array([fitted[n] for n in prog.weights], dtype=np.float64),
+                             server.check_interrupts)[0] / held.rows
+    columns = dict(zip(map(str, prog.columns), held.columns))
+    if logits is not None and not set(map(str, logits[0].columns)) <= set(columns):
+        logits = None  # array columns, loaded as arrays: their elements are not columns here
+    found = evaluating.metrics_on(loss, goal.model, label, json.loads(weights), columns, held.rows,
+                                  list(found.keys) if objective.base(loss) == 'softmax' else found is not None,
+                                  logits)
+    return json.dumps({'validation_loss': float(value) if np.isfinite(value) else None,
+                       'validation_rows': held.rows, **found})
 
 
 def _held_out(validation, prog, groups, config, categories=None, missing=()):

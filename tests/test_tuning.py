@@ -1,0 +1,372 @@
+"""pgad.tune (models/tuning.py) and the metrics of a version on its validation rows (pgad.model_versions.metrics):
+the tune deploys the version with the best validation metric, checked against scikit-learn's Ridge fitted on the
+same training rows and scored on the same validation rows; every trial is a version; a failed trial is a row; a
+cancel ends the tune; bad grids are clear errors that change nothing."""
+import time
+from datetime import timedelta
+
+import numpy as np
+import psycopg
+import pytest
+from sklearn.linear_model import Ridge
+
+from conftest import error_of
+
+ROWS = 200
+COLUMNS = ('x1', 'x2', 'x3', 'x4', 'x5', 'x6')
+MODEL = 'λ(d, w) ' + ' + '.join(f'w.{c.replace("x", "b")}*d.{c}' for c in COLUMNS) + ' + w.c'
+WEIGHTS = '{' + ', '.join(f'"{c.replace("x", "b")}": 0' for c in COLUMNS) + ', "c": 0}'
+SLOPES = '[' + ', '.join(f'"{c.replace("x", "b")}"' for c in COLUMNS) + ']'  # regularize: not the intercept
+TRAINING = f'SELECT {", ".join(COLUMNS)}, y FROM ridge WHERE id % 2 = 1'
+HELD = f'SELECT {", ".join(COLUMNS)}, y FROM ridge WHERE id % 2 = 0'
+# pgad's objective is mean((p − y)²) + l2·Σ b² over the slopes; scikit-learn's Ridge minimises Σ (p − y)² +
+# alpha·Σ b², without the intercept: alpha = l2 · the training rows. On these rows the validation MSE is lowest at
+# l2 = 0.3, inside the grid, 0.007 below the next (4.1769 against 4.1838).
+GRID = [0, 0.01, 0.03, 0.1, 0.3, 1, 3]
+
+
+@pytest.fixture(scope='module')
+def ridge(cluster, dbname):
+    """200 rows, y linear in six columns with much noise, the validation rows apart (id even)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(ROWS, 6))
+    y = x @ [0.5, -0.3, 0.2, 0.1, 0.0, -0.2] + 1.0 + rng.normal(scale=2.0, size=ROWS)
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute(f'CREATE TABLE ridge (id int, {", ".join(c + " float8" for c in COLUMNS)}, y float8)')
+        with db.cursor().copy('COPY ridge FROM STDIN') as copy:
+            for k in range(ROWS):
+                copy.write_row((k, *x[k], y[k]))
+    return x, y, np.arange(ROWS) % 2 == 0
+
+
+def versions(db, name):
+    return db.execute('SELECT version, deployed, options, metrics FROM pgad.model_versions WHERE name = %s '
+                      'ORDER BY version', (name,)).fetchall()
+
+
+def test_metrics_of_a_version_on_its_validation_rows(db, ridge):
+    """metrics: validation_loss (the mean squared error: loss 'squared' is (p − y)²), rmse, mae and r2 of the
+    stored weights on the validation query's rows, computed here with numpy; NULL without validation."""
+    x, y, held = ridge
+    w, metrics, history = db.execute("SELECT weights, metrics, validation_history FROM pgad.train('m', %s, 'squared', "
+                                     "%s, %s, validation => %s)", (MODEL, TRAINING, WEIGHTS, HELD)).fetchone()
+    err = x[held] @ [w[f'b{k}'] for k in range(1, 7)] + w['c'] - y[held]
+    assert metrics['validation_rows'] == held.sum()
+    assert metrics['rmse'] == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-9)
+    assert metrics['mae'] == pytest.approx(np.mean(np.abs(err)), rel=1e-9)
+    assert metrics['r2'] == pytest.approx(1 - np.sum(err ** 2) / np.sum((y[held] - y[held].mean()) ** 2), rel=1e-9)
+    assert metrics['validation_loss'] == pytest.approx(np.mean(err ** 2), rel=1e-9)
+    assert metrics['validation_loss'] == pytest.approx(history[-1], rel=1e-9)
+    assert db.execute("SELECT metrics FROM pgad.train('m', %s, 'squared', %s, %s)",
+                      (MODEL, TRAINING, WEIGHTS)).fetchone()[0] is None
+
+
+def test_tune_deploys_what_ridge_picks(db, ridge):
+    """A grid of l2: each trial's validation MSE is scikit-learn Ridge's on the same rows (rtol 1e-6: Newton
+    converges to the least-squares optimum), and the version deployed is the one of the l2 Ridge scores best, its
+    weights pgad.models'; every trial is a version, the others not deployed; a NOTICE per trial."""
+    x, y, held = ridge
+    notices = []
+    db.add_notice_handler(lambda n: notices.append(n.message_primary))
+    found = db.execute("SELECT trial, version, parameters, value, converged, deployed, error, training_time "
+                       "FROM pgad.tune('ridge', %s, 'squared', %s, %s, grid => %s, validation => %s, metric => 'mse', "
+                       "options => %s) ORDER BY trial",
+                       (MODEL, TRAINING, WEIGHTS, f'{{"l2": {GRID}}}', HELD,
+                        f'{{"regularize": {SLOPES}}}')).fetchall()
+    expected = []
+    for l2 in GRID:
+        fitted = Ridge(alpha=l2 * (~held).sum()).fit(x[~held], y[~held])
+        expected.append(np.mean((fitted.predict(x[held]) - y[held]) ** 2))
+    assert [r[0] for r in found] == list(range(1, len(GRID) + 1))
+    assert [r[2] for r in found] == [{'l2': l2} for l2 in GRID]
+    assert [r[3] for r in found] == pytest.approx(expected, rel=1e-6)
+    assert all(r[4] and r[6] is None and timedelta(0) < r[7] < timedelta(minutes=5) for r in found)
+    best = int(np.argmin(expected))
+    assert GRID[best] == 0.3  # inside the grid: a tune that took the first or the last would fail
+    assert [r[5] for r in found] == [k == best for k in range(len(GRID))]
+    stored = versions(db, 'ridge')
+    assert [v for v, *_ in stored] == [r[1] for r in found]
+    assert [(v, o['l2']) for v, deployed, o, _ in stored if deployed] == [(found[best][1], GRID[best])]
+    deployed = db.execute("SELECT version, weights FROM pgad.models WHERE name = 'ridge'").fetchone()
+    assert deployed[0] == found[best][1]
+    assert deployed[1]['b1'] == pytest.approx(fitted_slope(x, y, held, GRID[best]), rel=1e-6)
+    assert sum('trial' in n and 'of 7' in n for n in notices) == len(GRID)
+
+
+def fitted_slope(x, y, held, l2):
+    return Ridge(alpha=l2 * (~held).sum()).fit(x[~held], y[~held]).coef_[0]
+
+
+def test_higher_is_better_and_deploy_false(db, ridge):
+    """metric r2 picks the highest (the same trial as the lowest mse); deploy => false keeps every version and
+    deploys none of them: pgad.models keeps the version deployed before."""
+    db.execute("SELECT FROM pgad.train('kept', %s, 'squared', %s, %s)", (MODEL, TRAINING, WEIGHTS))
+    found = db.execute("SELECT value, deployed, version FROM pgad.tune('kept', %s, 'squared', %s, %s, grid => %s, "
+                       "validation => %s, metric => 'r2', deploy => false, options => %s) ORDER BY trial",
+                       (MODEL, TRAINING, WEIGHTS, f'{{"l2": {GRID}}}', HELD,
+                        f'{{"regularize": {SLOPES}}}')).fetchall()
+    assert int(np.argmax([v for v, *_ in found])) == GRID.index(0.3)
+    assert not any(d for _, d, _ in found)
+    assert db.execute("SELECT version FROM pgad.models WHERE name = 'kept'").fetchone()[0] == 1
+    assert len(versions(db, 'kept')) == 1 + len(GRID)
+
+
+def test_a_fraction_is_the_same_split_for_every_trial(db, ridge):
+    """validation => 0.25 with a seed: every trial validates on the same rows (their count, and the same
+    validation loss for equal parameters), and the deployed one has the lowest value, the earlier of equals."""
+    found = db.execute("SELECT value, deployed, version FROM pgad.tune('split', %s, 'squared', 'SELECT * FROM ridge', "
+                       "%s, grid => '{\"l2\": [0.1, 0, 0.1]}', validation => 0.25, seed => 3) ORDER BY trial",
+                       (MODEL, WEIGHTS)).fetchall()
+    rows = {m['validation_rows'] for *_, m in versions(db, 'split')}
+    assert len(rows) == 1 and 0 < rows.pop() < ROWS
+    assert found[0][0] == pytest.approx(found[2][0], rel=1e-12)
+    assert found[0][0] != found[1][0]
+    best = int(np.argmin([v for v, *_ in found]))  # the first of equals: trial 1 where l2 = 0.1 is the better
+    assert [d for _, d, _ in found] == [k == best for k in range(3)]
+
+
+def test_a_failed_trial_is_a_row(db, ridge):
+    """A combination pgad.train refuses (lbfgs takes no learning_rate) is a row with its error, rolled back (no
+    version); the others train, and the best is deployed. Every trial failing is the first one's error."""
+    found = db.execute("SELECT trial, version, parameters, value, deployed, error FROM pgad.tune('failing', %s, "
+                       "'squared', %s, %s, grid => '{\"optimizer\": [\"lbfgs\", \"gd\"], \"learning_rate\": [0.05]}', "
+                       "validation => %s) ORDER BY trial", (MODEL, TRAINING, WEIGHTS, HELD)).fetchall()
+    assert found[0][1] is None and found[0][3] is None and not found[0][4]
+    assert found[0][5].startswith('22023: optimizer "lbfgs" takes no learning_rate')
+    assert found[1][1] is not None and found[1][4] and found[1][5] is None
+    assert [v for v, *_ in versions(db, 'failing')] == [found[1][1]]
+    e = error_of(db, "SELECT FROM pgad.tune('never', %s, 'squared', %s, %s, grid => '{\"learning_rate\": [0.1]}', "
+                     "options => '{\"optimizer\": \"newton\"}', validation => %s)", (MODEL, TRAINING, WEIGHTS, HELD))
+    assert e.sqlstate == '22023' and 'takes no learning_rate' in e.message_primary
+    assert versions(db, 'never') == []
+
+
+def test_random_search(db, ridge):
+    """trials draws of each key, reproducible by the seed, within the bounds; integers rounded."""
+    def run(name):
+        return db.execute("SELECT parameters FROM pgad.tune(%s, %s, 'squared', %s, %s, random => "
+                          "'{\"l2\": {\"log_uniform\": [0.001, 1]}, \"iterations\": {\"uniform\": [5, 50]}, "
+                          "\"optimizer\": [\"gd\", \"adam\"]}', trials => 6, seed => 4, validation => %s, "
+                          "options => '{\"learning_rate\": 0.01}') ORDER BY trial",
+                          (name, MODEL, TRAINING, WEIGHTS, HELD)).fetchall()
+    first, second = run('random1'), run('random2')
+    assert first == second and len(first) == 6
+    for (p,) in first:
+        assert 0.001 <= p['l2'] <= 1 and isinstance(p['iterations'], int) and 5 <= p['iterations'] <= 50
+        assert p['optimizer'] in ('gd', 'adam')
+    assert len({p['l2'] for (p,) in first}) == 6
+    assert len(versions(db, 'random1')) == 6
+
+
+def test_cancel(db, ridge):
+    """statement_timeout ends a tune inside a trial (gd for ten million iterations) within a second or so, and the
+    statement changes nothing."""
+    db.execute("SET statement_timeout = '1s'")
+    started = time.monotonic()
+    e = error_of(db, "SELECT FROM pgad.tune('cancelled', %s, 'squared', %s, %s, grid => '{\"l2\": [0, 0.1]}', "
+                     "validation => %s, options => '{\"optimizer\": \"gd\", \"learning_rate\": 0.001, "
+                     "\"iterations\": 10000000}')", (MODEL, TRAINING, WEIGHTS, HELD))
+    elapsed = time.monotonic() - started
+    db.execute('RESET statement_timeout')
+    assert e.sqlstate == '57014'
+    assert elapsed < 30  # generous: a loaded 2-core machine
+    assert versions(db, 'cancelled') == []
+
+
+TUNE = "SELECT FROM pgad.tune('bad', 'λ(d, w) w.a*d.x1 + w.c', 'squared', 'SELECT x1, y FROM ridge', " \
+       "'{\"a\": 0, \"c\": 0}'"
+BAD = [
+    (", grid => '{\"mode\": [\"forward\"]}')", '22023', 'pgad.tune cannot tune argument "mode"', 'l1, l2, '),
+    (", grid => '{\"seed\": [1, 2]}')", '22023', 'pgad.tune cannot tune argument "seed"', 'options'),
+    (", grid => '{\"l2\": 0.1}')", '22023', 'the grid\'s "l2" must be a non-empty JSON array', None),
+    (", grid => '{\"l2\": []}')", '22023', 'the grid\'s "l2" must be a non-empty JSON array', None),
+    (", grid => '{\"l2\": [\"a\"]}')", '22023', 'grid value of "l2" must be a number, not "a"', None),
+    (", grid => '{\"iterations\": [1.5]}')", '22023', 'grid value of "iterations" must be an integer', None),
+    (", grid => '{\"standardize\": [1]}')", '22023', 'grid value of "standardize" must be true or false', None),
+    (", grid => '{\"l2\": [1e400]}')", '22023', 'grid value of "l2" must be a finite number', None),
+    (", grid => '[0.1]')", '22023', 'grid must be a JSON object of the arguments to tune', None),
+    (", grid => '{}')", '22023', 'grid must be a JSON object of the arguments to tune', None),
+    (", grid => '{\"l2\": [0,1,2,3,4,5,6,7,8,9,10], \"l1\": [0,1,2,3,4,5,6,7,8,9]}')", '54000',
+     'pgad.tune would run 110 trials, more than 100', 'fewer'),
+    (")", '22023', 'pgad.tune takes a grid or a random search, one of them', None),
+    (", grid => '{\"l2\": [0]}', random => '{\"l2\": [0]}')", '22023', 'one of them', None),
+    (", grid => '{\"l2\": [0]}', trials => 3)", '22023', 'trials is the count of a random search', None),
+    (", random => '{\"l2\": [0, 1]}')", '22023', 'a random search takes trials, a positive integer, not None',
+     'trials => 20'),
+    (", random => '{\"l2\": [0, 1]}', trials => 101)", '54000', 'would run 101 trials', None),
+    (", random => '{\"l2\": {\"normal\": [0, 1]}}', trials => 3)", '22023', 'the random search\'s "l2" must be', None),
+    (", random => '{\"l2\": {\"log_uniform\": [0, 1]}}', trials => 3)", '22023', 'low > 0', None),
+    (", random => '{\"l2\": {\"uniform\": [1, 0]}}', trials => 3)", '22023', 'low <= high', None),
+    (", random => '{\"optimizer\": {\"uniform\": [1, 2]}}', trials => 3)", '22023', 'of a numeric argument', None),
+    (", grid => '{\"l2\": [0]}', metric => 'auc')", '22023', 'unknown metric "auc" of loss \'squared\'',
+     'validation_loss, mse, rmse, mae, r2'),
+    (", grid => '{\"l2\": [0]}', options => '{\"seed\": 1}')", '22023', 'pgad.tune takes no option "seed"', None),
+    (", grid => '{\"l2\": [0]}', options => '{\"l2\": 1}')", '22023', 'argument "l2" is both tuned and given', None),
+    (", grid => '{\"l2\": [0]}', options => '{\"label\": 1}')", '22023', 'option "label" must be a string', None),
+    (", grid => '{\"l2\": [0]}', validation => NULL::text)", '22004', 'pgad.tune needs validation rows', None),
+    (", grid => '{\"l2\": [0]}', metric => NULL)", '22004', 'argument "metric" of pgad.tune must not be NULL', None),
+    (", grid => '{\"l2\": [0]}', seed => -1)", '22023', 'seed must be 0 or a positive number, not -1', None),
+    (", random => '{\"l2\": [0, 1]}', trials => 0)", '22023', 'a random search takes trials, a positive integer, '
+     'not 0', None),
+    (", grid => '{\"l2\": [0]}', options => '[1]')", '22023', 'options must be a JSON object', None),
+]
+
+
+@pytest.mark.parametrize('tail, sqlstate, message, hint', BAD)
+def test_bad_arguments(db, ridge, tail, sqlstate, message, hint):
+    """Each is its SQLSTATE with a message naming what is wrong (and a hint where given), before any training:
+    the catalog is unchanged."""
+    before = db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()
+    e = error_of(db, TUNE + tail)
+    assert e.sqlstate == sqlstate and message in e.message_primary, e.message_primary
+    if hint:
+        assert hint in (e.message_hint or ''), e.message_hint
+    assert db.execute('SELECT count(*) FROM pgad.model_versions').fetchone() == before
+
+
+def test_text_is_never_spliced(db, ridge):
+    """A key or a value written as SQL is a key that is not tuned (22023, before anything runs) or a value
+    pgad.train refuses as its own argument: every trial fails, the tune is the first one's error, and nothing ran."""
+    e = error_of(db, TUNE + ", grid => '{\"l2\\\"); DROP TABLE ridge; --\": [0]}')")
+    assert e.sqlstate == '22023' and e.message_primary.startswith('pgad.tune cannot tune argument "l2"); DROP')
+    e = error_of(db, TUNE + ", grid => '{\"optimizer\": [\"adam''); DROP TABLE ridge; --\"]}')")
+    assert e.sqlstate == '22023' and e.message_primary.startswith('unknown optimizer "adam\'); DROP')
+    assert db.execute('SELECT count(*) FROM ridge').fetchone()[0] == ROWS
+    assert versions(db, 'bad') == []
+
+
+def test_another_roles_model_name_is_refused(db, cluster, dbname, ridge):
+    """A tune is trainings of the name under pgad.train's rules: another role's model is 42501 before any trial."""
+    db.execute("SELECT FROM pgad.train('owned', %s, 'squared', %s, %s)", (MODEL, TRAINING, WEIGHTS))
+    db.execute('DROP ROLE IF EXISTS pgad_tuner')
+    db.execute('CREATE ROLE pgad_tuner LOGIN')
+    db.execute('GRANT CREATE ON SCHEMA pgad_models TO pgad_tuner')
+    db.execute('GRANT SELECT ON ridge TO pgad_tuner')
+    try:
+        with psycopg.connect(cluster.conninfo(dbname, user='pgad_tuner'), autocommit=True) as other:
+            e = error_of(other, "SELECT FROM pgad.tune('owned', %s, 'squared', %s, %s, grid => '{\"l2\": [0, 1]}', "
+                                "validation => %s)", (MODEL, TRAINING, WEIGHTS, HELD))
+        assert e.sqlstate == '42501' and e.message_primary == 'model "owned" belongs to role "postgres"'
+        assert [v for v, *_ in versions(db, 'owned')] == [1]
+    finally:
+        db.execute('REVOKE ALL ON ridge FROM pgad_tuner')
+        db.execute('REVOKE ALL ON SCHEMA pgad_models FROM pgad_tuner')
+        db.execute('DROP ROLE pgad_tuner')
+
+
+def test_every_trial_is_kept_past_keep_versions(db, ridge):
+    """pgad.keep_versions below the trials: the tune keeps every trial's version, and the setting is the caller's
+    again after it."""
+    db.execute('SET pgad.keep_versions = 2')
+    try:
+        found = db.execute("SELECT version FROM pgad.tune('kept4', %s, 'squared', %s, %s, "
+                           "grid => '{\"l2\": [0, 0.1, 1, 10]}', validation => %s)",
+                           (MODEL, TRAINING, WEIGHTS, HELD)).fetchall()
+        assert db.execute('SHOW pgad.keep_versions').fetchone()[0] == '2'
+    finally:
+        db.execute('RESET pgad.keep_versions')
+    assert [v for v, *_ in versions(db, 'kept4')] == [v for v, in found] == [1, 2, 3, 4]
+
+
+def test_logistic_metrics_per_group(db, ridge):
+    """A logistic model by group: each group's version row holds log_loss, accuracy and roc_auc on its own
+    validation rows, as scikit-learn computes them from the stored weights."""
+    from sklearn import metrics as sk
+    x, y, held = ridge
+    label = (y > 1).astype(int)
+    group = np.arange(ROWS) % 3
+    db.execute('CREATE TABLE classes AS SELECT id, id % 3 AS g, x1, x2, (y > 1)::int AS y FROM ridge')
+    rows = db.execute("SELECT group_key, weights, metrics FROM pgad.train('logit', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + "
+                      "w.c', 'logistic', 'SELECT g, x1, x2, y FROM classes WHERE id % 2 = 1', "
+                      "'{\"a\": 0, \"b\": 0, \"c\": 0}', group_by => 'g', "
+                      "validation => 'SELECT g, x1, x2, y FROM classes WHERE id % 2 = 0')").fetchall()
+    assert len(rows) == 3
+    for key, w, metrics in rows:
+        at = held & (group == key['g'])
+        z = w['a'] * x[at, 0] + w['b'] * x[at, 1] + w['c']
+        p = 1 / (1 + np.exp(-z))
+        assert metrics['validation_rows'] == at.sum()
+        assert metrics['log_loss'] == pytest.approx(sk.log_loss(label[at], p), rel=1e-9)
+        assert metrics['validation_loss'] == pytest.approx(sk.log_loss(label[at], p), rel=1e-9)
+        assert metrics['accuracy'] == pytest.approx(sk.accuracy_score(label[at], p >= 0.5), rel=1e-12)
+        assert metrics['roc_auc'] == pytest.approx(sk.roc_auc_score(label[at], z), rel=1e-12)
+
+
+def test_softmax_metrics_and_tune(db, ridge):
+    """A 'softmax' model's metrics on its validation rows are scikit-learn's log_loss, accuracy and f1_macro of its
+    _probability function's output there; a tune by f1_macro deploys the highest."""
+    from sklearn import metrics as sk
+    db.execute("CREATE TABLE three AS SELECT id, x1, x2, CASE WHEN y < 0 THEN 'low' WHEN y < 2 THEN 'mid' "
+               "ELSE 'high' END AS y FROM ridge")
+    held = 'SELECT x1, x2, y FROM three WHERE id % 2 = 0'
+    model = 'λ(d, w) w.W @ [d.x1, d.x2] + w.b'
+    found = db.execute("SELECT version, value, deployed FROM pgad.tune('three', %s, 'softmax', "
+                       "'SELECT x1, x2, y FROM three WHERE id %% 2 = 1', '{\"W\": {}, \"b\": {}}', "
+                       "grid => '{\"l2\": [0, 0.3, 3]}', validation => %s, metric => 'f1_macro') ORDER BY trial",
+                       (model, held)).fetchall()
+    assert [d for *_, d in found] == [k == int(np.argmax([v for _, v, _ in found])) for k in range(3)]
+    options, metrics = db.execute("SELECT options, metrics FROM pgad.models WHERE name = 'three'").fetchone()
+    rows = db.execute('SELECT pgad_models.three_probability(x1, x2), y FROM (' + held + ') AS h').fetchall()
+    p = np.array([r[0] for r in rows])
+    y = [r[1] for r in rows]
+    labels = options['classes']
+    assert metrics['log_loss'] == pytest.approx(sk.log_loss(y, p, labels=labels), rel=1e-9)
+    assert metrics['validation_loss'] == pytest.approx(sk.log_loss(y, p, labels=labels), rel=1e-9)
+    predicted = [labels[k] for k in np.argmax(p, axis=1)]
+    assert metrics['accuracy'] == pytest.approx(sk.accuracy_score(y, predicted), rel=1e-12)
+    assert metrics['f1_macro'] == pytest.approx(sk.f1_score(y, predicted, labels=labels, average='macro'), rel=1e-12)
+    assert found[[d for *_, d in found].index(True)][1] == pytest.approx(metrics['f1_macro'], rel=1e-12)
+
+
+@pytest.mark.parametrize('name, model, loss, weights, data', [
+    ('by_region', 'λ(d, w) w.a*d.x1 + w.r[d.region]', 'squared', '{"a": 0, "r": {}}',
+     "SELECT id, x1, CASE WHEN x2 > 0.5 THEN 'north' WHEN x2 > -0.5 THEN 'mid' ELSE 'south' END AS region, y "
+     "FROM ridge"),
+    ('texts', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', 'logistic', '{"a": 0, "b": 0, "c": 0}',
+     "SELECT id, x1, x2, CASE WHEN y > 1 THEN 'yes' ELSE 'no' END AS y FROM ridge"),
+])
+def test_metrics_are_pgad_evaluates_on_the_validation_rows(db, ridge, name, model, loss, weights, data):
+    """A categorical weight's model and a logistic model of a text label: the metrics stored at training are
+    pgad.evaluate's on the validation query's rows (its loss as validation_loss), to 1e-9."""
+    held = f'SELECT * FROM ({data}) AS d WHERE id % 2 = 0'
+    metrics, = db.execute("SELECT metrics FROM pgad.train(%s, %s, %s, %s, %s, validation => %s)",
+                          (name, model, loss, f'SELECT * FROM ({data}) AS d WHERE id % 2 = 1', weights,
+                           held)).fetchone()
+    evaluated = dict(db.execute('SELECT metric, value FROM pgad.evaluate(%s, %s)', (name, held)).fetchall())
+    assert metrics['validation_rows'] == evaluated['rows'] == ROWS // 2
+    assert metrics['validation_loss'] == pytest.approx(evaluated['loss'], rel=1e-9)
+    shared = set(metrics) - {'validation_loss', 'validation_rows'}
+    assert len(shared) >= 4 and shared <= set(evaluated)
+    assert {m: metrics[m] for m in shared} == pytest.approx({m: evaluated[m] for m in shared}, rel=1e-9)
+
+
+def test_the_validation_loss_of_an_early_stopped_version_is_its_lowest(db, ridge):
+    """With early_stopping, the version keeps the weights of its lowest validation loss: metrics' validation_loss is
+    that one, not the last of validation_history."""
+    metrics, history = db.execute(
+        "SELECT metrics, validation_history FROM pgad.train('early', %s, 'squared', %s, %s, optimizer => 'adam', "
+        "learning_rate => 0.5, iterations => 300, early_stopping => 3, validation => %s)",
+        (MODEL, TRAINING, WEIGHTS, HELD)).fetchone()
+    assert min(history) < history[-1]
+    assert metrics['validation_loss'] == pytest.approx(min(history), rel=1e-9)
+
+
+def test_a_null_name_is_22004(db, ridge):
+    e = error_of(db, "SELECT FROM pgad.tune(NULL, %s, 'squared', %s, %s, grid => '{\"l2\": [0]}')",
+                 (MODEL, TRAINING, WEIGHTS))
+    assert (e.sqlstate, e.message_primary) == ('22004', 'argument "name" of pgad.tune must not be NULL')
+
+
+def test_a_grouped_trials_value_is_its_groups_mean_by_validation_rows(db, ridge):
+    """With group_by, a trial's value is the mean of its groups' metric weighted by their validation rows."""
+    data = 'SELECT id, id % 3 AS g, x1, x2, y FROM ridge'
+    found = db.execute("SELECT version, value FROM pgad.tune('grouped', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c', "
+                       "'squared', %s, '{\"a\": 0, \"b\": 0, \"c\": 0}', grid => '{\"l2\": [0, 1]}', metric => 'mae', "
+                       "validation => 0.3, seed => 2, options => '{\"group_by\": \"g\"}') ORDER BY trial",
+                       (data,)).fetchall()
+    for version, value in found:
+        groups = db.execute("SELECT metrics FROM pgad.model_versions WHERE name = 'grouped' AND version = %s",
+                            (version,)).fetchall()
+        assert len(groups) == 3
+        rows = np.array([m['validation_rows'] for m, in groups])
+        assert value == pytest.approx(np.dot(rows, [m['mae'] for m, in groups]) / rows.sum(), rel=1e-12)
