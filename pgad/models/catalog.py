@@ -201,11 +201,16 @@ DELETE_VERSION = f"DELETE FROM pgad.model_versions AS m WHERE m.name {EQ} $1 AND
 # has a version).
 NEXT = (f'UPDATE pgad.model_names AS n SET versions = n.versions OPERATOR(pg_catalog.+) 1 WHERE n.name {EQ} $1 '
         'RETURNING n.versions AS version')
-# Each version of a model, once: deployed or not, when last deployed, and its validation loss (the last of each
-# group's validation_history, their mean; NULL unless every group has one).
+# Each version of a model, once: deployed or not, when last deployed, and its validation loss (NULL unless every
+# group has one): each group's metrics.validation_loss (at the weights it kept) weighted by its validation rows, as
+# pgad.tune weighs them, or for a version without metrics the mean of each group's last validation_history.
+LOSS = "(m.metrics OPERATOR(pg_catalog.->>) 'validation_loss')"
+HELD = "(m.metrics OPERATOR(pg_catalog.->>) 'validation_rows')"
 VERSIONS = ("SELECT m.version, pg_catalog.bool_or(m.deployed) AS deployed, pg_catalog.max(m.deployed_at) AS "
             "deployed_at, CASE WHEN pg_catalog.count(m.validation_history) OPERATOR(pg_catalog.=) pg_catalog.count(*) "
-            "THEN pg_catalog.avg(m.validation_history[pg_catalog.array_upper(m.validation_history, 1)]) END "
+            f"THEN coalesce(pg_catalog.sum({LOSS}::pg_catalog.float8 OPERATOR(pg_catalog.*) {HELD}::pg_catalog.float8) "
+            f"OPERATOR(pg_catalog./) NULLIF(pg_catalog.sum({HELD}::pg_catalog.float8), 0), "
+            "pg_catalog.avg(m.validation_history[pg_catalog.array_upper(m.validation_history, 1)])) END "
             f"AS validation, pg_catalog.date_part('epoch', pg_catalog.max(m.deployed_at)) AS deployed_epoch "
             f"FROM pgad.model_versions AS m WHERE m.name {EQ} $1 GROUP BY m.version ORDER BY m.version")
 UNDEPLOY = (f'UPDATE pgad.model_versions AS m SET deployed = false WHERE m.name {EQ} $1 AND m.deployed '
