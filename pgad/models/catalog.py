@@ -13,18 +13,22 @@ role owns (another than a superuser and the role that trained): a group column o
 the domain's base type (group_types: a domain's CHECK is its owner's code, run as whoever scores), a group column
 of a type another role owns is refused, and what the created function depends on is checked (FOREIGN).
 
-Retraining under the same name replaces the rows and the function in the caller's transaction: with the same
-arguments and result, CREATE OR REPLACE keeps the function (views and other functions that call it see the new
-weights); with other arguments, or other argument names or another result (a number, then a vector), which CREATE OR
-REPLACE cannot change (42P13), the old function is dropped and the new one created, which is refused while a view
-depends on it (2BP01, naming it). Only the function the
-model's rows record (scoring_function, owned by the role that trained them) is ever dropped or replaced. A model's
-name belongs to the role that trained it first; a superuser may replace or drop anyone's. pgad.models is written
-only through pgad._write_models (write, below), and read under a policy (the extension's script): a role reads a
-model's rows only where it may read every relation the training read, which store records (relations_read), or
-trained it; rows names no model the caller may not read (hidden). Every SQL text here is schema-qualified
-(docs/security.md); the model's name is always quoted, its group values are literals quoted as PostgreSQL's
-quote_literal quotes them, and nothing else of the user's text reaches SQL.
+Each training of a name stores its next version (pgad.model_versions: its rows, numbered 1, 2, … per name) with
+functions of its own, pgad_models."<name>@3" and the others beside it (versioned), and, deployed, makes the model's
+functions pgad_models."<name>" … calls of the version's (RETURN pgad_models."<name>@3"($1, …), inlined twice by the
+planner): pgad.deploy points them at another version the same way (_deploy, _wrappers), in the caller's
+transaction. The view pgad.models is the deployed versions. With the same arguments and result, CREATE OR REPLACE
+keeps a deployed function (views and other functions that call it follow); with other arguments, or other argument
+names or another result (a number, then a vector), which CREATE OR REPLACE cannot change (42P13), the old function
+is dropped and the new one created, which is refused while a view depends on it (2BP01, naming it). Only the
+functions the model's rows record (scoring_function, owned by the role that trained them) are ever dropped or
+replaced. Every change of a function happens under the catalog writer's lock (write), so two transactions deploying
+a model take turns. A model's name belongs to the role that trained it first; a superuser may replace or drop
+anyone's. pgad.model_versions is written only through pgad._write_models (write, below), and read under a policy
+(the extension's script): a role reads a model's rows only where it may read every relation the training read,
+which store records (relations_read), or trained it; rows names no model the caller may not read (hidden). Every
+SQL text here is schema-qualified (docs/security.md); the model's name is always quoted, its group values are
+literals quoted as PostgreSQL's quote_literal quotes them, and nothing else of the user's text reaches SQL.
 
 Beside the scoring function, a 'logistic' model gets "<name>_probability" and "<name>_class", a 'hinge' model
 "<name>_class", a 'poisson' or 'gamma' model "<name>_mean" and a 'softmax' model, whose scoring function returns the
