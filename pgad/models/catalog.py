@@ -1,6 +1,6 @@
-"""Trained models in the database: the rows of pgad.models and the scoring functions in schema pgad_models.
+"""Trained models in the database: the rows of pgad.model_versions and the scoring functions in schema pgad_models.
 
-pgad.train stores one row per model (per group, with group_by) and creates the model's scoring function,
+pgad.train stores one row per version of a model (per group, with group_by) and creates the model's scoring function,
     pgad_models."<name>"(<group columns>, <the columns the model reads, as float8 or boolean>) RETURNS float8,
 an IMMUTABLE, PARALLEL SAFE LANGUAGE sql function whose body is the model's DAG written as SQL with the fitted
 weights as constants (lang/sql.py): the planner inlines it, so scoring runs at the speed of the same expression
@@ -950,8 +950,9 @@ def picked(name, versions, number, strategy, if_better):
 
 
 def _serialized(sql, name, version=None):
-    """server.query(sql, [name] or [name, version]), whose serialization failure (40001: a transaction that committed after this one's
-    snapshot wrote model `name`, under repeatable read or serializable) is said in pgad's words."""
+    """server.query(sql, [name] or [name, version]), whose serialization failure (40001: a transaction that
+    committed after this one's snapshot wrote model `name`, under repeatable read or serializable) is said in pgad's
+    words."""
     try:
         if version is None:
             return server.query(sql, [name], ['pg_catalog.text'])
