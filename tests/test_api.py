@@ -568,8 +568,8 @@ def test_a_cancel_stops_the_pass_over_more_rows_than_a_kernel_call_takes(plpy, m
                  'AS g')
     load = loader.load
 
-    def loaded(*args):  # the server cancels once the rows are loaded
-        table = load(*args)
+    def loaded(*args, **kwargs):  # the server cancels once the rows are loaded
+        table = load(*args, **kwargs)
         patch.setattr(server, 'check_interrupts', cancel)
         return table
 
