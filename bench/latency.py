@@ -17,11 +17,21 @@ are interleaved, a round of each per repeat, so that a slow moment of the machin
   summary, first        pgad.summary of that model; `warm` likewise
   train and summary also print first − warm: the issue's target is that a first call costs at most 200 ms more
   than a warm one. Timings are printed, never asserted.
+
+--breakdown: where a first call's time goes, in a backend. Each round, new sessions time `DO $$ pass $$ LANGUAGE
+plpython3u` (PL/Python's start) and then, in one DO block, pgad's imports one by one (numpy with its signals
+blocked, the pgad package and the lambda language, pgad.api, llvmlite.binding, pgad.jit.compiler), the execution
+engine, a compile of an empty module in the compiler process (its start), and in the same session the first
+pgad.loss (its kernel in the disk cache) and a second. Best of the repeats, each stage apart.
+
+--preload LIBS starts the server with shared_preload_libraries = LIBS (e.g. plpython3), to measure what that gives.
 """
 import argparse
+import ast
 import json
 import os
 import platform
+import re
 import sys
 import time
 
@@ -92,6 +102,64 @@ def measure(conninfo, repeats):
     return times, warm
 
 
+# The stages of a first call, timed inside a backend (--breakdown); SITE: where pgad's shims find its environment
+STAGES = r'''
+import signal, sys, time
+t, names = [time.perf_counter()], []
+def mark(name):
+    t.append(time.perf_counter())
+    names.append(name)
+if SITE not in sys.path:
+    sys.path.insert(0, SITE)
+mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+import numpy
+signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+mark('import numpy')
+import pgad, pgad.lang
+mark('import pgad, pgad.lang')
+from pgad import api
+mark('import pgad.api')
+import llvmlite.binding
+mark('import llvmlite.binding')
+from pgad.jit import compiler, worker
+mark('import pgad.jit.compiler')
+compiler.engine()
+mark('the execution engine')
+worker.run(dict(job='llvm', ir='define void @f() {\n  ret void\n}\n', speed_level=3, vectorise=True, codegen_level=3,
+                optimised_ir=False, assembly=False), 'an empty module')
+mark('the compiler process, an empty module')
+plpy.notice(repr([(n, b - a) for n, a, b in zip(names, t, t[1:])]))
+'''
+
+
+def breakdown(conninfo, repeats):
+    """{stage: [seconds, …]} of a first call's stages in new sessions (STAGES)."""
+    with psycopg.connect(conninfo, autocommit=True) as db:
+        source = db.execute("SELECT prosrc FROM pg_proc WHERE proname = '_loss'").fetchone()[0]
+    site = re.search(r"sys.path.insert\(0, '([^']*)'\)", source).group(1)
+    found = {}
+    for _ in range(repeats):
+        found.setdefault('SELECT 1', []).append(session(conninfo, 'SELECT 1'))
+        found.setdefault('PL/Python starts (DO $$ pass $$)', []).append(
+            session(conninfo, 'DO $$ pass $$ LANGUAGE plpython3u'))
+        notices = []
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+            conn.execute(f'DO $$\nSITE = {site!r}\n{STAGES}$$ LANGUAGE plpython3u')
+            for stage in ('first pgad.loss after the imports', 'a second pgad.loss'):
+                found.setdefault(stage, []).append(
+                    statement(conn, 'SELECT pgad.loss(%s, %s, %s::jsonb)', (LOSS, 'points', WEIGHTS)))
+        for stage, seconds in ast.literal_eval(notices[-1]):
+            found.setdefault(stage, []).append(seconds)
+    base = min(found['SELECT 1'])
+    found['PL/Python starts (DO $$ pass $$)'] = [t - base for t in found['PL/Python starts (DO $$ pass $$)']]
+    del found['SELECT 1']
+    print(f'{"stage":<42} {"best ms":>8} {"median ms":>10}')
+    for stage, seconds in found.items():
+        print(f'{stage:<42} {min(seconds) * 1e3:>8.1f} {sorted(seconds)[len(seconds) // 2] * 1e3:>10.1f}')
+    return {stage: min(seconds) * 1e3 for stage, seconds in found.items()}
+
+
 def report(times, warm):
     base = min(times['SELECT 1'])
     rows = {'SELECT 1': {'session_ms': base * 1e3}}
@@ -115,8 +183,10 @@ def main():
     p.add_argument('--repeats', type=int, default=7, help='interleaved rounds; each figure is the best (7)')
     p.add_argument('--rows', type=int, default=300, help='rows of the table (300)')
     p.add_argument('--json', help='also write the figures there')
+    p.add_argument('--breakdown', action='store_true', help="also time a first call's stages in a backend")
+    p.add_argument('--preload', metavar='LIBS', help='the server\'s shared_preload_libraries')
     args = p.parse_args()
-    with Cluster() as pg:
+    with Cluster(server_settings={'shared_preload_libraries': args.preload} if args.preload else None) as pg:
         conninfo = pg.conninfo()
         with psycopg.connect(conninfo, autocommit=True) as db:
             db.execute('CREATE EXTENSION pgad CASCADE')
@@ -124,14 +194,15 @@ def main():
             server = db.execute('SHOW server_version').fetchone()[0]
             setup(db, args.rows)
         times, warm = measure(conninfo, args.repeats)
-    print(f'pgad {version}, PostgreSQL {server}, {platform.node()}, {os.cpu_count()} cores, '
-          f'{args.rows} rows, best of {args.repeats}')
-    rows = report(times, warm)
+        print(f'pgad {version}, PostgreSQL {server}, {platform.node()}, {os.cpu_count()} cores, '
+              f'{args.rows} rows, best of {args.repeats}' + (f', preloaded {args.preload}' if args.preload else ''))
+        rows = report(times, warm)
+        stages = breakdown(conninfo, args.repeats) if args.breakdown else None
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, 'w') as f:
             json.dump({'pgad': version, 'server': server, 'rows': args.rows, 'repeats': args.repeats,
-                       'date': time.strftime('%Y-%m-%d'), 'figures': rows,
+                       'preload': args.preload, 'date': time.strftime('%Y-%m-%d'), 'figures': rows, 'stages': stages,
                        'times': {case: [t * 1e3 for t in ts] for case, ts in times.items()}}, f, indent=1)
 
 
