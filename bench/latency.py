@@ -25,9 +25,16 @@ engine, a compile of an empty module in the compiler process (its start), and in
 pgad.loss (its kernel in the disk cache) and a second. Best of the repeats, each stage apart.
 
 --preload LIBS starts the server with shared_preload_libraries = LIBS (e.g. plpython3), to measure what that gives.
+
+--baseline DIR compares with another pgad on the same server, side by side: DIR is that pgad's package folder (for
+main's: `git archive main pgad | tar -x -C /tmp/base`, then --baseline /tmp/base/pgad), renamed into the place of
+the installed pgad/ for a round of every case after each of this one's (a new session imports whichever is there).
+The SQL of both must be the same; the server's environment must be writable; the installed pgad is always put back.
 """
 import argparse
 import ast
+import compileall
+import contextlib
 import json
 import os
 import platform
@@ -77,29 +84,74 @@ def setup(db, rows):
     db.execute('ANALYZE points')
 
 
-def measure(conninfo, repeats):
-    """{case: [seconds, …]} over the repeats, and {case: warm seconds, …} for train and summary."""
-    times = {case: [] for case in CASES}
-    warm = {'train, first': [], 'summary, first': []}
-    with psycopg.connect(conninfo, autocommit=True) as db:  # the kernels and the model, once, before any timing
+def warm_up(conninfo):
+    """The kernels in the disk cache and the model in the catalog, before any timing."""
+    with psycopg.connect(conninfo, autocommit=True) as db:
         db.execute('SELECT pgad.loss(%s, %s, %s::jsonb)', (LOSS, 'points', WEIGHTS))
         db.execute(TRAIN).fetchall()
+
+
+def one_round(conninfo, tag, times, warm):
+    """Each case once, in order, its seconds appended to times[case] (and warm[case] for train and summary)."""
+    for case in CASES:
+        if case == 'SELECT 1':
+            times[case].append(session(conninfo, 'SELECT 1'))
+        elif case == 'loss, cached kernel':
+            times[case].append(session(conninfo, 'SELECT pgad.loss(%s, %s, %s::jsonb)', (LOSS, 'points', WEIGHTS)))
+        elif case == 'loss, new lambda':
+            loss, weights = new_lambda(f'{tag}_{len(times[case])}')
+            times[case].append(session(conninfo, 'SELECT pgad.loss(%s, %s, %s::jsonb)', (loss, 'points', weights)))
+        else:
+            sql = TRAIN if case.startswith('train') else SUMMARY
+            times[case].append(session(conninfo, sql))
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                statement(conn, sql)
+                warm[case].append(statement(conn, sql))
+
+
+def measure(conninfo, repeats, swap=None):
+    """{variant: ({case: [seconds, …]}, {case: [warm seconds, …]})} over the repeats: the installed pgad ('this'),
+    and with swap (a Swap) also the baseline's, a round of each in turn."""
+    variants = ['this'] + (['baseline'] if swap else [])
+    found = {v: ({case: [] for case in CASES}, {'train, first': [], 'summary, first': []}) for v in variants}
+    for variant in variants:
+        with swap.placed(variant) if swap else contextlib.nullcontext():
+            warm_up(conninfo)
     for r in range(repeats):
-        for case in CASES:
-            if case == 'SELECT 1':
-                times[case].append(session(conninfo, 'SELECT 1'))
-            elif case == 'loss, cached kernel':
-                times[case].append(session(conninfo, 'SELECT pgad.loss(%s, %s, %s::jsonb)', (LOSS, 'points', WEIGHTS)))
-            elif case == 'loss, new lambda':
-                loss, weights = new_lambda(f'{os.getpid()}_{r}')
-                times[case].append(session(conninfo, 'SELECT pgad.loss(%s, %s, %s::jsonb)', (loss, 'points', weights)))
-            else:
-                sql = TRAIN if case.startswith('train') else SUMMARY
-                times[case].append(session(conninfo, sql))
-                with psycopg.connect(conninfo, autocommit=True) as conn:
-                    statement(conn, sql)
-                    warm[case].append(statement(conn, sql))
-    return times, warm
+        for variant in variants:
+            with swap.placed(variant) if swap else contextlib.nullcontext():
+                one_round(conninfo, f'{os.getpid()}_{variant}', *found[variant])
+    return found
+
+
+class Swap:
+    """The installed pgad package (folder `installed`) and another (folder `baseline`, e.g. main's pgad/ from
+    `git archive`), exchanged by renaming between the rounds: a new session imports whichever is in place. The
+    installed one is back in place when placed() returns, error or not."""
+
+    def __init__(self, installed, baseline):
+        self.installed, self.baseline, self.aside = installed, os.path.abspath(baseline), installed + '.latency-aside'
+        compileall.compile_dir(self.baseline, quiet=1)  # as pip compiled the installed one: no session compiles it
+
+    @contextlib.contextmanager
+    def placed(self, variant):
+        if variant == 'this':
+            yield
+            return
+        os.rename(self.installed, self.aside)
+        os.rename(self.baseline, self.installed)
+        try:
+            yield
+        finally:
+            os.rename(self.installed, self.baseline)
+            os.rename(self.aside, self.installed)
+
+
+def site_packages(conninfo):
+    """The folder pgad's shims put on sys.path (written into them by make install)."""
+    with psycopg.connect(conninfo, autocommit=True) as db:
+        source = db.execute("SELECT prosrc FROM pg_proc WHERE proname = '_loss'").fetchone()[0]
+    return re.search(r"sys.path.insert\(0, '([^']*)'\)", source).group(1)
 
 
 # The stages of a first call, timed inside a backend (--breakdown); SITE: where pgad's shims find its environment
@@ -132,50 +184,62 @@ plpy.notice(repr([(n, b - a) for n, a, b in zip(names, t, t[1:])]))
 '''
 
 
-def breakdown(conninfo, repeats):
-    """{stage: [seconds, …]} of a first call's stages in new sessions (STAGES)."""
-    with psycopg.connect(conninfo, autocommit=True) as db:
-        source = db.execute("SELECT prosrc FROM pg_proc WHERE proname = '_loss'").fetchone()[0]
-    site = re.search(r"sys.path.insert\(0, '([^']*)'\)", source).group(1)
-    found = {}
+def breakdown(conninfo, repeats, swap=None):
+    """{variant: {stage: best ms}} of a first call's stages in new sessions (STAGES), the installed pgad's ('this')
+    and with swap the baseline's, a round of each in turn."""
+    found = {variant: {} for variant in ['this'] + (['baseline'] if swap else [])}
     for _ in range(repeats):
-        found.setdefault('SELECT 1', []).append(session(conninfo, 'SELECT 1'))
-        found.setdefault('PL/Python starts (DO $$ pass $$)', []).append(
-            session(conninfo, 'DO $$ pass $$ LANGUAGE plpython3u'))
-        notices = []
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.add_notice_handler(lambda d: notices.append(d.message_primary))
-            conn.execute(f'DO $$\nSITE = {site!r}\n{STAGES}$$ LANGUAGE plpython3u')
-            for stage in ('first pgad.loss after the imports', 'a second pgad.loss'):
-                found.setdefault(stage, []).append(
-                    statement(conn, 'SELECT pgad.loss(%s, %s, %s::jsonb)', (LOSS, 'points', WEIGHTS)))
-        for stage, seconds in ast.literal_eval(notices[-1]):
-            found.setdefault(stage, []).append(seconds)
-    base = min(found['SELECT 1'])
-    found['PL/Python starts (DO $$ pass $$)'] = [t - base for t in found['PL/Python starts (DO $$ pass $$)']]
-    del found['SELECT 1']
-    print(f'{"stage":<42} {"best ms":>8} {"median ms":>10}')
-    for stage, seconds in found.items():
-        print(f'{stage:<42} {min(seconds) * 1e3:>8.1f} {sorted(seconds)[len(seconds) // 2] * 1e3:>10.1f}')
-    return {stage: min(seconds) * 1e3 for stage, seconds in found.items()}
+        for variant in found:
+            with swap.placed(variant) if swap else contextlib.nullcontext():
+                stages(conninfo, found[variant])
+    best = {}
+    for variant, seconds in found.items():
+        base = min(seconds.pop('SELECT 1'))
+        seconds['PL/Python starts (DO $$ pass $$)'] = [t - base for t in seconds['PL/Python starts (DO $$ pass $$)']]
+        print(f'\n{variant}\n{"stage":<42} {"best ms":>8} {"median ms":>10}')
+        for stage, times in seconds.items():
+            print(f'{stage:<42} {min(times) * 1e3:>8.1f} {sorted(times)[len(times) // 2] * 1e3:>10.1f}')
+        best[variant] = {stage: min(times) * 1e3 for stage, times in seconds.items()}
+    return best
 
 
-def report(times, warm):
-    base = min(times['SELECT 1'])
-    rows = {'SELECT 1': {'session_ms': base * 1e3}}
-    print(f'{"case":<22} {"session ms":>11} {"− SELECT 1":>11} {"warm ms":>8} {"first − warm":>13}')
-    print(f'{"SELECT 1":<22} {base * 1e3:>11.1f}')
-    for case in CASES[1:]:
-        best = min(times[case])
-        row = {'session_ms': best * 1e3, 'over_select_1_ms': (best - base) * 1e3}
-        line = f'{case:<22} {best * 1e3:>11.1f} {(best - base) * 1e3:>11.1f}'
-        if case in warm:
-            w = min(warm[case])
-            row.update(warm_ms=w * 1e3, first_minus_warm_ms=(best - base - w) * 1e3)
-            line += f' {w * 1e3:>8.1f} {(best - base - w) * 1e3:>13.1f}'
-        rows[case] = row
-        print(line)
-    return rows
+def stages(conninfo, found):
+    """One round of the stages, each's seconds appended to found[stage]."""
+    site = site_packages(conninfo)
+    found.setdefault('SELECT 1', []).append(session(conninfo, 'SELECT 1'))
+    found.setdefault('PL/Python starts (DO $$ pass $$)', []).append(
+        session(conninfo, 'DO $$ pass $$ LANGUAGE plpython3u'))
+    notices = []
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+        conn.execute(f'DO $$\nSITE = {site!r}\n{STAGES}$$ LANGUAGE plpython3u')
+        for stage in ('first pgad.loss after the imports', 'a second pgad.loss'):
+            found.setdefault(stage, []).append(
+                statement(conn, 'SELECT pgad.loss(%s, %s, %s::jsonb)', (LOSS, 'points', WEIGHTS)))
+    for stage, seconds in ast.literal_eval(notices[-1]):
+        found.setdefault(stage, []).append(seconds)
+
+
+def report(found):
+    """The table of each variant's figures, printed; {variant: {case: figures}}."""
+    figures = {}
+    for variant, (times, warm) in found.items():
+        base = min(times['SELECT 1'])
+        rows = {'SELECT 1': {'session_ms': base * 1e3}}
+        print(f'\n{variant}\n{"case":<22} {"session ms":>11} {"− SELECT 1":>11} {"warm ms":>8} {"first − warm":>13}')
+        print(f'{"SELECT 1":<22} {base * 1e3:>11.1f}')
+        for case in CASES[1:]:
+            best = min(times[case])
+            row = {'session_ms': best * 1e3, 'over_select_1_ms': (best - base) * 1e3}
+            line = f'{case:<22} {best * 1e3:>11.1f} {(best - base) * 1e3:>11.1f}'
+            if case in warm:
+                w = min(warm[case])
+                row.update(warm_ms=w * 1e3, first_minus_warm_ms=(best - base - w) * 1e3)
+                line += f' {w * 1e3:>8.1f} {(best - base - w) * 1e3:>13.1f}'
+            rows[case] = row
+            print(line)
+        figures[variant] = rows
+    return figures
 
 
 def main():
@@ -185,6 +249,9 @@ def main():
     p.add_argument('--json', help='also write the figures there')
     p.add_argument('--breakdown', action='store_true', help="also time a first call's stages in a backend")
     p.add_argument('--preload', metavar='LIBS', help='the server\'s shared_preload_libraries')
+    p.add_argument('--baseline', metavar='DIR', help='another pgad package folder (e.g. main\'s pgad/), swapped in '
+                   'place of the installed one for a round of its own after each round (renames pgad/ in the '
+                   'server\'s environment: it must be writable)')
     args = p.parse_args()
     with Cluster(server_settings={'shared_preload_libraries': args.preload} if args.preload else None) as pg:
         conninfo = pg.conninfo()
@@ -193,17 +260,19 @@ def main():
             version = db.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgad'").fetchone()[0]
             server = db.execute('SHOW server_version').fetchone()[0]
             setup(db, args.rows)
-        times, warm = measure(conninfo, args.repeats)
+        swap = Swap(os.path.join(site_packages(conninfo), 'pgad'), args.baseline) if args.baseline else None
+        found = measure(conninfo, args.repeats, swap)
         print(f'pgad {version}, PostgreSQL {server}, {platform.node()}, {os.cpu_count()} cores, '
               f'{args.rows} rows, best of {args.repeats}' + (f', preloaded {args.preload}' if args.preload else ''))
-        rows = report(times, warm)
-        stages = breakdown(conninfo, args.repeats) if args.breakdown else None
+        rows = report(found)
+        parts = breakdown(conninfo, args.repeats, swap) if args.breakdown else None
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, 'w') as f:
             json.dump({'pgad': version, 'server': server, 'rows': args.rows, 'repeats': args.repeats,
-                       'preload': args.preload, 'date': time.strftime('%Y-%m-%d'), 'figures': rows, 'stages': stages,
-                       'times': {case: [t * 1e3 for t in ts] for case, ts in times.items()}}, f, indent=1)
+                       'preload': args.preload, 'date': time.strftime('%Y-%m-%d'), 'figures': rows, 'stages': parts,
+                       'times': {v: {case: [t * 1e3 for t in ts] for case, ts in times.items()}
+                                 for v, (times, _) in found.items()}}, f, indent=1)
 
 
 if __name__ == '__main__':
