@@ -15,6 +15,7 @@ are interleaved, a round of each per repeat, so that a slow moment of the machin
                         the disk cache; beside it `warm`: the same statement run again in one session
                         (its time from the client, the connection already open)
   summary, first        pgad.summary of that model; `warm` likewise
+  train, new lambda     pgad.train of the same model with its weights renamed each time: its kernels compiled
   train and summary also print first − warm: the issue's target is that a first call costs at most 200 ms more
   than a warm one. Beside each, the CPU time of the session's backend (its threads', from /proc, less SELECT 1's;
   without a compiler process it started), which a loaded machine inflates far less than the wall time. Timings
@@ -53,7 +54,8 @@ LOSS = 'λ(d, w) (w.a*d.x + w.b - d.y)^2'
 WEIGHTS = '{"a": 0, "b": 0}'
 TRAIN = "SELECT 1 FROM pgad.train('latency', 'λ(d, w) w.a*d.x + w.b', 'squared', 'points', '{\"a\": 0, \"b\": 0}')"
 SUMMARY = "SELECT * FROM pgad.summary('latency')"
-CASES = ['SELECT 1', 'loss, cached kernel', 'loss, new lambda', 'train, first', 'summary, first']
+TRAIN_NEW = "SELECT 1 FROM pgad.train('latency_new', %s, 'squared', 'points', %s::jsonb)"
+CASES = ['SELECT 1', 'loss, cached kernel', 'loss, new lambda', 'train, first', 'summary, first', 'train, new lambda']
 
 
 def session(conninfo, sql, params=None, cpu=None):
@@ -120,6 +122,10 @@ def one_round(conninfo, tag, times, warm, cpu):
             loss, weights = new_lambda(f'{tag}_{len(times[case])}')
             times[case].append(session(conninfo, 'SELECT pgad.loss(%s, %s, %s::jsonb)', (loss, 'points', weights),
                                        cpu=cpu[case]))
+        elif case == 'train, new lambda':
+            k = f'{tag}_{len(times[case])}'
+            times[case].append(session(conninfo, TRAIN_NEW, (f'λ(d, w) w.a{k}*d.x + w.b{k}',
+                                                             json.dumps({f'a{k}': 0, f'b{k}': 0})), cpu=cpu[case]))
         else:
             sql = TRAIN if case.startswith('train') else SUMMARY
             times[case].append(session(conninfo, sql, cpu=cpu[case]))
