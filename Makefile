@@ -77,6 +77,8 @@ test: install $(DEV)/.done
 # 1M raw-unit rows (about 2 minutes); OPTIMUM_ARGS='--baseline /opt/pg-bench-old' adds another pgad, installed
 # there by tools/baseline.sh (0.13.0 by default), timed beside this tree's. make bench runs each contender once
 # (--repeats 1, as run.py does for what takes over a second); docs/performance.md's figures are the best of 3.
+# bench/latency.py: a new session's first pgad call (connect, one statement, disconnect) against SELECT 1's
+# (docs/performance.md, "The first call").
 bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/run.py $(BENCH_ARGS)
 	$(DEV)/bin/python bench/load.py
@@ -89,6 +91,7 @@ bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/shards.py
 	$(DEV)/bin/python bench/mlp.py
 	$(DEV)/bin/python bench/sizes.py
+	$(DEV)/bin/python bench/latency.py --json bench/results/latency.json
 
 # The lambda-language fuzzer: a million generated and mutated lambdas through the parser, both modes and the python
 # backend on every core, a sample against PostgreSQL and through pgad's SQL (bench/fuzz.py; FUZZ_ARGS: --inputs,

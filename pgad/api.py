@@ -3,15 +3,18 @@
 Each takes the SQL arguments as PL/Python gives them (text, jsonb as text, float8, int), reads pgad's settings
 (the limits, the kernel cache, the load's chunk size and memory), and walks the stages:
 arguments → program (parse, differentiate) → backend kernel → loader → descent → result.
+
+What only a stored model's functions need (pgad/models/: the catalog, training, summary, evaluate, forecast,
+importance) and pgad.explain are imported by the function that calls them, so that a session's first pgad.loss
+does not import them (docs/performance.md, "The first call").
 """
 import json
 
 import numpy as np
 
-from . import arguments, calls, categorical, explain as explaining, loader, program, server, shards
+from . import arguments, calls, categorical, loader, program, server, shards
 from .calls import settings
-from .models import catalog, descent, evaluate as evaluating, forecast as forecasting, importance as importing, \
-    initial, summary as summarizing, training, tuning
+from .models import descent
 from .errors import PgadError
 from .lang import hessian as second, printer, tensors, vectors
 
@@ -64,6 +67,7 @@ def _hessian_at(loss, data, weights, backend='auto'):
 # at the fitted weights over its data query, run again as the caller, who must be the role that trained it.
 @server.entry
 def summary(name, unconverged='error'):
+    from .models import summary as summarizing
     return summarizing.coefficients(name, unconverged)
 
 
@@ -146,6 +150,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
           optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
           standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
           early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None):
+    from .models import training
     return training.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer,
                           batch_size, seed, tolerance, l1, l2, regularize, standardize, label, group_by,
                           progress_every, dtype, validation, early_stopping, likelihood, order_by, state, deploy,
@@ -155,6 +160,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
 @server.entry
 def deploy(name, version=None, strategy=None):
     """pgad.deploy: version `version` of model `name`, or the one `strategy` picks, deployed; its rows."""
+    from .models import catalog
     return catalog.deploy(name, version, strategy)
 
 
@@ -163,6 +169,7 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
          metric='validation_loss', deploy=True, options=None):
     """pgad.tune: a training of model `name` per combination of the grid (or per random draw), each a version, the
     best by the metric deployed; a row per trial (models/tuning.py)."""
+    from .models import tuning
     return tuning.tune(name, model, loss, data, weights, grid, random, trials, seed, validation, metric, deploy,
                        options)
 
@@ -171,6 +178,7 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
 def evaluate(name, data, version=None):
     """pgad.evaluate: the metrics of model `name` (its deployed version, or version `version`) on the data,
     (group_key, metric, value) rows (models/evaluate.py)."""
+    from .models import evaluate as evaluating
     return evaluating.evaluate(name, data, settings(), version)
 
 
@@ -178,6 +186,7 @@ def evaluate(name, data, version=None):
 def forecast(name, horizon, data=None, level=0.95, simulations=1000, seed=0):
     """pgad.forecast: model `name`'s recurrence run `horizon` steps past its last row, (group_key, step, value,
     lower, upper) rows (models/forecast.py)."""
+    from .models import forecast as forecasting
     return forecasting.forecast(name, horizon, data, level, simulations, seed, settings())
 
 
@@ -185,11 +194,13 @@ def forecast(name, horizon, data=None, level=0.95, simulations=1000, seed=0):
 def importance(name, data, permutation=False, seed=None):
     """pgad.importance: each feature's mean |contribution| and mean contribution to model `name`'s predictions on the
     data, and its permutation importance where asked (models/importance.py)."""
+    from .models import importance as importing
     return importing.importance(name, data, bool(permutation), seed, settings())
 
 
 @server.entry
 def drop_model(name, version=None):
+    from .models import catalog
     catalog.drop(name, version)
 
 
@@ -214,6 +225,7 @@ def derivatives(loss, weights=None, data=None):
 
 @server.entry
 def init_weights(shapes, scheme='glorot', seed=0):
+    from .models import initial
     config = settings()
     return initial.weights(shapes, scheme, seed, config.limits, config.memory_limit)
 
@@ -233,6 +245,7 @@ def explain(loss, mode='reverse', backend='auto', rows=None, data=None, weights=
         raise PgadError('0A000', 'pgad.explain takes no data with a categorical weight',
                         hint='Leave data out and list the categories in the weights ({"region": {"north": 0, '
                              '"south": 0}}), or give rows.')
+    from . import explain as explaining
     return explaining.stages(loss, mode, limits, backend, rows, data, shapes, list(arguments.unread(w, lam)[0]), tape)
 
 

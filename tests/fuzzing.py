@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import pgad  # noqa: F401  (binds pgad.lang)
+import pgad.lang  # noqa: F401  (binds pgad.lang)
 from pgad import lang, python_backend
 from pgad.errors import PgadError
 from pgad.lang import parser, printer, rules, vectors

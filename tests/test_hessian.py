@@ -11,7 +11,7 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 
-import pgad  # noqa: F401  (binds pgad.lang)
+import pgad.lang  # noqa: F401  (binds pgad.lang)
 from pgad import backends, program
 from pgad.errors import PgadError
 from pgad.lang import hessian

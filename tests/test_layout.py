@@ -23,7 +23,7 @@ def modules():
 
 
 def canonical(name):
-    """pgad.lang is pgad.lambda under the name Python can spell (pgad/__init__.py binds it)."""
+    """pgad.lang is pgad.lambda under the name Python can spell (pgad/lang.py binds it)."""
     return 'pgad.lambda' + name[len('pgad.lang'):] if name == 'pgad.lang' or name.startswith('pgad.lang.') else name
 
 

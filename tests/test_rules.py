@@ -15,7 +15,7 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 
-import pgad  # noqa: F401  (binds pgad.lang)
+import pgad.lang  # noqa: F401  (binds pgad.lang)
 from pgad import backends, program, python_backend
 from pgad.errors import PgadError
 from pgad.limits import Limits

@@ -13,7 +13,7 @@ import numpy as np
 import psycopg
 import pytest
 
-import pgad  # noqa: F401  (binds pgad.lang)
+import pgad.lang  # noqa: F401  (binds pgad.lang)
 from pgad import limits, program, python_backend, server
 from pgad.errors import PgadError
 from pgad.lang import forward, parser, printer, reverse

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from conftest import Running, new_database
-import pgad  # noqa: F401  (binds pgad.lang)
+import pgad.lang  # noqa: F401  (binds pgad.lang)
 from pgad.errors import PgadError
 from pgad import limits
 from pgad.lang import parse, printer, rules, sql

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import pgad  # noqa: F401  (binds pgad.lang)
+import pgad.lang  # noqa: F401  (binds pgad.lang)
 from pgad import backends, program
 from pgad.errors import PgadError
 from pgad.limits import Limits

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import pgad  # noqa: F401  (binds pgad.lang)
+import pgad.lang  # noqa: F401  (binds pgad.lang)
 from pgad import backends, program
 from pgad.jit import compiler  # loaded once, before the children fork: a run tests one version of the code
 from pgad.errors import PgadError

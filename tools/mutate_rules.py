@@ -124,7 +124,7 @@ def main():
     options = parser.parse_args()
     os.chdir(ROOT)
     import numpy, autograd, pytest  # noqa: F401, E401  (imported once, before the forks)
-    import pgad  # noqa: F401  (binds pgad.lang; nothing compiled or cached before the forks)
+    import pgad.lang  # noqa: F401  (binds pgad.lang; nothing compiled or cached before the forks)
     todo, tests = mutations(set(options.names)), selection()
     started, running, results = time.monotonic(), {}, {}
     pending = list(enumerate(todo))

@@ -280,16 +280,22 @@ def inline(program):
 def link_math():
     """Make the math the kernels call resolvable in this process: libm's functions under the names the kernels use
     (pgad_libm_exp, …), and glibc's libmvec. The names of the vector variants libmvec has."""
-    libm = ctypes.CDLL(ctypes.util.find_library('m'))
-    llvm.load_library_permanently(ctypes.util.find_library('m'))
+    libm = ctypes.CDLL(_library('m'))
+    llvm.load_library_permanently(_library('m'))
     for fn in LIBMVEC:
         llvm.add_symbol(PRIVATE + fn, ctypes.cast(getattr(libm, fn), ctypes.c_void_p).value)
-    if not ctypes.util.find_library('mvec'):
+    if not _library('mvec'):
         return frozenset()
-    llvm.load_library_permanently(ctypes.util.find_library('mvec'))
+    llvm.load_library_permanently(_library('mvec'))
     names = {f'_ZGV{isa}N{width}{"v" * arity}_{fn}' for isa, width in (('b', 2), ('d', 4), ('e', 8))
              for fn, arity in LIBMVEC.items()}
     return frozenset(name for name in names if llvm.address_of_symbol(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _library(name):
+    """ctypes.util.find_library(name), once a process: each call runs `ldconfig -p` in a process of its own."""
+    return ctypes.util.find_library(name)
 
 
 def vector_widths():

@@ -14,8 +14,8 @@ The child inherits nothing of PostgreSQL's: a clean environment, no file descrip
 of its own, SIGINT and SIGTERM at their defaults; its sys.path is pgad's folder and its Python's own, never its
 working directory (-P). The disk cache stays in the backend: a hit starts nothing.
 
-    python -P -s -B -m pgad.jit.worker PARENT_PID MEMORY_BYTES < request.json > response   (job 'llvm')
-    python -P -s -B -m pgad.gpu.ptx PARENT_PID MEMORY_BYTES < request.json > response      (job 'ptx': main() there)
+    python -P -s -S -B -m pgad.jit.worker PARENT_PID MEMORY_BYTES < request.json > response   (job 'llvm')
+    python -P -s -B -m pgad.gpu.ptx PARENT_PID MEMORY_BYTES < request.json > response         (job 'ptx': main() there)
     response: one line of JSON, {"seconds": {stage: s, …}, "parts": [[name, bytes], …]}, then the parts' bytes
 """
 import ctypes
@@ -151,8 +151,11 @@ def command(entry=__name__):
     """The child's command line, `python -m entry`: pgad's Python, isolated — -P: neither its working directory
     nor a script's folder on sys.path (`python -m` puts the working directory first, where a planted `pgad/` or
     `json.py` would be imported in its place), -s: no user site-packages; its environment is environment()'s alone,
-    so PYTHONPATH is pgad's folder — and -B: no bytecode written."""
-    return [interpreter(), '-P', '-s', '-B', '-m', entry, str(os.getpid()), str(MEMORY_BYTES)]
+    so PYTHONPATH is pgad's folder — and -B: no bytecode written. This module's own job, LLVM's, also runs without
+    the site module (-S): its path is then PYTHONPATH's folders and the standard library's alone, and it does not
+    run the .pth files of pgad's environment (numba-cuda's redirectors: 40 ms of the child's start, which PTX needs)."""
+    return [interpreter(), '-P', '-s', *(['-S'] if entry == __name__ else []), '-B', '-m', entry, str(os.getpid()),
+            str(MEMORY_BYTES)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -175,9 +178,21 @@ def packages():
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@functools.lru_cache(maxsize=None)
+def search_path():
+    """The child's PYTHONPATH: pgad's folder, then llvmlite's where that is another (pgad installed in development
+    mode, outside its environment's site-packages), found without importing llvmlite."""
+    import importlib.util
+    spec = importlib.util.find_spec('llvmlite')
+    folders = [packages()]
+    if spec is not None and spec.origin:
+        folders.append(os.path.dirname(os.path.dirname(os.path.abspath(spec.origin))))
+    return os.pathsep.join(dict.fromkeys(folders))
+
+
 def environment(request):
     """The child's whole environment: where pgad is, and for PTX numba's real CUDA target and the CUDA settings."""
-    env = {'PATH': '/usr/bin:/bin', 'LC_ALL': 'C', 'PYTHONPATH': packages()}
+    env = {'PATH': '/usr/bin:/bin', 'LC_ALL': 'C', 'PYTHONPATH': search_path()}
     if request['job'] == 'ptx':
         env.update({k: v for k, v in os.environ.items() if k.startswith(('CUDA_', 'NUMBA_'))})
         env['NUMBA_ENABLE_CUDASIM'] = '0'

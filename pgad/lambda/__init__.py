@@ -1,6 +1,6 @@
 """The lambda language: parser → DAG → derivatives.
 
-`lambda` is a Python keyword, so `import pgad.lambda` is a syntax error; pgad/__init__.py binds this package
+`lambda` is a Python keyword, so `import pgad.lambda` is a syntax error; pgad/lang.py binds this package
 once as `pgad.lang`, and the rest of pgad imports it by that name (`from pgad.lang import parser`).
 Every stage is imported here, so pgad.lang.<stage> is the same module object as pgad.lambda.<stage>.
 """
