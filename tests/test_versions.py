@@ -329,3 +329,28 @@ def test_evaluate_compares_a_new_version_with_the_deployed_one(db):
     train(db, 'v_undeployed', deploy=False)
     e = error_of(db, "SELECT * FROM pgad.evaluate('v_undeployed', 'pts')")
     assert e.sqlstate == '55000' and 'has no deployed version' in e.message_primary
+
+
+def test_a_superuser_deploys_another_roles_version_as_that_role(cluster, dbname, db):
+    """A superuser may deploy any model's version: the deployed functions are made as the role that trained it
+    (SET LOCAL ROLE for the moment), so that they call nothing of another role's and stay that role's, who deploys
+    them again after; the superuser's role is as it was."""
+    db.execute('DROP ROLE IF EXISTS v_alice')
+    db.execute('CREATE ROLE v_alice LOGIN')
+    db.execute('GRANT CREATE ON SCHEMA pgad_models TO v_alice')
+    db.execute('GRANT SELECT ON pts TO v_alice')
+    try:
+        with psycopg.connect(cluster.conninfo(dbname, user='v_alice'), autocommit=True) as alice:
+            train(alice, 'v_hers')
+            train(alice, 'v_hers', data='SELECT x, y FROM pts WHERE NOT first')
+            assert db.execute("SELECT version FROM pgad.deploy('v_hers', 1)").fetchall() == [(1,)]
+            assert db.execute('SELECT current_user, current_setting(%s)', ['role']).fetchone() == ('postgres', 'none')
+            owners = db.execute("SELECT DISTINCT proowner::regrole::text FROM pg_proc "
+                                "WHERE proname LIKE 'v_hers%'").fetchall()
+            assert owners == [('v_alice',)] and score(db, 'v_hers') == pytest.approx(21)
+            assert alice.execute("SELECT version FROM pgad.deploy('v_hers', 2)").fetchall() == [(2,)]
+            assert score(db, 'v_hers') == pytest.approx(30)
+            db.execute("SELECT pgad.drop_model('v_hers')")
+    finally:
+        db.execute('DROP OWNED BY v_alice')
+        db.execute('DROP ROLE v_alice')

@@ -44,6 +44,7 @@ Every model, whatever its loss, also gets "<name>_explain" (EXPLAIN; its body fr
 column's contribution to the prediction, as jsonb), under the same rules, unless its text passes the printer's budget
 or its name NAMEDATALEN: then none, with a NOTICE (Scoring.explained; suffixes).
 """
+import contextlib
 import json
 import re
 
@@ -592,8 +593,26 @@ def _deploy(name, me, version=None, strategy=None, if_better=False):
     if rows:
         row = rows[0]
         made, names = _wrappers(name, row['loss'], row['scoring_function'], row['trained_by'], row['version'])
-        _point(name, row['loss'], made, names, me, ours)
+        with _as(row['trained_by'], me):
+            _point(name, row['loss'], made, names, row['trained_by'], ours)
     return rows
+
+
+@contextlib.contextmanager
+def _as(owner, me):
+    """The deployed functions made as the role that trained the version (owner), who owns its functions: a
+    superuser deploying another role's version (write checked that only such a one may) makes them as that role, so
+    that they call nothing of another role's (FOREIGN) and stay the model's owner's. SET LOCAL ROLE, then the
+    caller's role setting again."""
+    if owner == me:
+        yield
+        return
+    was = server.query("SELECT pg_catalog.current_setting('role') AS role")[0]['role']
+    server.query("SELECT pg_catalog.set_config('role', $1, true)", [owner], ['pg_catalog.text'])
+    try:
+        yield
+    finally:
+        server.query("SELECT pg_catalog.set_config('role', $1, true)", [was], ['pg_catalog.text'])
 
 
 def _deployed_functions(name):
