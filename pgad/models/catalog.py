@@ -296,15 +296,16 @@ def check_names(name, loss):
                                 hint='Train the model under another name.')
 
 
-def extras(name, loss, signature):
+def extras(name, loss, signature, version=None):
     """(suffix, signature) of each function pgad created beside model `name`'s scoring function, recorded as
-    signature, for its loss: the same arguments under the names <name>_<suffix> (none for a signature that is not in
-    the form store records)."""
+    signature, for its loss: the same arguments under the names <name>_<suffix>, or with a version that version's
+    own (versioned), the scoring function's included under suffix '' (none for a signature that is not in the form
+    store records)."""
     prefix = f'{SCHEMA}.{quote_ident(name)}('
     if not (signature or '').startswith(prefix):
         return []
-    return [(suffix, f'{function_name(f"{name}_{suffix}")}({signature[len(prefix):]}')
-            for suffix in suffixes(loss, name)]
+    return [(suffix, f'{function_name(versioned(name, suffix, version))}({signature[len(prefix):]}')
+            for suffix in ([] if version is None else ['']) + suffixes(loss, name)]
 
 
 def quote_ident(name):
@@ -531,10 +532,18 @@ class Scoring:
         return '(' + ' AND '.join(tests) + ')'
 
 
-def versioned(name, suffix, version):
-    """The name of version `version`'s own function of model `name` (suffix '' for its scoring function): what the
-    deployed function pgad_models."name" (or "name_suffix") calls while that version is deployed."""
-    return f'{name}_{suffix}@{version}' if suffix else f'{name}@{version}'
+def versioned(name, suffix, version=None):
+    """The name of model `name`'s function of suffix ('' for its scoring function): the deployed one's, or version
+    `version`'s own, which the deployed one calls while that version is deployed."""
+    public = f'{name}_{suffix}' if suffix else name
+    return public if version is None else f'{public}@{version}'
+
+
+def _own(name, loss, signature, owner, version):
+    """{suffix: FUNCTION's row} of version `version`'s own functions of model `name` (extras), its rows recording
+    signature, owned by the role that trained it (owner)."""
+    return {suffix: f for suffix, each in extras(name, loss, signature, version) for f in function(each)
+            if f['owner'] == owner}
 
 
 def store(scoring, rows, fits, deploy=True):
@@ -558,7 +567,7 @@ def store(scoring, rows, fits, deploy=True):
     _create(name, {suffix: (scoring.identity_of(versioned(name, suffix, version)),
                             scoring.signature_of(versioned(name, suffix, version)), returns, body,
                             f'{comment}; version {version}')
-                   for suffix, (_, _, returns, body, comment) in made.items()}, me)
+                   for suffix, (_, _, returns, body, comment) in made.items()}, me, [str(p) for p, _ in scoring.params])
     if deploy:
         stored = _deploy(name, me, version, if_better=deploy == 'if_better') or stored
     _prune(name, me)
@@ -625,28 +634,23 @@ def _deployed_functions(name):
 
 def _wrappers(name, loss, signature, owner, version):
     """({suffix: (identity, signature, returns, body, comment)}, the arguments' names) of the deployed functions of
-    model `name` that call version `version`'s own (versioned), which its row records as signature, owned by owner.
+    model `name` that call version `version`'s own (_own), which its row records as signature, owned by owner.
     A version without them cannot be deployed."""
-    prefix = f'{SCHEMA}.{quote_ident(name)}('
+    own = _own(name, loss, signature, owner, version)
+    if '' not in own:
+        raise PgadError('55000', f'version {version} of model "{name}" has no scoring function of its own',
+                        detail=f'{function_name(versioned(name, "", version))} does not exist, or another role than '
+                               f'"{owner}" owns it.',
+                        hint='Train the model again, and deploy that version.')
     comments = {'': SCORING_COMMENT, EXPLAIN[0]: EXPLAIN[3], **{e[0]: e[3] for e in EXTRAS.get(loss, ())}}
-    made, names = {}, []
-    for suffix in ['', *suffixes(loss, name)]:
-        own = versioned(name, suffix, version)
-        found = [f for f in function(f'{function_name(own)}({signature[len(prefix):]}')
-                 if f['owner'] == owner] if signature.startswith(prefix) else []
-        if not found:
-            if suffix:
-                continue
-            raise PgadError('55000', f'version {version} of model "{name}" has no scoring function of its own',
-                            detail=f'{function_name(own)} does not exist, or another role than "{owner}" owns it.',
-                            hint='Train the model again, and deploy that version.')
-        f = found[0]
-        public = f'{name}_{suffix}' if suffix else name
-        names = list(f['names'])
-        arguments = ', '.join(printer.quote_ident(n) + ' ' + t for n, t in zip(names, f['types']))
-        made[suffix] = (f'{function_name(public)}({", ".join(f["types"])})', f'{function_name(public)}({arguments})',
-                        f['qualified_result'],
-                        f'{function_name(own)}({", ".join(f"${k + 1}" for k in range(len(f["types"])))})',
+    names = list(own['']['names'])
+    made = {}
+    for suffix, f in own.items():
+        public = function_name(versioned(name, suffix))
+        arguments = ', '.join(printer.quote_ident(n) + ' ' + t for n, t in zip(f['names'], f['types']))
+        made[suffix] = (f'{public}({", ".join(f["types"])})', f'{public}({arguments})', f['qualified_result'],
+                        f'{function_name(versioned(name, suffix, version))}'
+                        f'({", ".join(f"${k + 1}" for k in range(len(f["types"])))})',
                         f'{comments[suffix]}; version {version}')
     return made, names
 
@@ -679,10 +683,10 @@ def _point(name, loss, made, names, me, ours):
     _create(name, made, me, names)
 
 
-def _create(name, made, me, names=None):
-    """CREATE OR REPLACE each of made's functions ({suffix: (identity, signature, returns, body, comment)}) as the
-    caller, refusing one of that name that is another role's, or the caller's own of another shape; then what it
-    depends on is checked (FOREIGN)."""
+def _create(name, made, me, names):
+    """CREATE OR REPLACE each of made's functions ({suffix: (identity, signature, returns, body, comment)}, their
+    arguments named names) as the caller, refusing one of that name that is another role's, or the caller's own of
+    another shape; then what it depends on is checked (FOREIGN)."""
     for suffix, (identity, signature, returns, body, comment) in made.items():
         what = f'{suffix} function' if suffix else 'scoring function'
         target = function(identity)
@@ -693,7 +697,7 @@ def _create(name, made, me, names=None):
                                    'not its owner.',
                             hint='Train the model under another name, or ask that role (or a superuser) to drop the '
                                  'function.')
-        reshaped = target and reshaping(target[0], returns, names if names is not None else target[0]['names'])
+        reshaped = target and reshaping(target[0], returns, names)
         if reshaped:  # the caller's own function, which pgad did not create for the model: never dropped here
             raise PgadError('42P13', f'function {target[0]["identity"]} exists, and pgad.train did not create it '
                                      f'for model "{name}"',
@@ -729,18 +733,9 @@ def _prune(name, me):
 
 
 def _own_functions(name, rows):
-    """The functions of the versions whose rows are given (versioned), owned by the role that trained each."""
-    found = {}
-    for r in rows:
-        prefix = f'{SCHEMA}.{quote_ident(name)}('
-        if not r['scoring_function'].startswith(prefix):
-            continue
-        for suffix in ['', *suffixes(r['loss'], name)]:
-            own = f'{function_name(versioned(name, suffix, r["version"]))}({r["scoring_function"][len(prefix):]}'
-            for f in function(own):
-                if f['owner'] == r['trained_by']:
-                    found[f['oid']] = f
-    return list(found.values())
+    """The functions of the versions whose rows are given (_own), owned by the role that trained each."""
+    return list({f['oid']: f for r in rows for f in _own(name, r['loss'], r['scoring_function'], r['trained_by'],
+                                                          r['version']).values()}.values())
 
 
 def _drop_functions(name, rows, public):
