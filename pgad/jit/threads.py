@@ -155,17 +155,23 @@ def _serve():
         helper.done.set()
 
 
+def started(target, name):
+    """A daemon thread running target(), started with every signal blocked: the starting thread blocks them all,
+    starts it, and restores its own mask (a signal that arrives meanwhile stays pending for this thread). Every thread
+    pgad starts in a backend is started so, and calls nothing of PostgreSQL."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return thread
+
+
 def _grow(n):
-    """At least n pool threads, each started with every signal blocked: the starting thread blocks them all, starts
-    it, and restores its own mask (a signal that arrives meanwhile stays pending for this thread)."""
+    """At least n pool threads, each started with every signal blocked (started)."""
     while len(_pool) < n:
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-        try:
-            thread = threading.Thread(target=_serve, name=f'pgad kernel {len(_pool) + 1}', daemon=True)
-            thread.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        _pool.append(thread)
+        _pool.append(started(_serve, f'pgad kernel {len(_pool) + 1}'))
 
 
 def run(work, rows, n, interrupts=None, row_ns=0.0):

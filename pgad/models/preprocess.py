@@ -18,12 +18,12 @@ Imputation comes before standardize: the means and deviations standardize.py tak
 """
 import json
 import math
-import signal
 import threading
 
 import numpy as np
 
 from ..errors import PgadError
+from ..jit import threads
 
 STRATEGIES = ('mean', 'median', 'most_frequent')
 STRATEGY_HINT = "Give each column 'mean', 'median', 'most_frequent' or a number, as in impute => '{\"x\": \"mean\"}'."
@@ -115,7 +115,7 @@ WAIT_SECONDS = 0.1
 
 def waited(work, size, interrupts):
     """work() (a statistic of numpy arrays of size values); past THREAD_VALUES, in a daemon thread started with every
-    signal blocked (as pgad's kernel threads are: jit/threads.py) that touches numpy memory alone, nothing of
+    signal blocked (jit/threads.py's started, as pgad's kernel threads are) that touches numpy memory alone, nothing of
     PostgreSQL, while this thread calls interrupts() every WAIT_SECONDS. A cancel is answered within about that: the
     thread, which holds its arrays itself, ends when its sort does, its result unread."""
     if size <= THREAD_VALUES:
@@ -128,11 +128,7 @@ def waited(work, size, interrupts):
         except BaseException as e:  # noqa: BLE001 (raised in the waiting thread)
             found['error'] = e
         done.set()
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    try:
-        threading.Thread(target=run, name='pgad statistic', daemon=True).start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    threads.started(run, 'pgad statistic')
     while not done.wait(WAIT_SECONDS):
         interrupts()
     if 'error' in found:
@@ -152,8 +148,8 @@ def central(values, statistic):
 
 
 def fill(table, names, imputed, codes=None):
-    """table (loader.Table, loaded as names) with the −NaNs (NULLs) of each imputed column ({column: {"value": …}}: the
-    stored options.impute) replaced by its value; codes: {categorical column: its categories} (a category the
+    """table (loader.Table, loaded as names) with the −NaNs (NULLs) of each imputed column ({column: {"value": …}}:
+    the stored options.impute) replaced by its value; codes: {categorical column: its categories} (a category the
     categories lack is code 0: a weight of 0, as the scoring function reads it)."""
     if not imputed:
         return table
