@@ -109,6 +109,13 @@ METRICS = {
 }
 
 
+def rules_of(loss):
+    """(the kind of a named loss, None for a lambda loss; its metrics: METRICS' rules, its parameter applied)."""
+    kind, parameter = objective.named(loss) or (None, None)
+    rules = METRICS.get(kind, {})
+    return kind, rules(parameter) if callable(rules) else rules
+
+
 def _xlogy(x, y):
     """x·ln y, 0 where x = 0."""
     return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
@@ -181,7 +188,7 @@ def evaluate(name, data, config, version=None):
     options = json.loads(first['options'])
     label = options.get('label', 'y')
     if 'order_by' in options:  # a sequence model: one step ahead from its last state
-        return forecast.evaluate(name, data, config, stored, METRICS)
+        return forecast.evaluate(name, data, config, stored, rules_of)
     if first['loss'] == SOFTMAX:
         return _softmax(name, data, config, stored, options, label)
     classes = options.get('classes')  # a 'logistic' label of two classes: coded 1 or 2, the loss reads it less 1
@@ -198,9 +205,7 @@ def evaluate(name, data, config, version=None):
         raise PgadError('0A000', f'pgad.evaluate does not take model "{name}", a model with vectors',
                         hint=f'Score the data with pgad_models."{name}"(…) and compare in SQL.')
     columns = list(dict.fromkeys([*lam.columns, *goal.model.columns]))
-    kind, parameter = objective.named(first['loss']) or (None, None)
-    metrics = METRICS.get(kind, {})
-    metrics = metrics(parameter) if callable(metrics) else metrics
+    kind, metrics = rules_of(first['loss'])
     label = label if kind in METRICS else None
     imputed = preprocess.of(options)  # NULLs replaced as training replaced them (models/preprocess.py)
     parts = _load(name, data, config, columns, options, {**cats.codes, **({label: classes} if classes else {})},
@@ -337,9 +342,7 @@ def metrics_on(loss, model, label, weights, columns, rows, classes=None, unrolle
         z = logits(*unrolled, columns, {n: v for n, v in weights.items() if n in model.weights}, rows)
         found = dict(multiclass(columns[label], z, classes))
         return {m: None if found[m] is None or not np.isfinite(found[m]) else float(found[m]) for m in SOFTMAX_METRICS}
-    kind, parameter = objective.named(loss) or (None, None)
-    rules = METRICS.get(kind, {})
-    rules = rules(parameter) if callable(rules) else rules
+    _, rules = rules_of(loss)
     cats = categorical.Categories()
     if rules and categorical.indexed(weights, model):
         _, cats = categorical.stored(weights, model)

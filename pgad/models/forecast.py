@@ -268,18 +268,16 @@ def _simulated(fc, columns, weights, states, horizon, sigma2, level, simulations
     return lower, upper
 
 
-def evaluate(name, data, config, stored, metrics_of):
+def evaluate(name, data, config, stored, rules_of):
     """pgad.evaluate's rows for a sequence model, (group_key, metric, value): from each group's last state along the
     data's rows after the training's last row, in order, the state updated with the actual label (one step ahead):
     rows, loss (the mean objective), the loss's metrics; earlier_rows (rows at or before the training's last row,
-    left out), skipped_rows (a NULL in a column read); unseen_rows of a group the model does not have. metrics_of:
-    evaluate.METRICS, the metrics of each named loss; of loss 'squared' mse, rmse and mae (no r2: the data's mean
+    left out), skipped_rows (a NULL in a column read); unseen_rows of a group the model does not have. rules_of:
+    evaluate.rules_of, the metrics of a named loss; of loss 'squared' mse, rmse and mae (no r2: the data's mean
     is no forecast the model could have made)."""
     fc = Forecaster(name, stored, config)
     found = _after(name, data, fc, fc.read, config)
-    kind, parameter = objective.named(fc.loss) or (None, None)
-    metrics = metrics_of.get(kind, {})
-    metrics = metrics(parameter) if callable(metrics) else metrics
+    kind, metrics = rules_of(fc.loss)
     if kind == 'squared':
         metrics = {m: metrics[m] for m in ('mse', 'rmse', 'mae')}
     if fc.label not in fc.read:

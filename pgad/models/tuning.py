@@ -143,10 +143,8 @@ def _value(metrics, metric):
 
 def _metric(metric, loss):
     """Is a higher value of metric better (HIGHER)? The error for a metric that the loss's versions do not have."""
-    kind, parameter = objective.named(loss) or (None, None)
-    rules = evaluate.METRICS.get(kind, {})
-    names = ['validation_loss', *(rules(parameter) if callable(rules) else rules),
-             *(evaluate.SOFTMAX_METRICS if kind == evaluate.SOFTMAX else ())]
+    kind, rules = evaluate.rules_of(loss)
+    names = ['validation_loss', *rules, *(evaluate.SOFTMAX_METRICS if kind == evaluate.SOFTMAX else ())]
     if metric not in names:
         raise PgadError('22023', f'unknown metric "{metric}" of loss \'{loss}\'' if kind else
                                  f'unknown metric "{metric}" of a lambda loss',
