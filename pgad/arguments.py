@@ -102,7 +102,7 @@ def _number(name, number):
     if isinstance(number, bool) or not isinstance(number, (int, float)):
         raise PgadError('22023', f'weight "{name}" must be a number, not {json.dumps(number)[:40]}',
                         hint=EXAMPLE)
-    if not math.isfinite(_float(number)):
+    if not math.isfinite(as_float(number)):
         raise PgadError('22023', f'weight "{name}" is not a finite double precision number',
                         detail=f'It is {float8(number)[:40]}{"…" if len(float8(number)) > 40 else ""}.')
     return float(number)
@@ -113,7 +113,7 @@ def float8(number):
     past float8's range too (jsonb writes 1e400 as 1 and 400 zeros: 1e+400)."""
     if isinstance(number, float) and not math.isfinite(number):
         return 'NaN' if math.isnan(number) else 'Infinity' if number > 0 else '-Infinity'
-    value = decimal.Decimal(repr(float(number)) if math.isfinite(_float(number)) else number).normalize()
+    value = decimal.Decimal(repr(float(number)) if math.isfinite(as_float(number)) else number).normalize()
     if value.is_zero():
         return '-0' if value.is_signed() else '0'
     if -4 <= value.adjusted() < 15:
@@ -122,7 +122,7 @@ def float8(number):
     return f'{mantissa}e{power[0]}{power[1:].zfill(2)}'
 
 
-def _float(number):
+def as_float(number):
     """number as a float8; infinity for an integer past float8's range (jsonb writes 1e400 as 1 and 400 zeros)."""
     try:
         return float(number)
@@ -212,7 +212,7 @@ def options(text, aggregate, names, memory_limit=None):
                             hint=f'Write the options as {example}.')
     given = {name: value.get(name, OPTIONS[name][0]) for name in names}
     # learning_rate as a float8 first: jsonb writes 1e400 as an integer of 401 digits
-    for name, check in (('learning_rate', lambda v: learning_rate(_float(v))), ('iterations', iterations),
+    for name, check in (('learning_rate', lambda v: learning_rate(as_float(v))), ('iterations', iterations),
                         ('mode', mode), ('backend', backend)):
         if name in given:
             given[name] = check(given[name])

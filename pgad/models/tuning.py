@@ -178,17 +178,9 @@ def _as(key, value, what):
           'text': isinstance(value, str), 'boolean': isinstance(value, bool)}[kind]
     if not ok:
         raise PgadError('22023', f'{what} "{key}" must be {KINDS[kind]}, not {json.dumps(value)[:40]}')
-    if kind == 'number' and not math.isfinite(_float(value)):
+    if kind == 'number' and not math.isfinite(arguments.as_float(value)):
         raise PgadError('22023', f'{what} "{key}" must be a finite number, not {arguments.float8(value)[:40]}')
     return float(value) if kind == 'number' else value
-
-
-def _float(number):
-    """number as a float8; infinity for an integer past its range (jsonb writes 1e400 as 1 and 400 zeros)."""
-    try:
-        return float(number)
-    except OverflowError:
-        return math.inf
 
 
 def _combinations(grid, random, trials, seed, passed, memory_limit):
@@ -261,7 +253,7 @@ def _random(spec, trials, seed):
             draws[key] = ('choice', [_as(key, v, 'random value of') for v in values])
             continue
         if TUNABLE[key] not in ('number', 'integer') or not isinstance(values, list) or len(values) != 2 or any(
-                isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(_float(v))
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(arguments.as_float(v))
                 for v in values) or not values[0] <= values[1] or kind == 'log_uniform' and values[0] <= 0:
             raise PgadError('22023', f'the random search\'s "{key}" {kind} must be [low, high], two finite numbers, '
                                      f'low <= high{", low > 0" if kind == "log_uniform" else ""}, of a numeric '
