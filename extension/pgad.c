@@ -55,6 +55,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
@@ -2182,7 +2183,9 @@ pgad_load_take(uint64 id)
  *    every query it runs, a function's queries included, against its range table; a relation whose SELECT it checks
  *    as the current user (checkAsUser unset) is one this role, or the owner of a SECURITY DEFINER function it runs,
  *    read; a view's own relations are checked as the view's owner (unless the view is security_invoker), and the
- *    view as the reader. While pgad_reads_begin's recordings are open, each such relation is noted once, whichever
+ *    view as the reader: the view is noted, and of its relations those whose row-level security filters what the
+ *    owner reads (the policies' expressions run as the reader: current_user is the reader's, so the view's rows may
+ *    be the reader's own). While pgad_reads_begin's recordings are open, each such relation is noted once, whichever
  *    subtransaction read it (one rolled back still read it); the notes go at the end of the transaction.
  */
 extern PGDLLEXPORT void pgad_reads_begin(void);
@@ -2226,7 +2229,8 @@ reads_checked(List *range_table, bool ereport_on_violation)
 		{
 			RangeTblEntry *rte = lfirst_node(RangeTblEntry, l);
 
-			if (rte->rtekind == RTE_RELATION && (rte->requiredPerms & ACL_SELECT) && !OidIsValid(rte->checkAsUser))
+			if (rte->rtekind == RTE_RELATION && (rte->requiredPerms & ACL_SELECT) &&
+				(!OidIsValid(rte->checkAsUser) || check_enable_rls(rte->relid, rte->checkAsUser, true) == RLS_ENABLED))
 				reads_note(rte->relid);
 		}
 	return next_check_perms == NULL || next_check_perms(range_table, ereport_on_violation);
