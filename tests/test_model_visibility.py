@@ -262,8 +262,8 @@ def test_a_table_read_under_the_transactions_exclusive_lock_is_what_it_read(clus
 def read_from(cluster, dbname, name):
     """The relations each row of model name records, as a superuser names them, in alphabetical order."""
     with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
-        return {tuple(sorted(r)) for r, in db.execute('SELECT read_from::text[] FROM pgad.model_versions WHERE name = %s',
-                                              [name])}
+        found = db.execute('SELECT read_from::text[] FROM pgad.model_versions WHERE name = %s', [name])
+        return {tuple(sorted(r)) for r, in found}
 
 
 def drop(cluster, dbname, name):
