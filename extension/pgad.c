@@ -2229,8 +2229,10 @@ reads_checked(List *range_table, bool ereport_on_violation)
 		{
 			RangeTblEntry *rte = lfirst_node(RangeTblEntry, l);
 
-			if (rte->rtekind == RTE_RELATION && (rte->requiredPerms & ACL_SELECT) &&
-				(!OidIsValid(rte->checkAsUser) || check_enable_rls(rte->relid, rte->checkAsUser, true) == RLS_ENABLED))
+			if (rte->rtekind != RTE_RELATION || !(rte->requiredPerms & ACL_SELECT))
+				continue;
+			if (!OidIsValid(rte->checkAsUser) ||
+				check_enable_rls(rte->relid, rte->checkAsUser, true) == RLS_ENABLED)
 				reads_note(rte->relid);
 		}
 	return next_check_perms == NULL || next_check_perms(range_table, ereport_on_violation);

@@ -27,9 +27,9 @@ def train(*args, **kwargs):
 
 
 def _train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
-          optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
-          standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
-          early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None):
+           optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
+           standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
+           early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None):
     given = dict(locals())
     for argument in REQUIRED:
         if given[argument] is None:
