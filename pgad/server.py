@@ -182,6 +182,7 @@ def native():
             library.pgad_setting.restype, library.pgad_setting.argtypes = ctypes.c_char_p, [ctypes.c_char_p]
             library.pgad_check_interrupts.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
             library.pgad_error_query.argtypes = [ctypes.c_char_p, ctypes.c_int]
+            library.pgad_reads.argtypes = [ctypes.POINTER(ctypes.c_uint32), ctypes.c_int]
         except AttributeError:
             return None
         _native.append(library)

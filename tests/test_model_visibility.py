@@ -3,7 +3,8 @@ category and group_by columns, with rows per group, so pgad.models shows them on
 roles with its privileges and the roles that may read every relation the training read (as pg_stats shows a
 column's statistics); every pgad function that takes a model's name refuses the others with 42501, as it refuses a
 model of no rows (42704) otherwise. alice trains on her tables; reader may SELECT sales, half may SELECT sales but
-not regions, outsider may SELECT neither (docs/security.md, "Who reads a model")."""
+not regions, outsider may SELECT neither (docs/security.md, "Who reads a model"). bob keeps a copy of sales in a
+schema of his that no other role may use, vis_hidden, and shares it through vis_shared (issue 45, item 2)."""
 import json
 
 import psycopg
@@ -12,11 +13,15 @@ import pytest
 from conftest import error_of, new_database
 
 ALICE, READER, HALF, OUTSIDER, MEMBER = 'vis_alice', 'vis_reader', 'vis_half', 'vis_outsider', 'vis_member'
-ROLES = (ALICE, READER, HALF, OUTSIDER, MEMBER)
+BOB = 'vis_bob'
+ROLES = (ALICE, READER, HALF, OUTSIDER, MEMBER, BOB)
 MODEL = 'λ(d, w) w.region[d.region] + w.a*d.sqft'
 START = '{"region": {}, "a": 0}'
 SECRETS = {'crete', 'lapland', 'tasmania'}  # the region values: what a role without SELECT must not learn
 JOINED = 'SELECT s.region, s.sqft, s.price, r.tier FROM vis.sales AS s JOIN vis.regions AS r USING (region)'
+ROWS = ("SELECT (ARRAY['crete', 'lapland', 'tasmania'])[g % 3 + 1] AS region, "
+        "CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END AS part, g / 10.0 AS sqft, g % 3 + g / 20.0 AS price "
+        "FROM generate_series(1, 60) AS g")
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -28,14 +33,15 @@ def roles(cluster, dbname):
         db.execute(f'GRANT {ALICE} TO {MEMBER}')
         db.execute(f'GRANT CREATE ON SCHEMA pgad_models TO {ALICE}, {OUTSIDER}')
         db.execute(f'CREATE SCHEMA vis AUTHORIZATION {ALICE}')
+        db.execute(f'CREATE SCHEMA vis_hidden AUTHORIZATION {BOB}')  # no other role may use it
+        db.execute(f'CREATE SCHEMA vis_shared AUTHORIZATION {BOB}')
+        db.execute('GRANT USAGE ON SCHEMA vis_shared TO PUBLIC')
         db.execute("CREATE TABLE public.mine AS SELECT * FROM (VALUES ('crete', 1.0::float8, 2.0::float8)) "
                    "AS v(region, sqft, price)")
         db.execute('GRANT SELECT ON public.mine TO PUBLIC')
     with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
         alice.execute('CREATE TABLE vis.sales (region text, part text, sqft float8, price float8)')
-        alice.execute("INSERT INTO vis.sales SELECT (ARRAY['crete', 'lapland', 'tasmania'])[g % 3 + 1], "
-                      "CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, g / 10.0, g % 3 + g / 20.0 "
-                      "FROM generate_series(1, 60) AS g")
+        alice.execute(f'INSERT INTO vis.sales {ROWS}')
         alice.execute('CREATE TABLE vis.regions (region text, tier text)')
         alice.execute("INSERT INTO vis.regions VALUES ('crete', 'gold'), ('lapland', 'silver'), "
                       "('tasmania', 'gold')")
@@ -44,6 +50,8 @@ def roles(cluster, dbname):
         alice.execute(f'GRANT SELECT ON vis.regions TO {READER}')
         train(alice, 'by_region', 'vis.sales', group_by='part')
         train(alice, 'joined', JOINED, group_by='tier')
+    with psycopg.connect(cluster.conninfo(dbname, user=BOB), autocommit=True) as bob:
+        bob.execute(f'CREATE TABLE vis_hidden.sales AS {ROWS}')
     yield
     with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
         db.execute('SELECT pgad.drop_model(name) FROM (SELECT DISTINCT name FROM pgad.models) AS m')
@@ -249,3 +257,144 @@ def test_a_table_read_under_the_transactions_exclusive_lock_is_what_it_read(clus
     finally:
         with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
             alice.execute("SELECT pgad.drop_model('locked')")
+
+
+def read_from(cluster, dbname, name):
+    """The relations each row of model name records, as a superuser names them, in alphabetical order."""
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        found = db.execute('SELECT read_from::text[] FROM pgad.model_versions WHERE name = %s', [name])
+        return {tuple(sorted(r)) for r, in found}
+
+
+def drop(cluster, dbname, name):
+    with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
+        alice.execute('SELECT pgad.drop_model(%s)', [name])
+
+
+def literal_train(name, data):
+    """train's call as text, for a message of several statements (which takes no parameters)."""
+    return (f"SELECT * FROM pgad.train('{name}', '{MODEL}', 'squared', '{data}', '{START}', label => 'price', "
+            "optimizer => 'lbfgs', iterations => 20)")
+
+
+@pytest.mark.parametrize('usage', [False, True])
+def test_what_another_role_read_on_the_connection_before_is_not_what_the_training_read(cluster, dbname, usage):
+    """A pooler's connection, or SET ROLE: bob reads his table in the transaction just before alice's training, and
+    his scan counts are still pending (the backend reports them at most once a second, when idle: none of that here,
+    the statements going in one message). Her training read vis.sales alone, whether or not she may use bob's
+    schema: it trains (0.17.0: 42501 permission denied for schema vis_hidden, or with USAGE a model recording bob's
+    table, which hid it from reader and told alice what bob read)."""
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        if usage:
+            db.execute(f'GRANT USAGE ON SCHEMA vis_hidden TO {ALICE}')
+        try:
+            db.execute(f'SET ROLE {BOB}; SELECT count(*) FROM vis_hidden.sales; COMMIT; SET ROLE {ALICE}; '
+                       + literal_train('pooled', 'vis.sales'))
+            db.execute('RESET ROLE')
+        finally:
+            db.execute(f'REVOKE USAGE ON SCHEMA vis_hidden FROM {ALICE}')
+    try:
+        assert read_from(cluster, dbname, 'pooled') == {('vis.sales',)}
+        assert seen(cluster, dbname, READER, 'pooled')[1] == SECRETS
+        assert seen(cluster, dbname, OUTSIDER, 'pooled') == (set(), set())
+    finally:
+        drop(cluster, dbname, 'pooled')
+
+
+def test_what_the_transaction_read_before_the_training_is_not_what_it_read(cluster, dbname):
+    """In the training's own transaction, bob's read (SET ROLE) and alice's read of vis.regions before it (the
+    transaction still holds their locks) are not what the training read; vis.sales, which she read before too, is
+    (its scans in the training are its own)."""
+    with psycopg.connect(cluster.conninfo(dbname)) as db:
+        db.execute(f'SET ROLE {BOB}')
+        db.execute('SELECT count(*) FROM vis_hidden.sales')
+        db.execute(f'SET ROLE {ALICE}')
+        db.execute('SELECT count(*) FROM vis.regions, vis.sales')
+        train(db, 'same_transaction', 'vis.sales')
+        db.commit()
+    try:
+        assert read_from(cluster, dbname, 'same_transaction') == {('vis.sales',)}
+        assert seen(cluster, dbname, HALF, 'same_transaction')[1] == SECRETS  # may SELECT sales, not regions
+        assert seen(cluster, dbname, OUTSIDER, 'same_transaction') == (set(), set())
+    finally:
+        drop(cluster, dbname, 'same_transaction')
+
+
+def test_a_view_over_a_schema_the_trainer_may_not_use_is_what_the_training_read(cluster, dbname):
+    """bob's view over his vis_hidden.sales, which alice and reader may SELECT: PostgreSQL checks the view's table as
+    bob, the view as its reader, so the training read the view, and the roles that may SELECT it read the model
+    (0.17.0: 42501 permission denied for schema vis_hidden, in pgad.train and pgad.deploy). A security_invoker view
+    is checked as its reader, its table too: a role that may SELECT the view alone does not read that model."""
+    with psycopg.connect(cluster.conninfo(dbname, user=BOB), autocommit=True) as bob:
+        bob.execute('CREATE VIEW vis_shared.sales AS SELECT * FROM vis_hidden.sales')
+        bob.execute(f'GRANT SELECT ON vis_shared.sales TO {ALICE}, {READER}')
+    with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
+        alice.execute('CREATE VIEW vis.invoker WITH (security_invoker) AS SELECT * FROM vis.sales')
+        alice.execute(f'GRANT SELECT ON vis.invoker TO {HALF}, {OUTSIDER}')
+        train(alice, 'through_view', 'vis_shared.sales', group_by='part')
+        assert alice.execute("SELECT count(*) FROM pgad.deploy('through_view', 1)").fetchone() == (2,)
+        train(alice, 'through_invoker', 'vis.invoker')
+    try:
+        assert read_from(cluster, dbname, 'through_view') == {('vis_shared.sales',)}
+        keys, cats = seen(cluster, dbname, READER, 'through_view')
+        assert keys == {'{"part": "a"}', '{"part": "b"}'} and cats == SECRETS
+        for role in (HALF, OUTSIDER):  # no SELECT on the view
+            assert seen(cluster, dbname, role, 'through_view') == (set(), set())
+        assert read_from(cluster, dbname, 'through_invoker') == {('vis.invoker', 'vis.sales')}
+        assert seen(cluster, dbname, HALF, 'through_invoker')[1] == SECRETS
+        assert seen(cluster, dbname, OUTSIDER, 'through_invoker') == (set(), set())
+    finally:
+        drop(cluster, dbname, 'through_view')
+        drop(cluster, dbname, 'through_invoker')
+        with psycopg.connect(cluster.conninfo(dbname, user=BOB), autocommit=True) as bob:
+            bob.execute('DROP VIEW vis_shared.sales')
+        with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
+            alice.execute('DROP VIEW vis.invoker')
+
+
+def test_a_view_whose_rows_a_policy_picks_by_reader_records_its_table(cluster, dbname):
+    """bob's table under a policy forced on its owner that shows each role its own rows (current_user is the view's
+    reader): through his view alice reads hers, which reader, who may SELECT the view, must not learn from her
+    model. The table whose policy filters what bob reads is what the training read too."""
+    with psycopg.connect(cluster.conninfo(dbname, user=BOB), autocommit=True) as bob:
+        bob.execute(f"CREATE TABLE vis_hidden.owned AS SELECT s.*, '{ALICE}'::name AS who FROM vis_hidden.sales AS s")
+        bob.execute('ALTER TABLE vis_hidden.owned ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY')
+        bob.execute('CREATE POLICY own ON vis_hidden.owned USING (who = current_user)')
+        bob.execute('CREATE VIEW vis_shared.owned AS SELECT region, part, sqft, price FROM vis_hidden.owned')
+        bob.execute(f'GRANT SELECT ON vis_shared.owned TO {ALICE}, {READER}')
+    with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
+        train(alice, 'owned', 'vis_shared.owned')
+    try:
+        assert read_from(cluster, dbname, 'owned') == {('vis_hidden.owned', 'vis_shared.owned')}
+        assert seen(cluster, dbname, READER, 'owned') == (set(), set())
+        assert seen(cluster, dbname, ALICE, 'owned')[1] == SECRETS
+    finally:
+        drop(cluster, dbname, 'owned')
+        with psycopg.connect(cluster.conninfo(dbname, user=BOB), autocommit=True) as bob:
+            bob.execute('DROP VIEW vis_shared.owned')
+            bob.execute('DROP TABLE vis_hidden.owned')
+
+
+def test_a_security_definer_function_over_a_schema_the_trainer_may_not_use_records_what_it_read(cluster, dbname):
+    """bob's SECURITY DEFINER function reads his vis_hidden.sales, which alice may not: her training through it
+    trains (0.17.0: 42501 permission denied for schema vis_hidden), and records the table the function read as bob.
+    read_from holds relations, and EXECUTE on a function is no SELECT on one: reader, who may call the function,
+    does not read the model; bob, who may read the table, does."""
+    with psycopg.connect(cluster.conninfo(dbname, user=BOB), autocommit=True) as bob:
+        bob.execute('CREATE FUNCTION vis_shared.sales() RETURNS TABLE (region text, part text, sqft numeric, '
+                    'price numeric) LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog '
+                    'AS $$ SELECT region, part, sqft, price FROM vis_hidden.sales $$')
+        bob.execute('REVOKE EXECUTE ON FUNCTION vis_shared.sales() FROM PUBLIC')
+        bob.execute(f'GRANT EXECUTE ON FUNCTION vis_shared.sales() TO {ALICE}, {READER}')
+    with psycopg.connect(cluster.conninfo(dbname, user=ALICE), autocommit=True) as alice:
+        train(alice, 'through_definer', 'SELECT * FROM vis_shared.sales()')
+        assert alice.execute("SELECT count(*) FROM pgad.deploy('through_definer', 1)").fetchone() == (1,)
+    try:
+        assert read_from(cluster, dbname, 'through_definer') == {('vis_hidden.sales',)}
+        assert seen(cluster, dbname, BOB, 'through_definer')[1] == SECRETS
+        for role in (READER, OUTSIDER):
+            assert seen(cluster, dbname, role, 'through_definer') == (set(), set())
+    finally:
+        drop(cluster, dbname, 'through_definer')
+        with psycopg.connect(cluster.conninfo(dbname, user=BOB), autocommit=True) as bob:
+            bob.execute('DROP FUNCTION vis_shared.sales()')

@@ -131,9 +131,11 @@ def test_train_on_shards_is_the_single_server_result(db, optimizer):
     rate = '' if optimizer == 'lbfgs' else 'learning_rate => 0.001, '  # lbfgs takes none (22023)
     for data in ('sharded', 'everything'):
         models[data] = db.execute(
-            "SELECT weights, final_loss, iterations, rows FROM pgad.train(%s, 'λ(d, w) w.a*d.x + w.b', 'squared', %s, "
-            f"%s, {rate}iterations => 20, optimizer => %s, batch_size => 100000)",
+            "SELECT weights, final_loss, iterations, rows, read_from::text[] FROM pgad.train(%s, "
+            f"'λ(d, w) w.a*d.x + w.b', 'squared', %s, %s, {rate}iterations => 20, optimizer => %s, "
+            "batch_size => 100000)",
             (f'm_{optimizer}_{data}', data, START, optimizer)).fetchone()
+        assert data in models[data][4]  # what the training read, rows pulled or summed where they are
     rows = [r for k in DATA for r in DATA[k] if r[1] is not None]
     assert models['sharded'][3] == models['everything'][3] == len(rows)
     if optimizer != 'lbfgs':  # a fixed number of steps (tolerance 0): the sums of the same rows in another order
@@ -148,7 +150,7 @@ def test_train_on_shards_is_the_single_server_result(db, optimizer):
     x = np.array([[r[0], 1.0] for r in rows])
     optimum = np.linalg.lstsq(x, np.array([r[1] for r in rows]), rcond=None)[0]
     least = float(np.mean((x @ optimum - np.array([r[1] for r in rows])) ** 2))
-    for weights, loss, iterations, _ in models.values():
+    for weights, loss, iterations, _, _ in models.values():
         assert [weights['a'], weights['b']] == pytest.approx(optimum, rel=1e-6)
         assert loss == pytest.approx(least, rel=1e-10)
         assert iterations < 20

@@ -375,8 +375,8 @@ GRANT SELECT ON pgad.model_versions TO PUBLIC;
 -- Who reads a model's rows (issue 34): they hold the data's category values and group keys, with rows per group, so
 -- a role sees them as pg_stats shows a column's statistics, only where it may read what they came from: the role
 -- that trained the model, a role with that role's privileges, and a role that may read every relation the training
--- read (read_from, which pgad.train records: pgad/models/catalog.py, relations_read) with SELECT and no row-level
--- security hiding rows from it; a superuser reads all. read_from NULL (a model trained before 0.13.0): its role
+-- read (read_from, which pgad.train records as the executor checks them: pgad/models/catalog.py, relations_read, and
+-- extension/pgad.c, part 7) with SELECT and no row-level security hiding rows from it; a superuser reads all. read_from NULL (a model trained before 0.13.0): its role
 -- and that role's members only, until it is trained again. What pgad runs as the caller reads pgad.models under
 -- the same rule; pgad._write_models, its owner's, reads every row.
 ALTER TABLE pgad.model_versions ENABLE ROW LEVEL SECURITY;
@@ -389,7 +389,8 @@ CREATE POLICY models_readers ON pgad.model_versions FOR SELECT TO PUBLIC USING (
         WHERE NOT COALESCE(pg_catalog.has_table_privilege(relation::pg_catalog.oid, 'SELECT')
                            AND NOT pg_catalog.row_security_active(relation::pg_catalog.oid), false))));
 COMMENT ON COLUMN pgad.model_versions.read_from IS
-    'the relations the training read (a view''s and a function''s included); NULL: not recorded (before 0.13.0)';
+    'the relations the training read as PostgreSQL checked them (a view, not what it reads as its owner; what a '
+    'function reads); NULL: not recorded (before 0.13.0)';
 
 -- The deployed version of each model (issue 38): what pgad_models."name" scores by, and what pgad.evaluate,
 -- pgad.summary, pgad.forecast and the other functions of a model read. security_invoker: read as the caller, under

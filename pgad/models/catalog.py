@@ -45,6 +45,7 @@ column's contribution to the prediction, as jsonb), under the same rules, unless
 or its name NAMEDATALEN: then none, with a NOTICE (Scoring.explained; suffixes).
 """
 import contextlib
+import ctypes
 import json
 import re
 
@@ -231,14 +232,19 @@ KEEP = "SELECT pg_catalog.current_setting('pgad.keep_versions')::pg_catalog.int4
 # (ON CONFLICT with a row the snapshot does not see), rather than two first trainings both committing.
 CLAIM = 'INSERT INTO pgad.model_names (name) VALUES ($1) ON CONFLICT DO NOTHING'
 UNCLAIM = f'DELETE FROM pgad.model_names AS n WHERE n.name {EQ} $1'
-# The relations this transaction has read, which a model's rows record (read_from): every relation it holds a lock
-# on (PostgreSQL locks each relation a query reads, a view's relations and a function's queries' included, until
-# the transaction ends) but an AccessExclusiveLock alone (what a rename or a drop takes: dbt renames the view it
-# replaces, and drops it after the commit), and every one whose scans this transaction counted
-# (pg_stat_xact_all_tables: a subtransaction rolled back keeps its counts, not its locks, and a relation read under
-# an AccessExclusiveLock counts its scans); not the catalogs (pg_catalog, pg_toast: pgad's own queries read
-# pg_authid through pg_roles), nor pgad's own tables. Sequences, views and foreign tables too; indexes as their table.
-RELATIONS_READ = (
+# The relations a training read, which its model's rows record (read_from), of the oids pgad.so noted while it ran
+# (extension/pgad.c, part 7: each relation whose SELECT the executor checked as the current user; a view, and not
+# the relations it reads as its owner): those that still exist but the catalogs (pg_catalog, pg_toast: pgad's own
+# queries read pg_authid through pg_roles) and pgad's own tables.
+RELATIONS = (f"SELECT c.oid FROM pg_catalog.pg_class AS c WHERE c.oid {EQ} ANY ($1) "
+             f"AND c.relnamespace {NE} ALL (ARRAY['pg_catalog'::pg_catalog.regnamespace, "
+             f"'pg_toast'::pg_catalog.regnamespace, 'pgad'::pg_catalog.regnamespace]::pg_catalog.oid[]) "
+             "ORDER BY c.oid")
+# Without pgad.so's notes (a superuser calling pgad._train, before anything loaded pgad.so): more, never fewer, every
+# relation the transaction holds a lock on but an AccessExclusiveLock alone (a rename or a drop), and every one
+# whose scans the backend counted and has not yet reported (pg_stat_xact_all_tables: a subtransaction rolled back
+# keeps its counts, not its locks; so may the transactions just before this one on the connection).
+RELATIONS_LOCKED = (
     f"SELECT c.oid FROM pg_catalog.pg_class AS c "
     f"WHERE c.relkind {EQ} ANY ('{{r,p,v,m,f,S}}'::pg_catalog.\"char\"[]) "
     f"AND c.relnamespace {NE} ALL (ARRAY['pg_catalog'::pg_catalog.regnamespace, 'pg_toast'::pg_catalog.regnamespace, "
@@ -754,10 +760,31 @@ def _drop_functions(name, rows, public):
         raise dependents(e, name) from None
 
 
+@contextlib.contextmanager
+def reading():
+    """While a training runs: pgad.so notes the relations it reads (RELATIONS), which relations_read gives."""
+    library = server.native()
+    if library is None:
+        yield
+        return
+    library.pgad_reads_begin()
+    try:
+        yield
+    finally:
+        library.pgad_reads_end()
+
+
 def relations_read():
-    """The oids of the relations this transaction has read (RELATIONS_READ): at the end of a training, every one its
-    data, validation and category queries read, and whatever the transaction read before (more, never fewer)."""
-    return [r['oid'] for r in server.query(RELATIONS_READ)]
+    """The oids of the relations the training read (RELATIONS): every one its data, validation and category queries
+    read, as the executor checked them, and nothing the transaction read before; without pgad.so's notes, more
+    (RELATIONS_LOCKED)."""
+    library = server.native()
+    count = -1 if library is None else library.pgad_reads(None, 0)
+    if count < 0:
+        return [r['oid'] for r in server.query(RELATIONS_LOCKED)]
+    oids = (ctypes.c_uint32 * max(count, 1))()
+    count = library.pgad_reads(oids, count)
+    return [r['oid'] for r in server.query(RELATIONS, [list(oids[:count])], ['pg_catalog.oid[]'])]
 
 
 def reshaping(found, returns, names):
@@ -863,11 +890,22 @@ _waiting = []
 RAISED = 'plpy.Error: '  # how PL/Python words an error pgad raised, met in a query
 
 
+# The rows pgad._write_models returns, read_from as oids: pgad.train and pgad.deploy return them as the caller, who
+# may not USE the schema of a relation the training read (a view's, a SECURITY DEFINER function's), and a relation's
+# name is looked up in its schema as the caller, an oid is not.
+WRITE = 'SELECT w.*, w.read_from::pg_catalog.oid[] AS read_oids FROM pgad._write_models() AS w'
+
+
+def _by_oid(row):
+    row['read_from'] = row.pop('read_oids')
+    return row
+
+
 def _write(job):
     """What pgad._write_models returns for job; its refusal is raised here as pgad's own error."""
     _waiting[:] = [job]
     try:
-        return server.query('SELECT * FROM pgad._write_models()')
+        return [_by_oid(row) for row in server.query(WRITE)]
     except server.SPIError as e:
         message = str(e.args[0]) if e.args else ''
         if not message.startswith(RAISED):

@@ -19,11 +19,17 @@ REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batc
             'label', 'progress_every', 'dtype')
 
 
+def train(*args, **kwargs):
+    """pgad.train (_train), the relations it reads noted as it runs (catalog.reading): what its model records as
+    read_from is what this call read, nothing the transaction or the connection read before it."""
+    with catalog.reading():
+        return _train(*args, **kwargs)
 
-def train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
-          optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
-          standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
-          early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None):
+
+def _train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
+           optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
+           standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
+           early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None):
     given = dict(locals())
     for argument in REQUIRED:
         if given[argument] is None:
