@@ -861,20 +861,26 @@ def dependents(error, name):
 # triggers are a superuser's): called any other way, nothing is waiting, and it refuses.
 _waiting = []
 RAISED = 'plpy.Error: '  # how PL/Python words an error pgad raised, met in a query
+# how PL/Python words a server error that pgad._write_models passed on (a cancel while it waits for LOCK, a deadlock)
+PASSED = re.compile(r'spiexceptions\.\w+: ')
 
 
 def _write(job):
-    """What pgad._write_models returns for job; its refusal is raised here as pgad's own error."""
+    """What pgad._write_models returns for job; its refusal is raised here as pgad's own error, and a server error it
+    passed on (a cancel, a statement_timeout) as the server's own, in the server's words."""
     _waiting[:] = [job]
     try:
         return server.query('SELECT * FROM pgad._write_models()')
     except server.SPIError as e:
         message = str(e.args[0]) if e.args else ''
+        spidata = getattr(e, 'spidata', None) or ()
+        detail = spidata[1] if len(spidata) > 1 else None
+        passed = PASSED.match(message)
+        if passed and spidata:
+            raise server.spi_error(spidata[0], message[passed.end():], detail, server.hint_of(e)) from None
         if not message.startswith(RAISED):
             raise
-        spidata = getattr(e, 'spidata', None) or ()
-        raise PgadError(e.sqlstate, message[len(RAISED):], detail=spidata[1] if len(spidata) > 1 else None,
-                        hint=server.hint_of(e)) from None
+        raise PgadError(e.sqlstate, message[len(RAISED):], detail=detail, hint=server.hint_of(e)) from None
     finally:
         _waiting.clear()
 

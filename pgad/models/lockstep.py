@@ -270,6 +270,8 @@ def _newton_directions(g, h, pivot=descent.PIVOT):
     equilibrated basis, μ the least of 0, 1e-10·10^k whose factor's pivots are all above pivot (a batched
     factorisation for the groups that take each μ: the least eigenvalue says which can), −g where none does or H is
     not finite."""
+    if not len(g):
+        return np.zeros_like(g)  # a model that reads no weight: no direction, and no Hessian to factor
     diagonal = np.abs(np.diagonal(h, axis1=1, axis2=2))
     root = np.sqrt(np.where(np.isfinite(diagonal) & (diagonal > 0), diagonal, 1.0))  # hessian.equilibrated's
     scaled = h / (root[:, :, None] * root[:, None, :])
