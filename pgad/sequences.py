@@ -138,7 +138,7 @@ def build(model, loss, state, given, limits=bounds.DEFAULT, shapes=vectors.Shape
             raise PgadError('42804', 'the prediction, each state\'s start and next value must be numbers, not vectors',
                             hint='Keep a vector\'s elements as fields of their own: {"h1": …, "h2": …}.')
         graph, roots = unrolled.graph, [int(v.id) for v in values]
-        columns = dict.fromkeys(unrolled.columns)
+        columns = dict.fromkeys(vectors.with_folded(unrolled.columns, columns))  # what the texts read: NULL skips
     else:
         graph = graph.copy()
         columns = dict.fromkeys(columns)

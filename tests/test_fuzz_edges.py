@@ -112,3 +112,43 @@ def test_a_cancel_while_waiting_for_the_catalog_lock_is_postgresqls_own(series, 
         holder.close()
     assert diag.sqlstate == '57014' and diag.message_primary == 'canceling statement due to user request'
     assert catalog(series) == before
+
+
+# which columns a row reads: those its texts name (docs/sql.md), in pgad.train as in pgad.loss, even where the DAG
+# folds the use away
+
+FOLDED = 'CASE WHEN d.x >= 0 THEN 0 ELSE 0 END'
+
+
+@pytest.fixture
+def holes(db):
+    """h: thirty rows, x NULL in every third."""
+    db.execute('DROP TABLE IF EXISTS h')
+    db.execute('CREATE TABLE h AS SELECT k AS day, CASE WHEN k % 3 = 0 THEN NULL ELSE k END::float8 AS x, '
+               '(0.5 * k + sin(k))::float8 AS y FROM generate_series(1, 30) k')
+    return db
+
+
+@pytest.mark.parametrize('model, loss', [(f'λ(d, w) w.a + {FOLDED}', 'squared'),
+                                         ('λ(d, w) w.a', f'λ(p, d) (p - d.y)^2 + {FOLDED}')])
+def test_train_skips_the_rows_pgad_loss_skips_where_a_read_column_is_folded_away(holes, model, loss):
+    rows, final = holes.execute("SELECT rows, final_loss FROM pgad.train('fz_null', %s, %s, 'SELECT x, y FROM h', "
+                                "'{\"a\": 1}', label => 'y', optimizer => 'gd', iterations => 0)",
+                                [model, loss]).fetchone()
+    expected = holes.execute(f"SELECT pgad.loss('λ(d, w) (w.a + {FOLDED} - d.y)^2', 'SELECT x, y FROM h', "
+                             "'{\"a\": 1}')").fetchone()[0]
+    assert rows == 20  # the 10 rows with NULL x skipped, exactly
+    assert final == pytest.approx(expected, rel=1e-12)  # the same objective: the mean over the same rows
+    evaluated = dict(holes.execute("SELECT metric, value FROM pgad.evaluate('fz_null', 'SELECT x, y FROM h')"
+                                   ).fetchall())
+    assert evaluated['rows'] == 20 and evaluated['skipped_rows'] == 10  # exactly
+
+
+def test_a_sequence_model_skips_the_rows_with_null_in_a_column_whose_use_is_folded_away(holes):
+    rows = holes.execute(f"SELECT rows FROM pgad.train('fz_null_seq', 'λ(d, w, s) s.l + {FOLDED}', 'squared', "
+                         "'SELECT day, x, y FROM h', '{\"a\": 1}', order_by => 'day', "
+                         "state => '{\"l\": {\"start\": \"w.a\", \"next\": \"d.y\"}}', optimizer => 'gd', "
+                         "iterations => 0)").fetchone()[0]
+    # the scoring function takes x and gives NULL for a NULL x: training skipped those rows too (exactly 10)
+    assert rows == 20
+    assert holes.execute('SELECT pgad_models.fz_null_seq(NULL, 1) IS NULL').fetchone()[0]
