@@ -42,7 +42,8 @@ POSTGRES = {
 
 def diagnose(program, table, weights, output):
     """The PgadError that explains why output k of program (0 the loss, then the gradient by each weight) is not
-    finite over table at weights; None where no row is to blame."""
+    finite over table at weights (a vector; or a list whose entries may be arrays, a value a row: a sequence's state
+    before each row); None where no row is to blame."""
     found = _first_bad_row(program, table, weights, program.outputs[output])
     if found is None:
         return None
@@ -93,12 +94,17 @@ def _first_bad_row(program, table, weights, output):
                 node = graph.nodes[i]
                 values[i] = (node.value if node.op == 'const' else
                              table.columns[column_at[node.value]][start:start + block] if node.op == 'column' else
-                             weights[weight_at[node.value]] if node.op == 'weight' else
+                             _rows(weights[weight_at[node.value]], start, block) if node.op == 'weight' else
                              PRIMITIVES[node.op].evaluate(*[values[a] for a in node.args]))
         bad = ~np.isfinite(np.broadcast_to(values[output], (min(block, table.rows - start) or 1,)))
         if bad.any():
             return values, int(np.argmax(bad)), start
     return None
+
+
+def _rows(value, start, block):
+    """A weight's value, or of one given a row, its block's."""
+    return value[start:start + block] if np.ndim(value) else value
 
 
 def _at(value, row):

@@ -226,6 +226,29 @@ class _Run:
         return np.array([as_rows(values[r], g) for r in self.step.start]).reshape(k, g)
 
 
+def not_finite(step, seqs, weights):
+    """Where the first sequence of seqs first leaves the finite numbers at weights (a vector), run by this module:
+    (its row t, the node that is not finite there while what it reads is — a start (t = 0), the loss or a next value
+    — and the states before each of its rows up to t, K × (t + 1)); None where it never does."""
+    one = Sequences(seqs.columns, seqs.starts[:1], seqs.lengths[:1])
+    r = _Run(step, one, weights)
+    k = len(step.states)
+    with np.errstate(all='ignore'):
+        states = r.starts()
+        for node, value in zip(step.start, states[:, 0]):
+            if not math.isfinite(value):
+                return 0, node, np.zeros((k, 1))
+        plan, kept = r.plan([step.loss, *step.next]), []
+        for t in range(int(one.lengths[0])):
+            kept.append(states[:, 0].copy())
+            values = python_backend.evaluate(plan, *r.inputs(t, states, 1))
+            for node in (step.loss, *step.next):
+                if not math.isfinite(float(as_rows(values[node], 1)[0])):
+                    return t, node, np.array(kept).T.reshape(k, t + 1)
+            states[:, :1] = np.array([as_rows(values[o], 1) for o in step.next]) if k else states[:, :1]
+    return None
+
+
 def check_tape(seqs, states, memory_limit):
     """The error where even the checkpoints of a backward pass (2·√T states a sequence, K numbers each) pass
     memory_limit; before anything is allocated."""

@@ -152,3 +152,30 @@ def test_a_sequence_model_skips_the_rows_with_null_in_a_column_whose_use_is_fold
     # the scoring function takes x and gives NULL for a NULL x: training skipped those rows too (exactly 10)
     assert rows == 20
     assert holes.execute('SELECT pgad_models.fz_null_seq(NULL, 1) IS NULL').fetchone()[0]
+
+
+# a sequence's domain error names the expression, as every other lambda's; numpy's warnings stay inside
+
+@pytest.mark.parametrize('optimizer', ['gd', 'lbfgs', 'newton'])
+@pytest.mark.parametrize('model, state, shown', [
+    ('λ(d, w, s) ln(s.l - 5) + w.a', STATE, 'ln(s.l - 5) = NaN where s.l = 1'),
+    ('λ(d, w, s) s.l + w.a', '{"l": {"start": "1", "next": "ln(s.l - 5)"}}', 'ln(s.l - 5) = NaN where s.l = 1'),
+    ('λ(d, w, s) s.l + w.a', '{"l": {"start": "ln(w.a - 2)", "next": "d.y"}}', 'ln(w.a - 2) = NaN where w.a = 1')])
+def test_a_sequences_domain_error_is_postgresqls_naming_the_expression(series, optimizer, model, state, shown):
+    before = catalog(series)
+    diag = error_of(series, "SELECT * FROM pgad.train('fz_domain', %s, 'squared', 'SELECT day, y FROM s', "
+                            "'{\"a\": 1}', order_by => 'day', state => %s, optimizer => %s)", [model, state, optimizer])
+    assert diag.sqlstate == '2201E' and diag.message_primary == 'cannot take logarithm of a negative number'
+    assert diag.message_detail == f'The lambda computes {shown}, at the starting weights.'
+    assert catalog(series) == before
+
+
+def test_numpys_floating_point_warnings_do_not_reach_the_client(series):
+    said = []
+    series.add_notice_handler(lambda notice: said.append((notice.severity_nonlocalized, notice.message_primary)))
+    diag = error_of(series, "SELECT * FROM pgad.train('fz_overflow', 'λ(d, w, s) s.l * w.a', 'squared', "
+                            "'SELECT day, y FROM s', '{\"a\": 1e300}', order_by => 'day', "
+                            "state => '{\"l\": {\"start\": \"1\", \"next\": \"s.l * 1e300 + d.y\"}}')")
+    assert diag.sqlstate == '22003' and diag.message_primary == 'value out of range: overflow'
+    assert diag.message_detail.startswith('The lambda computes (s.l*w.a - d.y)^2 = Infinity')
+    assert not [message for severity, message in said if severity == 'WARNING']  # exactly none

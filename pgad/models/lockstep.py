@@ -15,10 +15,11 @@ import numpy as np
 from . import descent
 
 
-def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64'):
+def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64', why=None):
     """[descent.Fit of each group] of objective(W, at) → (each group's summed loss, its summed gradient, P × len(at))
     at W (P × len(at): the weights of the groups at, an index array), from start (P × G), the groups having rows[g]
-    rows; penalty a descent.Penalty (l2 only); clock a descent.Clock (interrupts, progress)."""
+    rows; penalty a descent.Penalty (l2 only); clock a descent.Clock (interrupts, progress); why(k), if given,
+    group k's descent.check_finite why, which explains a sum not finite at the starting weights."""
     p, g_count = start.shape
     rows = np.asarray(rows, dtype=np.float64)
     raw = _means(objective, rows, penalty, clock)
@@ -26,7 +27,7 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
     everyone = np.arange(g_count)
     w = start.astype(np.float64).copy()
     f, g = raw(w, everyone)
-    _check(f, g, w, names)
+    _check(f, g, w, names, why)
     first = f.copy()
     scale = 1 / np.sqrt(_curvature(raw, w, f, g, everyone, descent.FLOOR * np.abs(f)))
     u, g = w / scale, scale * g
@@ -193,12 +194,14 @@ def _line_search(objective, u, d, f, slope, t, at):
     return new_u, new_f, new_g, ok
 
 
-def _check(f, g, w, names):
-    """descent.check_finite's error where a group's objective, gradient or weights are not finite."""
+def _check(f, g, w, names, why=None):
+    """descent.check_finite's error where a group's objective, gradient or weights are not finite; why as fit()
+    takes it, at the starting weights only."""
     bad = ~(np.isfinite(f) & np.all(np.isfinite(g), axis=0) & np.all(np.isfinite(w), axis=0))
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        descent.check_finite(np.concatenate([[f[k]], g[:, k]]), w[:, k], 1, names, 0.0)
+        descent.check_finite(np.concatenate([[f[k]], g[:, k]]), w[:, k], 1, names, 0.0,
+                             None if why is None else why(k))
 
 
 STEP = 1e-6  # newton's Hessian by forward differences of the gradient: each weight moved by STEP·max(|w|, 1)
@@ -208,12 +211,12 @@ STEP = 1e-6  # newton's Hessian by forward differences of the gradient: each wei
 DIFFERENCE_PIVOT = 1e-5
 
 
-def newton(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64'):
+def newton(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64', why=None):
     """[descent.Fit of each group] by damped Newton (descent._newton's steps: the direction in the equilibrated basis,
     a backtracking search for the Armijo condition, the stop where the decrement is below the objective's precision
     or no step lowers it), every group at once, with the Hessian from forward differences of the gradient: P more
     calls of objective an iteration (one a weight, all the groups together), for recurrences whose second derivatives
-    pgad does not build. objective, start, rows, names, penalty and clock as fit() takes them."""
+    pgad does not build. objective, start, rows, names, penalty, clock and why as fit() takes them."""
     p, g_count = start.shape
     rows = np.asarray(rows, dtype=np.float64)
     eps = np.finfo(np.float64).eps
@@ -233,7 +236,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     everyone = np.arange(g_count)
     w = start.astype(np.float64).copy()
     f, g = raw(w, everyone)
-    _check(f, g, w, names)
+    _check(f, g, w, names, why)
     first = f.copy()
     history = [[] for _ in range(g_count)]
     stopped = np.array(['cap'] * g_count, dtype=object)
