@@ -179,3 +179,28 @@ def test_numpys_floating_point_warnings_do_not_reach_the_client(series):
     assert diag.sqlstate == '22003' and diag.message_primary == 'value out of range: overflow'
     assert diag.message_detail.startswith('The lambda computes (s.l*w.a - d.y)^2 = Infinity')
     assert not [message for severity, message in said if severity == 'WARNING']  # exactly none
+
+
+# a view made between pgad's check of what uses a deployed function and its DROP: an event trigger makes one on the
+# model's _explain function as the scoring function is dropped, within the same deployment
+
+def test_a_view_made_after_the_check_of_a_functions_users_is_pgads_2bp01(series):
+    train = ("SELECT count(*) FROM pgad.train('fz_view', %s, 'squared', 'SELECT y, y AS x, y AS z FROM s', "
+             "'{\"a\": 0}', label => 'y', optimizer => 'gd', iterations => 0)")
+    series.execute(train, ['λ(d, w) w.a*d.x'])
+    series.execute("CREATE FUNCTION fz_make_view() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN "
+                   "IF pg_catalog.to_regclass('fz_late') IS NULL THEN CREATE VIEW fz_late AS SELECT "
+                   "pgad_models.fz_view_explain(x) AS e FROM (VALUES (1.0::float8)) AS t(x); END IF; END $$")
+    series.execute("CREATE EVENT TRIGGER fz_late ON ddl_command_end WHEN TAG IN ('DROP FUNCTION') "
+                   "EXECUTE FUNCTION fz_make_view()")
+    try:
+        before = catalog(series)
+        diag = error_of(series, train, ['λ(d, w) w.a*d.z'])  # an argument renamed: both functions are dropped
+    finally:
+        series.execute('DROP EVENT TRIGGER fz_late')
+        series.execute('DROP FUNCTION fz_make_view()')
+    assert diag.sqlstate == '2BP01'
+    assert diag.message_primary == ('cannot replace the explain function of model "fz_view": its arguments are '
+                                    'renamed from "x" to "z", and other objects depend on it')
+    assert diag.message_detail.endswith('It is used by: rule _RETURN on view fz_late.')  # as the check names it
+    assert catalog(series) == before and series.execute("SELECT to_regclass('fz_late')").fetchone() == (None,)

@@ -668,19 +668,30 @@ def _point(name, loss, made, names, me, ours):
         reshaped = same and reshaping(found, made[suffix][2], names)
         if same and found['mine'] and not reshaped:
             continue  # CREATE OR REPLACE keeps it, and what uses it
+        change = ('the model gets none this time' if suffix == EXPLAIN[0] else
+                  f'the model\'s loss \'{loss}\' has none') if suffix not in made else \
+            'its arguments change' if not same else reshaped or \
+            f'it belongs to role "{found["owner"]}", and would be replaced by one of role "{me}"'
+        now = f'{made[suffix][0]} RETURNS {made[suffix][2]}' if suffix in made else 'none'
         if found['users']:
-            change = ('the model gets none this time' if suffix == EXPLAIN[0] else
-                      f'the model\'s loss \'{loss}\' has none') if suffix not in made else \
-                'its arguments change' if not same else reshaped or \
-                f'it belongs to role "{found["owner"]}", and would be replaced by one of role "{me}"'
-            now = f'{made[suffix][0]} RETURNS {made[suffix][2]}' if suffix in made else 'none'
-            raise PgadError('2BP01', f'cannot replace the {what} of model "{name}": {change}, and other '
-                                     f'objects depend on it',
-                            detail=f'The function was {found["identity"]} RETURNS {found["result"]}, now {now}. '
-                                   f'It is used by: {found["users"]}.',
-                            hint='Drop or change those objects, then train (or deploy) again.')
-        server.query(f'DROP FUNCTION {found["identity"]}')
+            raise _in_use(name, what, change, found, now, found['users'])
+        try:
+            server.query(f'DROP FUNCTION {found["identity"]}')
+        except server.SPIError as e:  # an object made to use it since ours was read: said as the check says it
+            if getattr(e, 'sqlstate', None) != '2BP01':
+                raise
+            users = (function(found['identity']) or [found])[0]['users'] or 'another object'
+            raise _in_use(name, what, change, found, now, users) from None
     _create(name, made, me, names)
+
+
+def _in_use(name, what, change, found, now, users):
+    """The error of a deployed function (found: FUNCTION's row) that _point would drop or replace (change: why, now:
+    what replaces it) while other objects (users) depend on it."""
+    return PgadError('2BP01', f'cannot replace the {what} of model "{name}": {change}, and other objects depend on it',
+                     detail=f'The function was {found["identity"]} RETURNS {found["result"]}, now {now}. '
+                            f'It is used by: {users}.',
+                     hint='Drop or change those objects, then train (or deploy) again.')
 
 
 def _create(name, made, me, names):
