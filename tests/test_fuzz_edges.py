@@ -204,3 +204,23 @@ def test_a_view_made_after_the_check_of_a_functions_users_is_pgads_2bp01(series)
                                     'renamed from "x" to "z", and other objects depend on it')
     assert diag.message_detail.endswith('It is used by: rule _RETURN on view fz_late.')  # as the check names it
     assert catalog(series) == before and series.execute("SELECT to_regclass('fz_late')").fetchone() == (None,)
+
+
+# the progress NOTICE of an iteration whose trial step is rejected: the objective at the weights kept, never nan.
+# From a = 0.9999999999999999 every step towards 3 crosses into the CASE's other branch (the loss rises by 10,000) or
+# rounds to no step at all: no step of the line search is taken.
+
+@pytest.mark.parametrize('optimizer', ['newton', 'lbfgs'])
+def test_the_progress_of_a_rejected_step_says_the_loss_kept(db, optimizer):
+    db.execute('DROP TABLE IF EXISTS flat3')
+    db.execute('CREATE TABLE flat3 AS SELECT k AS day, 3::float8 AS y FROM generate_series(1, 10) k')
+    said = []
+    db.add_notice_handler(lambda notice: said.append(notice.message_primary))
+    iterations, final = db.execute(
+        "SELECT iterations, final_loss FROM pgad.train('fz_rejected', 'λ(d, w, s) w.a + CASE WHEN w.a < 1 THEN 0 "
+        "ELSE 100 END + s.l', 'squared', 'SELECT day, y FROM flat3', '{\"a\": 0.9999999999999999}', "
+        "order_by => 'day', state => '{\"l\": {\"start\": \"0\", \"next\": \"0\"}}', optimizer => %s, "
+        "progress_every => 1)", [optimizer]).fetchone()
+    assert iterations == 0 and final == pytest.approx(4, rel=1e-12)  # (0.9999999999999999 - 3)^2, no step taken
+    progress = [m for m in said if 'iteration 1 of' in m]
+    assert len(progress) == 1 and ', loss 4, ' in progress[0], progress  # the loss kept, as %.6g prints it

@@ -60,7 +60,7 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
         good = sy > 1e-12 * np.sqrt(np.sum(s * s, axis=0) * np.sum(y * y, axis=0))
         _push(s_pairs, y_pairs, rho, kept, moved[good], s[:, good], y[:, good], 1.0 / sy[good])
         u[:, moved], f[moved], g[:, moved] = step, nf, ng
-        running = _stepped(it, moved, nf, g, history, stopped, tolerance, clock)
+        running = _stepped(it, moved, nf, g, history, stopped, tolerance, clock, f[at])
     w = scale * u
     _check(f, g, w, names)
     # the judgement: the gradient scaled by the Hessian's diagonal at the fitted weights, as descent.fit's
@@ -84,13 +84,14 @@ def _means(objective, rows, penalty, clock):
     return raw
 
 
-def _stepped(it, moved, values, g, history, stopped, tolerance, clock):
+def _stepped(it, moved, values, g, history, stopped, tolerance, clock, accepted):
     """After iteration it, in which the groups moved reached the objectives values (g their gradients): their
-    histories, the progress report, and which of them go on — not those that tolerance or a zero gradient stops
+    histories, the progress report (the mean of accepted, the objectives of the iteration's groups at the weights
+    each kept, a step taken or not), and which of them go on — not those that tolerance or a zero gradient stops
     (stopped says which)."""
     for k, value in zip(moved, values):
         history[k].append(float(value))
-    clock.iteration(it, float(np.mean(values)) if len(moved) else float('nan'))
+    clock.iteration(it, float(np.mean(accepted)))
     done = np.zeros(len(moved), dtype=bool)
     if tolerance > 0:
         done |= np.array([len(history[k]) > 1 and history[k][-2] - history[k][-1] < tolerance * abs(history[k][-2])
@@ -260,7 +261,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
         stopped[at[failed]] = 'search'
         moved = at[~failed]
         w[:, moved], f[moved], g[:, moved] = new_w[:, ~failed], new_f[~failed], new_g[:, ~failed]
-        running = _stepped(it, moved, new_f[~failed], g, history, stopped, tolerance, clock)
+        running = _stepped(it, moved, new_f[~failed], g, history, stopped, tolerance, clock, f[at])
     _check(f, g, w, names)
     # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton'
     h = hessians(w, g, everyone)
