@@ -3,6 +3,8 @@ sequence models that read no weight under Newton and L-BFGS, a cancel while pgad
 lock, the one rule of which columns a row reads (train and pgad.loss alike), a sequence's domain errors and numpy's
 warnings, a view made between the drop's check and the drop, Newton's progress on a rejected step, and the
 objective of a sequence as docs/sql.md states it."""
+import pathlib
+import re
 import threading
 import time
 
@@ -12,6 +14,7 @@ import pytest
 from conftest import error_of
 
 STATE = '{"l": {"start": "1", "next": "d.y"}}'
+ROOT = pathlib.Path(__file__).parent.parent
 
 
 @pytest.fixture
@@ -224,3 +227,20 @@ def test_the_progress_of_a_rejected_step_says_the_loss_kept(db, optimizer):
     assert iterations == 0 and final == pytest.approx(4, rel=1e-12)  # (0.9999999999999999 - 3)^2, no step taken
     progress = [m for m in said if 'iteration 1 of' in m]
     assert len(progress) == 1 and ', loss 4, ' in progress[0], progress  # the loss kept, as %.6g prints it
+
+
+# a sequence's objective is the mean over its rows, as docs/sql.md says
+
+def test_a_sequences_final_loss_is_the_mean_over_its_rows_as_the_docs_say(series):
+    ses = '{"l": {"start": "w.l0", "next": "s.l + w.alpha*(d.y - s.l)"}}'
+    final, = train_sequence(series, 'fz_mean', 'λ(d, w, s) s.l', '{"alpha": 0.5, "l0": 50}', state=ses,
+                            extra=", optimizer => 'gd', iterations => 0")
+    level, errors = 50.0, []
+    for y, in series.execute('SELECT y FROM s ORDER BY day'):
+        errors.append((y - level) ** 2)
+        level += 0.5 * (y - level)
+    assert final[1] == pytest.approx(sum(errors) / len(errors), rel=1e-12)  # the mean of the 60 rows' losses
+    text = (ROOT / 'docs' / 'sql.md').read_text()
+    section = text[text.index('## Sequences: order_by and state'):]
+    objective = re.search(r'The objective is the loss of the prediction against the label,\s+(\S+)', section)
+    assert objective.group(1) == 'averaged' and 'summed along the rows' not in section
