@@ -19,8 +19,8 @@ from .errors import Caret, Interrupted, PgadError
 from .jit import threads
 
 INTERRUPTED = '57'  # operator intervention: a cancel, a statement_timeout, a shutdown; never reported as another
-# numpy's floating-point RuntimeWarnings ('overflow encountered in multiply'): the NaN or infinity they warn of is pgad's
-# to report, as an ERROR that names the expression or a value it handles; never a WARNING in numpy's words
+# numpy's floating-point RuntimeWarnings ('overflow encountered in multiply'): the NaN or infinity they warn of is
+# pgad's to report, as an ERROR that names the expression or a value it handles; never a WARNING in numpy's words
 NUMPY_FLOATING = r'(overflow|underflow|invalid value|divide by zero) encountered'
 
 
@@ -38,8 +38,8 @@ def __getattr__(name):
 
 def entry(function):
     """A function the SQL shims call: a PgadError leaves it as a PostgreSQL ERROR, and nothing has changed; Python
-    warnings raised on the way (warnings.warn) are PostgreSQL WARNINGs, but numpy's floating-point ones (NUMPY_FLOATING);
-    limits.tick() checks for interrupts.
+    warnings raised on the way (warnings.warn) are PostgreSQL WARNINGs, but numpy's floating-point ones
+    (NUMPY_FLOATING); limits.tick() checks for interrupts.
 
     An error of the server's (from_server: the data query's own, a cancel) leaves with its own SQLSTATE. Any
     other Python exception is a bug in pgad: it leaves as `internal error in pgad` (XX000, PostgreSQL's
