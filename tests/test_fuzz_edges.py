@@ -173,6 +173,19 @@ def test_a_sequences_domain_error_is_postgresqls_naming_the_expression(series, o
     assert catalog(series) == before
 
 
+def test_a_nan_in_a_sequences_data_names_its_row_in_its_group(series):
+    series.execute('DROP TABLE IF EXISTS nan_day')
+    series.execute("CREATE TABLE nan_day AS SELECT k AS day, k % 2 AS g, CASE WHEN k = 17 THEN 'NaN'::float8 "
+                   "ELSE k END AS y FROM generate_series(1, 30) k")
+    diag = error_of(series, "SELECT * FROM pgad.train('fz_nan', 'λ(d, w, s) s.l + w.a', 'squared', "
+                            "'SELECT day, g, y FROM nan_day', '{\"a\": 1}', order_by => 'day', state => %s, "
+                            "group_by => 'g')", [STATE])
+    assert diag.sqlstate == '22000' and diag.message_primary == 'column "y" of the data is NaN'
+    # day 17 is the ninth row of group 1 (days 1, 3, …, 17), exactly
+    assert diag.message_detail == ('Row 9 of the rows of model "fz_nan", group {"g": 1} in order_by\'s order (without '
+                                   'NULL in a column read) has y = NaN.')
+
+
 def test_numpys_floating_point_warnings_do_not_reach_the_client(series):
     said = []
     series.add_notice_handler(lambda notice: said.append((notice.severity_nonlocalized, notice.message_primary)))

@@ -126,9 +126,9 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
     sequence that did not converge, naming its group. Lockstep takes as many groups at a time as a quarter of
     memory_limit holds their optimizer's state. A loss not finite at the starting weights is explained (diagnosed)
     by the operation that made it so, printed as model (the parsed model lambda) writes it."""
-    def why(part, k):  # descent.check_finite's why(w, output) for sequence k of part
-        return lambda w, output: diagnosed(step, sequences.Sequences(part.columns, part.starts[[k]], part.lengths[[k]]),
-                                           w, model) if output == 0 and model is not None else None
+    def why(part, k, where):  # descent.check_finite's why(w, output) for sequence k of part, of where
+        one = sequences.Sequences(part.columns, part.starts[[k]], part.lengths[[k]])
+        return lambda w, output: diagnosed(step, one, w, model, where) if output == 0 and model is not None else None
     if options['optimizer'] in ('lbfgs', 'newton'):
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'model "{name}": {message}'),
                               options['iterations'], every_iterations=options['progress_every'])
@@ -148,7 +148,7 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
                 return sequences.gradient(step, some, w, options['mode'], tile_bytes, options['backend'], cache)
             fits += fitting(sums, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, part.count)),
                             part.lengths, names, options['iterations'], options['tolerance'], penalty, clock,
-                            why=lambda k, part=part: why(part, k))
+                            why=lambda k, part=part, begin=begin: why(part, k, wheres[begin + k]))
         for where, fit in zip(wheres, fits):
             if not fit.converged:
                 message, hint = descent.unconverged(options['optimizer'], fit, options['iterations'], penalty)
@@ -163,14 +163,15 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
         fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes, options['backend'], cache),
                                 loader.Table([], int(part.lengths[0]), 0),
                                 start, names, options['optimizer'], options['learning_rate'], options['iterations'],
-                                int(part.lengths[0]), None, options['tolerance'], penalty, clock, why=why(part, 0)))
+                                int(part.lengths[0]), None, options['tolerance'], penalty, clock, why=why(part, 0, where)))
     return fits
 
 
-def diagnosed(step, seq, weights, model):
-    """domain.diagnose's error for the first sequence of seq, whose loss is not finite at weights (a vector): over its
-    rows up to the first where a node is not finite (sequences.not_finite), each row reading the state before it; the
-    expression printed as model (the parsed λ(d, w, s)) writes it. None where no row is to blame."""
+def diagnosed(step, seq, weights, model, where):
+    """domain.diagnose's error for the first sequence of seq (of where: 'model "m", group {…}'), whose loss is not
+    finite at weights (a vector): over its rows up to the first where a node is not finite (sequences.not_finite),
+    each row reading the state before it; the expression printed as model (the parsed λ(d, w, s)) writes it. None
+    where no row is to blame."""
     found = sequences.not_finite(step, seq, weights)
     if found is None:
         return None
@@ -179,7 +180,8 @@ def diagnosed(step, seq, weights, model):
     names = (*step.weights, *(sequences.STATE + f for f in step.states))
     row = program.Program(replace(model, graph=step.graph, columns=list(step.columns)), (node,), names)
     table = loader.Table([seq.columns[c][first:first + t + 1] for c in step.columns], t + 1, 0)
-    return domain.diagnose(row, table, [*np.asarray(weights, dtype=np.float64), *states], 0)
+    return domain.diagnose(row, table, [*np.asarray(weights, dtype=np.float64), *states], 0,
+                           f"the rows of {where} in order_by's order (without NULL in a column read)")
 
 
 def taken(hint):
