@@ -163,7 +163,8 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
         fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes, options['backend'], cache),
                                 loader.Table([], int(part.lengths[0]), 0),
                                 start, names, options['optimizer'], options['learning_rate'], options['iterations'],
-                                int(part.lengths[0]), None, options['tolerance'], penalty, clock, why=why(part, 0, where)))
+                                int(part.lengths[0]), None, options['tolerance'], penalty, clock,
+                                why=why(part, 0, where)))
     return fits
 
 
