@@ -243,6 +243,11 @@ def rows_unless(sql, sqlstate):
         raise
 
 
+def subtransaction():
+    """A subtransaction (a context manager): an exception that leaves it rolls back what was done in it."""
+    return plpy().subtransaction()
+
+
 def describe(sql):
     """(column names, column type oids) of a single SELECT, which runs with LIMIT 0: no rows are read."""
     p = plpy()

@@ -257,3 +257,31 @@ def test_a_sequences_final_loss_is_the_mean_over_its_rows_as_the_docs_say(series
     section = text[text.index('## Sequences: order_by and state'):]
     objective = re.search(r'The objective is the loss of the prediction against the label,\s+(\S+)', section)
     assert objective.group(1) == 'averaged' and 'summed along the rows' not in section
+
+
+def test_a_view_made_after_the_check_of_an_old_versions_users_keeps_that_version(series):
+    """pgad.train drops the versions past pgad.keep_versions: a view on one that an event trigger makes as its first
+    function is dropped (after pgad found none) keeps the version, as the check would, and the training goes on."""
+    train = ("SELECT count(*) FROM pgad.train('fz_prune', 'λ(d, w) w.a*d.x', 'squared', 'SELECT y, y AS x FROM s', "
+             "'{\"a\": 0}', label => 'y', optimizer => 'gd', iterations => 0, deploy => %s)")
+    series.execute(train, [True])   # version 1, deployed
+    series.execute(train, [False])  # version 2
+    series.execute("SET pgad.keep_versions = 1")
+    series.execute("CREATE FUNCTION fz_use_version() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN "
+                   "IF pg_catalog.to_regclass('fz_old') IS NULL THEN IF pg_catalog.to_regprocedure("
+                   "'pgad_models.\"fz_prune_explain@2\"(float8)') IS NOT NULL THEN CREATE VIEW fz_old AS SELECT "
+                   "pgad_models.\"fz_prune_explain@2\"(1.0::float8) AS e; ELSE CREATE VIEW fz_old AS SELECT "
+                   "pgad_models.\"fz_prune@2\"(1.0::float8) AS e; END IF; END IF; END $$")
+    series.execute("CREATE EVENT TRIGGER fz_old ON ddl_command_end WHEN TAG IN ('DROP FUNCTION') "
+                   "EXECUTE FUNCTION fz_use_version()")
+    said = []
+    series.add_notice_handler(lambda notice: said.append(notice.message_primary))
+    try:
+        series.execute(train, [False])  # version 3: version 2 is past keep_versions
+    finally:
+        series.execute('DROP EVENT TRIGGER fz_old')
+        series.execute('DROP FUNCTION fz_use_version()')
+        series.execute('RESET pgad.keep_versions')
+    assert series.execute("SELECT array_agg(version ORDER BY version) FROM pgad.model_versions "
+                          "WHERE name = 'fz_prune'").fetchone()[0] == [1, 2, 3]
+    assert any(m.startswith('model "fz_prune": version 2 is kept past pgad.keep_versions') for m in said), said

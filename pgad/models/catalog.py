@@ -730,17 +730,25 @@ def _create(name, made, me, names):
 
 def _prune(name, me):
     """Drop the versions of model `name` past the newest pgad.keep_versions that are not deployed, oldest first; a
-    version whose functions other objects use is kept, with a NOTICE."""
+    version whose functions other objects use is kept, with a NOTICE: one found so before, or one whose DROP meets an
+    object made since (a late 2BP01, its drop rolled back)."""
     keep = server.query(KEEP)[0]['keep']
     old = [v['version'] for v in server.query(VERSIONS, [name], ['pg_catalog.text']) if not v['deployed']]
     for version in old[:max(len(old) - keep, 0)]:
         rows = server.query(VERSION_ROWS, [name, version], ['pg_catalog.text', 'pg_catalog.int4'])
         used = [f['identity'] for f in _own_functions(name, rows) if f['users']]
-        if used:
-            server.notice(f'model "{name}": version {version} is kept past pgad.keep_versions, since other objects '
-                          f'use its functions ({", ".join(used)})')
-            continue
-        _drop_functions(name, _write(dict(op='drop_version', name=name, caller=me, version=version)), public=False)
+        if not used:
+            try:
+                with server.subtransaction():
+                    _drop_functions(name, _write(dict(op='drop_version', name=name, caller=me, version=version)),
+                                    public=False)
+                continue
+            except PgadError as e:
+                if e.sqlstate != '2BP01':
+                    raise
+                used = [f['identity'] for f in _own_functions(name, rows)]
+        server.notice(f'model "{name}": version {version} is kept past pgad.keep_versions, since other objects use '
+                      f'its functions ({", ".join(used)})')
 
 
 def _own_functions(name, rows):
