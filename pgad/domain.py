@@ -40,9 +40,13 @@ POSTGRES = {
 }
 
 
-def diagnose(program, table, weights, output):
+ROWS = "the rows the lambda reads (the data's rows without NULL in them, in the order the data query gives)"
+
+
+def diagnose(program, table, weights, output, rows=ROWS):
     """The PgadError that explains why output k of program (0 the loss, then the gradient by each weight) is not
-    finite over table at weights; None where no row is to blame."""
+    finite over table at weights (a vector; or a list whose entries may be arrays, a value a row: a sequence's state
+    before each row); None where no row is to blame. rows says what table's rows are, for a NaN in the data."""
     found = _first_bad_row(program, table, weights, program.outputs[output])
     if found is None:
         return None
@@ -51,8 +55,7 @@ def diagnose(program, table, weights, output):
     if program.graph.nodes[node].op == 'column':  # the data itself holds the NaN or infinity
         column, value = program.graph.nodes[node].value, _number(_at(values[node], row))
         return PgadError('22000', f'column "{column}" of the data is {value}',
-                         detail=f'Row {start + row + 1} of the rows the lambda reads (the data\'s rows without NULL '
-                                f'in them, in the order the data query gives) has {column} = {value}.',
+                         detail=f'Row {start + row + 1} of {rows} has {column} = {value}.',
                          hint='pgad trains on finite numbers: leave the row out in the data query '
                               f"(WHERE {column} <> 'NaN'), or make it NULL (NULLIF({column}, 'NaN')), which skips it.")
     past = _past_the_end(program.graph, node)
@@ -93,12 +96,17 @@ def _first_bad_row(program, table, weights, output):
                 node = graph.nodes[i]
                 values[i] = (node.value if node.op == 'const' else
                              table.columns[column_at[node.value]][start:start + block] if node.op == 'column' else
-                             weights[weight_at[node.value]] if node.op == 'weight' else
+                             _rows(weights[weight_at[node.value]], start, block) if node.op == 'weight' else
                              PRIMITIVES[node.op].evaluate(*[values[a] for a in node.args]))
         bad = ~np.isfinite(np.broadcast_to(values[output], (min(block, table.rows - start) or 1,)))
         if bad.any():
             return values, int(np.argmax(bad)), start
     return None
+
+
+def _rows(value, start, block):
+    """A weight's value, or of one given a row, its block's."""
+    return value[start:start + block] if np.ndim(value) else value
 
 
 def _at(value, row):

@@ -138,7 +138,7 @@ def build(model, loss, state, given, limits=bounds.DEFAULT, shapes=vectors.Shape
             raise PgadError('42804', 'the prediction, each state\'s start and next value must be numbers, not vectors',
                             hint='Keep a vector\'s elements as fields of their own: {"h1": …, "h2": …}.')
         graph, roots = unrolled.graph, [int(v.id) for v in values]
-        columns = dict.fromkeys(unrolled.columns)
+        columns = dict.fromkeys(vectors.with_folded(unrolled.columns, columns))  # what the texts read: NULL skips
     else:
         graph = graph.copy()
         columns = dict.fromkeys(columns)
@@ -224,6 +224,29 @@ class _Run:
         k, g = len(self.step.states), self.seqs.count
         values = python_backend.evaluate(self.plan(self.step.start), *self.inputs(0, np.zeros((k, g)), g))
         return np.array([as_rows(values[r], g) for r in self.step.start]).reshape(k, g)
+
+
+def not_finite(step, seqs, weights):
+    """Where the first sequence of seqs first leaves the finite numbers at weights (a vector), run by this module:
+    (its row t, the node that is not finite there while what it reads is — a start (t = 0), the loss or a next value
+    — and the states before each of its rows up to t, K × (t + 1)); None where it never does."""
+    one = Sequences(seqs.columns, seqs.starts[:1], seqs.lengths[:1])
+    r = _Run(step, one, weights)
+    k = len(step.states)
+    with np.errstate(all='ignore'):
+        states = r.starts()
+        for node, value in zip(step.start, states[:, 0]):
+            if not math.isfinite(value):
+                return 0, node, np.zeros((k, 1))
+        plan, kept = r.plan([step.loss, *step.next]), []
+        for t in range(int(one.lengths[0])):
+            kept.append(states[:, 0].copy())
+            values = python_backend.evaluate(plan, *r.inputs(t, states, 1))
+            for node in (step.loss, *step.next):
+                if not math.isfinite(float(as_rows(values[node], 1)[0])):
+                    return t, node, np.array(kept).T.reshape(k, t + 1)
+            states[:, :1] = np.array([as_rows(values[o], 1) for o in step.next]) if k else states[:, :1]
+    return None
 
 
 def check_tape(seqs, states, memory_limit):

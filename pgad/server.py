@@ -19,6 +19,9 @@ from .errors import Caret, Interrupted, PgadError
 from .jit import threads
 
 INTERRUPTED = '57'  # operator intervention: a cancel, a statement_timeout, a shutdown; never reported as another
+# numpy's floating-point RuntimeWarnings ('overflow encountered in multiply'): the NaN or infinity they warn of is
+# pgad's to report, as an ERROR that names the expression or a value it handles; never a WARNING in numpy's words
+NUMPY_FLOATING = r'(overflow|underflow|invalid value|divide by zero) encountered'
 
 
 def plpy():
@@ -35,7 +38,8 @@ def __getattr__(name):
 
 def entry(function):
     """A function the SQL shims call: a PgadError leaves it as a PostgreSQL ERROR, and nothing has changed; Python
-    warnings raised on the way (warnings.warn) are PostgreSQL WARNINGs; limits.tick() checks for interrupts.
+    warnings raised on the way (warnings.warn) are PostgreSQL WARNINGs, but numpy's floating-point ones
+    (NUMPY_FLOATING); limits.tick() checks for interrupts.
 
     An error of the server's (from_server: the data query's own, a cancel) leaves with its own SQLSTATE. Any
     other Python exception is a bug in pgad: it leaves as `internal error in pgad` (XX000, PostgreSQL's
@@ -47,6 +51,7 @@ def entry(function):
         outer_count = threads.on_count(thread_count, debug)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
+            warnings.filterwarnings('ignore', NUMPY_FLOATING, RuntimeWarning)
             try:
                 return function(*args, **kwargs)
             except (PgadError, Interrupted) as e:
@@ -237,6 +242,11 @@ def rows_unless(sql, sqlstate):
         if e.sqlstate == sqlstate:
             return None
         raise
+
+
+def subtransaction():
+    """A subtransaction (a context manager): an exception that leaves it rolls back what was done in it."""
+    return plpy().subtransaction()
 
 
 def describe(sql):

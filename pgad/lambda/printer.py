@@ -11,7 +11,7 @@ import math
 
 from .. import limits as bounds
 from ..errors import PgadError
-from .parser import KEYWORDS
+from .parser import KEYWORDS, STATE
 
 # op → (symbol, precedence); all binary operators are left-associative, as in PostgreSQL
 INFIX = {'or': ('OR', 1), 'and': ('AND', 2),
@@ -121,6 +121,8 @@ class _Printer:
             return [text], PREFIX['neg'][1] if text.startswith('-') else ATOM
         if node.op == 'column':
             return [f'{parameter(self.lam.row)}.{identifier(node.value)}'], ATOM
+        if node.op == 'weight' and self.lam.state is not None and node.value.startswith(STATE):  # s.level
+            return [f'{parameter(self.lam.state)}.{identifier(node.value[len(STATE):])}'], ATOM
         if node.op == 'weight':
             return [f'{parameter(self.lam.params)}.{identifier(node.value)}'], ATOM
         if node.op == 'truth':  # a boolean column reads as itself

@@ -53,6 +53,13 @@ def elements(name, shape):
     return [element(name, tuple(k + 1 for k in index)) for index in np.ndindex(*shape)] if shape else [name]
 
 
+def with_folded(columns, read):
+    """columns (an unrolled lambda's, or an objective's as parsed from its printed DAG) and then each column of read
+    (the columns its texts read) that is neither among them nor has its elements ('x[1]') among them: a column whose
+    every use the DAG folded away, still read, so that a NULL there skips the row (docs/sql.md)."""
+    return [*columns, *(c for c in read if c not in columns and not any(str(e).startswith(f'{c}[') for e in columns))]
+
+
 def by_element(weights):
     """Weights {name: number or (nested) array} as the unrolled lambda reads them: {element: number} ('m[1][2]')."""
     return {e: float(v) for name, value in weights.items()

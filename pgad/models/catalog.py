@@ -674,19 +674,30 @@ def _point(name, loss, made, names, me, ours):
         reshaped = same and reshaping(found, made[suffix][2], names)
         if same and found['mine'] and not reshaped:
             continue  # CREATE OR REPLACE keeps it, and what uses it
+        change = ('the model gets none this time' if suffix == EXPLAIN[0] else
+                  f'the model\'s loss \'{loss}\' has none') if suffix not in made else \
+            'its arguments change' if not same else reshaped or \
+            f'it belongs to role "{found["owner"]}", and would be replaced by one of role "{me}"'
+        now = f'{made[suffix][0]} RETURNS {made[suffix][2]}' if suffix in made else 'none'
         if found['users']:
-            change = ('the model gets none this time' if suffix == EXPLAIN[0] else
-                      f'the model\'s loss \'{loss}\' has none') if suffix not in made else \
-                'its arguments change' if not same else reshaped or \
-                f'it belongs to role "{found["owner"]}", and would be replaced by one of role "{me}"'
-            now = f'{made[suffix][0]} RETURNS {made[suffix][2]}' if suffix in made else 'none'
-            raise PgadError('2BP01', f'cannot replace the {what} of model "{name}": {change}, and other '
-                                     f'objects depend on it',
-                            detail=f'The function was {found["identity"]} RETURNS {found["result"]}, now {now}. '
-                                   f'It is used by: {found["users"]}.',
-                            hint='Drop or change those objects, then train (or deploy) again.')
-        server.query(f'DROP FUNCTION {found["identity"]}')
+            raise _in_use(name, what, change, found, now, found['users'])
+        try:
+            server.query(f'DROP FUNCTION {found["identity"]}')
+        except server.SPIError as e:  # an object made to use it since ours was read: said as the check says it
+            if getattr(e, 'sqlstate', None) != '2BP01':
+                raise
+            users = (function(found['identity']) or [found])[0]['users'] or 'another object'
+            raise _in_use(name, what, change, found, now, users) from None
     _create(name, made, me, names)
+
+
+def _in_use(name, what, change, found, now, users):
+    """The error of a deployed function (found: FUNCTION's row) that _point would drop or replace (change: why, now:
+    what replaces it) while other objects (users) depend on it."""
+    return PgadError('2BP01', f'cannot replace the {what} of model "{name}": {change}, and other objects depend on it',
+                     detail=f'The function was {found["identity"]} RETURNS {found["result"]}, now {now}. '
+                            f'It is used by: {users}.',
+                     hint='Drop or change those objects, then train (or deploy) again.')
 
 
 def _create(name, made, me, names):
@@ -725,17 +736,25 @@ def _create(name, made, me, names):
 
 def _prune(name, me):
     """Drop the versions of model `name` past the newest pgad.keep_versions that are not deployed, oldest first; a
-    version whose functions other objects use is kept, with a NOTICE."""
+    version whose functions other objects use is kept, with a NOTICE: one found so before, or one whose DROP meets an
+    object made since (a late 2BP01, its drop rolled back)."""
     keep = server.query(KEEP)[0]['keep']
     old = [v['version'] for v in server.query(VERSIONS, [name], ['pg_catalog.text']) if not v['deployed']]
     for version in old[:max(len(old) - keep, 0)]:
         rows = server.query(VERSION_ROWS, [name, version], ['pg_catalog.text', 'pg_catalog.int4'])
         used = [f['identity'] for f in _own_functions(name, rows) if f['users']]
-        if used:
-            server.notice(f'model "{name}": version {version} is kept past pgad.keep_versions, since other objects '
-                          f'use its functions ({", ".join(used)})')
-            continue
-        _drop_functions(name, _write(dict(op='drop_version', name=name, caller=me, version=version)), public=False)
+        if not used:
+            try:
+                with server.subtransaction():
+                    _drop_functions(name, _write(dict(op='drop_version', name=name, caller=me, version=version)),
+                                    public=False)
+                continue
+            except PgadError as e:
+                if e.sqlstate != '2BP01':
+                    raise
+                used = [f['identity'] for f in _own_functions(name, rows)]
+        server.notice(f'model "{name}": version {version} is kept past pgad.keep_versions, since other objects use '
+                      f'its functions ({", ".join(used)})')
 
 
 def _own_functions(name, rows):
@@ -888,6 +907,8 @@ def dependents(error, name):
 # triggers are a superuser's): called any other way, nothing is waiting, and it refuses.
 _waiting = []
 RAISED = 'plpy.Error: '  # how PL/Python words an error pgad raised, met in a query
+# how PL/Python words a server error that pgad._write_models passed on (a cancel while it waits for LOCK, a deadlock)
+PASSED = re.compile(r'spiexceptions\.\w+: ')
 
 
 # The rows pgad._write_models returns, read_from as oids: pgad.train and pgad.deploy return them as the caller, who
@@ -902,17 +923,21 @@ def _by_oid(row):
 
 
 def _write(job):
-    """What pgad._write_models returns for job; its refusal is raised here as pgad's own error."""
+    """What pgad._write_models returns for job; its refusal is raised here as pgad's own error, and a server error it
+    passed on (a cancel, a statement_timeout) as the server's own, in the server's words."""
     _waiting[:] = [job]
     try:
         return [_by_oid(row) for row in server.query(WRITE)]
     except server.SPIError as e:
         message = str(e.args[0]) if e.args else ''
+        spidata = getattr(e, 'spidata', None) or ()
+        detail = spidata[1] if len(spidata) > 1 else None
+        passed = PASSED.match(message)
+        if passed and spidata:
+            raise server.spi_error(spidata[0], message[passed.end():], detail, server.hint_of(e)) from None
         if not message.startswith(RAISED):
             raise
-        spidata = getattr(e, 'spidata', None) or ()
-        raise PgadError(e.sqlstate, message[len(RAISED):], detail=spidata[1] if len(spidata) > 1 else None,
-                        hint=server.hint_of(e)) from None
+        raise PgadError(e.sqlstate, message[len(RAISED):], detail=detail, hint=server.hint_of(e)) from None
     finally:
         _waiting.clear()
 

@@ -125,6 +125,9 @@ def _after(name, data, fc, columns, config):
     return found
 
 
+LEVEL_MOST = 1 - 2 ** -52  # the greatest level whose (1 + level)/2 is below 1 in float8: 0.9999999999999998
+
+
 def forecast(name, horizon, data, level, simulations, seed, config):
     """pgad.forecast's rows, (group_key as jsonb text or None, step, value, lower, upper)."""
     if name is None or horizon is None or level is None or simulations is None or seed is None:
@@ -134,6 +137,9 @@ def forecast(name, horizon, data, level, simulations, seed, config):
     if not 0 < level < 1:
         raise PgadError('22023', f'level must be between 0 and 1, not {level}',
                         hint='Give the coverage of the intervals as a fraction: level => 0.95.')
+    if (1 + level) / 2 == 1:  # the upper quantile rounds to 1 in float8: its normal quantile is infinite
+        raise PgadError('22023', f'level must be between 0 and 1, and distinguishable from 1 in float8, not {level}',
+                        hint=f'Give a level of at most {LEVEL_MOST}.')
     if simulations < 1:
         raise PgadError('22023', f'simulations must be at least 1, not {simulations}',
                         hint='Simulate 1000 paths (the default), or more for steadier bounds.')

@@ -15,10 +15,11 @@ import numpy as np
 from . import descent
 
 
-def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64'):
+def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64', why=None):
     """[descent.Fit of each group] of objective(W, at) → (each group's summed loss, its summed gradient, P × len(at))
     at W (P × len(at): the weights of the groups at, an index array), from start (P × G), the groups having rows[g]
-    rows; penalty a descent.Penalty (l2 only); clock a descent.Clock (interrupts, progress)."""
+    rows; penalty a descent.Penalty (l2 only); clock a descent.Clock (interrupts, progress); why(k), if given,
+    group k's descent.check_finite why, which explains a sum not finite at the starting weights."""
     p, g_count = start.shape
     rows = np.asarray(rows, dtype=np.float64)
     raw = _means(objective, rows, penalty, clock)
@@ -26,7 +27,7 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
     everyone = np.arange(g_count)
     w = start.astype(np.float64).copy()
     f, g = raw(w, everyone)
-    _check(f, g, w, names)
+    _check(f, g, w, names, why)
     first = f.copy()
     scale = 1 / np.sqrt(_curvature(raw, w, f, g, everyone, descent.FLOOR * np.abs(f)))
     u, g = w / scale, scale * g
@@ -59,7 +60,7 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
         good = sy > 1e-12 * np.sqrt(np.sum(s * s, axis=0) * np.sum(y * y, axis=0))
         _push(s_pairs, y_pairs, rho, kept, moved[good], s[:, good], y[:, good], 1.0 / sy[good])
         u[:, moved], f[moved], g[:, moved] = step, nf, ng
-        running = _stepped(it, moved, nf, g, history, stopped, tolerance, clock)
+        running = _stepped(it, moved, nf, g, history, stopped, tolerance, clock, f[at])
     w = scale * u
     _check(f, g, w, names)
     # the judgement: the gradient scaled by the Hessian's diagonal at the fitted weights, as descent.fit's
@@ -83,13 +84,14 @@ def _means(objective, rows, penalty, clock):
     return raw
 
 
-def _stepped(it, moved, values, g, history, stopped, tolerance, clock):
+def _stepped(it, moved, values, g, history, stopped, tolerance, clock, accepted):
     """After iteration it, in which the groups moved reached the objectives values (g their gradients): their
-    histories, the progress report, and which of them go on — not those that tolerance or a zero gradient stops
+    histories, the progress report (the mean of accepted, the objectives of the iteration's groups at the weights
+    each kept, a step taken or not), and which of them go on — not those that tolerance or a zero gradient stops
     (stopped says which)."""
     for k, value in zip(moved, values):
         history[k].append(float(value))
-    clock.iteration(it, float(np.mean(values)) if len(moved) else float('nan'))
+    clock.iteration(it, float(np.mean(accepted)))
     done = np.zeros(len(moved), dtype=bool)
     if tolerance > 0:
         done |= np.array([len(history[k]) > 1 and history[k][-2] - history[k][-1] < tolerance * abs(history[k][-2])
@@ -193,12 +195,14 @@ def _line_search(objective, u, d, f, slope, t, at):
     return new_u, new_f, new_g, ok
 
 
-def _check(f, g, w, names):
-    """descent.check_finite's error where a group's objective, gradient or weights are not finite."""
+def _check(f, g, w, names, why=None):
+    """descent.check_finite's error where a group's objective, gradient or weights are not finite; why as fit()
+    takes it, at the starting weights only."""
     bad = ~(np.isfinite(f) & np.all(np.isfinite(g), axis=0) & np.all(np.isfinite(w), axis=0))
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        descent.check_finite(np.concatenate([[f[k]], g[:, k]]), w[:, k], 1, names, 0.0)
+        descent.check_finite(np.concatenate([[f[k]], g[:, k]]), w[:, k], 1, names, 0.0,
+                             None if why is None else why(k))
 
 
 STEP = 1e-6  # newton's Hessian by forward differences of the gradient: each weight moved by STEP·max(|w|, 1)
@@ -208,12 +212,12 @@ STEP = 1e-6  # newton's Hessian by forward differences of the gradient: each wei
 DIFFERENCE_PIVOT = 1e-5
 
 
-def newton(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64'):
+def newton(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64', why=None):
     """[descent.Fit of each group] by damped Newton (descent._newton's steps: the direction in the equilibrated basis,
     a backtracking search for the Armijo condition, the stop where the decrement is below the objective's precision
     or no step lowers it), every group at once, with the Hessian from forward differences of the gradient: P more
     calls of objective an iteration (one a weight, all the groups together), for recurrences whose second derivatives
-    pgad does not build. objective, start, rows, names, penalty and clock as fit() takes them."""
+    pgad does not build. objective, start, rows, names, penalty, clock and why as fit() takes them."""
     p, g_count = start.shape
     rows = np.asarray(rows, dtype=np.float64)
     eps = np.finfo(np.float64).eps
@@ -233,7 +237,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     everyone = np.arange(g_count)
     w = start.astype(np.float64).copy()
     f, g = raw(w, everyone)
-    _check(f, g, w, names)
+    _check(f, g, w, names, why)
     first = f.copy()
     history = [[] for _ in range(g_count)]
     stopped = np.array(['cap'] * g_count, dtype=object)
@@ -257,7 +261,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
         stopped[at[failed]] = 'search'
         moved = at[~failed]
         w[:, moved], f[moved], g[:, moved] = new_w[:, ~failed], new_f[~failed], new_g[:, ~failed]
-        running = _stepped(it, moved, new_f[~failed], g, history, stopped, tolerance, clock)
+        running = _stepped(it, moved, new_f[~failed], g, history, stopped, tolerance, clock, f[at])
     _check(f, g, w, names)
     # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton'
     h = hessians(w, g, everyone)
@@ -270,6 +274,8 @@ def _newton_directions(g, h, pivot=descent.PIVOT):
     equilibrated basis, μ the least of 0, 1e-10·10^k whose factor's pivots are all above pivot (a batched
     factorisation for the groups that take each μ: the least eigenvalue says which can), −g where none does or H is
     not finite."""
+    if not len(g):
+        return np.zeros_like(g)  # a model that reads no weight: no direction, and no Hessian to factor
     diagonal = np.abs(np.diagonal(h, axis1=1, axis2=2))
     root = np.sqrt(np.where(np.isfinite(diagonal) & (diagonal > 0), diagonal, 1.0))  # hessian.equilibrated's
     scaled = h / (root[:, :, None] * root[:, None, :])

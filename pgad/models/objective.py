@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import PgadError
-from ..lang import parser, printer
+from ..lang import parser, printer, vectors
 from ..lang.rules import call
 
 abs_, exp, least, relu, softplus = call('abs'), call('exp'), call('least'), call('relu'), call('softplus')
@@ -140,13 +140,15 @@ class Label(NumberLabel):
 
 
 def labelled(lam, goal, loss):
-    """lam (goal's objective, parsed) with its label column a Label, for the loader, under a named loss that checks
-    its labels (a NumberLabel under one in NUMBER_LABELS); as it is under any other loss, or where the model reads
-    the label too (a number there)."""
+    """lam (goal's objective, parsed or unrolled) as the loader reads it: every column goal's texts read (reads), one
+    that the objective's DAG folded away among them, so that a NULL there skips the row in training as in pgad.loss;
+    and its label column a Label under a named loss that checks its labels (a NumberLabel under one in
+    NUMBER_LABELS), as it is under any other loss or where the model reads the label too (a number there)."""
+    read = vectors.with_folded(lam.columns, goal.reads)
     kind = Label if base(loss) in LABELS else NumberLabel if base(loss) in NUMBER_LABELS else None
     if kind is None or set(goal.loss_columns) & set(goal.columns):
-        return lam
-    return replace(lam, columns=[kind(c, loss) if c in goal.loss_columns else c for c in lam.columns])
+        return replace(lam, columns=read)
+    return replace(lam, columns=[kind(c, loss) if c in goal.loss_columns else c for c in read])
 
 
 LAMBDA = re.compile(r'\s*(λ|lambda\b)', re.IGNORECASE)
@@ -158,6 +160,8 @@ class Objective:
     text: str              # the objective of one row, λ(d, w) loss(model(d, w), d)
     columns: tuple         # the columns the model reads, in order of first use (the scoring function's arguments)
     loss_columns: tuple    # the columns the loss reads itself (the label)
+    reads: tuple           # the columns the model's and the loss's texts read, the objective's DAG whatever it folded:
+                           # a row with NULL in one is skipped (docs/sql.md), as pgad.loss skips it
 
 
 def without_label(error, goal, loss):
@@ -180,7 +184,7 @@ def build(model_text, loss, label, limits, coded=False):
     model = parser.parse(model_text, limits)
     lam = objective_lambda(model, loss, label, limits, coded)
     text = f'λ({printer.parameter(model.row)}, {printer.parameter(model.params)}) ' + printer.to_lambda(lam, lam.root, printer.budget(limits))
-    return Objective(model, text, tuple(model.columns), tuple(lam.own))
+    return Objective(model, text, tuple(model.columns), tuple(lam.own), tuple(lam.columns))
 
 
 def objective_lambda(model, loss, label, limits, coded=False):

@@ -8,11 +8,11 @@ the last row, as text) and sigma2 (the mean squared one-step error, squared loss
 """
 import datetime
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import arguments, calls, loader, program, sequences, server
+from .. import arguments, calls, domain, loader, program, sequences, server
 from ..errors import PgadError
 from ..lang import parser, printer, vectors
 from . import catalog, descent, lockstep, objective
@@ -120,11 +120,15 @@ def shown(value, kind):
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
-def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, memory_limit, cache=None):
+def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, memory_limit, cache=None, model=None):
     """[descent.Fit of each sequence]: by Newton or L-BFGS all at once (lockstep.py), every call of the recurrence over
     the sequences still running; by the other optimizers one sequence at a time (descent.fit). A WARNING for each
     sequence that did not converge, naming its group. Lockstep takes as many groups at a time as a quarter of
-    memory_limit holds their optimizer's state."""
+    memory_limit holds their optimizer's state. A loss not finite at the starting weights is explained (diagnosed)
+    by the operation that made it so, printed as model (the parsed model lambda) writes it."""
+    def why(part, k, where):  # descent.check_finite's why(w, output) for sequence k of part, of where
+        one = sequences.Sequences(part.columns, part.starts[[k]], part.lengths[[k]])
+        return lambda w, output: diagnosed(step, one, w, model, where) if output == 0 and model is not None else None
     if options['optimizer'] in ('lbfgs', 'newton'):
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'model "{name}": {message}'),
                               options['iterations'], every_iterations=options['progress_every'])
@@ -132,7 +136,7 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
         fitting = lockstep.newton if newton else lockstep.fit
         p = len(start)
         # what a group costs lockstep beyond its rows: newton its Hessian and its differences, L-BFGS its pairs
-        per_group = 8 * p * (4 * p + 8 if newton else 2 * descent.MEMORY + 12)
+        per_group = 8 * max(p, 1) * (4 * p + 8 if newton else 2 * descent.MEMORY + 12)
         batch = max(1, (memory_limit // 4) // per_group)
         fits = []
         for begin in range(0, seqs.count, batch):  # as many groups at once as pgad.memory_limit has room for
@@ -143,7 +147,8 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
                 some = sequences.Sequences(part.columns, part.starts[at], part.lengths[at])
                 return sequences.gradient(step, some, w, options['mode'], tile_bytes, options['backend'], cache)
             fits += fitting(sums, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, part.count)),
-                            part.lengths, names, options['iterations'], options['tolerance'], penalty, clock)
+                            part.lengths, names, options['iterations'], options['tolerance'], penalty, clock,
+                            why=lambda k, part=part, begin=begin: why(part, k, wheres[begin + k]))
         for where, fit in zip(wheres, fits):
             if not fit.converged:
                 message, hint = descent.unconverged(options['optimizer'], fit, options['iterations'], penalty)
@@ -158,8 +163,26 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
         fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes, options['backend'], cache),
                                 loader.Table([], int(part.lengths[0]), 0),
                                 start, names, options['optimizer'], options['learning_rate'], options['iterations'],
-                                int(part.lengths[0]), None, options['tolerance'], penalty, clock))
+                                int(part.lengths[0]), None, options['tolerance'], penalty, clock,
+                                why=why(part, 0, where)))
     return fits
+
+
+def diagnosed(step, seq, weights, model, where):
+    """domain.diagnose's error for the first sequence of seq (of where: 'model "m", group {…}'), whose loss is not
+    finite at weights (a vector): over its rows up to the first where a node is not finite (sequences.not_finite),
+    each row reading the state before it; the expression printed as model (the parsed λ(d, w, s)) writes it. None
+    where no row is to blame."""
+    found = sequences.not_finite(step, seq, weights)
+    if found is None:
+        return None
+    t, node, states = found
+    first = int(seq.starts[0])
+    names = (*step.weights, *(sequences.STATE + f for f in step.states))
+    row = program.Program(replace(model, graph=step.graph, columns=list(step.columns)), (node,), names)
+    table = loader.Table([seq.columns[c][first:first + t + 1] for c in step.columns], t + 1, 0)
+    return domain.diagnose(row, table, [*np.asarray(weights, dtype=np.float64), *states], 0,
+                           f"the rows of {where} in order_by's order (without NULL in a column read)")
 
 
 def taken(hint):
@@ -277,7 +300,7 @@ def train(name, model_text, loss, data, weights, given, config):
                                np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
     sequences.check_tape(seqs, len(step.states), config.memory_limit)
     fitted = _fit(step, seqs, start, names, options, penalty, [where for where, _ in kept], name,
-                  min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache)
+                  min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
     _, last, predictions = sequences.run(step, seqs, weights, keep='predictions', backend=options['backend'],
                                          cache=config.cache, tile_bytes=min(sequences.TILE_BYTES, config.memory_limit // 4))
