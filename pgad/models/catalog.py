@@ -51,7 +51,7 @@ import re
 import numpy as np
 
 from .. import categorical, limits, server
-from . import attribution
+from . import attribution, publish
 from ..errors import PgadError
 from ..lang import printer, sql, vectors
 
@@ -387,7 +387,7 @@ class Scoring:
         (None, why) for a model that gets no <name>_explain. imputed: {column: {"value": …}} (options.impute,
         models/preprocess.py), each such column read as coalesce($k, value): a NULL there is scored as training
         imputed it."""
-        categories = categories or {}
+        self.categories = categories = categories or {}
         self.imputed = imputed or {}
         self.classes = classes
         self.explanation = explanation
@@ -560,6 +560,7 @@ def store(scoring, rows, fits, deploy=True):
     loss = rows[0]['loss']
     check_names(name, loss)
     made = scoring.functions(loss, fits)
+    publish.check(scoring, made, read)  # pgad.publish_data_values: before anything is stored
     shown = f'{SCHEMA}.{quote_ident(name)}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
     stored = _write(dict(op='store', name=name, caller=me, function=shown, read_from=read,
                          rows=[[row.get(c) for c in STORED] for row in rows]))
