@@ -30,8 +30,8 @@ PRIVATE = ("SELECT c.oid::pg_catalog.regclass::pg_catalog.text AS shown FROM pg_
            "WHERE c.oid OPERATOR(pg_catalog.=) ANY ($1) AND (NOT pg_catalog.has_table_privilege('public', c.oid, "
            "'SELECT') OR c.relrowsecurity) ORDER BY c.oid")
 WHO = 'pg_proc, where they are, is read by every role that may connect to the database'
-WAYS = ("REVOKE CONNECT ON DATABASE from the roles that may not read the data, or code such columns as keys of a "
-        "table they may not read in the data query (docs/security.md, \"What a scoring function publishes\")")
+WAYS = ("REVOKE CONNECT ON DATABASE from the roles that may not read the data, or code such columns as keys in the "
+        "data query (docs/security.md)")
 
 
 class Refused(PgadError):
@@ -50,7 +50,7 @@ def held(scoring, made):
         found.append(('the categories', list(scoring.categories), every))
     if scoring.imputed:
         found.append(('the imputed value' if len(scoring.imputed) == 1 else 'the imputed values',
-                      list(scoring.imputed), every))
+                      [c for c in scoring.model.columns if c in scoring.imputed], every))
     if scoring.classes is not None and 'class' in made:
         found.append(('the class names', [scoring.classes.label], printer.quote_ident(f'{name}_class')))
     if 'explain' in made:
