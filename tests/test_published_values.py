@@ -139,7 +139,8 @@ def test_the_imputed_value_of_a_column(cluster, dbname, alice):
 
 
 def test_the_class_names_of_a_label(cluster, dbname, alice):
-    check_each_setting(cluster, dbname, alice, 'pub_classes', 'the class names of "species" in "pub_classes_class"',
+    check_each_setting(cluster, dbname, alice, 'pub_classes',
+                       'the class names of "species" in "pub_classes_class", "pub_classes_explain"',
                        [f"'{s}'::text" for s in SPECIES], model='λ(d, w) w.W @ [d.x1, d.x2] + w.c',
                        weights='{"W": {}, "c": {}}', loss='softmax', label='species')
 

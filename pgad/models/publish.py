@@ -24,7 +24,7 @@ from .. import server
 from ..errors import PgadError
 from ..lang import printer, vectors
 
-SETTING = "SELECT pg_catalog.current_setting('pgad.publish_data_values') AS v"
+SETTING = "SELECT pg_catalog.current_setting('pgad.publish_data_values', true) AS v"  # NULL: not loaded, 'warn'
 # The relations of read_from that PUBLIC may not SELECT whole: no SELECT on the table, or row-level security on it.
 PRIVATE = ("SELECT c.oid::pg_catalog.regclass::pg_catalog.text AS shown FROM pg_catalog.pg_class AS c "
            "WHERE c.oid OPERATOR(pg_catalog.=) ANY ($1) AND (NOT pg_catalog.has_table_privilege('public', c.oid, "
@@ -51,8 +51,9 @@ def held(scoring, made):
     if scoring.imputed:
         found.append(('the imputed value' if len(scoring.imputed) == 1 else 'the imputed values',
                       [c for c in scoring.model.columns if c in scoring.imputed], every))
-    if scoring.classes is not None and 'class' in made:
-        found.append(('the class names', [scoring.classes.label], printer.quote_ident(f'{name}_class')))
+    if scoring.classes is not None and 'class' in made:  # and a softmax model's explanation's keys
+        where = [f'{name}_class'] + ([f'{name}_explain'] if 'explain' in made and scoring.outputs.ndim else [])
+        found.append(('the class names', [scoring.classes.label], ', '.join(map(printer.quote_ident, where))))
     if 'explain' in made:
         explainer = scoring.explanation[0]
         features = {feature for feature, _ in explainer.features}
