@@ -4,7 +4,6 @@ weights they hold values of the data (group values, categories, imputed values, 
 trains on her tables, which bob may not SELECT; bob reads pg_proc (pg_get_functiondef). pgad.publish_data_values
 says what alice's training does: 'warn' (the default) one WARNING naming the values, 'on' nothing, 'off' 42501
 before anything is stored (docs/security.md, "What a scoring function publishes")."""
-import json
 
 import psycopg
 import pytest

@@ -553,7 +553,8 @@ def store(scoring, rows, fits, deploy=True):
     deploy it: the version's stored rows as PostgreSQL returns them.
 
     The functions are created as the caller, who owns them, after the writer's lock (write) is taken: two
-    transactions storing or deploying a model take turns. A function of a version's name that pgad did not create
+    transactions storing or deploying a model take turns. Before anything is stored, publish.check says what
+    pgad.publish_data_values says of the values of the data that their bodies hold (a WARNING, or 42501). A function of a version's name that pgad did not create
     (another role's, or the caller's own of another shape) is refused, never replaced."""
     name, me, read = scoring.name, current_user(), relations_read()
     check_owner(name, owners(name), me)
