@@ -75,6 +75,22 @@ static int	memory_limit_kb = 1024 * 1024;
 static int	threads = 0;
 static int	max_threads = 1;
 static int	keep_versions = 10;
+static int	publish_data_values = 0;
+
+/*
+ * pgad.publish_data_values: what pgad.train does where a model's functions' bodies would hold values of data that
+ * PUBLIC may not read (pgad/models/publish.py). Its names as pgad/models/publish.py reads them (SHOW's text).
+ */
+static const struct config_enum_entry publish_data_values_options[] = {
+	{"warn", 0, false},
+	{"on", 1, false},
+	{"off", 2, false},
+	{"true", 1, true},
+	{"false", 2, true},
+	{"yes", 1, true},
+	{"no", 2, true},
+	{NULL, 0, false}
+};
 
 /* The most threads one call may use (pgad/jit/threads.py's MAX_THREADS) */
 #define PGAD_MAX_THREADS 64
@@ -163,6 +179,13 @@ _PG_init(void)
 							"A version whose functions other objects use is kept.",
 							&keep_versions, 10, 1, 100000,
 							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomEnumVariable("pgad.publish_data_values",
+							 "Whether pgad.train writes values of data PUBLIC may not read into a model's function "
+							 "bodies: warn, on or off.",
+							 "The bodies are in pg_proc, which every role that may connect reads; off refuses such a "
+							 "training with SQLSTATE 42501.",
+							 &publish_data_values, 0, publish_data_values_options,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgad");
 	RegisterXactCallback(load_xact_callback, NULL);
 	next_check_perms = ExecutorCheckPerms_hook;

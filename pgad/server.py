@@ -104,10 +104,10 @@ def unexpected(exception, where):
                      hint='This is a bug in pgad: please report it with the call that raised it.')
 
 
-def warning(message, hint=None):
-    """A WARNING, with its HINT, sent at once (a Python warning, warnings.warn, reaches the client as the call
-    ends, without a HINT)."""
-    plpy().warning(message, **({'hint': hint} if hint else {}))
+def warning(message, hint=None, detail=None):
+    """A WARNING, with its HINT and DETAIL, sent at once (a Python warning, warnings.warn, reaches the client as the
+    call ends, without a HINT)."""
+    plpy().warning(message, **({'hint': hint} if hint else {}), **({'detail': detail} if detail else {}))
 
 
 def hint_of(error):

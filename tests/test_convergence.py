@@ -172,8 +172,8 @@ def warned(db):
     Diagnostic is empty after it)."""
     found = []
 
-    def handler(d):
-        if d.severity_nonlocalized == 'WARNING':
+    def handler(d):  # the fit's WARNINGs: what a model's functions publish is tests/test_published_values.py's
+        if d.severity_nonlocalized == 'WARNING' and 'publishes values of the data' not in d.message_primary:
             found.append((d.message_primary, d.message_hint))
     db.add_notice_handler(handler)
     try:

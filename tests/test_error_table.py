@@ -200,6 +200,9 @@ CALLS = {
     'optimizer "sgd" cannot train where the rows are sharded':
         shard2('{current}') + call(SHARDED.format(", optimizer => 'sgd'")),
     'model "nosuch" does not exist': call("SELECT * FROM pgad.evaluate('nosuch', 'points')"),
+    'model "m" would publish values of the data in its functions\' bodies: …':  # points: PUBLIC may not read it
+        [('SET pgad.publish_data_values = off', ())] +
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', iterations => 1)"),
     # versions (docs/sql.md, "Versions")
     'pgad.deploy takes a version or a strategy, one of them': VM + call("SELECT * FROM pgad.deploy('vm')"),
     'unknown deployment strategy "newest"': VM + call("SELECT * FROM pgad.deploy('vm', strategy => 'newest')"),

@@ -76,6 +76,7 @@ def test_softmax_reaches_sklearns_optimum_centred(db, l2):
     """penalty None, and l2 with C = 1 (pgad's l2 = 1/(2·C·n) on W alone, the intercepts not penalised): the
     weights, centred, and the probabilities as scikit-learn's multinomial LogisticRegression's; the default
     optimizer (newton: 15 weights) says converged, with no WARNING."""
+    db.execute('SET pgad.publish_data_values = on')  # the fit's WARNINGs only: tests/test_published_values.py
     notices = []
     db.add_notice_handler(lambda n: notices.append(n.severity))
     extra = {'l2': 1 / (2 * N), 'regularize': "'[\"w\"]'"} if l2 else {}
@@ -98,6 +99,7 @@ def test_softmax_reaches_sklearns_optimum_centred(db, l2):
 def test_lbfgs_and_an_array_column_reach_it_too(db):
     """optimizer 'lbfgs' explicitly, and the features as one float8[] column (w.w @ d.x): converged, no WARNING,
     the same optimum (L-BFGS stops at its criterion: 1e-5)."""
+    db.execute('SET pgad.publish_data_values = on')  # the fit's WARNINGs only: tests/test_published_values.py
     notices = []
     db.add_notice_handler(lambda n: notices.append(n.severity))
     weights, _, converged, _ = train(db, 'iris_lbfgs', optimizer="'lbfgs'")
@@ -181,6 +183,7 @@ def test_binary_logistic_of_a_text_label_against_sklearn(db):
 def test_a_separated_class_and_a_missing_one_are_warned_of(db):
     """iris's setosa, separated by its petals: no optimum without a penalty, and a WARNING names the class; a group
     whose rows lack a class gets one too. With l2, neither."""
+    db.execute('SET pgad.publish_data_values = on')  # the fit's WARNINGs only: tests/test_published_values.py
     notices = []
     db.add_notice_handler(lambda n: notices.append((n.severity, n.message_primary)))
     db.execute("SELECT pgad.train('setosa_apart', %s, 'softmax', "

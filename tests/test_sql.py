@@ -619,6 +619,7 @@ def test_a_divergence_to_infinity_warns_then_stays_the_22003_error(db):
 
 
 def test_a_diverging_model_is_named_in_its_warning(db):
+    db.execute('SET pgad.publish_data_values = on')  # the fit's WARNINGs only: tests/test_published_values.py
     warnings_ = []
     db.add_notice_handler(lambda d: warnings_.append((d.severity_nonlocalized, d.message_primary, d.message_hint)))
     db.execute("SELECT pgad.train('diverging', 'λ(d, w) w.a*d.x + w.b', 'squared', 'SELECT x, y FROM points', "

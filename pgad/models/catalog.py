@@ -52,7 +52,7 @@ import re
 import numpy as np
 
 from .. import categorical, limits, server
-from . import attribution
+from . import attribution, publish
 from ..errors import PgadError
 from ..lang import printer, sql, vectors
 
@@ -393,7 +393,7 @@ class Scoring:
         (None, why) for a model that gets no <name>_explain. imputed: {column: {"value": …}} (options.impute,
         models/preprocess.py), each such column read as coalesce($k, value): a NULL there is scored as training
         imputed it."""
-        categories = categories or {}
+        self.categories = categories = categories or {}
         self.imputed = imputed or {}
         self.classes = classes
         self.explanation = explanation
@@ -559,13 +559,15 @@ def store(scoring, rows, fits, deploy=True):
     deploy it: the version's stored rows as PostgreSQL returns them.
 
     The functions are created as the caller, who owns them, after the writer's lock (write) is taken: two
-    transactions storing or deploying a model take turns. A function of a version's name that pgad did not create
+    transactions storing or deploying a model take turns. Before anything is stored, publish.check says what
+    pgad.publish_data_values says of the values of the data that their bodies hold (a WARNING, or 42501). A function of a version's name that pgad did not create
     (another role's, or the caller's own of another shape) is refused, never replaced."""
     name, me, read = scoring.name, current_user(), relations_read()
     check_owner(name, owners(name), me)
     loss = rows[0]['loss']
     check_names(name, loss)
     made = scoring.functions(loss, fits)
+    publish.check(scoring, made, read)  # pgad.publish_data_values: before anything is stored
     shown = f'{SCHEMA}.{quote_ident(name)}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
     stored = _write(dict(op='store', name=name, caller=me, function=shown, read_from=read,
                          rows=[[row.get(c) for c in STORED] for row in rows]))

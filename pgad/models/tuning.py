@@ -16,7 +16,8 @@ the metric, or the highest for those in HIGHER (r2, accuracy, precision, recall,
 trial's value is the mean of its groups' weighted by their validation rows; on a tie the earlier trial. A trial
 whose training fails with a PgadError (it diverges, its combination is refused) is rolled back (a subtransaction)
 and is a row with its error; if every trial fails, the tune fails with the first one's error and changes nothing. A
-cancel, a serialization failure or running out of memory ends the tune. Each trial ends with a NOTICE of progress.
+cancel, a serialization failure, running out of memory or pgad.publish_data_values = 'off' (publish.py) ends the tune.
+Each trial ends with a NOTICE of progress; the values of the data the trials' functions publish get one WARNING.
 """
 import itertools
 import json
@@ -27,7 +28,7 @@ import numpy as np
 
 from .. import arguments, calls, server
 from ..errors import PgadError
-from . import catalog, evaluate, objective, training
+from . import catalog, evaluate, objective, publish, training
 
 # The arguments a grid or random search may set, and their kinds; a value of another kind is 22023.
 TUNABLE = {'l1': 'number', 'l2': 'number', 'learning_rate': 'number', 'tolerance': 'number',
@@ -70,7 +71,8 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
     catalog.check_can_store(name)
     keep = server.query(catalog.KEEP)[0]['keep']
     _keep(max(keep, len(combinations)))  # no trial's version is pruned by a later trial's training
-    done = _trials(name, model, loss, data, weights, seed, validation, metric, passed, combinations)
+    with publish.once():  # one WARNING of the values the trials' functions publish, not one a trial
+        done = _trials(name, model, loss, data, weights, seed, validation, metric, passed, combinations)
     _keep(keep)  # (an error rolls the statement back, the setting with it)
     trained = [t for t in done if t.error is None]
     if not trained:
@@ -100,7 +102,7 @@ def _trials(name, model, loss, data, weights, seed, validation, metric, passed, 
                 rows = training.train(name, model, loss, data, weights, seed=seed, validation=validation,
                                       deploy='f', **{**passed, **parameters})
         except PgadError as e:
-            if e.sqlstate[:2] in ('40', '53'):
+            if e.sqlstate[:2] in ('40', '53') or isinstance(e, publish.Refused):
                 raise
             done.append(Trial(k, parameters, time.monotonic() - started, error=e))
             server.notice(f'model "{name}": trial {k} of {len(combinations)} {json.dumps(parameters)} failed: '
