@@ -113,6 +113,24 @@ def test_a_default_overload_of_a_deployed_name_is_refused_in_pgads_words(squatte
     assert db.execute("SELECT max(version) FROM pgad.model_versions WHERE name = 'sq_q'").fetchone()[0] == 1
 
 
+def test_an_old_versions_function_made_ambiguous_since_is_refused_in_pgads_words(squatter, db):
+    """bob makes "sq_o@1"(x float8, z int DEFAULT 0) after alice's version 1 of sq_o took "sq_o@1"(float8): a
+    deployment of version 1 was PostgreSQL's 42725 `is not unique`. It is pgad's 42501 naming his function and him,
+    and the deployed version 2 still scores."""
+    train(db, 'sq_o')
+    train(db, 'sq_o', data='SELECT x, y FROM sq_pts WHERE NOT first')
+    squatter.execute('CREATE FUNCTION pgad_models."sq_o@1"(x float8, z int DEFAULT 0) RETURNS float8 LANGUAGE sql '
+                     'RETURN -1')
+    e = error_of(db, "SELECT pgad.deploy('sq_o', version => 1)")
+    assert e.sqlstate == '42501' and e.message_primary == (
+        'function pgad_models."sq_o@1"(double precision,integer) of role "sq_bob" makes calls of '
+        'pgad_models."sq_o@1"(pg_catalog.float8) ambiguous')
+    assert score(db, 'sq_o') == pytest.approx(30, abs=1e-6)  # y = 3x, lbfgs to 1e-6
+    squatter.execute('DROP FUNCTION pgad_models."sq_o@1"(float8, int)')
+    db.execute("SELECT pgad.deploy('sq_o', version => 1)")
+    assert score(db, 'sq_o') == pytest.approx(21, abs=1e-6)
+
+
 # Models as 0.16.0's pgad.train left them (a row each, and its functions, as test_versions.py's OLD): a logistic
 # one, whose "sq_old@1" and "sq_old_probability@1" another role made first (one of them with a DEFAULT argument), a
 # model named with '@' that another role trained (its "@"-name is kept), and three whose names are 60, 62 (in
