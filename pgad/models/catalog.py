@@ -290,9 +290,8 @@ def check_new(name):
     (trained before 0.18.0) keeps it."""
     if '@' in name and not owners(name):
         raise PgadError('42602', f'invalid model name "{name}": it holds "@"',
-                        detail='The names of a version\'s own functions hold "@" and the version\'s number '
-                               f'({function_name(name.split("@")[0] + "@2")}); a model\'s name and its functions\' '
-                               'names never do.',
+                        detail='A version\'s own functions are named with "@" and its number (pgad_models."m@2"): '
+                               'a model of a name that holds "@" could take or block them.',
                         hint='Train the model under a name without "@".')
 
 
@@ -331,7 +330,7 @@ def extras(name, loss, signature):
     arguments = _arguments(name, signature)
     if arguments is None:
         return []
-    return [(suffix, f'{function_name(public(name, suffix))}{arguments}') for suffix in suffixes(loss, name)]
+    return [(suffix, f'{function_name(deployed_name(name, suffix))}{arguments}') for suffix in suffixes(loss, name)]
 
 
 def _arguments(name, signature):
@@ -565,7 +564,7 @@ class Scoring:
         return '(' + ' AND '.join(tests) + ')'
 
 
-def public(name, suffix):
+def deployed_name(name, suffix):
     """The name of model `name`'s deployed function of suffix ('' for its scoring function)."""
     return f'{name}_{suffix}' if suffix else name
 
@@ -576,7 +575,7 @@ def own_names(name, suffixes, version):
     that is taken or too long), recorded in the version's rows (functions). Called by the writer, under its lock."""
     names = {}
     for suffix in suffixes:
-        names[suffix] = server.query(OWN_NAME, [public(name, suffix), version, list(names.values())],
+        names[suffix] = server.query(OWN_NAME, [deployed_name(name, suffix), version, list(names.values())],
                                      ['pg_catalog.text', 'pg_catalog.int4', 'pg_catalog.text[]'])[0]['name']
     return names
 
@@ -598,8 +597,9 @@ def store(scoring, rows, fits, deploy=True):
     deploy it: the version's stored rows as PostgreSQL returns them.
 
     The functions are created as the caller, who owns them, after the writer's lock (write) is taken: two
-    transactions storing or deploying a model take turns. A function of a version's name that pgad did not create
-    (another role's, or the caller's own of another shape) is refused, never replaced."""
+    transactions storing or deploying a model take turns. A version's functions take names that no function has
+    (own_names), so no role's function of a name blocks it; a function of a deployed name that pgad did not create
+    (another role's, or the caller's own of another shape) is refused, never replaced (_create)."""
     name, me, read = scoring.name, current_user(), relations_read()
     check_new(name)
     check_owner(name, owners(name), me)
@@ -685,15 +685,16 @@ def _wrappers(name, row):
     if '' not in own:
         recorded = json.loads(row['functions']).get('')
         raise PgadError('55000', f'version {version} of model "{name}" has no scoring function of its own',
-                        detail=f'{function_name(recorded) if recorded else "None"} does not exist, or another role '
-                               f'than "{row["trained_by"]}" owns it.',
+                        detail=f'{function_name(recorded)} does not exist, or another role than '
+                               f'"{row["trained_by"]}" owns it.' if recorded else
+                        'Its rows record no function of its own.',
                         hint='Train the model again, and deploy that version.')
     comments = {'': SCORING_COMMENT, EXPLAIN[0]: EXPLAIN[3], **{e[0]: e[3] for e in EXTRAS.get(loss, ())}}
     names = list(own[''][1]['names'])
     made = {}
     for suffix, (called, f) in own.items():
         check_unambiguous(name, f)
-        deployed = function_name(public(name, suffix))
+        deployed = function_name(deployed_name(name, suffix))
         arguments = ', '.join(printer.quote_ident(n) + ' ' + t for n, t in zip(f['names'], f['types']))
         made[suffix] = (f'{deployed}({", ".join(f["types"])})', f'{deployed}({arguments})', f['qualified_result'],
                         f'{function_name(called)}({", ".join(f"${k + 1}" for k in range(len(f["types"])))})',
