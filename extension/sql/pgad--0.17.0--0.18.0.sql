@@ -70,10 +70,10 @@ BEGIN
       arguments := pg_catalog.substr(v.scoring_function, pg_catalog.length('pgad_models.' OPERATOR(pg_catalog.||)
                                      pg_catalog.quote_ident(v.name)) OPERATOR(pg_catalog.+) 1);
     END IF;
-    FOR f IN SELECT s.suffix, CASE WHEN s.suffix OPERATOR(pg_catalog.=) '' THEN v.name
-                                   ELSE v.name OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) s.suffix END
-                              OPERATOR(pg_catalog.||) '@' OPERATOR(pg_catalog.||) v.version AS proname
-             FROM pg_catalog.unnest(ARRAY['', 'probability', 'class', 'mean', 'explain']) AS s (suffix)
+    FOR f IN SELECT suffix, CASE WHEN suffix OPERATOR(pg_catalog.=) '' THEN v.name
+                                 ELSE v.name OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) suffix END
+                            OPERATOR(pg_catalog.||) '@' OPERATOR(pg_catalog.||) v.version AS proname
+             FROM pg_catalog.unnest(ARRAY['', 'probability', 'class', 'mean', 'explain']) AS suffix
              WHERE arguments IS NOT NULL LOOP
       CONTINUE WHEN pg_catalog.octet_length(f.proname) OPERATOR(pg_catalog.>) 63;  -- PostgreSQL would cut it
       BEGIN
