@@ -20,6 +20,7 @@ DECLARE
   tag pg_catalog.text;
   head pg_catalog.text;
   candidate pg_catalog.text;
+  recorded pg_catalog.jsonpath;  -- a value of candidate's in a version's functions
 BEGIN
   LOOP
     tag := CASE WHEN k OPERATOR(pg_catalog.=) 1 THEN pg_catalog.format('@%s', version)
@@ -29,12 +30,13 @@ BEGIN
       head := pg_catalog.left(head, -1);
     END LOOP;
     candidate := head OPERATOR(pg_catalog.||) tag;
+    recorded := pg_catalog.format('$.* ? (@ == %s)', pg_catalog.to_jsonb(candidate))::pg_catalog.jsonpath;
     IF NOT candidate OPERATOR(pg_catalog.=) ANY (taken)
        AND NOT EXISTS (SELECT FROM pg_catalog.pg_proc AS p
                        WHERE p.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
                          AND p.proname OPERATOR(pg_catalog.=) candidate)
-       AND NOT EXISTS (SELECT FROM pgad.model_versions AS m, pg_catalog.jsonb_each_text(m.functions) AS f
-                       WHERE f.value OPERATOR(pg_catalog.=) candidate) THEN
+       AND (SELECT pg_catalog.count(*) FROM pgad.model_versions AS m  -- model_versions_functions, a bitmap scan
+            WHERE m.functions OPERATOR(pg_catalog.@?) recorded) OPERATOR(pg_catalog.=) 0 THEN
       RETURN candidate;
     END IF;
     k := k OPERATOR(pg_catalog.+) 1;
@@ -44,6 +46,7 @@ $$;
 REVOKE ALL ON FUNCTION pgad._version_function_name(pg_catalog.text, pg_catalog.int4, pg_catalog.text[]) FROM PUBLIC;
 ALTER TABLE pgad.model_versions ADD COLUMN functions pg_catalog.jsonb NOT NULL DEFAULT '{}';
 ALTER TABLE pgad.model_versions ALTER COLUMN functions DROP DEFAULT;
+CREATE INDEX model_versions_functions ON pgad.model_versions USING gin (functions);  -- the names recorded (issue 45)
 CREATE OR REPLACE VIEW pgad.models WITH (security_invoker = true) AS
 SELECT v.* FROM pgad.model_versions AS v WHERE v.deployed;
 -- Each version's own functions as 0.17.0 named them ("name@3", "name_explain@3": of the arguments its row records,

@@ -370,6 +370,7 @@ CREATE TABLE pgad.model_versions (
                                               -- function's): {"": "name@3", "explain": "name_explain@3"} (issue 45)
   UNIQUE NULLS NOT DISTINCT (name, version, group_key));
 CREATE UNIQUE INDEX model_versions_deployed ON pgad.model_versions (name, group_key) NULLS NOT DISTINCT WHERE deployed;
+CREATE INDEX model_versions_functions ON pgad.model_versions USING gin (functions);  -- the names recorded (issue 45)
 COMMENT ON TABLE pgad.model_versions IS 'the models pgad.train made, one row per version and group';
 SELECT pg_catalog.pg_extension_config_dump('pgad.model_versions', '');
 GRANT SELECT ON pgad.model_versions TO PUBLIC;
@@ -430,6 +431,7 @@ DECLARE
   tag pg_catalog.text;
   head pg_catalog.text;
   candidate pg_catalog.text;
+  recorded pg_catalog.jsonpath;  -- a value of candidate's in a version's functions
 BEGIN
   LOOP
     tag := CASE WHEN k OPERATOR(pg_catalog.=) 1 THEN pg_catalog.format('@%s', version)
@@ -439,12 +441,13 @@ BEGIN
       head := pg_catalog.left(head, -1);
     END LOOP;
     candidate := head OPERATOR(pg_catalog.||) tag;
+    recorded := pg_catalog.format('$.* ? (@ == %s)', pg_catalog.to_jsonb(candidate))::pg_catalog.jsonpath;
     IF NOT candidate OPERATOR(pg_catalog.=) ANY (taken)
        AND NOT EXISTS (SELECT FROM pg_catalog.pg_proc AS p
                        WHERE p.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
                          AND p.proname OPERATOR(pg_catalog.=) candidate)
-       AND NOT EXISTS (SELECT FROM pgad.model_versions AS m, pg_catalog.jsonb_each_text(m.functions) AS f
-                       WHERE f.value OPERATOR(pg_catalog.=) candidate) THEN
+       AND (SELECT pg_catalog.count(*) FROM pgad.model_versions AS m  -- model_versions_functions, a bitmap scan
+            WHERE m.functions OPERATOR(pg_catalog.@?) recorded) OPERATOR(pg_catalog.=) 0 THEN
       RETURN candidate;
     END IF;
     k := k OPERATOR(pg_catalog.+) 1;
