@@ -225,17 +225,15 @@ def options(text, aggregate, names, memory_limit=None):
 
 # pgad.train's own arguments.
 NAMEDATALEN = 64
-VERSIONED = 8  # the bytes a version's functions add to the model's name: '@' and up to seven digits (catalog.versioned)
 IDENTIFIER = re.compile(r'\s*(?:"((?:[^"]|"")+)"|([^\W\d]\w*))\s*(,|$)')
 
 
 def model_name(value):
-    """A model's name: also its scoring function's name in pgad_models, always quoted there, and with a version's
-    number that version's own function's ("name@3")."""
-    if not value or len(value.encode()) >= NAMEDATALEN - VERSIONED:
+    """A model's name: also its scoring function's name in pgad_models, always quoted there (a version's own functions
+    take names of their own, cut to fit: catalog.own_names)."""
+    if not value or len(value.encode()) >= NAMEDATALEN:
         raise PgadError('42602', f'invalid model name "{value}"',
-                        detail=f'A model name has 1 to {NAMEDATALEN - VERSIONED - 1} bytes: a PostgreSQL name has at '
-                               f'most {NAMEDATALEN - 1}, and a version\'s functions add its number ("name@3").',
+                        detail=f'A model name has 1 to {NAMEDATALEN - 1} bytes, as a PostgreSQL name.',
                         hint='The name is also the name of the model\'s scoring function, pgad_models."<name>".')
     return value
 

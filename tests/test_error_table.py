@@ -269,8 +269,13 @@ CALLS = {
     'model "e2_class" exists, and the class function of model "e2" would take its name':
         call(TRAIN.format('e2_class', 'squared', CLASSES), LINE, AB) +
         call(TRAIN.format('e2', 'logistic', CLASSES), LINE, AB),
-    'the probability function of model "m…m" would be named "m…m_probability", longer than 55 bytes':
-        call(TRAIN.format('m' * 55, 'logistic', CLASSES), LINE, AB),
+    'the probability function of model "m…m" would be named "m…m_probability", longer than 63 bytes':
+        call(TRAIN.format('m' * 60, 'logistic', CLASSES), LINE, AB),
+    'invalid model name "m@2": it holds "@"': call(TRAIN.format('m@2', 'squared', 'points'), LINE, AB),
+    'function pgad_models.amb(…) of role "…" makes calls of pgad_models.amb(pg_catalog.float8) ambiguous':
+        [("DROP FUNCTION IF EXISTS pgad_models.amb(float8, int)", ()),
+         ("CREATE FUNCTION pgad_models.amb(x float8, z int DEFAULT 0) RETURNS float8 LANGUAGE sql RETURN 0", ())] +
+        call(TRAIN.format('amb', 'squared', 'points'), LINE, AB),
     'array argument "v" has 3 elements, the model reads 2':
         call(TRAIN.format('vlen', 'squared', VECTORS), VECTOR_MODEL, '{"a": [0, 0], "c": 0}') +
         call("SELECT pgad_models.vlen('{1, 2, 3}')"),

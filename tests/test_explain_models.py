@@ -387,11 +387,11 @@ def test_importance_ends_at_statement_timeout(db):
 
 
 def test_a_name_too_long_for_its_explain_function_trains_without_one(db):
-    name = 'n' * 50  # "<name>_explain@3" would pass 63 bytes: PostgreSQL would truncate it to another function's name
+    name = 'n' * 56  # "<name>_explain" would pass 63 bytes: PostgreSQL would truncate it to another function's name
     notices = []
     db.add_notice_handler(lambda n: notices.append(n.message_primary))
     train(db, name, 'λ(d, w) w.a*d.x1', 'squared', 'points', '{"a": 0}')
-    assert f'model "{name}" gets no pgad_models."{name}_explain" function: its name would be longer than 55 bytes' \
+    assert f'model "{name}" gets no pgad_models."{name}_explain" function: its name would be longer than 63 bytes' \
         in notices
     assert db.execute('SELECT count(*) FROM pg_proc WHERE proname LIKE %s', [name + '%']).fetchone() == (2,)  # @1
     db.execute('SELECT pgad.drop_model(%s)', [name])

@@ -166,7 +166,9 @@ COMMENT ON FUNCTION pgad.evaluate(pg_catalog.text, pg_catalog.text, pg_catalog.i
 -- versioned), which the deployed ones call; a model's version 1 gets copies of its functions under those names, owned
 -- by the role that trained it and not members of the extension, so that it can be deployed again after a new
 -- version. Their bodies are PostgreSQL's own text of the stored ones (pg_get_function_sqlbody), every float written
--- exactly (extra_float_digits 3).
+-- exactly (extra_float_digits 3). A name that a function has already (any role's, any overload: issue 45), or that
+-- would not fit in 63 bytes, is skipped, never an error: the update to 0.18.0 gives that version copies under names
+-- of their own (pgad--0.17.0--0.18.0.sql).
 DO $$
 DECLARE
   f pg_catalog.record;
@@ -194,6 +196,9 @@ BEGIN
     WHERE s.oid OPERATOR(pg_catalog.=) scoring
       AND s.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
       AND pg_catalog.octet_length(p.proname) OPERATOR(pg_catalog.<) 62 AND p.prosqlbody IS NOT NULL
+      AND NOT EXISTS (SELECT FROM pg_catalog.pg_proc AS q
+                      WHERE q.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
+                        AND q.proname OPERATOR(pg_catalog.=) (p.proname OPERATOR(pg_catalog.||) '@1'))
   LOOP
     EXECUTE pg_catalog.format('CREATE FUNCTION pgad_models.%I(%s) RETURNS %s LANGUAGE sql IMMUTABLE PARALLEL SAFE %s',
                               f.proname OPERATOR(pg_catalog.||) '@1', pg_catalog.pg_get_function_arguments(f.oid),

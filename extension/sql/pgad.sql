@@ -366,8 +366,11 @@ CREATE TABLE pgad.model_versions (
   deployed pg_catalog.bool NOT NULL,          -- its functions are pgad_models."name"'s: one version of a name is
   deployed_at pg_catalog.timestamptz,         -- when it was last deployed; NULL: never
   metrics pg_catalog.jsonb,                   -- its metrics on the validation rows; NULL: no validation
+  functions pg_catalog.jsonb NOT NULL,        -- its own functions' names in pgad_models by suffix ("" the scoring
+                                              -- function's): {"": "name@3", "explain": "name_explain@3"} (issue 45)
   UNIQUE NULLS NOT DISTINCT (name, version, group_key));
 CREATE UNIQUE INDEX model_versions_deployed ON pgad.model_versions (name, group_key) NULLS NOT DISTINCT WHERE deployed;
+CREATE INDEX model_versions_functions ON pgad.model_versions USING gin (functions);  -- the names recorded (issue 45)
 COMMENT ON TABLE pgad.model_versions IS 'the models pgad.train made, one row per version and group';
 SELECT pg_catalog.pg_extension_config_dump('pgad.model_versions', '');
 GRANT SELECT ON pgad.model_versions TO PUBLIC;
@@ -414,6 +417,45 @@ FROM pgad.model_versions AS m WHERE m.name OPERATOR(pg_catalog.=) $1
 $$;
 REVOKE ALL ON FUNCTION pgad._model_owners(pg_catalog.text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgad._model_owners(pg_catalog.text) TO PUBLIC;  -- pgad's Python calls it as the caller
+
+-- The name of a version's own function in pgad_models (issue 45): public (the deployed function's name, "m" or
+-- "m_probability"), '@' and the version's number, then '~2', '~3', … while that name is taken: by any function of
+-- pgad_models (any overload, any role's: one with a DEFAULT argument would make a call ambiguous), by a name a
+-- version's row records, or by one of taken (the names chosen for the version's other functions); public cut, at a
+-- character, so that the name fits in 63 bytes. pgad._write_models records it in the version's rows (functions), so
+-- no role's function blocks a training: it takes another name. Also the update from 0.17.0's.
+CREATE FUNCTION pgad._version_function_name(public pg_catalog.text, version pg_catalog.int4,
+                                            taken pg_catalog.text[])
+RETURNS pg_catalog.text LANGUAGE plpgsql STABLE STRICT SET search_path TO pg_catalog, pg_temp AS $$
+DECLARE
+  k pg_catalog.int4 := 1;
+  tag pg_catalog.text;
+  head pg_catalog.text;
+  candidate pg_catalog.text;
+  recorded pg_catalog.jsonpath;  -- a value of candidate's in a version's functions
+BEGIN
+  LOOP
+    tag := CASE WHEN k OPERATOR(pg_catalog.=) 1 THEN pg_catalog.format('@%s', version)
+                ELSE pg_catalog.format('@%s~%s', version, k) END;
+    head := public;
+    WHILE pg_catalog.octet_length(head OPERATOR(pg_catalog.||) tag) OPERATOR(pg_catalog.>) 63 LOOP
+      head := pg_catalog.left(head, -1);
+    END LOOP;
+    candidate := head OPERATOR(pg_catalog.||) tag;
+    recorded := pg_catalog.format('$.* ? (@ == %s)', pg_catalog.to_jsonb(candidate))::pg_catalog.jsonpath;
+    IF NOT candidate OPERATOR(pg_catalog.=) ANY (taken)
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_proc AS p
+                       WHERE p.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
+                         AND p.proname OPERATOR(pg_catalog.=) candidate)
+       AND (SELECT pg_catalog.count(*) FROM pgad.model_versions AS m  -- model_versions_functions, a bitmap scan
+            WHERE m.functions OPERATOR(pg_catalog.@?) recorded) OPERATOR(pg_catalog.=) 0 THEN
+      RETURN candidate;
+    END IF;
+    k := k OPERATOR(pg_catalog.+) 1;
+  END LOOP;
+END
+$$;
+REVOKE ALL ON FUNCTION pgad._version_function_name(pg_catalog.text, pg_catalog.int4, pg_catalog.text[]) FROM PUBLIC;
 
 -- The names of the models, one row each, whoever trained them: pgad._write_models claims the name here before it
 -- writes (INSERT … ON CONFLICT DO NOTHING). Under repeatable read or serializable a transaction's snapshot may be

@@ -14,9 +14,10 @@ the domain's base type (group_types: a domain's CHECK is its owner's code, run a
 of a type another role owns is refused, and what the created function depends on is checked (FOREIGN).
 
 Each training of a name stores its next version (pgad.model_versions: its rows, numbered 1, 2, … per name) with
-functions of its own, pgad_models."<name>@3" and the others beside it (versioned), and, deployed, makes the model's
-functions pgad_models."<name>" … calls of the version's (RETURN pgad_models."<name>@3"($1, …), inlined twice by the
-planner): pgad.deploy points them at another version the same way (_deploy, _wrappers), in the caller's
+functions of its own, pgad_models."<name>@3" and the others beside it, or other names where those are taken
+(own_names: no role's function blocks a training; recorded in the version's rows, functions), and, deployed, makes
+the model's functions pgad_models."<name>" … calls of the version's (RETURN pgad_models."<name>@3"($1, …), inlined
+twice by the planner): pgad.deploy points them at another version the same way (_deploy, _wrappers), in the caller's
 transaction. The view pgad.models is the deployed versions. With the same arguments and result, CREATE OR REPLACE
 keeps a deployed function (views and other functions that call it follow); with other arguments, or other argument
 names or another result (a number, then a vector), which CREATE OR REPLACE cannot change (42P13), the old function
@@ -60,24 +61,27 @@ SCHEMA = 'pgad_models'
 EQ, NE, CONCAT = 'OPERATOR(pg_catalog.=)', 'OPERATOR(pg_catalog.<>)', 'OPERATOR(pg_catalog.||)'
 INSERT = ('INSERT INTO pgad.model_versions (name, group_key, model, loss, weights, final_loss, loss_history, '
           'iterations, options, data, rows, training_time, validation_history, converged, gradient_norm, metrics, '
-          'scoring_function, trained_by, read_from, version, deployed) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '
-          '$10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15, $16, $17, $18, '
-          '$19::pg_catalog.regclass[], $20, false) RETURNING model_versions.*')
+          'scoring_function, trained_by, read_from, version, functions, deployed) VALUES ($1, $2, $3, $4, $5, $6, '
+          '$7, $8, $9, $10, $11, pg_catalog.make_interval(0, 0, 0, 0, 0, 0, $12), $13, $14, $15, $16, $17, $18, '
+          '$19::pg_catalog.regclass[], $20, $21, false) RETURNING model_versions.*')
 INSERT_TYPES = ['pg_catalog.text', 'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.text', 'pg_catalog.jsonb',
                 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.int4', 'pg_catalog.jsonb', 'pg_catalog.text',
                 'pg_catalog.int8', 'pg_catalog.float8', 'pg_catalog.float8[]', 'pg_catalog.bool', 'pg_catalog.float8',
-                'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.name', 'pg_catalog.oid[]', 'pg_catalog.int4']
+                'pg_catalog.jsonb', 'pg_catalog.text', 'pg_catalog.name', 'pg_catalog.oid[]', 'pg_catalog.int4',
+                'pg_catalog.jsonb']
 STORED = ('name', 'group_key', 'model', 'loss', 'weights', 'final_loss', 'loss_history', 'iterations', 'options',
           'data', 'rows', 'training_time', 'validation_history', 'converged', 'gradient_norm', 'metrics')
 # The roles that trained model $1's rows, and its loss where it gives functions (EXTRAS): from every row, whichever the
 # caller may read (pgad._model_owners; a model's name and owner are public, in pg_proc, and its rows are not).
 OWNERS = 'SELECT o.owner, o.loss FROM pgad._model_owners($1) AS o'
 # The deployed functions pgad created for a model: the signatures its rows record of the versions ever deployed,
-# and the roles that trained them (a version's own functions, versioned, have its number in their names).
+# and the roles that trained them (a version's own functions are those its rows record: functions, own_names).
 RECORDED = ('SELECT DISTINCT m.scoring_function AS signature, m.trained_by::pg_catalog.text AS owner, m.loss '
             f'FROM pgad.model_versions AS m WHERE m.name {EQ} $1 AND m.deployed_at IS NOT NULL')
 NAMEDATALEN = 64
-VERSIONED = 8  # what a version's number adds to a function's name: '@' and up to seven digits (versioned)
+# The name of a version's own function (pgad._version_function_name, the extension's): free when it is chosen, in the
+# writer, and recorded in the version's rows (functions).
+OWN_NAME = 'SELECT pgad._version_function_name($1, $2, $3) AS name'
 # The functions pgad creates for a model beside its scoring function, by its loss: (suffix of the name, what it
 # returns, its body from the score x's SQL, its comment). The probability is 1/2 + tanh(x/2)/2, σ(x) written with x
 # once and strict (NULL gives NULL; no overflow or underflow for any finite x); the class is 1 (or 0, or −1) from the
@@ -133,7 +137,7 @@ def suffixes(loss, name):
     """The suffixes of the functions pgad creates beside model `name`'s scoring function under loss: the explain
     function's only where its name fits NAMEDATALEN (a longer name is not refused: the model gets none, and a
     NOTICE says why; PostgreSQL would truncate the name, and find another function by it)."""
-    explain = [EXPLAIN[0]] if len(f'{name}_{EXPLAIN[0]}'.encode()) < NAMEDATALEN - VERSIONED else []
+    explain = [EXPLAIN[0]] if len(f'{name}_{EXPLAIN[0]}'.encode()) < NAMEDATALEN else []
     return [suffix for suffix, *_ in EXTRAS.get(loss, ())] + explain
 SUPERUSER = f'SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname {EQ} $1'
 ME = 'SELECT CURRENT_USER::pg_catalog.text AS me'
@@ -164,6 +168,17 @@ FUNCTION = (f"SELECT p.oid, pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.t
             f" AND d.refobjid {EQ} p.oid AND d.deptype {EQ} 'n') AS users "
             f"FROM pg_catalog.pg_proc AS p WHERE p.oid {EQ} pg_catalog.to_regprocedure($1) "
             f"AND p.pronamespace {EQ} '{SCHEMA}'::pg_catalog.regnamespace")
+# The functions of pgad_models that make a call of function $1 ambiguous (PostgreSQL's 42725, `is not unique`): of its
+# name, taking its arguments and more, those with DEFAULT values, so that a call with its arguments matches both.
+AMBIGUOUS = (f"SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text AS identity, "
+             f"pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text AS owner "
+             f"FROM pg_catalog.pg_proc AS f JOIN pg_catalog.pg_proc AS p ON p.pronamespace {EQ} f.pronamespace "
+             f"AND p.proname {EQ} f.proname AND p.oid {NE} f.oid WHERE f.oid {EQ} $1 "
+             f"AND p.pronargdefaults OPERATOR(pg_catalog.>) 0 AND p.pronargs OPERATOR(pg_catalog.>) f.pronargs "
+             f"AND p.pronargs OPERATOR(pg_catalog.-) p.pronargdefaults OPERATOR(pg_catalog.<=) f.pronargs "
+             f"AND ARRAY(SELECT p.proargtypes[k] FROM pg_catalog.generate_series(0, f.pronargs "
+             f"OPERATOR(pg_catalog.-) 1) AS k) {EQ} ARRAY(SELECT f.proargtypes[k] "
+             f"FROM pg_catalog.generate_series(0, f.pronargs OPERATOR(pg_catalog.-) 1) AS k) ORDER BY 1")
 # A group column's type, a domain followed down to its base type: that type's schema-qualified name, its owner, and
 # whether the caller may build on it (a superuser's type, or the caller's own).
 BASE_TYPE = (f"WITH RECURSIVE up AS (SELECT t.oid AS id, t.typbasetype AS base, 0 AS depth "
@@ -269,9 +284,21 @@ def check_can_store(name, loss=None):
         raise PgadError('42501', f'permission denied for schema {SCHEMA}',
                         detail=f'pgad.train creates the model\'s scoring function {function_name(name)}.',
                         hint=f'A superuser or the schema\'s owner can GRANT CREATE ON SCHEMA {SCHEMA} TO the role.')
+    check_new(name)
     check_owner(name, owners(name), current_user())
     if loss is not None:
         check_names(name, loss)
+
+
+def check_new(name):
+    """The error for a new model whose name holds '@', which every name of a version's own function holds (own_names):
+    a model "m@2" would take a name that model m's version 2 takes, or block it. A model that has its name already
+    (trained before 0.18.0) keeps it."""
+    if '@' in name and not owners(name):
+        raise PgadError('42602', f'invalid model name "{name}": it holds "@"',
+                        detail='A version\'s own functions are named with "@" and its number (pgad_models."m@2"): '
+                               'a model of a name that holds "@" could take or block them.',
+                        hint='Train the model under a name without "@".')
 
 
 def check_names(name, loss):
@@ -280,9 +307,9 @@ def check_names(name, loss):
     model's name, is refused whichever came first; so is a function name past PostgreSQL's NAMEDATALEN."""
     for suffix in suffixes(loss, name):
         extra = f'{name}_{suffix}'
-        if len(extra.encode()) >= NAMEDATALEN - VERSIONED:
+        if len(extra.encode()) >= NAMEDATALEN:
             raise PgadError('42622', f'the {suffix} function of model "{name}" would be named "{extra}", longer '
-                                     f'than {NAMEDATALEN - VERSIONED - 1} bytes',
+                                     f'than {NAMEDATALEN - 1} bytes',
                             detail=f'A model trained with loss \'{loss}\' also gets {function_name(extra)}.',
                             hint='Train the model under a shorter name.')
         if owners(extra):
@@ -302,16 +329,21 @@ def check_names(name, loss):
                                 hint='Train the model under another name.')
 
 
-def extras(name, loss, signature, version=None):
+def extras(name, loss, signature):
     """(suffix, signature) of each function pgad created beside model `name`'s scoring function, recorded as
-    signature, for its loss: the same arguments under the names <name>_<suffix>, or with a version that version's
-    own (versioned), the scoring function's included under suffix '' (none for a signature that is not in the form
-    store records)."""
-    prefix = f'{SCHEMA}.{quote_ident(name)}('
-    if not (signature or '').startswith(prefix):
+    signature, for its loss: the same arguments under the names <name>_<suffix> (none for a signature that is not
+    in the form store records)."""
+    arguments = _arguments(name, signature)
+    if arguments is None:
         return []
-    return [(suffix, f'{function_name(versioned(name, suffix, version))}({signature[len(prefix):]}')
-            for suffix in ([] if version is None else ['']) + suffixes(loss, name)]
+    return [(suffix, f'{function_name(deployed_name(name, suffix))}{arguments}') for suffix in suffixes(loss, name)]
+
+
+def _arguments(name, signature):
+    """The argument types of a recorded signature of model `name`, '(pg_catalog.float8, …)'; None for a signature
+    that is not in the form store records."""
+    prefix = f'{SCHEMA}.{quote_ident(name)}('
+    return signature[len(prefix) - 1:] if (signature or '').startswith(prefix) else None
 
 
 def quote_ident(name):
@@ -461,7 +493,7 @@ class Scoring:
         explainer, baselines, *classes = self.explanation
         why = baselines if explainer is None else None
         if EXPLAIN[0] not in suffixes(None, self.name):
-            explainer, why = None, f'its name would be longer than {NAMEDATALEN - VERSIONED - 1} bytes'
+            explainer, why = None, f'its name would be longer than {NAMEDATALEN - 1} bytes'
         if explainer is not None:
             try:
                 left = [self.max_chars or printer.budget(limits.DEFAULT)]  # the budget of all the groups' text
@@ -538,42 +570,56 @@ class Scoring:
         return '(' + ' AND '.join(tests) + ')'
 
 
-def versioned(name, suffix, version=None):
-    """The name of model `name`'s function of suffix ('' for its scoring function): the deployed one's, or version
-    `version`'s own, which the deployed one calls while that version is deployed."""
-    public = f'{name}_{suffix}' if suffix else name
-    return public if version is None else f'{public}@{version}'
+def deployed_name(name, suffix):
+    """The name of model `name`'s deployed function of suffix ('' for its scoring function)."""
+    return f'{name}_{suffix}' if suffix else name
 
 
-def _own(name, loss, signature, owner, version):
-    """{suffix: FUNCTION's row} of version `version`'s own functions of model `name` (extras), its rows recording
-    signature, owned by the role that trained it (owner)."""
-    return {suffix: f for suffix, each in extras(name, loss, signature, version) for f in function(each)
-            if f['owner'] == owner}
+def own_names(name, suffixes, version):
+    """{suffix: name} of version `version`'s own functions of model `name`, which the deployed ones call while it is
+    deployed: each free when chosen (pgad._version_function_name: "<name>@3", "<name>_explain@3", or another where
+    that is taken or too long), recorded in the version's rows (functions). Called by the writer, under its lock."""
+    names = {}
+    for suffix in suffixes:
+        names[suffix] = server.query(OWN_NAME, [deployed_name(name, suffix), version, list(names.values())],
+                                     ['pg_catalog.text', 'pg_catalog.int4', 'pg_catalog.text[]'])[0]['name']
+    return names
+
+
+def _own(name, row):
+    """{suffix: (its name, FUNCTION's row)} of the own functions of the version whose row is given: those its row
+    records (functions), with the arguments its signature records, owned by the role that trained it."""
+    arguments = _arguments(name, row['scoring_function'])
+    if arguments is None:
+        return {}
+    return {suffix: (own, f) for suffix, own in json.loads(row['functions']).items()
+            for f in function(f'{function_name(own)}{arguments}') if f['owner'] == row['trained_by']}
 
 
 def store(scoring, rows, fits, deploy=True):
     """Store rows (dicts of pgad.model_versions' columns) as the next version of model scoring.name, create that
-    version's own functions (versioned: the model's scoring function and the others, its weights written in) and,
+    version's own functions (own_names: the model's scoring function and the others, its weights written in) and,
     as deploy says (True, False or 'if_better': if its validation loss is lower than the deployed version's),
     deploy it: the version's stored rows as PostgreSQL returns them.
 
     The functions are created as the caller, who owns them, after the writer's lock (write) is taken: two
-    transactions storing or deploying a model take turns. Before anything is stored, publish.check says what
-    pgad.publish_data_values says of the values of the data that their bodies hold (a WARNING, or 42501). A function of a version's name that pgad did not create
-    (another role's, or the caller's own of another shape) is refused, never replaced."""
+    transactions storing or deploying a model take turns. A version's functions take names that no function has
+    (own_names), so no role's function of a name blocks it; a function of a deployed name that pgad did not create
+    (another role's, or the caller's own of another shape) is refused, never replaced (_create). Before anything is
+    stored, publish.check says what pgad.publish_data_values says of the values of the data that their bodies hold (a
+    WARNING, or 42501)."""
     name, me, read = scoring.name, current_user(), relations_read()
+    check_new(name)
     check_owner(name, owners(name), me)
     loss = rows[0]['loss']
     check_names(name, loss)
     made = scoring.functions(loss, fits)
     publish.check(scoring, made, read)  # pgad.publish_data_values: before anything is stored
     shown = f'{SCHEMA}.{quote_ident(name)}({", ".join(t for _, t in scoring.params)})'  # as psql would write it
-    stored = _write(dict(op='store', name=name, caller=me, function=shown, read_from=read,
+    stored = _write(dict(op='store', name=name, caller=me, function=shown, read_from=read, suffixes=list(made),
                          rows=[[row.get(c) for c in STORED] for row in rows]))
-    version = stored[0]['version']
-    _create(name, {suffix: (scoring.identity_of(versioned(name, suffix, version)),
-                            scoring.signature_of(versioned(name, suffix, version)), returns, body,
+    version, own = stored[0]['version'], json.loads(stored[0]['functions'])
+    _create(name, {suffix: (scoring.identity_of(own[suffix]), scoring.signature_of(own[suffix]), returns, body,
                             f'{comment}; version {version}')
                    for suffix, (_, _, returns, body, comment) in made.items()}, me, [str(p) for p, _ in scoring.params])
     if deploy:
@@ -609,7 +655,7 @@ def _deploy(name, me, version=None, strategy=None, if_better=False):
     rows = _write(dict(op='deploy', name=name, caller=me, version=version, strategy=strategy, if_better=if_better))
     if rows:
         row = rows[0]
-        made, names = _wrappers(name, row['loss'], row['scoring_function'], row['trained_by'], row['version'])
+        made, names = _wrappers(name, row)
         with _as(row['trained_by'], me):
             _point(name, row['loss'], made, names, row['trained_by'], ours)
     return rows
@@ -640,25 +686,27 @@ def _deployed_functions(name):
             for f in function(signature) if f['owner'] == r['owner']}
 
 
-def _wrappers(name, loss, signature, owner, version):
+def _wrappers(name, row):
     """({suffix: (identity, signature, returns, body, comment)}, the arguments' names) of the deployed functions of
-    model `name` that call version `version`'s own (_own), which its row records as signature, owned by owner.
-    A version without them cannot be deployed."""
-    own = _own(name, loss, signature, owner, version)
+    model `name` that call the own functions (_own) of the version whose row is given. A version without them cannot
+    be deployed; nor one whose call another role's function would make ambiguous (check_unambiguous)."""
+    own, version, loss = _own(name, row), row['version'], row['loss']
     if '' not in own:
+        recorded = json.loads(row['functions']).get('')
         raise PgadError('55000', f'version {version} of model "{name}" has no scoring function of its own',
-                        detail=f'{function_name(versioned(name, "", version))} does not exist, or another role than '
-                               f'"{owner}" owns it.',
+                        detail=f'{function_name(recorded)} does not exist, or another role than '
+                               f'"{row["trained_by"]}" owns it.' if recorded else
+                        'Its rows record no function of its own.',
                         hint='Train the model again, and deploy that version.')
     comments = {'': SCORING_COMMENT, EXPLAIN[0]: EXPLAIN[3], **{e[0]: e[3] for e in EXTRAS.get(loss, ())}}
-    names = list(own['']['names'])
+    names = list(own[''][1]['names'])
     made = {}
-    for suffix, f in own.items():
-        public = function_name(versioned(name, suffix))
+    for suffix, (called, f) in own.items():
+        check_unambiguous(name, f)
+        deployed = function_name(deployed_name(name, suffix))
         arguments = ', '.join(printer.quote_ident(n) + ' ' + t for n, t in zip(f['names'], f['types']))
-        made[suffix] = (f'{public}({", ".join(f["types"])})', f'{public}({arguments})', f['qualified_result'],
-                        f'{function_name(versioned(name, suffix, version))}'
-                        f'({", ".join(f"${k + 1}" for k in range(len(f["types"])))})',
+        made[suffix] = (f'{deployed}({", ".join(f["types"])})', f'{deployed}({arguments})', f['qualified_result'],
+                        f'{function_name(called)}({", ".join(f"${k + 1}" for k in range(len(f["types"])))})',
                         f'{comments[suffix]}; version {version}')
     return made, names
 
@@ -727,6 +775,7 @@ def _create(name, made, me, names):
         server.query(f'CREATE OR REPLACE FUNCTION {signature} RETURNS {returns} LANGUAGE sql IMMUTABLE '
                      f'PARALLEL SAFE RETURN {body}')
         created = function(identity)[0]
+        check_unambiguous(name, created)
         for found in server.query(FOREIGN, [created['oid']], ['pg_catalog.oid']):
             raise PgadError('42501', f'the {what} of model "{name}" would use {found["what"]}, which '
                                      f'role "{found["owner"] or "?"}" owns',
@@ -761,8 +810,7 @@ def _prune(name, me):
 
 def _own_functions(name, rows):
     """The functions of the versions whose rows are given (_own), owned by the role that trained each."""
-    return list({f['oid']: f for r in rows for f in _own(name, r['loss'], r['scoring_function'], r['trained_by'],
-                                                          r['version']).values()}.values())
+    return list({f['oid']: f for r in rows for _, f in _own(name, r).values()}.values())
 
 
 def _drop_functions(name, rows, public):
@@ -819,6 +867,20 @@ def reshaping(found, returns, names):
         return f'its arguments are renamed from {", ".join(map(printer.quote_ident, found["names"]))} to ' \
             f'{", ".join(map(printer.quote_ident, names))}'
     return None
+
+
+def check_unambiguous(name, found):
+    """The error unless a call of the function found (FUNCTION's row), one of model `name`'s, means it alone: another
+    function of its name taking its arguments and more, with defaults (AMBIGUOUS), would make every call of it
+    PostgreSQL's 42725; pgad's error names that function and its owner. A version's own functions take names no
+    function has (own_names): this stops a deployment, or a deployed function, that another role's made ambiguous."""
+    for other in server.query(AMBIGUOUS, [found['oid']], ['pg_catalog.oid']):
+        raise PgadError('42501', f'function {other["identity"]} of role "{other["owner"]}" makes calls of '
+                                 f'{found["identity"]} ambiguous',
+                        detail=f'It takes the arguments of model "{name}"\'s function and more, with defaults: '
+                               'PostgreSQL could not tell which of the two a call means.',
+                        hint=f'Ask role "{other["owner"]}" (or a superuser) to drop it (DROP FUNCTION '
+                             f'{other["identity"]}), or train the model under another name.')
 
 
 def function(signature):
@@ -971,8 +1033,9 @@ def write():
     if op == 'store':
         _serialized(CLAIM, name)
         version = _serialized(NEXT, name)[0]['version']
+        own = json.dumps(own_names(name, job['suffixes'], version))
         return [stored for row in job['rows'] for stored in
-                server.query(INSERT, row + [job['function'], caller, job['read_from'], version], INSERT_TYPES)]
+                server.query(INSERT, row + [job['function'], caller, job['read_from'], version, own], INSERT_TYPES)]
     versions = server.query(VERSIONS, [name], ['pg_catalog.text'])
     if op == 'drop_version':
         version = _existing(name, versions, job['version'])
