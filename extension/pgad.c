@@ -71,6 +71,17 @@ static int	memory_limit_kb = 1024 * 1024;
 static int	threads = 0;
 static int	max_threads = 1;
 static int	keep_versions = 10;
+static int	llvm_target = 0;
+
+/* The CPUs the llvm backend compiles for (pgad/jit/targets.py's NAMES): this one, or a level of the x86-64 psABI */
+static const struct config_enum_entry llvm_target_options[] = {
+	{"host", 0, false},
+	{"x86-64", 1, false},
+	{"x86-64-v2", 2, false},
+	{"x86-64-v3", 3, false},
+	{"x86-64-v4", 4, false},
+	{NULL, 0, false}
+};
 
 /* The most threads one call may use (pgad/jit/threads.py's MAX_THREADS) */
 #define PGAD_MAX_THREADS 64
@@ -156,6 +167,11 @@ _PG_init(void)
 							"A version whose functions other objects use is kept.",
 							&keep_versions, 10, 1, 100000,
 							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomEnumVariable("pgad.llvm_target",
+							 "The CPU the llvm backend compiles kernels for: host, or a level of x86-64.",
+							 "A level needs its features of this CPU; one it lacks is refused with SQLSTATE 22023.",
+							 &llvm_target, 0, llvm_target_options,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgad");
 	RegisterXactCallback(load_xact_callback, NULL);
 }
