@@ -77,7 +77,7 @@ demo: install $(DEV)/.done
 # pytest's header (tests/conftest.py).
 TARGETS := x86-64 x86-64-v3 x86-64-v4
 EQUALITY_TESTS := tests/test_jit.py tests/test_gpu.py tests/test_optimizers.py tests/test_threads.py \
-	tests/test_sequence_llvm.py tests/test_sequence_lanes.py tests/test_scan_linear.py tests/test_lockstep.py
+	tests/test_sequence_llvm.py tests/test_sequence_lanes.py tests/test_vectors.py tests/test_hessian.py
 
 test: install $(DEV)/.done
 	$(DEV)/bin/python -m pytest $(PYTEST_ARGS)
