@@ -5,8 +5,8 @@ kernel in machine code (jit/); 'cuda' is the same kernel on an NVIDIA GPU, gener
 'auto' picks cuda where a GPU is present and the data has at least GPU_ROWS rows (with a kernel the cuda backend
 compiles), else llvm, except for a lambda too large for the llvm backend to compile within its bound
 (jit/compiler.py), which runs on python. Kernels are cached per backend process, keyed by the program (its DAG and
-mode), the precision and llvm's target (and bounded as the programs are); jit/ also keeps compiled object code on disk for the
-next connection. The python and llvm backends compute in float64; cuda in float64 or float32.
+mode), the precision and llvm's target (and bounded as the programs are); jit/ also keeps compiled object code on
+disk for the next connection. The python and llvm backends compute in float64; cuda in float64 or float32.
 """
 from . import gpu, jit, python_backend
 from .jit.cache import NONE

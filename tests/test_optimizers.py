@@ -224,7 +224,7 @@ def test_the_llvm_kernel_trains_lbfgs_to_the_python_ones_optimum():
     objectives differ by less than the sums' rounding, so the paths part there (6.9e-9 relative after 20 iterations
     on an AVX-512 Xeon; 4.3e-9 from w* for x86-64 here, where the python backend stops 2.5e-11 from it). So each is
     compared with the optimum, lstsq's w*, to the radius within which the objective f = f* + ½ δᵀHδ stays within
-    the rounding bound of its sum of n nonnegative terms (n·ε·f*, ε a double's): |δ| ≤ √(2·n·ε·f* / λmin(H)),
+    the rounding bound of its sum of n nonnegative terms (n·ε·f*, ε a double's): |δ| ≤ √(2nεf*/λmin(H)),
     H = 2AᵀA/n — 9.9e-8 here. A kernel that read column x1 1e-6 too large stops 1.5e-6 from w*."""
     table, a = regression()
     y = table.columns[3]

@@ -36,7 +36,7 @@ TUNING = {'x86-64-v4': '-prefer-256-bit'}
 class Target:
     name: str           # 'host' or a level of LEVELS
     cpu: str            # LLVM's name of the CPU: the host's (znver4, skylake-avx512, …) or the level's
-    features: str       # LLVM's feature string: the host's every feature; a level's TUNING (its CPU name implies the rest)
+    features: str       # LLVM's feature string: the host's every feature; a level's TUNING (its CPU implies the rest)
     has: frozenset      # the features its code may use
 
     def key(self):
