@@ -1,12 +1,13 @@
 """The llvm backend's target (pgad/jit/targets.py): pgad.llvm_target and PGAD_LLVM_TARGET, the vector width and
 machine code each gives, a target this CPU cannot run refused before anything compiles, and the target in every
 kernel's cache key."""
+import os
 import re
 
 import numpy as np
 import pytest
 
-from conftest import error_of
+from conftest import LLVM_TARGET, error_of
 from pgad import backends, program
 from pgad.errors import PgadError
 from pgad.jit import codegen, compiler, lanes, targets, worker
@@ -111,7 +112,8 @@ def test_the_setting_names_the_target_through_sql(db):
     explain = ("SELECT stage, detail FROM pgad.explain('λ(d, w) (w.a*d.x + w.b - d.y)^2 + 0.25', 'reverse', "
                "'llvm') WHERE stage IN ('optimisation', 'machine code')")
     db.execute("SELECT pgad.loss('λ(d, w) d.x', 'SELECT 1.0::float8 AS x', '{}')")  # pgad.so loaded: its settings
-    assert db.execute('SHOW pgad.llvm_target').fetchone()[0] in targets.NAMES
+    shown = db.execute('SHOW pgad.llvm_target').fetchone()[0]
+    assert shown == (LLVM_TARGET or 'host') or os.environ.get('PGAD_TEST_PORT')  # conftest's cluster: the tests' own
     try:
         for name in [n for n in ('x86-64', 'x86-64-v4') if n in RUNNABLE]:
             db.execute(f"SET pgad.llvm_target = '{name}'")
