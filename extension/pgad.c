@@ -92,6 +92,18 @@ static const struct config_enum_entry publish_data_values_options[] = {
 	{NULL, 0, false}
 };
 
+static int	llvm_target = 0;
+
+/* The CPUs the llvm backend compiles for (pgad/jit/targets.py's NAMES): this one, or a level of the x86-64 psABI */
+static const struct config_enum_entry llvm_target_options[] = {
+	{"host", 0, false},
+	{"x86-64", 1, false},
+	{"x86-64-v2", 2, false},
+	{"x86-64-v3", 3, false},
+	{"x86-64-v4", 4, false},
+	{NULL, 0, false}
+};
+
 /* The most threads one call may use (pgad/jit/threads.py's MAX_THREADS) */
 #define PGAD_MAX_THREADS 64
 
@@ -185,6 +197,11 @@ _PG_init(void)
 							 "The bodies are in pg_proc, which every role that may connect reads; off refuses such a "
 							 "training with SQLSTATE 42501.",
 							 &publish_data_values, 0, publish_data_values_options,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomEnumVariable("pgad.llvm_target",
+							 "The CPU the llvm backend compiles kernels for: host, or a level of x86-64.",
+							 "A level needs its features of this CPU; one it lacks is refused with SQLSTATE 22023.",
+							 &llvm_target, 0, llvm_target_options,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pgad");
 	RegisterXactCallback(load_xact_callback, NULL);

@@ -5,8 +5,8 @@ kernel in machine code (jit/); 'cuda' is the same kernel on an NVIDIA GPU, gener
 'auto' picks cuda where a GPU is present and the data has at least GPU_ROWS rows (with a kernel the cuda backend
 compiles), else llvm, except for a lambda too large for the llvm backend to compile within its bound
 (jit/compiler.py), which runs on python. Kernels are cached per backend process, keyed by the program (its DAG and
-mode) and the precision (and bounded as the programs are); jit/ also keeps compiled object code on disk for the
-next connection. The python and llvm backends compute in float64; cuda in float64 or float32.
+mode), the precision and llvm's target (and bounded as the programs are); jit/ also keeps compiled object code on
+disk for the next connection. The python and llvm backends compute in float64; cuda in float64 or float32.
 """
 from . import gpu, jit, python_backend
 from .jit.cache import NONE
@@ -30,7 +30,16 @@ def choose(program, backend, rows=None):
     return 'llvm' if jit.fits(program) else 'python'
 
 
-@bounded_cache(CACHED_NODES, weight=lambda kernel, args: len(args[0].graph))
 def compile(program, backend, cache=NONE, precision='float64'):
-    """The kernel of program on backend ('auto': as choose gives it with the rows unknown), cached per process."""
-    return BACKENDS[choose(program, backend)](program, cache, precision)
+    """The kernel of program on backend ('auto': as choose gives it with the rows unknown), cached per process and,
+    for llvm, per target (jit/targets.py)."""
+    chosen = choose(program, backend)
+    return _compiled(program, chosen, cache, precision, jit.target() if chosen == 'llvm' else None)
+
+
+@bounded_cache(CACHED_NODES, weight=lambda kernel, args: len(args[0].graph))
+def _compiled(program, backend, cache, precision, target):
+    return BACKENDS[backend](program, cache, precision)
+
+
+compile.cache_clear = _compiled.cache_clear

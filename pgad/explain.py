@@ -101,7 +101,7 @@ def _llvm(program, timed):
                     loops.kernel_ir(program, codegen.NAME, kind),
                     lambda ir: f'{ir_instructions(ir)} IR instructions\n{ir}')
     optimised = (lambda m: f'{ir_instructions(str(m))} IR instructions after {tier.name} for '
-                           f'{compiler.llvm.get_host_cpu_name()}\n{m}')
+                           f'{compiler.targets.current().cpu}\n{m}')
     assembly = lambda asm: f'{machine_instructions(asm)} machine instructions\n{asm}'  # noqa: E731
     if compiler.in_process(program):
         module = timed('optimisation', lambda: compiler.optimise(ir_text, tier), optimised)

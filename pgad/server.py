@@ -16,7 +16,7 @@ import warnings
 
 from . import limits
 from .errors import Caret, Interrupted, PgadError
-from .jit import threads
+from .jit import targets, threads
 
 INTERRUPTED = '57'  # operator intervention: a cancel, a statement_timeout, a shutdown; never reported as another
 # numpy's floating-point RuntimeWarnings ('overflow encountered in multiply'): the NaN or infinity they warn of is
@@ -49,6 +49,7 @@ def entry(function):
     def call(*args, **kwargs):
         outer = limits.on_interrupts(check_interrupts)  # a pgad call inside another's data query gives it back
         outer_count = threads.on_count(thread_count, debug)
+        outer_target = targets.on_name(llvm_target)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
             warnings.filterwarnings('ignore', NUMPY_FLOATING, RuntimeWarning)
@@ -63,6 +64,7 @@ def entry(function):
             finally:
                 limits.on_interrupts(outer)
                 threads.on_count(*outer_count)
+                targets.on_name(outer_target)
                 for warning in caught:
                     plpy().warning(str(warning.message))
         detail = error.detail
@@ -148,7 +150,7 @@ def interrupted(error):
 
 
 SETTINGS = ('max_lambda_bytes', 'max_lambda_nodes', 'cache_directory', 'cache_size', 'load_chunk_rows', 'memory_limit',
-            'threads', 'max_threads')
+            'threads', 'max_threads', 'llvm_target')
 MEMORY_UNITS = {'': 1, 'B': 1, 'kB': 1 << 10, 'MB': 1 << 20, 'GB': 1 << 30, 'TB': 1 << 40}
 
 
@@ -159,6 +161,11 @@ def settings():
         return {name: library.pgad_setting(f'pgad.{name}'.encode()).decode() for name in SETTINGS}
     row = query('SELECT ' + ', '.join(f"pg_catalog.current_setting('pgad.{name}') AS {name}" for name in SETTINGS))
     return dict(row[0])
+
+
+def llvm_target():
+    """The target the llvm backend compiles for (jit/targets.py): pgad.llvm_target as the call sees it."""
+    return settings()['llvm_target']
 
 
 def thread_count():

@@ -15,6 +15,11 @@ import pytest
 
 from pgad.throwaway import Cluster
 
+# The llvm backend's target (pgad/jit/targets.py): PGAD_LLVM_TARGET names it to the kernels compiled here and, as
+# pgad.llvm_target, to the cluster's servers; `make test` runs the equality tests (EQUALITY_TESTS in the Makefile)
+# once more for each of x86-64, x86-64-v3 and x86-64-v4, each skipped whole on a CPU that cannot run it
+LLVM_TARGET = os.environ.get('PGAD_LLVM_TARGET')
+
 
 # `make mutation MUTATION_SCOPE=models` (tools/mutation.sh) sets PGAD_MUTATION_HITS: the server it starts imports
 # the mutated modules (tools/mutation_server/), and each backend runs the mutant that this test process runs
@@ -26,6 +31,30 @@ MUTATION_HITS = os.environ.get('PGAD_MUTATION_HITS')
 
 def _hits_file():
     return os.path.join(MUTATION_HITS, str(os.getpid()))
+
+
+def unrunnable():
+    """Why this CPU cannot run PGAD_LLVM_TARGET (the features it lacks), or None."""
+    from pgad.errors import PgadError
+    from pgad.jit import targets
+    try:
+        targets.named(LLVM_TARGET or targets.HOST)
+    except PgadError as e:
+        return e.message
+    return None
+
+
+def pytest_report_header(config):
+    why = unrunnable()
+    return f'llvm target: {LLVM_TARGET or "host"}' + (f' — every test skipped: {why}' if why else '')
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under a PGAD_LLVM_TARGET this CPU cannot run, every test is skipped with the reason."""
+    why = unrunnable()
+    if why:
+        for item in items:
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
 def pytest_configure(config):
@@ -74,7 +103,7 @@ def cluster():
     if os.environ.get('PGAD_TEST_PORT'):
         yield Running(int(os.environ['PGAD_TEST_PORT']))
         return
-    with Cluster() as pg:
+    with Cluster(server_settings={'pgad.llvm_target': LLVM_TARGET} if LLVM_TARGET else None) as pg:
         yield pg
 
 

@@ -400,6 +400,8 @@ ELSEWHERE = {
     'the data needs 24000 MB on the GPU, more than the 20000 MB free there': 'tests/test_gpu.py (a GPU\'s memory)',
     'lambda is too large for the cuda backend: 902 nodes with its derivatives':
         'tests/test_gpu.py (compiled within a second on a GPU)',
+    'llvm target "x86-64-v4" needs CPU features this CPU lacks: …':
+        'tests/test_targets.py::test_a_target_this_cpu_lacks_is_refused_before_anything_compiles (a CPU without AVX-512)',
     'compiling the kernel took more than 60 s':
         'tests/test_compile_worker.py::test_a_compile_past_its_wall_time_is_killed',
     'compiling the kernel failed: its process was killed by signal 9 (SIGKILL)':

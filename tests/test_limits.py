@@ -131,13 +131,16 @@ def test_the_settings_exist_once_pgad_is_loaded(db):
     shown = dict(db.execute("SELECT name, setting FROM pg_settings WHERE name LIKE 'pgad.%'").fetchall())
     assert set(shown) == {'pgad.max_lambda_bytes', 'pgad.max_lambda_nodes', 'pgad.cache_directory',
                           'pgad.cache_size', 'pgad.load_chunk_rows', 'pgad.memory_limit', 'pgad.threads',
-                          'pgad.max_threads', 'pgad.keep_versions', 'pgad.publish_data_values'}
+                          'pgad.max_threads', 'pgad.keep_versions', 'pgad.publish_data_values',
+                          'pgad.llvm_target'}
     contexts = dict(db.execute("SELECT name, context FROM pg_settings WHERE name LIKE 'pgad.%'").fetchall())
     assert {n for n, c in contexts.items() if c == 'superuser'} == set(shown) - {'pgad.threads', 'pgad.keep_versions',
-                                                                                 'pgad.publish_data_values'}
+                                                                                 'pgad.publish_data_values',
+                                                                                 'pgad.llvm_target'}
     assert contexts['pgad.threads'] == 'user'  # any role chooses its threads, within pgad.max_threads
     assert contexts['pgad.keep_versions'] == 'user'  # and how many versions of its models it keeps
     assert contexts['pgad.publish_data_values'] == 'user'  # and what its trainings publish of its data
+    assert contexts['pgad.llvm_target'] == 'user'  # and the CPU its kernels compile for, among those this one runs
 
 
 # --- cancellation from text to machine code ---------------------------------------------------------------------
@@ -232,7 +235,7 @@ def test_with_pgad_preloaded_every_session_shows_the_settings_and_refuses_a_plai
                               'pgad.cache_directory': 'superuser', 'pgad.cache_size': 'superuser',
                               'pgad.memory_limit': 'superuser', 'pgad.load_chunk_rows': 'superuser',
                               'pgad.threads': 'user', 'pgad.max_threads': 'superuser', 'pgad.keep_versions': 'user',
-                              'pgad.publish_data_values': 'user'}
+                              'pgad.publish_data_values': 'user', 'pgad.llvm_target': 'user'}
             assert error_of(carol, "SET pgad.memory_limit = '1TB'").sqlstate == '42501'
             assert error_of(carol, 'SET pgad.no_such_setting = 1').sqlstate == '42602'
             assert error_of(carol, 'SET pgad.load_chunk_rows = 7').sqlstate == '42501'

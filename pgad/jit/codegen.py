@@ -17,6 +17,7 @@ import re
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from . import targets
 from .. import limits
 from ..lang.rules import PRIMITIVES
 from .tiers import tier_of
@@ -298,12 +299,13 @@ def _library(name):
     return ctypes.util.find_library(name)
 
 
-def vector_widths():
-    """libmvec's variants this CPU can run, as (ISA letter, doubles per call): SSE 2, AVX2 4, AVX-512 8."""
-    features = llvm.get_host_cpu_features()
-    widths = [('b', 2)] if features.get('sse4.2') else []
-    widths += [('d', 4)] if features.get('avx2') and features.get('fma') else []
-    return widths + ([('e', 8)] if features.get('avx512f') else [])
+def vector_widths(features=None):
+    """libmvec's variants a CPU with these features (by default the target's: targets.py) runs, as (ISA letter,
+    doubles per call): SSE 2, AVX2 4, AVX-512 8."""
+    has = targets.current().has if features is None else features
+    widths = [('b', 2)] if 'sse4.2' in has else []
+    widths += [('d', 4)] if {'avx2', 'fma'} <= has else []
+    return widths + ([('e', 8)] if 'avx512f' in has else [])
 
 
 def vectorised(ir_text, widths):

@@ -1,9 +1,9 @@
-"""LLVM IR → machine code for this CPU, called through ctypes; compiled kernels cached on disk.
+"""LLVM IR → machine code for the target CPU, called through ctypes; compiled kernels cached on disk.
 
-optimise() runs llvmlite's new pass manager for the host CPU and its features, and the target machine emits an
-object file, which the disk cache (cache.py) keeps, keyed by the program's DAG, pgad's code generator, the llvmlite
-and LLVM versions and the CPU: a new connection that meets a lambda it has seen before loads the object and
-compiles nothing.
+optimise() runs llvmlite's new pass manager for the target (targets.py: the host CPU and its features by default,
+or a level of x86-64), and the target machine emits an object file, which the disk cache (cache.py) keeps, keyed by
+the program's DAG, pgad's code generator, the llvmlite and LLVM versions and the target: a new connection that meets
+a lambda it has seen before loads the object and compiles nothing.
 
 LLVM's passes cannot be interrupted, so only a kernel that is provably small (in_process: tens of milliseconds)
 is compiled in the server process; every other compile runs in a process of its own (worker.py), which the backend
@@ -27,7 +27,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import cache as disk, codegen, cost, frames, loops, threads, tiers, worker
+from . import cache as disk, codegen, cost, frames, loops, targets, threads, tiers, worker
 from .. import limits
 from ..errors import PgadError
 from ..lang import printer
@@ -51,12 +51,14 @@ class Compiled:
 
 
 def target_machine(level=3):
-    """The host CPU's target machine at a code generation level, for optimising and emitting code (one each)."""
-    return worker.target_machine(level)
+    """The current target's machine (targets.py) at a code generation level, for optimising and emitting code."""
+    target = targets.current()
+    return worker.target_machine(level, target.cpu, target.features)
 
 
 def new_target_machine(level=3):
-    """A target machine of its own, for an execution engine, which takes ownership of it and frees it."""
+    """A target machine of its own, for the execution engine, which takes ownership of it and frees it. The engine
+    only links the object code it is given, compiled for whichever target: its machine is the host's."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     codegen.link_math()
@@ -66,21 +68,25 @@ def new_target_machine(level=3):
 
 
 def optimise(ir_text, tier=TIERS[0]):
-    """The module of ir_text, optimised in place for this CPU at the tier's level (in this process)."""
-    return worker.optimise(ir_text, tier.speed_level, tier.vectorise)
+    """The module of ir_text, optimised in place for the current target at the tier's level (in this process)."""
+    target = targets.current()
+    return worker.optimise(ir_text, tier.speed_level, tier.vectorise, target.cpu, target.features)
+
+
+def _toolchain():
+    """What else decides the machine code: pgad's code generator and compiler, llvmlite, LLVM, and the target."""
+    return _sources() + '\n' + targets.current().key()
 
 
 @functools.lru_cache(maxsize=None)
-def _toolchain():
-    """What else decides the machine code: pgad's code generator and compiler, llvmlite, LLVM, and this CPU."""
+def _sources():
     sources = hashlib.sha256()
     package = os.path.dirname(loops.__file__)
     for path in (codegen.__file__, *sorted(glob.glob(os.path.join(package, '*.py'))), frames.__file__, tiers.__file__,
-                 worker.__file__, __file__):
+                 worker.__file__, targets.__file__, __file__):
         with open(path, 'rb') as f:
             sources.update(f.read())
-    return '\n'.join([sources.hexdigest(), llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info)),
-                      llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()])
+    return '\n'.join([sources.hexdigest(), llvmlite.__version__, '.'.join(map(str, llvm.llvm_version_info))])
 
 
 def cache_key(program):
@@ -179,8 +185,10 @@ def machine_code(program, ir_text, tier, ms, here=None):
 
 def request(ir_text, tier, optimised_ir=False, assembly=False):
     """What the compiler process is sent for ir_text at the tier (worker.llvm_job): plain data."""
+    target = targets.current()
     return dict(job='llvm', ir=ir_text, speed_level=tier.speed_level, vectorise=tier.vectorise,
-                codegen_level=tier.codegen_level, optimised_ir=optimised_ir, assembly=assembly)
+                codegen_level=tier.codegen_level, cpu=target.cpu, features=target.features,
+                optimised_ir=optimised_ir, assembly=assembly)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,5 +1,5 @@
-"""scan.py's reverse-mode gradient with W sequences side by side, one in each SIMD lane (W doubles: the CPU's vector
-width, codegen.vector_widths()).
+"""scan.py's reverse-mode gradient with W sequences side by side, one in each SIMD lane (W doubles: the target's
+vector width, codegen.vector_widths()).
 
 A row of a sequence depends on the row before (the level on the last level), so scan.py's kernels, which walk one
 sequence at a time, run a chain of dependent scalar operations whatever the CPU's width. Here a pack of W sequences
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from . import cache as disk, compiler, frames, scan, threads
+from . import cache as disk, compiler, frames, scan, targets, threads
 from .. import limits
 from .codegen import DOUBLE, I64, _Emitter, emit_nodes, vector_widths, vectorised
 from .scan import INDEX, POINTER, _at, _function, _loop, _module, _positions
@@ -56,10 +56,8 @@ LANE_TIER = Tier('O3, lanes', 3, True, 3, MAX_NODES, MAX_NODES, 64_000_000)
 RUN_BYTES = 1 << 20
 
 
-@functools.lru_cache(maxsize=None)
 def width():
-    """Doubles in the CPU's widest vector register that libmvec has variants for (2 at least); asked of LLVM once
-    (200 µs a time)."""
+    """Doubles in the target's widest vector register that libmvec has variants for (2 at least: targets.py)."""
     return max([w for _, w in vector_widths()] or [2])
 
 
@@ -84,11 +82,12 @@ class Lanes:
 
 
 def compiled(step, adjoint, cache=disk.NONE):
-    """The Lanes of step, compiled once for the Step (kept with it), its object code from the
+    """The Lanes of step, compiled once for the Step and the target (kept with it), its object code from the
     disk cache where there."""
-    found = step.__dict__.get('_lanes')
+    key = '_lanes ' + targets.current().name
+    found = step.__dict__.get(key)
     if found is None:
-        found = step.__dict__['_lanes'] = _compile(step, adjoint, cache, width())
+        found = step.__dict__[key] = _compile(step, adjoint, cache, width())
     return found
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
-from . import cache as disk, compiler, cost, frames, threads
+from . import cache as disk, compiler, cost, frames, targets, threads
 from .. import limits
 from ..errors import PgadError
 from ..lang import printer
@@ -108,10 +108,10 @@ def fits(step, tangents=False):
 
 
 def compiled(step, adjoint, cache=disk.NONE, tangents=False):
-    """The Scan of step (forward mode's where tangents), compiled once for the Step (kept with it), its object code
-    from the disk cache where there; adjoint: the prefix of the vjp's cotangent columns (adjoint + str(k)). 54001
-    where it is too large."""
-    key = '_scan' + '_tangents' * tangents
+    """The Scan of step (forward mode's where tangents), compiled once for the Step and the target (kept with it), its
+    object code from the disk cache where there; adjoint: the prefix of the vjp's cotangent columns (adjoint +
+    str(k)). 54001 where it is too large."""
+    key = '_scan' + '_tangents' * tangents + ' ' + targets.current().name
     found = step.__dict__.get(key)
     if found is None:
         found = step.__dict__[key] = _compile(step, adjoint, cache, tangents)

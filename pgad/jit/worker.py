@@ -3,12 +3,13 @@
 LLVM's passes and numba's typing and NVVM run in C++ and cannot be interrupted, and how long they take grows faster
 than the kernel and depends on its shapes (a loop kernel of 24 4 × 4 layers: 13 s of LLVM). So every compile that
 is not provably small (compiler.in_process) runs here, in `python -m pgad.jit.worker`, started with the Python of
-pgad's own environment. The backend (run()) hands it a request, plain data as JSON on stdin — the IR text and the
-tier's levels, or the kernel's generated source, its constants, argument types and target — and waits for the
-result on stdout, checking for interrupts every POLL_SECONDS: a cancel, a statement_timeout or a termination kills
-the child's process group at once and is raised as it came; the child dies with the backend too (PR_SET_PDEATHSIG),
-should the backend exit first. A child that crashes or runs out of its memory (MEMORY_BYTES of address space) fails
-the call (58000), never the backend; one still compiling after WALL_SECONDS is killed (54001).
+pgad's own environment. The backend (run()) hands it a request, plain data as JSON on stdin — the IR text, the
+tier's levels and the CPU and features to compile for (targets.py), or the kernel's generated source, its constants,
+argument types and target — and waits for the result on stdout, checking for interrupts every POLL_SECONDS: a
+cancel, a statement_timeout or a termination kills the child's process group at once and is raised as it came; the
+child dies with the backend too (PR_SET_PDEATHSIG), should the backend exit first. A child that crashes or runs out
+of its memory (MEMORY_BYTES of address space) fails the call (58000), never the backend; one still compiling after
+WALL_SECONDS is killed (54001).
 
 The child inherits nothing of PostgreSQL's: a clean environment, no file descriptors but its three pipes, a session
 of its own, SIGINT and SIGTERM at their defaults; its sys.path is pgad's folder and its Python's own, never its
@@ -201,39 +202,39 @@ def environment(request):
 
 # --- the child's side -----------------------------------------------------------------------------------------------
 
-def optimise(ir_text, speed_level, vectorise):
-    """The module of ir_text, optimised in place for this CPU at speed_level (3: O3), loop and SLP vectorisation on
-    or off."""
+def optimise(ir_text, speed_level, vectorise, cpu, features):
+    """The module of ir_text, optimised in place for the CPU `cpu` with `features` (LLVM's names: targets.py) at
+    speed_level (3: O3), loop and SLP vectorisation on or off."""
     import llvmlite.binding as llvm
     module = llvm.parse_assembly(ir_text)
     module.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
     pto.loop_vectorization = pto.slp_vectorization = vectorise
-    builder = llvm.create_pass_builder(target_machine(), pto)
+    builder = llvm.create_pass_builder(target_machine(3, cpu, features), pto)
     builder.getModulePassManager().run(module, builder)
     return module
 
 
 @functools.lru_cache(maxsize=None)
-def target_machine(level=3):
-    """The host CPU's target machine at a code generation level, for optimising and emitting code."""
+def target_machine(level, cpu, features):
+    """The target machine of the CPU `cpu` with `features` at a code generation level, for optimising and emitting
+    code."""
     import llvmlite.binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                        opt=level, codemodel='jitdefault', jit=True)
+    return target.create_target_machine(cpu=cpu, features=features, opt=level, codemodel='jitdefault', jit=True)
 
 
 def llvm_job(request):
     """IR → the optimised IR (if asked) and the object code or the assembly, with the seconds of each stage."""
     started = time.perf_counter()
-    module = optimise(request['ir'], request['speed_level'], request['vectorise'])
+    module = optimise(request['ir'], request['speed_level'], request['vectorise'], request['cpu'], request['features'])
     seconds, parts = {'optimisation': time.perf_counter() - started}, []
     if request.get('optimised_ir'):
         parts.append(('optimised_ir', str(module).encode()))
     started = time.perf_counter()
-    machine = target_machine(request['codegen_level'])
+    machine = target_machine(request['codegen_level'], request['cpu'], request['features'])
     parts.append(('assembly', machine.emit_assembly(module).encode()) if request.get('assembly') else
                  ('object', machine.emit_object(module)))
     seconds['machine code'] = time.perf_counter() - started
