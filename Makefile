@@ -77,7 +77,7 @@ demo: install $(DEV)/.done
 # pytest's header (tests/conftest.py).
 # What in those files no llvm target changes is left to the first run: numba's PTX of every cuda kernel (2 minutes),
 # the servers started without a GPU.
-TARGETS := x86-64 x86-64-v3 x86-64-v4
+TARGETS := x86-64-v4 x86-64-v3 x86-64
 NOT_PER_TARGET := not sm_80 and not spills and not without_a_gpu
 EQUALITY_TESTS := tests/test_jit.py tests/test_gpu.py tests/test_optimizers.py tests/test_threads.py \
 	tests/test_sequence_llvm.py tests/test_sequence_lanes.py tests/test_vectors.py tests/test_hessian.py

@@ -240,4 +240,4 @@ def test_with_pgad_preloaded_every_session_shows_the_settings_and_refuses_a_plai
             assert error_of(carol, 'SET pgad.no_such_setting = 1').sqlstate == '42602'
             assert error_of(carol, 'SET pgad.load_chunk_rows = 7').sqlstate == '42501'
             assert carol.execute("SELECT pg_catalog.count(*) FROM pg_catalog.pg_settings WHERE name LIKE 'pgad.%' "
-                                 "AND short_desc <> ''").fetchone()[0] == 10
+                                 "AND short_desc <> ''").fetchone()[0] == 11
