@@ -1,0 +1,287 @@
+"""The piecewise-linear losses ('quantile(τ)', 'absolute', 'hinge') of a model linear in its weights, as the linear
+programme they are: pgad.train's optimizer 'interior_point', its default for them.
+
+Each of these losses is, per row, ρ(r) = α·max(r, 0) + β·max(−r, 0) of a residual r = a − b·w affine in the weights
+(LOSSES: quantile r = y − p, α = τ, β = 1 − τ; absolute α = β = 1; hinge r = 1 − y·p, α = 1, β = 0). Newton's Hessian
+of such a loss is zero almost everywhere and L-BFGS stops on a kink; the linear programme has an exact optimum. The
+design (b, a) of each row comes from pgad's own derivatives of the prediction p = c + x·w: x = ∂p/∂w, c = p(0), in
+one pass of the python backend over the rows (design); the model is linear in its weights where no node of ∂p/∂w
+depends on a weight (linear), which the DAG says exactly.
+
+The objective mean ρ + l2·Σ w² + l1·Σ |w| (over the weights the penalty's mask names) times the rows is
+
+  min Σ α·u + β·v + n·l2·wᵀMw + n·l1·Σ|w|   such that   B·w + u − v = a,  u, v ≥ 0,
+
+l1 as a row of its own per weight (b = e_j, a = 0, α = β = n·l1). solve() runs Mehrotra's primal-dual
+predictor-corrector (Koenker and Portnoy's Frisch–Newton for quantile regression): each iteration one weighted
+least-squares solve of the p × p normal equations (BᵀQ⁻¹B + 2n·l2·M), equilibrated (the columns' units do not matter),
+for the affine and the centring step; the dual d lies in [−β, α] and, with l2, Bᵀd = 2n·l2·Mw. It stops where the
+complementarity gap (u·s + v·t) and the residuals of both feasibilities are below GAP relative to the objective: then
+the objective is the optimum's to about that (converged); interrupts are checked between iterations and between
+blocks of rows.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import program, python_backend
+from ..errors import PgadError
+from ..lang import printer
+from . import descent, objective
+
+# name → (α, β) of its parameter, and the residual r = a − b·w of prediction p = c + x·w and label y, as (a, b)
+LOSSES = {
+    'quantile': (lambda tau: (tau, 1 - tau), lambda c, x, y: (y - c, x)),
+    'absolute': (lambda _: (1.0, 1.0), lambda c, x, y: (y - c, x)),
+    'hinge': (lambda _: (1.0, 0.0), lambda c, x, y: (1 - y * c, y[:, None] * x)),
+}
+GAP = 1e-12        # the relative gap and residuals at which solve() stops
+CRITERION = 1e-9   # the relative gap and residuals at which a fit has converged (Fit.gradient_norm)
+STEP = 0.99995     # the fraction of the way to the boundary each step goes
+BLOCK_ROWS = 1 << 16  # rows per pass of the design's evaluation and the normal equations' sums, interrupts between
+ITERATIONS = 200   # the cap on iterations left out: the optimum takes 15 to 60
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A model's prediction program (its outputs p and ∂p/∂w per weight element) and its loss's (α, β) and residual."""
+    prediction: program.Program
+    alpha: float
+    beta: float
+    residual: object   # (c, x, y) → (a, B)
+    label: str
+
+
+def takes(loss):
+    """Is loss (as pgad.train stores it) one of LOSSES?"""
+    return objective.base(loss) in LOSSES
+
+
+def problem(goal, loss, label, names, shapes, limits):
+    """The Problem of goal's model under loss, or None where the model is not linear in its weights (linear)."""
+    kind, parameter = objective.named(loss)
+    model = goal.model
+    text = f'λ({printer.parameter(model.row)}, {printer.parameter(model.params)}) ' + \
+        printer.to_lambda(model, model.root, printer.budget(limits))
+    prediction = program.build(text, tuple(names), 'reverse', True, limits, shapes)
+    if not linear(prediction):
+        return None
+    alpha, beta = LOSSES[kind][0](parameter)
+    return Problem(prediction, alpha, beta, LOSSES[kind][1], label)
+
+
+def linear(prediction):
+    """Is the prediction affine in its weights: no node of its derivative by any weight depends on a weight?"""
+    depends = prediction.graph.depends_on_weights()
+    return all(not depends[i] for i in prediction.outputs[1:])
+
+
+def refusal(loss, why):
+    """The error of optimizer 'interior_point' where it does not apply: why says what is not so."""
+    return PgadError('0A000', f'optimizer "interior_point" cannot train {why}',
+                     detail="It solves the linear programme of loss 'quantile', 'absolute' or 'hinge' of a model linear "
+                            'in its weights.',
+                     hint="Leave optimizer out (the default smooths the loss where the programme does not apply), or "
+                          "use optimizer 'lbfgs'." if takes(loss) else
+                          "Leave optimizer out, or use optimizer 'lbfgs' or 'newton'.")
+
+
+def check_memory(rows, p, memory_limit):
+    """The error where the design (rows × p), its working copy and a dozen vectors of rows would pass memory_limit."""
+    need = 8 * (rows * (2 * p + 12) + 4 * p * p)
+    if need > memory_limit:
+        from ..loader import OUT_OF_MEMORY, megabytes
+        raise PgadError(OUT_OF_MEMORY, f'optimizer "interior_point" needs {megabytes(need)} for its design, more than '
+                                       f'pgad.memory_limit ({megabytes(memory_limit)})',
+                        detail=f'{rows} rows of {p} derivatives of the prediction, and its working vectors.',
+                        hint="Train with optimizer => 'lbfgs', on fewer rows, or have a superuser raise "
+                             'pgad.memory_limit.')
+
+
+def design(problem, columns, rows, interrupts):
+    """(a, B) of every row: the prediction's value at w = 0 and its derivatives, BLOCK_ROWS rows a pass; columns
+    {name: array}, the label's among them."""
+    prediction = problem.prediction
+    p = len(prediction.weights)
+    _, _, plan = python_backend.steps(prediction.graph, prediction.outputs, {c: c for c in prediction.columns},
+                                      {w: k for k, w in enumerate(prediction.weights)})
+    c, x = np.empty(rows), np.empty((rows, p))
+    zero = np.zeros(p)
+    for start in range(0, rows, BLOCK_ROWS):
+        end = min(rows, start + BLOCK_ROWS)
+        found = python_backend.evaluate(plan, {n: columns[n][start:end] for n in prediction.columns}, zero)
+        values = [python_backend.as_rows(found[o], end - start) for o in prediction.outputs]
+        c[start:end] = values[0]
+        for k in range(p):
+            x[start:end, k] = values[1 + k]
+        interrupts()
+    y = np.asarray(columns[problem.label], dtype=np.float64)
+    return problem.residual(c, x, y)
+
+
+def fit(problem, kernel, table, columns, start, names, iterations, penalty, clock, memory_limit, why=None):
+    """(the descent.Fit, the starting objective) of the linear programme of table's rows (columns: their names): the
+    objective checked finite at start (with why's explanation), the design, solve(); the objective at the weights
+    found by the kernel, as every optimizer's."""
+    p = len(start)
+    check_memory(table.rows, p, memory_limit)
+    start = np.asarray(start, dtype=np.float64)
+    sums = descent.evaluate(kernel, table, start, clock.interrupts)
+    descent.check_finite(sums, start, 1, names, 0.0, why)
+    begun = sums[0] / table.rows + penalty.value(start)
+    a, b = design(problem, {str(c): v for c, v in zip(columns, table.columns)}, table.rows,
+                  clock.interrupts)
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise PgadError('22003', 'the prediction or its derivatives are not finite on some row',
+                        hint='Check that the model is defined on every row (ln and sqrt of the data, division).')
+    mask = penalty.mask if penalty.mask is not None else np.ones(p)
+    n = table.rows
+    alpha, beta = np.full(n, problem.alpha), np.full(n, problem.beta)
+    if penalty.l1:  # a row per weight the mask names: n·l1·|w_j|
+        penalised = np.flatnonzero(mask)
+        b = np.vstack([b, np.eye(p)[penalised]])
+        a = np.concatenate([a, np.zeros(len(penalised))])
+        alpha = np.concatenate([alpha, np.full(len(penalised), n * penalty.l1)])
+        beta = np.concatenate([beta, np.full(len(penalised), n * penalty.l1)])
+    ridge = 2 * n * penalty.l2 * mask
+
+    def step(it, w, value):
+        clock.rows += n
+        clock.validate(w, value / n)
+        clock.iteration(it, value / n)
+
+    w, history, measure, stopped = solve(b, a, alpha, beta, ridge, iterations, step, clock.interrupts)
+    history = [h / n for h in history]
+    sums = descent.evaluate(kernel, table, w, clock.interrupts)
+    descent.check_finite(sums, w, len(history) + 1, names, 0.0, why)
+    loss = sums[0] / n + penalty.value(w)
+    converged = measure <= CRITERION
+    result = descent.Fit(w, loss, history[:-1] + [loss] if history else [], len(history), clock.seconds(),
+                         converged, measure, stopped)
+    if not converged:
+        clock.warning(*unconverged(result, iterations))
+    return result, begun
+
+
+def unconverged(result, iterations):
+    """(message, hint) of the WARNING of a linear programme stopped short of its optimum."""
+    measure = f'its relative gap {result.gradient_norm:.3g} is above {CRITERION:g}'
+    if result.stopped == 'cap':
+        return (f'optimizer "interior_point" did not converge in its {iterations} iterations: {measure}',
+                f'Train with iterations => {max(10 * iterations, 1000)}, or leave iterations out.')
+    return (f'optimizer "interior_point" stopped short of the optimum: {measure}',
+            'The columns may be collinear, or too far apart in scale for float64: check the model and the data.')
+
+
+def objective_of(b, a, alpha, beta, ridge, w):
+    """Σ ρ(a − B·w) + ½·wᵀ·diag(ridge)·w."""
+    r = a - b @ w
+    return float(alpha @ np.maximum(r, 0) + beta @ np.maximum(-r, 0) + 0.5 * (ridge * w) @ w)
+
+
+def solve(b, a, alpha, beta, ridge, iterations, each, interrupts):
+    """(w, the objective after each iteration, the relative gap at w, why it stopped: 'optimum', 'cap' or 'stalled')
+    of min Σ ρ(a − B·w) + ½·wᵀ·diag(ridge)·w by Mehrotra's predictor-corrector; each(it, w, objective) after each
+    iteration, interrupts() between blocks of rows."""
+    m, p = b.shape
+    w = _normal_solve(b, np.ones(m), ridge, b.T @ a if m else np.zeros(p), interrupts)
+    r = a - b @ w
+    shift = max(float(np.mean(np.abs(r))), 1e-10 * float(np.max(np.abs(a), initial=0.0)), 1e-300)
+    u, v = np.maximum(r, 0) + shift, np.maximum(-r, 0) + shift
+    d = (alpha - beta) / 2
+    history, measure, stopped = [], np.inf, 'cap'
+    for it in range(1, iterations + 1):
+        interrupts()
+        s, t = alpha - d, beta + d
+        primal, dual, gap = a - b @ w - u + v, b.T @ d - ridge * w, u @ s + v @ t
+        value = objective_of(b, a, alpha, beta, ridge, w)
+        measure = _measure(b, a, alpha, beta, ridge, w, d, primal, dual, gap, value)
+        if measure <= GAP:
+            stopped = 'optimum'
+            break
+        q = u / s + v / t
+        factor = _factor(b, 1 / q, ridge, interrupts)
+        mu = gap / (2 * len(u))
+
+        def direction(ru, rv):
+            r1 = primal - ru / s + rv / t
+            dw = _solved(factor, dual + b.T @ (r1 / q))
+            dd = (r1 - b @ dw) / q
+            return dw, (ru + u * dd) / s, (rv - v * dd) / t, dd
+
+        dw, du, dv, dd = direction(-u * s, -v * t)  # affine: σ = 0
+        ap, ad = _steps(u, v, s, t, du, dv, dd, ridge.any())
+        affine = (u + ap * du) @ (s - ad * dd) + (v + ap * dv) @ (t + ad * dd)
+        sigma = (affine / gap) ** 3
+        dw, du, dv, dd = direction(sigma * mu - u * s - du * -dd, sigma * mu - v * t - dv * dd)
+        ap, ad = _steps(u, v, s, t, du, dv, dd, ridge.any())
+        ap, ad = min(1.0, STEP * ap), min(1.0, STEP * ad)
+        w, u, v, d = w + ap * dw, u + ap * du, v + ap * dv, d + ad * dd
+        value = objective_of(b, a, alpha, beta, ridge, w)
+        history.append(value)
+        each(it, w, value)
+    else:
+        s, t = alpha - d, beta + d
+        measure = _measure(b, a, alpha, beta, ridge, w, d, a - b @ w - u + v, b.T @ d - ridge * w, u @ s + v @ t,
+                           objective_of(b, a, alpha, beta, ridge, w))
+        if measure <= GAP:
+            stopped = 'optimum'
+    if stopped == 'optimum' and not history:
+        history = [objective_of(b, a, alpha, beta, ridge, w)]
+    return w, history, float(measure), stopped
+
+
+def _measure(b, a, alpha, beta, ridge, w, d, primal, dual, gap, value):
+    """The largest of the relative duality gap (the objective at w less the dual's at d, and the complementarity),
+    the primal residual relative to the residuals' scale and the dual residual relative to |B|ᵀ|d|, each weight's."""
+    scale = abs(value) + 1e-300
+    clipped = np.clip(d, -beta, alpha)
+    lower = a @ clipped - 0.5 * (ridge * w) @ w
+    relative_gap = max(abs(value - lower), gap) / scale
+    size = float(np.max(np.abs(a), initial=0.0)) + float(np.max(np.abs(b @ w), initial=0.0)) + 1e-300
+    seen = np.abs(b).T @ np.abs(d) + np.abs(ridge * w) + 1e-300
+    return max(relative_gap, float(np.max(np.abs(primal), initial=0.0)) / size,
+               float(np.max(np.abs(dual) / seen, initial=0.0)))
+
+
+def _steps(u, v, s, t, du, dv, dd, together):
+    """The longest steps (primal, dual) at most 1 that keep u, v and s = α − d, t = β + d positive; the least of the
+    two for both where the ridge ties w to d."""
+    def longest(x, dx):
+        falling = dx < 0
+        return min(1.0, float(np.min(-x[falling] / dx[falling]))) if falling.any() else 1.0
+    ap = min(longest(u, du), longest(v, dv))
+    ad = min(longest(s, -dd), longest(t, dd))
+    return (min(ap, ad),) * 2 if together else (ap, ad)
+
+
+def _factor(b, weight, ridge, interrupts):
+    """(the Cholesky factor of the equilibrated BᵀWB + diag(ridge), the equilibration's root), BLOCK_ROWS rows a sum;
+    a ridge of 1e-14, 1e-13, … on the unit diagonal where the factor would be singular (collinear weights)."""
+    p = b.shape[1]
+    h = np.diag(ridge).astype(np.float64)
+    for start in range(0, b.shape[0], BLOCK_ROWS):
+        part = b[start:start + BLOCK_ROWS]
+        h += part.T @ (weight[start:start + BLOCK_ROWS, None] * part)
+        interrupts()
+    diagonal = np.abs(np.diag(h))
+    root = np.sqrt(np.where(np.isfinite(diagonal) & (diagonal > 0), diagonal, 1.0))
+    scaled = h / np.outer(root, root)
+    lift = 0.0
+    for _ in range(30):
+        try:
+            return np.linalg.cholesky(scaled + lift * np.eye(p)), root
+        except np.linalg.LinAlgError:
+            lift = 1e-14 if lift == 0 else lift * 10
+    raise PgadError('22000', 'the design of the linear programme is not finite')
+
+
+def _solved(factor, rhs):
+    """The solution of (BᵀWB + ridge)·x = rhs by factor (_factor's)."""
+    lower, root = factor
+    return np.linalg.solve(lower.T, np.linalg.solve(lower, rhs / root)) / root
+
+
+def _normal_solve(b, weight, ridge, rhs, interrupts):
+    """(BᵀWB + diag(ridge))⁻¹·rhs: the least-squares start."""
+    return _solved(_factor(b, weight, ridge, interrupts), rhs)
