@@ -7,6 +7,8 @@ Ten quantile cases of columns from 1e-6 to 1e6, made with fixed seeds; float64; 
 assertions.
 """
 import json
+import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -193,3 +195,23 @@ def test_a_cap_short_of_the_optimum_says_so(cases):
     _, _, converged, _, iterations = train(cases, 'capped', 'quantile(0.9)', data, iterations=2)
     assert (converged, iterations) == (False, 2)
     assert any('optimizer "interior_point" did not converge in its 2 iterations' in m for m in notices)
+
+
+def test_the_documented_example_gives_the_linear_programmes_optimum(db):
+    """docs/sql.md's quantile regression: its query on its houses, against HiGHS and against the output it shows."""
+    text = (pathlib.Path(__file__).parent.parent / 'docs' / 'sql.md').read_text()
+    houses = re.search(r'^(CREATE TABLE houses AS.*?;\nALTER TABLE houses.*?;\nUPDATE houses.*?;)$', text,
+                       re.M | re.S).group(1)
+    section = text[text.index("### Quantile regression: optimizer 'interior_point'"):]
+    query = re.search(r'```sql\n(.*?)```', section, re.S).group(1)
+    shown = re.search(r'```\n.*?\n-+\+.*?\n(.*?)\n```', section, re.S).group(1)
+    db.execute('DROP TABLE IF EXISTS houses')
+    db.execute(houses)
+    a, b, c, final, converged, optimizer = db.execute(query).fetchone()
+    assert ' | '.join([str(a), str(b), str(c), str(final), 't' if converged else 'f', optimizer]) == \
+        ' | '.join(v.strip() for v in shown.split('|'))
+    sqft, rooms, price = map(np.array, zip(*db.execute('SELECT sqft, rooms, price FROM houses ORDER BY id')))
+    x = np.column_stack([sqft, rooms, np.ones(len(price))])
+    best = exact(x, price, np.full(len(price), 0.9), np.full(len(price), 0.1))
+    np.testing.assert_allclose([float(a), float(b), float(c)], best, atol=5e-4)  # the 3 decimals shown
+    assert float(final) == pytest.approx(check(price, x @ best, 0.9), abs=5e-5)   # the 4 decimals shown
