@@ -205,7 +205,7 @@ CALLS = {
     'optimizer "interior_point" cannot train a model that is not linear in its weights':
         call("SELECT pgad.train('m', 'λ(d, w) exp(w.a*d.x)', 'quantile(0.5)', 'points', %s, "
              "optimizer => 'interior_point')", '{"a": 0}'),
-    'optimizer "interior_point" needs 1.5 MB for its design, more than pgad.memory_limit (1.0 MB)':
+    'optimizer "interior_point" needs 1.6 MB for its design, more than pgad.memory_limit (1.0 MB)':
         [("SET pgad.memory_limit = '1MB'", ())] + call(
             "SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b', 'quantile(0.5)', 'SELECT x::float8 AS x, "
             "(x %% 7)::float8 AS y FROM generate_series(1, 12000) AS x', %s)", AB),

@@ -9,6 +9,7 @@ assertions.
 import json
 import pathlib
 import re
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import statsmodels.api as sm
 from scipy import optimize
 
 from conftest import error_of
+from pgad.models import piecewise
 
 SCALES = (1e-6, 1e-3, 1.0, 1e3, 1e6)
 TAUS = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -215,3 +217,43 @@ def test_the_documented_example_gives_the_linear_programmes_optimum(db):
     best = exact(x, price, np.full(len(price), 0.9), np.full(len(price), 0.1))
     np.testing.assert_allclose([float(a), float(b), float(c)], best, atol=5e-4)  # the 3 decimals shown
     assert float(final) == pytest.approx(check(price, x @ best, 0.9), abs=5e-5)   # the 4 decimals shown
+
+
+def test_the_interior_point_ends_at_statement_timeout(db):
+    """A million rows of five weights take about 20 s here (about 0.8 s an iteration): statement_timeout stops it
+    within about a second of the timeout, wherever it is (the load, the design, an iteration), and stores nothing."""
+    db.execute('CREATE TEMP TABLE big AS SELECT sin(x)::float8 AS x1, cos(x * 1.3)::float8 AS x2, '
+               'sin(x * 0.7)::float8 AS x3, sin(x * 2.1)::float8 AS x4, '
+               '(sin(x * 0.37) * 3 + cos(x * 11.0))::float8 AS y FROM generate_series(1, 1000000) AS x')
+    db.execute("SET statement_timeout = '4s'")
+    started = time.monotonic()
+    e = error_of(db, "SELECT pgad.train('big', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c*d.x3 + w.e*d.x4 + w.f', "
+                     "'quantile(0.3)', 'big', '{\"a\": 0, \"b\": 0, \"c\": 0, \"e\": 0, \"f\": 0}')")
+    took = time.monotonic() - started
+    db.execute('RESET statement_timeout')
+    assert e.sqlstate == '57014'
+    assert took < 4 + 1.5  # the timeout, and at most 1.5 s of a block's or an iteration's work on a shared machine
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'big'").fetchone()[0] == 0
+
+
+def test_solve_checks_for_interrupts_every_iteration_and_block():
+    """In process: piecewise.solve calls interrupts() before each iteration and after each block of the normal
+    equations' sums, so a cancel raised there ends it at once."""
+    x, y, tau = case(1, n=3 * piecewise.BLOCK_ROWS // 1000)
+    b = design(x)
+    calls = []
+    w, history, measure, stopped = piecewise.solve(b, y, np.full(len(y), tau), np.full(len(y), 1 - tau),
+                                                   np.zeros(4), 200, lambda *_: None, lambda: calls.append(1))
+    assert stopped == 'optimum' and len(calls) >= 2 * len(history)  # a factor's block and the iteration's check
+
+    class Cancel(Exception):
+        pass
+
+    def cancel():
+        if len(calls) > 5:
+            raise Cancel
+        calls.append(1)
+    calls.clear()
+    with pytest.raises(Cancel):
+        piecewise.solve(b, y, np.full(len(y), tau), np.full(len(y), 1 - tau), np.zeros(4), 200, lambda *_: None,
+                        cancel)

@@ -88,7 +88,7 @@ def refusal(loss, why):
 
 def check_memory(rows, p, memory_limit):
     """The error where the design (rows × p), its working copy and a dozen vectors of rows would pass memory_limit."""
-    need = 8 * (rows * (2 * p + 12) + 4 * p * p)
+    need = 8 * (rows * (2 * p + 14) + 4 * p * p)
     if need > memory_limit:
         from ..loader import OUT_OF_MEMORY, megabytes
         raise PgadError(OUT_OF_MEMORY, f'optimizer "interior_point" needs {megabytes(need)} for its design, more than '
@@ -175,12 +175,11 @@ def unconverged(result, iterations):
 
 def objective_of(b, a, alpha, beta, ridge, w):
     """Σ ρ(a − B·w) + ½·wᵀ·diag(ridge)·w."""
-    r = a - b @ w
-    return float(alpha @ np.maximum(r, 0) + beta @ np.maximum(-r, 0) + 0.5 * (ridge * w) @ w)
+    return _value(a - b @ w, alpha, beta, ridge, w)
 
 
 def solve(b, a, alpha, beta, ridge, iterations, each, interrupts):
-    """(w, the objective after each iteration, the relative gap at w, why it stopped: 'optimum', 'cap' or 'stalled')
+    """(w, the objective after each iteration, the relative gap at w, why it stopped: 'optimum' or 'cap')
     of min Σ ρ(a − B·w) + ½·wᵀ·diag(ridge)·w by Mehrotra's predictor-corrector; each(it, w, objective) after each
     iteration, interrupts() between blocks of rows."""
     m, p = b.shape
@@ -189,15 +188,23 @@ def solve(b, a, alpha, beta, ridge, iterations, each, interrupts):
     shift = max(float(np.mean(np.abs(r))), 1e-10 * float(np.max(np.abs(a), initial=0.0)), 1e-300)
     u, v = np.maximum(r, 0) + shift, np.maximum(-r, 0) + shift
     d = (alpha - beta) / 2
-    history, measure, stopped = [], np.inf, 'cap'
-    for it in range(1, iterations + 1):
+    size = np.abs(b)  # for the dual residual's scale (_measure)
+    history, stopped = [], 'cap'
+    for it in range(1, iterations + 2):  # the last pass judges the weights of the cap's iteration
         interrupts()
+        bw = b @ w
+        r = a - bw
         s, t = alpha - d, beta + d
-        primal, dual, gap = a - b @ w - u + v, b.T @ d - ridge * w, u @ s + v @ t
-        value = objective_of(b, a, alpha, beta, ridge, w)
-        measure = _measure(b, a, alpha, beta, ridge, w, d, primal, dual, gap, value)
+        primal, dual, gap = r - u + v, b.T @ d - ridge * w, u @ s + v @ t
+        value = _value(r, alpha, beta, ridge, w)
+        measure = _measure(size, a, bw, alpha, beta, ridge, w, d, primal, dual, gap, value)
+        if it > 1:
+            history.append(value)
+            each(it - 1, w, value)
         if measure <= GAP:
             stopped = 'optimum'
+            break
+        if it > iterations:
             break
         q = u / s + v / t
         factor = _factor(b, 1 / q, ridge, interrupts)
@@ -217,30 +224,24 @@ def solve(b, a, alpha, beta, ridge, iterations, each, interrupts):
         ap, ad = _steps(u, v, s, t, du, dv, dd, ridge.any())
         ap, ad = min(1.0, STEP * ap), min(1.0, STEP * ad)
         w, u, v, d = w + ap * dw, u + ap * du, v + ap * dv, d + ad * dd
-        value = objective_of(b, a, alpha, beta, ridge, w)
-        history.append(value)
-        each(it, w, value)
-    else:
-        s, t = alpha - d, beta + d
-        measure = _measure(b, a, alpha, beta, ridge, w, d, a - b @ w - u + v, b.T @ d - ridge * w, u @ s + v @ t,
-                           objective_of(b, a, alpha, beta, ridge, w))
-        if measure <= GAP:
-            stopped = 'optimum'
-    if stopped == 'optimum' and not history:
-        history = [objective_of(b, a, alpha, beta, ridge, w)]
     return w, history, float(measure), stopped
 
 
-def _measure(b, a, alpha, beta, ridge, w, d, primal, dual, gap, value):
+def _value(r, alpha, beta, ridge, w):
+    """objective_of, given the residuals r = a − B·w."""
+    return float(alpha @ np.maximum(r, 0) + beta @ np.maximum(-r, 0) + 0.5 * (ridge * w) @ w)
+
+
+def _measure(size, a, bw, alpha, beta, ridge, w, d, primal, dual, gap, value):
     """The largest of the relative duality gap (the objective at w less the dual's at d, and the complementarity),
     the primal residual relative to the residuals' scale and the dual residual relative to |B|ᵀ|d|, each weight's."""
     scale = abs(value) + 1e-300
     clipped = np.clip(d, -beta, alpha)
     lower = a @ clipped - 0.5 * (ridge * w) @ w
     relative_gap = max(abs(value - lower), gap) / scale
-    size = float(np.max(np.abs(a), initial=0.0)) + float(np.max(np.abs(b @ w), initial=0.0)) + 1e-300
-    seen = np.abs(b).T @ np.abs(d) + np.abs(ridge * w) + 1e-300
-    return max(relative_gap, float(np.max(np.abs(primal), initial=0.0)) / size,
+    scale_r = float(np.max(np.abs(a), initial=0.0)) + float(np.max(np.abs(bw), initial=0.0)) + 1e-300
+    seen = size.T @ np.abs(d) + np.abs(ridge * w) + 1e-300
+    return max(relative_gap, float(np.max(np.abs(primal), initial=0.0)) / scale_r,
                float(np.max(np.abs(dual) / seen, initial=0.0)))
 
 
