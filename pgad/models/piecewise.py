@@ -286,3 +286,57 @@ def _solved(factor, rhs):
 def _normal_solve(b, weight, ridge, rhs, interrupts):
     """(BᵀWB + diag(ridge))⁻¹·rhs: the least-squares start."""
     return _solved(_factor(b, weight, ridge, interrupts), rhs)
+
+
+# --- smoothing with continuation: any model --------------------------------------------------------------------------
+SHRINK = 10.0    # each stage's width μ is the last's over SHRINK
+STAGES = 16      # at most: from μ₀ = the mean loss at the start down to 1e-15 of it
+EXCESS = {'absolute': 2.0}  # the smoothed loss lies within EXCESS·μ·ln 2 above the loss (1 but for abs)
+
+
+def continued(loss, smooth_columns, smooth, kernel, table, columns, start, names, optimizer, iterations, penalty, clock, why=None,
+              blocks=None):
+    """(the descent.Fit, the starting objective) of a piecewise-linear loss of any model by smoothing with
+    continuation: the loss smoothed by a width μ (objective.smoothed, its kernel smooth reading smooth_columns, μ as
+    the column objective.SMOOTHING), fitted by optimizer ('newton' or 'lbfgs') warm-started from the last stage's weights, μ
+    shrunk SHRINK times a stage from the mean loss at the start until the smoothing's excess (at most
+    EXCESS·μ·ln 2 a row) is below CRITERION of the objective. Converged where the last stage's fit has converged
+    (descent.judged) and the excess is below the criterion: a stationary point of the loss to that precision (its
+    optimum where the objective is convex in the weights). The objective is the loss's, evaluated by kernel."""
+    n = table.rows
+    w = np.asarray(start, dtype=np.float64)
+    sums = descent.evaluate(kernel, table, w, clock.interrupts)
+    descent.check_finite(sums, w, 1, names, 0.0, why)
+    begun = sums[0] / n + penalty.value(w)
+    mu = max(abs(sums[0] / n), np.finfo(np.float64).tiny)
+    excess = EXCESS.get(objective.base(loss), 1.0) * np.log(2)
+    at = {str(c): k for k, c in enumerate(columns)}
+    history, count, warned = [], 0, []
+    warning = clock.warning
+    clock.warning = lambda message, hint: warned.append((message, hint))  # a stage's: said once, of the last
+    try:
+        for stage in range(STAGES):
+            warned.clear()
+            widths = np.full(n, mu)
+            stage_table = type(table)([widths if str(c) == objective.SMOOTHING else table.columns[at[str(c)]]
+                                       for c in smooth_columns], n, table.skipped)
+            fit = descent.fit(smooth, stage_table, w, names, optimizer, 0.0, iterations, penalty=penalty,
+                              clock=clock, why=why, blocks=blocks)
+            w, count, history = fit.weights, count + fit.iterations, history + fit.history
+            sums = descent.evaluate(kernel, table, w, clock.interrupts)
+            value = sums[0] / n + penalty.value(w)
+            if excess * mu <= CRITERION * abs(value) or value == 0:
+                break
+            mu /= SHRINK
+    finally:
+        clock.warning = warning
+    descent.check_finite(sums, w, count + 1, names, 0.0, why)
+    left = float(excess * mu / abs(value)) if value else 0.0
+    converged = bool(fit.converged) and left <= CRITERION
+    result = descent.Fit(w, value, history[:-1] + [value] if history else [], count, clock.seconds(), converged,
+                         float(max(fit.gradient_norm or 0.0, left)), fit.stopped)
+    if not converged:
+        clock.warning(*(warned[-1] if warned else (
+            f'the smoothing of loss "{loss}" stopped at width {mu:.3g}, short of the optimum',
+            "Train with optimizer => 'lbfgs' and more iterations, or check the model and the data.")))
+    return result, begun

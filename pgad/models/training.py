@@ -124,6 +124,11 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
     if vectored and (standardize or options['group_by']) or standardize and by_class:
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')
+    smooth = None  # the smoothed objective's Program, where the default smooths a piecewise-linear loss
+    if chosen and lp is None and piecewise.takes(loss) and not options['early_stopping'] and \
+            options['optimizer'] in ('newton', 'lbfgs') and not shards.foreign(data):
+        smooth = _program(objective.smoothed(model, loss, label, config.limits), names, options, config, shapes,
+                          chosen)
     prog = _program(goal.text, names, options, config, shapes, chosen)
     centred = classes.centred(goal.model, prog.shapes, sized, len(found.keys)) if by_class else ()
     if until:
@@ -155,7 +160,7 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
         else:  # standardize needs the columns here too
             # standardize, validation and newton need the rows here: the shards send only the gradient's sums
             spread = not standardize and validation is None and options['optimizer'] not in ('newton', 'interior_point') \
-                and not impute
+                and not impute and smooth is None
             loading = calls.loading(data, spread=spread)
             table, kernel = stack.enter_context(loading(prog, config, job, start, cats.codes, set(impute)))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
@@ -191,8 +196,10 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
                 step_rows = part.table.rows if options['optimizer'] not in descent.MINI_BATCH else options['batch_size']
                 kernel = calls.compiled(prog, options['backend'], options['dtype'], config,
                                         min(step_rows, part.table.rows))
+            smoothing = None if smooth is None else (loss, smooth.columns, calls.compiled(
+                smooth, options['backend'], options['dtype'], config, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
-                                      penalty, clock, held, _blocks(prog, cats), lp, config.memory_limit)
+                                      penalty, clock, held, _blocks(prog, cats), lp, config.memory_limit, smoothing)
             if centred:  # scikit-learn's symmetric parameterisation
                 fitted = dict(zip(prog.weights, classes.centre([fitted[n] for n in prog.weights], prog.shapes,
                                                                centred)))
@@ -285,11 +292,12 @@ def _label_column(prog, table, label):
 
 
 def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, blocks=None, lp=None,
-         memory_limit=None):
+         memory_limit=None, smoothing=None):
     """({weight: fitted value}, descent.Fit, validation.Watch or None) of one table (a group's) from the weights
     start, on standardised columns when plan is not None; the loss on the held-out rows held (a Table, or None)
     watched after each iteration, and with early_stopping the weights of its lowest (not the optimum: converged
-    false, and no WARNING, as asked); blocks as descent.fit's; lp the piecewise.Problem of 'interior_point'."""
+    false, and no WARNING, as asked); blocks as descent.fit's; lp the piecewise.Problem of 'interior_point';
+    smoothing (loss, the smoothed objective's columns and kernel) for piecewise.continued."""
     names = list(prog.weights)
     if plan is not None:
         columns = dict(zip(prog.columns, table.columns))
@@ -310,6 +318,10 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
         if lp is not None:
             fit, _ = piecewise.fit(lp, kernel, table, prog.columns, [start[n] for n in names], names,
                                    options['iterations'], penalty, clock, memory_limit, why)
+        elif smoothing is not None:
+            fit, _ = piecewise.continued(*smoothing, kernel, table, prog.columns,
+                                         [start[n] for n in names], names, options['optimizer'],
+                                         options['iterations'], penalty, clock, why, blocks)
         else:
             fit = descent.fit(kernel, table, [start[n] for n in names], names, options['optimizer'],
                               options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
