@@ -257,3 +257,42 @@ def test_solve_checks_for_interrupts_every_iteration_and_block():
     with pytest.raises(Cancel):
         piecewise.solve(b, y, np.full(len(y), tau), np.full(len(y), 1 - tau), np.zeros(4), 200, lambda *_: None,
                         cancel)
+
+
+NONLINEAR = 'λ(d, w) w.c + w.a*d.x1 + w.b*d.x2 + w.e*exp(w.f)*d.x3'
+
+
+@pytest.mark.parametrize('k', [0, 3, 7])
+def test_a_model_not_linear_in_its_weights_reaches_the_optimum_by_smoothing(cases, k):
+    """w.e·exp(w.f) is the slope of x3: the optimum is the linear programme's, reached by the smoothed loss's stages."""
+    x, y, tau = case(k)
+    found = cases.execute('SELECT weights, final_loss, converged, options FROM pgad.train(%s, %s, %s, %s, %s)',
+                          (f'nl{k}', NONLINEAR, f'quantile({tau})', f'SELECT x1, x2, x3, y FROM cases WHERE k = {k}',
+                           '{"c": 0, "a": 0, "b": 0, "e": 1, "f": 0}')).fetchone()
+    weights, final, converged, options = found
+    assert options['optimizer'] == 'newton' and options['smoothing'] and converged
+    best = exact(design(x), y, np.full(len(y), tau), np.full(len(y), 1 - tau))
+    optimum = check(y, design(x) @ best, tau)
+    assert final == pytest.approx(optimum, rel=1e-8)                       # the objective: 1e-8 of the optimum
+    got = np.array([weights['c'], weights['a'], weights['b'], weights['e'] * np.exp(weights['f'])])
+    scale = np.abs(design(x)).max(axis=0)
+    np.testing.assert_allclose(got * scale, best * scale, rtol=1e-6, atol=1e-6 * np.abs(best * scale).max())
+
+
+@pytest.mark.parametrize('k, loss, alpha', [(2, 'λ(p, d) greatest({t}*(d.y - p), ({t} - 1)*(d.y - p))', None),
+                                             (6, 'λ(p, d) abs(p - d.y)', 1.0),
+                                             (8, 'λ(p, d) {t}*relu(d.y - p) + (1 - {t})*relu(p - d.y)', None)])
+def test_a_lambda_made_of_kinks_reaches_the_optimum_by_smoothing(cases, k, loss, alpha):
+    x, y, tau = case(k)
+    tau = 0.5 if alpha else tau
+    found = cases.execute('SELECT weights, final_loss, converged, options FROM pgad.train(%s, %s, %s, %s, %s)',
+                          (f'lam{k}', MODEL, loss.format(t=tau), f'SELECT x1, x2, x3, y FROM cases WHERE k = {k}',
+                           START)).fetchone()
+    weights, final, converged, options = found
+    assert options['smoothing'] and converged
+    best = exact(design(x), y, np.full(len(y), tau), np.full(len(y), 1 - tau))
+    optimum = check(y, design(x) @ best, tau) * (2 if alpha else 1)       # abs is twice the pinball loss at ½
+    assert final == pytest.approx(optimum, rel=1e-8)                       # the objective: 1e-8 of the optimum
+    got = np.array([weights[n] for n in ORDER])
+    scale = np.abs(design(x)).max(axis=0)
+    np.testing.assert_allclose(got * scale, best * scale, rtol=1e-6, atol=1e-6 * np.abs(best * scale).max())

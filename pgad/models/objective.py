@@ -212,6 +212,15 @@ SMOOTH = {
 }
 
 
+def kinked(model_text, loss, label, limits):
+    """Has the loss (not the model) a kink that SMOOTH smooths: relu, abs, greatest or least?"""
+    model = parser.parse(model_text, limits)
+    lam = objective_lambda(model, loss, label, limits)
+    graph = model.graph
+    keep = set(graph.ancestors([model.root]))
+    return any(graph.nodes[i].op in SMOOTH for i in graph.ancestors([lam.root]) if i not in keep)
+
+
 def smoothed(model_text, loss, label, limits):
     """The text of the objective of model_text under loss with each relu, abs, greatest and least of the loss
     smoothed (SMOOTH) by the width the column SMOOTHING gives; those of the model are left as they are."""

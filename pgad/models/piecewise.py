@@ -299,19 +299,21 @@ def continued(loss, smooth_columns, smooth, kernel, table, columns, start, names
     """(the descent.Fit, the starting objective) of a piecewise-linear loss of any model by smoothing with
     continuation: the loss smoothed by a width μ (objective.smoothed, its kernel smooth reading smooth_columns, μ as
     the column objective.SMOOTHING), fitted by optimizer ('newton' or 'lbfgs') warm-started from the last stage's weights, μ
-    shrunk SHRINK times a stage from the mean loss at the start until the smoothing's excess (at most
-    EXCESS·μ·ln 2 a row) is below CRITERION of the objective. Converged where the last stage's fit has converged
-    (descent.judged) and the excess is below the criterion: a stationary point of the loss to that precision (its
-    optimum where the objective is convex in the weights). The objective is the loss's, evaluated by kernel."""
+    shrunk SHRINK times a stage from the mean loss at the start until the smoothing's excess is below CRITERION of
+    the objective: for a named loss its bound, EXCESS·μ·ln 2 a row; for a lambda, whose kinks may be scaled, the
+    excess measured at the stage's weights, and the objective's change since the last stage. Converged where the
+    last stage's fit has converged (descent.judged) and those are below the criterion: a stationary point of the loss
+    to that precision (its optimum where the objective is convex in the weights). The objective is the loss's,
+    evaluated by kernel."""
     n = table.rows
     w = np.asarray(start, dtype=np.float64)
     sums = descent.evaluate(kernel, table, w, clock.interrupts)
     descent.check_finite(sums, w, 1, names, 0.0, why)
     begun = sums[0] / n + penalty.value(w)
     mu = max(abs(sums[0] / n), np.finfo(np.float64).tiny)
-    excess = EXCESS.get(objective.base(loss), 1.0) * np.log(2)
+    bound = EXCESS.get(objective.base(loss), 1.0) * np.log(2) if objective.base(loss) else None
     at = {str(c): k for k, c in enumerate(columns)}
-    history, count, warned = [], 0, []
+    history, count, warned, value = [], 0, [], None
     warning = clock.warning
     clock.warning = lambda message, hint: warned.append((message, hint))  # a stage's: said once, of the last
     try:
@@ -324,14 +326,16 @@ def continued(loss, smooth_columns, smooth, kernel, table, columns, start, names
                               clock=clock, why=why, blocks=blocks)
             w, count, history = fit.weights, count + fit.iterations, history + fit.history
             sums = descent.evaluate(kernel, table, w, clock.interrupts)
-            value = sums[0] / n + penalty.value(w)
-            if excess * mu <= CRITERION * abs(value) or value == 0:
+            last, value = value, sums[0] / n + penalty.value(w)
+            left = bound * mu if bound is not None else max(abs(fit.loss - value), abs(value - last) if stage else
+                                                             np.inf)
+            left = float(left / abs(value)) if value else 0.0
+            if left <= CRITERION:
                 break
             mu /= SHRINK
     finally:
         clock.warning = warning
     descent.check_finite(sums, w, count + 1, names, 0.0, why)
-    left = float(excess * mu / abs(value)) if value else 0.0
     converged = bool(fit.converged) and left <= CRITERION
     result = descent.Fit(w, value, history[:-1] + [value] if history else [], count, clock.seconds(), converged,
                          float(max(fit.gradient_norm or 0.0, left)), fit.stopped)

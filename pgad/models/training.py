@@ -125,10 +125,11 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')
     smooth = None  # the smoothed objective's Program, where the default smooths a piecewise-linear loss
-    if chosen and lp is None and piecewise.takes(loss) and not options['early_stopping'] and \
-            options['optimizer'] in ('newton', 'lbfgs') and not shards.foreign(data):
+    if chosen and lp is None and not options['early_stopping'] and options['optimizer'] in ('newton', 'lbfgs') and \
+            found is None and not shards.foreign(data) and objective.kinked(model, loss, label, config.limits):
         smooth = _program(objective.smoothed(model, loss, label, config.limits), names, options, config, shapes,
                           chosen)
+        options['smoothing'] = True  # recorded: the optimizer ran on the smoothed loss, in stages
     prog = _program(goal.text, names, options, config, shapes, chosen)
     centred = classes.centred(goal.model, prog.shapes, sized, len(found.keys)) if by_class else ()
     if until:
