@@ -296,3 +296,23 @@ def test_a_lambda_made_of_kinks_reaches_the_optimum_by_smoothing(cases, k, loss,
     got = np.array([weights[n] for n in ORDER])
     scale = np.abs(design(x)).max(axis=0)
     np.testing.assert_allclose(got * scale, best * scale, rtol=1e-6, atol=1e-6 * np.abs(best * scale).max())
+
+
+def test_a_categorical_weight_is_a_column_of_the_programme_per_category(cases):
+    """w.r[d.g]: one weight per category, its column of the design the category's indicator. τ = 0.37: τ times no
+    group's rows (80) is a whole number, where a group's intercept could move along a flat stretch of the objective."""
+    x, y, _ = case(9)
+    tau = 0.37
+    groups = np.array(['a', 'b', 'c'])[np.arange(len(y)) % 3]
+    cases.execute('CREATE TEMP TABLE cats AS SELECT (ARRAY[\'a\', \'b\', \'c\'])[i % 3 + 1] AS g, x1, x2, y '
+                  'FROM cases WHERE k = 9')
+    weights, final, converged, options = cases.execute(
+        "SELECT weights, final_loss, converged, options FROM pgad.train('cats', 'λ(d, w) w.r[d.g] + w.a*d.x1 + "
+        "w.b*d.x2', %s, 'cats', '{\"r\": {}, \"a\": 0, \"b\": 0}')", (f'quantile({tau})',)).fetchone()
+    assert options['optimizer'] == 'interior_point' and converged
+    b = np.column_stack([groups == 'a', groups == 'b', groups == 'c', x[:, 0], x[:, 1]]).astype(float)
+    best = exact(b, y, np.full(len(y), tau), np.full(len(y), 1 - tau))
+    assert final == pytest.approx(check(y, b @ best, tau), rel=1e-8)       # the objective: 1e-8 of the optimum
+    got = np.array([weights['r']['a'], weights['r']['b'], weights['r']['c'], weights['a'], weights['b']])
+    scale = np.abs(b).max(axis=0)
+    np.testing.assert_allclose(got * scale, best * scale, rtol=1e-6, atol=1e-6 * np.abs(best * scale).max())
