@@ -316,3 +316,16 @@ def test_a_categorical_weight_is_a_column_of_the_programme_per_category(cases):
     got = np.array([weights['r']['a'], weights['r']['b'], weights['r']['c'], weights['a'], weights['b']])
     scale = np.abs(b).max(axis=0)
     np.testing.assert_allclose(got * scale, best * scale, rtol=1e-6, atol=1e-6 * np.abs(best * scale).max())
+
+
+def test_hinge_on_separable_labels_reaches_a_loss_of_zero(db):
+    """Separable labels: the hinge loss's optimum is 0 and its dual has no interior; the iterates reach 0 exactly, the
+    optimum (no loss is lower), and the separation WARNING still says the weights are not unique."""
+    notices = []
+    db.add_notice_handler(lambda d: notices.append(d.message_primary))
+    final, converged, options = db.execute(
+        "SELECT final_loss, converged, options FROM pgad.train('hsep_lp', 'λ(d, w) w.a*d.x + w.b', 'hinge', "
+        "'SELECT x::float8 AS x, CASE WHEN x > 10 THEN 1 ELSE -1 END::float8 AS y FROM generate_series(1, 20) AS x', "
+        "'{\"a\": 0, \"b\": 0}')").fetchone()
+    assert (final, converged, options['optimizer']) == (0.0, True, 'interior_point')  # exactly 0
+    assert any(m.startswith('model "hsep_lp": the hinge loss is 0 on every row') for m in notices)

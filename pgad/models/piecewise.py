@@ -126,7 +126,8 @@ def fit(problem, kernel, table, columns, start, names, iterations, penalty, cloc
     p = len(start)
     check_memory(table.rows, p, memory_limit)
     start = np.asarray(start, dtype=np.float64)
-    sums = descent.evaluate(kernel, table, start, clock.interrupts)
+    placed = descent.place(kernel, table)  # a GPU's columns, copied once
+    sums = descent.evaluate(kernel, placed, start, clock.interrupts)
     descent.check_finite(sums, start, 1, names, 0.0, why)
     begun = sums[0] / table.rows + penalty.value(start)
     a, b = design(problem, {str(c): v for c, v in zip(columns, table.columns)}, table.rows,
@@ -150,9 +151,10 @@ def fit(problem, kernel, table, columns, start, names, iterations, penalty, cloc
         clock.validate(w, value / n)
         clock.iteration(it, value / n)
 
-    w, history, measure, stopped = solve(b, a, alpha, beta, ridge, iterations, step, clock.interrupts)
+    w, history, measure, stopped = solve(b, a, alpha, beta, ridge, iterations, step, clock.interrupts,
+                                         descent.FLOOR * abs(begun) * n)
     history = [h / n for h in history]
-    sums = descent.evaluate(kernel, table, w, clock.interrupts)
+    sums = descent.evaluate(kernel, placed, w, clock.interrupts)
     descent.check_finite(sums, w, len(history) + 1, names, 0.0, why)
     loss = sums[0] / n + penalty.value(w)
     converged = measure <= CRITERION
@@ -178,10 +180,12 @@ def objective_of(b, a, alpha, beta, ridge, w):
     return _value(a - b @ w, alpha, beta, ridge, w)
 
 
-def solve(b, a, alpha, beta, ridge, iterations, each, interrupts):
+def solve(b, a, alpha, beta, ridge, iterations, each, interrupts, floor=0.0):
     """(w, the objective after each iteration, the relative gap at w, why it stopped: 'optimum' or 'cap')
     of min Σ ρ(a − B·w) + ½·wᵀ·diag(ridge)·w by Mehrotra's predictor-corrector; each(it, w, objective) after each
-    iteration, interrupts() between blocks of rows."""
+    iteration, interrupts() between blocks of rows; the gap is relative to |objective| + floor. An objective of 0
+    is the optimum (none is lower): separable labels under 'hinge', whose dual has no interior. Where the iterates
+    stop being finite (such a dual, near its boundary), the lowest objective's weights, stopped 'stalled'."""
     m, p = b.shape
     w = _normal_solve(b, np.ones(m), ridge, b.T @ a if m else np.zeros(p), interrupts)
     r = a - b @ w
@@ -189,7 +193,7 @@ def solve(b, a, alpha, beta, ridge, iterations, each, interrupts):
     u, v = np.maximum(r, 0) + shift, np.maximum(-r, 0) + shift
     d = (alpha - beta) / 2
     size = np.abs(b)  # for the dual residual's scale (_measure)
-    history, stopped = [], 'cap'
+    history, stopped, best = [], 'cap', (np.inf, w, np.inf)
     for it in range(1, iterations + 2):  # the last pass judges the weights of the cap's iteration
         interrupts()
         bw = b @ w
@@ -197,33 +201,46 @@ def solve(b, a, alpha, beta, ridge, iterations, each, interrupts):
         s, t = alpha - d, beta + d
         primal, dual, gap = r - u + v, b.T @ d - ridge * w, u @ s + v @ t
         value = _value(r, alpha, beta, ridge, w)
-        measure = _measure(size, a, bw, alpha, beta, ridge, w, d, primal, dual, gap, value)
+        with np.errstate(all='ignore'):
+            measure = _measure(size, a, bw, alpha, beta, ridge, w, d, primal, dual, gap, value, floor)
         if it > 1:
             history.append(value)
             each(it - 1, w, value)
+        if value <= 0:
+            measure = 0.0
+        best = min(best, (value, w, measure), key=lambda found: found[0])
         if measure <= GAP:
             stopped = 'optimum'
             break
         if it > iterations:
             break
-        q = u / s + v / t
-        factor = _factor(b, 1 / q, ridge, interrupts)
-        mu = gap / (2 * len(u))
+        with np.errstate(all='ignore'):  # an iterate at the boundary (separable hinge): found below, not finite
+            q = u / s + v / t
+            factor = _factor(b, 1 / q, ridge, interrupts)
+            if factor is None:
+                stopped = 'stalled'
+                break
+            mu = gap / (2 * len(u))
 
-        def direction(ru, rv):
-            r1 = primal - ru / s + rv / t
-            dw = _solved(factor, dual + b.T @ (r1 / q))
-            dd = (r1 - b @ dw) / q
-            return dw, (ru + u * dd) / s, (rv - v * dd) / t, dd
+            def direction(ru, rv):
+                r1 = primal - ru / s + rv / t
+                dw = _solved(factor, dual + b.T @ (r1 / q))
+                dd = (r1 - b @ dw) / q
+                return dw, (ru + u * dd) / s, (rv - v * dd) / t, dd
 
-        dw, du, dv, dd = direction(-u * s, -v * t)  # affine: σ = 0
-        ap, ad = _steps(u, v, s, t, du, dv, dd, ridge.any())
-        affine = (u + ap * du) @ (s - ad * dd) + (v + ap * dv) @ (t + ad * dd)
-        sigma = (affine / gap) ** 3
-        dw, du, dv, dd = direction(sigma * mu - u * s - du * -dd, sigma * mu - v * t - dv * dd)
-        ap, ad = _steps(u, v, s, t, du, dv, dd, ridge.any())
-        ap, ad = min(1.0, STEP * ap), min(1.0, STEP * ad)
-        w, u, v, d = w + ap * dw, u + ap * du, v + ap * dv, d + ad * dd
+            dw, du, dv, dd = direction(-u * s, -v * t)  # affine: σ = 0
+            ap, ad = _steps(u, v, s, t, du, dv, dd, ridge.any())
+            affine = (u + ap * du) @ (s - ad * dd) + (v + ap * dv) @ (t + ad * dd)
+            sigma = (affine / gap) ** 3
+            dw, du, dv, dd = direction(sigma * mu - u * s - du * -dd, sigma * mu - v * t - dv * dd)
+            ap, ad = _steps(u, v, s, t, du, dv, dd, ridge.any())
+            ap, ad = min(1.0, STEP * ap), min(1.0, STEP * ad)
+            w, u, v, d = w + ap * dw, u + ap * du, v + ap * dv, d + ad * dd
+        if not all(np.all(np.isfinite(x)) for x in (w, u, v, d)):
+            stopped = 'stalled'
+            break
+    if stopped == 'stalled':
+        _, w, measure = best
     return w, history, float(measure), stopped
 
 
@@ -232,10 +249,10 @@ def _value(r, alpha, beta, ridge, w):
     return float(alpha @ np.maximum(r, 0) + beta @ np.maximum(-r, 0) + 0.5 * (ridge * w) @ w)
 
 
-def _measure(size, a, bw, alpha, beta, ridge, w, d, primal, dual, gap, value):
+def _measure(size, a, bw, alpha, beta, ridge, w, d, primal, dual, gap, value, floor=0.0):
     """The largest of the relative duality gap (the objective at w less the dual's at d, and the complementarity),
     the primal residual relative to the residuals' scale and the dual residual relative to |B|ᵀ|d|, each weight's."""
-    scale = abs(value) + 1e-300
+    scale = abs(value) + floor + 1e-300
     clipped = np.clip(d, -beta, alpha)
     lower = a @ clipped - 0.5 * (ridge * w) @ w
     relative_gap = max(abs(value - lower), gap) / scale
@@ -258,7 +275,8 @@ def _steps(u, v, s, t, du, dv, dd, together):
 
 def _factor(b, weight, ridge, interrupts):
     """(the Cholesky factor of the equilibrated BᵀWB + diag(ridge), the equilibration's root), BLOCK_ROWS rows a sum;
-    a ridge of 1e-14, 1e-13, … on the unit diagonal where the factor would be singular (collinear weights)."""
+    a ridge of 1e-14, 1e-13, … on the unit diagonal where the factor would be singular (collinear weights); None
+    where none is found (the sums are not finite)."""
     p = b.shape[1]
     h = np.diag(ridge).astype(np.float64)
     for start in range(0, b.shape[0], BLOCK_ROWS):
@@ -274,7 +292,7 @@ def _factor(b, weight, ridge, interrupts):
             return np.linalg.cholesky(scaled + lift * np.eye(p)), root
         except np.linalg.LinAlgError:
             lift = 1e-14 if lift == 0 else lift * 10
-    raise PgadError('22000', 'the design of the linear programme is not finite')
+    return None
 
 
 def _solved(factor, rhs):
@@ -285,7 +303,11 @@ def _solved(factor, rhs):
 
 def _normal_solve(b, weight, ridge, rhs, interrupts):
     """(BᵀWB + diag(ridge))⁻¹·rhs: the least-squares start."""
-    return _solved(_factor(b, weight, ridge, interrupts), rhs)
+    factor = _factor(b, weight, ridge, interrupts)
+    if factor is None:
+        raise PgadError('22003', 'the design of the linear programme is not finite',
+                        hint='Check that the model is defined on every row, and the columns within float64.')
+    return _solved(factor, rhs)
 
 
 # --- smoothing with continuation: any model --------------------------------------------------------------------------
@@ -307,7 +329,8 @@ def continued(loss, smooth_columns, smooth, kernel, table, columns, start, names
     evaluated by kernel."""
     n = table.rows
     w = np.asarray(start, dtype=np.float64)
-    sums = descent.evaluate(kernel, table, w, clock.interrupts)
+    placed = descent.place(kernel, table)  # a GPU's columns, copied once
+    sums = descent.evaluate(kernel, placed, w, clock.interrupts)
     descent.check_finite(sums, w, 1, names, 0.0, why)
     begun = sums[0] / n + penalty.value(w)
     mu = max(abs(sums[0] / n), np.finfo(np.float64).tiny)
@@ -325,7 +348,7 @@ def continued(loss, smooth_columns, smooth, kernel, table, columns, start, names
             fit = descent.fit(smooth, stage_table, w, names, optimizer, 0.0, iterations, penalty=penalty,
                               clock=clock, why=why, blocks=blocks)
             w, count, history = fit.weights, count + fit.iterations, history + fit.history
-            sums = descent.evaluate(kernel, table, w, clock.interrupts)
+            sums = descent.evaluate(kernel, placed, w, clock.interrupts)
             last, value = value, sums[0] / n + penalty.value(w)
             left = bound * mu if bound is not None else max(abs(fit.loss - value), abs(value - last) if stage else
                                                              np.inf)
