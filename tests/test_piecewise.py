@@ -1,6 +1,7 @@
-"""The piecewise-linear losses reach their optimum by default (issue 45, item 6; pgad/models/piecewise.py): 'quantile(τ)',
-'absolute' and 'hinge' of a model linear in its weights are solved as their linear programme by optimizer
-'interior_point'. Oracles: scipy's HiGHS on the exact linear programme (its columns scaled to 1 and back, so that its
+"""The piecewise-linear losses reach their optimum by default (issue 45, item 6; pgad/models/piecewise.py):
+'quantile(τ)', 'absolute' and 'hinge' of a model linear in its weights are solved as their linear programme by optimizer
+'interior_point'; of a model not linear in its weights, and a lambda loss of relu, abs or greatest, by smoothing with
+continuation. Oracles: scipy's HiGHS on the exact linear programme (its columns scaled to 1 and back, so that its
 tolerances are relative), statsmodels' QuantReg (IRLS, on the same scaled columns: its own accuracy is about 1e-7 of
 the objective), and for l2, where the programme is quadratic, the optimality conditions checked from the residuals.
 Ten quantile cases of columns from 1e-6 to 1e6, made with fixed seeds; float64; the tolerances sit next to the
@@ -102,7 +103,8 @@ def test_quantile_reaches_the_linear_programmes_optimum_on_any_scale(cases, k):
 
 def test_absolute_and_hinge_reach_their_linear_programmes_optimum(cases):
     x, y, _ = case(3)
-    weights, final, converged, options, _ = train(cases, 'ab', 'absolute', 'SELECT x1, x2, x3, y FROM cases WHERE k = 3')
+    weights, final, converged, options, _ = train(cases, 'ab', 'absolute',
+                                                  'SELECT x1, x2, x3, y FROM cases WHERE k = 3')
     assert options['optimizer'] == 'interior_point' and converged
     best = exact(design(x), y, np.ones(len(y)), np.ones(len(y)))
     assert final == pytest.approx(np.mean(np.abs(y - design(x) @ best)), rel=1e-8)
@@ -127,7 +129,8 @@ def test_l1_reaches_its_linear_programmes_optimum_and_l2_its_optimality_conditio
     scale = np.abs(b).max(axis=0)
     l1 = 0.01
     # l1 on the standardised weights' scale: the columns scaled to 1 in the data query, the weights back after
-    scaled = f'SELECT x1 / {float(scale[1])!r} AS x1, x2 / {float(scale[2])!r} AS x2, x3 / {float(scale[3])!r} AS x3, y FROM ({data}) AS q'
+    scaled = (f'SELECT x1 / {float(scale[1])!r} AS x1, x2 / {float(scale[2])!r} AS x2, '
+              f'x3 / {float(scale[3])!r} AS x3, y FROM ({data}) AS q')
     weights, final, converged, options, _ = train(cases, 'l1', f'quantile({tau})', scaled, l1=l1)
     assert options['optimizer'] == 'interior_point' and converged
     got = np.array([weights[n] for n in ORDER])

@@ -213,9 +213,12 @@ SMOOTH = {
 
 
 def kinked(model_text, loss, label, limits):
-    """Has the loss (not the model) a kink that SMOOTH smooths: relu, abs, greatest or least?"""
+    """Has the loss (not the model) a kink that SMOOTH smooths: relu, abs, greatest or least? False where the model
+    or the loss reads a column named SMOOTHING, which the smoothing takes for its width."""
     model = parser.parse(model_text, limits)
     lam = objective_lambda(model, loss, label, limits)
+    if SMOOTHING in lam.columns:
+        return False
     graph = model.graph
     keep = set(graph.ancestors([model.root]))
     return any(graph.nodes[i].op in SMOOTH for i in graph.ancestors([lam.root]) if i not in keep)
@@ -223,11 +226,9 @@ def kinked(model_text, loss, label, limits):
 
 def smoothed(model_text, loss, label, limits):
     """The text of the objective of model_text under loss with each relu, abs, greatest and least of the loss
-    smoothed (SMOOTH) by the width the column SMOOTHING gives; those of the model are left as they are."""
+    smoothed (SMOOTH) by the width the column SMOOTHING gives (a column neither reads: kinked); those of the model
+    are left as they are."""
     model = parser.parse(model_text, limits)
-    if SMOOTHING in model.columns:
-        raise PgadError('42701', f'the model reads column "{SMOOTHING}", which pgad.train keeps for its smoothing',
-                        hint="Rename the column in the data query, or give optimizer => 'lbfgs'.")
     lam = objective_lambda(model, loss, label, limits)
     graph = model.graph
     keep = set(graph.ancestors([model.root]))

@@ -13,18 +13,22 @@ The objective mean ρ + l2·Σ w² + l1·Σ |w| (over the weights the penalty's 
   min Σ α·u + β·v + n·l2·wᵀMw + n·l1·Σ|w|   such that   B·w + u − v = a,  u, v ≥ 0,
 
 l1 as a row of its own per weight (b = e_j, a = 0, α = β = n·l1). solve() runs Mehrotra's primal-dual
-predictor-corrector (Koenker and Portnoy's Frisch–Newton for quantile regression): each iteration one weighted
-least-squares solve of the p × p normal equations (BᵀQ⁻¹B + 2n·l2·M), equilibrated (the columns' units do not matter),
-for the affine and the centring step; the dual d lies in [−β, α] and, with l2, Bᵀd = 2n·l2·Mw. It stops where the
+predictor-corrector (Koenker and Portnoy's Frisch–Newton for quantile regression): each iteration one factor of the
+p × p weighted normal equations (BᵀQ⁻¹B + 2n·l2·M), equilibrated (the columns' units do not matter), solved for the
+affine and the centring step; the dual d lies in [−β, α] and, with l2, Bᵀd = 2n·l2·Mw. It stops where the
 complementarity gap (u·s + v·t) and the residuals of both feasibilities are below GAP relative to the objective: then
 the objective is the optimum's to about that (converged); interrupts are checked between iterations and between
 blocks of rows.
+
+For a model the programme does not take (not linear in its weights, vectors, too many weights), and for a lambda loss
+with kinks of its own, continued() smooths the loss's kinks (objective.smoothed) and shrinks the smoothing in stages,
+each fitted by newton or lbfgs from the last one's weights.
 """
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import program, python_backend
+from .. import loader, program, python_backend
 from ..errors import PgadError
 from ..lang import printer
 from . import descent, objective
@@ -39,7 +43,7 @@ GAP = 1e-12        # the relative gap and residuals at which solve() stops
 CRITERION = 1e-9   # the relative gap and residuals at which a fit has converged (Fit.gradient_norm)
 STEP = 0.99995     # the fraction of the way to the boundary each step goes
 BLOCK_ROWS = 1 << 16  # rows per pass of the design's evaluation and the normal equations' sums, interrupts between
-ITERATIONS = 200   # the cap on iterations left out: the optimum takes 15 to 60
+ITERATIONS = 200   # the cap on iterations left out: the optimum takes 8 to 30 (tests/test_piecewise.py)
 
 
 @dataclass(frozen=True)
@@ -79,8 +83,8 @@ def linear(prediction):
 def refusal(loss, why):
     """The error of optimizer 'interior_point' where it does not apply: why says what is not so."""
     return PgadError('0A000', f'optimizer "interior_point" cannot train {why}',
-                     detail="It solves the linear programme of loss 'quantile', 'absolute' or 'hinge' of a model linear "
-                            'in its weights.',
+                     detail="It solves the linear programme of loss 'quantile', 'absolute' or 'hinge' of a model "
+                            'linear in its weights.',
                      hint="Leave optimizer out (the default smooths the loss where the programme does not apply), or "
                           "use optimizer 'lbfgs'." if takes(loss) else
                           "Leave optimizer out, or use optimizer 'lbfgs' or 'newton'.")
@@ -90,9 +94,8 @@ def check_memory(rows, p, memory_limit):
     """The error where the design (rows × p), its working copy and a dozen vectors of rows would pass memory_limit."""
     need = 8 * (rows * (2 * p + 14) + 4 * p * p)
     if need > memory_limit:
-        from ..loader import OUT_OF_MEMORY, megabytes
-        raise PgadError(OUT_OF_MEMORY, f'optimizer "interior_point" needs {megabytes(need)} for its design, more than '
-                                       f'pgad.memory_limit ({megabytes(memory_limit)})',
+        raise PgadError(loader.OUT_OF_MEMORY, f'optimizer "interior_point" needs {loader.megabytes(need)} for its '
+                                              f'design, more than pgad.memory_limit ({loader.megabytes(memory_limit)})',
                         detail=f'{rows} rows of {p} derivatives of the prediction, and its working vectors.',
                         hint="Train with optimizer => 'lbfgs', on fewer rows, or have a superuser raise "
                              'pgad.memory_limit.')
@@ -181,7 +184,7 @@ def objective_of(b, a, alpha, beta, ridge, w):
 
 
 def solve(b, a, alpha, beta, ridge, iterations, each, interrupts, floor=0.0):
-    """(w, the objective after each iteration, the relative gap at w, why it stopped: 'optimum' or 'cap')
+    """(w, the objective after each iteration, the relative gap at w, why it stopped: 'optimum', 'cap' or 'stalled')
     of min Σ ρ(a − B·w) + ½·wᵀ·diag(ridge)·w by Mehrotra's predictor-corrector; each(it, w, objective) after each
     iteration, interrupts() between blocks of rows; the gap is relative to |objective| + floor. An objective of 0
     is the optimum (none is lower): separable labels under 'hinge', whose dual has no interior. Where the iterates
@@ -316,17 +319,17 @@ STAGES = 16      # at most: from μ₀ = the mean loss at the start down to 1e-1
 EXCESS = {'absolute': 2.0}  # the smoothed loss lies within EXCESS·μ·ln 2 above the loss (1 but for abs)
 
 
-def continued(loss, smooth_columns, smooth, kernel, table, columns, start, names, optimizer, iterations, penalty, clock, why=None,
-              blocks=None):
+def continued(loss, smooth_columns, smooth, kernel, table, columns, start, names, optimizer, iterations, penalty,
+              clock, why=None, blocks=None):
     """(the descent.Fit, the starting objective) of a piecewise-linear loss of any model by smoothing with
     continuation: the loss smoothed by a width μ (objective.smoothed, its kernel smooth reading smooth_columns, μ as
-    the column objective.SMOOTHING), fitted by optimizer ('newton' or 'lbfgs') warm-started from the last stage's weights, μ
-    shrunk SHRINK times a stage from the mean loss at the start until the smoothing's excess is below CRITERION of
-    the objective: for a named loss its bound, EXCESS·μ·ln 2 a row; for a lambda, whose kinks may be scaled, the
-    excess measured at the stage's weights, and the objective's change since the last stage. Converged where the
-    last stage's fit has converged (descent.judged) and those are below the criterion: a stationary point of the loss
-    to that precision (its optimum where the objective is convex in the weights). The objective is the loss's,
-    evaluated by kernel."""
+    the column objective.SMOOTHING), fitted by optimizer ('newton' or 'lbfgs') warm-started from the last stage's
+    weights, μ shrunk SHRINK times a stage from the mean loss at the start until the smoothing's excess is below
+    CRITERION of the objective: for a named loss its bound, EXCESS·μ·ln 2 a row; for a lambda, whose kinks may be
+    scaled, the excess measured at the stage's weights, and the objective's change since the last stage. Converged
+    where the last stage's fit has converged (descent.judged) and those are below the criterion: a stationary point
+    of the loss to that precision (its optimum where the objective is convex in the weights). The objective is the
+    loss's, evaluated by kernel."""
     n = table.rows
     w = np.asarray(start, dtype=np.float64)
     placed = descent.place(kernel, table)  # a GPU's columns, copied once

@@ -160,8 +160,8 @@ def train(name, model, loss, data, weights, learning_rate=None, iterations=None,
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
             # standardize, validation and newton need the rows here: the shards send only the gradient's sums
-            spread = not standardize and validation is None and options['optimizer'] not in ('newton', 'interior_point') \
-                and not impute and smooth is None
+            spread = not standardize and validation is None and not impute and smooth is None and \
+                options['optimizer'] not in ('newton', 'interior_point')
             loading = calls.loading(data, spread=spread)
             table, kernel = stack.enter_context(loading(prog, config, job, start, cats.codes, set(impute)))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
@@ -397,8 +397,10 @@ def _validation_rows(part, held_out, options, where, label_at=None):
 # pgad.train's defaults where an argument is NULL (left out): for a piecewise-linear loss of a model linear in its
 # weights (piecewise.py) the interior-point method of its linear programme; else Newton where the weights are few
 # (NEWTON_WEIGHTS: _newton_pays), else L-BFGS in scaled coordinates (descent._lbfgs), all converging on columns of
-# any scale, unless a learning_rate (or l1, but for the linear programme) asks for gradient descent as before 0.11.0. Iterations left out run newton and lbfgs
-# until they stop at the optimum, within a cap of NEWTON_ITERATIONS and LBFGS_ITERATIONS; the others DEFAULT_ITERATIONS.
+# any scale, unless a learning_rate (or l1, but for the linear programme) asks for gradient descent as before 0.11.0.
+# For such a loss of any other model, or a lambda loss with kinks, newton or lbfgs on the loss smoothed in stages
+# (piecewise.continued). Iterations left out run newton and lbfgs until they stop at the optimum, within a cap of
+# NEWTON_ITERATIONS and LBFGS_ITERATIONS (interior_point piecewise.ITERATIONS); the others DEFAULT_ITERATIONS.
 DEFAULT_LEARNING_RATE, DEFAULT_ITERATIONS = 0.05, 100
 NEWTON_ITERATIONS, LBFGS_ITERATIONS = 100, 10_000
 LP_WEIGHTS = 300  # the interior point's normal equations: p² a row, as newton's Hessian
