@@ -199,6 +199,16 @@ CALLS = {
     'shard server "shard2" runs pgad 0.7.0, not … as here': shard2('{old}') + call(SHARDED.format('')),
     'optimizer "sgd" cannot train where the rows are sharded':
         shard2('{current}') + call(SHARDED.format(", optimizer => 'sgd'")),
+    'optimizer "interior_point" cannot train loss "squared"':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, optimizer => 'interior_point')",
+             '{"a": 0}'),
+    'optimizer "interior_point" cannot train a model that is not linear in its weights':
+        call("SELECT pgad.train('m', 'λ(d, w) exp(w.a*d.x)', 'quantile(0.5)', 'points', %s, "
+             "optimizer => 'interior_point')", '{"a": 0}'),
+    'optimizer "interior_point" needs 1.6 MB for its design, more than pgad.memory_limit (1.0 MB)':
+        [("SET pgad.memory_limit = '1MB'", ())] + call(
+            "SELECT pgad.train('m', 'λ(d, w) w.a*d.x + w.b', 'quantile(0.5)', 'SELECT x::float8 AS x, "
+            "(x %% 7)::float8 AS y FROM generate_series(1, 12000) AS x', %s)", AB),
     'model "nosuch" does not exist': call("SELECT * FROM pgad.evaluate('nosuch', 'points')"),
     'model "m" would publish values of the data in its functions\' bodies: …':  # points: PUBLIC may not read it
         [('SET pgad.publish_data_values = off', ())] +

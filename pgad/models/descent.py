@@ -28,7 +28,7 @@ from ..lang import hessian as second
 
 CHUNK_ROWS = 1 << 20  # rows per kernel call on big tables: between calls, the server may cancel (and an llvm
 #                       kernel lets it between the pieces of a call, jit/threads.py, however dear its rows)
-OPTIMIZERS = ('gd', 'sgd', 'momentum', 'adam', 'lbfgs', 'newton')
+OPTIMIZERS = ('gd', 'sgd', 'momentum', 'adam', 'lbfgs', 'newton', 'interior_point')  # the last: piecewise.py's
 MINI_BATCH = ('sgd', 'momentum', 'adam')  # the ones that step once per mini-batch of batch_size shuffled rows
 BETA = 0.9                                # momentum's
 BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8  # Adam's, as in its paper and every framework

@@ -205,6 +205,51 @@ def objective_lambda(model, loss, label, limits, coded=False):
                          "'λ(p, d) (p - d.y)^2'.")
 
 
+# The smoothing of a piecewise-linear loss (piecewise.continued): each kink of the loss (not of the model), its width μ
+# read from column SMOOTHING, replaced by a softplus that lies within μ·ln 2 above it (2μ·ln 2 for abs)
+SMOOTHING = 'pgad μ'
+SMOOTH = {
+    'relu': lambda mu, z: mu * softplus(z / mu),
+    'abs': lambda mu, z: z + 2 * mu * softplus(-z / mu),
+    'greatest': lambda mu, a, b: a + mu * softplus((b - a) / mu),
+    'least': lambda mu, a, b: a - mu * softplus((a - b) / mu),
+}
+
+
+def kinked(model_text, loss, label, limits):
+    """Has the loss (not the model) a kink that SMOOTH smooths: relu, abs, greatest or least? False where the model
+    or the loss reads a column named SMOOTHING, which the smoothing takes for its width."""
+    model = parser.parse(model_text, limits)
+    lam = objective_lambda(model, loss, label, limits)
+    if SMOOTHING in lam.columns:
+        return False
+    graph = model.graph
+    keep = set(graph.ancestors([model.root]))
+    return any(graph.nodes[i].op in SMOOTH for i in graph.ancestors([lam.root]) if i not in keep)
+
+
+def smoothed(model_text, loss, label, limits):
+    """The text of the objective of model_text under loss with each relu, abs, greatest and least of the loss
+    smoothed (SMOOTH) by the width the column SMOOTHING gives (a column neither reads: kinked); those of the model
+    are left as they are."""
+    model = parser.parse(model_text, limits)
+    lam = objective_lambda(model, loss, label, limits)
+    graph = model.graph
+    keep = set(graph.ancestors([model.root]))
+    mu = graph.column(SMOOTHING)
+    new = {}
+    for i in graph.ancestors([lam.root]):
+        node = graph.nodes[i]
+        if i in keep or not node.args:
+            new[i] = graph.expr(i)
+            continue
+        args = [new[a] for a in node.args]
+        new[i] = SMOOTH[node.op](mu, *args) if node.op in SMOOTH else graph.apply(node.op, *args)
+    root = new[lam.root].id
+    return f'λ({printer.parameter(model.row)}, {printer.parameter(model.params)}) ' + \
+        printer.to_lambda(replace(lam, root=root), root, printer.budget(limits))
+
+
 def check_labels(loss, label, values, where=''):
     """22023 unless the label column's values (a loaded column) are ones the named loss takes (LABELS): the first
     value it does not take, and how many rows have one. where ('model "m", group {…}: ') starts the message."""

@@ -12,8 +12,8 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import attribution, catalog, classes, descent, evaluate as evaluating, objective, preprocess, separation, \
-    sequence, standardize as standardizing, summary, validation as validating
+from . import attribution, catalog, classes, descent, evaluate as evaluating, objective, piecewise, preprocess, \
+    separation, sequence, standardize as standardizing, summary, validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
@@ -49,10 +49,12 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                                  program.parsed(goal.text, config.limits))
     names = list(w)
     chosen = optimizer is None
-    optimizer = arguments.optimizer(_default_optimizer(optimizer, learning_rate, l1))
-    if learning_rate is not None and optimizer in ('lbfgs', 'newton'):
+    optimizer = arguments.optimizer(_default_optimizer(optimizer, learning_rate, l1, loss))
+    if learning_rate is not None and optimizer in ('lbfgs', 'newton', 'interior_point'):
         raise PgadError('22023', f'optimizer "{optimizer}" takes no learning_rate',
-                        detail=f'{"L-BFGS" if optimizer == "lbfgs" else "Newton"} chooses its steps by a line search.',
+                        detail={'lbfgs': 'L-BFGS chooses its steps by a line search.',
+                                'newton': 'Newton chooses its steps by a line search.',
+                                'interior_point': 'It solves a linear programme.'}[optimizer],
                         hint="Leave learning_rate out, or use it with optimizer 'gd', 'sgd', 'momentum' or 'adam'.")
     learning_rate = DEFAULT_LEARNING_RATE if learning_rate is None else learning_rate
     until = iterations is None  # left out: until the criterion holds, within a generous cap (_iterations)
@@ -115,6 +117,11 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     if objective.base(loss) == 'softmax':
         classes.check_prediction(goal.model, shapes, found)
         by_class = [n for n, shape in shapes.weights if shape[0] == len(found.keys)]
+    lp = None  # the linear programme of a piecewise-linear loss (piecewise.py)
+    if options['optimizer'] == 'interior_point':
+        lp = _linear_programme(goal, loss, label, names, shapes, cats, data, options, config, chosen)
+        if lp is None:  # left out, where the programme does not apply: as before
+            options['optimizer'] = 'gd' if options['l1'] else 'lbfgs'
     if chosen and options['optimizer'] == 'lbfgs' and options['dtype'] == 'float64' and \
             _newton_pays(calls.vector_of(w), shapes, cats, data, by_class):
         options['optimizer'] = 'newton'
@@ -123,6 +130,12 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     if vectored and (standardize or options['group_by']) or standardize and by_class:
         raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
                         hint='Standardise the columns in the data query, or train one model per group.')
+    smooth = None  # the smoothed objective's Program, where the default smooths a piecewise-linear loss
+    if chosen and lp is None and not options['early_stopping'] and options['optimizer'] in ('newton', 'lbfgs') and \
+            found is None and not shards.foreign(data) and objective.kinked(model, loss, label, config.limits):
+        smooth = _program(objective.smoothed(model, loss, label, config.limits), names, options, config, shapes,
+                          chosen)
+        options['smoothing'] = True  # recorded: the optimizer ran on the smoothed loss, in stages
     prog = _program(goal.text, names, options, config, shapes, chosen)
     centred = classes.centred(goal.model, prog.shapes, sized, len(found.keys)) if by_class else ()
     if until:
@@ -153,7 +166,8 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
             parts = [(part, None) for part in parts]
         else:  # standardize needs the columns here too
             # standardize, validation and newton need the rows here: the shards send only the gradient's sums
-            spread = not standardize and validation is None and options['optimizer'] != 'newton' and not impute
+            spread = not standardize and validation is None and not impute and smooth is None and \
+                options['optimizer'] not in ('newton', 'interior_point')
             loading = calls.loading(data, spread=spread)
             table, kernel = stack.enter_context(loading(prog, config, job, start, cats.codes, set(impute)))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
@@ -189,8 +203,10 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                 step_rows = part.table.rows if options['optimizer'] not in descent.MINI_BATCH else options['batch_size']
                 kernel = calls.compiled(prog, options['backend'], options['dtype'], config,
                                         min(step_rows, part.table.rows))
+            smoothing = None if smooth is None else (loss, smooth.columns, calls.compiled(
+                smooth, options['backend'], options['dtype'], config, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
-                                      penalty, clock, held, _blocks(prog, cats))
+                                      penalty, clock, held, _blocks(prog, cats), lp, config.memory_limit, smoothing)
             if centred:  # scikit-learn's symmetric parameterisation
                 fitted = dict(zip(prog.weights, classes.centre([fitted[n] for n in prog.weights], prog.shapes,
                                                                centred)))
@@ -282,11 +298,13 @@ def _label_column(prog, table, label):
     return table.columns[names.index(label)] if label in names else np.empty(0)
 
 
-def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, blocks=None):
+def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, blocks=None, lp=None,
+         memory_limit=None, smoothing=None):
     """({weight: fitted value}, descent.Fit, validation.Watch or None) of one table (a group's) from the weights
     start, on standardised columns when plan is not None; the loss on the held-out rows held (a Table, or None)
     watched after each iteration, and with early_stopping the weights of its lowest (not the optimum: converged
-    false, and no WARNING, as asked); blocks as descent.fit's."""
+    false, and no WARNING, as asked); blocks as descent.fit's; lp the piecewise.Problem of 'interior_point';
+    smoothing (loss, the smoothed objective's columns and kernel) for piecewise.continued."""
     names = list(prog.weights)
     if plan is not None:
         columns = dict(zip(prog.columns, table.columns))
@@ -302,12 +320,20 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
     if held is not None:
         watch = clock.watch = validating.Watch(
             lambda w: descent.evaluate(kernel, held, w, clock.interrupts)[0] / held.rows, options['early_stopping'])
+    why = lambda w, output: domain.diagnose(prog, calls.local_rows(kernel, table), w, output)  # noqa: E731
     try:
-        fit = descent.fit(kernel, table, [start[n] for n in names], names, options['optimizer'],
-                          options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
-                          options['tolerance'], penalty, clock,
-                          why=lambda w, output: domain.diagnose(prog, calls.local_rows(kernel, table), w, output),
-                          judge=not options['early_stopping'], blocks=blocks, precision=options['dtype'])
+        if lp is not None:
+            fit, _ = piecewise.fit(lp, kernel, table, prog.columns, [start[n] for n in names], names,
+                                   options['iterations'], penalty, clock, memory_limit, why)
+        elif smoothing is not None:
+            fit, _ = piecewise.continued(*smoothing, kernel, table, prog.columns,
+                                         [start[n] for n in names], names, options['optimizer'],
+                                         options['iterations'], penalty, clock, why, blocks)
+        else:
+            fit = descent.fit(kernel, table, [start[n] for n in names], names, options['optimizer'],
+                              options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
+                              options['tolerance'], penalty, clock, why=why, judge=not options['early_stopping'],
+                              blocks=blocks, precision=options['dtype'])
     except validating.Stop:
         fit = descent.Fit(watch.best, watch.training[watch.at], watch.training, len(watch.training), clock.seconds(),
                           False)
@@ -374,24 +400,56 @@ def _validation_rows(part, held_out, options, where, label_at=None):
     return loader.Group(part.key, part.values, trained), held
 
 
-# pgad.train's defaults where an argument is NULL (left out): Newton where the weights are few (NEWTON_WEIGHTS:
-# _newton_pays), else L-BFGS in scaled coordinates (descent._lbfgs), both converging on columns of any scale,
-# unless a learning_rate or l1 asks for gradient descent as before 0.11.0. Iterations left out run newton and lbfgs
-# until they stop at the optimum, within a cap of NEWTON_ITERATIONS and LBFGS_ITERATIONS; the others DEFAULT_ITERATIONS.
+# pgad.train's defaults where an argument is NULL (left out): for a piecewise-linear loss of a model linear in its
+# weights (piecewise.py) the interior-point method of its linear programme; else Newton where the weights are few
+# (NEWTON_WEIGHTS: _newton_pays), else L-BFGS in scaled coordinates (descent._lbfgs), all converging on columns of
+# any scale, unless a learning_rate (or l1, but for the linear programme) asks for gradient descent as before 0.11.0.
+# For such a loss of any other model, or a lambda loss with kinks, newton or lbfgs on the loss smoothed in stages
+# (piecewise.continued). Iterations left out run newton and lbfgs until they stop at the optimum, within a cap of
+# NEWTON_ITERATIONS and LBFGS_ITERATIONS (interior_point piecewise.ITERATIONS); the others DEFAULT_ITERATIONS.
 DEFAULT_LEARNING_RATE, DEFAULT_ITERATIONS = 0.05, 100
 NEWTON_ITERATIONS, LBFGS_ITERATIONS = 100, 10_000
+LP_WEIGHTS = 300  # the interior point's normal equations: p² a row, as newton's Hessian
 # The Hessian's sums cost about p²/2 a row: measured (llvm, in process, 1e5 rows of a linear model) 0.3 ms a pass at
 # p = 6, 16 ms at 21, 218 ms at 41 (a gradient's pass 0.1, 1.1 and 8.8 ms) and its compile 0.3–0.6 s, where scaled
 # L-BFGS takes 2p passes to scale and tens to hundreds of iterations: newton pays up to about 48 weights.
 NEWTON_WEIGHTS = 48
 
 
-def _default_optimizer(optimizer, learning_rate, l1):
-    """The optimizer asked for; left out, 'lbfgs' (newton where _newton_pays, decided once the weights are
-    known), or 'gd' where a learning_rate or l1 is given (lbfgs and newton take neither)."""
+def _default_optimizer(optimizer, learning_rate, l1, loss):
+    """The optimizer asked for; left out, 'interior_point' for a piecewise-linear loss (kept where its programme
+    applies, decided once the weights are known), else 'lbfgs' (newton where _newton_pays, likewise), or 'gd' where a
+    learning_rate or l1 is given (lbfgs and newton take neither)."""
     if optimizer is not None:
         return optimizer
+    if piecewise.takes(loss) and learning_rate is None:
+        return 'interior_point'
     return 'gd' if learning_rate is not None or l1 else 'lbfgs'
+
+
+def _linear_programme(goal, loss, label, names, shapes, cats, data, options, config, chosen):
+    """The piecewise.Problem optimizer 'interior_point' solves: a piecewise-linear loss, a model linear in its
+    weights (numbers or categorical weights, at most LP_WEIGHTS elements, no array column), its rows here (a sharded
+    table's are pulled through its query) and float64. Where one of these fails, None for the default (chosen), and
+    for an optimizer asked for, the error that says which."""
+    def refused(why):
+        if chosen:
+            return None
+        raise piecewise.refusal(loss, why)
+    if not piecewise.takes(loss):
+        return refused(f'loss "{loss}"')
+    if shapes.columns or any(n not in cats.keys for n, _ in shapes.weights):
+        return refused('a model with vectors')
+    if options['dtype'] != 'float64':
+        return refused(f'at dtype "{options["dtype"]}"')
+    count = sum(int(np.prod(shape, dtype=np.int64)) for _, shape in shapes.weights) + len(names) - \
+        len(shapes.weights)
+    if count > LP_WEIGHTS:
+        return refused(f'more than {LP_WEIGHTS} weights')
+    found = piecewise.problem(goal, loss, label, names, shapes, config.limits)
+    if found is None:
+        return refused('a model that is not linear in its weights')
+    return found
 
 
 def _newton_pays(start, shapes, cats, data, by_class=()):
@@ -422,7 +480,8 @@ def _check_class_label(goal, label, loss):
 
 def _iterations(optimizer):
     """The cap on the iterations left out: newton and lbfgs stop at the optimum well before it."""
-    return {'newton': NEWTON_ITERATIONS, 'lbfgs': LBFGS_ITERATIONS}.get(optimizer, DEFAULT_ITERATIONS)
+    return {'newton': NEWTON_ITERATIONS, 'lbfgs': LBFGS_ITERATIONS,
+            'interior_point': piecewise.ITERATIONS}.get(optimizer, DEFAULT_ITERATIONS)
 
 
 def _program(text, names, options, config, shapes, chosen):
