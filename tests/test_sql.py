@@ -418,8 +418,9 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     # pgad.init_weights's, the catalog's writer, pgad.evaluate's, the scoring functions' length error, pgad.hessian's
     # and pgad.summary's, the element reader of pgad.pack's loads, the owners of a model's name, and
     # pgad.importance's, the softmax and argmax of a softmax model's probability and class functions, and
-    # pgad.forecast's, pgad.deploy's, the version's pgad.drop_model's and pgad.evaluate's, pgad.tune's
-    assert len(internal) == 40
+    # pgad.forecast's, pgad.deploy's, the version's pgad.drop_model's and pgad.evaluate's, pgad.tune's, and the free
+    # name of a version's functions (pgad._version_function_name)
+    assert len(internal) == 41
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     # The writer of pgad.models alone is executable by PUBLIC: pgad's Python calls it as the caller, and it writes
     # only what pgad.train or pgad.drop_model left for it (a direct call is refused: test_model_trust.py).
