@@ -472,3 +472,22 @@ def test_a_boolean_column_imputed_with_a_constant_takes_0_or_1_alone(db):
         '42804', 'impute strategy "median" needs a numeric column, and column "big" is a boolean one',
         "Impute it with 'most_frequent'.")
     assert db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0] == before
+
+
+def test_a_statistic_s_error_in_its_thread_is_raised_to_the_caller():
+    """preprocess.waited, in process: an error the work raises in its thread is raised, as itself, in the caller's
+    thread; and THREAD_VALUES values exactly are still taken in the caller's thread (the bound is "past")."""
+    import threading
+    from pgad.models import preprocess
+
+    class Broken(Exception):
+        pass
+
+    def work():
+        raise Broken('the sort failed')
+    with pytest.raises(Broken, match='the sort failed'):
+        preprocess.waited(work, preprocess.THREAD_VALUES + 1, lambda: None)
+    assert preprocess.waited(lambda: threading.current_thread() is threading.main_thread(), preprocess.THREAD_VALUES,
+                             lambda: None) is True
+    assert preprocess.waited(lambda: threading.current_thread() is threading.main_thread(),
+                             preprocess.THREAD_VALUES + 1, lambda: None) is False
