@@ -492,3 +492,13 @@ def test_a_statistic_s_error_in_its_thread_is_raised_to_the_caller():
                              lambda: None) is True
     thread = preprocess.waited(threading.current_thread, preprocess.THREAD_VALUES + 1, lambda: None)
     assert (thread is threading.main_thread(), thread.name, thread.daemon) == (False, 'pgad statistic', True)
+
+
+def test_impute_of_a_model_that_reads_no_column_says_so(db):
+    """A model of a constant reads no column: impute naming one is 42703, whose DETAIL says the model reads none."""
+    db.execute('DROP TABLE IF EXISTS level')
+    db.execute('CREATE TABLE level AS SELECT k::float8 AS x, k::float8 AS y FROM generate_series(1, 5) AS k')
+    e = error_of(db, "SELECT pgad.train('level_m', 'λ(d, w) w.b', 'squared', 'level', '{\"b\": 0}', "
+                     "impute => '{\"x\": \"mean\"}')")
+    assert (e.sqlstate, e.message_primary, e.message_detail) == (
+        '42703', 'column "x" of impute is not a column the model reads', 'The model reads: no column.')
