@@ -359,7 +359,7 @@ def test_a_long_statistic_answers_an_interrupt_while_it_runs():
     def work():
         seen['mask'] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
         started.set()
-        gate.wait()
+        gate.wait(10)  # bounded: a waited() that never calls interrupts() fails the test, not hangs it
         return 1.0
 
     class Cancelled(Exception):
