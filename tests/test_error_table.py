@@ -368,6 +368,12 @@ CALLS = {
     'impute strategy "mean" needs a numeric column, and column "t" is a categorical one':
         call("SELECT pgad.train('m', 'λ(d, w) w.r[d.t] + w.a*d.x', 'squared', 'SELECT t, x, x AS y FROM mixed', %s, "
              "impute => '{\"t\": \"mean\"}')", '{"r": {}, "a": 0}'),
+    'the impute constant of column "x" must be a finite number':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, impute => '{\"x\": 1e400}')",
+             '{"a": 0}'),
+    'the impute constant of boolean column "b" must be 0 or 1':
+        call("SELECT pgad.train('m', 'λ(d, w) CASE WHEN d.b THEN w.a ELSE 0 END', 'squared', "
+             "'SELECT x > 5 AS b, y FROM points', %s, impute => '{\"b\": 2}')", '{"a": 0}'),
     'column "x" of impute has no value that is not NULL in the training rows':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'SELECT NULL::float8 AS x, y FROM points', %s, "
              "impute => '{\"x\": \"median\"}')", '{"a": 0}'),

@@ -359,7 +359,7 @@ def test_a_long_statistic_answers_an_interrupt_while_it_runs():
     def work():
         seen['mask'] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
         started.set()
-        gate.wait()
+        gate.wait(10)  # bounded: a waited() that never calls interrupts() fails the test, not hangs it
         return 1.0
 
     class Cancelled(Exception):
@@ -412,3 +412,93 @@ def test_each_version_keeps_its_own_imputation(db):
                                                'FROM versioned').fetchone()[0], rel=1e-9)
     db.execute("SELECT pgad.deploy('versioned_m', 2)")
     assert db.execute(same.format(f='versioned_m'), [0.0]).fetchone()[0]
+
+
+@pytest.mark.parametrize('impute, state, message, detail, hint', [
+    ('["x"]', '22023', 'impute must be a jsonb object of columns and strategies', 'It is ["x"].',
+     "Give each column 'mean', 'median', 'most_frequent' or a number, as in impute => '{\"x\": \"mean\"}'."),
+    ('{"q": "mean"}', '42703', 'column "q" of impute is not a column the model reads', 'The model reads: "city", "x".',
+     'Name the columns of the model lambda (d.x) whose NULLs are to be replaced.'),
+    ('{"x": [1]}', '22023', 'unknown impute strategy [1] for column "x"', None,
+     "Give each column 'mean', 'median', 'most_frequent' or a number, as in impute => '{\"x\": \"mean\"}'."),
+    ('{"x": {"k": 1}}', '22023', 'unknown impute strategy {"k": 1} for column "x"', None,
+     "Give each column 'mean', 'median', 'most_frequent' or a number, as in impute => '{\"x\": \"mean\"}'."),
+    ('{"x": null}', '22023', 'unknown impute strategy null for column "x"', None,
+     "Give each column 'mean', 'median', 'most_frequent' or a number, as in impute => '{\"x\": \"mean\"}'."),
+    ('{"x": 1e400}', '22023', 'the impute constant of column "x" must be a finite number', None, None),
+    ('{"x": -1e400}', '22023', 'the impute constant of column "x" must be a finite number', None, None),
+    ('{"city": "median"}', '42804', 'impute strategy "median" needs a numeric column, and column "city" is a '
+                                    'categorical one', None, "Impute it with 'most_frequent'."),
+    ('{"city": 3}', '42804', 'impute constant 3 is a number, and column "city" is a categorical one', None,
+     "Impute it with 'most_frequent', or replace its NULLs in the data query."),
+    ('{"x": "median"}', '22000', 'column "x" of impute has no value that is not NULL in the training rows',
+     'Its median is taken from the rows the model trains on.',
+     'Give the column a constant to impute, or train on rows that have its values.'),
+])
+def test_a_refused_impute_says_what_is_wrong_and_what_to_give(db, impute, state, message, detail, hint):
+    """Each refusal of impute, its DETAIL and HINT word for word (None: none), and nothing stored: a strategy that is
+    no string nor number (a list, an object, null), and a constant past float8's range (jsonb writes 1e400 as an
+    integer of 401 digits, which float() cannot take: it raised OverflowError, XX000, before)."""
+    db.execute('DROP TABLE IF EXISTS blank')
+    db.execute("CREATE TABLE blank AS SELECT NULL::float8 AS x, k::text AS city, k::float8 AS y "
+               "FROM generate_series(1, 5) AS k")
+    before = db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0]
+    e = error_of(db, "SELECT pgad.train('refused', 'λ(d, w) w.c[d.city] + w.a*d.x', 'squared', 'blank', "
+                     "'{\"c\": {}, \"a\": 0}', impute => %s)", [impute])
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (state, message, detail, hint)
+    assert db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0] == before
+
+
+def test_a_boolean_column_imputed_with_a_constant_takes_0_or_1_alone(db):
+    """A boolean column's constant is 0 (false) or 1 (true): 0 is stored as the constant and the function reads NULL
+    as false; 2 is 22023 and the median 42804, each with its HINT, and neither stores a version."""
+    db.execute('DROP TABLE IF EXISTS flags')
+    db.execute("CREATE TABLE flags AS SELECT CASE WHEN k % 6 = 0 THEN NULL ELSE k % 4 <> 0 END AS big, "
+               "k::float8 AS x, (CASE WHEN k % 4 <> 0 THEN 3 ELSE 1 END * k)::float8 AS y "
+               "FROM generate_series(1, 48) AS k")
+    train = ("SELECT pgad.train('flags_c', 'λ(d, w) CASE WHEN d.big THEN w.a ELSE w.b END*d.x', 'squared', "
+             "'flags', '{\"a\": 0, \"b\": 0}', impute => %s)")
+    db.execute(train, ['{"big": 0}'])
+    assert _options(db, 'flags_c')['impute'] == {'big': {'strategy': 'constant', 'value': 0.0}}
+    assert db.execute("SELECT pgad_models.flags_c(NULL, 2) = pgad_models.flags_c(false, 2), "
+                      "pgad_models.flags_c(NULL, 2) <> pgad_models.flags_c(true, 2)").fetchone() == (True, True)
+    before = db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0]
+    e = error_of(db, train, ['{"big": 2}'])
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '22023', 'the impute constant of boolean column "big" must be 0 or 1', "Give 0 (false) or 1 (true), or "
+                                                                             "'most_frequent'.")
+    e = error_of(db, train, ['{"big": "median"}'])
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '42804', 'impute strategy "median" needs a numeric column, and column "big" is a boolean one',
+        "Impute it with 'most_frequent'.")
+    assert db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0] == before
+
+
+def test_a_statistic_s_error_in_its_thread_is_raised_to_the_caller():
+    """preprocess.waited, in process: an error the work raises in its thread is raised, as itself, in the caller's
+    thread; THREAD_VALUES values exactly are still taken in the caller's thread (the bound is "past"); past it, in a
+    daemon thread named 'pgad statistic' (the name a stack dump of the backend shows)."""
+    import threading
+    from pgad.models import preprocess
+
+    class Broken(Exception):
+        pass
+
+    def work():
+        raise Broken('the sort failed')
+    with pytest.raises(Broken, match='the sort failed'):
+        preprocess.waited(work, preprocess.THREAD_VALUES + 1, lambda: None)
+    assert preprocess.waited(lambda: threading.current_thread() is threading.main_thread(), preprocess.THREAD_VALUES,
+                             lambda: None) is True
+    thread = preprocess.waited(threading.current_thread, preprocess.THREAD_VALUES + 1, lambda: None)
+    assert (thread is threading.main_thread(), thread.name, thread.daemon) == (False, 'pgad statistic', True)
+
+
+def test_impute_of_a_model_that_reads_no_column_says_so(db):
+    """A model of a constant reads no column: impute naming one is 42703, whose DETAIL says the model reads none."""
+    db.execute('DROP TABLE IF EXISTS level')
+    db.execute('CREATE TABLE level AS SELECT k::float8 AS x, k::float8 AS y FROM generate_series(1, 5) AS k')
+    e = error_of(db, "SELECT pgad.train('level_m', 'λ(d, w) w.b', 'squared', 'level', '{\"b\": 0}', "
+                     "impute => '{\"x\": \"mean\"}')")
+    assert (e.sqlstate, e.message_primary, e.message_detail) == (
+        '42703', 'column "x" of impute is not a column the model reads', 'The model reads: no column.')

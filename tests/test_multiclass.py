@@ -362,3 +362,52 @@ def test_existing_labels_keep_their_int4_class(db):
                      "'SELECT x1, (k = 9)::int AS y FROM flowers', '{\"a\": 0, \"c\": 0}')").fetchone()
     assert 'classes' not in row[0]
     assert db.execute('SELECT pg_catalog.pg_typeof(pgad_models.zero_one_class(6))::text').fetchone()[0] == 'integer'
+
+
+@pytest.mark.parametrize('loss, data, label, model, start, state, message, detail, hint', [
+    ('logistic', 'flowers', 'species', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}', '22023',
+     'loss "logistic" takes a label of two classes, but column "species" has 3',
+     "Its classes: 'setosa', 'versicolor', 'virginica'.",
+     "Use loss => 'softmax' for a model of many classes (its prediction a vector of a logit per class, as "
+     "'λ(d, w) w.w @ [d.x1, d.x2] + w.b' with '{\"w\": {}, \"b\": {}}')."),
+    ('logistic', "SELECT *, (id % 12)::text AS t FROM flowers", 't', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}',
+     '22023', 'loss "logistic" takes a label of two classes, but column "t" has 12',
+     "Its classes: '0', '1', '10', '11', '2', '3', '4', '5', '6', '7', ….",
+     "Use loss => 'softmax' for a model of many classes (its prediction a vector of a logit per class, as "
+     "'λ(d, w) w.w @ [d.x1, d.x2] + w.b' with '{\"w\": {}, \"b\": {}}')."),
+    ('logistic', "SELECT * FROM flowers WHERE species = 'setosa'", 'species', 'λ(d, w) w.a * d.x1 + w.c',
+     '{"a": 0, "c": 0}', '22023', 'loss "logistic" takes a label of two classes, but column "species" has 1',
+     "Its classes: 'setosa'.", 'Give data with rows of both classes.'),
+    ('softmax', "SELECT * FROM flowers WHERE species = 'setosa'", 'species', MODEL, START, '22023',
+     'loss "softmax" needs two classes or more, but the label column "species" has 1', "Its classes: 'setosa'.",
+     'Give data with rows of at least two classes.'),
+    ('softmax', "SELECT *, NULL::text AS t FROM flowers", 't', MODEL, START, '22023',
+     'loss "softmax" needs two classes or more, but the label column "t" has 0', 'Its classes: none (NULL in every '
+     'row).', 'Give data with rows of at least two classes.'),
+    ('softmax', 'flowers', 'x1', 'λ(d, w) w.w @ [d.x2, d.x3] + w.b', START, '42804',
+     'the label column "x1" is of type pg_catalog.float8, which cannot be a class', None,
+     "loss 'softmax' takes a label of classes: text, varchar, an enum, boolean or an integer; cast it in the data "
+     'query ("x1"::text AS "x1"), or use loss \'squared\' for a number.'),
+    ('logistic', 'SELECT *, x AS \"Odd x\" FROM flowers', 'Odd x', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}',
+     '42804', 'the label column "Odd x" is of type pg_catalog._float8, which cannot be a class', None,
+     "loss 'logistic' takes a label of classes: text, varchar, an enum, boolean or an integer; cast it in the data "
+     'query ("Odd x"::text AS "Odd x").'),
+    ('softmax', 'flowers', 'species', 'λ(d, w) w.a * d.x1', '{"a": 0}', '22023',
+     'loss "softmax" takes a prediction of 3 logits, a number per class of the label column "species", but the '
+     'model predicts a number', "The classes: 'setosa', 'versicolor', 'virginica'.",
+     "Start the weights that make the logits at {} to size them by the classes: 'λ(d, w) w.w @ [d.x1, d.x2] + w.b' "
+     "with '{\"w\": {}, \"b\": {}}'."),
+    ('softmax', 'flowers', 'species', MODEL, '{"w": {"a": 1}, "b": {}}', '22023',
+     'weight "w" is class-sized and starts at {} only',
+     "Under loss 'softmax' a weight that starts as a JSON object and is not indexed by a column has a row per class, "
+     'each starting at 0.', 'Write "w": {}, or give its start as an array of its shape (a row per class).'),
+])
+def test_each_refusal_of_a_label_of_classes_in_full(db, loss, data, label, model, start, state, message, detail,
+                                                    hint):
+    """Each refusal of classes.py word for word, DETAIL and HINT (None: none): the classes listed as literals, the
+    first ten and '…' past them; a label of no class (NULL in every row); a label name that needs quoting in the
+    hint's cast; and nothing stored."""
+    before = fetch_count(db, 'SELECT count(*) FROM pgad.model_versions')
+    e = error_of(db, f"SELECT pgad.train('refused', %s, '{loss}', %s, %s, label => %s)", (model, data, start, label))
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (state, message, detail, hint)
+    assert fetch_count(db, 'SELECT count(*) FROM pgad.model_versions') == before

@@ -22,6 +22,7 @@ import threading
 
 import numpy as np
 
+from .. import arguments
 from ..errors import PgadError
 from ..jit import threads
 
@@ -58,7 +59,7 @@ def parse(text, columns, categorical=()):
                                      f'{kind} one',
                             hint="Impute it with 'most_frequent'.")
         if not isinstance(strategy, str):
-            strategy = float(strategy)
+            strategy = arguments.as_float(strategy)  # jsonb writes 1e400 as an integer of 401 digits
             if not math.isfinite(strategy):
                 raise PgadError('22023', f'the impute constant of column "{name}" must be a finite number')
             if name in categorical:
