@@ -216,26 +216,28 @@ SMOOTH = {
 }
 
 
+def _loss_part(model_text, loss, label, limits):
+    """(the model parsed, its objective's lambda, the nodes of the model's own prediction): the objective's other
+    nodes are the loss's, whose kinks kinked and smoothed look at."""
+    model = parser.parse(model_text, limits)
+    return model, objective_lambda(model, loss, label, limits), set(model.graph.ancestors([model.root]))
+
+
 def kinked(model_text, loss, label, limits):
     """Has the loss (not the model) a kink that SMOOTH smooths: relu, abs, greatest or least? False where the model
     or the loss reads a column named SMOOTHING, which the smoothing takes for its width."""
-    model = parser.parse(model_text, limits)
-    lam = objective_lambda(model, loss, label, limits)
+    model, lam, keep = _loss_part(model_text, loss, label, limits)
     if SMOOTHING in lam.columns:
         return False
-    graph = model.graph
-    keep = set(graph.ancestors([model.root]))
-    return any(graph.nodes[i].op in SMOOTH for i in graph.ancestors([lam.root]) if i not in keep)
+    return any(model.graph.nodes[i].op in SMOOTH for i in model.graph.ancestors([lam.root]) if i not in keep)
 
 
 def smoothed(model_text, loss, label, limits):
     """The text of the objective of model_text under loss with each relu, abs, greatest and least of the loss
     smoothed (SMOOTH) by the width the column SMOOTHING gives (a column neither reads: kinked); those of the model
     are left as they are."""
-    model = parser.parse(model_text, limits)
-    lam = objective_lambda(model, loss, label, limits)
+    model, lam, keep = _loss_part(model_text, loss, label, limits)
     graph = model.graph
-    keep = set(graph.ancestors([model.root]))
     mu = graph.column(SMOOTHING)
     new = {}
     for i in graph.ancestors([lam.root]):

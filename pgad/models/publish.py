@@ -84,10 +84,9 @@ def check(scoring, made, read):
     private = [r['shown'] for r in server.query(PRIVATE, [read], ['pg_catalog.oid[]'])] if found else []
     if not private:
         return
-    detail = f'{WHO}; the training read {", ".join(private)}, which PUBLIC may not read whole.'
     if setting == 'off':
         raise Refused('42501', f'model "{scoring.name}" would publish values of the data in its functions\' '
-                               f'bodies: {", ".join(found)}', detail=detail,
+                               f'bodies: {", ".join(found)}', detail=_who_reads(private),
                       hint=f"Set pgad.publish_data_values to 'on' to publish them; or {WAYS}.")
     if _gathered:
         _gathered[-1].append((scoring.name, found, private))
@@ -95,9 +94,14 @@ def check(scoring, made, read):
     warn(scoring.name, found, private)
 
 
+def _who_reads(private):
+    """The DETAIL of the WARNING and of the refusal: who reads the bodies, and the relations PUBLIC may not read."""
+    return f'{WHO}; the training read {", ".join(private)}, which PUBLIC may not read whole.'
+
+
 def warn(name, found, private):
     server.warning(f'model "{name}" publishes values of the data in its functions\' bodies: {", ".join(found)}',
-                   detail=f'{WHO}; the training read {", ".join(private)}, which PUBLIC may not read whole.',
+                   detail=_who_reads(private),
                    hint=f"Set pgad.publish_data_values to 'on' to publish them silently, or to 'off' to refuse such a "
                         f"training; or {WAYS}.")
 

@@ -321,16 +321,16 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
         watch = clock.watch = validating.Watch(
             lambda w: descent.evaluate(kernel, held, w, clock.interrupts)[0] / held.rows, options['early_stopping'])
     why = lambda w, output: domain.diagnose(prog, calls.local_rows(kernel, table), w, output)  # noqa: E731
+    begun = [start[n] for n in names]
     try:
         if lp is not None:
-            fit, _ = piecewise.fit(lp, kernel, table, prog.columns, [start[n] for n in names], names,
-                                   options['iterations'], penalty, clock, memory_limit, why)
+            fit, _ = piecewise.fit(lp, kernel, table, prog.columns, begun, names, options['iterations'], penalty,
+                                   clock, memory_limit, why)
         elif smoothing is not None:
-            fit, _ = piecewise.continued(*smoothing, kernel, table, prog.columns,
-                                         [start[n] for n in names], names, options['optimizer'],
-                                         options['iterations'], penalty, clock, why, blocks)
+            fit, _ = piecewise.continued(*smoothing, kernel, table, prog.columns, begun, names,
+                                         options['optimizer'], options['iterations'], penalty, clock, why, blocks)
         else:
-            fit = descent.fit(kernel, table, [start[n] for n in names], names, options['optimizer'],
+            fit = descent.fit(kernel, table, begun, names, options['optimizer'],
                               options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
                               options['tolerance'], penalty, clock, why=why, judge=not options['early_stopping'],
                               blocks=blocks, precision=options['dtype'])
