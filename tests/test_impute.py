@@ -190,6 +190,17 @@ def test_most_frequent_of_a_categorical_column_is_its_category(db):
                       [frequent]).fetchone()[0]
 
 
+def refused(db, impute):
+    """(the error of a training of a table whose column x is all NULL with impute, the versions stored before it)."""
+    db.execute('DROP TABLE IF EXISTS blank')
+    db.execute("CREATE TABLE blank AS SELECT NULL::float8 AS x, k::text AS city, k::float8 AS y "
+               "FROM generate_series(1, 5) AS k")
+    before = db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0]
+    e = error_of(db, "SELECT pgad.train('refused', 'λ(d, w) w.c[d.city] + w.a*d.x', 'squared', 'blank', "
+                     "'{\"c\": {}, \"a\": 0}', impute => %s)", [impute])
+    return e, before
+
+
 @pytest.mark.parametrize('impute, state, message', [
     ('{"q": "mean"}', '42703', 'column "q" of impute is not a column the model reads'),
     ('{"x": "average"}', '22023', 'unknown impute strategy "average" for column "x"'),
@@ -201,12 +212,7 @@ def test_most_frequent_of_a_categorical_column_is_its_category(db):
     ('{"x": "median"}', '22000', 'column "x" of impute has no value that is not NULL in the training rows'),
 ])
 def test_a_refused_impute_is_its_sqlstate_and_stores_nothing(db, impute, state, message):
-    db.execute('DROP TABLE IF EXISTS blank')
-    db.execute("CREATE TABLE blank AS SELECT NULL::float8 AS x, k::text AS city, k::float8 AS y "
-               "FROM generate_series(1, 5) AS k")
-    before = db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0]
-    e = error_of(db, "SELECT pgad.train('refused', 'λ(d, w) w.c[d.city] + w.a*d.x', 'squared', 'blank', "
-                     "'{\"c\": {}, \"a\": 0}', impute => %s)", [impute])
+    e, before = refused(db, impute)
     assert (e.sqlstate, e.message_primary) == (state, message)
     if state == '22023' and 'strategy' in message:
         assert "'mean', 'median', 'most_frequent' or a number" in e.message_hint
@@ -439,12 +445,7 @@ def test_a_refused_impute_says_what_is_wrong_and_what_to_give(db, impute, state,
     """Each refusal of impute, its DETAIL and HINT word for word (None: none), and nothing stored: a strategy that is
     no string nor number (a list, an object, null), and a constant past float8's range (jsonb writes 1e400 as an
     integer of 401 digits, which float() cannot take: it raised OverflowError, XX000, before)."""
-    db.execute('DROP TABLE IF EXISTS blank')
-    db.execute("CREATE TABLE blank AS SELECT NULL::float8 AS x, k::text AS city, k::float8 AS y "
-               "FROM generate_series(1, 5) AS k")
-    before = db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0]
-    e = error_of(db, "SELECT pgad.train('refused', 'λ(d, w) w.c[d.city] + w.a*d.x', 'squared', 'blank', "
-                     "'{\"c\": {}, \"a\": 0}', impute => %s)", [impute])
+    e, before = refused(db, impute)
     assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (state, message, detail, hint)
     assert db.execute('SELECT count(*) FROM pgad.model_versions').fetchone()[0] == before
 
