@@ -16,7 +16,10 @@ import pytest
 from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 
+import pgad.lang  # noqa: F401  (binds pgad.lang)
 from conftest import error_of
+from pgad.lang import parse
+from pgad.models import classes
 
 N = 240
 NAMES = ['setosa', 'versicolor', 'virginica']
@@ -272,6 +275,42 @@ def test_a_hidden_layer_is_not_centred_but_the_output_layer_is(db):
     assert np.abs(np.sum(weights['h'], axis=0)).max() > 1e-3
 
 
+def test_a_weight_indexed_by_a_column_is_categorical_not_class_sized(db):
+    """A weight that starts at {} and is indexed by a column is a categorical weight (an entry per category), not a
+    class-sized one; a number weight is neither. w.e[d.g] and w.c * d.x2 add one number to every logit, which
+    changes no probability, so they keep their start (about 0: rounding's gradient, in a direction of no curvature)
+    and w and b are scikit-learn's, centred."""
+    weights, _, converged, _ = train(db, 'with_category', data="SELECT *, (id % 4)::text AS g FROM flowers",
+                                     model='λ(d, w) w.w @ [d.x1, d.x3] + w.b + w.e[d.g] + w.c * d.x2',
+                                     start='{"w": {}, "b": {}, "e": {}, "c": 0}', l2=1 / (2 * N),
+                                     regularize="'[\"w\"]'")
+    expected = sklearn(X[:, [0, 2]], Y, l2=True)
+    assert converged and sorted(weights['e']) == ['0', '1', '2', '3']
+    assert max(abs(v) for v in [*weights['e'].values(), weights['c']]) < 1e-6
+    assert relative(weights['w'], expected.coef_) < TOLERANCE
+    assert relative(weights['b'], expected.intercept_) < TOLERANCE
+
+
+@pytest.mark.parametrize('body, alike', [
+    ('w.m @ [d.x1, d.x2] + w.b', True),
+    ('w.m @ [d.x1, d.x2] - w.b', True),            # a difference of terms
+    ('-(w.m @ [d.x1, d.x2]) + w.b + d.x1', True),  # a negated term; a term without a class-sized weight
+    ('2 * (w.m @ [d.x1]) + w.b * 3', True),        # a number times a term, on either side
+    ('w.m @ [d.x1] + w.b + w.c * d.x1', True),     # a term of another weight alone
+    ('d.x1 * (w.m @ [d.x1]) + w.b', False),        # a column times a term: its shift varies by row
+    ('w.b * w.b', False),                          # neither factor a number
+    ('w.m @ tanh(w.b) + w.b', False),              # a class-sized weight under the vector it multiplies
+    ('d.z @ w.b', False),                          # a class-sized weight on the right of @
+    ('tanh(w.m @ [d.x1]) + w.b', False),           # under another function
+    ('w.m[1] + w.b', False),                       # indexed
+])
+def test_centring_is_taken_only_where_it_shifts_every_logit_alike(body, alike):
+    """shifts_alike on the structure of the prediction (class-sized weights m and b): a sum or difference of terms,
+    each a class-sized weight, one @ an expression without one, a number times one of these, or free of them."""
+    lam = parse('λ(d, w) ' + body)
+    assert classes.shifts_alike(lam, {'m', 'b'}) is alike
+
+
 def test_the_classes_are_shared_by_the_groups(db):
     """group_by: one set of classes over all the data; a group whose rows lack a class still has its logit."""
     rows = db.execute("SELECT group_key::text, options FROM pgad.train('grouped', %s, 'softmax', "
@@ -290,7 +329,8 @@ def test_validation_rows_of_an_unseen_class_are_skipped_and_counted(db):
                          "'SELECT * FROM flowers WHERE species <> ''setosa''', %s, label => 'species', "
                          "validation => 'SELECT * FROM flowers')", (MODEL, START)).fetchone()[0]
     assert all(np.isfinite(history))
-    assert any(f'skipped {unseen} of {N} validation rows' in n for n in notices)
+    assert any(n.endswith(f'skipped {unseen} of {N} validation rows whose label is a class the training data does '
+                          'not have') for n in notices)
     history = db.execute("SELECT validation_history FROM pgad.train('seen', %s, 'softmax', 'flowers', %s, "
                          "label => 'species', validation => 0.25)", (MODEL, START)).fetchone()[0]
     assert all(np.isfinite(history))
@@ -364,6 +404,10 @@ def test_existing_labels_keep_their_int4_class(db):
     assert db.execute('SELECT pg_catalog.pg_typeof(pgad_models.zero_one_class(6))::text').fetchone()[0] == 'integer'
 
 
+SIZE_HINT = ("Start the weights that make the logits at {} to size them by the classes: 'λ(d, w) w.w @ [d.x1, d.x2] + "
+             "w.b' with '{\"w\": {}, \"b\": {}}'.")
+
+
 @pytest.mark.parametrize('loss, data, label, model, start, state, message, detail, hint', [
     ('logistic', 'flowers', 'species', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}', '22023',
      'loss "logistic" takes a label of two classes, but column "species" has 3',
@@ -397,6 +441,14 @@ def test_existing_labels_keep_their_int4_class(db):
      'model predicts a number', "The classes: 'setosa', 'versicolor', 'virginica'.",
      "Start the weights that make the logits at {} to size them by the classes: 'λ(d, w) w.w @ [d.x1, d.x2] + w.b' "
      "with '{\"w\": {}, \"b\": {}}'."),
+    ('softmax', 'flowers', 'nolabel', MODEL, START, '42703', 'column "nolabel" does not exist in the data',
+     'The data has columns: "id", "x1", "x2", "x3", "x4", "species", "k", "e", "dm", "x".', None),
+    ('softmax', 'flowers', 'species', 'λ(d, w) w.w @ (w.h * d.x1)', '{"w": {}, "h": [[1, 2, 3], [4, 5, 6]]}', '22023',
+     'loss "softmax" takes a prediction of 3 logits, a number per class of the label column "species", but the '
+     'model predicts a 3×3 matrix', "The classes: 'setosa', 'versicolor', 'virginica'.", SIZE_HINT),
+    ('softmax', "SELECT *, (id % 11)::text AS t FROM flowers", 't', 'λ(d, w) w.a * [d.x1, d.x2]', '{"a": 0}', '22023',
+     'loss "softmax" takes a prediction of 11 logits, a number per class of the label column "t", but the model '
+     "predicts a vector of 2", "The classes: '0', '1', '10', '2', '3', '4', '5', '6', '7', '8', ….", SIZE_HINT),
     ('softmax', 'flowers', 'species', MODEL, '{"w": {"a": 1}, "b": {}}', '22023',
      'weight "w" is class-sized and starts at {} only',
      "Under loss 'softmax' a weight that starts as a JSON object and is not indexed by a column has a row per class, "

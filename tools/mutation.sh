@@ -10,6 +10,10 @@
 #   MUTATION_SCOPE=S   mutmut as tools/mutation-S.toml says instead, in build/mutation-S/ (its mutants/ and results
 #                      apart from the in-process run's), with a server that imports the mutated modules, so that the
 #                      SQL tests run the mutants too (tools/mutation_server/); no rules. S: models (pgad's model code)
+#   MUTATE=FILES       with MUTATION_SCOPE=S: a scope of these source files alone (tools/mutation_scope.py writes its
+#   MUTATION_TESTS=... pyproject.toml from tools/mutation-models.toml), whose mutants run these test files; its stats
+#                      run runs them alone. Where FILES hold a code generator (pgad/jit/), the server keeps no kernel
+#                      on disk: a kernel cached by one mutant (or the stats run) would answer for the next.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/${DEV:-.venv}/bin
@@ -33,12 +37,13 @@ trap 'rm -rf "$TMPDIR"' EXIT
 with_cluster() {
     "$BIN/python" -c 'import os, subprocess, sys
 from pgad.throwaway import Cluster
+settings = {"pgad.cache_directory": ""} if "pgad/jit/" in os.environ.get("MUTATE", "") else {}
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0" if os.path.exists("/dev/nvidiactl") else "1")
 server = os.environ.pop("PGAD_MUTATION_SERVER", None)
 tests = dict(os.environ)
 if server:
     os.environ["PYTHONPATH"] = server
-with Cluster() as pg:
+with Cluster(server_settings=settings) as pg:
     os.environ.clear()
     os.environ.update(tests, PGAD_TEST_PORT=str(pg.settings["port"]))
     sys.exit(subprocess.call(sys.argv[1:]))' "$@"
@@ -47,7 +52,11 @@ with Cluster() as pg:
 if [[ -n ${MUTATION_SCOPE:-} ]]; then
     RUN=build/mutation-$MUTATION_SCOPE
     mkdir -p "$RUN"
-    cp "tools/mutation-$MUTATION_SCOPE.toml" "$RUN/pyproject.toml"
+    if [[ -n ${MUTATE:-} ]]; then
+        "$BIN/python" tools/mutation_scope.py "$MUTATE" "${MUTATION_TESTS:?MUTATE needs MUTATION_TESTS}" > "$RUN/pyproject.toml"
+    else
+        cp "tools/mutation-$MUTATION_SCOPE.toml" "$RUN/pyproject.toml"
+    fi
     ln -sfn ../../pgad "$RUN/pgad"
     ln -sfn ../../tests "$RUN/tests"
     # The server imports the mutated modules from $RUN/mutants; its backends write the functions they called, in
