@@ -138,7 +138,7 @@ def expand(w, lam, data, limits, memory_limit=None):
     out = dict(w)
     for weight, column in found.items():
         if column not in names:
-            loader.positions([column], names, [''] * len(names))  # its error: no such column
+            raise loader.missing(column, names)
         base = server.query(BASE, [types[names.index(column)]], ['pg_catalog.oid'])[0]
         if base['oid'] not in INTEGERS and base['category'] not in KINDS:
             raise PgadError('42804', f'column "{column}" is of type {base["name"]}, which cannot index a categorical '

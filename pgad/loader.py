@@ -583,8 +583,8 @@ def check_columns(query, columns, arrays=(), categorical=()):
     positions([c for c in columns if c not in categorical], names,
               [KNOWN_TYPES.get(oid) or (type_name(oid) if k in used else '') for k, oid in enumerate(types)], arrays)
     for name in categorical:
-        if name in columns:
-            positions([name], names, [''] * len(names), (), categorical=True)
+        if name in columns and name not in names:
+            raise missing(name, names)
     return names, types
 
 
@@ -607,20 +607,23 @@ def type_name(oid):
                         ['pg_catalog.oid'])[0]['t']
 
 
-def positions(columns, names, types, arrays=(), categorical=False, aggregate=False):
+def missing(name, names):
+    """The error of a column the lambda reads (name) that the data (its columns: names) lacks."""
+    return PgadError('42703', f'column "{name}" does not exist in the data',
+                     detail='The data has columns: ' + ', '.join(quote_ident(n) for n in names) + '.',
+                     hint='Column names fold to lower case; write d."Name" for a mixed-case column.'
+                     if name.lower() in [n.lower() for n in names] else None)
+
+
+def positions(columns, names, types, arrays=(), aggregate=False):
     """The position in names of each column the lambda reads (names and types: the data's columns, and the names
     of their types), or the error for the first that is not there or not a number (or an array of numbers, for
     the names in arrays); aggregate: for the aggregates, which take no arrays."""
     found = []
     for name in columns:
         if name not in names:
-            raise PgadError('42703', f'column "{name}" does not exist in the data',
-                            detail='The data has columns: ' + ', '.join(quote_ident(n) for n in names) + '.',
-                            hint='Column names fold to lower case; write d."Name" for a mixed-case column.'
-                            if name.lower() in [n.lower() for n in names] else None)
+            raise missing(name, names)
         found.append(names.index(name))
-        if categorical:
-            continue
         if types[found[-1]] == BOOLEAN and hasattr(name, 'refusal'):  # a named loss's label (objective.Label)
             if name.refusal() is not None:
                 raise name.refusal()

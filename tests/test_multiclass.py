@@ -242,16 +242,40 @@ def fetch_count(db, sql):
     return db.execute(sql).fetchone()[0]
 
 
-def test_too_many_classes_are_refused_before_anything_is_allocated(db):
-    """K is bounded as a categorical weight's categories: pgad.max_lambda_nodes / 10 (54000, with a hint)."""
-    db.execute('SET pgad.max_lambda_nodes = 200')
+MANY = "'SELECT g::float8 AS x, (g %% %s)::text AS y FROM pg_catalog.generate_series(1, 3000) AS g'"
+
+
+@pytest.mark.parametrize('nodes, classes, most', [(200, 21, 20), (25, 3, 2)])
+def test_too_many_classes_are_refused_before_anything_is_allocated(db, nodes, classes, most):
+    """K is bounded as a categorical weight's categories: pgad.max_lambda_nodes / 10, never below 2 (54000, with a
+    hint)."""
+    db.execute(f'SET pgad.max_lambda_nodes = {nodes}')
     try:
-        e = error_of(db, "SELECT pgad.train('many', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', "
-                         "'SELECT g::float8 AS x, g AS y FROM pg_catalog.generate_series(1, 100000) AS g', %s)",
-                     (START,))
+        e = error_of(db, "SELECT pgad.train('many', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', " + MANY % classes
+                     + f", '{START}')")
     finally:
         db.execute('RESET pgad.max_lambda_nodes')
-    assert e.sqlstate == '54000' and 'more than 20 classes' in e.message_primary and e.message_hint
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
+        '54000', f'the label column "y" has more than {most} classes, the most a model takes',
+        'The limit is pgad.max_lambda_nodes / 10.',
+        'Group rare classes into one in the data query, or have a superuser raise pgad.max_lambda_nodes.')
+
+
+def test_the_classes_are_bounded_by_the_memory_limit(db):
+    """1,100 classes take 1,100 × 1 kB, past pgad.memory_limit's 1 MB: 53200 before anything is loaded; 1,024 fit
+    exactly, and go on to the next check (the model predicts a number, not 1,024 logits)."""
+    db.execute("SET pgad.max_lambda_nodes = 100000; SET pgad.memory_limit = '1MB'")
+    try:
+        refused = error_of(db, "SELECT pgad.train('many', 'λ(d, w) w.a * d.x', 'softmax', " + MANY % 1100
+                           + ", '{\"a\": 0}')")
+        fit = error_of(db, "SELECT pgad.train('many', 'λ(d, w) w.a * d.x', 'softmax', " + MANY % 1024
+                       + ", '{\"a\": 0}')")
+    finally:
+        db.execute('RESET pgad.max_lambda_nodes; RESET pgad.memory_limit')
+    assert (refused.sqlstate, refused.message_primary, refused.message_detail, refused.message_hint) == (
+        '53200', 'the classes of the label column "y" need 1.1 MB, more than pgad.memory_limit (1.0 MB)', None,
+        'Group rare classes into one in the data query, or have a superuser raise pgad.memory_limit.')
+    assert (fit.sqlstate, fit.message_primary[:48]) == ('22023', 'loss "softmax" takes a prediction of 1024 logits')
 
 
 def test_explicit_shapes_and_init_weights_fit_alike(db):
@@ -396,11 +420,15 @@ def test_an_enum_label_of_another_role_is_refused(db, cluster, dbname):
     assert db.execute('SELECT pg_catalog.pg_typeof(pgad_models.foreign_enum_class(1))::text').fetchone()[0] == 'text'
 
 
-def test_existing_labels_keep_their_int4_class(db):
-    """A 0/1 integer label under 'logistic' is read as a number, as before: no classes, an int4 class."""
-    row = db.execute("SELECT options FROM pgad.train('zero_one', 'λ(d, w) w.a * d.x1 + w.c', 'logistic', "
-                     "'SELECT x1, (k = 9)::int AS y FROM flowers', '{\"a\": 0, \"c\": 0}')").fetchone()
+@pytest.mark.parametrize('label', ['(k = 9)::int', '(k = 9)::int::float8', '(k = 9)::int::numeric'])
+def test_existing_labels_keep_their_int4_class(db, label):
+    """A 0/1 label under 'logistic', an integer or another number, is read as a number, as before: no classes, an
+    int4 class, the same weights."""
+    row = db.execute("SELECT options, weights FROM pgad.train('zero_one', 'λ(d, w) w.a * d.x1 + w.c', 'logistic', "
+                     f"'SELECT x1, {label} AS y FROM flowers', '{{\"a\": 0, \"c\": 0}}')").fetchone()
     assert 'classes' not in row[0]
+    expected = sklearn(X[:, :1], (Y == 2).astype(int))
+    assert relative([row[1]['a']], expected.coef_[0]) < TOLERANCE and abs(row[1]['c'] - expected.intercept_[0]) < 1e-6
     assert db.execute('SELECT pg_catalog.pg_typeof(pgad_models.zero_one_class(6))::text').fetchone()[0] == 'integer'
 
 
@@ -417,6 +445,11 @@ SIZE_HINT = ("Start the weights that make the logits at {} to size them by the c
     ('logistic', "SELECT *, (id % 12)::text AS t FROM flowers", 't', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}',
      '22023', 'loss "logistic" takes a label of two classes, but column "t" has 12',
      "Its classes: '0', '1', '10', '11', '2', '3', '4', '5', '6', '7', ….",
+     "Use loss => 'softmax' for a model of many classes (its prediction a vector of a logit per class, as "
+     "'λ(d, w) w.w @ [d.x1, d.x2] + w.b' with '{\"w\": {}, \"b\": {}}')."),
+    ('logistic', "SELECT *, (id % 10)::text AS t FROM flowers", 't', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}',
+     '22023', 'loss "logistic" takes a label of two classes, but column "t" has 10',
+     "Its classes: '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'.",
      "Use loss => 'softmax' for a model of many classes (its prediction a vector of a logit per class, as "
      "'λ(d, w) w.w @ [d.x1, d.x2] + w.b' with '{\"w\": {}, \"b\": {}}')."),
     ('logistic', "SELECT * FROM flowers WHERE species = 'setosa'", 'species', 'λ(d, w) w.a * d.x1 + w.c',
@@ -441,8 +474,14 @@ SIZE_HINT = ("Start the weights that make the logits at {} to size them by the c
      'model predicts a number', "The classes: 'setosa', 'versicolor', 'virginica'.",
      "Start the weights that make the logits at {} to size them by the classes: 'λ(d, w) w.w @ [d.x1, d.x2] + w.b' "
      "with '{\"w\": {}, \"b\": {}}'."),
-    ('softmax', 'flowers', 'nolabel', MODEL, START, '42703', 'column "nolabel" does not exist in the data',
-     'The data has columns: "id", "x1", "x2", "x3", "x4", "species", "k", "e", "dm", "x".', None),
+    ('softmax', 'flowers', 'nolabel', MODEL, START, '42703', 'the label column "nolabel" is not in the data',
+     'The data has columns: "id", "x1", "x2", "x3", "x4", "species", "k", "e", "dm", "x".',
+     "label => 'nolabel' names the column the loss 'softmax' compares the prediction with: give one of the data's "
+     'columns (as it is spelt there, "Price" and price are two).'),
+    ('logistic', 'flowers', 'nolabel', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}', '42703', 'the label column "nolabel" is not in the data',
+     'The data has columns: "id", "x1", "x2", "x3", "x4", "species", "k", "e", "dm", "x".',
+     "label => 'nolabel' names the column the loss 'logistic' compares the prediction with: give one of the data's "
+     'columns (as it is spelt there, "Price" and price are two).'),
     ('softmax', 'flowers', 'species', 'λ(d, w) w.w @ (w.h * d.x1)', '{"w": {}, "h": [[1, 2, 3], [4, 5, 6]]}', '22023',
      'loss "softmax" takes a prediction of 3 logits, a number per class of the label column "species", but the '
      'model predicts a 3×3 matrix', "The classes: 'setosa', 'versicolor', 'virginica'.", SIZE_HINT),

@@ -47,22 +47,17 @@ class Classes:
 
 def find(loss, label, data, limits, memory_limit=None):
     """The Classes of the label column of a 'softmax' or 'logistic' model on the data; None for a 'logistic' label
-    that is boolean or a number (read as today: 0/1), or one not in the data (the loader's error says so)."""
+    that is boolean or a number (read as today: 0/1)."""
     if loss not in LOSSES:
         return None
     query = loader.as_query(data)
     names, types = loader.check_columns(query, [])
     if label not in names:
-        if loss == 'logistic':
-            return None
-        loader.positions([label], names, [''] * len(names), categorical=True)  # its error: no such column
+        raise loader.missing(label, names)  # which pgad.train says is the label (objective.without_label)
     oid = types[names.index(label)]
-    if loss == 'logistic' and (oid in loader.NUMERIC_TYPES and oid not in categorical.INTEGERS or
-                               oid == loader.BOOLEAN_OID):
-        return None
     base = server.query(categorical.BASE, [oid], ['pg_catalog.oid'])[0]
     if loss == 'logistic' and base['oid'] not in categorical.INTEGERS and base['category'] in ('N', 'B'):
-        return None  # a domain over a number or boolean: as the loader reads (or refuses) it
+        return None  # a number or a boolean (or a domain over one): as the loader reads (or refuses) it
     if base['oid'] not in categorical.INTEGERS and base['category'] not in categorical.KINDS:
         shown = quote_ident(label)
         raise PgadError('42804', f'the label column "{label}" is of type {base["name"]}, which cannot be a class',
@@ -99,15 +94,14 @@ def find(loss, label, data, limits, memory_limit=None):
     elif len(keys) < 2:
         raise PgadError('22023', f'loss "softmax" needs two classes or more, but the label column "{label}" has '
                                  f'{len(keys)}',
-                        detail='Its classes: ' + (', '.join(quote_literal(k) for k in keys) or 'none (NULL in every '
-                                                                                                'row)') + '.',
+                        detail='Its classes: ' + (quote_literal(keys[0]) if keys else 'none (NULL in every row)') + '.',
                         hint='Give data with rows of at least two classes.')
     return Classes(label, keys, kind)
 
 
 def options(found):
-    """What pgad.models.options holds of the classes: {"classes": [...], "label_type": "..."} (none without)."""
-    return {} if found is None else {'classes': list(found.keys), 'label_type': found.type}
+    """What pgad.models.options holds of the classes: {"classes": [...], "label_type": "..."}."""
+    return {'classes': list(found.keys), 'label_type': found.type}
 
 
 def class_sized(w, lam):
@@ -140,11 +134,7 @@ def sized(w, names, lam, k, shapes):
     for name in names:
         right = [node.args[1] for node in (nodes[i] for i in lam.graph.ancestors([lam.root]))
                  if node.op == 'matmul' and nodes[node.args[0]].op == 'weight' and nodes[node.args[0]].value == name]
-        shape = (k,)
-        if right:
-            of = vectors.shape_of(lam, shapes, right[0])
-            shape = (k, *of[:1]) if of else (k,)
-        out[name] = np.zeros(shape)
+        out[name] = np.zeros((k, *vectors.shape_of(lam, shapes, right[0])[:1]) if right else (k,))
     return out
 
 
@@ -191,9 +181,9 @@ def shifts_alike(lam, names):
             return all(term(a) for a in node.args)
         if node.op == 'neg':
             return term(node.args[0])
-        if node.op == 'mul':
+        if node.op == 'mul':  # the DAG puts a constant factor first (dag.simplify)
             a, b = node.args
-            return nodes[a].op == 'const' and term(b) or nodes[b].op == 'const' and term(a)
+            return nodes[a].op == 'const' and term(b)
         if node.op == 'matmul':
             a, b = node.args
             return nodes[a].op == 'weight' and nodes[a].value in names and free(b)

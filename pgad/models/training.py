@@ -82,7 +82,10 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name, loss)
-    found = classes.find(objective.base(loss), label, data, config.limits, config.memory_limit)
+    try:
+        found = classes.find(objective.base(loss), label, data, config.limits, config.memory_limit)
+    except PgadError as e:
+        raise objective.without_label(e, goal, loss) from None
     if found is not None:  # a label of classes: 'softmax', or 'logistic' with a text, enum or integer label
         _check_class_label(goal, label, loss)
         goal = objective.build(model, loss, label, config.limits, coded=True)
