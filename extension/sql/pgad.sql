@@ -595,7 +595,9 @@ COMMENT ON FUNCTION pgad.summary(pg_catalog.text, pg_catalog.text) IS
 -- ---------------------------------------------------------------------------------------------------------------
 
 -- pgad.train, whose defaults converge on columns of any scale: learning_rate, iterations, optimizer and standardize
--- are NULL unless given, and pgad/api.py chooses (optimizer 'lbfgs', or 'gd' where a learning_rate or l1 is given).
+-- are NULL unless given, and pgad/models/training.py chooses (_default_optimizer: 'interior_point' for a
+-- piecewise-linear loss where its programme applies, 'gd' where a learning_rate or l1 is given, else 'lbfgs', or
+-- 'newton' where it pays).
 CREATE FUNCTION pgad._train(name pg_catalog.text, model pg_catalog.text, loss pg_catalog.text, data pg_catalog.text,
                             weights pg_catalog.jsonb, learning_rate pg_catalog.float8, iterations pg_catalog.int4,
                             mode pg_catalog.text, backend pg_catalog.text, optimizer pg_catalog.text,
