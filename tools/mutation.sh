@@ -20,6 +20,10 @@ BIN=$PWD/${DEV:-.venv}/bin
 JOBS=${MUTATION_JOBS:-$(nproc)}
 TOOLS=$PWD/tools
 
+# mutmut forks each mutant's test process from one that has run the tests (its stats run): an OpenMP pool that torch
+# (an oracle of the tests) started there would deadlock the fork's first parallel torch call, and the mutant would
+# count as timed out, that is, detected. One thread makes no pool.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # The mutated copies of the sources are large (every mutant of a file is in it): compile each once, not in each of
 # the thousands of test processes.
 unset PYTHONDONTWRITEBYTECODE
