@@ -333,6 +333,65 @@ def test_importance_is_numpy_s_on_the_loaded_rows(db):
     assert again == rows
 
 
+def permutation_rises(x, loss, seed):
+    """numpy's permutation importance: each column of x shuffled in turn by default_rng(seed), the loss's rise."""
+    rng = np.random.default_rng(seed)
+    rises = []
+    for k in range(x.shape[1]):
+        shuffled = x.copy()
+        shuffled[:, k] = x[rng.permutation(len(x)), k]
+        rises.append(loss(shuffled) - loss(x))
+    return rises
+
+
+def test_importance_of_an_array_column_is_numpy_s_element_by_element(db):
+    """A float8[] column's elements are features of their own ('px[1]' …), their lengths from the baseline."""
+    query = 'SELECT id, ARRAY[x1, x2, x1 * x2] AS px, y FROM points'
+    weights, options = train(db, 'arr_imp', 'λ(d, w) w.v @ d.px + w.c', 'squared', query, '{"v": [0, 0, 0], "c": 0}')
+    rows = db.execute('SELECT feature, mean_abs_contribution, permutation_importance FROM pgad.importance(%s, %s, '
+                      'true, 3)', ['arr_imp', query]).fetchall()
+    x, y = data(db, 'x1, x2, x1 * x2'), data(db, 'y')[:, 0]
+    v = np.array(weights['v'])
+    phi = v * (x - [options['baseline'][f'px[{k}]'] for k in (1, 2, 3)])
+    rises = permutation_rises(x, lambda z: np.mean((z @ v + weights['c'] - y) ** 2), 3)
+    assert [r[0] for r in rows] == ['px[1]', 'px[2]', 'px[3]']
+    assert [r[1] for r in rows] == pytest.approx(np.mean(np.abs(phi), axis=0), rel=1e-12)
+    assert [r[2] for r in rows] == pytest.approx(rises, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize('label, query', [
+    ('part', 'points'),                                               # text: 'b', the second class, is 1
+    ('is_b', "SELECT *, part = 'b' AS is_b FROM points"),             # boolean
+])
+def test_importance_of_a_logistic_model_of_a_text_or_boolean_label_is_numpy_s_log_loss(db, label, query):
+    """The permutation importance takes the label as training did: a text label by its class code less 1, a
+    boolean as 0/1."""
+    train(db, 'yes_imp', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.k', 'logistic', query, '{"a": 0, "b": 0, "k": 0}',
+          label=label)
+    weights = db.execute("SELECT weights FROM pgad.models WHERE name = 'yes_imp'").fetchone()[0]
+    rows = db.execute('SELECT feature, permutation_importance FROM pgad.importance(%s, %s, true, 11)',
+                      ['yes_imp', query]).fetchall()
+    x = data(db, 'x1, x2')
+    y = data(db, "(part = 'b')::int")[:, 0]
+    score = lambda z: z @ [weights['a'], weights['b']] + weights['k']  # noqa: E731
+    loss = lambda z: np.mean(np.logaddexp(0, score(z)) - y * score(z))  # noqa: E731
+    assert [r[0] for r in rows] == ['x1', 'x2']
+    assert [r[1] for r in rows] == pytest.approx(permutation_rises(x, loss, 11), rel=1e-9, abs=1e-12)
+
+
+def test_importance_of_a_categorical_column_is_the_mean_of_its_explanations(db):
+    """A categorical weight's column is one feature: its contributions those of <name>_explain, averaged."""
+    train(db, 'cat_imp', 'λ(d, w) w.r[d.region] + w.a*d.x1', 'squared', 'points', '{"r": {}, "a": 0}')
+    rows = db.execute("SELECT feature, mean_abs_contribution, mean_contribution "
+                      "FROM pgad.importance('cat_imp', 'points')").fetchall()
+    found = explained(db, 'pgad_models.cat_imp_explain(region, x1), 0')
+    assert [r[0] for r in rows] == ['region', 'x1']
+    for feature, mean_abs, mean_phi in rows:
+        phi = np.array([e[feature] for e, _ in found])
+        assert mean_abs == pytest.approx(np.mean(np.abs(phi)), rel=1e-9)
+        assert mean_phi == pytest.approx(np.mean(phi), rel=1e-9, abs=1e-12)
+
+
 def test_importance_of_a_tanh_layer_is_the_mean_of_its_explanations(db):
     train(db, 'impl', LAYER, 'squared', 'points', LAYER_START, l2=0.05)
     rows = db.execute("SELECT feature, mean_abs_contribution, mean_contribution "
@@ -357,16 +416,49 @@ def test_importance_per_group_and_output(db):
     assert rows[0][2] == rows[2][2] and rows[0][2] > 0  # one shuffle a feature
 
 
-@pytest.mark.parametrize('call, sqlstate', [
-    ("SELECT * FROM pgad.importance(NULL, 'points')", '22004'),
-    ("SELECT * FROM pgad.importance('errs', NULL)", '22004'),
-    ("SELECT * FROM pgad.importance('nosuch', 'points')", '42704'),
-    ("SELECT * FROM pgad.importance('errs', 'SELECT * FROM points WHERE false')", '22000'),
-    ("SELECT * FROM pgad.importance('errs', 'SELECT 1; DROP TABLE points')", '42601'),
+@pytest.mark.parametrize('call, sqlstate, message', [
+    ("SELECT * FROM pgad.importance(NULL, 'points')", '22004', 'argument "name" of pgad.importance must not be NULL'),
+    ("SELECT * FROM pgad.importance('errs', NULL)", '22004', 'argument "data" of pgad.importance must not be NULL'),
+    ("SELECT * FROM pgad.importance('nosuch', 'points')", '42704', None),
+    ("SELECT * FROM pgad.importance('errs', 'SELECT * FROM points WHERE false')", '22000', None),
+    ("SELECT * FROM pgad.importance('errs', 'SELECT 1; DROP TABLE points')", '42601', None),
 ])
-def test_importance_s_errors(db, call, sqlstate):
+def test_importance_s_errors(db, call, sqlstate, message):
     train(db, 'errs', 'λ(d, w) w.a*d.x1', 'squared', 'points', '{"a": 0}')
-    assert error_of(db, call).sqlstate == sqlstate
+    e = error_of(db, call)
+    assert e.sqlstate == sqlstate and (message is None or e.message_primary == message)
+
+
+def test_importance_of_a_model_without_a_baseline_says_to_train_it_again(db):
+    """A model stored before 0.15.0 has no options.baseline (made so here by removing it): 0A000, and why."""
+    train(db, 'old', 'λ(d, w) w.a*d.x1', 'squared', 'points', '{"a": 0}')
+    db.execute("UPDATE pgad.model_versions SET options = options - 'baseline' WHERE name = 'old'")
+    e = error_of(db, "SELECT * FROM pgad.importance('old', 'points')")
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
+        '0A000', 'model "old" has no baseline to explain its predictions from',
+        "pgad.train stores the training rows' means (options.baseline) since pgad 0.15.0, where the model gets a "
+        '_explain function.', 'Train the model again.')
+
+
+def test_importance_is_bounded_by_the_memory_limit(db):
+    """An explanation of a model of 2 leaves, 2 features and 2 outputs (a softmax model of two classes) holds
+    8 × (3·2 + 2·2 + 2·2 + 2) = 128 bytes a row: 8,192 rows take 1 MB exactly and are explained under
+    pgad.memory_limit = 1MB, one more row is refused (53200) before the quadrature allocates anything (the load's
+    bound, 4 × 8 bytes a row and column, is 96 bytes a row)."""
+    train(db, 'bounded', 'λ(d, w) w.m @ [d.x1, d.x2] + w.b', 'softmax', 'points', '{"m": {}, "b": {}}', label='part',
+          l2=0.1)
+    query = "SELECT * FROM pgad.importance('bounded', 'SELECT p.* FROM points AS p, generate_series(1, 69) AS k " \
+            "LIMIT %s')"
+    db.execute("SET pgad.memory_limit = '1MB'")
+    try:
+        assert len(db.execute(query % 8192).fetchall()) == 4
+        e = error_of(db, query % 8193)
+    finally:
+        db.execute('RESET pgad.memory_limit')
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
+        '53200', 'the explanation of the data needs 1.0 MB, more than pgad.memory_limit (1.0 MB)',
+        '8193 rows, 2 features, 2 outputs.',
+        'Explain fewer rows at a time, or have a superuser raise pgad.memory_limit.')
 
 
 def test_importance_ends_at_statement_timeout(db):
@@ -432,6 +524,19 @@ def test_a_softmax_model_is_explained_by_class_name(db):
         shuffled = x.copy()
         shuffled[:, k] = x[rng.permutation(len(x)), k]
         assert rows[k][2] == pytest.approx(loss(shuffled) - loss(x), rel=1e-9, abs=1e-12)
+
+
+def test_rows_of_classes_the_model_never_saw_have_no_permutation_importance(db):
+    """pgad.importance of the softmax model over rows whose every label is a class it was not trained on: the
+    contributions (of the logits, which need no label), and no loss to shuffle (NULL), rather than a mean over no
+    rows."""
+    db.execute("CREATE TABLE IF NOT EXISTS kinds AS SELECT id, x1, x2, (ARRAY['ant', 'bee', 'cow'])[1 + "
+               "((id % 7) + (id * 13) % 11 + id % 3) / 6 % 3] AS kind FROM points")
+    train(db, 'kinds_unseen', 'λ(d, w) w.m @ [d.x1, d.x2] + w.b', 'softmax', 'kinds', '{"m": {}, "b": {}}',
+          label='kind', l2=0.1)
+    rows = db.execute("SELECT output, feature, mean_abs_contribution, permutation_importance FROM pgad.importance("
+                      "'kinds_unseen', 'SELECT id, x1, x2, ''yak''::text AS kind FROM kinds', true, 5)").fetchall()
+    assert len(rows) == 6 and all(r[2] > 0 and r[3] is None for r in rows)
 
 
 def test_a_standardized_model_is_explained_in_its_columns_units(db):

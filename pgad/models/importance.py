@@ -35,7 +35,7 @@ def importance(name, data, permutation, seed, config):
                         detail='pgad.train stores the training rows\' means (options.baseline) since pgad 0.15.0, '
                                'where the model gets a _explain function.',
                         hint='Train the model again.')
-    label = options[first['group_key']].get('label', 'y')
+    label = options[first['group_key']]['label']  # stored by every pgad.train that stores a baseline
     classes = options[first['group_key']].get('classes')  # a 'logistic' label of classes: the objective takes its code
     goal = objective.build(first['model'], first['loss'], label, config.limits, coded=bool(classes))
     weights = {r['group_key']: json.loads(r['weights']) for r in stored}
