@@ -359,32 +359,46 @@ def test_importance_of_an_array_column_is_numpy_s_element_by_element(db):
     assert [r[2] for r in rows] == pytest.approx(rises, rel=1e-9, abs=1e-12)
 
 
+def test_a_number_column_named_like_an_element_is_no_array(db):
+    """Columns x1 and "x1[1]", both numbers: the baseline holds 'x1' and 'x1[1]', and x1 is still no array."""
+    query = 'SELECT x1, x2 AS "x1[1]", y FROM points'
+    weights, options = train(db, 'odd_imp', 'λ(d, w) w.a*d.x1 + w.b*d."x1[1]"', 'squared', query, '{"a": 0, "b": 0}')
+    rows = db.execute('SELECT feature, mean_contribution FROM pgad.importance(%s, %s)', ['odd_imp', query]).fetchall()
+    x = data(db, 'x1, x2')
+    phi = [weights['a'], weights['b']] * (x - [options['baseline']['x1'], options['baseline']['x1[1]']])
+    assert [r[0] for r in rows] == ['x1', 'x1[1]']
+    assert [r[1] for r in rows] == pytest.approx(np.mean(phi, axis=0), rel=1e-9, abs=1e-12)
+
+
 @pytest.mark.parametrize('label, query', [
     ('part', 'points'),                                               # text: 'b', the second class, is 1
     ('is_b', "SELECT *, part = 'b' AS is_b FROM points"),             # boolean
 ])
 def test_importance_of_a_logistic_model_of_a_text_or_boolean_label_is_numpy_s_log_loss(db, label, query):
     """The permutation importance takes the label as training did: a text label by its class code less 1, a
-    boolean as 0/1."""
-    train(db, 'yes_imp', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.k', 'logistic', query, '{"a": 0, "b": 0, "k": 0}',
-          label=label)
+    boolean as 0/1. (With an interaction: a shuffle keeps the mean of a score linear in the columns, and a label
+    read 1 too high would shift both losses alike.)"""
+    train(db, 'yes_imp', 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c*d.x1*d.x2 + w.k', 'logistic', query,
+          '{"a": 0, "b": 0, "c": 0, "k": 0}', label=label)
     weights = db.execute("SELECT weights FROM pgad.models WHERE name = 'yes_imp'").fetchone()[0]
     rows = db.execute('SELECT feature, permutation_importance FROM pgad.importance(%s, %s, true, 11)',
                       ['yes_imp', query]).fetchall()
     x = data(db, 'x1, x2')
     y = data(db, "(part = 'b')::int")[:, 0]
-    score = lambda z: z @ [weights['a'], weights['b']] + weights['k']  # noqa: E731
+    score = lambda z: z @ [weights['a'], weights['b']] + weights['c'] * z[:, 0] * z[:, 1] + weights['k']  # noqa
     loss = lambda z: np.mean(np.logaddexp(0, score(z)) - y * score(z))  # noqa: E731
     assert [r[0] for r in rows] == ['x1', 'x2']
     assert [r[1] for r in rows] == pytest.approx(permutation_rises(x, loss, 11), rel=1e-9, abs=1e-12)
 
 
 def test_importance_of_a_categorical_column_is_the_mean_of_its_explanations(db):
-    """A categorical weight's column is one feature: its contributions those of <name>_explain, averaged."""
+    """A categorical weight's column is one feature: its contributions those of <name>_explain, averaged; a category
+    the training never saw ('west', a tenth of the rows) has weight 0, as in the function."""
     train(db, 'cat_imp', 'λ(d, w) w.r[d.region] + w.a*d.x1', 'squared', 'points', '{"r": {}, "a": 0}')
-    rows = db.execute("SELECT feature, mean_abs_contribution, mean_contribution "
-                      "FROM pgad.importance('cat_imp', 'points')").fetchall()
-    found = explained(db, 'pgad_models.cat_imp_explain(region, x1), 0')
+    west = "CASE WHEN id % 10 = 0 THEN 'west' ELSE region END"
+    rows = db.execute(f"SELECT feature, mean_abs_contribution, mean_contribution FROM pgad.importance('cat_imp', "
+                      f"'SELECT x1, y, {west.replace(chr(39), chr(39) * 2)} AS region FROM points')").fetchall()
+    found = explained(db, f'pgad_models.cat_imp_explain({west}, x1), 0')
     assert [r[0] for r in rows] == ['region', 'x1']
     for feature, mean_abs, mean_phi in rows:
         phi = np.array([e[feature] for e, _ in found])
