@@ -19,6 +19,7 @@ LINEAR = 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c*d.x3 + w.e*d.x4 + w.k'
 LAYER = 'λ(d, w) w.v @ tanh(w.m @ [d.x1, d.x2, d.x3] + w.b) + w.c'
 LAYER_START = json.dumps({'v': [0.5, -0.7, 0.9], 'm': [[0.3, -0.2, 0.1], [0.1, 0.4, -0.3], [-0.2, 0.1, 0.5]],
                           'b': [0.1, -0.1, 0.2], 'c': 0.0})
+N_POINTS = 120  # the rows of points
 NODES = 32  # Gauss–Legendre nodes on [0, 1], as docs/sql.md states
 
 
@@ -428,6 +429,48 @@ def test_importance_per_group_and_output(db):
                       ).fetchall()
     assert [r[:2] for r in rows] == [('1', 'x1'), ('1', 'x2'), ('2', 'x1'), ('2', 'x2')]
     assert rows[0][2] == rows[2][2] and rows[0][2] > 0  # one shuffle a feature
+
+
+def test_importance_over_groups_takes_an_unseen_category_and_the_load_s_bound(db):
+    """Grouped: a category no group was trained on ('west') contributes its weight 0, as ungrouped; and the load
+    of the groups is bounded by pgad.memory_limit (53200), as pgad.importance's own load is."""
+    train(db, 'impw', 'λ(d, w) w.a*d.x1 + w.r[d.region]', 'squared', 'points', '{"a": 0, "r": {}}', group_by='part')
+    rows = db.execute("SELECT mean_abs_contribution FROM pgad.importance('impw', 'SELECT part, x1, y, CASE WHEN id "
+                      "% 10 = 0 THEN ''west'' ELSE region END AS region FROM points')").fetchall()
+    assert len(rows) == 4 and all(math.isfinite(r[0]) for r in rows)
+    db.execute("SET pgad.memory_limit = '1MB'")
+    try:
+        e = error_of(db, "SELECT * FROM pgad.importance('impw', 'SELECT p.* FROM points AS p, "
+                         "generate_series(1, 100) AS k')")
+    finally:
+        db.execute('RESET pgad.memory_limit')
+    assert e.sqlstate == '53200' and e.message_primary.startswith('the data needs ')
+
+
+def test_importance_s_load_is_bounded_before_its_explanation(db):
+    """17,000 rows of x1 and y: the load (4 × 8 bytes a row and column: 1.04 MB) passes pgad.memory_limit = 1MB
+    and is refused (53200) though the explanation itself (56 bytes a row) would fit."""
+    train(db, 'loadb', 'λ(d, w) w.a*d.x1', 'squared', 'points', '{"a": 0}')
+    db.execute("SET pgad.memory_limit = '1MB'")
+    try:
+        e = error_of(db, "SELECT * FROM pgad.importance('loadb', 'SELECT p.* FROM points AS p, "
+                         "generate_series(1, 142) AS k LIMIT 17000')")
+    finally:
+        db.execute('RESET pgad.memory_limit')
+    assert (e.sqlstate, e.message_primary) == ('53200', 'the data needs 1.0 MB, more than pgad.memory_limit (1.0 MB)')
+
+
+def test_importance_fills_nulls_as_the_model_imputes(db):
+    """impute => mean: a row whose x1 is NULL is explained at the training mean, its contribution 0."""
+    query = 'SELECT id, CASE WHEN id % 4 = 0 THEN NULL ELSE x1 END AS x1, y FROM points'
+    weights, options = train(db, 'filled', 'λ(d, w) w.a*d.x1 + w.k', 'squared', query, '{"a": 0, "k": 0}',
+                             impute='{"x1": "mean"}')
+    (rows, mean_abs), = db.execute('SELECT count(*), max(mean_abs_contribution) FROM pgad.importance(%s, %s)',
+                                   ['filled', query]).fetchall()
+    x1 = data(db, 'x1', where='WHERE id % 4 <> 0')[:, 0]
+    filled = np.concatenate([x1, np.full(N_POINTS // 4, x1.mean())])
+    assert rows == 1 and mean_abs == pytest.approx(np.mean(np.abs(weights['a'] * (filled - options['baseline']['x1']))),
+                                                   rel=1e-9)
 
 
 @pytest.mark.parametrize('call, sqlstate, message', [
