@@ -435,9 +435,14 @@ def test_importance_over_groups_takes_an_unseen_category_and_the_load_s_bound(db
     """Grouped: a category no group was trained on ('west') contributes its weight 0, as ungrouped; and the load
     of the groups is bounded by pgad.memory_limit (53200), as pgad.importance's own load is."""
     train(db, 'impw', 'λ(d, w) w.a*d.x1 + w.r[d.region]', 'squared', 'points', '{"a": 0, "r": {}}', group_by='part')
-    rows = db.execute("SELECT mean_abs_contribution FROM pgad.importance('impw', 'SELECT part, x1, y, CASE WHEN id "
-                      "% 10 = 0 THEN ''west'' ELSE region END AS region FROM points')").fetchall()
-    assert len(rows) == 4 and all(math.isfinite(r[0]) for r in rows)
+    west = "CASE WHEN id % 10 = 0 THEN 'west' ELSE region END"
+    rows = db.execute(f"SELECT group_key->>'part', feature, mean_abs_contribution FROM pgad.importance('impw', "
+                      f"'SELECT part, x1, y, {west.replace(chr(39), chr(39) * 2)} AS region FROM points')").fetchall()
+    assert len(rows) == 4
+    for part, feature, mean_abs in rows:
+        found = explained(db, f"pgad_models.impw_explain(part, x1, {west}), part")
+        phi = [e[feature] for e, p in found if p == part]
+        assert mean_abs == pytest.approx(np.mean(np.abs(phi)), rel=1e-9)
     db.execute("SET pgad.memory_limit = '1MB'")
     try:
         e = error_of(db, "SELECT * FROM pgad.importance('impw', 'SELECT p.* FROM points AS p, "
@@ -471,6 +476,21 @@ def test_importance_fills_nulls_as_the_model_imputes(db):
     filled = np.concatenate([x1, np.full(N_POINTS // 4, x1.mean())])
     assert rows == 1 and mean_abs == pytest.approx(np.mean(np.abs(weights['a'] * (filled - options['baseline']['x1']))),
                                                    rel=1e-9)
+
+
+def test_importance_fills_a_null_category_as_the_model_imputes(db):
+    """impute => most_frequent of a categorical weight's column: a NULL region is explained as the stored category,
+    as <name>_explain explains it."""
+    region = "CASE WHEN id % 5 = 0 THEN NULL ELSE region END"
+    query = f'SELECT id, x1, y, {region} AS region FROM points'
+    train(db, 'filled_cat', 'λ(d, w) w.r[d.region] + w.a*d.x1', 'squared', query, '{"r": {}, "a": 0}',
+          impute='{"region": "most_frequent"}')
+    rows = db.execute('SELECT feature, mean_abs_contribution FROM pgad.importance(%s, %s)',
+                      ['filled_cat', query]).fetchall()
+    found = explained(db, f'pgad_models.filled_cat_explain({region}, x1), 0')
+    assert [r[0] for r in rows] == ['region', 'x1']
+    for feature, mean_abs in rows:
+        assert mean_abs == pytest.approx(np.mean(np.abs([e[feature] for e, _ in found])), rel=1e-9)
 
 
 @pytest.mark.parametrize('call, sqlstate, message', [
