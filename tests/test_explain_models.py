@@ -360,6 +360,17 @@ def test_importance_of_an_array_column_is_numpy_s_element_by_element(db):
     assert [r[2] for r in rows] == pytest.approx(rises, rel=1e-9, abs=1e-12)
 
 
+def test_importance_of_a_model_of_number_weights_with_a_vector_inside(db):
+    """No vector weight or array column, but a vector in the model ([1, 2] @ [d.x1, d.x2]): unrolled all the same."""
+    weights, options = train(db, 'inner', 'λ(d, w) w.a * ([1, 2] @ [d.x1, d.x2]) + w.c', 'squared', 'points',
+                             '{"a": 0, "c": 0}')
+    rows = db.execute("SELECT feature, mean_contribution FROM pgad.importance('inner', 'points')").fetchall()
+    x = data(db, 'x1, x2')
+    phi = weights['a'] * np.array([1, 2]) * (x - [options['baseline']['x1'], options['baseline']['x2']])
+    assert [r[0] for r in rows] == ['x1', 'x2']
+    assert [r[1] for r in rows] == pytest.approx(np.mean(phi, axis=0), rel=1e-9, abs=1e-12)
+
+
 def test_a_number_column_named_like_an_element_is_no_array(db):
     """Columns x1 and "x1[1]", both numbers: the baseline holds 'x1' and 'x1[1]', and x1 is still no array."""
     query = 'SELECT x1, x2 AS "x1[1]", y FROM points'
