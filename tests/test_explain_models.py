@@ -443,13 +443,17 @@ def test_importance_per_group_and_output(db):
 
 
 def test_importance_over_groups_takes_an_unseen_category_and_the_load_s_bound(db):
-    """Grouped: a category no group was trained on ('west') contributes its weight 0, as ungrouped; and the load
-    of the groups is bounded by pgad.memory_limit (53200), as pgad.importance's own load is."""
+    """Grouped: a category no group was trained on ('west') contributes its weight 0, as ungrouped; a group the
+    model lacks is left out; and the load of the groups is bounded by pgad.memory_limit (53200), as pgad.importance's
+    own load is."""
     train(db, 'impw', 'λ(d, w) w.a*d.x1 + w.r[d.region]', 'squared', 'points', '{"a": 0, "r": {}}', group_by='part')
     west = "CASE WHEN id % 10 = 0 THEN 'west' ELSE region END"
     rows = db.execute(f"SELECT group_key->>'part', feature, mean_abs_contribution FROM pgad.importance('impw', "
                       f"'SELECT part, x1, y, {west.replace(chr(39), chr(39) * 2)} AS region FROM points')").fetchall()
     assert len(rows) == 4
+    lacking = db.execute("SELECT group_key->>'part' FROM pgad.importance('impw', 'SELECT (CASE WHEN id % 3 = 0 THEN "
+                         "''0'' ELSE part END) AS part, x1, y, region FROM points')").fetchall()
+    assert lacking == [('a',), ('a',), ('b',), ('b',)]  # rows of a group the model lacks ('0', first) left out
     for part, feature, mean_abs in rows:
         found = explained(db, f"pgad_models.impw_explain(part, x1, {west}), part")
         phi = [e[feature] for e, p in found if p == part]
@@ -508,7 +512,8 @@ def test_importance_fills_a_null_category_as_the_model_imputes(db):
     ("SELECT * FROM pgad.importance(NULL, 'points')", '22004', 'argument "name" of pgad.importance must not be NULL'),
     ("SELECT * FROM pgad.importance('errs', NULL)", '22004', 'argument "data" of pgad.importance must not be NULL'),
     ("SELECT * FROM pgad.importance('nosuch', 'points')", '42704', None),
-    ("SELECT * FROM pgad.importance('errs', 'SELECT * FROM points WHERE false')", '22000', None),
+    ("SELECT * FROM pgad.importance('errs', 'SELECT * FROM points WHERE false')", '22000',
+     'the data has no rows without NULL in the columns the model reads'),
     ("SELECT * FROM pgad.importance('errs', 'SELECT 1; DROP TABLE points')", '42601', None),
 ])
 def test_importance_s_errors(db, call, sqlstate, message):
