@@ -171,8 +171,9 @@ def means_of(ex, shown):
 
 # Over numpy columns: pgad.importance.
 
-def contributions(ex, columns, weights, shown, rows, interrupts=lambda: None):
-    """[per output {feature: its contribution over the rows}] at the baseline shown (options.baseline)."""
+def contributions(ex, columns, weights, shown, rows):
+    """[per output {feature: its contribution over the rows}] at the baseline shown (options.baseline). The server's
+    interrupts are checked as values() evaluates each node (limits.tick)."""
     means = means_of(ex, shown)
     x = leaf_values(ex, columns, weights, rows)
     delta = {leaf: x[leaf] - means[leaf] for leaf in ex.leaves}
@@ -181,7 +182,6 @@ def contributions(ex, columns, weights, shown, rows, interrupts=lambda: None):
     varying = sorted({r for r in roots if per_row[r]})
     total = {r: np.zeros(rows) for r in varying}
     for alpha, omega in zip(ALPHAS, OMEGAS):
-        interrupts()
         point = {leaf: (means[leaf] - alpha * means[leaf]) + alpha * x[leaf] for leaf in ex.leaves}
         for r, v in zip(varying, values(ex.graph, varying, point, weights, rows)):
             total[r] += omega * v

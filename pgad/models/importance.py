@@ -85,8 +85,7 @@ def importance(name, data, permutation, seed, config):
         _check_memory(table.rows, len(ex.leaves), len(ex.outputs), len(ex.features), config.memory_limit)
         cols = dict(zip(map(str, columns), table.columns))
         flat = vectors.by_element(weights[key])
-        found = attribution.contributions(ex, cols, flat, options[key]['baseline'], table.rows,
-                                          server.check_interrupts)
+        found = attribution.contributions(ex, cols, flat, options[key]['baseline'], table.rows)
         drops = dict.fromkeys((f for f, _ in ex.features), None)
         if permutation:
             known = np.ones(table.rows, dtype=bool)
