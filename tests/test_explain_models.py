@@ -162,6 +162,20 @@ def test_a_categorical_column_contributes_its_category_s_weight_less_the_mean_we
     assert e['region'] == pytest.approx(-mean_r, rel=1e-12)
 
 
+def test_a_column_that_indexes_two_categorical_weights_is_one_feature(db):
+    """w.r[d.region] + w.s[d.region]: two lookups of one column, whose contributions add up to the feature's."""
+    weights, options = train(db, 'cat2', 'λ(d, w) w.a*d.x1 + w.r[d.region] + 2 * w.s[d.region]', 'squared', 'points',
+                             '{"a": 0, "r": {}, "s": {"north": 0.5}}', l2=0.1)
+    regions = [r[0] for r in db.execute('SELECT region FROM points ORDER BY id')]
+    mean_r, mean_s = (np.mean([weights[n][r] for r in regions]) for n in 'rs')
+    found = explained(db, 'pgad_models.cat2_explain(x1, region), pgad_models.cat2(x1, region)')
+    for (e, p), region in zip(found, regions):
+        assert sorted(e) == ['region', 'x1']
+        assert e['region'] == pytest.approx(weights['r'][region] - mean_r + 2 * (weights['s'][region] - mean_s),
+                                            rel=1e-12, abs=1e-12)
+        assert e['x1'] + e['region'] == pytest.approx(p - options['baseline_prediction'], rel=1e-12, abs=1e-12)
+
+
 def test_a_categorical_column_in_a_nonlinear_model_is_explained_through_its_weight_s_value(db):
     weights, options = train(db, 'catnl', 'λ(d, w) tanh(w.a*d.x1 + w.r[d.region]) * w.s', 'squared', 'points',
                              '{"a": 0.1, "r": {}, "s": 1}')
@@ -282,7 +296,8 @@ def test_an_explanation_past_the_printer_s_budget_gives_a_notice_and_no_function
         train(db, 'big', LAYER, 'squared', 'points', LAYER_START, l2=0.05)
     finally:
         db.execute('RESET pgad.max_lambda_bytes')
-    assert any('gets no pgad_models."big_explain" function: its explanation is too long' in n for n in notices)
+    assert 'model "big" gets no pgad_models."big_explain" function: its explanation is too long to write as SQL ' \
+        '(expression is too long to write as SQL: more than 64000 characters)' in notices
     assert db.execute("SELECT count(*) FROM pg_proc WHERE proname = 'big_explain'").fetchone() == (0,)
     assert db.execute('SELECT pgad_models.big(1, 2, 3)').fetchone()[0] is not None
     # the baseline is stored all the same

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import limits
 from ..python_backend import values
 from ..errors import PgadError
 from ..lang import printer, reverse, sql
@@ -196,12 +195,11 @@ def contributions(ex, columns, weights, shown, rows):
 
 # As SQL: the body of <name>_explain.
 
-def explanation_sql(ex, columns, weights, shown, keys=None, max_chars=None):
+def explanation_sql(ex, columns, weights, shown, keys, limit):
     """The jsonb expression of the contributions at a row, columns {column: its SQL} (a scoring function's), weights
     {element: number}, shown options.baseline; keys the names of a vector prediction's elements (options.classes),
-    or None: an array of objects. 54001 (PgadError) where the text passes max_chars."""
+    or None: an array of objects. 54001 (PgadError) where the text passes limit characters."""
     means = means_of(ex, shown)
-    limit = max_chars or printer.budget(limits.DEFAULT)
     source_rows = ex.source.graph.depends_on_data()
     source = {leaf: sql.expression(ex.source, i, columns, weights, limit, source_rows)
               for leaf, i in ex.lookups.items()}
