@@ -162,6 +162,11 @@ def test_a_categorical_column_contributes_its_category_s_weight_less_the_mean_we
     assert e['region'] == pytest.approx(-mean_r, rel=1e-12)
 
 
+def test_a_model_that_reads_no_column_is_explained_by_no_feature(db):
+    train(db, 'flat', 'λ(d, w) w.c', 'squared', 'points', '{"c": 0}')
+    assert db.execute('SELECT pgad_models.flat_explain()').fetchone() == ({},)
+
+
 def test_a_column_that_indexes_two_categorical_weights_is_one_feature(db):
     """w.r[d.region] + w.s[d.region]: two lookups of one column, whose contributions add up to the feature's."""
     weights, options = train(db, 'cat2', 'λ(d, w) w.a*d.x1 + w.r[d.region] + 2 * w.s[d.region]', 'squared', 'points',
