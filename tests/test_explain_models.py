@@ -162,6 +162,26 @@ def test_a_categorical_column_contributes_its_category_s_weight_less_the_mean_we
     assert e['region'] == pytest.approx(-mean_r, rel=1e-12)
 
 
+def test_a_case_on_a_number_column_is_no_categorical_lookup(db):
+    """CASE WHEN d.x4 = 1 …: a test of a number column against a constant, not a categorical weight's lookup. Its
+    gradient is 0 but at the jump, so x4 contributes 0 and x1 exactly a·(x1 − x̄1)."""
+    weights, options = train(db, 'stepped', 'λ(d, w) w.a*d.x1 + CASE WHEN d.x4 = 1 THEN w.b ELSE 0 END', 'squared',
+                             'points', '{"a": 0, "b": 0}')
+    found = explained(db, 'pgad_models.stepped_explain(x1, x4), x1')
+    for e, x1 in found:
+        assert e['x4'] == 0 and e['x1'] == pytest.approx(weights['a'] * (x1 - options['baseline']['x1']), rel=1e-12)
+    rows = db.execute("SELECT feature, mean_contribution FROM pgad.importance('stepped', 'points')").fetchall()
+    assert rows[1] == ('x4', 0.0)
+
+
+def test_permutation_importance_checks_the_labels_as_training_does(db):
+    train(db, 'labels', 'λ(d, w) w.a*d.x1 + w.k', 'logistic', 'SELECT x1, yes AS y FROM points',
+           '{"a": 0, "k": 0}')
+    e = error_of(db, "SELECT * FROM pgad.importance('labels', 'SELECT x1, yes + 1 AS y FROM points', true)")
+    assert (e.sqlstate, e.message_primary) == (
+        '22023', 'model "labels": loss "logistic" takes labels 0 or 1, but column "y" is 2')
+
+
 def test_a_model_that_reads_no_column_is_explained_by_no_feature(db):
     train(db, 'flat', 'λ(d, w) w.c', 'squared', 'points', '{"c": 0}')
     assert db.execute('SELECT pgad_models.flat_explain()').fetchone() == ({},)
