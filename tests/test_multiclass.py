@@ -420,6 +420,13 @@ def test_an_enum_label_of_another_role_is_refused(db, cluster, dbname):
     assert db.execute('SELECT pg_catalog.pg_typeof(pgad_models.foreign_enum_class(1))::text').fetchone()[0] == 'text'
 
 
+def test_a_text_label_of_0_and_1_is_a_label_of_classes(db):
+    """'0' and '1' as text under 'logistic': two classes (read as a number only where the column is one)."""
+    options = db.execute("SELECT options FROM pgad.train('zero_one_text', 'λ(d, w) w.a * d.x1 + w.c', 'logistic', "
+                         "'SELECT x1, (k = 9)::int::text AS y FROM flowers', '{\"a\": 0, \"c\": 0}')").fetchone()[0]
+    assert options['classes'] == ['0', '1'] and options['label_type'] == 'pg_catalog.text'
+
+
 @pytest.mark.parametrize('label', ['(k = 9)::int', '(k = 9)::int::float8', '(k = 9)::int::numeric'])
 def test_existing_labels_keep_their_int4_class(db, label):
     """A 0/1 label under 'logistic', an integer or another number, is read as a number, as before: no classes, an
@@ -442,9 +449,9 @@ SIZE_HINT = ("Start the weights that make the logits at {} to size them by the c
      "Its classes: 'setosa', 'versicolor', 'virginica'.",
      "Use loss => 'softmax' for a model of many classes (its prediction a vector of a logit per class, as "
      "'λ(d, w) w.w @ [d.x1, d.x2] + w.b' with '{\"w\": {}, \"b\": {}}')."),
-    ('logistic', "SELECT *, (id % 12)::text AS t FROM flowers", 't', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}',
-     '22023', 'loss "logistic" takes a label of two classes, but column "t" has 12',
-     "Its classes: '0', '1', '10', '11', '2', '3', '4', '5', '6', '7', ….",
+    ('logistic', "SELECT *, (id % 11)::text AS t FROM flowers", 't', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}',
+     '22023', 'loss "logistic" takes a label of two classes, but column "t" has 11',
+     "Its classes: '0', '1', '10', '2', '3', '4', '5', '6', '7', '8', ….",
      "Use loss => 'softmax' for a model of many classes (its prediction a vector of a logit per class, as "
      "'λ(d, w) w.w @ [d.x1, d.x2] + w.b' with '{\"w\": {}, \"b\": {}}')."),
     ('logistic', "SELECT *, (id % 10)::text AS t FROM flowers", 't', 'λ(d, w) w.a * d.x1 + w.c', '{"a": 0, "c": 0}',
@@ -485,6 +492,9 @@ SIZE_HINT = ("Start the weights that make the logits at {} to size them by the c
     ('softmax', 'flowers', 'species', 'λ(d, w) w.w @ (w.h * d.x1)', '{"w": {}, "h": [[1, 2, 3], [4, 5, 6]]}', '22023',
      'loss "softmax" takes a prediction of 3 logits, a number per class of the label column "species", but the '
      'model predicts a 3×3 matrix', "The classes: 'setosa', 'versicolor', 'virginica'.", SIZE_HINT),
+    ('softmax', "SELECT *, (id % 10)::text AS t FROM flowers", 't', 'λ(d, w) w.a * [d.x1, d.x2]', '{"a": 0}', '22023',
+     'loss "softmax" takes a prediction of 10 logits, a number per class of the label column "t", but the model '
+     "predicts a vector of 2", "The classes: '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'.", SIZE_HINT),
     ('softmax', "SELECT *, (id % 11)::text AS t FROM flowers", 't', 'λ(d, w) w.a * [d.x1, d.x2]', '{"a": 0}', '22023',
      'loss "softmax" takes a prediction of 11 logits, a number per class of the label column "t", but the model '
      "predicts a vector of 2", "The classes: '0', '1', '10', '2', '3', '4', '5', '6', '7', '8', ….", SIZE_HINT),
