@@ -182,6 +182,17 @@ def test_permutation_importance_checks_the_labels_as_training_does(db):
         '22023', 'model "labels": loss "logistic" takes labels 0 or 1, but column "y" is 2')
 
 
+def test_a_polynomial_s_explanation_is_exact(db):
+    """a·x1⁴ + b·x2: separable, so each contribution is its term's rise from the baseline, exactly (the quadrature is
+    exact for the derivative 4a·x³ along the path; only x² is written x·x)."""
+    weights, options = train(db, 'quartic', 'λ(d, w) w.a*d.x1^4 + w.b*d.x2', 'squared', 'points',
+                             '{"a": 0, "b": 0}')
+    found = explained(db, 'pgad_models.quartic_explain(x1, x2), x1')
+    for e, x1 in found:
+        assert e['x1'] == pytest.approx(weights['a'] * (x1 ** 4 - options['baseline']['x1'] ** 4), rel=1e-9,
+                                        abs=1e-12)
+
+
 def test_a_model_that_reads_no_column_is_explained_by_no_feature(db):
     train(db, 'flat', 'λ(d, w) w.c', 'squared', 'points', '{"c": 0}')
     assert db.execute('SELECT pgad_models.flat_explain()').fetchone() == ({},)
