@@ -559,18 +559,22 @@ def test_importance_fills_a_null_category_as_the_model_imputes(db):
         assert mean_abs == pytest.approx(np.mean(np.abs([e[feature] for e, _ in found])), rel=1e-9)
 
 
-@pytest.mark.parametrize('call, sqlstate, message', [
-    ("SELECT * FROM pgad.importance(NULL, 'points')", '22004', 'argument "name" of pgad.importance must not be NULL'),
-    ("SELECT * FROM pgad.importance('errs', NULL)", '22004', 'argument "data" of pgad.importance must not be NULL'),
-    ("SELECT * FROM pgad.importance('nosuch', 'points')", '42704', None),
+@pytest.mark.parametrize('call, sqlstate, message, hint', [
+    ("SELECT * FROM pgad.importance(NULL, 'points')", '22004', 'argument "name" of pgad.importance must not be NULL',
+     None),
+    ("SELECT * FROM pgad.importance('errs', NULL)", '22004', 'argument "data" of pgad.importance must not be NULL',
+     None),
+    ("SELECT * FROM pgad.importance('nosuch', 'points')", '42704', None, None),
     ("SELECT * FROM pgad.importance('errs', 'SELECT * FROM points WHERE false')", '22000',
-     'the data has no rows without NULL in the columns the model reads'),
-    ("SELECT * FROM pgad.importance('errs', 'SELECT 1; DROP TABLE points')", '42601', None),
+     'the data has no rows without NULL in the columns the model reads',
+     'pgad.importance explains model "errs" on the rows of the data.'),
+    ("SELECT * FROM pgad.importance('errs', 'SELECT 1; DROP TABLE points')", '42601', None, None),
 ])
-def test_importance_s_errors(db, call, sqlstate, message):
+def test_importance_s_errors(db, call, sqlstate, message, hint):
+    """Each refusal's SQLSTATE, and where pgad.importance words it, its message and hint in full."""
     train(db, 'errs', 'λ(d, w) w.a*d.x1', 'squared', 'points', '{"a": 0}')
     e = error_of(db, call)
-    assert e.sqlstate == sqlstate and (message is None or e.message_primary == message)
+    assert e.sqlstate == sqlstate and (message is None or (e.message_primary, e.message_hint) == (message, hint))
 
 
 def test_importance_of_a_model_without_a_baseline_says_to_train_it_again(db):
