@@ -4,6 +4,7 @@ with pgad installed by `make install` and a fresh database per test module.
 Without an NVIDIA GPU the cuda backend runs on numba's CUDA simulator, in the tests and in every server they start:
 NUMBA_ENABLE_CUDASIM is set here, before anything imports numba, and the servers inherit it. With a GPU (its
 driver's /dev/nvidiactl) the same tests run on it."""
+import contextlib
 import os
 import uuid
 
@@ -131,6 +132,18 @@ def db(cluster, dbname):
     """A connection in autocommit mode to the module's database, where pgad is installed."""
     with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as conn:
         yield conn
+
+
+@contextlib.contextmanager
+def settings(db, values):
+    """values ({setting: value}) SET on db for the with block, and RESET after it."""
+    for name, value in values.items():
+        db.execute(f"SET {name} = '{value}'")
+    try:
+        yield
+    finally:
+        for name in values:
+            db.execute(f'RESET {name}')
 
 
 def error_of(db, sql, params=None):

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import torch
 
-from conftest import error_of
+from conftest import error_of, settings
 
 LINEAR = 'λ(d, w) w.a*d.x1 + w.b*d.x2 + w.c*d.x3 + w.e*d.x4 + w.k'
 LAYER = 'λ(d, w) w.v @ tanh(w.m @ [d.x1, d.x2, d.x3] + w.b) + w.c'
@@ -361,30 +361,6 @@ def test_the_groups_explanations_share_one_budget(db):
     assert db.execute("SELECT count(*) FROM pg_proc WHERE proname = 'shared_explain'").fetchone() == (0,)
 
 
-def test_importance_is_numpy_s_on_the_loaded_rows(db):
-    weights, options = train(db, 'imp', LINEAR, 'squared', 'points', '{"a":0,"b":0,"c":0,"e":0,"k":0}')
-    query = 'SELECT * FROM points WHERE id % 3 = 0'
-    rows = db.execute('SELECT * FROM pgad.importance(%s, %s, true, 7)', ['imp', query]).fetchall()
-    x = data(db, 'x1, x2, x3, x4, y', where='WHERE id % 3 = 0')
-    w = np.array([weights[n] for n in 'abce'])
-    mean = np.array([options['baseline'][c] for c in ('x1', 'x2', 'x3', 'x4')])
-    phi = w * (x[:, :4] - mean)
-    loss = lambda z: np.mean((z[:, :4] @ w + weights['k'] - z[:, 4]) ** 2)  # noqa: E731
-    rng = np.random.default_rng(7)
-    assert [r[2] for r in rows] == ['x1', 'x2', 'x3', 'x4']
-    for k, (key, output, feature, mean_abs, mean_phi, drop) in enumerate(rows):
-        assert key is None and output is None
-        assert mean_abs == pytest.approx(np.mean(np.abs(phi[:, k])), rel=1e-12)
-        assert mean_phi == pytest.approx(np.mean(phi[:, k]), rel=1e-9, abs=1e-12)
-        shuffled = x.copy()
-        shuffled[:, k] = x[rng.permutation(len(x)), k]
-        assert drop == pytest.approx(loss(shuffled) - loss(x), rel=1e-9, abs=1e-12)
-    # without permutation, none; the same seed, the same shuffles
-    assert all(r[5] is None for r in db.execute("SELECT * FROM pgad.importance('imp', 'points')"))
-    again = db.execute('SELECT * FROM pgad.importance(%s, %s, true, 7)', ['imp', query]).fetchall()
-    assert again == rows
-
-
 def permutation_rises(x, loss, seed):
     """numpy's permutation importance: each column of x shuffled in turn by default_rng(seed), the loss's rise."""
     rng = np.random.default_rng(seed)
@@ -394,6 +370,27 @@ def permutation_rises(x, loss, seed):
         shuffled[:, k] = x[rng.permutation(len(x)), k]
         rises.append(loss(shuffled) - loss(x))
     return rises
+
+
+def test_importance_is_numpy_s_on_the_loaded_rows(db):
+    weights, options = train(db, 'imp', LINEAR, 'squared', 'points', '{"a":0,"b":0,"c":0,"e":0,"k":0}')
+    query = 'SELECT * FROM points WHERE id % 3 = 0'
+    rows = db.execute('SELECT * FROM pgad.importance(%s, %s, true, 7)', ['imp', query]).fetchall()
+    x = data(db, 'x1, x2, x3, x4, y', where='WHERE id % 3 = 0')
+    w = np.array([weights[n] for n in 'abce'])
+    mean = np.array([options['baseline'][c] for c in ('x1', 'x2', 'x3', 'x4')])
+    phi = w * (x[:, :4] - mean)
+    rises = permutation_rises(x[:, :4], lambda z: np.mean((z @ w + weights['k'] - x[:, 4]) ** 2), 7)
+    assert [r[2] for r in rows] == ['x1', 'x2', 'x3', 'x4']
+    for k, (key, output, feature, mean_abs, mean_phi, drop) in enumerate(rows):
+        assert key is None and output is None
+        assert mean_abs == pytest.approx(np.mean(np.abs(phi[:, k])), rel=1e-12)
+        assert mean_phi == pytest.approx(np.mean(phi[:, k]), rel=1e-9, abs=1e-12)
+        assert drop == pytest.approx(rises[k], rel=1e-9, abs=1e-12)
+    # without permutation, none; the same seed, the same shuffles
+    assert all(r[5] is None for r in db.execute("SELECT * FROM pgad.importance('imp', 'points')"))
+    again = db.execute('SELECT * FROM pgad.importance(%s, %s, true, 7)', ['imp', query]).fetchall()
+    assert again == rows
 
 
 def test_importance_of_an_array_column_is_numpy_s_element_by_element(db):
@@ -509,12 +506,9 @@ def test_importance_over_groups_takes_an_unseen_category_and_the_load_s_bound(db
         found = explained(db, f"pgad_models.impw_explain(part, x1, {west}), part")
         phi = [e[feature] for e, p in found if p == part]
         assert mean_abs == pytest.approx(np.mean(np.abs(phi)), rel=1e-9)
-    db.execute("SET pgad.memory_limit = '1MB'")
-    try:
+    with settings(db, {'pgad.memory_limit': '1MB'}):
         e = error_of(db, "SELECT * FROM pgad.importance('impw', 'SELECT p.* FROM points AS p, "
                          "generate_series(1, 100) AS k')")
-    finally:
-        db.execute('RESET pgad.memory_limit')
     assert e.sqlstate == '53200' and e.message_primary.startswith('the data needs ')
 
 
@@ -522,12 +516,9 @@ def test_importance_s_load_is_bounded_before_its_explanation(db):
     """17,000 rows of x1 and y: the load (4 × 8 bytes a row and column: 1.04 MB) passes pgad.memory_limit = 1MB
     and is refused (53200) though the explanation itself (56 bytes a row) would fit."""
     train(db, 'loadb', 'λ(d, w) w.a*d.x1', 'squared', 'points', '{"a": 0}')
-    db.execute("SET pgad.memory_limit = '1MB'")
-    try:
+    with settings(db, {'pgad.memory_limit': '1MB'}):
         e = error_of(db, "SELECT * FROM pgad.importance('loadb', 'SELECT p.* FROM points AS p, "
                          "generate_series(1, 142) AS k LIMIT 17000')")
-    finally:
-        db.execute('RESET pgad.memory_limit')
     assert (e.sqlstate, e.message_primary) == ('53200', 'the data needs 1.0 MB, more than pgad.memory_limit (1.0 MB)')
 
 
@@ -597,12 +588,9 @@ def test_importance_is_bounded_by_the_memory_limit(db):
           l2=0.1)
     query = "SELECT * FROM pgad.importance('bounded', 'SELECT p.* FROM points AS p, generate_series(1, 69) AS k " \
             "LIMIT %s')"
-    db.execute("SET pgad.memory_limit = '1MB'")
-    try:
+    with settings(db, {'pgad.memory_limit': '1MB'}):
         assert len(db.execute(query % 8192).fetchall()) == 4
         e = error_of(db, query % 8193)
-    finally:
-        db.execute('RESET pgad.memory_limit')
     assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
         '53200', 'the explanation of the data needs 1.0 MB, more than pgad.memory_limit (1.0 MB)',
         '8193 rows, 2 features, 2 outputs.',
@@ -667,11 +655,7 @@ def test_a_softmax_model_is_explained_by_class_name(db):
     kinds = [options['classes'].index(r[0]) for r in db.execute('SELECT kind FROM kinds ORDER BY id')]
     logits = lambda z: np.tanh(z @ np.array(weights['m']).T + np.array(weights['b']))  # noqa: E731
     loss = lambda z: np.mean(np.log(np.exp(logits(z)).sum(axis=1)) - logits(z)[np.arange(len(z)), kinds])  # noqa
-    rng = np.random.default_rng(5)
-    for k, c in enumerate(('x1', 'x2')):
-        shuffled = x.copy()
-        shuffled[:, k] = x[rng.permutation(len(x)), k]
-        assert rows[k][2] == pytest.approx(loss(shuffled) - loss(x), rel=1e-9, abs=1e-12)
+    assert [r[2] for r in rows[:2]] == pytest.approx(permutation_rises(x, loss, 5), rel=1e-9, abs=1e-12)
 
 
 def test_rows_of_classes_the_model_never_saw_have_no_permutation_importance(db):

@@ -17,7 +17,7 @@ from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 
 import pgad.lang  # noqa: F401  (binds pgad.lang)
-from conftest import error_of
+from conftest import error_of, settings
 from pgad.lang import parse
 from pgad.models import classes
 
@@ -249,12 +249,9 @@ MANY = "'SELECT g::float8 AS x, (g %% %s)::text AS y FROM pg_catalog.generate_se
 def test_too_many_classes_are_refused_before_anything_is_allocated(db, nodes, classes, most):
     """K is bounded as a categorical weight's categories: pgad.max_lambda_nodes / 10, never below 2 (54000, with a
     hint)."""
-    db.execute(f'SET pgad.max_lambda_nodes = {nodes}')
-    try:
+    with settings(db, {'pgad.max_lambda_nodes': nodes}):
         e = error_of(db, "SELECT pgad.train('many', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', " + MANY % classes
                      + f", '{START}')")
-    finally:
-        db.execute('RESET pgad.max_lambda_nodes')
     assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
         '54000', f'the label column "y" has more than {most} classes, the most a model takes',
         'The limit is pgad.max_lambda_nodes / 10.',
@@ -264,14 +261,11 @@ def test_too_many_classes_are_refused_before_anything_is_allocated(db, nodes, cl
 def test_the_classes_are_bounded_by_the_memory_limit(db):
     """1,100 classes take 1,100 × 1 kB, past pgad.memory_limit's 1 MB: 53200 before anything is loaded; 1,024 fit
     exactly, and go on to the next check (the model predicts a number, not 1,024 logits)."""
-    db.execute("SET pgad.max_lambda_nodes = 100000; SET pgad.memory_limit = '1MB'")
-    try:
+    with settings(db, {'pgad.max_lambda_nodes': 100000, 'pgad.memory_limit': '1MB'}):
         refused = error_of(db, "SELECT pgad.train('many', 'λ(d, w) w.a * d.x', 'softmax', " + MANY % 1100
                            + ", '{\"a\": 0}')")
         fit = error_of(db, "SELECT pgad.train('many', 'λ(d, w) w.a * d.x', 'softmax', " + MANY % 1024
                        + ", '{\"a\": 0}')")
-    finally:
-        db.execute('RESET pgad.max_lambda_nodes; RESET pgad.memory_limit')
     assert (refused.sqlstate, refused.message_primary, refused.message_detail, refused.message_hint) == (
         '53200', 'the classes of the label column "y" need 1.1 MB, more than pgad.memory_limit (1.0 MB)', None,
         'Group rare classes into one in the data query, or have a superuser raise pgad.memory_limit.')
