@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from sklearn.linear_model import Ridge
 
-from conftest import error_of
+from conftest import error_of, settings
 
 ROWS = 200
 COLUMNS = ('x1', 'x2', 'x3', 'x4', 'x5', 'x6')
@@ -370,3 +370,139 @@ def test_a_grouped_trials_value_is_its_groups_mean_by_validation_rows(db, ridge)
         assert len(groups) == 3
         rows = np.array([m['validation_rows'] for m, in groups])
         assert value == pytest.approx(np.dot(rows, [m['mae'] for m, in groups]) / rows.sum(), rel=1e-12)
+
+
+LONG = 'a' * 50
+EXACT = [  # (tail, message, detail, hint): the whole of each
+    (", grid => '{\"l2\": 0.1}')", 'the grid\'s "l2" must be a non-empty JSON array of its values', None,
+     'Write "l2": [0.1, 0.01].'),
+    (", grid => '{\"optimizer\": \"adam\"}')", 'the grid\'s "optimizer" must be a non-empty JSON array of its values',
+     None, 'Write "optimizer": […].'),
+    (f", grid => '{{\"l2\": [\"{LONG}\"]}}')", f'grid value of "l2" must be a number, not "{LONG[:39]}', None, None),
+    (", random => '{\"l2\": 5}', trials => 3)", 'the random search\'s "l2" must be {"uniform": [low, high]}, '
+     '{"log_uniform": [low, high]} or {"choice": [value, …]}', 'It is 5.', None),
+    (", random => '{\"l2\": {\"normal\": [" + ', '.join(map(str, range(40))) + "]}}', trials => 3)",
+     'the random search\'s "l2" must be {"uniform": [low, high]}, {"log_uniform": [low, high]} or {"choice": '
+     '[value, …]}', 'It is ' + ('{"normal": [' + ', '.join(map(str, range(40))) + ']}')[:80] + '.', None),
+    (", random => '{\"l2\": {\"choice\": 5}}', trials => 3)",
+     'the random search\'s "l2" choice must be a non-empty JSON array', None, None),
+    (", random => '{\"l2\": {\"choice\": []}}', trials => 3)",
+     'the random search\'s "l2" choice must be a non-empty JSON array', None, None),
+    (", random => '{\"l2\": {\"choice\": [0.1, \"a\"]}}', trials => 3)",
+     'random value of "l2" must be a number, not "a"', None, None),
+    *[(f", random => '{{\"l2\": {{\"uniform\": {bounds}}}}}', trials => 3)",
+       'the random search\'s "l2" uniform must be [low, high], two finite numbers, low <= high, of a numeric argument',
+       'It is ' + f'{{"uniform": {shown}}}'[:80] + '.', 'Write {"choice": [value, …]} for an argument that is not a number.')
+      for bounds, shown in (('[0, 1, 2]', '[0, 1, 2]'), ('5', '5'), ('[true, 1]', '[true, 1]'),
+                            ('[\"a\", 1]', '["a", 1]'), ('[0, 1e400]', '[0, 1' + '0' * 400 + ']'),
+                            ('[2, 1]', '[2, 1]'))],
+    (", random => '{\"l2\": {\"log_uniform\": [0, 1]}}', trials => 3)",
+     'the random search\'s "l2" log_uniform must be [low, high], two finite numbers, low <= high, low > 0, of a '
+     'numeric argument', 'It is {"log_uniform": [0, 1]}.',
+     'Write {"choice": [value, …]} for an argument that is not a number.'),
+    (", grid => '{\"l2\": [0]}', options => '{\"progress_every\": 2147483648}')",
+     'option "progress_every" must be an integer, not 2147483648', None, None),
+]
+
+
+@pytest.mark.parametrize('tail, message, detail, hint', EXACT)
+def test_the_whole_message_of_a_bad_search(db, ridge, tail, message, detail, hint):
+    """The message, DETAIL and HINT of each refusal, whole (22023, before any training): long values are cut."""
+    e = error_of(db, TUNE + tail)
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == \
+        ('22023', message, detail, hint)
+    assert versions(db, 'bad') == []
+
+
+def test_random_draws_are_numpys(db, ridge):
+    """Each trial draws every key in the jsonb's key order (shorter keys first, then bytewise) from numpy's PCG64 of
+    the seed: uniform, exp of a uniform of the logs, an index of the choice; an integer's draw rounded. No seed is
+    seed 0; bounds may be equal; an integer at int4's largest is taken."""
+    spec = ('{"learning_rate": {"log_uniform": [0.001, 0.1]}, "iterations": {"uniform": [5, 50]}, '
+            '"optimizer": ["gd", "adam"], "l2": {"uniform": [0.5, 2]}, "l1": {"uniform": [0.25, 0.25]}}')
+    order = [('l1', 'uniform', [0.25, 0.25]), ('l2', 'uniform', [0.5, 2]), ('optimizer', 'choice', ['gd', 'adam']),
+             ('iterations', 'uniform', [5, 50]), ('learning_rate', 'log_uniform', [0.001, 0.1])]
+
+    def expected(seed, trials):
+        generator = np.random.Generator(np.random.PCG64(seed))
+        out = []
+        for _ in range(trials):
+            trial = {}
+            for key, kind, values in order:
+                if kind == 'choice':
+                    trial[key] = values[int(generator.integers(len(values)))]
+                elif kind == 'uniform':
+                    trial[key] = float(generator.uniform(*values))
+                else:
+                    trial[key] = float(np.exp(generator.uniform(np.log(values[0]), np.log(values[1]))))
+            trial['iterations'] = int(round(trial['iterations']))
+            out.append(trial)
+        return out
+
+    def drawn(name, seed):
+        return [p for p, in db.execute(
+            "SELECT parameters FROM pgad.tune(%s, %s, 'squared', %s, %s, random => %s, trials => 3, seed => %s, "
+            "validation => %s, options => '{\"progress_every\": 2147483647}') ORDER BY trial",
+            (name, MODEL, TRAINING, WEIGHTS, spec, seed, HELD)).fetchall()]
+    assert drawn('drawn7', 7) == expected(7, 3)
+    assert drawn('drawn0', None) == expected(0, 3) != expected(1, 3)
+
+
+def test_the_trials_notices_and_rows(db, ridge):
+    """A NOTICE a trial: its parameters, and the metric (6 significant digits, null where it has none) with the
+    version, or the error; a failed trial's row holds its parameters and the seconds it took."""
+    notices = []
+    db.add_notice_handler(lambda d: notices.append((d.severity_nonlocalized, d.message_primary)))
+    started = time.monotonic()
+    found = db.execute("SELECT trial, version, parameters, value, extract(epoch FROM training_time)::float8 "
+                       "FROM pgad.tune('noted', %s, 'squared', %s, %s, grid => '{\"optimizer\": [\"lbfgs\", \"gd\"], \"learning_rate\": [0.05]}', "
+                       "validation => %s) ORDER BY trial", (MODEL, TRAINING, WEIGHTS, HELD)).fetchall()
+    elapsed = time.monotonic() - started
+    assert found[0][2] == {'optimizer': 'lbfgs', 'learning_rate': 0.05}
+    assert 0 <= found[0][4] <= found[0][4] + found[1][4] <= elapsed
+    assert [n for n in notices if 'trial' in n[1]] == [
+        ('NOTICE', 'model "noted": trial 1 of 2 {"optimizer": "lbfgs", "learning_rate": 0.05} failed: optimizer '
+                   '"lbfgs" takes no learning_rate'),
+        ('NOTICE', f'model "noted": trial 2 of 2 {{"optimizer": "gd", "learning_rate": 0.05}}: validation_loss '
+                   f'{found[1][3]:.6g}, version {found[1][1]}')]
+    notices.clear()
+    found = db.execute("SELECT version, value, deployed FROM pgad.tune('constant', 'λ(d, w) w.a*d.x1 + w.c', "
+                       "'squared', 'SELECT x1, 1.0::float8 AS y FROM ridge', '{\"a\": 0, \"c\": 0}', "
+                       "grid => '{\"l2\": [0]}', validation => 0.3, metric => 'r2')").fetchall()
+    assert found == [(1, None, False)]
+    assert [n for n in notices if 'trial' in n[1]] == [('NOTICE', 'model "constant": trial 1 of 1 {"l2": 0.0}: r2 null, version 1'),
+                       ('WARNING', 'model "constant": no trial has a value of metric "r2"; no version deployed')]
+
+
+def test_a_trials_seed_is_the_tunes(db, ridge):
+    """The tune's seed is each training's: a trial's validation rows and loss are pgad.train's with that seed."""
+    value, = db.execute("SELECT value FROM pgad.tune('seeded', %s, 'squared', 'SELECT * FROM ridge', %s, "
+                        "grid => '{\"l2\": [0.1]}', validation => 0.25, seed => 3)", (MODEL, WEIGHTS)).fetchone()
+    metrics, = db.execute("SELECT metrics FROM pgad.train('seeded_alone', %s, 'squared', 'SELECT * FROM ridge', %s, "
+                          "l2 => 0.1, validation => 0.25, seed => 3)", (MODEL, WEIGHTS)).fetchone()
+    other, = db.execute("SELECT metrics FROM pgad.train('seeded_other', %s, 'squared', 'SELECT * FROM ridge', %s, "
+                        "l2 => 0.1, validation => 0.25)", (MODEL, WEIGHTS)).fetchone()
+    assert value == metrics['validation_loss'] != other['validation_loss']
+
+
+@pytest.mark.parametrize('sqlstate', ['53200', '40001'])
+def test_a_trial_out_of_memory_or_serialization_ends_the_tune(db, cluster, dbname, ridge, sqlstate):
+    """Out of memory (pgad.memory_limit) and a serialization failure (a snapshot older than another transaction's
+    training of the name) are not a failed trial: the tune ends at the first, with no NOTICE of a trial."""
+    notices = []
+    db.add_notice_handler(lambda d: notices.append(d.message_primary))
+    tune = ("SELECT FROM pgad.tune('ended', %s, 'squared', 'SELECT * FROM ridge, pg_catalog.generate_series(1, 300)', "
+            "%s, grid => '{\"l2\": [0, 1]}', validation => 0.3)")
+    if sqlstate == '53200':
+        with settings(db, {'pgad.memory_limit': '1MB'}):
+            e = error_of(db, tune, (MODEL, WEIGHTS))
+    else:
+        db.execute('BEGIN ISOLATION LEVEL REPEATABLE READ')
+        db.execute('SELECT count(*) FROM pgad.models')
+        with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as other:
+            other.execute("SELECT FROM pgad.train('ended', %s, 'squared', %s, %s)", (MODEL, TRAINING, WEIGHTS))
+        e = error_of(db, tune, (MODEL, WEIGHTS))
+        db.execute('ROLLBACK')
+        db.execute("SELECT pgad.drop_model('ended')")
+    assert e.sqlstate == sqlstate
+    assert not [n for n in notices if 'trial' in n], notices
