@@ -392,7 +392,8 @@ EXACT = [  # (tail, message, detail, hint): the whole of each
      'random value of "l2" must be a number, not "a"', None, None),
     *[(f", random => '{{\"l2\": {{\"uniform\": {bounds}}}}}', trials => 3)",
        'the random search\'s "l2" uniform must be [low, high], two finite numbers, low <= high, of a numeric argument',
-       'It is ' + f'{{"uniform": {shown}}}'[:80] + '.', 'Write {"choice": [value, …]} for an argument that is not a number.')
+       'It is ' + f'{{"uniform": {shown}}}'[:80] + '.',
+       'Write {"choice": [value, …]} for an argument that is not a number.')
       for bounds, shown in (('[0, 1, 2]', '[0, 1, 2]'), ('5', '5'), ('[true, 1]', '[true, 1]'),
                             ('[\"a\", 1]', '["a", 1]'), ('[0, 1e400]', '[0, 1' + '0' * 400 + ']'),
                             ('[2, 1]', '[2, 1]'))],
@@ -455,7 +456,8 @@ def test_the_trials_notices_and_rows(db, ridge):
     db.add_notice_handler(lambda d: notices.append((d.severity_nonlocalized, d.message_primary)))
     started = time.monotonic()
     found = db.execute("SELECT trial, version, parameters, value, extract(epoch FROM training_time)::float8 "
-                       "FROM pgad.tune('noted', %s, 'squared', %s, %s, grid => '{\"optimizer\": [\"lbfgs\", \"gd\"], \"learning_rate\": [0.05]}', "
+                       "FROM pgad.tune('noted', %s, 'squared', %s, %s, "
+                       "grid => '{\"optimizer\": [\"lbfgs\", \"gd\"], \"learning_rate\": [0.05]}', "
                        "validation => %s) ORDER BY trial", (MODEL, TRAINING, WEIGHTS, HELD)).fetchall()
     elapsed = time.monotonic() - started
     assert found[0][2] == {'optimizer': 'lbfgs', 'learning_rate': 0.05}
@@ -470,8 +472,9 @@ def test_the_trials_notices_and_rows(db, ridge):
                        "'squared', 'SELECT x1, 1.0::float8 AS y FROM ridge', '{\"a\": 0, \"c\": 0}', "
                        "grid => '{\"l2\": [0]}', validation => 0.3, metric => 'r2')").fetchall()
     assert found == [(1, None, False)]
-    assert [n for n in notices if 'trial' in n[1]] == [('NOTICE', 'model "constant": trial 1 of 1 {"l2": 0.0}: r2 null, version 1'),
-                       ('WARNING', 'model "constant": no trial has a value of metric "r2"; no version deployed')]
+    assert [n for n in notices if 'trial' in n[1]] == [
+        ('NOTICE', 'model "constant": trial 1 of 1 {"l2": 0.0}: r2 null, version 1'),
+        ('WARNING', 'model "constant": no trial has a value of metric "r2"; no version deployed')]
 
 
 def test_a_trials_seed_is_the_tunes(db, ridge):
