@@ -403,6 +403,11 @@ EXACT = [  # (tail, message, detail, hint): the whole of each
      'Write {"choice": [value, …]} for an argument that is not a number.'),
     (", grid => '{\"l2\": [0]}', options => '{\"progress_every\": 2147483648}')",
      'option "progress_every" must be an integer, not 2147483648', None, None),
+    (")", 'pgad.tune takes a grid or a random search, one of them', None,
+     'Write grid => \'{"l2": [0, 0.01, 0.1]}\', or random => \'{"l2": {"log_uniform": [0.0001, 1]}}\' with '
+     'trials => 20.'),
+    (", grid => '{\"l2\": [0]}', trials => 3)", 'trials is the count of a random search, not of a grid', None,
+     'A grid trains every combination of its lists once.'),
 ]
 
 
@@ -413,6 +418,38 @@ def test_the_whole_message_of_a_bad_search(db, ridge, tail, message, detail, hin
     assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == \
         ('22023', message, detail, hint)
     assert versions(db, 'bad') == []
+
+
+BIG = '[' + ', '.join(['0'] * 4000) + ']'  # 4,000 numbers at 320 bytes: 1.2 MB
+
+
+@pytest.mark.parametrize('tail, what, key', [
+    (f", grid => '{{\"l2\": {BIG}}}')", 'grid', 'key'),
+    (f", random => '{{\"l2\": {BIG}}}', trials => 3)", 'random', 'key'),
+    (f", grid => '{{\"l2\": [0]}}', options => '{{\"l1\": {BIG}}}')", 'options', 'option'),
+])
+def test_a_search_past_the_memory_limit_is_refused_before_it_is_read(db, ridge, tail, what, key):
+    """The grid, random or options text that could cost more than pgad.memory_limit to read is 53200, its size
+    and what it holds said, before it is parsed."""
+    with settings(db, {'pgad.memory_limit': '1MB'}):
+        e = error_of(db, TUNE + tail)
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
+        '53200', f'the {what} need 1.2 MB, more than pgad.memory_limit (1.0 MB)',
+        f'The {what} jsonb holds up to 4000 numbers of 1 {key}s, 320 bytes a number and 384 a {key} while the call '
+        'reads them, uses them and gives them back.', 'Have a superuser raise pgad.memory_limit.')
+
+
+def test_the_bound_on_trials_is_100(db, ridge):
+    """A grid of 100 combinations runs (here each fails at once, so the tune is the first one's error); 101 are
+    54000 before any runs, with why."""
+    grid = '{"optimizer": ["lbfgs"], "learning_rate": [' + ', '.join(f'0.{k + 1}' for k in range(100)) + ']}'
+    e = error_of(db, TUNE + ', grid => %s)', (grid,))
+    assert (e.sqlstate, e.message_primary) == ('22023', 'optimizer "lbfgs" takes no learning_rate')
+    e = error_of(db, TUNE + ', grid => %s)', (grid.replace('["lbfgs"]', '["lbfgs", "gd"]'),))
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
+        '54000', 'pgad.tune would run 200 trials, more than 100',
+        'Each trial is a training of the model, kept as a version with its functions.',
+        'Tune fewer values at once, or a random search of fewer trials.')
 
 
 def test_random_draws_are_numpys(db, ridge):
