@@ -351,6 +351,29 @@ def test_the_validation_loss_of_an_early_stopped_version_is_its_lowest(db, ridge
     assert metrics['validation_loss'] == pytest.approx(min(history), rel=1e-9)
 
 
+@pytest.mark.parametrize('argument', ['model', 'loss', 'data', 'weights', 'deploy', 'validation'])
+def test_a_null_argument_is_22004(db, ridge, argument):
+    """Each argument pgad.tune needs, NULL, is 22004 naming it; validation's says what to give."""
+    given = {'model': "'λ(d, w) w.a*d.x1 + w.c'", 'loss': "'squared'", 'data': "'SELECT x1, y FROM ridge'",
+             'weights': "'{\"a\": 0, \"c\": 0}'", 'deploy': 'true', 'validation': '0.3'}
+    given[argument] = 'NULL::' + ('bool' if argument == 'deploy' else 'jsonb' if argument == 'weights' else 'text')
+    e = error_of(db, "SELECT FROM pgad.tune('nulls', " + ', '.join(f'{k} => {v}' for k, v in given.items()) +
+                 ", grid => '{\"l2\": [0]}')")
+    if argument == 'validation':
+        assert (e.sqlstate, e.message_primary, e.message_hint) == (
+            '22004', 'pgad.tune needs validation rows',
+            "Give validation => 0.2 (a fraction of the rows held out) or validation => 'SELECT …'.")
+    else:
+        assert (e.sqlstate, e.message_primary) == ('22004', f'argument "{argument}" of pgad.tune must not be NULL')
+
+
+def test_an_unknown_metric_of_a_lambda_loss(db, ridge):
+    e = error_of(db, "SELECT FROM pgad.tune('lambda_loss', 'λ(d, w) w.a*d.x1 + w.c', "
+                     "'λ(d, w) (w.a*d.x1 + w.c - d.y)^2', 'SELECT x1, y FROM ridge', '{\"a\": 0, \"c\": 0}', grid => '{\"l2\": [0]}', metric => 'r2')")
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '22023', 'unknown metric "r2" of a lambda loss', 'The metrics are validation_loss.')
+
+
 def test_a_null_name_is_22004(db, ridge):
     e = error_of(db, "SELECT FROM pgad.tune(NULL, %s, 'squared', %s, %s, grid => '{\"l2\": [0]}')",
                  (MODEL, TRAINING, WEIGHTS))
@@ -408,6 +431,14 @@ EXACT = [  # (tail, message, detail, hint): the whole of each
      'trials => 20.'),
     (", grid => '{\"l2\": [0]}', trials => 3)", 'trials is the count of a random search, not of a grid', None,
      'A grid trains every combination of its lists once.'),
+    (", grid => '{\"l2\": [0]}', options => '[1]')", 'options must be a JSON object', None,
+     'Write the other arguments of pgad.train as {"optimizer": "adam", "label": "y"}.'),
+    (", grid => '{\"l2\": [0]}', options => '{\"seed\": 1}')", 'pgad.tune takes no option "seed"',
+     'Its options are the arguments of pgad.train but name, model, loss, data, weights, validation, seed and deploy, '
+     'which are pgad.tune\'s own.',
+     'The options are l1, l2, learning_rate, tolerance, iterations, batch_size, early_stopping, optimizer, '
+     'standardize, mode, backend, regularize, label, group_by, progress_every, dtype, likelihood, order_by, state, '
+     'impute.'),
 ]
 
 
