@@ -369,7 +369,8 @@ def test_a_null_argument_is_22004(db, ridge, argument):
 
 def test_an_unknown_metric_of_a_lambda_loss(db, ridge):
     e = error_of(db, "SELECT FROM pgad.tune('lambda_loss', 'λ(d, w) w.a*d.x1 + w.c', "
-                     "'λ(d, w) (w.a*d.x1 + w.c - d.y)^2', 'SELECT x1, y FROM ridge', '{\"a\": 0, \"c\": 0}', grid => '{\"l2\": [0]}', metric => 'r2')")
+                     "'λ(d, w) (w.a*d.x1 + w.c - d.y)^2', 'SELECT x1, y FROM ridge', '{\"a\": 0, \"c\": 0}', "
+                     "grid => '{\"l2\": [0]}', metric => 'r2')")
     assert (e.sqlstate, e.message_primary, e.message_hint) == (
         '22023', 'unknown metric "r2" of a lambda loss', 'The metrics are validation_loss.')
 
