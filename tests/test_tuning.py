@@ -432,6 +432,17 @@ EXACT = [  # (tail, message, detail, hint): the whole of each
      'trials => 20.'),
     (", grid => '{\"l2\": [0]}', trials => 3)", 'trials is the count of a random search, not of a grid', None,
      'A grid trains every combination of its lists once.'),
+    (", random => '{}', trials => 3)", 'random must be a JSON object of the arguments to tune', None,
+     'Write grid => \'{"l2": [0, 0.01, 0.1], "learning_rate": [0.1, 0.01]}\'.'),
+    (", grid => '[]')", 'grid must be a JSON object of the arguments to tune', None,
+     'Write grid => \'{"l2": [0, 0.01, 0.1], "learning_rate": [0.1, 0.01]}\'.'),
+    (", random => '{\"l2\": [0]}', trials => 3, options => '{\"l2\": 1}')",
+     'argument "l2" is both tuned and given in options', None, 'Leave "l2" out of options, or out of the random.'),
+    (", grid => '{\"seed\": [1]}')", 'pgad.tune cannot tune argument "seed"', None,
+     'The arguments it tunes are l1, l2, learning_rate, tolerance, iterations, batch_size, early_stopping, optimizer, '
+     'standardize; give the others of pgad.train in options.'),
+    (", random => '{\"l2\": [0]}', trials => -1)", 'a random search takes trials, a positive integer, not -1', None,
+     'Write trials => 20.'),
     (", grid => '{\"l2\": [0]}', options => '[1]')", 'options must be a JSON object', None,
      'Write the other arguments of pgad.train as {"optimizer": "adam", "label": "y"}.'),
     (", grid => '{\"l2\": [0]}', options => '{\"seed\": 1}')", 'pgad.tune takes no option "seed"',
@@ -515,14 +526,18 @@ def test_random_draws_are_numpys(db, ridge):
             "validation => %s, options => '{\"progress_every\": 2147483647}') ORDER BY trial",
             (name, MODEL, TRAINING, WEIGHTS, spec, seed, HELD)).fetchall()]
     assert drawn('drawn7', 7) == expected(7, 3)
+    one = db.execute("SELECT parameters FROM pgad.tune('drawn1', %s, 'squared', %s, %s, random => %s, trials => 1, "
+                     "seed => 7, validation => %s)", (MODEL, TRAINING, WEIGHTS, spec, HELD)).fetchall()
+    assert one == [(expected(7, 1)[0],)]
     assert drawn('drawn0', None) == expected(0, 3) != expected(1, 3)
 
 
 def test_the_trials_notices_and_rows(db, ridge):
     """A NOTICE a trial: its parameters, and the metric (6 significant digits, null where it has none) with the
     version, or the error; a failed trial's row holds its parameters and the seconds it took."""
-    notices = []
-    db.add_notice_handler(lambda d: notices.append((d.severity_nonlocalized, d.message_primary)))
+    notices, hints = [], []
+    db.add_notice_handler(lambda d: (notices.append((d.severity_nonlocalized, d.message_primary)),
+                                     hints.append(d.message_hint)))
     started = time.monotonic()
     found = db.execute("SELECT trial, version, parameters, value, extract(epoch FROM training_time)::float8 "
                        "FROM pgad.tune('noted', %s, 'squared', %s, %s, "
@@ -544,6 +559,8 @@ def test_the_trials_notices_and_rows(db, ridge):
     assert [n for n in notices if 'trial' in n[1]] == [
         ('NOTICE', 'model "constant": trial 1 of 1 {"l2": 0.0}: r2 null, version 1'),
         ('WARNING', 'model "constant": no trial has a value of metric "r2"; no version deployed')]
+    assert hints[-1] == 'A metric is null where it is not finite or has nothing to divide by (r2 of a constant ' \
+                        'label, roc_auc of one class).'
 
 
 def test_a_trials_seed_is_the_tunes(db, ridge):
