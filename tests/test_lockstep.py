@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pgad import loader
+from pgad.errors import PgadError
 from pgad.models import descent, lockstep
 
 P, G = 4, 6
@@ -115,3 +116,129 @@ def test_newton_directions_at_once_are_descents_one_by_one():
     h[5, 0, 0] = np.nan
     expected = np.stack([descent._newton_direction(g[:, k], h[k]) for k in range(50)], axis=1)
     np.testing.assert_allclose(lockstep._newton_directions(g, h), expected, rtol=1e-12, atol=0)
+
+
+def wells(seed=3):
+    """G problems that are not convex: Σ (w_i² − a_i)²/4 + b·w, double wells whose curvature 3w² − a is negative
+    between them, so that L-BFGS meets what a convex problem never shows it: pairs of negative curvature left out,
+    directions that do not descend, steps the line search halves, curvatures made positive."""
+    rng = np.random.default_rng(seed)
+    return [(rng.uniform(0.5, 4, P), rng.normal(scale=0.7, size=P)) for _ in range(G)]
+
+
+def well(problem, w, rows):
+    a, b = problem
+    return rows * (np.sum((w * w - a) ** 2) / 4 + b @ w), rows * ((w * w - a) * w + b)
+
+
+class WellKernel(Kernel):
+    def __call__(self, columns, rows, w):
+        f, g = well(self.problem, w, self.rows)
+        return np.concatenate([[f], g])
+
+
+def wells_objective(found, rows, calls=None):
+    def objective(w, at):
+        if calls is not None:
+            calls.append(int(rows[at].sum()))
+        sums = [well(found[k], w[:, j], rows[k]) for j, k in enumerate(at)]
+        return np.array([f for f, _ in sums]), np.stack([g for _, g in sums], axis=1)
+    return objective
+
+
+NAMES = [f'w{i}' for i in range(P)]
+
+
+@pytest.mark.parametrize('tolerance, iterations', [(0.0, 8), (1e-5, 200)])
+@pytest.mark.parametrize('penalty', [descent.Penalty(), descent.Penalty(0.0, 0.2),
+                                     descent.Penalty(0.0, 0.2, np.array([1.0, 0.0, 1.0, 1.0]))],
+                         ids=['none', 'l2', 'l2 masked'])
+def test_groups_that_are_not_convex_are_descent_fits(tolerance, iterations, penalty):
+    """From 2.5, beyond the wells (the differences' steps scale with |w|): each group's path is descent.fit's
+    'lbfgs' step for step, with an l2 penalty of every weight or of some (a mask), stopped by the cap or by
+    tolerance alike; the progress report's loss is the mean of the iteration's objectives, and the clock counts the
+    rows of every evaluation."""
+    found = wells()
+    rows = np.arange(2, G + 2) * 3
+    calls, reports = [], []
+    clock = descent.Clock(lambda: None, reports.append, iterations, every_iterations=1)
+    fits = lockstep.fit(wells_objective(found, rows, calls), np.full((P, G), 2.5), rows, NAMES, iterations, tolerance,
+                        penalty, clock)
+    for k, fit in enumerate(fits):
+        alone = descent.fit(WellKernel(found[k], rows[k]), loader.Table([], int(rows[k]), 0), np.full(P, 2.5), NAMES,
+                            'lbfgs', iterations=iterations, tolerance=tolerance, penalty=penalty,
+                            clock=descent.Clock(lambda: None, lambda m: None, iterations, warning=lambda m, h: None))
+        assert (fit.iterations, fit.stopped, fit.converged) == (alone.iterations, alone.stopped, alone.converged), k
+        np.testing.assert_allclose(fit.history, alone.history, rtol=1e-10)
+        np.testing.assert_allclose(fit.weights, alone.weights, rtol=1e-8, atol=1e-10)
+        assert fit.gradient_norm == pytest.approx(alone.gradient_norm, rel=1e-4, abs=1e-14)
+        assert isinstance(fit.seconds, float) and 0 <= fit.seconds < 60
+    assert {f.stopped for f in fits} == ({'cap'} if tolerance == 0 else {'tolerance'})
+    assert reports[0].startswith(f'iteration 1 of {iterations}, loss {np.mean([f.history[0] for f in fits]):.6g}, ')
+    assert clock.rows == sum(calls)
+
+
+def test_a_group_not_finite_is_descent_check_finites_error():
+    """The first group whose objective, gradient or weights are not finite at the start is the error
+    descent.check_finite gives for it alone (naming the gradient's weight), or why's for that group; for L-BFGS and
+    Newton alike."""
+    found = wells()
+    rows = np.full(G, 4)
+
+    def broken(loss_of=None, gradient_of=None):
+        def objective(w, at):
+            f, g = wells_objective(found, rows)(w, at)
+            for j, k in enumerate(at):
+                if k == loss_of:
+                    f[j] = np.nan
+                if k == gradient_of:
+                    g[1, j] = np.inf
+            return f, g
+        return objective
+    for fitting in (lockstep.fit, lockstep.newton):
+        def error(objective, start=np.ones((P, G)), why=None):
+            with pytest.raises(PgadError) as caught:
+                fitting(objective, start, rows, NAMES, 10, 0.0, descent.Penalty(), descent.Clock(
+                    lambda: None, lambda m: None, 10), why=why)
+            return caught.value.message
+        assert error(broken(gradient_of=2)) == 'the gradient by "w1" is infinite at the starting weights'
+        assert error(broken(loss_of=4, gradient_of=2)) == 'the gradient by "w1" is infinite at the starting weights'
+        assert error(broken(loss_of=2, gradient_of=4)) == 'the loss is NaN at the starting weights'
+        assert error(broken(loss_of=3), why=lambda k: lambda w, at: PgadError('22012', f'group {k}')) == 'group 3'
+        assert error(broken(loss_of=3), why=lambda k: lambda w, at: None) == \
+            'the loss is NaN at the starting weights'
+        start = np.ones((P, G))
+        start[2, 5] = np.inf
+
+        def finite(w, at):
+            return np.ones(len(at)), np.ones((P, len(at)))
+        assert error(finite, start) == 'weight "w2" is infinite at the starting weights'
+
+
+def test_newton_stops_where_it_says():
+    """Newton's iterations: exactly the cap where it stops there (history and count), none with a cap of 0, and the
+    optimum named where the decrement is below the objective's precision."""
+    found = problems(2)
+    rows = np.full(G, 5)
+    for cap in (0, 1, 2):
+        fits = lockstep.newton(objective_of(found, rows), np.full((P, G), 3.0), rows, NAMES, cap, 0.0,
+                               descent.Penalty(), descent.Clock(lambda: None, lambda m: None, cap))
+        assert [(f.iterations, len(f.history), f.stopped) for f in fits] == [(cap, cap, 'cap')] * G
+    fits = lockstep.newton(objective_of(found, rows), np.zeros((P, G)), rows, NAMES, 100, 0.0, descent.Penalty(),
+                           descent.Clock(lambda: None, lambda m: None, 100))
+    assert [f.stopped for f in fits] == ['optimum'] * G
+    assert all(isinstance(f.seconds, float) and f.gradient_norm is not None for f in fits)
+
+
+@pytest.mark.parametrize('fitting', [lockstep.fit, lockstep.newton])
+def test_a_model_that_reads_no_weight_is_fitted_at_once(fitting):
+    """No weight (a sequence model whose lambda reads none): every group's objective once, no iteration, judged as
+    descent.fit judges such a fit: converged at the optimum."""
+    rows = np.full(G, 3)
+
+    def objective(w, at):
+        return np.arange(len(at), dtype=np.float64), np.zeros((0, len(at)))
+    fits = fitting(objective, np.zeros((0, G)), rows, [], 20, 0.0, descent.Penalty(),
+                   descent.Clock(lambda: None, lambda m: None, 20))
+    assert [(f.iterations, f.converged) for f in fits] == [(0, True)] * G
+    assert [f.loss for f in fits] == pytest.approx([k / 3 for k in range(G)])

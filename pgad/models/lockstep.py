@@ -79,6 +79,8 @@ def _means(objective, rows, penalty, clock):
         f, grad = objective(w, at)
         clock.rows += int(rows[at].sum())
         clock.poll()
+        if not penalty.l2:  # as descent.Penalty: none, not 0·w² (NaN for a weight that is not finite)
+            return f / rows[at], grad / rows[at]
         return (f / rows[at] + penalty.l2 * np.sum(mask * w * w, axis=0),
                 grad / rows[at] + 2 * penalty.l2 * mask * w)
     return raw
