@@ -274,3 +274,112 @@ def test_a_large_simulation_is_cancelled(db, cluster, dbname):
         db.execute('RESET statement_timeout')
     assert e.sqlstate == '57014' and time.monotonic() - began < 15  # generous: a loaded 2-core machine
 
+
+
+AR2X = 'λ(d, w, s) w.c + w.a1*s.l1 + w.a2*s.l2 + w.b*d.x'
+AR2X_WEIGHTS = '{"c": 1, "a1": 0.5, "a2": 0.2, "b": 2, "s1": 1, "s2": 1}'
+
+
+def arx_table(db, table, keys, n, seed=4):
+    """Groups of an AR(2) with an exogenous x, ordered by an integer t; {key: (y, x)}."""
+    rng = np.random.default_rng(seed)
+    found = {}
+    db.execute(f'DROP TABLE IF EXISTS {table}')
+    db.execute(f'CREATE TABLE {table} (g int, t int, y float8, x float8)')
+    for key in keys:
+        x, y = rng.normal(0, 1, n), np.zeros(n)
+        for k in range(n):
+            y[k] = 1 + 0.5 * y[k - 1] * (k > 0) + 0.2 * y[k - 2] * (k > 1) + 2 * x[k] + rng.normal(0, 0.5)
+        found[key] = (y, x)
+        db.cursor().executemany(f'INSERT INTO {table} VALUES (%s, %s, %s, %s)',
+                                [(key, 10 * k, float(y[k]), float(x[k])) for k in range(n)])
+    return found
+
+
+def test_evaluate_of_groups_with_two_states_and_an_exogenous_column_ordered_by_an_integer(db):
+    """One step ahead per group from its own last state (two states), x read at each row, y the actual label; a row
+    with NULL x skipped and counted; a group the model lacks that sorts first counted too, the others still scored."""
+    found = arx_table(db, 'f_arx2', (0, 1), 80)
+    db.execute("SELECT FROM pgad.train('f_arx2', %s, 'squared', 'SELECT * FROM f_arx2 WHERE t < 600', %s, "
+               "order_by => 't', state => %s, group_by => 'g', optimizer => 'gd', learning_rate => 1e-9, "
+               "iterations => 1)", (AR2X, AR2X_WEIGHTS, AR2))
+    db.execute('UPDATE f_arx2 SET x = NULL WHERE t = 650 AND g = 1')
+    db.execute('INSERT INTO f_arx2 SELECT -1, t, y, x FROM f_arx2 WHERE g = 0')
+    rows = {(r[0]['g'], r[1]): r[2] for r in db.execute(
+        "SELECT group_key, metric, value FROM pgad.evaluate('f_arx2', 'SELECT * FROM f_arx2')")}
+    stored = {r[0]['g']: (r[1], r[2]) for r in db.execute(
+        "SELECT group_key, weights, options FROM pgad.models WHERE name = 'f_arx2'")}
+    assert rows[-1, 'unseen_rows'] == 80
+    for g in (0, 1):
+        (y, x), (w, options) = found[g], stored[g]
+        l1, l2 = options['last_state']['l1'], options['last_state']['l2']
+        errors = []
+        for k in range(60, 80):
+            if g == 1 and k == 65:
+                continue
+            errors.append(w['c'] + w['a1'] * l1 + w['a2'] * l2 + w['b'] * x[k] - y[k])
+            l1, l2 = y[k], l1
+        assert (rows[g, 'rows'], rows[g, 'earlier_rows'], rows[g, 'skipped_rows']) == (20 - g, 60, g)
+        assert rows[g, 'mse'] == pytest.approx(np.mean(np.square(errors)), rel=1e-12)
+        assert rows[g, 'mae'] == pytest.approx(np.mean(np.abs(errors)), rel=1e-12)
+
+
+def test_simulated_intervals_of_groups_with_two_states_and_an_exogenous_column(db):
+    """The AR(2) with x written nonlinearly in its second state (simulated) against the same model linear
+    (analytic): per group, the values alike and the bounds within Monte-Carlo error, x taken from the data."""
+    arx_table(db, 'f_arx3', (0, 1), 60, seed=5)
+    nonlinear = AR2.replace('"next": "s.l1"', '"next": "s.l1*s.l1/s.l1"')
+    for name, state in (('f_lin', AR2), ('f_sim3', nonlinear)):
+        db.execute("SELECT FROM pgad.train(%s, %s, 'squared', 'SELECT * FROM f_arx3 WHERE t < 500', %s, "
+                   "order_by => 't', state => %s, group_by => 'g', optimizer => 'gd', learning_rate => 1e-9, "
+                   "iterations => 1)", (name, AR2X, AR2X_WEIGHTS, state))
+    future = 'SELECT g, t, x FROM f_arx3'
+    linear = db.execute("SELECT group_key, step, value, lower, upper FROM pgad.forecast('f_lin', 6, %s) "
+                        "ORDER BY group_key, step", (future,)).fetchall()
+    simulated = db.execute("SELECT group_key, step, value, lower, upper FROM pgad.forecast('f_sim3', 6, %s, "
+                           "simulations => 20000, seed => 3) ORDER BY group_key, step", (future,)).fetchall()
+    assert [r[:2] for r in simulated] == [r[:2] for r in linear] == [({'g': g}, s) for g in (0, 1)
+                                                                    for s in range(1, 7)]
+    value, lower, upper = columns(linear)
+    v2, l2, u2 = columns(simulated)
+    assert v2 == pytest.approx(value, rel=1e-7)
+    assert not np.allclose(value[:6], value[6:])  # the groups' own states and x
+    sigma_h = (upper - lower) / (2 * 1.959963984540054)
+    assert np.all(np.abs(l2 - lower) < 0.08 * sigma_h) and np.all(np.abs(u2 - upper) < 0.08 * sigma_h)
+
+
+@pytest.mark.parametrize('kind', ['timestamptz', 'timestamp', 'date'])
+def test_evaluate_from_the_last_row_of_a_time_order(db, kind):
+    """The training's last row, stored as text in the session's time zone (here +05:30), is where evaluate starts,
+    whatever the order column's type: 30 rows before it, 10 after, scored one step ahead."""
+    y = series(40, seed=8)
+    db.execute("SET TimeZone = 'Asia/Kolkata'")
+    try:
+        db.execute('DROP TABLE IF EXISTS f_times')
+        db.execute(f"CREATE TABLE f_times AS SELECT (pg_catalog.timestamptz '2024-03-01 00:00:00+00' + k * "
+                   f"interval '1 day')::{kind} AS at, v AS y FROM unnest(%s::float8[]) WITH ORDINALITY AS u(v, k)",
+                   (list(map(float, y)),))
+        _, options = db.execute("SELECT weights, options FROM pgad.train('f_times', 'λ(d, w, s) s.level', 'squared', "
+                                "'SELECT * FROM f_times ORDER BY at LIMIT 30', '{\"alpha\": 0.5, \"l0\": 50}', "
+                                "order_by => 'at', state => %s, optimizer => 'gd', learning_rate => 1e-9, "
+                                "iterations => 1)", (SES,)).fetchone()
+        found = dict(db.execute("SELECT metric, value FROM pgad.evaluate('f_times', 'SELECT * FROM f_times')")
+                     .fetchall())
+    finally:
+        db.execute('RESET TimeZone')
+    assert (found['rows'], found['earlier_rows']) == (10, 30)
+    level, errors = options['last_state']['level'], []
+    for v in y[30:]:
+        errors.append(v - level)
+        level += 0.5 * (v - level)
+    assert found['mse'] == pytest.approx(np.mean(np.square(errors)), rel=1e-6)
+
+
+def test_evaluate_with_no_row_after_the_training_says_what_it_scores(db):
+    y = series(30)
+    load(db, 'f_none', [y])
+    train(db, 'f_none', 'f_none', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    e = error_of(db, "SELECT * FROM pgad.evaluate('f_none', 'SELECT day, y FROM f_none')")
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '22000', "the data has no rows after the training's last row",
+        'pgad.evaluate scores sequence model "f_none" one step ahead on the rows after the ones it was trained on.')
