@@ -383,3 +383,91 @@ def test_evaluate_with_no_row_after_the_training_says_what_it_scores(db):
     assert (e.sqlstate, e.message_primary, e.message_hint) == (
         '22000', "the data has no rows after the training's last row",
         'pgad.evaluate scores sequence model "f_none" one step ahead on the rows after the ones it was trained on.')
+
+
+def test_the_edges_of_horizon_and_level(db):
+    """horizon 1 and the greatest level distinguishable from 1 forecast; 0 and 1 and past them are 22023, each with
+    its message and hint whole."""
+    load(db, 'f_edges', [series(30)])
+    train(db, 'f_edges', 'f_edges', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    assert len(forecast(db, 'f_edges', 1)) == 1
+    assert len(forecast(db, 'f_edges', 2, level=0.9999999999999998)) == 2
+    for sql, message, hint in [
+            ("SELECT * FROM pgad.forecast('f_edges', 0)", 'horizon must be at least 1, not 0',
+             'Forecast 1 or more steps.'),
+            *[(f"SELECT * FROM pgad.forecast('f_edges', 3, level => {level})",
+               f'level must be between 0 and 1, not {level}',
+               'Give the coverage of the intervals as a fraction: level => 0.95.') for level in ('0', '1', '1.5')],
+            ("SELECT * FROM pgad.forecast('f_edges', 3, level => 0.9999999999999999)",
+             'level must be between 0 and 1, and distinguishable from 1 in float8, not 0.9999999999999999',
+             'Give a level of at most 0.9999999999999998.')]:
+        e = error_of(db, sql)
+        assert (e.sqlstate, e.message_primary, e.message_hint) == ('22023', message, hint), sql
+
+
+def test_a_prediction_not_finite_past_the_training_says_where_and_why(db):
+    """The label read as NaN past the last row: a branch not taken forecasts, a prediction that always reads it is
+    22000 at step 1 with its hint whole."""
+    y = series(30)
+    load(db, 'f_own', [y])
+    state = json.dumps({'n': {'start': '0', 'next': 's.n + 1'}, 'y1': {'start': '0', 'next': 'd.y'}})
+    weights = db.execute("SELECT weights FROM pgad.train('f_own', 'λ(d, w, s) CASE WHEN s.n < 1 THEN d.y ELSE w.c + "
+                         "w.a*s.y1 END', 'squared', 'SELECT day, y FROM f_own', '{\"c\": 0, \"a\": 0.5}', "
+                         "order_by => 'day', state => %s, iterations => 3)", [state]).fetchone()[0]
+    assert [r[2] for r in forecast(db, 'f_own', 2)] == pytest.approx(
+        [weights['c'] + weights['a'] * y[-1], weights['c'] + weights['a'] * (weights['c'] + weights['a'] * y[-1])],
+        rel=1e-12)
+    train(db, 'f_always', 'f_own', 'λ(d, w, s) s.level + 0*d.y', SES, '{"alpha": 0.5, "l0": 50}')
+    e = error_of(db, "SELECT * FROM pgad.forecast('f_always', 2)")
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '22000', 'the forecast of model "f_always" is not a finite number at step 1',
+        'A prediction that reads the label column "y" past the training\'s last row has no value to read: read the '
+        'label through the state (its next values), as the examples in docs/sql.md ("Sequences") do.')
+
+
+def test_a_state_that_reads_an_exogenous_column(db):
+    """A next state that reads x (not the prediction): the analytic forecast takes each step's x from the data, as
+    the recurrence by hand does; too few rows after the last, or none for a group, or no data, are 22023 whole."""
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(0, 1, 50), series(50)
+    db.execute('DROP TABLE IF EXISTS f_sx')
+    db.execute('CREATE TABLE f_sx (t int, y float8, x float8, z float8)')
+    db.cursor().executemany('INSERT INTO f_sx VALUES (%s, %s, %s, 1)',
+                            [(k, float(y[k]), float(x[k])) for k in range(50)])
+    state = '{"l": {"start": "w.l0", "next": "w.a*d.y + w.b*d.x*d.z"}}'
+    weights, options = db.execute(
+        "SELECT weights, options FROM pgad.train('f_sx', 'λ(d, w, s) s.l', 'squared', 'SELECT * FROM f_sx "
+        "WHERE t < 40', '{\"a\": 0.5, \"b\": 1, \"l0\": 50}', order_by => 't', state => %s, optimizer => 'gd', "
+        "learning_rate => 1e-9, iterations => 1)", (state,)).fetchone()
+    rows = db.execute("SELECT value FROM pgad.forecast('f_sx', 4, 'SELECT t, x, z FROM f_sx')").fetchall()
+    level, expected = options['last_state']['l'], []
+    for k in range(4):
+        expected.append(level)
+        level = weights['a'] * level + weights['b'] * x[40 + k]
+    assert [v for v, in rows] == pytest.approx(expected, rel=1e-12)
+    assert len(db.execute("SELECT FROM pgad.forecast('f_sx', 10, 'SELECT t, x, z FROM f_sx')").fetchall()) == 10
+    for sql, message, hint in [
+            ("SELECT * FROM pgad.forecast('f_sx', 11, 'SELECT t, x, z FROM f_sx')",
+             "the data has 10 rows after the training's last row, fewer than the horizon (11)",
+             'Give the future values of x, z for every step.'),
+            ("SELECT * FROM pgad.forecast('f_sx', 2, 'SELECT t, x, z FROM f_sx WHERE t < 41')",
+             "the data has 1 row after the training's last row, fewer than the horizon (2)",
+             'Give the future values of x, z for every step.'),
+            ("SELECT * FROM pgad.forecast('f_sx', 2)",
+             "model \"f_sx\" reads column 'x', column 'z' beside its state: a forecast takes their future values "
+             "from data", "Give data => 'SELECT t, x, z FROM …', with at least the horizon's rows after the "
+             "training's last row.")]:
+        e = error_of(db, sql)
+        assert (e.sqlstate, e.message_primary, e.message_hint) == ('22023', message, hint), sql
+    e = error_of(db, "SELECT * FROM pgad.forecast('f_sx', 11, 'SELECT t, x, z FROM f_sx')")
+    assert e.message_detail == "The training's last row is at 39."
+
+
+def test_a_group_missing_from_the_future_data_is_named(db):
+    load(db, 'f_gx', [series(20, seed=1), series(20, seed=2)], x=np.arange(20.0))
+    train(db, 'f_gx', 'f_gx', 'λ(d, w, s) s.level + w.b*d.x', SES, '{"alpha": 0.5, "l0": 50, "b": 0}',
+          group_by='g')
+    e = error_of(db, "SELECT * FROM pgad.forecast('f_gx', 2, 'SELECT g, day + 20 AS day, x FROM f_gx WHERE g = 0')")
+    assert (e.sqlstate, e.message_primary, e.message_detail) == (
+        '22023', 'the data has 0 rows of group {"g": 1} after the training\'s last row, fewer than the horizon (2)',
+        'The training\'s last row of group {"g": 1} is at 2024-01-20.')

@@ -135,10 +135,11 @@ def forecast(name, horizon, data, level, simulations, seed, config):
     if horizon < 1:
         raise PgadError('22023', f'horizon must be at least 1, not {horizon}', hint='Forecast 1 or more steps.')
     if not 0 < level < 1:
-        raise PgadError('22023', f'level must be between 0 and 1, not {level}',
+        raise PgadError('22023', f'level must be between 0 and 1, not {arguments.float8(level)}',
                         hint='Give the coverage of the intervals as a fraction: level => 0.95.')
     if (1 + level) / 2 == 1:  # the upper quantile rounds to 1 in float8: its normal quantile is infinite
-        raise PgadError('22023', f'level must be between 0 and 1, and distinguishable from 1 in float8, not {level}',
+        raise PgadError('22023', 'level must be between 0 and 1, and distinguishable from 1 in float8, not '
+                                 f'{arguments.float8(level)}',
                         hint=f'Give a level of at most {LEVEL_MOST}.')
     if simulations < 1:
         raise PgadError('22023', f'simulations must be at least 1, not {simulations}',
