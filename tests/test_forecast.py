@@ -9,7 +9,7 @@ import pandas as pd
 import psycopg
 import pytest
 
-from conftest import error_of
+from conftest import error_of, settings
 
 SES = '{"level": {"start": "w.l0", "next": "s.level + w.alpha*(d.y - s.level)"}}'
 HOLT = ('{"level": {"start": "w.l0", "next": "s.level + s.trend + w.alpha*(d.y - s.level - s.trend)"}, '
@@ -471,3 +471,94 @@ def test_a_group_missing_from_the_future_data_is_named(db):
     assert (e.sqlstate, e.message_primary, e.message_detail) == (
         '22023', 'the data has 0 rows of group {"g": 1} after the training\'s last row, fewer than the horizon (2)',
         'The training\'s last row of group {"g": 1} is at 2024-01-20.')
+
+
+def stored_forecaster(db, name):
+    """The Forecaster of model name's stored rows, built in this process (its graph's size, for the bound)."""
+    from types import SimpleNamespace
+    from pgad import limits
+    from pgad.models.forecast import Forecaster
+    rows = db.execute("SELECT group_key::text AS group_key, model, loss, weights::text AS weights, options::text AS "
+                      "options FROM pgad.models WHERE name = %s ORDER BY group_key", (name,)).fetchall()
+    stored = [dict(zip(('group_key', 'model', 'loss', 'weights', 'options'), r)) for r in rows]
+    return Forecaster(name, stored, SimpleNamespace(limits=limits.DEFAULT, memory_limit=1 << 30))
+
+
+def test_the_memory_bounds_of_a_forecast_at_the_byte(db):
+    """Under pgad.memory_limit = 1 MB: the result's rows at 256 bytes (8 more an exogenous column) a group and a
+    step, and a simulation's paths at 8 bytes a node of the step's graph, a state, a weight and 2: each at the
+    limit runs, a byte past it is 54000 with its message and hint whole; a linear model is not simulated, so its
+    paths are not counted; simulations => 1 is a path."""
+    load(db, 'f_mem', [series(30)], x=np.arange(30) / 10)
+    load(db, 'f_memg', [series(30), series(30, seed=4)])
+    train(db, 'f_mem', 'f_mem', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    train(db, 'f_memg', 'f_memg', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}', group_by='g')
+    nonlinear = SES.replace('"s.level + w.alpha', '"s.level*s.level/s.level + w.alpha')
+    train(db, 'f_mems', 'f_mem', 'λ(d, w, s) s.level', nonlinear, '{"alpha": 0.5, "l0": 50}')
+    train(db, 'f_memx', 'f_mem', 'λ(d, w, s) s.level + w.b*d.x', SES, '{"alpha": 0.5, "l0": 50, "b": 0}')
+    fc = stored_forecaster(db, 'f_mems')
+    assert fc.linear() is None  # simulated; the check adds the derivatives' nodes to the graph the bound counts
+    per_path = 8 * (len(fc.graph.nodes) + len(fc.step.states) + len(fc.step.weights) + 2)
+    most = (1 << 20) // per_path
+
+    def refused(sql):
+        e = error_of(db, sql)
+        return e.sqlstate, e.message_primary, e.message_hint
+    with settings(db, {'pgad.memory_limit': '1MB'}):
+        assert len(forecast(db, 'f_mem', 4096)) == 4096
+        assert refused("SELECT FROM pgad.forecast('f_mem', 4097)") == (
+            '54000', 'a forecast of 4097 steps for 1 group needs 1 MB, more than pgad.memory_limit (1 MB)',
+            'Forecast fewer steps, or have a superuser raise pgad.memory_limit.')
+        assert refused("SELECT FROM pgad.forecast('f_memg', 2049)")[1] == \
+            'a forecast of 2049 steps for 2 groups needs 1 MB, more than pgad.memory_limit (1 MB)'
+        assert refused("SELECT FROM pgad.forecast('f_memx', 3971, 'SELECT day, x FROM f_mem')")[0] == '22023'
+        assert refused("SELECT FROM pgad.forecast('f_memx', 3972, 'SELECT day, x FROM f_mem')")[0] == '54000'
+        assert len(forecast(db, 'f_mems', 2, simulations=most)) == 2
+        assert refused(f"SELECT FROM pgad.forecast('f_mems', 2, simulations => {most + 1})") == (
+            '54000', f'{most + 1} simulated paths for 1 group need {(most + 1) * per_path >> 20} MB, more than '
+            'pgad.memory_limit (1 MB)', 'Simulate fewer paths, or have a superuser raise pgad.memory_limit.')
+        assert len(forecast(db, 'f_mem', 2, simulations=10 * most)) == 2
+    one = forecast(db, 'f_mems', 3, simulations=1)
+    assert [r[3] == r[4] for r in one] == [True] * 3  # one path: both bounds its value at each step
+    assert refused("SELECT FROM pgad.forecast('f_mems', 3, simulations => 0)") == (
+        '22023', 'simulations must be at least 1, not 0',
+        'Simulate 1000 paths (the default), or more for steadier bounds.')
+
+
+def test_a_label_named_otherwise_is_the_one_forecast_and_scored(db):
+    """label => 'v': the forecast and evaluate read v as the label (one step ahead against v's values)."""
+    y = series(40, seed=6)
+    db.execute('DROP TABLE IF EXISTS f_label')
+    db.execute('CREATE TABLE f_label (day int, v float8, y float8)')
+    db.cursor().executemany('INSERT INTO f_label VALUES (%s, %s, %s)', [(k, float(y[k]), 0.0) for k in range(40)])
+    weights, options = db.execute(
+        "SELECT weights, options FROM pgad.train('f_label', 'λ(d, w, s) s.level', 'squared', 'SELECT day, v FROM "
+        "f_label WHERE day < 30', '{\"alpha\": 0.5, \"l0\": 50}', order_by => 'day', label => 'v', state => %s, "
+        "optimizer => 'gd', learning_rate => 1e-9, iterations => 1)",
+        (SES.replace('d.y', 'd.v'),)).fetchone()
+    found = dict(db.execute("SELECT metric, value FROM pgad.evaluate('f_label', 'SELECT day, v FROM f_label')")
+                 .fetchall())
+    level, errors = options['last_state']['level'], []
+    for v in y[30:]:
+        errors.append(v - level)
+        level += weights['alpha'] * (v - level)
+    assert found['mse'] == pytest.approx(np.mean(np.square(errors)), rel=1e-12)
+    assert [r[2] for r in forecast(db, 'f_label', 2)] == pytest.approx([options['last_state']['level']] * 2,
+                                                                       rel=1e-12)
+
+
+def test_a_model_without_intervals_and_one_that_is_no_sequence_say_so_whole(db):
+    load(db, 'f_say', [series(30)])
+    db.execute("SELECT FROM pgad.train('f_say', 'λ(d, w, s) s.level', 'absolute', 'SELECT day, y FROM f_say', "
+               "'{\"alpha\": 0.5, \"l0\": 50}', order_by => 'day', state => %s, iterations => 1)", [SES])
+    notices = []
+    db.add_notice_handler(lambda d: notices.append(d.message_primary))
+    forecast(db, 'f_say', 2)
+    assert "model \"f_say\" has no prediction intervals: its loss 'absolute' gives no variance of the one-step " \
+           "error (only loss 'squared' does); lower and upper are NULL" in notices
+    db.execute("SELECT FROM pgad.train('f_plain', 'λ(d, w) w.a', 'squared', 'SELECT y FROM f_say', '{\"a\": 0}', "
+               "iterations => 1)")
+    e = error_of(db, "SELECT * FROM pgad.forecast('f_plain', 3)")
+    assert (e.sqlstate, e.message_primary, e.message_hint) == (
+        '0A000', 'model "f_plain" is not a sequence model',
+        'pgad.forecast runs a model trained with order_by and state.')
