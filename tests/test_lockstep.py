@@ -242,3 +242,62 @@ def test_a_model_that_reads_no_weight_is_fitted_at_once(fitting):
                    descent.Clock(lambda: None, lambda m: None, 20))
     assert [(f.iterations, f.converged) for f in fits] == [(0, True)] * G
     assert [f.loss for f in fits] == pytest.approx([k / 3 for k in range(G)])
+
+
+ONE = [  # (f, ∂f/∂w, start) of one weight: what each way of stopping needs
+    (lambda w: (w - 1) ** 2, lambda w: 2 * (w - 1), 1.5),                              # the optimum, exactly
+    (lambda w: (w - 1) ** 2, lambda w: 2 * (w - 1), 3.0),
+    (lambda w: np.sqrt(1 + w * w) - 1, lambda w: w / np.sqrt(1 + w * w), 10.0),        # steps halved
+    (lambda w: np.sqrt(1 + w * w) - 1, lambda w: w / np.sqrt(1 + w * w), -7.0),
+    (lambda w: w * w, lambda w: -2 * w, 3.0),                                          # a wrong gradient: no step
+    (lambda w: np.cosh(w) + 0.3 * w, lambda w: np.sinh(w) + 0.3, 4.0),
+]
+
+
+def one_objective(w, at):
+    return (np.array([ONE[k][0](w[0, j]) for j, k in enumerate(at)]),
+            np.array([[ONE[k][1](w[0, j]) for j, k in enumerate(at)]]))
+
+
+class OneKernel(Kernel):
+    def __call__(self, columns, rows, w):
+        f, g, _ = self.problem
+        return np.array([f(w[0]), g(w[0])])
+
+
+@pytest.mark.parametrize('tolerance', [0.0, 0.5])
+def test_every_way_of_stopping_is_descent_fits(tolerance):
+    """Groups that reach a zero gradient exactly ('optimum'), halve their steps, find no step that lowers the
+    objective ('search', none taken), or stop by a tolerance after their second iteration, side by side: each is
+    descent.fit's 'lbfgs' step for step, the others going on without it."""
+    start = np.array([[s for *_, s in ONE]])
+    fits = lockstep.fit(one_objective, start, np.ones(len(ONE)), ['a'], 40, tolerance, descent.Penalty(),
+                        descent.Clock(lambda: None, lambda m: None, 40))
+    for k, fit in enumerate(fits):
+        alone = descent.fit(OneKernel(ONE[k], 1), loader.Table([], 1, 0), start[:, k], ['a'], 'lbfgs', iterations=40,
+                            tolerance=tolerance, clock=descent.Clock(lambda: None, lambda m: None, 40,
+                                                                     warning=lambda m, h: None))
+        assert (fit.iterations, fit.stopped, fit.converged) == (alone.iterations, alone.stopped, alone.converged), k
+        np.testing.assert_allclose(fit.history, alone.history, rtol=1e-12)
+        np.testing.assert_allclose(fit.weights, alone.weights, rtol=1e-12)
+    stops = [f.stopped for f in fits]
+    assert stops[4] == 'search' and fits[4].iterations == 0
+    assert stops[:2] == ['optimum'] * 2
+    if tolerance:
+        assert stops[3] == 'tolerance' and fits[3].iterations == 2
+
+
+def test_newton_names_a_failed_search_and_judges_a_capped_fit():
+    """Newton on the wrong gradient finds no step ('search', none taken, the others going on); a fit the cap
+    stopped far from its optimum is not converged."""
+    start = np.array([[s for *_, s in ONE]])
+    fits = lockstep.newton(one_objective, start, np.ones(len(ONE)), ['a'], 40, 1e-9, descent.Penalty(),
+                           descent.Clock(lambda: None, lambda m: None, 40))
+    assert (fits[4].stopped, fits[4].iterations) == ('search', 0)
+    assert fits[0].weights == pytest.approx([1.0], abs=1e-9) and fits[0].converged
+    found = problems(2)
+    rows = np.full(G, 5)
+    capped = lockstep.newton(objective_of(found, rows), np.full((P, G), 30.0), rows, NAMES, 1, 0.0,
+                             descent.Penalty(), descent.Clock(lambda: None, lambda m: None, 1))
+    assert [f.converged for f in capped] == [False] * G
+    assert all(f.gradient_norm > descent.threshold(5) for f in capped)

@@ -243,7 +243,6 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     first = f.copy()
     history = [[] for _ in range(g_count)]
     stopped = np.array(['cap'] * g_count, dtype=object)
-    decrement = np.zeros(g_count)
     running = everyone.copy()
     for it in range(1, iterations + 1):
         if not len(running):
@@ -252,7 +251,6 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
         h = hessians(w[:, at], g[:, at], at)
         d = _newton_directions(g[:, at], h, DIFFERENCE_PIVOT)
         slope = np.sum(d * g[:, at], axis=0)
-        decrement[at] = np.maximum(-slope, 0.0)
         small = ~(-slope > 4 * eps * np.abs(f[at]))
         stopped[at[small]] = 'optimum'
         at, d, slope = at[~small], d[:, ~small], slope[~small]
