@@ -562,3 +562,13 @@ def test_a_model_without_intervals_and_one_that_is_no_sequence_say_so_whole(db):
     assert (e.sqlstate, e.message_primary, e.message_hint) == (
         '0A000', 'model "f_plain" is not a sequence model',
         'pgad.forecast runs a model trained with order_by and state.')
+
+
+def test_the_data_of_evaluate_is_loaded_under_the_memory_limit(db):
+    """pgad.evaluate's data is loaded under pgad.memory_limit as training's is: 53200 before it is read whole."""
+    load(db, 'f_big', [series(30)])
+    train(db, 'f_big', 'f_big', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    with settings(db, {'pgad.memory_limit': '1MB'}):
+        e = error_of(db, "SELECT * FROM pgad.evaluate('f_big', 'SELECT day + k AS day, y FROM f_big, "
+                         "pg_catalog.generate_series(1, 4000) AS k')")
+    assert e.sqlstate == '53200'
