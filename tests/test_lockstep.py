@@ -282,6 +282,9 @@ def test_every_way_of_stopping_is_descent_fits(tolerance):
         np.testing.assert_allclose(fit.weights, alone.weights, rtol=1e-12)
     stops = [f.stopped for f in fits]
     assert stops[4] == 'search' and fits[4].iterations == 0
+    alone = lockstep.fit(lambda w, at: one_objective(w, [4] * len(at)), start[:, 4:5], np.ones(1), ['a'], 40,
+                         tolerance, descent.Penalty(), descent.Clock(lambda: None, lambda m: None, 40))
+    assert [(f.stopped, f.iterations) for f in alone] == [('search', 0)]  # no group moved in the iteration
     assert stops[:2] == ['optimum'] * 2
     if tolerance:
         assert stops[3] == 'tolerance' and fits[3].iterations == 2
