@@ -572,3 +572,24 @@ def test_the_data_of_evaluate_is_loaded_under_the_memory_limit(db):
         e = error_of(db, "SELECT * FROM pgad.evaluate('f_big', 'SELECT day + k AS day, y FROM f_big, "
                          "pg_catalog.generate_series(1, 4000) AS k')")
     assert e.sqlstate == '53200'
+
+
+@pytest.mark.parametrize('cast', ['day::timestamp', 'day::timestamptz', '(day - DATE \'\'2000-01-01\'\')'])
+def test_an_order_column_of_another_scale_than_the_trainings_is_refused(db, cast):
+    """A model trained on a date order: data whose order column is a timestamp (seconds, not days) or a number would
+    place the training's last row elsewhere (before the fix, a timestamp's every row came after it): 42804 whole;
+    the same column cast back scores as the date does."""
+    y = series(40, seed=8)
+    load(db, 'f_mix', [y[:30]])
+    load(db, 'f_mix_all', [y])
+    train(db, 'f_mix', 'f_mix', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
+    kind = {'day::timestamp': 'timestamp without time zone', 'day::timestamptz': 'timestamp with time zone'}.get(
+        cast, 'integer')
+    e = error_of(db, f"SELECT * FROM pgad.evaluate('f_mix', 'SELECT {cast} AS day, y FROM f_mix_all')")
+    assert (e.sqlstate, e.message_primary, e.message_detail, e.message_hint) == (
+        '42804', f'column "day" of order_by is of type {kind} in the data, and model "f_mix" was trained on date',
+        'A date, a timestamp and a timestamp with time zone order rows on different scales.',
+        'Cast it in the data query: SELECT day::date AS day, ….')
+    found = dict(db.execute(f"SELECT metric, value FROM pgad.evaluate('f_mix', 'SELECT ({cast})::date AS day, y "
+                            "FROM f_mix_all')").fetchall()) if kind != 'integer' else None
+    assert found is None or (found['rows'], found['earlier_rows']) == (10, 30)

@@ -113,16 +113,28 @@ def _after(name, data, fc, columns, config):
     options = fc.options
     group_types, groups, kind = sequence.load(data, columns, options['order_by'], options.get('group_by') or [],
                                               config.memory_limit)
+    trained = options.get('order_type', kind)  # (a model of 0.16.0 stored none: the data's)
+    if _unit(trained) != _unit(kind):
+        raise PgadError('42804', f'column "{options["order_by"]}" of order_by is of type {kind} in the data, and '
+                                 f'model "{name}" was trained on {trained}',
+                        detail='A date, a timestamp and a timestamp with time zone order rows on different scales.',
+                        hint=f'Cast it in the data query: SELECT {options["order_by"]}::{trained} AS '
+                             f'{options["order_by"]}, ….')
     found = {}
     for group in groups:
         key = group.key if options.get('group_by') else None
         if key not in fc.options_of:
             found[key] = (None, len(group.order), group.skipped)
             continue
-        last = order_value(fc.options_of[key]['last_order'], fc.options_of[key].get('order_type', kind))
+        last = order_value(fc.options_of[key]['last_order'], trained)
         later = group.order > last
         found[key] = ({c: v[later] for c, v in group.columns.items()}, int(np.sum(~later)), group.skipped)
     return found
+
+
+def _unit(kind):
+    """The scale the loader reads an order column of type kind on: days, seconds, or the number itself."""
+    return kind if kind == 'date' or kind.startswith('timestamp') else 'number'
 
 
 LEVEL_MOST = 1 - 2 ** -52  # the greatest level whose (1 + level)/2 is below 1 in float8: 0.9999999999999998
