@@ -418,6 +418,11 @@ def test_a_prediction_not_finite_past_the_training_says_where_and_why(db):
         [weights['c'] + weights['a'] * y[-1], weights['c'] + weights['a'] * (weights['c'] + weights['a'] * y[-1])],
         rel=1e-12)
     train(db, 'f_always', 'f_own', 'λ(d, w, s) s.level + 0*d.y', SES, '{"alpha": 0.5, "l0": 50}')
+    nonlinear = SES.replace('"s.level + w.alpha', '"s.level*s.level/s.level + w.alpha')
+    train(db, 'f_always2', 'f_own', 'λ(d, w, s) s.level + 0*d.y', nonlinear, '{"alpha": 0.5, "l0": 50}')
+    e = error_of(db, "SELECT * FROM pgad.forecast('f_always2', 2)")  # simulated
+    assert (e.sqlstate, e.message_primary) == (
+        '22000', 'the forecast of model "f_always2" is not a finite number at step 1')
     e = error_of(db, "SELECT * FROM pgad.forecast('f_always', 2)")
     assert (e.sqlstate, e.message_primary, e.message_hint) == (
         '22000', 'the forecast of model "f_always" is not a finite number at step 1',
@@ -445,6 +450,17 @@ def test_a_state_that_reads_an_exogenous_column(db):
         expected.append(level)
         level = weights['a'] * level + weights['b'] * x[40 + k]
     assert [v for v, in rows] == pytest.approx(expected, rel=1e-12)
+    weights, options = db.execute(
+        "SELECT weights, options FROM pgad.train('f_sx2', 'λ(d, w, s) s.l', 'squared', 'SELECT * FROM f_sx WHERE "
+        "t < 40', %s, order_by => 't', state => %s, optimizer => 'gd', learning_rate => 1e-9, iterations => 1)",
+        (json.dumps(weights), state.replace('w.a*d.y', 'w.a*d.y*d.y/d.y'))).fetchone()
+    simulated = db.execute("SELECT value FROM pgad.forecast('f_sx2', 4, 'SELECT t, x, z FROM f_sx', "
+                           "simulations => 50)").fetchall()  # simulated: the next state's x from the data too
+    level, expected = options['last_state']['l'], []
+    for k in range(4):
+        expected.append(level)
+        level = weights['a'] * level + weights['b'] * x[40 + k]
+    assert [v for v, in simulated] == pytest.approx(expected, rel=1e-12)
     assert len(db.execute("SELECT FROM pgad.forecast('f_sx', 10, 'SELECT t, x, z FROM f_sx')").fetchall()) == 10
     for sql, message, hint in [
             ("SELECT * FROM pgad.forecast('f_sx', 11, 'SELECT t, x, z FROM f_sx')",
@@ -518,6 +534,14 @@ def test_the_memory_bounds_of_a_forecast_at_the_byte(db):
             '54000', f'{most + 1} simulated paths for 1 group need {(most + 1) * per_path >> 20} MB, more than '
             'pgad.memory_limit (1 MB)', 'Simulate fewer paths, or have a superuser raise pgad.memory_limit.')
         assert len(forecast(db, 'f_mem', 2, simulations=10 * most)) == 2
+    train(db, 'f_memsg', 'f_memg', 'λ(d, w, s) s.level', nonlinear, '{"alpha": 0.5, "l0": 50}', group_by='g')
+    nodes = per_path // 8
+    with settings(db, {'pgad.memory_limit': f'{nodes * -(-1024 // nodes)}kB'}):  # a multiple of 8·nodes bytes
+        exact = nodes * -(-1024 // nodes) * 1024 // per_path
+        assert len(forecast(db, 'f_mems', 1, simulations=exact)) == 1  # paths of exactly the limit run
+        assert refused(f"SELECT FROM pgad.forecast('f_mems', 1, simulations => {exact + 1})")[0] == '54000'
+        assert refused(f"SELECT FROM pgad.forecast('f_memsg', 1, simulations => {exact})")[1].startswith(
+            f'{exact} simulated paths for 2 groups need ')
     one = forecast(db, 'f_mems', 3, simulations=1)
     assert [r[3] == r[4] for r in one] == [True] * 3  # one path: both bounds its value at each step
     assert refused("SELECT FROM pgad.forecast('f_mems', 3, simulations => 0)") == (
