@@ -399,6 +399,11 @@ CALLS = {
         + call("SELECT * FROM pgad.forecast('sqx', 3, 'SELECT x AS t, x FROM points')"),
     "the data has no rows after the training's last row":
         SEQUENCE + call("SELECT * FROM pgad.evaluate('sq', 'SELECT x AS t, y FROM points')"),
+    'column "day" of order_by is of type timestamp without time zone in the data, and model "m" was trained on date':
+        call("SELECT pgad.train('m', 'λ(d, w, s) s.level', 'squared', 'SELECT DATE ''2024-01-01'' + x::int AS day, y "
+             "FROM points', %s, order_by => 'day', state => %s, iterations => 1)", '{"alpha": 0.5, "l0": 0}', SES)
+        + call("SELECT * FROM pgad.evaluate('m', 'SELECT (DATE ''2024-01-01'' + x::int)::timestamp AS day, y "
+               "FROM points')"),
     # pgad.tune (docs/sql.md, "Tuning")
     'pgad.tune cannot tune argument "mode"': call(TUNE + "grid => '{\"mode\": [\"forward\"]}')"),
     'grid value of "l2" must be a number, not "a"': call(TUNE + "grid => '{\"l2\": [\"a\"]}')"),
