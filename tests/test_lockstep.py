@@ -29,11 +29,11 @@ def value(problem, w, rows):
 class Kernel:
     whole = True
 
-    def __init__(self, problem, rows):
-        self.problem, self.rows = problem, rows
+    def __init__(self, problem, rows, of=value):
+        self.problem, self.rows, self.of = problem, rows, of
 
     def __call__(self, columns, rows, w):
-        f, g = value(self.problem, w, self.rows)
+        f, g = self.of(self.problem, w, self.rows)
         return np.concatenate([[f], g])
 
 
@@ -79,9 +79,13 @@ def test_l2_and_a_cap_are_descent_fits():
         np.testing.assert_allclose(fit.weights, alone.weights, rtol=1e-9, atol=1e-12)
 
 
-def objective_of(found, rows):
+def objective_of(found, rows, of=value, calls=None):
+    """objective(W, at) of lockstep.fit over the problems found (each group's sums by `of`); calls, if given, gets
+    the rows of every evaluation."""
     def objective(w, at):
-        sums = [value(found[k], w[:, j], rows[k]) for j, k in enumerate(at)]
+        if calls is not None:
+            calls.append(int(rows[at].sum()))
+        sums = [of(found[k], w[:, j], rows[k]) for j, k in enumerate(at)]
         return np.array([f for f, _ in sums]), np.stack([g for _, g in sums], axis=1)
     return objective
 
@@ -131,21 +135,6 @@ def well(problem, w, rows):
     return rows * (np.sum((w * w - a) ** 2) / 4 + b @ w), rows * ((w * w - a) * w + b)
 
 
-class WellKernel(Kernel):
-    def __call__(self, columns, rows, w):
-        f, g = well(self.problem, w, self.rows)
-        return np.concatenate([[f], g])
-
-
-def wells_objective(found, rows, calls=None):
-    def objective(w, at):
-        if calls is not None:
-            calls.append(int(rows[at].sum()))
-        sums = [well(found[k], w[:, j], rows[k]) for j, k in enumerate(at)]
-        return np.array([f for f, _ in sums]), np.stack([g for _, g in sums], axis=1)
-    return objective
-
-
 NAMES = [f'w{i}' for i in range(P)]
 
 
@@ -162,10 +151,10 @@ def test_groups_that_are_not_convex_are_descent_fits(tolerance, iterations, pena
     rows = np.arange(2, G + 2) * 3
     calls, reports = [], []
     clock = descent.Clock(lambda: None, reports.append, iterations, every_iterations=1)
-    fits = lockstep.fit(wells_objective(found, rows, calls), np.full((P, G), 2.5), rows, NAMES, iterations, tolerance,
-                        penalty, clock)
+    fits = lockstep.fit(objective_of(found, rows, well, calls), np.full((P, G), 2.5), rows, NAMES, iterations,
+                        tolerance, penalty, clock)
     for k, fit in enumerate(fits):
-        alone = descent.fit(WellKernel(found[k], rows[k]), loader.Table([], int(rows[k]), 0), np.full(P, 2.5), NAMES,
+        alone = descent.fit(Kernel(found[k], rows[k], well), loader.Table([], int(rows[k]), 0), np.full(P, 2.5), NAMES,
                             'lbfgs', iterations=iterations, tolerance=tolerance, penalty=penalty,
                             clock=descent.Clock(lambda: None, lambda m: None, iterations, warning=lambda m, h: None))
         assert (fit.iterations, fit.stopped, fit.converged) == (alone.iterations, alone.stopped, alone.converged), k
@@ -187,7 +176,7 @@ def test_a_group_not_finite_is_descent_check_finites_error():
 
     def broken(loss_of=None, gradient_of=None):
         def objective(w, at):
-            f, g = wells_objective(found, rows)(w, at)
+            f, g = objective_of(found, rows, well)(w, at)
             for j, k in enumerate(at):
                 if k == loss_of:
                     f[j] = np.nan
