@@ -51,6 +51,16 @@ def forecast(db, name, horizon=H, **more):
                       'ORDER BY group_key, step', dict(name=name, h=horizon, **more)).fetchall()
 
 
+def ses_errors(level, alpha, ys):
+    """Simple exponential smoothing's one-step-ahead errors along ys from level, the level updated with each actual
+    value (pgad.evaluate of a sequence model)."""
+    errors = []
+    for v in ys:
+        errors.append(v - level)
+        level += alpha * (v - level)
+    return np.array(errors)
+
+
 def columns(rows):
     return [np.array([r[k] for r in rows], dtype=float) for k in (2, 3, 4)]
 
@@ -163,11 +173,7 @@ def test_evaluate_runs_one_step_ahead_from_the_last_state_with_the_actual_labels
     load(db, 'f_ev_all', [y])
     found = dict(db.execute("SELECT metric, value FROM pgad.evaluate('f_ev', 'SELECT day, y FROM f_ev_all')")
                  .fetchall())
-    level, errors = options['last_state']['level'], []
-    for v in y[120:]:
-        errors.append(v - level)
-        level += weights['alpha'] * (v - level)
-    errors = np.array(errors)
+    errors = ses_errors(options['last_state']['level'], weights['alpha'], y[120:])
     assert found['rows'] == 30 and found['earlier_rows'] == 120 and found['skipped_rows'] == 0
     assert found['mse'] == pytest.approx(np.mean(errors ** 2), rel=1e-12)
     assert found['loss'] == pytest.approx(np.mean(errors ** 2), rel=1e-12)
@@ -189,10 +195,7 @@ def test_evaluate_of_groups_counts_a_group_the_model_lacks_and_each_group_starts
         "SELECT group_key, weights, options FROM pgad.models WHERE name = 'f_evg'")}
     for g, y in ((0, a), (1, b)):
         w, options = stored[g]
-        level, errors = options['last_state']['level'], []
-        for v in y[50:]:
-            errors.append(v - level)
-            level += w['alpha'] * (v - level)
+        errors = ses_errors(options['last_state']['level'], w['alpha'], y[50:])
         assert found[g, 'rows'] == 10 and found[g, 'earlier_rows'] == 50
         assert found[g, 'mse'] == pytest.approx(np.mean(np.square(errors)), rel=1e-12)
     assert found[2, 'unseen_rows'] == 60 and (2, 'rows') not in found
@@ -368,10 +371,7 @@ def test_evaluate_from_the_last_row_of_a_time_order(db, kind):
     finally:
         db.execute('RESET TimeZone')
     assert (found['rows'], found['earlier_rows']) == (10, 30)
-    level, errors = options['last_state']['level'], []
-    for v in y[30:]:
-        errors.append(v - level)
-        level += 0.5 * (v - level)
+    errors = ses_errors(options['last_state']['level'], 0.5, y[30:])
     assert found['mse'] == pytest.approx(np.mean(np.square(errors)), rel=1e-6)
 
 
@@ -562,10 +562,7 @@ def test_a_label_named_otherwise_is_the_one_forecast_and_scored(db):
         (SES.replace('d.y', 'd.v'),)).fetchone()
     found = dict(db.execute("SELECT metric, value FROM pgad.evaluate('f_label', 'SELECT day, v FROM f_label')")
                  .fetchall())
-    level, errors = options['last_state']['level'], []
-    for v in y[30:]:
-        errors.append(v - level)
-        level += weights['alpha'] * (v - level)
+    errors = ses_errors(options['last_state']['level'], weights['alpha'], y[30:])
     assert found['mse'] == pytest.approx(np.mean(np.square(errors)), rel=1e-12)
     assert [r[2] for r in forecast(db, 'f_label', 2)] == pytest.approx([options['last_state']['level']] * 2,
                                                                        rel=1e-12)
