@@ -356,8 +356,7 @@ def test_evaluate_from_the_last_row_of_a_time_order(db, kind):
     """The training's last row, stored as text in the session's time zone (here +05:30), is where evaluate starts,
     whatever the order column's type: 30 rows before it, 10 after, scored one step ahead."""
     y = series(40, seed=8)
-    db.execute("SET TimeZone = 'Asia/Kolkata'")
-    try:
+    with settings(db, {'TimeZone': 'Asia/Kolkata'}):
         db.execute('DROP TABLE IF EXISTS f_times')
         db.execute(f"CREATE TABLE f_times AS SELECT (pg_catalog.timestamptz '2024-03-01 00:00:00+00' + k * "
                    f"interval '1 day')::{kind} AS at, v AS y FROM unnest(%s::float8[]) WITH ORDINALITY AS u(v, k)",
@@ -368,8 +367,6 @@ def test_evaluate_from_the_last_row_of_a_time_order(db, kind):
                                 "iterations => 1)", (SES,)).fetchone()
         found = dict(db.execute("SELECT metric, value FROM pgad.evaluate('f_times', 'SELECT * FROM f_times')")
                      .fetchall())
-    finally:
-        db.execute('RESET TimeZone')
     assert (found['rows'], found['earlier_rows']) == (10, 30)
     errors = ses_errors(options['last_state']['level'], 0.5, y[30:])
     assert found['mse'] == pytest.approx(np.mean(np.square(errors)), rel=1e-6)
