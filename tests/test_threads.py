@@ -5,6 +5,7 @@ threaded call. The partition and the kernels' shares run in process; the rest ag
 import json
 import os
 import re
+import signal
 import threading
 import time
 import uuid
@@ -219,6 +220,25 @@ def test_a_shares_error_is_raised_in_the_calling_thread():
 
     with pytest.raises(MemoryError):
         threads.run(work, 30, 3)
+
+
+def test_a_child_of_fork_starts_a_pool_of_its_own():
+    # fork() copies the calling thread alone: a child that counted its parent's pool threads as its own waited for
+    # them for ever (mutmut's forked test processes did, once the stats run had split a call)
+    threads.run(lambda start, end: None, 10, 3)
+    parents = [thread.native_id for thread in threads._pool]
+    pid = os.fork()
+    if pid == 0:  # the child: a split call within 10 s, on threads that are its own, or exit 1
+        code = 1
+        try:
+            signal.alarm(10)
+            code = 0 if (threads.run(lambda start, end: start, 30, 3) == [0, 10, 20]
+                         and not {t.native_id for t in threads._pool} & set(parents)) else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert threads.run(lambda start, end: start, 30, 3) == [0, 10, 20]  # and the parent's pool is as it was
 
 
 # --- the real server --------------------------------------------------------------------------------------------------

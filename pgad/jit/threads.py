@@ -16,9 +16,11 @@ memory the calling thread owns and keeps alive until its pieces have finished. I
 plpy, no server.*, no palloc, no ereport, no interrupt check — and every signal is blocked in it from its first
 instruction (it is started while the starting thread blocks them all, and inherits that mask), so the server's
 signals (cancel, terminate, latches) reach the backend's own thread only. Pool threads are daemons, started when a
-call first needs them and kept for the process's life; a call that needs more starts more.
+call first needs them and kept for the process's life; a call that needs more starts more. A child of fork() has
+none of them (fork copies the calling thread alone): it forgets the parent's and starts its own.
 """
 import math
+import os
 import queue
 import signal
 import threading
@@ -186,6 +188,17 @@ def sums(work, rows, n, interrupts=None, row_ns=0.0):
     """combine(run(work, rows, n, interrupts, row_ns)), the same bits, each piece's sums added as soon as those
     before it are: a call holds the sums of the pieces running and of few more, however many it has."""
     return _run(work, rows, n, interrupts, row_ns, True)[1]
+
+
+def _forget_pool():
+    """In a child of fork(): the parent's pool threads are not there, and its queue may hold what they had not
+    taken; the child's first call that needs threads starts its own (without this it waits for them for ever)."""
+    global _jobs
+    _pool.clear()
+    _jobs = queue.SimpleQueue()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _run(work, rows, n, interrupts, row_ns, add):
