@@ -63,6 +63,7 @@ if [[ -n ${MUTATION_SCOPE:-} ]]; then
     fi
     ln -sfn ../../pgad "$RUN/pgad"
     ln -sfn ../../tests "$RUN/tests"
+    ln -sfn ../../tools "$RUN/tools"  # the fork server's preload_modules_file
     # The server imports the mutated modules from $RUN/mutants; its backends write the functions they called, in
     # mutmut's stats run, to files in hits/ (tests/conftest.py).
     export PGAD_MUTATION_DIR=$PWD/$RUN PGAD_MUTATION_SERVER=$TOOLS/mutation_server PGAD_MUTATION_HITS=$TMPDIR/hits

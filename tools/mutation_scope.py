@@ -7,6 +7,13 @@ mutmut's stats run (every test file of the scope, once, before the first mutant)
 import json
 import sys
 
+# As pyproject.toml's [tool.mutmut] and tools/mutation-models.toml: each mutant's tests in a process forked from a
+# fork server that has imported no pgad (tools/mutation.sh links tools/ into the run's directory). Forked from
+# mutmut's own process instead, which ran the stats run, a mutant's tests found the kernels that run compiled
+# (compiler._loaded) and never generated the mutant's code: every mutant of jit/lanes.py's IR survived.
+ISOLATION = ['process_isolation = "forkserver"', 'forkserver_warmup = "import"',
+             'preload_modules_file = "tools/mutation-preload.txt"']
+
 
 def scope(sources, tests):
     """The toml text: each source's module runs every test file given."""
@@ -27,6 +34,7 @@ def scope(sources, tests):
         f'only_mutate = {json.dumps(sources)}',
         'timeout_constant = 3.0',
         f'pytest_add_cli_args_test_selection = {listed}',
+        *ISOLATION,
         ''])
 
 
