@@ -4,12 +4,14 @@ and scan.py's bits), ragged packs whose shorter lanes end early, each sequence i
 run and on 1 and 2 threads, interrupts between pieces, and pgad.train over many groups as with backend => 'python',
 on a real server. The counts of sequences are multiples of lanes.width() plus a rest, whatever the CPU's width."""
 import json
+import uuid
 
 import numpy as np
 import pytest
 
 from pgad import limits, sequences
 from pgad.jit import lanes, scan, threads
+from pgad.models import sequence
 from test_sequence_llvm import MODELS, close, load_series, sequences_of, step_of, weights_at
 
 W = lanes.width()  # 2, 4 or 8: every count below is made of it
@@ -82,13 +84,14 @@ def test_the_same_bits_run_to_run_on_one_and_two_threads():
     step, _, _, given, _, _ = step_of('cell')
     seqs = ragged(6, 1.0)  # 18·W + 3 sequences: enough rows for two threads (threads.LOOP_SHARE_ROWS a share)
     w = weights_at('cell', step, given, 1.0, seqs.count)
-    results = []
+    results, told = [], []
     for n in (1, 2, 2, 1):
-        replaced = threads.on_count(lambda n=n: n)
+        replaced = threads.on_count(lambda n=n: n, told.append)
         try:
             results.append(sequences.gradient(step, seqs, w, backend='llvm'))
         finally:
             threads.on_count(*replaced)
+    assert any(message.endswith(' on 2 threads') for message in told), told  # two were used, not asked alone
     for loss, grad in results[1:]:
         assert np.array_equal(loss, results[0][0]) and np.array_equal(grad, results[0][1])
     assert close(results[0][1], sequences.gradient(step, seqs, w)[1])[0]
@@ -108,6 +111,66 @@ def test_a_tape_past_the_tile_budget_goes_to_the_one_at_a_time_kernel(monkeypatc
     assert rest[0].count(730) == list(seqs.lengths).count(730)
     assert np.array_equal(small[0], whole[0]) and np.array_equal(small[1], whole[1])
 
+
+
+def one_pack(step, given):
+    """One pack: a sequence of 40 rows and W − 1 of 7 (lane 0 the longest), with the weights of holt_winters."""
+    return sequences_of([40] + [7] * (W - 1), 1.0), weights_at('holt_winters', step, given, 1.0)
+
+
+def test_a_pack_runs_in_lanes_while_its_longest_tape_fits_to_the_double(monkeypatch):
+    """A pack is laned where its longest sequence's tape, 40·K·W doubles, fits a thread's share of tile_bytes: at
+    8·40·K·W bytes it does, at 8 less its sequences go to scan.py's kernel (the bits the same either way)."""
+    step, _, _, given, _, _ = step_of('holt_winters')
+    seqs, w = one_pack(step, given)
+    tape = 8 * 40 * len(step.states) * W
+    want = scan.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)
+    rest = counted(monkeypatch)
+    fits = lanes.gradient(step, seqs, w, tape, sequences.ADJOINT)
+    assert not rest
+    past = lanes.gradient(step, seqs, w, tape - 8, sequences.ADJOINT)
+    assert rest == [sorted(seqs.lengths)]
+    for got in (fits, past):
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_a_pack_runs_in_lanes_while_its_estimated_work_fits_a_piece(monkeypatch):
+    """A pack is laned where its longest sequence's estimated work, 40 rows of W lanes, fits threads.PIECE_NS: at
+    exactly that it does, a hair below its sequences go to scan.py's kernel, which cuts long sequences in pieces."""
+    step, _, _, given, _, _ = step_of('holt_winters')
+    seqs, w = one_pack(step, given)
+    one = scan.compiled(step, sequences.ADJOINT)
+    work = 40 * ((one.forward_ns + one.backward_ns) * W)  # as lanes.gradient estimates it
+    rest = counted(monkeypatch)
+    monkeypatch.setattr(threads, 'PIECE_NS', work)
+    lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)
+    assert not rest
+    monkeypatch.setattr(threads, 'PIECE_NS', np.nextafter(work, 0))
+    lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)
+    assert rest == [sorted(seqs.lengths)]
+
+
+def test_the_lane_and_scan_kernels_are_kept_in_the_disk_cache_given():
+    """lanes.gradient compiles two kernels, the lanes' and scan.py's (for the packs it does not take), and hands
+    each to the cache it is given: a step compiled nowhere before (its constant is new) puts two keys."""
+    model, state, weights = MODELS['ses']
+    state = json.loads(json.dumps(state).replace('w.l0', f'(w.l0 + {uuid.uuid4().int % 10**9}e-20)'))
+    step, _, _, given, _, _ = sequence.step_of(model, 'squared', 'y', json.dumps(state), json.dumps(weights),
+                                               limits.DEFAULT, 1 << 30)
+
+    class Remembered:  # a DiskCache that has nothing and keeps the keys it is asked for and given
+        def __init__(self):
+            self.asked, self.given = [], []
+
+        def get(self, key):
+            self.asked.append(key)
+
+        def put(self, key, code):
+            self.given.append(key)
+    cache = Remembered()
+    lanes.gradient(step, sequences_of([5] * W, 1.0), weights_at('ses', step, given, 1.0), sequences.TILE_BYTES,
+                   sequences.ADJOINT, cache)
+    assert len(set(cache.asked)) == 2 and sorted(cache.asked) == sorted(cache.given)
 
 def test_interrupts_are_checked_between_pieces_of_packs(monkeypatch):
     step, _, _, given, _, _ = step_of('holt_winters')
