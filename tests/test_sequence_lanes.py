@@ -3,6 +3,7 @@ reference (pgad/sequences.py) and scan.py's one-at-a-time kernel: the same losse
 and scan.py's bits), ragged packs whose shorter lanes end early, each sequence its own weights, the same bits run to
 run and on 1 and 2 threads, interrupts between pieces, and pgad.train over many groups as with backend => 'python',
 on a real server. The counts of sequences are multiples of lanes.width() plus a rest, whatever the CPU's width."""
+import dataclasses
 import json
 import uuid
 
@@ -213,6 +214,17 @@ def test_fewer_sequences_than_lanes_run_one_at_a_time(monkeypatch):
     monkeypatch.setattr(lanes, 'MAX_NODES', 10)
     assert not lanes.pays(step_of('holt')[0], sequences_of([5] * W, 1.0))
 
+
+
+def test_the_lanes_ask_whether_reverse_modes_kernel_fits_not_forward_modes(monkeypatch):
+    """The lanes run reverse mode's functions: a step whose reverse-mode kernel fits a tier runs there even where
+    forward mode's (K + 1 rows of K products a weight more) fits none."""
+    step = step_of('holt_winters')[0]
+    reverse, forward = scan.nodes(step), scan.nodes(step, tangents=True)
+    assert reverse < forward
+    monkeypatch.setattr(scan, 'SCAN_TIERS', (dataclasses.replace(scan.SCAN_TIERS[0], max_nodes=reverse),))
+    assert scan.fits(step) and not scan.fits(step, tangents=True)
+    assert lanes.pays(step, sequences_of([5] * W, 1.0))
 
 def holt_series(n, seed, alpha=0.4, beta=0.3):
     """A series drawn from Holt's model itself, whose least squares lie inside (0, 1)²."""
