@@ -5,7 +5,9 @@ tape kept or recomputed from checkpoints (the same bits), the same bits on 1 and
 second, and pgad.train with backend => 'llvm' as with 'python', on a real server."""
 import dataclasses
 import json
+import math
 import time
+import tracemalloc
 
 import numpy as np
 import psycopg
@@ -123,6 +125,41 @@ def test_a_long_sequence_in_pieces_gives_the_bits_of_one_piece(monkeypatch):
     assert len(checks) > 20  # interrupts checked between the long sequence's pieces
     assert np.array_equal(cut[0], whole[0]) and np.array_equal(cut[1], whole[1])
 
+
+
+def test_a_long_sequence_run_in_pieces_gives_the_bits_of_one_piece(monkeypatch):
+    """run() (no gradient) walks a long sequence in pieces too: the same loss, last state and predictions."""
+    step, _, _, given, _, _ = step_of('cell')
+    seqs = sequences_of([5000, 3], 1.0)
+    w = weights_at('cell', step, given, 1.0)
+    whole = sequences.run(step, seqs, w, keep='predictions', backend='llvm')
+    checks = []
+    monkeypatch.setattr(threads, 'PIECE_NS', 20_000)  # pieces of some hundred rows
+    monkeypatch.setattr(limits, 'check', lambda: checks.append(1))
+    cut = sequences.run(step, seqs, w, keep='predictions', backend='llvm')
+    assert len(checks) > 10  # interrupts checked between its pieces
+    for a, b in zip(cut, whole):
+        assert np.array_equal(a, b)
+    assert close(whole[1], sequences.run(step, seqs, w)[1])[0]
+
+
+@pytest.mark.parametrize('rows', [64, 1])
+def test_a_checkpointed_gradient_allocates_its_segments_not_the_whole_tape(rows):
+    """Past the tile budget a long sequence keeps a checkpoint a segment and one segment's states: segments of the
+    budget's rows, √T at least (sequences.check_tape's bound, 2·√T·K doubles), never the whole tape (T·K)."""
+    step, _, _, given, _, _ = step_of('cell')
+    length, k = 20_000, len(step.states)
+    seqs = sequences_of([length], 1.0)
+    w = weights_at('cell', step, given, 1.0)
+    sequences.gradient(step, seqs, w, tile_bytes=8 * k * rows, backend='llvm')  # compiled before it is measured
+    tracemalloc.start()
+    try:
+        sequences.gradient(step, seqs, w, tile_bytes=8 * k * rows, backend='llvm')
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    segment = max(rows, math.isqrt(length))
+    assert peak < 8 * k * (2 * segment + -(-length // segment)) + 30_000 < 8 * k * length / 10, peak  # 23 kB
 
 def test_a_cancel_between_pieces_stops_a_long_sequence(monkeypatch):
     step, _, _, given, _, _ = step_of('cell')
