@@ -153,7 +153,8 @@ def test_a_pack_runs_in_lanes_while_its_estimated_work_fits_a_piece(monkeypatch)
 
 def test_the_lane_and_scan_kernels_are_kept_in_the_disk_cache_given():
     """lanes.gradient compiles two kernels, the lanes' and scan.py's (for the packs it does not take), and hands
-    each to the cache it is given: a step compiled nowhere before (its constant is new) puts two keys."""
+    each to the cache it is given: a step compiled nowhere before (its constant is new) puts two keys; forward mode
+    a third, its own."""
     model, state, weights = MODELS['ses']
     state = json.loads(json.dumps(state).replace('w.l0', f'(w.l0 + {uuid.uuid4().int % 10**9}e-20)'))
     step, _, _, given, _, _ = sequence.step_of(model, 'squared', 'y', json.dumps(state), json.dumps(weights),
@@ -169,9 +170,11 @@ def test_the_lane_and_scan_kernels_are_kept_in_the_disk_cache_given():
         def put(self, key, code):
             self.given.append(key)
     cache = Remembered()
-    lanes.gradient(step, sequences_of([5] * W, 1.0), weights_at('ses', step, given, 1.0), sequences.TILE_BYTES,
-                   sequences.ADJOINT, cache)
+    seqs, w = sequences_of([5] * W, 1.0), weights_at('ses', step, given, 1.0)
+    lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT, cache)
     assert len(set(cache.asked)) == 2 and sorted(cache.asked) == sorted(cache.given)
+    sequences.gradient(step, seqs, w, mode='forward', backend='llvm', cache=cache)  # forward mode's kernel: a third
+    assert len(set(cache.asked)) == 3 and sorted(cache.asked) == sorted(cache.given)
 
 def test_interrupts_are_checked_between_pieces_of_packs(monkeypatch):
     step, _, _, given, _, _ = step_of('holt_winters')

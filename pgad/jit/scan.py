@@ -178,13 +178,13 @@ def _source():
 
 # --- the LLVM IR --------------------------------------------------------------------------------------------------
 
-def _at(b, pointer, *offsets):
-    """The address pointer + Σ offsets (i64 values or ints)."""
+def _at(b, pointer, offset, *more):
+    """The address pointer + offset + Σ more (i64 values or ints)."""
     total = None
-    for o in offsets:
+    for o in (offset, *more):
         o = ir.Constant(I64, o) if isinstance(o, int) else o
         total = o if total is None else b.add(total, o)
-    return b.gep(pointer, [total if total is not None else ir.Constant(I64, 0)])
+    return b.gep(pointer, [total])
 
 
 def _loop(b, count, body, backwards=False):
