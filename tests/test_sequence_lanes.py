@@ -5,13 +5,14 @@ run and on 1 and 2 threads, interrupts between pieces, and pgad.train over many 
 on a real server. The counts of sequences are multiples of lanes.width() plus a rest, whatever the CPU's width."""
 import dataclasses
 import json
+import tracemalloc
 import uuid
 
 import numpy as np
 import pytest
 
 from pgad import limits, sequences
-from pgad.jit import lanes, scan, threads
+from pgad.jit import lanes, scan, targets, threads
 from pgad.models import sequence
 from test_sequence_llvm import MODELS, close, load_series, sequences_of, step_of, weights_at
 
@@ -188,7 +189,7 @@ def test_interrupts_are_checked_between_pieces_of_packs(monkeypatch):
     checks = []
     monkeypatch.setattr(limits, 'check', lambda: checks.append(1))
     cut = sequences.gradient(step, seqs, w, backend='llvm')
-    assert not rest and len(checks) >= 4  # 8 packs in 6 pieces of 1.5 packs' estimate at most
+    assert not rest and len(checks) >= 7  # 8 packs, a run each (two packs' estimate passes a piece's), in 6 pieces
     assert np.array_equal(cut[0], whole[0]) and np.array_equal(cut[1], whole[1])
 
     def cancel():
@@ -201,6 +202,38 @@ def test_interrupts_are_checked_between_pieces_of_packs(monkeypatch):
         sequences.gradient(step, seqs, w, backend='llvm')
     assert len(checks) == 3
 
+
+
+def test_the_packs_tape_is_kept_a_run_at_a_time():
+    """The packs run in runs whose tape stays within RUN_BYTES (what a core's cache keeps), one buffer a thread: the
+    call allocates about that, never the tape of every pack (8 MB here)."""
+    step, _, _, given, _, _ = step_of('holt_winters')
+    seqs = sequences_of([730] * 160, 1.0)
+    w = weights_at('holt_winters', step, given, 1.0)
+    every = 730 * len(step.states) * 8 * seqs.count
+    lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)  # compiled before it is measured
+    tracemalloc.start()
+    try:
+        lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < lanes.RUN_BYTES + 400_000 < every / 2, (peak, every)
+
+
+def test_a_step_keeps_a_lane_kernel_for_each_target():
+    """The lane kernel kept with a Step is the one compiled for the target of the call: x86-64 (two lanes) and the
+    host's each have their own."""
+    step = step_of('ses')[0]
+    kept = {}
+    for name in ('x86-64', 'host'):
+        replaced = targets.on_name(lambda name=name: name)
+        try:
+            kept[name] = lanes.compiled(step, sequences.ADJOINT)
+            assert kept[name].width == lanes.width()
+        finally:
+            targets.on_name(replaced)
+    assert kept['x86-64'].width == 2 and kept['x86-64'] is not kept['host']
 
 def test_the_lane_loop_is_vectorised():
     """The optimised IR of the lane functions computes on vectors of doubles (the loop vectoriser took the lane
