@@ -152,14 +152,18 @@ def test_a_pack_runs_in_lanes_while_its_estimated_work_fits_a_piece(monkeypatch)
     assert rest == [sorted(seqs.lengths)]
 
 
+
+def fresh_ses():
+    """step_of('ses') for a step whose kernels this process has compiled nowhere before (its constant is new)."""
+    model, state, weights = MODELS['ses']
+    state = json.loads(json.dumps(state).replace('w.l0', f'(w.l0 + {uuid.uuid4().int % 10**9}e-20)'))
+    return sequence.step_of(model, 'squared', 'y', json.dumps(state), json.dumps(weights), limits.DEFAULT, 1 << 30)
+
 def test_the_lane_and_scan_kernels_are_kept_in_the_disk_cache_given():
     """lanes.gradient compiles two kernels, the lanes' and scan.py's (for the packs it does not take), and hands
     each to the cache it is given: a step compiled nowhere before (its constant is new) puts two keys; forward mode
     a third, its own."""
-    model, state, weights = MODELS['ses']
-    state = json.loads(json.dumps(state).replace('w.l0', f'(w.l0 + {uuid.uuid4().int % 10**9}e-20)'))
-    step, _, _, given, _, _ = sequence.step_of(model, 'squared', 'y', json.dumps(state), json.dumps(weights),
-                                               limits.DEFAULT, 1 << 30)
+    step, _, _, given, _, _ = fresh_ses()
 
     class Remembered:  # a DiskCache that has nothing and keeps the keys it is asked for and given
         def __init__(self):
@@ -176,6 +180,10 @@ def test_the_lane_and_scan_kernels_are_kept_in_the_disk_cache_given():
     assert len(set(cache.asked)) == 2 and sorted(cache.asked) == sorted(cache.given)
     sequences.gradient(step, seqs, w, mode='forward', backend='llvm', cache=cache)  # forward mode's kernel: a third
     assert len(set(cache.asked)) == 3 and sorted(cache.asked) == sorted(cache.given)
+    fresh = fresh_ses()[0]  # run() compiles scan.py's kernel for a step that has none yet, with the cache given
+    cache = Remembered()
+    sequences.run(fresh, seqs, w, backend='llvm', cache=cache)
+    assert len(cache.asked) == 1 and cache.asked == cache.given
 
 def test_interrupts_are_checked_between_pieces_of_packs(monkeypatch):
     step, _, _, given, _, _ = step_of('holt_winters')

@@ -184,13 +184,14 @@ def test_the_same_bits_run_to_run_on_one_and_two_threads():
     lengths = [730] * 40 + [20000, 1, 3]  # enough rows for two threads (threads.LOOP_SHARE_ROWS a share)
     seqs = sequences_of(lengths, 100.0)
     w = weights_at('holt_winters', step, given, 100.0, len(lengths))
-    results = []
+    results, told = [], []
     for n in (1, 2, 2, 1):
-        replaced = threads.on_count(lambda n=n: n)
+        replaced = threads.on_count(lambda n=n: n, told.append)
         try:
             results.append(sequences.gradient(step, seqs, w, tile_bytes=1 << 20, backend='llvm'))
         finally:
             threads.on_count(*replaced)
+    assert any(message.endswith(' on 2 threads') for message in told), told  # two were used, not asked alone
     for loss, grad in results[1:]:
         assert np.array_equal(loss, results[0][0]) and np.array_equal(grad, results[0][1])
     assert close(results[0][1], sequences.gradient(step, seqs, w, tile_bytes=1 << 20)[1])[0]
