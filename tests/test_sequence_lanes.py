@@ -184,6 +184,10 @@ def test_the_lane_and_scan_kernels_are_kept_in_the_disk_cache_given():
     cache = Remembered()
     sequences.run(fresh, seqs, w, backend='llvm', cache=cache)
     assert len(cache.asked) == 1 and cache.asked == cache.given
+    fresh = fresh_ses()[0]  # and so does scan.gradient, for fewer sequences than lanes
+    cache = Remembered()
+    sequences.gradient(fresh, sequences_of([5], 1.0), w, backend='llvm', cache=cache)
+    assert len(cache.asked) == 1 and cache.asked == cache.given
 
 def test_interrupts_are_checked_between_pieces_of_packs(monkeypatch):
     step, _, _, given, _, _ = step_of('holt_winters')
