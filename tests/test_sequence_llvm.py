@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from pgad import limits, sequences
+from pgad.errors import PgadError
 from pgad.jit import scan, threads
 from pgad.models import sequence
 
@@ -203,9 +204,47 @@ def test_auto_runs_the_llvm_scan_and_llvm_refuses_a_step_too_large(monkeypatch):
     monkeypatch.setattr(scan, 'SCAN_TIERS', (dataclasses.replace(scan.SCAN_TIERS[0], max_nodes=20),))
     big = step_of('holt')[0]
     assert not sequences.llvm(big, 'auto')
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(PgadError) as caught:
         sequences.gradient(big, sequences_of([10], 1.0), np.full(len(big.weights), 0.1), backend='llvm')
-    assert getattr(caught.value, 'sqlstate', None) == '54001'
+    assert too_large(caught.value, scan.nodes(big), 20)
+
+
+def too_large(error, nodes, most):
+    """Is error the llvm backend's 54001 for a step of `nodes` nodes, at most `most`, with its detail and hint?"""
+    return (error.sqlstate, error.message, error.detail, error.hint) == (
+        '54001', f'the sequence model is too large for the llvm backend: {nodes} nodes with its derivatives',
+        f'The llvm backend compiles at most {most}.',
+        "Use backend => 'python', or 'auto', which picks it for models this large.")
+
+
+def test_forward_mode_is_refused_where_its_own_kernel_is_too_large(monkeypatch):
+    """Forward mode's kernel is its own, of its own size (Holt-Winters': 246 nodes with the tangents' products,
+    against reverse mode's 114): where reverse mode's fits a tier and forward mode's does not, reverse mode trains and
+    forward mode gets 54001 counting its own nodes."""
+    step, _, _, given, _, _ = step_of('holt_winters')
+    reverse, forward = scan.nodes(step), scan.nodes(step, tangents=True)
+    monkeypatch.setattr(scan, 'SCAN_TIERS', (dataclasses.replace(scan.SCAN_TIERS[0], max_nodes=reverse),))
+    seqs, w = sequences_of([10], 1.0), weights_at('holt_winters', step, given, 1.0)
+    assert close(sequences.gradient(step, seqs, w, backend='llvm')[1], sequences.gradient(step, seqs, w)[1])[0]
+    with pytest.raises(PgadError) as caught:
+        sequences.gradient(step, seqs, w, mode='forward', backend='llvm')
+    assert too_large(caught.value, forward, reverse)
+
+
+def test_many_sequences_cut_in_jobs_give_the_bits_of_one_job(monkeypatch):
+    """Short sequences are run in jobs of whole sequences (each a piece's work): sequence a > 0 of a job finds its
+    weights, state, tangents and gradient at a's place, in reverse and forward mode and in run()."""
+    step, _, _, given, _, _ = step_of('cell')
+    seqs = sequences_of([LENGTHS[k % len(LENGTHS)] for k in range(24)], 1.0)
+    w = weights_at('cell', step, given, 1.0, seqs.count)  # each its own weights
+    calls = lambda: (sequences.gradient(step, seqs, w, backend='llvm'),  # noqa: E731
+                     sequences.gradient(step, seqs, w, mode='forward', backend='llvm'),
+                     sequences.run(step, seqs, w, keep='predictions', backend='llvm'))
+    whole = calls()
+    monkeypatch.setattr(threads, 'PIECE_NS', 200_000)  # jobs of some hundred rows
+    for got, want in zip(calls(), whole):
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b)
 
 
 def load_series(db, table, groups):
