@@ -12,7 +12,10 @@ import sys
 # mutmut's own process instead, which ran the stats run, a mutant's tests found the kernels that run compiled
 # (compiler._loaded) and never generated the mutant's code: every mutant of jit/lanes.py's IR survived.
 ISOLATION = ['process_isolation = "forkserver"', 'forkserver_warmup = "import"',
-             'preload_modules_file = "tools/mutation-preload.txt"']
+             'preload_modules_file = "tools/mutation-preload.txt"',
+             # a mutant that loops for ever (in machine code, a loop's bound mutated) counts as timed out after 6 ×
+             # (its tests' time + 3 s) of wall clock, not mutmut's 15 × (8 minutes a mutant for jit/scan.py's tests)
+             'timeout_multiplier = 6.0']
 
 
 def scope(sources, tests):
