@@ -1,12 +1,13 @@
 """Re-run a mutation scope's survivors against the tests written for them, one mutant at a time.
 
-    .venv/bin/python tools/mutation_survivors.py SCOPE RULES [DONE]
+    .venv/bin/python tools/mutation_survivors.py SCOPE RULES [DONE] [--untested]
 
 SCOPE is a run of tools/mutation.sh with MUTATION_SCOPE=SCOPE (build/mutation-SCOPE/mutants: its mutated copies of
 pgad and mutmut's .meta records). RULES is a file of lines `PATTERN|TEST FILES|-k EXPRESSION`: each survivor (exit
 code 0 in the records) runs the tests of the first line whose PATTERN it contains (or, for a PATTERN that starts
 with '.', ends with), selected by the -k expression, with MUTANT_UNDER_TEST naming it, in the server that imports
 the mutants (tools/mutation_server). DONE, if given, is an earlier output whose KILLED mutants are skipped.
+--untested: the mutants of the run that mutmut had not tested when it stopped (no exit code) are run too.
 
 It prints a line a survivor: its name, KILLED (a test failed), SURVIVED (they passed), ERROR (pytest's exit code:
 no test selected, say) or NORULE, and pytest's last line. mutmut's own records are not changed: a survivor's verdict against tests added after mutmut's stats run is
@@ -22,11 +23,11 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def survivors(scope):
+def survivors(scope, untested=False):
     found = {}
     for path in glob.glob(str(ROOT / f'build/mutation-{scope}/mutants/**/*.meta'), recursive=True):
         found.update(json.loads(pathlib.Path(path).read_text())['exit_code_by_key'])
-    return [name for name, code in found.items() if code == 0]
+    return [name for name, code in found.items() if code == 0 or (untested and code is None)]
 
 
 def verdict(scope, name, files, expression):
@@ -43,12 +44,12 @@ def verdict(scope, name, files, expression):
     return {0: 'SURVIVED', 1: 'KILLED'}.get(done.returncode, f'ERROR({done.returncode})'), last
 
 
-def main(scope, rules, done=None):
+def main(scope, rules, done=None, untested=None):
     rules = [line.rstrip('\n').split('|') for line in open(rules) if line.count('|') == 2]
     skip = set()
     if done:
         skip = {line.split()[0] for line in open(done) if ' KILLED ' in line}
-    for name in survivors(scope):
+    for name in survivors(scope, untested == '--untested'):
         short = name.rsplit('.', 1)[-1]
         if short in skip:
             continue
@@ -61,4 +62,7 @@ def main(scope, rules, done=None):
 
 
 if __name__ == '__main__':
-    main(*sys.argv[1:])
+    args = sys.argv[1:]
+    flag = '--untested' if '--untested' in args else None
+    args = [a for a in args if a != '--untested']
+    main(*args, *([None] * (3 - len(args))), flag)
