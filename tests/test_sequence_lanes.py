@@ -5,6 +5,10 @@ run and on 1 and 2 threads, interrupts between pieces, and pgad.train over many 
 on a real server. The counts of sequences are multiples of lanes.width() plus a rest, whatever the CPU's width."""
 import dataclasses
 import json
+import os
+import subprocess
+import sys
+import time
 import tracemalloc
 import uuid
 
@@ -153,11 +157,58 @@ def test_a_pack_runs_in_lanes_while_its_estimated_work_fits_a_piece(monkeypatch)
 
 
 
-def fresh_ses():
+def fresh_ses(constant=None):
     """step_of('ses') for a step whose kernels this process has compiled nowhere before (its constant is new)."""
     model, state, weights = MODELS['ses']
-    state = json.loads(json.dumps(state).replace('w.l0', f'(w.l0 + {uuid.uuid4().int % 10**9}e-20)'))
+    constant = uuid.uuid4().int % 10**9 if constant is None else constant
+    state = json.loads(json.dumps(state).replace('w.l0', f'(w.l0 + {constant}e-20)'))
     return sequence.step_of(model, 'squared', 'y', json.dumps(state), json.dumps(weights), limits.DEFAULT, 1 << 30)
+
+
+# A process that computes fresh_ses(constant)'s lane gradient with the disk cache in a directory, and prints what
+# its two kernels' compilations took (ms) and the gradient
+CACHED = """
+import json, sys
+import numpy as np
+from pgad import sequences
+from pgad.jit import cache as disk, lanes, scan
+from test_sequence_lanes import fresh_ses, sequences_of, weights_at
+directory, constant = sys.argv[1], int(sys.argv[2])
+step, _, _, given, _, _ = fresh_ses(constant)
+cache = disk.DiskCache(directory, 1 << 26)
+seqs = sequences_of([5] * 2 * lanes.width(), 1.0)
+loss, grad = lanes.gradient(step, seqs, weights_at('ses', step, given, 1.0), sequences.TILE_BYTES,
+                            sequences.ADJOINT, cache)
+kept = lanes.compiled(step, sequences.ADJOINT, cache)
+print(json.dumps({'lanes': kept.ms, 'ir': kept.optimised_ir != '', 'scan': scan.compiled(step, sequences.ADJOINT).ms,
+                  'bits': [loss.tobytes().hex(), grad.tobytes().hex()]}))
+"""
+
+
+def test_a_process_loads_the_kernels_another_put_in_the_disk_cache(tmp_path):
+    """The first process compiles both kernels (the lanes' and scan.py's), timing their IR's generation, and puts
+    them in the cache; the next loads them (a cache hit, no IR generated) and gives the same bits."""
+    import pgad
+    constant = uuid.uuid4().int % 10**9
+    tests, tree = os.path.dirname(__file__), os.path.dirname(os.path.dirname(pgad.__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, tests]))
+
+    def child():
+        done = subprocess.run([sys.executable, '-c', CACHED, str(tmp_path), str(constant)], env=env, cwd=tree,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.splitlines()[-1])
+    began = time.perf_counter()
+    first = child()
+    took = (time.perf_counter() - began) * 1e3
+    second = child()
+    for kernel in ('lanes', 'scan'):
+        assert set(first[kernel]) >= {'IR generation'} and 'cache hit' not in first[kernel]
+        assert 0 <= first[kernel]['IR generation'] < took
+        assert 'IR generation' not in second[kernel] and 0 <= second[kernel]['cache hit'] < took
+    assert first['ir'] and not second['ir']  # the optimised IR: where compiled, not where loaded
+    assert second['bits'] == first['bits']
+
 
 def test_the_lane_and_scan_kernels_are_kept_in_the_disk_cache_given():
     """lanes.gradient compiles two kernels, the lanes' and scan.py's (for the packs it does not take), and hands
