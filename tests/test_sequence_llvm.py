@@ -30,7 +30,8 @@ HOLT_WINTERS = {'level': {'start': 'w.l0', 'next': SEASON},
 AR3 = {'y1': {'start': 'd.y', 'next': 'd.y'}, 'y2': {'start': '0', 'next': 's.y1'},
        'y3': {'start': '0', 'next': 's.y2'}, 'n': {'start': '0', 'next': 's.n + 1'}}
 # the cell's start calls libm and reads the first row: its vjp (start_vjp) reads both too
-CELL = {f'h{i}': {'start': f'tanh(w.h0*{i}*d.x)', 'next': f'tanh(w.m @ [s.h1, s.h2, s.h3, d.x])[{i}]'} for i in (1, 2, 3)}
+CELL = {f'h{i}': {'start': f'tanh(w.h0*{i}*d.x)', 'next': f'tanh(w.m @ [s.h1, s.h2, s.h3, d.x])[{i}]'}
+        for i in (1, 2, 3)}
 
 MODELS = {  # name: (model, state, weights at scale 1)
     'ses': ('λ(d, w, s) s.level', SES, {'alpha': 0.4, 'l0': 1.0}),

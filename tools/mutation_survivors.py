@@ -10,8 +10,8 @@ the mutants (tools/mutation_server). DONE, if given, is an earlier output whose 
 --untested: the mutants of the run that mutmut had not tested when it stopped (no exit code) are run too.
 
 It prints a line a survivor: its name, KILLED (a test failed), SURVIVED (they passed), ERROR (pytest's exit code:
-no test selected, say) or NORULE, and pytest's last line. mutmut's own records are not changed: a survivor's verdict against tests added after mutmut's stats run is
-what this reports. The tests must pass without a mutant first (MUTANT_UNDER_TEST=none), or every mutant is KILLED.
+no test selected, say) or NORULE, and pytest's last line. mutmut's own records are not changed: what this reports
+is a survivor's verdict against tests added after mutmut's stats run. The tests must pass without a mutant first (MUTANT_UNDER_TEST=none), or every mutant is KILLED.
 """
 import glob
 import json
