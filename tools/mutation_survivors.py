@@ -8,6 +8,7 @@ code 0 in the records) runs the tests of the first line whose PATTERN it contain
 with '.', ends with), selected by the -k expression, with MUTANT_UNDER_TEST naming it, in the server that imports
 the mutants (tools/mutation_server). DONE, if given, is an earlier output whose KILLED mutants are skipped.
 --untested: the mutants of the run that mutmut had not tested when it stopped (no exit code) are run too.
+MUTATION_SHARD=k/n (in the environment): the k-th of n shares of the mutants alone (0 ≤ k < n), to run n at once.
 
 It prints a line a survivor: its name, KILLED (a test failed), SURVIVED (they passed), ERROR (pytest's exit code:
 no test selected, say) or NORULE, and pytest's last line. mutmut's own records are not changed: what this reports
@@ -49,7 +50,8 @@ def main(scope, rules, done=None, untested=None):
     skip = set()
     if done:
         skip = {line.split()[0] for line in open(done) if ' KILLED ' in line}
-    for name in survivors(scope, untested == '--untested'):
+    k, n = map(int, os.environ.get('MUTATION_SHARD', '0/1').split('/'))
+    for name in survivors(scope, untested == '--untested')[k::n]:
         short = name.rsplit('.', 1)[-1]
         if short in skip:
             continue
