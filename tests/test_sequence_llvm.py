@@ -163,6 +163,24 @@ def test_a_checkpointed_gradient_allocates_its_segments_not_the_whole_tape(rows)
     segment = max(rows, math.isqrt(length))
     assert peak < 8 * k * (2 * segment + -(-length // segment)) + 30_000 < 8 * k * length / 10, peak  # 23 kB
 
+
+def test_short_sequences_keep_a_job_of_tape_within_the_tile_budget():
+    """Short sequences run in jobs whose tape (all their states) fits a thread's share of the tile budget: 200
+    sequences of 100 rows at a budget of 1,000 rows allocate about 1,000 rows' states, not 20,000 rows'."""
+    step, _, _, given, _, _ = step_of('cell')
+    k = len(step.states)
+    seqs = sequences_of([100] * 200, 1.0)
+    w = weights_at('cell', step, given, 1.0)
+    # scan.py's jobs (sequences.gradient would run these on the lanes, whose packs' tape another test measures)
+    scan.gradient(step, seqs, w, 8 * k * 1000, sequences.ADJOINT)  # compiled before it is measured
+    tracemalloc.start()
+    try:
+        scan.gradient(step, seqs, w, 8 * k * 1000, sequences.ADJOINT)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * k * 20_000 / 2, peak  # 95 kB; 548 kB where a job took every sequence
+
 def test_a_cancel_between_pieces_stops_a_long_sequence(monkeypatch):
     step, _, _, given, _, _ = step_of('cell')
     seqs = sequences_of([20000], 1.0)
