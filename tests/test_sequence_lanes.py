@@ -204,7 +204,7 @@ def test_a_process_loads_the_kernels_another_put_in_the_disk_cache(tmp_path):
     second = child()
     for kernel in ('lanes', 'scan'):
         assert set(first[kernel]) >= {'IR generation'} and 'cache hit' not in first[kernel]
-        assert 0 <= first[kernel]['IR generation'] < took
+        assert 0.05 < first[kernel]['IR generation'] < took  # ms: building a module's IR in Python takes more
         assert 'IR generation' not in second[kernel] and 0 <= second[kernel]['cache hit'] < took
     assert first['ir'] and not second['ir']  # the optimised IR: where compiled, not where loaded
     assert second['bits'] == first['bits']
