@@ -215,6 +215,16 @@ def test_the_same_bits_run_to_run_on_one_and_two_threads():
     for loss, grad in results[1:]:
         assert np.array_equal(loss, results[0][0]) and np.array_equal(grad, results[0][1])
     assert close(results[0][1], sequences.gradient(step, seqs, w, tile_bytes=1 << 20)[1])[0]
+    # scan.py's kernel alone (sequences.gradient gives most of these to the lanes): its jobs on two threads too
+    told.clear()
+    replaced = threads.on_count(lambda: 2, told.append)
+    try:
+        two = scan.gradient(step, seqs, w, 1 << 20, sequences.ADJOINT)
+    finally:
+        threads.on_count(*replaced)
+    assert any(message.endswith(' on 2 threads') for message in told), told
+    one = scan.gradient(step, seqs, w, 1 << 20, sequences.ADJOINT)
+    assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
 
 
 def test_auto_runs_the_llvm_scan_and_llvm_refuses_a_step_too_large(monkeypatch):
