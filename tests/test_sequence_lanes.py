@@ -88,7 +88,7 @@ def test_an_ended_lane_keeps_its_state_and_adds_nothing():
 
 def test_the_same_bits_run_to_run_on_one_and_two_threads():
     step, _, _, given, _, _ = step_of('cell')
-    seqs = ragged(6, 1.0)  # 18·W + 3 sequences: enough rows for two threads (threads.LOOP_SHARE_ROWS a share)
+    seqs = ragged(-(-144 // W), 1.0)  # 144 + 3 sequences whatever W: enough rows (28,000) for two threads
     w = weights_at('cell', step, given, 1.0, seqs.count)
     results, told = [], []
     for n in (1, 2, 2, 1):
