@@ -134,6 +134,21 @@ def db(cluster, dbname):
         yield conn
 
 
+@pytest.fixture
+def thread_count():
+    """threads.count asks for n threads (pgad.max_threads in the server), put back after; thread_count.told holds
+    what the calls reported ('pgad: a kernel call over R rows on N threads')."""
+    from pgad.jit import threads
+    replaced = []
+
+    def use(n):
+        replaced.append(threads.on_count(lambda: n, use.told.append))
+    use.told = []
+    yield use
+    for r in reversed(replaced[:1]):
+        threads.on_count(*r)
+
+
 @contextlib.contextmanager
 def settings(db, values):
     """values ({setting: value}) SET on db for the with block, and RESET after it."""

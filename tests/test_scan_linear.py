@@ -9,7 +9,6 @@ import pytest
 
 from pgad import limits, scan_linear, sequences
 from pgad.errors import PgadError
-from pgad.jit import threads
 from pgad.models import sequence
 
 RELATIVE = 1e-12    # the scan against the reference, relative to the largest number of the same sum's terms
@@ -76,18 +75,6 @@ def close(found, expected, terms):
 def weights_of(spec, scale=1.0):
     return np.array([v * (scale if k in ('l0', 'b0', 'c') or k.startswith('s') and k[1:].isdigit() else 1)
                      for k, v in spec.items()])
-
-
-@pytest.fixture
-def thread_count():
-    """threads.count asks for n threads (pgad.max_threads in the server), put back after."""
-    replaced = []
-
-    def use(n):
-        replaced.append(threads.on_count(lambda: n))
-    yield use
-    for r in reversed(replaced[:1]):
-        threads.on_count(*r)
 
 
 @pytest.mark.parametrize('name', sorted(MODELS))

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-import tracemalloc
 import uuid
 
 import numpy as np
@@ -18,7 +17,8 @@ import pytest
 from pgad import limits, sequences
 from pgad.jit import lanes, scan, targets, threads
 from pgad.models import sequence
-from test_sequence_llvm import MODELS, close, load_series, sequences_of, step_of, weights_at
+from test_sequence_llvm import (MODELS, close, load_series, peak_bytes, sequences_of, step_of, used_two,
+                                weights_at)
 
 W = lanes.width()  # 2, 4 or 8: every count below is made of it
 LENGTHS = [1, 2, 7, 40, 365, 730]
@@ -86,18 +86,15 @@ def test_an_ended_lane_keeps_its_state_and_adds_nothing():
         assert close(loss[g], want[0][0])[0] and close(grad[:, [g]], want[1])[0], g
 
 
-def test_the_same_bits_run_to_run_on_one_and_two_threads():
+def test_the_same_bits_run_to_run_on_one_and_two_threads(thread_count):
     step, _, _, given, _, _ = step_of('cell')
     seqs = ragged(-(-144 // W), 1.0)  # 144 + 3 sequences whatever W: enough rows (28,000) for two threads
     w = weights_at('cell', step, given, 1.0, seqs.count)
-    results, told = [], []
+    results = []
     for n in (1, 2, 2, 1):
-        replaced = threads.on_count(lambda n=n: n, told.append)
-        try:
-            results.append(sequences.gradient(step, seqs, w, backend='llvm'))
-        finally:
-            threads.on_count(*replaced)
-    assert any(message.endswith(' on 2 threads') for message in told), told  # two were used, not asked alone
+        thread_count(n)
+        results.append(sequences.gradient(step, seqs, w, backend='llvm'))
+    assert used_two(thread_count.told)
     for loss, grad in results[1:]:
         assert np.array_equal(loss, results[0][0]) and np.array_equal(grad, results[0][1])
     assert close(results[0][1], sequences.gradient(step, seqs, w)[1])[0]
@@ -274,13 +271,7 @@ def test_the_packs_tape_is_kept_a_run_at_a_time():
     seqs = sequences_of([730] * 160, 1.0)
     w = weights_at('holt_winters', step, given, 1.0)
     every = 730 * len(step.states) * 8 * seqs.count
-    lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)  # compiled before it is measured
-    tracemalloc.start()
-    try:
-        lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = peak_bytes(lambda: lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT))
     assert peak < lanes.RUN_BYTES + 400_000 < every / 2, (peak, every)
 
 

@@ -74,6 +74,22 @@ def weights_at(name, step, given, scale, groups=None):
     return vector[:, None] * (1 + 0.01 * np.arange(groups))[None, :]
 
 
+def peak_bytes(call):
+    """The most memory call() allocates (tracemalloc's peak) when run a second time: the first compiles."""
+    call()
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def used_two(told):
+    """Did a kernel call split over two threads, by the messages threads.py told (not merely were two asked for)?"""
+    return any(message.endswith(' on 2 threads') for message in told)
+
+
 def close(got, want):
     want = np.atleast_2d(want)
     got = np.atleast_2d(got)
@@ -153,13 +169,7 @@ def test_a_checkpointed_gradient_allocates_its_segments_not_the_whole_tape(rows)
     length, k = 20_000, len(step.states)
     seqs = sequences_of([length], 1.0)
     w = weights_at('cell', step, given, 1.0)
-    sequences.gradient(step, seqs, w, tile_bytes=8 * k * rows, backend='llvm')  # compiled before it is measured
-    tracemalloc.start()
-    try:
-        sequences.gradient(step, seqs, w, tile_bytes=8 * k * rows, backend='llvm')
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = peak_bytes(lambda: sequences.gradient(step, seqs, w, tile_bytes=8 * k * rows, backend='llvm'))
     segment = max(rows, math.isqrt(length))
     assert peak < 8 * k * (2 * segment + -(-length // segment)) + 30_000 < 8 * k * length / 10, peak  # 23 kB
 
@@ -172,13 +182,7 @@ def test_short_sequences_keep_a_job_of_tape_within_the_tile_budget():
     seqs = sequences_of([100] * 200, 1.0)
     w = weights_at('cell', step, given, 1.0)
     # scan.py's jobs (sequences.gradient would run these on the lanes, whose packs' tape another test measures)
-    scan.gradient(step, seqs, w, 8 * k * 1000, sequences.ADJOINT)  # compiled before it is measured
-    tracemalloc.start()
-    try:
-        scan.gradient(step, seqs, w, 8 * k * 1000, sequences.ADJOINT)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = peak_bytes(lambda: scan.gradient(step, seqs, w, 8 * k * 1000, sequences.ADJOINT))
     assert peak < 8 * k * 20_000 / 2, peak  # 95 kB; 548 kB where a job took every sequence
 
 def test_a_cancel_between_pieces_stops_a_long_sequence(monkeypatch):
@@ -199,30 +203,25 @@ def test_a_cancel_between_pieces_stops_a_long_sequence(monkeypatch):
     assert len(calls) == 3
 
 
-def test_the_same_bits_run_to_run_on_one_and_two_threads():
+def test_the_same_bits_run_to_run_on_one_and_two_threads(thread_count):
     step, _, _, given, _, _ = step_of('holt_winters')
     lengths = [730] * 40 + [20000, 1, 3]  # enough rows for two threads (threads.LOOP_SHARE_ROWS a share)
     seqs = sequences_of(lengths, 100.0)
     w = weights_at('holt_winters', step, given, 100.0, len(lengths))
-    results, told = [], []
+    results = []
     for n in (1, 2, 2, 1):
-        replaced = threads.on_count(lambda n=n: n, told.append)
-        try:
-            results.append(sequences.gradient(step, seqs, w, tile_bytes=1 << 20, backend='llvm'))
-        finally:
-            threads.on_count(*replaced)
-    assert any(message.endswith(' on 2 threads') for message in told), told  # two were used, not asked alone
+        thread_count(n)
+        results.append(sequences.gradient(step, seqs, w, tile_bytes=1 << 20, backend='llvm'))
+    assert used_two(thread_count.told)
     for loss, grad in results[1:]:
         assert np.array_equal(loss, results[0][0]) and np.array_equal(grad, results[0][1])
     assert close(results[0][1], sequences.gradient(step, seqs, w, tile_bytes=1 << 20)[1])[0]
     # scan.py's kernel alone (sequences.gradient gives most of these to the lanes): its jobs on two threads too
-    told.clear()
-    replaced = threads.on_count(lambda: 2, told.append)
-    try:
-        two = scan.gradient(step, seqs, w, 1 << 20, sequences.ADJOINT)
-    finally:
-        threads.on_count(*replaced)
-    assert any(message.endswith(' on 2 threads') for message in told), told
+    thread_count.told.clear()
+    thread_count(2)
+    two = scan.gradient(step, seqs, w, 1 << 20, sequences.ADJOINT)
+    assert used_two(thread_count.told)
+    thread_count(1)
     one = scan.gradient(step, seqs, w, 1 << 20, sequences.ADJOINT)
     assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
 
