@@ -12,7 +12,8 @@ MUTATION_SHARD=k/n (in the environment): the k-th of n shares of the mutants alo
 
 It prints a line a survivor: its name, KILLED (a test failed), SURVIVED (they passed), ERROR (pytest's exit code:
 no test selected, say) or NORULE, and pytest's last line. mutmut's own records are not changed: what this reports
-is a survivor's verdict against tests added after mutmut's stats run. The tests must pass without a mutant first (MUTANT_UNDER_TEST=none), or every mutant is KILLED.
+is a survivor's verdict against tests added after mutmut's stats run. The tests must pass without a mutant first
+(MUTANT_UNDER_TEST=none), or every mutant is KILLED.
 """
 import glob
 import json
@@ -45,13 +46,13 @@ def verdict(scope, name, files, expression):
     return {0: 'SURVIVED', 1: 'KILLED'}.get(done.returncode, f'ERROR({done.returncode})'), last
 
 
-def main(scope, rules, done=None, untested=None):
+def main(scope, rules, done=None, untested=False):
     rules = [line.rstrip('\n').split('|') for line in open(rules) if line.count('|') == 2]
     skip = set()
     if done:
         skip = {line.split()[0] for line in open(done) if ' KILLED ' in line}
     k, n = map(int, os.environ.get('MUTATION_SHARD', '0/1').split('/'))
-    for name in survivors(scope, untested == '--untested')[k::n]:
+    for name in survivors(scope, untested)[k::n]:
         short = name.removeprefix('pgad.')  # with its module: two modules of a scope may have a function of a name
         if short in skip:
             continue
@@ -64,7 +65,4 @@ def main(scope, rules, done=None, untested=None):
 
 
 if __name__ == '__main__':
-    args = sys.argv[1:]
-    flag = '--untested' if '--untested' in args else None
-    args = [a for a in args if a != '--untested']
-    main(*args, *([None] * (3 - len(args))), flag)
+    main(*[a for a in sys.argv[1:] if a != '--untested'], untested='--untested' in sys.argv[1:])

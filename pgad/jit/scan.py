@@ -180,10 +180,11 @@ def _source():
 
 def _at(b, pointer, offset, *more):
     """The address pointer + offset + Σ more (i64 values or ints)."""
-    total = None
-    for o in (offset, *more):
-        o = ir.Constant(I64, o) if isinstance(o, int) else o
-        total = o if total is None else b.add(total, o)
+    def value(o):
+        return ir.Constant(I64, o) if isinstance(o, int) else o
+    total = value(offset)
+    for o in more:
+        total = b.add(total, value(o))
     return b.gep(pointer, [total])
 
 
