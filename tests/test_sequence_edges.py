@@ -198,18 +198,23 @@ def test_an_order_column_of_another_roles_type_is_refused_as_a_number_would_be(c
 
 
 def test_a_sequence_past_memory_limit_is_refused_before_it_is_allocated(edges):
-    """The tape check (sequences.check_tape): a million rows, a memory_limit far below even the checkpoints."""
-    edges.execute('DROP TABLE IF EXISTS long_series')
-    edges.execute("CREATE TABLE long_series AS SELECT k AS t, sin(k)::float8 AS y FROM generate_series(1, 1000000) k")
+    """The tape check (sequences.check_tape): data that fits pgad.memory_limit, checkpoints that do not (a thousand
+    sequences of 100 rows, 200 state fields: 2·10 states of 200 numbers a sequence, 32 MB)."""
+    edges.execute('DROP TABLE IF EXISTS many_series')
+    edges.execute("CREATE TABLE many_series AS SELECT k / 100 AS g, k % 100 AS t, sin(k)::float8 AS y "
+                  "FROM generate_series(0, 99999) k")
     edges.execute("SET pgad.memory_limit = '16MB'")
     try:
         state = json.dumps({f'f{k}': {'start': '0', 'next': f's.f{k} + w.alpha*(d.y - s.f{k})'} for k in range(200)})
-        diag = refused(edges, *train('SELECT t, y FROM long_series', 't', state=state,
+        diag = refused(edges, *train('SELECT g, t, y FROM many_series', 't', state=state,
                                      model='λ(d, w, s) ' + ' + '.join(f's.f{k}' for k in range(200)),
-                                     weights='{"alpha": 0.5}'))
+                                     weights='{"alpha": 0.5}', extra=", group_by => 'g'"))
     finally:
         edges.execute('RESET pgad.memory_limit')
-    assert diag.sqlstate in ('54000', '53200'), diag.message_primary
+    assert diag.sqlstate == '54000'
+    assert diag.message_primary == 'the states of the backward pass need 30 MB, more than pgad.memory_limit (16 MB)'
+    assert diag.message_detail == '1000 sequences of up to 100 rows, 200 state fields: a checkpoint every 10 rows.'
+    assert "mode => 'forward'" in diag.message_hint
 
 
 def test_a_long_training_is_cancelled_within_about_a_second(cluster, dbname, edges):

@@ -174,6 +174,24 @@ def test_a_checkpointed_gradient_allocates_its_segments_not_the_whole_tape(rows)
     assert peak < 8 * k * (2 * segment + -(-length // segment)) + 30_000 < 8 * k * length / 10, peak  # 23 kB
 
 
+@pytest.mark.parametrize('lengths, states', [([1_000_000] * 5, 3), ([1], 0), ([], 2)])
+def test_the_tape_check_refuses_one_byte_past_its_bound(lengths, states):
+    """check_tape's bound, at the byte: 2·⌊√T⌋ checkpoints of K states a sequence and a segment's 2·T numbers, all
+    float8, T the longest sequence (1 at least), K and the count of sequences 1 at least."""
+    seqs = sequences.Sequences({}, np.zeros(len(lengths), np.int64), np.array(lengths, np.int64))
+    t = max(lengths, default=1)
+    need = 8 * (2 * math.isqrt(t) * max(states, 1) * max(len(lengths), 1) + 2 * t)
+    sequences.check_tape(seqs, states, need)
+    sequences.check_tape(seqs, states, None)
+    with pytest.raises(PgadError) as e:
+        sequences.check_tape(seqs, states, need - 1)
+    assert e.value.sqlstate == '54000'
+    assert e.value.message == (f'the states of the backward pass need {need >> 20} MB, more than pgad.memory_limit '
+                               f'({(need - 1) >> 20} MB)')
+    assert e.value.detail == (f'{len(lengths)} sequences of up to {t} rows, {states} state fields: a checkpoint '
+                              f'every {math.isqrt(t)} rows.')
+
+
 def test_short_sequences_keep_a_job_of_tape_within_the_tile_budget():
     """Short sequences run in jobs whose tape (all their states) fits a thread's share of the tile budget: 200
     sequences of 100 rows at a budget of 1,000 rows allocate about 1,000 rows' states, not 20,000 rows'."""
