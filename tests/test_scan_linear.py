@@ -258,6 +258,37 @@ def test_the_scan_is_taken_for_a_long_sequence_and_not_for_many_short_ones():
                                                            np.arange(2000) * 730, np.full(2000, 730)))
 
 
+def test_the_scan_is_taken_from_two_blocks_of_rows_up_to_its_count_of_sequences():
+    """takes() at its bounds: the longest sequence 2·BLOCK rows at least; sequences × K² at most 128 × the nodes."""
+    model, state, weights, names = MODELS['holt']
+    step = step_of(model, state, weights)
+    block = scan_linear.BLOCK
+    assert not scan_linear.takes(step, one(2 * block - 1)) and scan_linear.takes(step, one(2 * block))
+    most = 128 * len(step.graph) // 4  # K = 2
+    assert scan_linear.takes(step, ragged([2 * block] + [1] * (most - 1)))
+    assert not scan_linear.takes(step, ragged([2 * block] + [1] * most))
+
+
+def test_the_scan_fits_at_the_least_budget_of_its_layout():
+    """fits() says yes from the least budget at which the scan's layout (its least chunk) is made, and no below it:
+    a step whose maps read no data takes no per-row matrices (the layout made with the step's weights)."""
+    model, state, weights, names = MODELS['holt_winters']
+    step = step_of(model, state, weights)
+    seqs = one(10_000)
+
+    def made(budget):
+        try:
+            scan_linear._Layout(step, seqs, weights_of(weights), budget)
+            return True
+        except PgadError:
+            return False
+    low, high = 1, 1 << 30
+    while low < high:  # the least budget made
+        middle = (low + high) // 2
+        low, high = (low, middle) if made(middle) else (middle + 1, high)
+    assert scan_linear.fits(step, seqs, low) and not scan_linear.fits(step, seqs, low - 1)
+
+
 def test_memory_past_the_budget_is_refused_before_anything_runs():
     model, state, weights, names = MODELS['holt_winters']
     step = step_of(model, state, weights)
