@@ -117,6 +117,30 @@ def test_many_ragged_sequences(name):
         close(scanned[2], ran[2], np.abs(ran[2]).max() + 1)
 
 
+def test_run_in_chunks_gives_predictions_like_a_column():
+    """run() by the scan over a budget of several chunks, the states carried from chunk to chunk: the reference's
+    loss, last states and predictions. The predictions are an array like a column, rows that are in no sequence
+    included (a group of the data left out); without keep, none."""
+    model, state, weights, names = MODELS['holt_winters']
+    step = step_of(model, state, weights)
+    seqs = ragged([20_000, 1, 31, 7_000, 33, 20_000, 1_000])
+    rows = int(seqs.lengths.sum())
+    seqs = sequences.Sequences({'y': np.concatenate([seqs.columns['y'], [7.0] * 10])}, seqs.starts, seqs.lengths)
+    budget = 4 << 20
+    assert len(scan_linear._Layout(step, seqs, weights_of(weights), budget).chunks()) > 2
+    ran = sequences.run(step, seqs, weights_of(weights), keep='predictions', parallel=False)
+    scanned = sequences.run(step, seqs, weights_of(weights), keep='predictions', parallel=True, tile_bytes=budget)
+    close(scanned[0], ran[0], ran[0])
+    close(scanned[1], ran[1], np.abs(ran[1]).max() + 1)
+    assert scanned[2].shape == ran[2].shape == (rows + 10,)
+    close(scanned[2][:rows], ran[2][:rows], np.abs(ran[2][:rows]).max() + 1)
+    assert scan_linear.run(step, seqs, weights_of(weights), budget=budget)[2] is None
+    assert sequences.run(step, seqs, weights_of(weights), parallel=True, tile_bytes=budget)[2] is None
+    with pytest.raises(PgadError) as caught:  # a budget below the least chunk
+        scan_linear.run(step, seqs, weights_of(weights), budget=100_000)
+    assert caught.value.sqlstate == '54000'
+
+
 @pytest.mark.parametrize('scale', [1e-8, 1e-4, 1.0, 1e4, 1e8])
 def test_scales(scale):
     model, state, weights, names = MODELS['holt']
