@@ -136,9 +136,39 @@ def test_run_in_chunks_gives_predictions_like_a_column():
     close(scanned[2][:rows], ran[2][:rows], np.abs(ran[2][:rows]).max() + 1)
     assert scan_linear.run(step, seqs, weights_of(weights), budget=budget)[2] is None
     assert sequences.run(step, seqs, weights_of(weights), parallel=True, tile_bytes=budget)[2] is None
+    assert sequences.run(step, seqs, weights_of(weights), parallel=False)[2] is None
     with pytest.raises(PgadError) as caught:  # a budget below the least chunk
         scan_linear.run(step, seqs, weights_of(weights), budget=100_000)
     assert caught.value.sqlstate == '54000'
+
+
+def test_run_and_gradient_take_the_path_their_arguments_name(monkeypatch):
+    """The python backend unless told otherwise (no kernel of jit/scan.py called); on it, parallel=None scans
+    where the scan pays and its least chunk fits tile_bytes, else runs in order; parallel=False never scans;
+    parallel=True always, within tile_bytes."""
+    from pgad.jit import scan
+    model, state, weights, names = MODELS['holt']
+    step, w, seqs = step_of(model, state, weights), weights_of(weights), one(5000)
+    assert scan_linear.takes(step, seqs)
+    taken = []
+    for module, name in ((scan_linear, 'run'), (scan_linear, 'gradient'), (scan, 'run'), (scan, 'gradient')):
+        def called(*args, _real=getattr(module, name), _name=f'{module.__name__}.{name}', **kwargs):
+            taken.append(_name)
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(module, name, called)
+    least = 1
+    while not scan_linear.fits(step, seqs, least):
+        least *= 2
+    for call in (lambda **kw: sequences.run(step, seqs, w, **kw), lambda **kw: sequences.gradient(step, seqs, w, **kw)):
+        for kw, path in (({}, 'pgad.scan_linear'), ({'backend': 'python'}, 'pgad.scan_linear'),
+                         ({'parallel': False}, None), ({'tile_bytes': least // 2}, None),
+                         ({'tile_bytes': least}, 'pgad.scan_linear'), ({'backend': 'llvm'}, 'pgad.jit.scan')):
+            taken.clear()
+            call(**kw)
+            assert [t.rsplit('.', 1)[0] for t in taken] == ([path] if path else []), kw
+        with pytest.raises(PgadError) as caught:
+            call(parallel=True, tile_bytes=least // 2)
+        assert caught.value.sqlstate == '54000'
 
 
 @pytest.mark.parametrize('scale', [1e-8, 1e-4, 1.0, 1e4, 1e8])
