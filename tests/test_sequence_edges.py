@@ -3,6 +3,8 @@ its type prints it, NULLs skipped with the NOTICE, groups of one row and of very
 argument a sequence model refuses, each a clear SQLSTATE that leaves the catalog as it was; and the threats of
 docs/security.md that concern sequences."""
 import json
+import math
+import re
 import threading
 import time
 
@@ -230,3 +232,34 @@ def test_a_long_training_is_cancelled_within_about_a_second(cluster, dbname, edg
         timer.join()
     assert diag.sqlstate == '57014'
     assert elapsed < 3.0 + 2.0  # cancelled within about a second (generous: a loaded 2-core machine)
+
+
+
+def test_a_loss_not_finite_names_the_operation_and_the_state_of_its_row(edges):
+    """A sequence whose loss is not finite at the starting weights: the error names the first operation that left
+    the finite numbers, with what it read at its row — the state the row before left, and the row's columns (the
+    rows of group 0, y = sin(2j) at row j: sequences.not_finite)."""
+    hint = 'Keep the data and the starting weights inside the domain of every function, or guard the expression ' \
+           'with CASE WHEN.'
+    # a next value: level 0, 2, 2e², 2e^(2e²) ≈ 5.2e6, then exp overflows at row 3
+    level = 0.0
+    for _ in range(3):
+        level = 2 * math.exp(level)
+    diag = refused(edges, *train('SELECT day, y FROM e WHERE g = 0', weights='{"alpha": 0.5}',
+                                 state='{"level": {"start": "d.y", "next": "exp(s.level)*2"}}'))
+    assert (diag.sqlstate, diag.message_primary, diag.message_hint) == ('22003', 'value out of range: overflow', hint)
+    shown = re.fullmatch(r'The lambda computes exp\(s\.level\) = Infinity where s\.level = (\S+), at the starting '
+                         r'weights\.', diag.message_detail)
+    assert shown and math.isclose(float(shown.group(1)), level, rel_tol=1e-3), diag.message_detail
+    # a start, at the first row (y = 0)
+    diag = refused(edges, *train('SELECT day, y FROM e WHERE g = 0', weights='{"alpha": 0.5}',
+                                 state='{"level": {"start": "ln(d.y - 5)", "next": "s.level"}}'))
+    assert (diag.sqlstate, diag.message_detail) == (
+        '2201E', 'The lambda computes ln(d.y - 5) = NaN where d.y = 0, at the starting weights.')
+    # the loss, at row 3: level 3 - j, 3 - 3 + sin(6) < 0
+    diag = refused(edges, *train('SELECT day, y FROM e WHERE g = 0', weights='{"alpha": 0.5}',
+                                 model='λ(d, w, s) sqrt(s.level + d.y)',
+                                 state='{"level": {"start": "3", "next": "s.level - 1"}}'))
+    assert (diag.sqlstate, diag.message_detail) == (
+        '2201F', f'The lambda computes sqrt(s.level + d.y) = NaN where s.level = 0, d.y = {math.sin(6):g}, at the '
+                 'starting weights.')
