@@ -171,18 +171,20 @@ def test_run_and_gradient_take_the_path_their_arguments_name(monkeypatch):
         assert caught.value.sqlstate == '54000'
 
 
-def test_the_reference_keeps_its_tape_while_it_fits_and_else_runs_segments_again(monkeypatch):
+@pytest.mark.parametrize('name', ['ses', 'holt'])
+def test_the_reference_keeps_its_tape_while_it_fits_and_else_runs_segments_again(monkeypatch, name):
     """The reference's reverse mode keeps every row's states while T·K·G float8 fit tile_bytes (a forward and a
     backward evaluation a row, and one each for the starts and their vjp), and one byte less runs each √T segment
     again from its checkpoint (three a row): the same bits either way."""
     from pgad import python_backend
-    model, state, weights, names = MODELS['holt']
+    model, state, weights, names = MODELS[name]
     step, w, seqs = step_of(model, state, weights), weights_of(weights), ragged([50, 30, 7])
+    whole = 50 * len(step.states) * 3 * 8
     calls = []
     real = python_backend.evaluate
     monkeypatch.setattr(python_backend, 'evaluate', lambda *a: calls.append(1) or real(*a))
     found = {}
-    for tile, evaluations in ((50 * 2 * 3 * 8, 2 * 50 + 2), (50 * 2 * 3 * 8 - 1, 3 * 50 + 2)):
+    for tile, evaluations in ((whole, 2 * 50 + 2), (whole - 1, 3 * 50 + 2)):
         calls.clear()
         found[tile] = sequences.gradient(step, seqs, w, tile_bytes=tile, parallel=False)
         assert len(calls) == evaluations, tile
