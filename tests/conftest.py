@@ -7,6 +7,7 @@ driver's /dev/nvidiactl) the same tests run on it."""
 import contextlib
 import json
 import os
+import tracemalloc
 import uuid
 
 GPU = os.path.exists('/dev/nvidiactl')
@@ -91,6 +92,17 @@ def pytest_runtest_teardown(item):
         module = name.rsplit('.', 1)[0]
         if module in files and test_file not in files[module]:
             state()._stats.discard(name)
+
+
+def peak_bytes(call):
+    """The most memory call() allocates (tracemalloc's peak) when run a second time: the first compiles."""
+    call()
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 class Running:

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import peak_bytes
 from pgad import limits, scan_linear, sequences
 from pgad.errors import PgadError
 from pgad.models import sequence
@@ -148,7 +149,7 @@ def test_run_and_gradient_take_the_path_their_arguments_name(monkeypatch):
     parallel=True always, within tile_bytes."""
     from pgad.jit import scan
     model, state, weights, names = MODELS['holt']
-    step, w, seqs = step_of(model, state, weights), weights_of(weights), one(5000)
+    step, w, seqs = step_of(model, state, weights), weights_of(weights), one(2000)
     assert scan_linear.takes(step, seqs)
     taken = []
     for module, name in ((scan_linear, 'run'), (scan_linear, 'gradient'), (scan, 'run'), (scan, 'gradient')):
@@ -190,6 +191,16 @@ def test_the_reference_keeps_its_tape_while_it_fits_and_else_runs_segments_again
         assert len(calls) == evaluations, tile
     (a, b), (c, d) = found.values()
     assert np.array_equal(a, c) and np.array_equal(b, d)
+
+
+def test_the_reference_past_its_budget_keeps_a_segment_of_states_not_the_whole_tape():
+    """2,000 rows of one state field past tile_bytes: √T checkpoints and a segment's states (about 90 arrays of a
+    number), not 2,000 (the tape kept while the forward pass runs)."""
+    model, state, weights, names = MODELS['ses']
+    step, w, seqs = step_of(model, state, weights), weights_of(weights), one(2000)
+    kept = peak_bytes(lambda: sequences.gradient(step, seqs, w, tile_bytes=2000 * 8, parallel=False))
+    checkpointed = peak_bytes(lambda: sequences.gradient(step, seqs, w, tile_bytes=2000 * 8 - 1, parallel=False))
+    assert checkpointed < kept / 5, (checkpointed, kept)  # 42 kB against 424 kB
 
 
 @pytest.mark.parametrize('scale', [1e-8, 1e-4, 1.0, 1e4, 1e8])

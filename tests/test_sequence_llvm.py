@@ -7,12 +7,12 @@ import dataclasses
 import json
 import math
 import time
-import tracemalloc
 
 import numpy as np
 import psycopg
 import pytest
 
+from conftest import peak_bytes
 from pgad import limits, sequences
 from pgad.errors import PgadError
 from pgad.jit import scan, threads
@@ -72,17 +72,6 @@ def weights_at(name, step, given, scale, groups=None):
     if groups is None:
         return vector
     return vector[:, None] * (1 + 0.01 * np.arange(groups))[None, :]
-
-
-def peak_bytes(call):
-    """The most memory call() allocates (tracemalloc's peak) when run a second time: the first compiles."""
-    call()
-    tracemalloc.start()
-    try:
-        call()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def used_two(told):
