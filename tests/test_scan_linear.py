@@ -203,6 +203,21 @@ def test_the_reference_past_its_budget_keeps_a_segment_of_states_not_the_whole_t
     assert checkpointed < kept / 5, (checkpointed, kept)  # 42 kB against 424 kB
 
 
+def test_the_blocked_scan_starts_at_two_blocks(monkeypatch):
+    """scan() runs rows in order below two blocks; from two, only the blocks' totals (the scan of two) and the rows
+    past the last whole block."""
+    ran = []
+    real = scan_linear._in_order
+    monkeypatch.setattr(scan_linear, '_in_order', lambda *args: ran.append(args[-2:]) or real(*args))
+    block, a = scan_linear.BLOCK, np.array([[0.5]])
+    for rows, in_order in ((2 * block - 1, [(0, 2 * block - 1)]), (2 * block, [(0, 2)]),
+                           (2 * block + 5, [(0, 2), (2 * block, 2 * block + 5)])):
+        ran.clear()
+        found = scan_linear.scan(a, np.ones(rows, bool), np.ones((rows, 1)), np.zeros(1))
+        assert ran == in_order
+        assert np.allclose(found[:, 0], 2 - 0.5 ** np.arange(rows), rtol=1e-15, atol=0)  # Σ 0.5^k
+
+
 @pytest.mark.parametrize('scale', [1e-8, 1e-4, 1.0, 1e4, 1e8])
 def test_scales(scale):
     model, state, weights, names = MODELS['holt']
