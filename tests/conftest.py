@@ -105,6 +105,11 @@ def peak_bytes(call):
         tracemalloc.stop()
 
 
+def used_two(told):
+    """Did a kernel call split over two threads, by the messages threads.py told (not merely were two asked for)?"""
+    return any(message.endswith(' on 2 threads') for message in told)
+
+
 class Running:
     """A cluster that is already running on 127.0.0.1 at port (make mutation starts one for all its test processes)."""
 

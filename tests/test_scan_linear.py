@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import peak_bytes
+from conftest import peak_bytes, used_two
 from pgad import limits, scan_linear, sequences
 from pgad.errors import PgadError
 from pgad.models import sequence
@@ -285,29 +285,36 @@ def test_the_reference_reads_a_shifted_field_as_it_came(mode):
 
 
 def test_the_same_bits_run_to_run_and_on_any_number_of_threads(thread_count):
-    model, state, weights, names = MODELS['holt_winters']
+    """Holt's two fields over 300,000 rows: two chunks at the default budget, each of three pieces of blocks, taken
+    by one, two or three threads (the scan's threads need two pieces in a chunk: Holt-Winters' nine fields at this
+    budget have chunks of 54,464 rows, less than a piece)."""
+    model, state, weights, names = MODELS['holt']
     step = step_of(model, state, weights)
     seqs = one(300_000, seed=5)
     w = weights_of(weights)
+    assert len(scan_linear._Layout(step, seqs, w, sequences.TILE_BYTES).chunks()) == 2
     found = []
     for n in (1, 1, 2, 3):
         thread_count(n)
         found.append(sequences.gradient(step, seqs, w, parallel=True))
+    assert used_two(thread_count.told)
     for loss, grad in found[1:]:
         assert np.array_equal(loss, found[0][0]) and np.array_equal(grad, found[0][1])
 
 
 def test_the_same_bits_where_the_matrix_changes_row_by_row(thread_count):
-    """A decay read from a column (exp(−w.k·d.gap)): A_t a matrix a row, products of them in the blocks."""
+    """A decay read from a column (exp(−w.k·d.gap)): A_t a matrix a row, products of them in the blocks; 140,034
+    rows, three pieces of blocks on up to three threads."""
     step = step_of('λ(d, w, s) s.level', {'level': {'start': 'w.l0', 'next': 'exp(-w.k*d.x)*s.level + w.a*d.y'}},
                    {'k': 0.1, 'a': 0.5, 'l0': 1.0})
-    seqs = ragged([40_000, 1, 90_000, 33], ('y', 'x'))
+    seqs = ragged([40_000, 1, 100_000, 33], ('y', 'x'))
     seqs.columns['x'][:] = np.abs(seqs.columns['x'])
     w = np.array([0.1, 0.5, 1.0])
     found = []
     for n in (1, 2, 3):
         thread_count(n)
         found.append(sequences.gradient(step, seqs, w, parallel=True))
+    assert used_two(thread_count.told)
     for loss, grad in found[1:]:
         assert np.array_equal(loss, found[0][0]) and np.array_equal(grad, found[0][1])
     loss, grad = sequences.gradient(step, seqs, w, parallel=False)

@@ -14,11 +14,11 @@ import uuid
 import numpy as np
 import pytest
 
+from conftest import peak_bytes, used_two
 from pgad import limits, sequences
 from pgad.jit import lanes, scan, targets, threads
 from pgad.models import sequence
-from test_sequence_llvm import (MODELS, close, load_series, peak_bytes, sequences_of, step_of, used_two,
-                                weights_at)
+from test_sequence_llvm import MODELS, close, load_series, sequences_of, step_of, weights_at
 
 W = lanes.width()  # 2, 4 or 8: every count below is made of it
 LENGTHS = [1, 2, 7, 40, 365, 730]

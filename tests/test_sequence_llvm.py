@@ -12,7 +12,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from conftest import peak_bytes
+from conftest import peak_bytes, used_two
 from pgad import limits, sequences
 from pgad.errors import PgadError
 from pgad.jit import scan, threads
@@ -72,11 +72,6 @@ def weights_at(name, step, given, scale, groups=None):
     if groups is None:
         return vector
     return vector[:, None] * (1 + 0.01 * np.arange(groups))[None, :]
-
-
-def used_two(told):
-    """Did a kernel call split over two threads, by the messages threads.py told (not merely were two asked for)?"""
-    return any(message.endswith(' on 2 threads') for message in told)
 
 
 def close(got, want):
