@@ -397,7 +397,7 @@ def test_the_scan_fits_at_the_least_budget_of_its_layout():
     assert scan_linear.fits(step, seqs, low) and not scan_linear.fits(step, seqs, low - 1)
 
 
-def test_memory_past_the_budget_is_refused_before_anything_runs():
+def test_memory_past_the_budget_is_refused_before_anything_runs(monkeypatch):
     model, state, weights, names = MODELS['holt_winters']
     step = step_of(model, state, weights)
     with pytest.raises(PgadError) as caught:
@@ -407,10 +407,15 @@ def test_memory_past_the_budget_is_refused_before_anything_runs():
     # backward one (16 MB), or run again from each chunk's start (4 MB); the same numbers
     seqs = one(50_000)
     whole = sequences.gradient(step, seqs, weights_of(weights), parallel=False)
+    forwards = []
+    real = scan_linear._Pass.forward
+    monkeypatch.setattr(scan_linear._Pass, 'forward', lambda *args: forwards.append(1) or real(*args))
     for budget, keeps in ((16 << 20, True), (4 << 20, False)):
         layout = scan_linear._Layout(step, seqs, weights_of(weights), budget, keep=True)
         assert layout.keep == keeps and len(layout.chunks()) > 2
+        forwards.clear()
         small = sequences.gradient(step, seqs, weights_of(weights), tile_bytes=budget, parallel=True)
+        assert len(forwards) == len(layout.chunks()) * (1 if keeps else 2)  # else each chunk run again backwards
         close(small[0], whole[0], whole[0])
         close(small[1], whole[1], np.abs(whole[1]).max() + np.abs(seqs.columns['y']).max() ** 2)
 
