@@ -218,6 +218,20 @@ def test_the_blocked_scan_starts_at_two_blocks(monkeypatch):
         assert np.allclose(found[:, 0], 2 - 0.5 ** np.arange(rows), rtol=1e-15, atol=0)  # Σ 0.5^k
 
 
+def test_a_start_that_reads_weights_and_the_first_row():
+    """A start not linear in the weights (exp(w.l0) + d.y): its vjp reads the weights and the first row's columns;
+    the scan's gradient and run are the reference's."""
+    state = {'level': {'start': 'exp(w.l0) + d.y', 'next': 's.level + w.alpha*(d.y - s.level)'}}
+    step = step_of('λ(d, w, s) s.level', state, {'alpha': 0.3, 'l0': 0.5})
+    seqs, w = ragged([200, 3000, 64]), np.array([0.3, 0.5])
+    loss, grad = sequences.gradient(step, seqs, w, parallel=False)
+    scan_loss, scan_grad = sequences.gradient(step, seqs, w, parallel=True)
+    close(scan_loss, loss, loss)
+    close(scan_grad, grad, np.abs(grad).max(axis=0) + np.abs(seqs.columns['y']).max() ** 2)
+    ran, scanned = sequences.run(step, seqs, w, parallel=False), sequences.run(step, seqs, w, parallel=True)
+    close(scanned[1], ran[1], np.abs(ran[1]).max() + 1)
+
+
 @pytest.mark.parametrize('scale', [1e-8, 1e-4, 1.0, 1e4, 1e8])
 def test_scales(scale):
     model, state, weights, names = MODELS['holt']
