@@ -411,6 +411,44 @@ def test_the_scan_fits_at_the_least_budget_of_its_layout():
     assert scan_linear.fits(step, seqs, low) and not scan_linear.fits(step, seqs, low - 1)
 
 
+def test_the_layouts_estimate_at_its_bounds():
+    """The scan's bound before anything is allocated (_Layout), for SES (K = 1 field, P = 2 weights) over G = 3
+    sequences of 35,000 rows: a row 8·(10K + 4 + P + 13) bytes (states, adjoints, offsets and scans; its sequence
+    and flags; the weights; the step's 13 arrays that change from row to row: s.level, y, s.level − y, its
+    square, y − s.level, α·(y − s.level), the next level, λ, its three products, λ − αλ and 2·(s.level − y)), and 3K²
+    more where A changes from row to row; fixed 8·(K + 2)·G·(2 + P) bytes, and the states of every row (8·K·rows)
+    where they are kept, which they are while they take half the budget at most. The least budget holds 4 blocks;
+    the chunk is whole blocks."""
+    model, state, weights, names = MODELS['ses']
+    step, w, seqs = step_of(model, state, weights), weights_of(weights), ragged([10_000, 20_000, 5_000])
+    block = scan_linear.BLOCK
+    assert scan_linear._arrays(step) == 13
+    per_row, fixed = 8 * (10 + 4 + 2 + 13), 8 * 3 * 3 * 4
+    assert scan_linear._Layout(step, seqs, w, fixed + per_row * 4 * block).chunk == 4 * block
+    with pytest.raises(PgadError) as caught:
+        scan_linear._Layout(step, seqs, w, fixed + per_row * 4 * block - 1)
+    assert (caught.value.sqlstate, caught.value.detail) == (
+        '54000', f'3 sequences, 1 state fields, {len(step.graph)} nodes a row.')
+    assert caught.value.message == ('the scan of the linear recurrence needs 1 MB, more than its share of '
+                                    'pgad.memory_limit (0 MB)')
+    assert scan_linear._Layout(step, seqs, w, fixed + per_row * 1000).chunk == 992
+    assert scan_linear._Layout(step, seqs, w, None).chunk == scan_linear.CHUNK_PIECES * scan_linear.PIECE_BLOCKS * block
+    states = 8 * 35_000
+    kept = scan_linear._Layout(step, seqs, w, 2 * states, keep=True)
+    assert kept.keep and kept.chunk == (2 * states - fixed - states) // per_row // block * block
+    assert not scan_linear._Layout(step, seqs, w, 2 * states - 1, keep=True).keep
+    assert not scan_linear._Layout(step, seqs, w, 2 * states).keep  # run() keeps none
+    # A a row (a decay read from a column): 3K² numbers more a row, and the states never kept
+    decay = step_of('λ(d, w, s) s.level', {'level': {'start': 'w.l0', 'next': 'exp(-w.k*d.y)*s.level + w.a*d.y'}},
+                    {'k': 0.1, 'a': 0.5, 'l0': 1.0})
+    arrays = scan_linear._arrays(decay)
+    per_row, fixed = 8 * (3 + 10 + 4 + 3 + arrays), 8 * 3 * 3 * 5
+    assert scan_linear._Layout(decay, seqs, np.array([0.1, 0.5, 1.0]), fixed + per_row * 4 * block).chunk == 4 * block
+    with pytest.raises(PgadError):
+        scan_linear._Layout(decay, seqs, np.array([0.1, 0.5, 1.0]), fixed + per_row * 4 * block - 1)
+    assert not scan_linear._Layout(decay, seqs, np.array([0.1, 0.5, 1.0]), 1 << 30, keep=True).keep
+
+
 def test_memory_past_the_budget_is_refused_before_anything_runs(monkeypatch):
     model, state, weights, names = MODELS['holt_winters']
     step = step_of(model, state, weights)
