@@ -233,9 +233,11 @@ class _Layout:
         per_row = 8 * ((0 if self.constant else 3 * k * k) + 10 * k + 4 + len(step.weights) + _arrays(step))
         fixed = 8 * (k + 2) * max(1, seqs.count) * (2 + len(step.weights))
         # the states kept from the forward pass for the backward one, where A is one matrix and they take at most
-        # half the budget; else the backward pass runs each chunk's states again from its carried start
+        # half the budget and leave the least chunk room (what fits() checked, without them); else the backward pass
+        # runs each chunk's states again from its carried start
         states = 8 * k * self.rows
-        self.keep = keep and self.constant and (budget is None or states <= budget // 2)
+        self.keep = keep and self.constant and (budget is None or states <= min(budget // 2, budget - fixed -
+                                                                                 per_row * BLOCK * 4))
         fixed += states if self.keep else 0
         most = (budget - fixed) // per_row if budget is not None else CHUNK_PIECES * PIECE_BLOCKS * BLOCK
         if most < BLOCK * 4:

@@ -438,6 +438,11 @@ def test_the_layouts_estimate_at_its_bounds():
     assert kept.keep and kept.chunk == (2 * states - fixed - states) // per_row // block * block
     assert not scan_linear._Layout(step, seqs, w, 2 * states - 1, keep=True).keep
     assert not scan_linear._Layout(step, seqs, w, 2 * states).keep  # run() keeps none
+    # states that take half the budget and would leave no room for the least chunk are not kept: where fits() says
+    # yes, the gradient runs (it raised 54000 before)
+    short, budget = ragged([1_500, 500]), 2 * 8 * 2000
+    assert scan_linear.fits(step, short, budget) and not scan_linear._Layout(step, short, w, budget, keep=True).keep
+    sequences.gradient(step, short, w, tile_bytes=budget, parallel=True)
     # A a row (a decay read from a column): 3K² numbers more a row, and the states never kept
     decay = step_of('λ(d, w, s) s.level', {'level': {'start': 'w.l0', 'next': 'exp(-w.k*d.y)*s.level + w.a*d.y'}},
                     {'k': 0.1, 'a': 0.5, 'l0': 1.0})
