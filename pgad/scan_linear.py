@@ -236,12 +236,12 @@ class _Layout:
         # half the budget and leave the least chunk room (what fits() checked, without them); else the backward pass
         # runs each chunk's states again from its carried start
         states = 8 * k * self.rows
-        self.keep = keep and self.constant and (budget is None or states <= min(budget // 2, budget - fixed -
-                                                                                 per_row * BLOCK * 4))
+        least = per_row * BLOCK * 4  # the least chunk: four blocks
+        self.keep = keep and self.constant and (budget is None or states <= min(budget // 2, budget - fixed - least))
         fixed += states if self.keep else 0
         most = (budget - fixed) // per_row if budget is not None else CHUNK_PIECES * PIECE_BLOCKS * BLOCK
         if most < BLOCK * 4:
-            need = fixed + per_row * BLOCK * 4
+            need = fixed + least
             raise PgadError('54000', f'the scan of the linear recurrence needs {math.ceil(need / 2 ** 20)} MB, more '
                                      f'than its share of pgad.memory_limit ({(budget or 0) >> 20} MB)',
                             detail=f'{seqs.count} sequences, {k} state fields, {len(step.graph)} nodes a row.',

@@ -234,7 +234,6 @@ def test_a_long_training_is_cancelled_within_about_a_second(cluster, dbname, edg
     assert elapsed < 3.0 + 2.0  # cancelled within about a second (generous: a loaded 2-core machine)
 
 
-
 def test_a_loss_not_finite_names_the_operation_and_the_state_of_its_row(edges):
     """A sequence whose loss is not finite at the starting weights: the error names the first operation that left
     the finite numbers, with what it read at its row — the state the row before left, and the row's columns (the

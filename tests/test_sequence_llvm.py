@@ -187,6 +187,7 @@ def test_short_sequences_keep_a_job_of_tape_within_the_tile_budget():
     peak = peak_bytes(lambda: scan.gradient(step, seqs, w, 8 * k * 1000, sequences.ADJOINT))
     assert peak < 8 * k * 20_000 / 2, peak  # 95 kB; 548 kB where a job took every sequence
 
+
 def test_a_cancel_between_pieces_stops_a_long_sequence(monkeypatch):
     step, _, _, given, _, _ = step_of('cell')
     seqs = sequences_of([20000], 1.0)
