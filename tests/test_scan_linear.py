@@ -78,6 +78,17 @@ def weights_of(spec, scale=1.0):
                      for k, v in spec.items()])
 
 
+def calls_of(monkeypatch, owner, name):
+    """The arguments of each call of owner.name from here on (it still runs)."""
+    calls, real = [], getattr(owner, name)
+
+    def recorded(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(owner, name, recorded)
+    return calls
+
+
 @pytest.mark.parametrize('name', sorted(MODELS))
 def test_the_scan_equals_the_sequential_reference(name):
     model, state, weights, names = MODELS[name]
@@ -151,12 +162,8 @@ def test_run_and_gradient_take_the_path_their_arguments_name(monkeypatch):
     model, state, weights, names = MODELS['holt']
     step, w, seqs = step_of(model, state, weights), weights_of(weights), one(2000)
     assert scan_linear.takes(step, seqs)
-    taken = []
-    for module, name in ((scan_linear, 'run'), (scan_linear, 'gradient'), (scan, 'run'), (scan, 'gradient')):
-        def called(*args, _real=getattr(module, name), _name=f'{module.__name__}.{name}', **kwargs):
-            taken.append(_name)
-            return _real(*args, **kwargs)
-        monkeypatch.setattr(module, name, called)
+    taken = [(module.__name__, calls_of(monkeypatch, module, name))
+             for module in (scan_linear, scan) for name in ('run', 'gradient')]
     least = 1
     while not scan_linear.fits(step, seqs, least):
         least *= 2
@@ -164,9 +171,10 @@ def test_run_and_gradient_take_the_path_their_arguments_name(monkeypatch):
         for kw, path in (({}, 'pgad.scan_linear'), ({'backend': 'python'}, 'pgad.scan_linear'),
                          ({'parallel': False}, None), ({'tile_bytes': least // 2}, None),
                          ({'tile_bytes': least}, 'pgad.scan_linear'), ({'backend': 'llvm'}, 'pgad.jit.scan')):
-            taken.clear()
+            for _, calls in taken:
+                calls.clear()
             call(**kw)
-            assert [t.rsplit('.', 1)[0] for t in taken] == ([path] if path else []), kw
+            assert [module for module, calls in taken for _ in calls] == ([path] if path else []), kw
         with pytest.raises(PgadError) as caught:
             call(parallel=True, tile_bytes=least // 2)
         assert caught.value.sqlstate == '54000'
@@ -181,9 +189,7 @@ def test_the_reference_keeps_its_tape_while_it_fits_and_else_runs_segments_again
     model, state, weights, names = MODELS[name]
     step, w, seqs = step_of(model, state, weights), weights_of(weights), ragged([50, 30, 7])
     whole = 50 * len(step.states) * 3 * 8
-    calls = []
-    real = python_backend.evaluate
-    monkeypatch.setattr(python_backend, 'evaluate', lambda *a: calls.append(1) or real(*a))
+    calls = calls_of(monkeypatch, python_backend, 'evaluate')
     found = {}
     for tile, evaluations in ((whole, 2 * 50 + 2), (whole - 1, 3 * 50 + 2)):
         calls.clear()
@@ -206,15 +212,13 @@ def test_the_reference_past_its_budget_keeps_a_segment_of_states_not_the_whole_t
 def test_the_blocked_scan_starts_at_two_blocks(monkeypatch):
     """scan() runs rows in order below two blocks; from two, only the blocks' totals (the scan of two) and the rows
     past the last whole block."""
-    ran = []
-    real = scan_linear._in_order
-    monkeypatch.setattr(scan_linear, '_in_order', lambda *args: ran.append(args[-2:]) or real(*args))
+    ran = calls_of(monkeypatch, scan_linear, '_in_order')
     block, a = scan_linear.BLOCK, np.array([[0.5]])
     for rows, in_order in ((2 * block - 1, [(0, 2 * block - 1)]), (2 * block, [(0, 2)]),
                            (2 * block + 5, [(0, 2), (2 * block, 2 * block + 5)])):
         ran.clear()
         found = scan_linear.scan(a, np.ones(rows, bool), np.ones((rows, 1)), np.zeros(1))
-        assert ran == in_order
+        assert [args[-2:] for args in ran] == in_order
         assert np.allclose(found[:, 0], 2 - 0.5 ** np.arange(rows), rtol=1e-15, atol=0)  # Σ 0.5^k
 
 
@@ -464,9 +468,7 @@ def test_memory_past_the_budget_is_refused_before_anything_runs(monkeypatch):
     # backward one (16 MB), or run again from each chunk's start (4 MB); the same numbers
     seqs = one(50_000)
     whole = sequences.gradient(step, seqs, weights_of(weights), parallel=False)
-    forwards = []
-    real = scan_linear._Pass.forward
-    monkeypatch.setattr(scan_linear._Pass, 'forward', lambda *args: forwards.append(1) or real(*args))
+    forwards = calls_of(monkeypatch, scan_linear._Pass, 'forward')
     for budget, keeps in ((16 << 20, True), (4 << 20, False)):
         layout = scan_linear._Layout(step, seqs, weights_of(weights), budget, keep=True)
         assert layout.keep == keeps and len(layout.chunks()) > 2
