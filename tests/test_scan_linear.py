@@ -435,6 +435,11 @@ def test_the_layouts_estimate_at_its_bounds():
         '54000', f'3 sequences, 1 state fields, {len(step.graph)} nodes a row.')
     assert caught.value.message == ('the scan of the linear recurrence needs 1 MB, more than its share of '
                                     'pgad.memory_limit (0 MB)')
+    assert caught.value.hint == 'Train with fewer groups at once, or have a superuser raise pgad.memory_limit.'
+    # one sequence: fixed 8·(K + 2)·1·(2 + P) bytes
+    assert scan_linear._Layout(step, one(5_000), w, 8 * 3 * 4 + per_row * 4 * block).chunk == 4 * block
+    with pytest.raises(PgadError):
+        scan_linear._Layout(step, one(5_000), w, 8 * 3 * 4 + per_row * 4 * block - 1)
     assert scan_linear._Layout(step, seqs, w, fixed + per_row * 1000).chunk == 992
     assert scan_linear._Layout(step, seqs, w, None).chunk == scan_linear.CHUNK_PIECES * scan_linear.PIECE_BLOCKS * block
     states = 8 * 35_000
@@ -447,6 +452,13 @@ def test_the_layouts_estimate_at_its_bounds():
     short, budget = ragged([1_500, 500]), 2 * 8 * 2000
     assert scan_linear.fits(step, short, budget) and not scan_linear._Layout(step, short, w, budget, keep=True).keep
     sequences.gradient(step, short, w, tile_bytes=budget, parallel=True)
+    # where they take less than half, they are kept while the least chunk fits beside them, to the byte
+    window, states = ragged([1_500, 1_000, 1_000]), 8 * 3_500
+    budget = states + fixed + per_row * 4 * block
+    assert states <= budget // 2
+    kept = scan_linear._Layout(step, window, w, budget, keep=True)
+    assert kept.keep and kept.chunk == 4 * block
+    assert not scan_linear._Layout(step, window, w, budget - 1, keep=True).keep
     # A a row (a decay read from a column): 3K² numbers more a row, and the states never kept
     decay = step_of('λ(d, w, s) s.level', {'level': {'start': 'w.l0', 'next': 'exp(-w.k*d.y)*s.level + w.a*d.y'}},
                     {'k': 0.1, 'a': 0.5, 'l0': 1.0})
@@ -456,6 +468,14 @@ def test_the_layouts_estimate_at_its_bounds():
     with pytest.raises(PgadError):
         scan_linear._Layout(decay, seqs, np.array([0.1, 0.5, 1.0]), fixed + per_row * 4 * block - 1)
     assert not scan_linear._Layout(decay, seqs, np.array([0.1, 0.5, 1.0]), 1 << 30, keep=True).keep
+    # K = 2 fields whose A changes from row to row: 3K² = 12 numbers more a row
+    trend = step_of('λ(d, w, s) s.level',
+                    {'level': {'start': 'w.l0', 'next': 'exp(-w.k*d.y)*s.level + s.trend'},
+                     'trend': {'start': 'w.b0', 'next': 'exp(-w.k*d.y)*s.trend'}}, {'k': 0.1, 'l0': 1.0, 'b0': 0.0})
+    per_row, fixed = 8 * (12 + 20 + 4 + 3 + scan_linear._arrays(trend)), 8 * 4 * 3 * 5
+    assert scan_linear._Layout(trend, seqs, np.array([0.1, 1.0, 0.0]), fixed + per_row * 4 * block).chunk == 4 * block
+    with pytest.raises(PgadError):
+        scan_linear._Layout(trend, seqs, np.array([0.1, 1.0, 0.0]), fixed + per_row * 4 * block - 1)
 
 
 def test_memory_past_the_budget_is_refused_before_anything_runs(monkeypatch):
