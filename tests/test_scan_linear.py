@@ -478,6 +478,15 @@ def test_the_layouts_estimate_at_its_bounds():
         scan_linear._Layout(trend, seqs, np.array([0.1, 1.0, 0.0]), fixed + per_row * 4 * block - 1)
 
 
+def test_a_steps_arrays_and_linearity_are_found_once(monkeypatch):
+    """_arrays() and linear() walk the step's graph once per Step (each layout and chunk asks again)."""
+    model, state, weights, names = MODELS['ses']
+    step = step_of(model, state, weights)
+    counted, decided = calls_of(monkeypatch, scan_linear, '_count_arrays'), calls_of(monkeypatch, scan_linear, '_affine')
+    assert [scan_linear._arrays(step), scan_linear._arrays(step)] == [13, 13] and len(counted) == 1
+    assert scan_linear.linear(step) and scan_linear.linear(step) and len(decided) == 1
+
+
 def test_memory_past_the_budget_is_refused_before_anything_runs(monkeypatch):
     model, state, weights, names = MODELS['holt_winters']
     step = step_of(model, state, weights)
