@@ -487,6 +487,14 @@ def test_a_steps_arrays_and_linearity_are_found_once(monkeypatch):
     assert scan_linear.linear(step) and scan_linear.linear(step) and len(decided) == 1
 
 
+def test_the_arrays_a_row_count_what_only_a_reads():
+    """A row's arrays for next = s.level·y·y: s.level, y, s.level − y, its square, s.level·y, s.level·y·y, the
+    adjoint, y·adjoint, y·y·adjoint, 2·(s.level − y), their sum (the vjp) and y·y, ∂next/∂s, which only A reads;
+    not the constants."""
+    step = step_of('λ(d, w, s) s.level', {'level': {'start': 'w.a', 'next': 's.level*d.y*d.y'}}, {'a': 0.5})
+    assert scan_linear._count_arrays(step) == 12
+
+
 def test_memory_past_the_budget_is_refused_before_anything_runs(monkeypatch):
     model, state, weights, names = MODELS['holt_winters']
     step = step_of(model, state, weights)
