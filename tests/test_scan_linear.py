@@ -479,12 +479,17 @@ def test_the_layouts_estimate_at_its_bounds():
 
 
 def test_a_steps_arrays_and_linearity_are_found_once(monkeypatch):
-    """_arrays() and linear() walk the step's graph once per Step (each layout and chunk asks again)."""
+    """_arrays(), linear() and Step.jacobian() walk the step's graph once per Step (each layout and chunk asks
+    again)."""
     model, state, weights, names = MODELS['ses']
     step = step_of(model, state, weights)
     counted, decided = calls_of(monkeypatch, scan_linear, '_count_arrays'), calls_of(monkeypatch, scan_linear, '_affine')
     assert [scan_linear._arrays(step), scan_linear._arrays(step)] == [13, 13] and len(counted) == 1
     assert scan_linear.linear(step) and scan_linear.linear(step) and len(decided) == 1
+    differentiated = calls_of(monkeypatch, sequences, 'derivatives')
+    step.jacobian()
+    made = len(differentiated)
+    assert step.jacobian() is step.jacobian() and len(differentiated) == made
 
 
 def test_the_arrays_a_row_count_what_only_a_reads():
