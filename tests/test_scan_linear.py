@@ -10,6 +10,7 @@ import pytest
 from conftest import peak_bytes, used_two
 from pgad import limits, scan_linear, sequences
 from pgad.errors import PgadError
+from pgad.jit import threads
 from pgad.models import sequence
 
 RELATIVE = 1e-12    # the scan against the reference, relative to the largest number of the same sum's terms
@@ -152,6 +153,21 @@ def test_run_in_chunks_gives_predictions_like_a_column():
     with pytest.raises(PgadError) as caught:  # a budget below the least chunk
         scan_linear.run(step, seqs, weights_of(weights), budget=100_000)
     assert caught.value.sqlstate == '54000'
+
+
+def test_a_model_that_reads_no_column_predicts_a_row_of_each_sequence():
+    """With no column, the predictions are the sequences' rows, sequence after sequence: level_t = 0.6 + 1.4·0.5^t
+    for next = 0.5·s.level + 0.3 from 2, by the scan and in order."""
+    step = sequence.step_of('λ(d, w, s) s.level', 'λ(p, d) (p - 1)^2', None,
+                            json.dumps({'level': {'start': 'w.l0', 'next': '0.5*s.level + w.a'}}),
+                            json.dumps({'a': 0.3, 'l0': 2.0}), limits.DEFAULT, 1 << 30)[0]
+    assert step.columns == ()
+    seqs = sequences.Sequences({}, np.array([0, 100]), np.array([100, 70]))
+    level = 0.6 + 1.4 * 0.5 ** np.concatenate([np.arange(100), np.arange(70)])
+    for parallel in (False, True):
+        loss, _, predictions = sequences.run(step, seqs, np.array([0.3, 2.0]), keep='predictions', parallel=parallel)
+        np.testing.assert_allclose(predictions, level, rtol=1e-13)
+        np.testing.assert_allclose(loss, [np.sum((level[:100] - 1) ** 2), np.sum((level[100:] - 1) ** 2)], rtol=1e-13)
 
 
 def test_run_and_gradient_take_the_path_their_arguments_name(monkeypatch):
@@ -320,6 +336,22 @@ def test_the_same_bits_run_to_run_and_on_any_number_of_threads(thread_count):
         assert np.array_equal(loss, found[0][0]) and np.array_equal(grad, found[0][1])
 
 
+def test_the_scan_takes_a_thread_a_piece_of_rows_and_checks_interrupts_between_pieces(thread_count, monkeypatch):
+    """A thread for each piece of blocks (65,536 rows), as many as pgad.max_threads gives; the pool's pieces are
+    timed (threads.PIECE_NS each) and the caller checks interrupts between them."""
+    model, state, weights, names = MODELS['holt']
+    step, w, piece = step_of(model, state, weights), weights_of(weights), scan_linear.PIECE_BLOCKS * scan_linear.BLOCK
+    thread_count(4)
+    assert [scan_linear._Layout(step, one(rows), w, None).count
+            for rows in (2 * piece - 1, 2 * piece, 3 * piece, 5 * piece)] == [1, 2, 3, 4]
+    runs = calls_of(monkeypatch, threads, 'run')
+    checked = []
+    monkeypatch.setattr(limits, 'check', lambda: checked.append(1))
+    sequences.gradient(step, one(300_000, seed=5), w, parallel=True)
+    assert runs and all(call[3] is limits.check and call[4] == threads.PIECE_NS for call in runs)
+    assert checked
+
+
 def test_the_same_bits_where_the_matrix_changes_row_by_row(thread_count):
     """A decay read from a column (exp(−w.k·d.gap)): A_t a matrix a row, products of them in the blocks; 140,034
     rows, three pieces of blocks on up to three threads."""
@@ -436,6 +468,12 @@ def test_the_layouts_estimate_at_its_bounds():
     assert caught.value.message == ('the scan of the linear recurrence needs 1 MB, more than its share of '
                                     'pgad.memory_limit (0 MB)')
     assert caught.value.hint == 'Train with fewer groups at once, or have a superuser raise pgad.memory_limit.'
+    # in MB, rounded up, of a need past a MB: 50,000 sequences' fixed bytes and the least chunk
+    with pytest.raises(PgadError) as caught:
+        scan_linear._Layout(step, ragged([3] * 50_000), w, 3 << 20)
+    assert 8 * 3 * 50_000 * 4 + per_row * 4 * block == 4_829_696
+    assert caught.value.message == ('the scan of the linear recurrence needs 5 MB, more than its share of '
+                                    'pgad.memory_limit (3 MB)')
     # one sequence: fixed 8·(K + 2)·1·(2 + P) bytes
     assert scan_linear._Layout(step, one(5_000), w, 8 * 3 * 4 + per_row * 4 * block).chunk == 4 * block
     with pytest.raises(PgadError):
