@@ -388,12 +388,28 @@ def test_a_sequence_that_overflows_leaves_the_next_alone():
     close(scan_grad[:, 1], grad[:, 1], np.abs(grad[:, 1]).max())
 
 
+@pytest.mark.parametrize('next_value', [
+    's.level/(1 + w.a) + w.b*d.y',                                      # a division by what reads no state
+    'CASE WHEN d.y > 0 THEN w.a*s.level ELSE s.level END + w.b*d.y',  # a CASE whose condition reads none
+])
+def test_a_step_affine_in_the_state_is_scanned(next_value):
+    """linear() holds for a division of the state and a CASE over it: the scan gives the reference's gradient."""
+    step = step_of('λ(d, w, s) s.level', {'level': {'start': 'w.a', 'next': next_value}}, {'a': 0.5, 'b': 0.3})
+    assert scan_linear.linear(step)
+    seqs, w = one(500), np.array([0.5, 0.3])
+    scanned, ran = sequences.gradient(step, seqs, w, parallel=True), sequences.gradient(step, seqs, w, parallel=False)
+    close(scanned[0], ran[0], ran[0])
+    close(scanned[1], ran[1], np.abs(ran[1]).max() + 1)
+
+
 @pytest.mark.parametrize('model, state', [
     ('λ(d, w, s) s.h', {'h': {'start': '0', 'next': 'tanh(w.a*s.h + w.b*d.y)'}}),
     ('λ(d, w, s) s.level + s.trend', {'level': {'start': 'w.a', 'next': 's.level*s.trend + w.b*d.y'},
                                       'trend': {'start': '1', 'next': 's.trend'}}),
     # ∂next/∂s reads no state (sign's derivative is 0), yet next is not affine in it
     ('λ(d, w, s) s.level', {'level': {'start': 'w.a', 'next': 'w.b*d.y + sign(s.level - 5)'}}),
+    ('λ(d, w, s) s.level', {'level': {'start': 'w.a', 'next': 'w.b*d.y + sign(w.a*s.level - 5)'}}),
+    ('λ(d, w, s) s.level', {'level': {'start': 'w.a', 'next': 'w.b*d.y + CASE WHEN w.a > s.level THEN 1 ELSE 0 END'}}),
 ])
 def test_a_step_that_is_not_linear_runs_in_order(model, state):
     """The scan is not taken where a next value is not affine in the state: if linear() said it was, the scan's
@@ -521,7 +537,8 @@ def test_a_steps_arrays_and_linearity_are_found_once(monkeypatch):
     again)."""
     model, state, weights, names = MODELS['ses']
     step = step_of(model, state, weights)
-    counted, decided = calls_of(monkeypatch, scan_linear, '_count_arrays'), calls_of(monkeypatch, scan_linear, '_affine')
+    counted = calls_of(monkeypatch, scan_linear, '_count_arrays')
+    decided = calls_of(monkeypatch, scan_linear, '_affine')
     assert [scan_linear._arrays(step), scan_linear._arrays(step)] == [13, 13] and len(counted) == 1
     assert scan_linear.linear(step) and scan_linear.linear(step) and len(decided) == 1
     differentiated = calls_of(monkeypatch, sequences, 'derivatives')
