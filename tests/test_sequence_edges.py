@@ -7,11 +7,15 @@ import math
 import re
 import threading
 import time
+import warnings
 
+import numpy as np
 import psycopg
 import pytest
 
 from conftest import error_of
+from pgad import limits, sequences
+from pgad.models import sequence
 
 SES = '{"level": {"start": "w.l0", "next": "s.level + w.alpha*(d.y - s.level)"}}'
 W = '{"alpha": 0.5, "l0": 0}'
@@ -216,7 +220,8 @@ def test_a_sequence_past_memory_limit_is_refused_before_it_is_allocated(edges):
     assert diag.sqlstate == '54000'
     assert diag.message_primary == 'the states of the backward pass need 30 MB, more than pgad.memory_limit (16 MB)'
     assert diag.message_detail == '1000 sequences of up to 100 rows, 200 state fields: a checkpoint every 10 rows.'
-    assert "mode => 'forward'" in diag.message_hint
+    assert diag.message_hint == ("Train on shorter sequences, or with mode => 'forward' (no tape), or have a "
+                                 "superuser raise pgad.memory_limit.")
 
 
 def test_a_long_training_is_cancelled_within_about_a_second(cluster, dbname, edges):
@@ -232,6 +237,28 @@ def test_a_long_training_is_cancelled_within_about_a_second(cluster, dbname, edg
         timer.join()
     assert diag.sqlstate == '57014'
     assert elapsed < 3.0 + 2.0  # cancelled within about a second (generous: a loaded 2-core machine)
+
+
+def test_not_finite_names_a_row_of_the_first_sequence_and_the_states_before_it():
+    """sequences.not_finite, in process, of the first of two sequences (rows 5 … 8 of the columns; the second's rows
+    0 … 4 would overflow at once): level 0, 2, 2e², 2e^(2e²) ≈ 5.2e6, then exp overflows at row 3, with numpy
+    warning nothing; a start not finite at row 0, with the state of no row."""
+    def step_of(state):
+        return sequence.step_of('λ(d, w, s) s.level', 'squared', 'y', json.dumps(state), '{"a": 0.5}',
+                                limits.DEFAULT, 1 << 30)[0]
+    y = np.array([800.0] * 5 + [1.0, 0.0, 0.0, 0.0])
+    seqs = sequences.Sequences({'y': y}, np.array([5, 0]), np.array([4, 5]))
+    step = step_of({'level': {'start': 'ln(d.y)', 'next': 'exp(s.level)*2 + 0*w.a'}})
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        t, node, states = sequences.not_finite(step, seqs, np.array([0.5]))
+    levels = [0.0, 2.0, 2 * math.exp(2), 2 * math.exp(2 * math.exp(2))]
+    assert (t, node, states.shape) == (3, step.next[0], (1, 4)) and np.allclose(states[0], levels, rtol=1e-15)
+    step = step_of({'level': {'start': 'ln(d.y - 2)', 'next': 's.level + 0*w.a'}})
+    t, node, states = sequences.not_finite(step, seqs, np.array([0.5]))
+    assert (t, node) == (0, step.start[0]) and np.array_equal(states, np.zeros((1, 1)))
+    assert sequences.not_finite(step, sequences.Sequences({'y': y}, np.array([0]), np.array([5])), np.array([0.5])) \
+        is None
 
 
 def test_a_loss_not_finite_names_the_operation_and_the_state_of_its_row(edges):
