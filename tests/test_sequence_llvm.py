@@ -265,6 +265,25 @@ def test_forward_mode_is_refused_where_its_own_kernel_is_too_large(monkeypatch):
     assert too_large(caught.value, forward, reverse)
 
 
+def test_auto_asks_whether_the_modes_own_kernel_fits(monkeypatch):
+    """backend 'auto' where reverse mode's kernel fits a tier and forward mode's does not: reverse mode runs the llvm
+    scan (neither python pass), forward mode the python reference's forward pass, with reverse mode's gradient."""
+    step, _, _, given, _, _ = step_of('holt_winters')
+    monkeypatch.setattr(scan, 'SCAN_TIERS', (dataclasses.replace(scan.SCAN_TIERS[0], max_nodes=scan.nodes(step)),))
+    assert sequences.llvm(step, 'auto') and not sequences.llvm(step, 'auto', tangents=True)
+    taken = []
+    for name in ('_reverse', '_forward'):
+        monkeypatch.setattr(sequences, name, lambda *a, real=getattr(sequences, name), name=name:
+                            taken.append(name) or real(*a))
+    seqs, w = sequences_of([10], 1.0), weights_at('holt_winters', step, given, 1.0)
+    by_llvm = sequences.gradient(step, seqs, w, backend='auto')
+    assert taken == []
+    forward = sequences.gradient(step, seqs, w, mode='forward', backend='auto')
+    assert taken == ['_forward'] and close(forward[1], by_llvm[1])[0]
+    sequences.gradient(step, seqs, w, backend='python')
+    assert taken == ['_forward', '_reverse']
+
+
 def test_many_sequences_cut_in_jobs_give_the_bits_of_one_job(monkeypatch):
     """Short sequences are run in jobs of whole sequences (each a piece's work): sequence a > 0 of a job finds its
     weights, state, tangents and gradient at a's place, in reverse and forward mode and in run()."""
