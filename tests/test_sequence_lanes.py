@@ -208,9 +208,9 @@ def test_a_process_loads_the_kernels_another_put_in_the_disk_cache(tmp_path):
 
 
 def test_the_lane_and_scan_kernels_are_kept_in_the_disk_cache_given():
-    """lanes.gradient compiles two kernels, the lanes' and scan.py's (for the packs it does not take), and hands
-    each to the cache it is given: a step compiled nowhere before (its constant is new) puts two keys; forward mode
-    a third, its own."""
+    """The lanes' gradient compiles two kernels, the lanes' and scan.py's (for the packs it does not take), and
+    hands each to the cache sequences.gradient is given: a step compiled nowhere before (its constant is new) puts
+    two keys; forward mode a third, its own."""
     step, _, _, given, _, _ = fresh_ses()
 
     class Remembered:  # a DiskCache that has nothing and keeps the keys it is asked for and given
@@ -224,7 +224,8 @@ def test_the_lane_and_scan_kernels_are_kept_in_the_disk_cache_given():
             self.given.append(key)
     cache = Remembered()
     seqs, w = sequences_of([5] * W, 1.0), weights_at('ses', step, given, 1.0)
-    lanes.gradient(step, seqs, w, sequences.TILE_BYTES, sequences.ADJOINT, cache)
+    assert lanes.pays(step, seqs)
+    sequences.gradient(step, seqs, w, backend='llvm', cache=cache)  # by the lanes
     assert len(set(cache.asked)) == 2 and sorted(cache.asked) == sorted(cache.given)
     sequences.gradient(step, seqs, w, mode='forward', backend='llvm', cache=cache)  # forward mode's kernel: a third
     assert len(set(cache.asked)) == 3 and sorted(cache.asked) == sorted(cache.given)
