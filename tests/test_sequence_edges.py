@@ -2,6 +2,7 @@
 its type prints it, NULLs skipped with the NOTICE, groups of one row and of very different lengths, and every
 argument a sequence model refuses, each a clear SQLSTATE that leaves the catalog as it was; and the threats of
 docs/security.md that concern sequences."""
+import dataclasses
 import json
 import math
 import re
@@ -15,6 +16,7 @@ import pytest
 
 from conftest import error_of
 from pgad import limits, sequences
+from pgad.errors import PgadError
 from pgad.models import sequence
 
 SES = '{"level": {"start": "w.l0", "next": "s.level + w.alpha*(d.y - s.level)"}}'
@@ -237,6 +239,26 @@ def test_a_long_training_is_cancelled_within_about_a_second(cluster, dbname, edg
         timer.join()
     assert diag.sqlstate == '57014'
     assert elapsed < 3.0 + 2.0  # cancelled within about a second (generous: a loaded 2-core machine)
+
+
+def test_a_state_expressions_errors_name_it_and_its_bounds_are_the_callers():
+    """In process: an empty next value or start is 42601 naming it; each is held to the caller's
+    pgad.max_lambda_bytes (54001); a field read and not declared names the fields there are and how to give one."""
+    def refused(state, bounds=limits.DEFAULT, model='λ(d, w, s) s.level'):
+        with pytest.raises(PgadError) as caught:
+            sequence.step_of(model, 'squared', 'y', json.dumps(state), '{"a": 0.5}', bounds, 1 << 30)
+        return caught.value
+    for state, what in (({'level': {'start': '0', 'next': ''}}, 'the next value of state "level"'),
+                        ({'level': {'start': '', 'next': 's.level'}}, 'the start of state "level"')):
+        assert (refused(state).sqlstate, refused(state).message) == ('42601', f'{what} is empty')
+    small, long = dataclasses.replace(limits.DEFAULT, lambda_bytes=40), ' + '.join(['w.a'] * 12)
+    for state in ({'level': {'start': '0', 'next': long}}, {'level': {'start': long, 'next': 's.level'}}):
+        caught = refused(state, small)
+        assert (caught.sqlstate, caught.message) == ('54001', f'lambda is too long: {len(long)} bytes')
+    caught = refused({'level': {'start': '0', 'next': 's.level'}}, model='λ(d, w, s) s.level + s.trend')
+    assert (caught.sqlstate, caught.message, caught.detail, caught.hint) == (
+        '42703', 'state field "trend" is not in the state', 'The state has: "level".',
+        'Give it a start and a next value in state, or read one of those as s.<field>.')
 
 
 def test_not_finite_names_a_row_of_the_first_sequence_and_the_states_before_it():
