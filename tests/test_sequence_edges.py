@@ -241,6 +241,40 @@ def test_a_long_training_is_cancelled_within_about_a_second(cluster, dbname, edg
     assert elapsed < 3.0 + 2.0  # cancelled within about a second (generous: a loaded 2-core machine)
 
 
+def test_the_fields_of_the_state_argument():
+    """sequences.fields, in process: the fields in the order given, a number taken as its float's text; each refusal
+    a 22023 (54000 past pgad.max_lambda_nodes / 10 fields, at least 1) with the spec's hint."""
+    hint = sequences.SPEC_HINT
+    assert sequences.fields('{"b": {"start": 2, "next": "s.b"}, "a": {"start": "0", "next": -1.5}}') == [
+        ('b', '2.0', 's.b'), ('a', '0', '-1.5')]
+
+    def refused(state, bounds=limits.DEFAULT):
+        with pytest.raises(PgadError) as caught:
+            sequences.fields(state, bounds)
+        return caught.value.sqlstate, caught.value.message, caught.value.detail, caught.value.hint
+    assert refused('{"level": ') == ('22023', 'state must be a JSON object', None, hint)
+    for state in ('[1]', '{}', '"x"'):
+        assert refused(state) == ('22023', 'state must be a JSON object of at least one field', None, hint)
+    for spec in ('1', '{"start": "0"}', '{"start": "0", "next": "s.a", "step": "1"}'):
+        assert refused(f'{{"a": {spec}}}') == ('22023', 'state field "a" must be an object of "start" and "next"',
+                                               f'It is {json.dumps(json.loads(spec))}.', hint)
+    assert refused('{"a": "' + 'x' * 300 + '"}')[2] == 'It is "' + 'x' * 199 + '.'
+    for key, spec in (('start', '{"start": true, "next": "0"}'), ('next', '{"start": "0", "next": null}'),
+                      ('next', '{"start": "0", "next": ["s.a"]}')):
+        assert refused(f'{{"a": {spec}}}') == (
+            '22023', f'the {key} of state field "a" must be an expression (a JSON string) or a number', None, hint)
+    many = json.dumps({f'f{k}': {'start': '0', 'next': '0'} for k in range(4)})
+    assert len(sequences.fields(many, dataclasses.replace(limits.DEFAULT, lambda_nodes=40))) == 4
+    assert refused(many, dataclasses.replace(limits.DEFAULT, lambda_nodes=39)) == (
+        '54000', 'the state has 4 fields, more than pgad.max_lambda_nodes / 10 (3)', None,
+        'Carry fewer fields, or have a superuser raise pgad.max_lambda_nodes.')
+    one = json.dumps({'f': {'start': '0', 'next': '0'}})
+    assert len(sequences.fields(one, dataclasses.replace(limits.DEFAULT, lambda_nodes=5))) == 1
+    assert refused(json.dumps({**json.loads(one), 'g': {'start': '0', 'next': '0'}}),
+                   dataclasses.replace(limits.DEFAULT, lambda_nodes=5))[1] == (
+        'the state has 2 fields, more than pgad.max_lambda_nodes / 10 (1)')
+
+
 def test_a_state_expressions_errors_name_it_and_its_bounds_are_the_callers():
     """In process: an empty next value or start is 42601 naming it; each is held to the caller's
     pgad.max_lambda_bytes (54001); a field read and not declared names the fields there are and how to give one."""
