@@ -289,10 +289,19 @@ def test_a_state_expressions_errors_name_it_and_its_bounds_are_the_callers():
     for state in ({'level': {'start': '0', 'next': long}}, {'level': {'start': long, 'next': 's.level'}}):
         caught = refused(state, small)
         assert (caught.sqlstate, caught.message) == ('54001', f'lambda is too long: {len(long)} bytes')
-    caught = refused({'level': {'start': '0', 'next': 's.level'}}, model='λ(d, w, s) s.level + s.trend')
+    caught = refused({'level': {'start': '0', 'next': 's.level'}, 'x': {'start': '0', 'next': '0'}},
+                     model='λ(d, w, s) s.level + s.trend')
     assert (caught.sqlstate, caught.message, caught.detail, caught.hint) == (
-        '42703', 'state field "trend" is not in the state', 'The state has: "level".',
+        '42703', 'state field "trend" is not in the state', 'The state has: "level", "x".',
         'Give it a start and a next value in state, or read one of those as s.<field>.')
+    caught = refused({'level': {'start': 'w.l0', 'next': 's.level'}})
+    assert (caught.sqlstate, caught.message, caught.hint) == (
+        '22023', 'weight "l0" is not in the weights',
+        'Give every weight the model and its state read a starting value: {"a": 0, "l0": 0}.')
+    with pytest.raises(PgadError) as caught:
+        sequence.step_of('λ(d, w, s) s.level + w."state.x"', 'squared', 'y', json.dumps({'level': {
+            'start': '0', 'next': 's.level'}}), '{"state.x": 0.5}', limits.DEFAULT, 1 << 30)
+    assert (caught.value.sqlstate, caught.value.hint) == ('42P08', 'Rename the weights that start with "state.".')
 
 
 def test_not_finite_names_a_row_of_the_first_sequence_and_the_states_before_it():
