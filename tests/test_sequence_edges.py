@@ -302,6 +302,12 @@ def test_a_state_expressions_errors_name_it_and_its_bounds_are_the_callers():
         sequence.step_of('λ(d, w, s) s.level + w."state.x"', 'squared', 'y', json.dumps({'level': {
             'start': '0', 'next': 's.level'}}), '{"state.x": 0.5}', limits.DEFAULT, 1 << 30)
     assert (caught.value.sqlstate, caught.value.hint) == ('42P08', 'Rename the weights that start with "state.".')
+    with pytest.raises(PgadError) as caught:  # vectors of one length (of several, [...] refuses them: 2202E)
+        sequence.step_of('λ(d, w, s) w.v', 'squared', 'y', json.dumps({'level': {'start': 'w.v', 'next': 'w.v'}}),
+                         '{"v": [1, 2]}', limits.DEFAULT, 1 << 30)
+    assert (caught.value.sqlstate, caught.value.message, caught.value.hint) == (
+        '42804', "the prediction, each state's start and next value must be numbers, not vectors",
+        'Keep a vector\'s elements as fields of their own: {"h1": …, "h2": …}.')
 
 
 def test_not_finite_names_a_row_of_the_first_sequence_and_the_states_before_it():
