@@ -105,6 +105,17 @@ def peak_bytes(call):
         tracemalloc.stop()
 
 
+def calls_of(monkeypatch, owner, name):
+    """The arguments of each call of owner.name from here on (it still runs)."""
+    calls, real = [], getattr(owner, name)
+
+    def recorded(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(owner, name, recorded)
+    return calls
+
+
 def used_two(told):
     """Did a kernel call split over two threads, by the messages threads.py told (not merely were two asked for)?"""
     return any(message.endswith(' on 2 threads') for message in told)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import peak_bytes, used_two
+from conftest import calls_of, peak_bytes, used_two
 from pgad import limits, scan_linear, sequences
 from pgad.errors import PgadError
 from pgad.jit import threads
@@ -77,17 +77,6 @@ def close(found, expected, terms):
 def weights_of(spec, scale=1.0):
     return np.array([v * (scale if k in ('l0', 'b0', 'c') or k.startswith('s') and k[1:].isdigit() else 1)
                      for k, v in spec.items()])
-
-
-def calls_of(monkeypatch, owner, name):
-    """The arguments of each call of owner.name from here on (it still runs)."""
-    calls, real = [], getattr(owner, name)
-
-    def recorded(*args, **kwargs):
-        calls.append(args)
-        return real(*args, **kwargs)
-    monkeypatch.setattr(owner, name, recorded)
-    return calls
 
 
 @pytest.mark.parametrize('name', sorted(MODELS))

@@ -278,9 +278,9 @@ def test_the_fields_of_the_state_argument():
 def test_a_state_expressions_errors_name_it_and_its_bounds_are_the_callers():
     """In process: an empty next value or start is 42601 naming it; each is held to the caller's
     pgad.max_lambda_bytes (54001); a field read and not declared names the fields there are and how to give one."""
-    def refused(state, bounds=limits.DEFAULT, model='λ(d, w, s) s.level'):
+    def refused(state, bounds=limits.DEFAULT, model='λ(d, w, s) s.level', weights='{"a": 0.5}'):
         with pytest.raises(PgadError) as caught:
-            sequence.step_of(model, 'squared', 'y', json.dumps(state), '{"a": 0.5}', bounds, 1 << 30)
+            sequence.step_of(model, 'squared', 'y', json.dumps(state), weights, bounds, 1 << 30)
         return caught.value
     for state, what in (({'level': {'start': '0', 'next': ''}}, 'the next value of state "level"'),
                         ({'level': {'start': '', 'next': 's.level'}}, 'the start of state "level"')):
@@ -298,14 +298,12 @@ def test_a_state_expressions_errors_name_it_and_its_bounds_are_the_callers():
     assert (caught.sqlstate, caught.message, caught.hint) == (
         '22023', 'weight "l0" is not in the weights',
         'Give every weight the model and its state read a starting value: {"a": 0, "l0": 0}.')
-    with pytest.raises(PgadError) as caught:
-        sequence.step_of('λ(d, w, s) s.level + w."state.x"', 'squared', 'y', json.dumps({'level': {
-            'start': '0', 'next': 's.level'}}), '{"state.x": 0.5}', limits.DEFAULT, 1 << 30)
-    assert (caught.value.sqlstate, caught.value.hint) == ('42P08', 'Rename the weights that start with "state.".')
-    with pytest.raises(PgadError) as caught:  # vectors of one length (of several, [...] refuses them: 2202E)
-        sequence.step_of('λ(d, w, s) w.v', 'squared', 'y', json.dumps({'level': {'start': 'w.v', 'next': 'w.v'}}),
-                         '{"v": [1, 2]}', limits.DEFAULT, 1 << 30)
-    assert (caught.value.sqlstate, caught.value.message, caught.value.hint) == (
+    caught = refused({'level': {'start': '0', 'next': 's.level'}}, model='λ(d, w, s) s.level + w."state.x"',
+                     weights='{"state.x": 0.5}')
+    assert (caught.sqlstate, caught.hint) == ('42P08', 'Rename the weights that start with "state.".')
+    # vectors of one length (of several, [...] refuses them: 2202E)
+    caught = refused({'level': {'start': 'w.v', 'next': 'w.v'}}, model='λ(d, w, s) w.v', weights='{"v": [1, 2]}')
+    assert (caught.sqlstate, caught.message, caught.hint) == (
         '42804', "the prediction, each state's start and next value must be numbers, not vectors",
         'Keep a vector\'s elements as fields of their own: {"h1": …, "h2": …}.')
 
