@@ -63,6 +63,8 @@ def test_a_new_model_name_holding_an_at_sign_is_refused(squatter, db):
     for name in ('sq_m@2', 'sq_new@1', 'sq_m_explain@2', '@'):
         e = error_of(squatter, "SELECT pgad.train(%s, %s, 'squared', 'sq_pts', %s)", [name, LINE, START])
         assert e.sqlstate == '42602' and e.message_primary == f'invalid model name "{name}": it holds "@"'
+        assert e.message_detail == ('A version\'s own functions are named with "@" and its number '
+                                    '(pgad_models."m@2"): a model of a name that holds "@" could take or block them.')
         assert e.message_hint == 'Train the model under a name without "@".'
         assert db.execute('SELECT count(*) FROM pgad.model_versions WHERE name = %s', [name]).fetchone()[0] == 0
     assert train(db, 'sq_m', data='SELECT x, y FROM sq_pts WHERE NOT first') == [(2, True)]

@@ -160,17 +160,49 @@ def test_the_deployed_function_is_inlined(db):
     assert 'v_inline' not in plan and 'x IS NULL' in plan
 
 
+def full(e):
+    return e.sqlstate, e.message_primary, e.message_detail, e.message_hint
+
+
+LISTED = 'The versions of a model are listed in pgad.model_versions.'
+
+
 def test_bad_deployments_are_refused(db):
+    """Each error of pgad.deploy, pgad.drop_model and a version's rows, with its DETAIL and HINT; none changes a
+    version."""
     train(db, 'v_bad')
+    either = "Give version => 3, or strategy => 'best_validation', 'most_recent' or 'previous'."
+    for sql, expected in [
+            ("SELECT pgad.deploy('v_bad')", ('22023', 'pgad.deploy takes a version or a strategy, one of them',
+                                             None, either)),
+            ("SELECT pgad.deploy('v_bad', 1, 'previous')",
+             ('22023', 'pgad.deploy takes a version or a strategy, one of them', None, either)),
+            ("SELECT pgad.deploy('v_bad', strategy => 'newest')",
+             ('22023', 'unknown deployment strategy "newest"', None,
+              "The strategies are 'best_validation', 'most_recent' and 'previous'.")),
+            ("SELECT pgad.deploy('v_bad', strategy => 'previous')",
+             ('55000', 'model "v_bad" has no version deployed before its deployed one', None,
+              'Deploy a version by its number: pgad.deploy(name, version => 3).')),
+            ("SELECT pgad.deploy('v_bad', strategy => 'best_validation')",
+             ('55000', 'no version of model "v_bad" has a validation loss', None,
+              'Train with validation => 0.2 (or a query) to compare versions.')),
+            ("SELECT pgad.deploy('v_bad', 9)", ('42704', 'version 9 of model "v_bad" does not exist', None, LISTED)),
+            ("SELECT pgad.deploy('v_nothing', 1)",
+             ('42704', 'model "v_nothing" does not exist', None, 'The models are listed in pgad.models.')),
+            ("SELECT pgad.deploy(NULL, 1)", ('22004', 'argument "name" of pgad.deploy must not be NULL', None, None)),
+            ("SELECT pgad.drop_model('v_bad', 1)",
+             ('55006', 'version 1 of model "v_bad" is deployed', 'pgad_models."v_bad" scores by it.',
+              'Deploy another version first (pgad.deploy), or drop the whole model.')),
+            ("SELECT pgad.drop_model('v_bad', 7)", ('42704', 'version 7 of model "v_bad" does not exist', None,
+                                                    LISTED)),
+            ("SELECT pgad.drop_model('v_nothing')",
+             ('42704', 'model "v_nothing" does not exist', None, 'The models are listed in pgad.models.')),
+            ("SELECT * FROM pgad.evaluate('v_bad', 'pts', 5)",
+             ('42704', 'version 5 of model "v_bad" does not exist', None, LISTED)),
+            ("SELECT * FROM pgad.evaluate('v_nothing', 'pts')",
+             ('42704', 'model "v_nothing" does not exist', None, 'The models are listed in pgad.models.'))]:
+        assert full(error_of(db, sql)) == expected, sql
     for sql, state, words in [
-            ("SELECT pgad.deploy('v_bad')", '22023', 'a version or a strategy'),
-            ("SELECT pgad.deploy('v_bad', 1, 'previous')", '22023', 'a version or a strategy'),
-            ("SELECT pgad.deploy('v_bad', strategy => 'newest')", '22023', 'unknown deployment strategy "newest"'),
-            ("SELECT pgad.deploy('v_bad', strategy => 'previous')", '55000', 'no version deployed before'),
-            ("SELECT pgad.deploy('v_bad', strategy => 'best_validation')", '55000', 'has a validation loss'),
-            ("SELECT pgad.deploy('v_bad', 9)", '42704', 'version 9 of model "v_bad" does not exist'),
-            ("SELECT pgad.deploy('v_nothing', 1)", '42704', 'model "v_nothing" does not exist'),
-            ("SELECT pgad.deploy(NULL, 1)", '22004', 'must not be NULL'),
             ("SELECT pgad.train('v_bad', 'λ(d, w) w.a*d.x', 'squared', 'pts', '{\"a\": 0}', deploy => 'maybe')",
              '22023', 'invalid value for argument "deploy"'),
             ("SELECT pgad.train('v_bad', 'λ(d, w) w.a*d.x', 'squared', 'pts', '{\"a\": 0}', deploy => 'if_better')",
@@ -178,6 +210,10 @@ def test_bad_deployments_are_refused(db):
         e = error_of(db, sql)
         assert (e.sqlstate, words in e.message_primary) == (state, True), (sql, e.message_primary)
     assert versions(db, 'v_bad') == [(1, True)]
+    train(db, 'v_undeployed_bad', deploy=False)
+    assert full(error_of(db, "SELECT * FROM pgad.evaluate('v_undeployed_bad', 'pts')")) == (
+        '55000', 'model "v_undeployed_bad" has no deployed version', None,
+        'Deploy one (pgad.deploy), or name a version.')
 
 
 def test_two_sessions_deploying_at_once_take_turns(cluster, dbname, db):
@@ -218,10 +254,20 @@ def test_another_role_may_not_deploy_or_drop_a_version(cluster, dbname, db):
         train(db, 'v_owned')
         train(db, 'v_owned')
         with psycopg.connect(cluster.conninfo(dbname, user='v_other'), autocommit=True) as other:
-            for sql in ("SELECT pgad.deploy('v_owned', 1)", "SELECT pgad.drop_model('v_owned', 1)",
-                        "SELECT pgad.deploy('v_owned', strategy => 'previous')"):
-                e = error_of(other, sql)
-                assert e.sqlstate == '42501' and 'belongs to role' in e.message_primary
+            replace = ('42501', 'model "v_owned" belongs to role "postgres"',
+                       'A model belongs to the role that trained it first: only it, or a superuser, may replace it.',
+                       'Train it under another name, or ask that role (or a superuser) to drop it.')
+            drop = (*replace[:2], replace[2].replace('replace', 'drop'), None)
+            for sql, expected in [("SELECT pgad.deploy('v_owned', 1)", replace),
+                                  ("SELECT pgad.drop_model('v_owned', 1)", drop),
+                                  ("SELECT pgad.drop_model('v_owned')", drop),
+                                  ("SELECT pgad.deploy('v_owned', strategy => 'previous')", replace)]:
+                assert full(error_of(other, sql)) == expected, sql
+            assert full(error_of(other, "SELECT * FROM pgad.evaluate('v_owned', 'SELECT 1.0::float8 AS x')")) == (
+                '42501', 'permission denied for model "v_owned"',
+                'A model\'s rows are read by the role that trained it, the roles with its privileges, and the roles '
+                'that may read every relation its training read (pgad.models.read_from).',
+                'Ask for SELECT on the relations the model was trained on, or train a model of your own.')
             assert other.execute("SELECT count(*) FROM pgad.model_versions WHERE name = 'v_owned'").fetchone()[0] == 0
         assert versions(db, 'v_owned') == [(1, False), (2, True)]
     finally:
