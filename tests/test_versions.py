@@ -2,6 +2,7 @@
 in pgad.model_versions with functions of its own (pgad_models."name@3"), the view pgad.models shows the deployed
 one, pgad.deploy points pgad_models."name" at another in the caller's transaction (views follow), and
 pgad.drop_model drops one version or all (docs/sql.md, "Versions")."""
+import re
 import subprocess
 import threading
 
@@ -98,8 +99,20 @@ def test_if_better_deploys_only_a_lower_validation_loss(db):
     held, other = 'SELECT x, y FROM pts WHERE first', 'SELECT x, y FROM pts WHERE NOT first'
     assert train(db, 'v_better', data=other, validation=held) == [(1, True)]  # far from the validation rows
     assert train(db, 'v_better', validation=held, deploy='if_better') == [(2, True)]  # fits them
-    assert train(db, 'v_better', data=other, validation=held, deploy='if_better') == [(3, False)]
+    said = []
+
+    def hear(notice):
+        said.append(notice.message_primary)
+    db.add_notice_handler(hear)
+    try:
+        assert train(db, 'v_better', data=other, validation=held, deploy='if_better') == [(3, False)]
+    finally:
+        db.remove_notice_handler(hear)
     assert score(db, 'v_better') == pytest.approx(21)
+    # version 3 predicts 3x where y = 2x + 1: its validation loss is the mean of (x - 1)² over x = 1..40, 513.5
+    notices = [n for n in said if 'is not deployed' in n]
+    assert len(notices) == 1 and re.fullmatch(r'model "v_better": version 3 is not deployed: its validation loss '
+                                              r"513\.5 is not lower than version 2's, \S+", notices[0]), notices
 
 
 def test_dropping_a_version(db):
