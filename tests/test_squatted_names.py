@@ -127,6 +127,11 @@ def test_an_old_versions_function_made_ambiguous_since_is_refused_in_pgads_words
     assert e.sqlstate == '42501' and e.message_primary == (
         'function pgad_models."sq_o@1"(double precision,integer) of role "sq_bob" makes calls of '
         'pgad_models."sq_o@1"(pg_catalog.float8) ambiguous')
+    assert (e.message_detail, e.message_hint) == (
+        'It takes the arguments of model "sq_o"\'s function and more, with defaults: PostgreSQL could not tell which '
+        'of the two a call means.',
+        'Ask role "sq_bob" (or a superuser) to drop it (DROP FUNCTION pgad_models."sq_o@1"(double precision,integer)), '
+        'or train the model under another name.')
     assert score(db, 'sq_o') == pytest.approx(30, abs=1e-6)  # y = 3x, lbfgs to 1e-6
     squatter.execute('DROP FUNCTION pgad_models."sq_o@1"(float8, int)')
     db.execute("SELECT pgad.deploy('sq_o', version => 1)")

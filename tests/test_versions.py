@@ -60,6 +60,81 @@ def test_each_training_is_a_new_version_and_the_deployed_one_scores(db):
     assert db.execute("SELECT pgad_models.\"v_each@1\"(10)").fetchone()[0] == pytest.approx(21)
 
 
+def test_a_version_of_another_signature_records_it_and_replaces_the_deployed_functions(db):
+    """The signature recorded (scoring_function, as psql writes it) is what a version's functions are found by; a
+    deployment of a version of other arguments drops the deployed functions of the one before (no overload is left
+    behind), both ways; read_from is the relation the training read."""
+    train(db, 'v_two')
+    db.execute("SELECT pgad.train('v_two', 'λ(d, w) w.a*d.x + w.b*d.z', 'squared', "
+               "'SELECT x, 1.0::float8 AS z, y FROM pts WHERE first', '{\"a\": 0, \"b\": 0}', optimizer => 'lbfgs')")
+    assert db.execute("SELECT version, scoring_function, read_from::text[] FROM pgad.model_versions "
+                      "WHERE name = 'v_two' ORDER BY version").fetchall() == [
+        (1, 'pgad_models.v_two(pg_catalog.float8)', ['pts']),
+        (2, 'pgad_models.v_two(pg_catalog.float8, pg_catalog.float8)', ['pts'])]
+
+    def arguments():
+        return db.execute("SELECT array_agg(pronargs ORDER BY proname) FROM pg_proc WHERE proname IN ('v_two', "
+                          "'v_two_explain') AND pronamespace = 'pgad_models'::regnamespace").fetchone()[0]
+    assert arguments() == [2, 2] and db.execute('SELECT pgad_models.v_two(10, 1)').fetchone()[0] == pytest.approx(21)
+    db.execute("SELECT pgad.deploy('v_two', 1)")
+    assert arguments() == [1, 1] and score(db, 'v_two') == pytest.approx(21)
+    db.execute("SELECT pgad.deploy('v_two', 2)")
+    assert arguments() == [2, 2]
+    db.execute('CREATE VIEW v_two_scores AS SELECT pgad_models.v_two(x, 1.0::float8) AS p FROM pts')
+    try:
+        assert full(error_of(db, "SELECT pgad.deploy('v_two', 1)")) == (
+            '2BP01', 'cannot replace the scoring function of model "v_two": its arguments change, and other objects '
+                     'depend on it',
+            'The function was pgad_models.v_two(pg_catalog.float8, pg_catalog.float8) RETURNS double precision, now '
+            'pgad_models."v_two"(pg_catalog.float8) RETURNS pg_catalog.float8. It is used by: rule _RETURN on view '
+            'v_two_scores.',
+            'Drop or change those objects, then train (or deploy) again.')
+        assert arguments() == [2, 2] and versions(db, 'v_two') == [(1, False), (2, True)]
+    finally:
+        db.execute('DROP VIEW v_two_scores')
+    db.execute("SELECT pgad.deploy('v_two', 1)")
+    db.execute("SELECT pgad.drop_model('v_two', 2)")
+    assert functions(db, 'v_two') == ['v_two', 'v_two@1', 'v_two_explain', 'v_two_explain@1']
+    db.execute("SELECT pgad.drop_model('v_two')")
+    assert functions(db, 'v_two') == []
+
+
+def test_a_version_whose_own_function_is_gone_is_not_deployed(db):
+    """A version whose own scoring function was dropped (by a superuser), or whose row records none, cannot be
+    deployed: 55000 naming the function, and the deployed version stays."""
+    train(db, 'v_gone')
+    train(db, 'v_gone', data='SELECT x, y FROM pts WHERE NOT first')
+    db.execute('DROP FUNCTION pgad_models."v_gone@1"(float8)')
+    hint = 'Train the model again, and deploy that version.'
+    assert full(error_of(db, "SELECT pgad.deploy('v_gone', 1)")) == (
+        '55000', 'version 1 of model "v_gone" has no scoring function of its own',
+        'pgad_models."v_gone@1" does not exist, or another role than "postgres" owns it.', hint)
+    db.execute("UPDATE pgad.model_versions SET functions = '{}' WHERE name = 'v_gone' AND version = 1")
+    assert full(error_of(db, "SELECT pgad.deploy('v_gone', 1)")) == (
+        '55000', 'version 1 of model "v_gone" has no scoring function of its own',
+        'Its rows record no function of its own.', hint)
+    assert versions(db, 'v_gone') == [(1, False), (2, True)] and score(db, 'v_gone') == pytest.approx(30)
+
+
+def test_a_retraining_whose_loss_has_no_probability_keeps_a_view_of_it(db):
+    """A logistic model's probability function, which a view uses, is not dropped by a retraining with a loss that
+    has none: 2BP01 in pgad's words, and nothing is stored."""
+    data = 'SELECT x, (x > 20)::int::float8 AS y FROM pts WHERE first'
+    db.execute("SELECT pgad.train('v_loss', 'λ(d, w) w.a*(d.x - 20.5)', 'logistic', %s, '{\"a\": 0}', "
+               "iterations => 5)", [data])
+    db.execute('CREATE VIEW v_loss_p AS SELECT pgad_models.v_loss_probability(x) AS p FROM pts')
+    try:
+        e = error_of(db, "SELECT pgad.train('v_loss', 'λ(d, w) w.a*d.x', 'squared', %s, '{\"a\": 0}')", [data])
+        assert (e.sqlstate, e.message_primary) == (
+            '2BP01', 'cannot replace the probability function of model "v_loss": the model\'s loss \'squared\' has '
+                     'none, and other objects depend on it')
+        assert e.message_detail == ('The function was pgad_models.v_loss_probability(pg_catalog.float8) RETURNS '
+                                    'double precision, now none. It is used by: rule _RETURN on view v_loss_p.')
+        assert versions(db, 'v_loss') == [(1, True)]
+    finally:
+        db.execute('DROP VIEW v_loss_p')
+
+
 def test_deploy_false_stores_a_version_and_changes_no_function(db):
     train(db, 'v_quiet')
     db.execute('CREATE VIEW v_quiet_scores AS SELECT x, pgad_models.v_quiet(x) AS p FROM pts')
@@ -89,6 +164,8 @@ def test_the_strategies(db):
     assert versions(db, 'v_pick') == [(1, False), (2, True)]
     assert db.execute("SELECT version FROM pgad.deploy('v_pick', strategy => 'best_validation')").fetchall() == [(1,)]
     assert score(db, 'v_pick') == pytest.approx(21)
+    for named in (2, 1):  # a version named is deployed whatever its validation loss (if_better is pgad.train's)
+        assert db.execute('SELECT version FROM pgad.deploy(%s, %s)', ['v_pick', named]).fetchall() == [(named,)]
     assert db.execute("SELECT version FROM pgad.deploy('v_pick', strategy => 'most_recent')").fetchall() == [(2,)]
     assert db.execute("SELECT version FROM pgad.deploy('v_pick', strategy => 'previous')").fetchall() == [(1,)]
     assert db.execute("SELECT version FROM pgad.deploy('v_pick', strategy => 'previous')").fetchall() == [(2,)]
@@ -403,6 +480,7 @@ def test_a_superuser_deploys_another_roles_version_as_that_role(cluster, dbname,
     db.execute('CREATE ROLE v_alice LOGIN')
     db.execute('GRANT CREATE ON SCHEMA pgad_models TO v_alice')
     db.execute('GRANT SELECT ON pts TO v_alice')
+    db.execute('GRANT CREATE ON SCHEMA public TO v_alice')
     try:
         with psycopg.connect(cluster.conninfo(dbname, user='v_alice'), autocommit=True) as alice:
             train(alice, 'v_hers')
@@ -414,6 +492,14 @@ def test_a_superuser_deploys_another_roles_version_as_that_role(cluster, dbname,
             assert owners == [('v_alice',)] and score(db, 'v_hers') == pytest.approx(21)
             assert alice.execute("SELECT version FROM pgad.deploy('v_hers', 2)").fetchall() == [(2,)]
             assert score(db, 'v_hers') == pytest.approx(30)
+            # the superuser's own version of her model: her deployed functions, which her view uses, stay hers
+            alice.execute('CREATE VIEW v_her_scores AS SELECT pgad_models.v_hers(x) AS p FROM pts')
+            e = error_of(db, "SELECT pgad.train('v_hers', %s, 'squared', 'pts', %s)", [LINE, START])
+            assert (e.sqlstate, e.message_primary) == (
+                '2BP01', 'cannot replace the scoring function of model "v_hers": it belongs to role "v_alice", and '
+                         'would be replaced by one of role "postgres", and other objects depend on it')
+            assert versions(db, 'v_hers') == [(1, False), (2, True)]
+            alice.execute('DROP VIEW v_her_scores')
             db.execute("SELECT pgad.drop_model('v_hers')")
     finally:
         db.execute('DROP OWNED BY v_alice')
