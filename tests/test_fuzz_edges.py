@@ -218,7 +218,11 @@ def test_a_view_made_after_the_check_of_a_functions_users_is_pgads_2bp01(series)
     assert diag.sqlstate == '2BP01'
     assert diag.message_primary == ('cannot replace the explain function of model "fz_view": its arguments are '
                                     'renamed from "x" to "z", and other objects depend on it')
-    assert diag.message_detail.endswith('It is used by: rule _RETURN on view fz_late.')  # as the check names it
+    assert diag.message_detail == (  # as the check names it
+        'The function was pgad_models.fz_view_explain(pg_catalog.float8) RETURNS jsonb, now '
+        'pgad_models."fz_view_explain"(pg_catalog.float8) RETURNS pg_catalog.jsonb. It is used by: rule _RETURN on '
+        'view fz_late.')
+    assert diag.message_hint == 'Drop or change those objects, then train (or deploy) again.'
     assert catalog(series) == before and series.execute("SELECT to_regclass('fz_late')").fetchone() == (None,)
 
 

@@ -181,6 +181,9 @@ def test_a_function_another_role_made_first_with_the_models_signature_is_refused
         assert e.sqlstate == '42501'
         assert e.message_primary == f'function pgad_models.future(pg_catalog.float8) exists and belongs to role ' \
                                     f'"{MALLORY}"'
+        assert (e.message_detail, e.message_hint) == (
+            'pgad.train did not create it for model "future", and would replace its body but not its owner.',
+            'Train the model under another name, or ask that role (or a superuser) to drop the function.')
         assert db.execute("SELECT pgad_models.future(1)").fetchone()[0] == 666
         assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'future'").fetchone()[0] == 0
     finally:

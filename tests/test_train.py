@@ -226,8 +226,14 @@ def test_a_function_pgad_did_not_create_is_never_dropped_for_a_new_result_type(d
     try:
         e = error_of(db, "SELECT pgad.train('mine', %s, 'squared', 'houses', '{\"a\": 0, \"b\": 0, \"c\": 0}', "
                          "label => 'price')", [LINEAR])
-        assert e.sqlstate == '42P13' and 'pgad.train did not create it for model "mine"' in e.message_primary
-        assert 'DROP FUNCTION pgad_models.mine(pg_catalog.float8, pg_catalog.float8)' in e.message_hint
+        assert (e.sqlstate, e.message_primary) == (
+            '42P13', 'function pgad_models.mine(pg_catalog.float8, pg_catalog.float8) exists, and pgad.train did not '
+                     'create it for model "mine"')
+        assert (e.message_detail, e.message_hint) == (
+            'The scoring function would replace it, but its result changes from text to double precision, which '
+            'CREATE OR REPLACE cannot change; pgad.train drops only the functions it created.',
+            'Drop the function (DROP FUNCTION pgad_models.mine(pg_catalog.float8, pg_catalog.float8)), or train the '
+            'model under another name.')
         assert db.execute('SELECT pgad_models.mine(1, 2)').fetchone()[0] == 'my own'
         assert model_rows(db, 'mine') == []
     finally:
