@@ -172,6 +172,13 @@ def test_the_strategies(db):
     assert score(db, 'v_pick') == pytest.approx(30)
 
 
+def test_best_validation_takes_the_newest_of_equals(db):
+    for _ in range(2):  # the same data, the same fit: the same validation loss
+        train(db, 'v_tie', validation='SELECT x, y FROM pts WHERE NOT first')
+    db.execute("SELECT pgad.deploy('v_tie', 1)")
+    assert db.execute("SELECT version FROM pgad.deploy('v_tie', strategy => 'best_validation')").fetchall() == [(2,)]
+
+
 def test_if_better_deploys_only_a_lower_validation_loss(db):
     held, other = 'SELECT x, y FROM pts WHERE first', 'SELECT x, y FROM pts WHERE NOT first'
     assert train(db, 'v_better', data=other, validation=held) == [(1, True)]  # far from the validation rows
@@ -213,7 +220,9 @@ def test_a_version_whose_function_a_view_uses_is_not_dropped(db):
     db.execute('CREATE VIEW v_used_first AS SELECT pgad_models."v_used@1"(1::float8) AS p')
     try:
         e = error_of(db, "SELECT pgad.drop_model('v_used', 1)")
-        assert e.sqlstate == '2BP01' and 'DROP VIEW v_used_first' in e.message_hint
+        assert (e.sqlstate, e.message_primary) == (
+            '2BP01', 'cannot drop model "v_used" because other objects depend on its scoring function')
+        assert 'DROP VIEW v_used_first' in e.message_hint
         assert versions(db, 'v_used') == [(1, False), (2, True)]
     finally:
         db.execute('DROP VIEW v_used_first')
@@ -230,7 +239,33 @@ def test_keep_versions_drops_the_oldest_undeployed(db):
     finally:
         db.execute('RESET pgad.keep_versions')
     assert versions(db, 'v_keep') == [(2, True), (4, False), (5, False)]
-    assert 'v_keep@1' not in functions(db, 'v_keep') and 'v_keep@3' not in functions(db, 'v_keep')
+    assert functions(db, 'v_keep') == ['v_keep', 'v_keep@2', 'v_keep@4', 'v_keep@5', 'v_keep_explain',
+                                       'v_keep_explain@2', 'v_keep_explain@4', 'v_keep_explain@5']
+    assert score(db, 'v_keep') == pytest.approx(21)  # the deployed functions stay
+    db.execute('CREATE VIEW v_keep_fifth AS SELECT pgad_models."v_keep@5"(1::float8) AS p')
+    said = []
+
+    def hear(notice):
+        said.append(notice.message_primary)
+    db.add_notice_handler(hear)
+    db.execute('SET pgad.keep_versions = 1')
+    try:
+        train(db, 'v_keep', deploy=False)  # 4 and 6 past the newest one: 4 is dropped, 5 is used
+        train(db, 'v_keep', deploy=False)  # 6 and 7: 6 is dropped with 4 gone, and 5 still kept
+    finally:
+        db.execute('RESET pgad.keep_versions')
+        db.remove_notice_handler(hear)
+        db.execute('DROP VIEW v_keep_fifth')
+    assert versions(db, 'v_keep') == [(2, True), (5, False), (7, False)]
+    kept = 'model "v_keep": version 5 is kept past pgad.keep_versions, since other objects use its functions ' \
+           '(pgad_models."v_keep@5"(pg_catalog.float8))'
+    assert [n for n in said if 'is kept past' in n] == [kept, kept]
+    db.execute('SET pgad.keep_versions = 1')
+    try:
+        train(db, 'v_keep', deploy=False)  # 5 and 7 are dropped at once
+    finally:
+        db.execute('RESET pgad.keep_versions')
+    assert versions(db, 'v_keep') == [(2, True), (8, False)]
 
 
 def test_a_deployment_rolled_back_changes_nothing(db):
