@@ -355,6 +355,9 @@ def test_two_first_trainings_of_one_name_under_one_snapshot_leave_it_to_one_role
             assert e.sqlstate == '40001'
             assert e.message_primary == 'model "raced_snapshot" was written by another transaction since this one ' \
                                         'began'
+            assert (e.message_detail, e.message_hint) == (
+                'Under repeatable read or serializable, a transaction sees pgad.models as it was when the transaction '
+                'began, and another transaction has trained or dropped the model since.', 'Run the transaction again.')
             mallory.rollback()
         assert db.execute("SELECT DISTINCT trained_by::text FROM pgad.models WHERE name = 'raced_snapshot'") \
             .fetchall() == [(ALICE,)]

@@ -172,6 +172,15 @@ def test_the_strategies(db):
     assert score(db, 'v_pick') == pytest.approx(30)
 
 
+def test_previous_is_the_version_deployed_last_before_not_the_newest(db):
+    for _ in range(3):
+        train(db, 'v_order')
+    for named in (1, 2):
+        db.execute('SELECT pgad.deploy(%s, %s)', ['v_order', named])
+    # deployed in the order 1, 2, 3, 1, 2: before 2, version 1 (version 3 is newer, and was deployed earlier)
+    assert db.execute("SELECT version FROM pgad.deploy('v_order', strategy => 'previous')").fetchall() == [(1,)]
+
+
 def test_best_validation_takes_the_newest_of_equals(db):
     for _ in range(2):  # the same data, the same fit: the same validation loss
         train(db, 'v_tie', validation='SELECT x, y FROM pts WHERE NOT first')
@@ -339,6 +348,9 @@ def test_bad_deployments_are_refused(db):
     assert full(error_of(db, "SELECT * FROM pgad.evaluate('v_undeployed_bad', 'pts')")) == (
         '55000', 'model "v_undeployed_bad" has no deployed version', None,
         'Deploy one (pgad.deploy), or name a version.')
+    assert full(error_of(db, "SELECT * FROM pgad.deploy('v_undeployed_bad', strategy => 'previous')")) == (
+        '55000', 'model "v_undeployed_bad" has no version deployed before now', None,
+        'Deploy a version by its number: pgad.deploy(name, version => 3).')
 
 
 def test_two_sessions_deploying_at_once_take_turns(cluster, dbname, db):
