@@ -7,7 +7,8 @@ pgad and mutmut's .meta records). RULES is a file of lines `PATTERN|TEST FILES|-
 code 0 in the records) runs the tests of the first line whose PATTERN it contains (or, for a PATTERN that starts
 with '.', ends with), selected by the -k expression, with MUTANT_UNDER_TEST naming it, in the server that imports
 the mutants (tools/mutation_server). DONE, if given, is an earlier output whose KILLED mutants are skipped.
---untested: the mutants of the run that mutmut had not tested when it stopped (no exit code) are run too.
+--untested: the mutants of the run that mutmut had not tested when it stopped (no exit code), or found no test for
+(33: none reached their function in its stats run), are run too.
 MUTATION_SHARD=k/n (in the environment): the k-th of n shares of the mutants alone (0 ≤ k < n), to run n at once.
 
 It prints a line a survivor: its name, KILLED (a test failed), SURVIVED (they passed), ERROR (pytest's exit code:
@@ -29,7 +30,7 @@ def survivors(scope, untested=False):
     found = {}
     for path in glob.glob(str(ROOT / f'build/mutation-{scope}/mutants/**/*.meta'), recursive=True):
         found.update(json.loads(pathlib.Path(path).read_text())['exit_code_by_key'])
-    return [name for name, code in found.items() if code == 0 or (untested and code is None)]
+    return [name for name, code in found.items() if code == 0 or (untested and code in (None, 33))]
 
 
 def verdict(scope, name, files, expression):
