@@ -11,8 +11,10 @@ the mutants (tools/mutation_server). DONE, if given, is an earlier output whose 
 (33: none reached their function in its stats run), are run too.
 MUTATION_SHARD=k/n (in the environment): the k-th of n shares of the mutants alone (0 ≤ k < n), to run n at once.
 
-It prints a line a survivor: its name, KILLED (a test failed), SURVIVED (they passed), ERROR (pytest's exit code:
-no test selected, say) or NORULE, and pytest's last line. mutmut's own records are not changed: what this reports
+It prints a line a survivor: its name, KILLED (a test failed), SURVIVED (they passed), ERRORED (no test failed, a
+fixture raised: where shards share one server, as a run of several at once may, two processes running a test that
+makes a role of a fixed name collide, so such a verdict is run again alone before it counts), ERROR (pytest's exit
+code: no test selected, say) or NORULE, and pytest's last line. mutmut's own records are not changed: what this reports
 is a survivor's verdict against tests added after mutmut's stats run. The tests must pass without a mutant first
 (MUTANT_UNDER_TEST=none), or every mutant is KILLED.
 """
@@ -44,6 +46,8 @@ def verdict(scope, name, files, expression):
                            '-k', expression], cwd=run / 'mutants', env=env, capture_output=True, text=True,
                           timeout=900)
     last = (done.stdout.strip().splitlines() or [''])[-1]
+    if done.returncode == 1 and ' failed' not in last:  # a fixture's error, no test failed: see ERRORED above
+        return 'ERRORED', last
     return {0: 'SURVIVED', 1: 'KILLED'}.get(done.returncode, f'ERROR({done.returncode})'), last
 
 
