@@ -105,6 +105,8 @@ def test_a_default_overload_of_a_deployed_name_is_refused_in_pgads_words(squatte
         'function pgad_models.sq_p(double precision,integer) of role "sq_bob" makes calls of '
         'pgad_models.sq_p(pg_catalog.float8) ambiguous')
     assert 'DROP FUNCTION pgad_models.sq_p(double precision,integer)' in e.message_hint
+    assert e.message_detail == ('It takes the arguments of model "sq_p"\'s function and more, with defaults: '
+                                'PostgreSQL could not tell which of the two a call means.')
     assert db.execute("SELECT count(*) FROM pgad.model_versions WHERE name = 'sq_p'").fetchone()[0] == 0
     assert owner_of(db, 'sq_p') == ['sq_bob'] and owner_of(db, 'sq_p@1') == []
     train(db, 'sq_q')

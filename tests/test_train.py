@@ -238,6 +238,17 @@ def test_a_function_pgad_did_not_create_is_never_dropped_for_a_new_result_type(d
         assert model_rows(db, 'mine') == []
     finally:
         db.execute('DROP FUNCTION pgad_models.mine(float8, float8)')
+    db.execute('CREATE FUNCTION pgad_models.mine_explain(sqft float8, rooms float8) RETURNS text LANGUAGE sql '
+               "RETURN 'my own'")
+    try:  # so with a function of the name of the model's explain function
+        e = error_of(db, "SELECT pgad.train('mine', %s, 'squared', 'houses', '{\"a\": 0, \"b\": 0, \"c\": 0}', "
+                         "label => 'price')", [LINEAR])
+        assert (e.sqlstate, e.message_detail) == (
+            '42P13', 'The explain function would replace it, but its result changes from text to jsonb, which CREATE OR '
+                     'REPLACE cannot change; pgad.train drops only the functions it created.')
+        assert model_rows(db, 'mine') == []
+    finally:
+        db.execute('DROP FUNCTION pgad_models.mine_explain(float8, float8)')
 
 
 def test_a_failed_training_leaves_the_old_model_as_it_was(db):

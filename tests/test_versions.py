@@ -179,6 +179,7 @@ def test_previous_is_the_version_deployed_last_before_not_the_newest(db):
         db.execute('SELECT pgad.deploy(%s, %s)', ['v_order', named])
     # deployed in the order 1, 2, 3, 1, 2: before 2, version 1 (version 3 is newer, and was deployed earlier)
     assert db.execute("SELECT version FROM pgad.deploy('v_order', strategy => 'previous')").fetchall() == [(1,)]
+    assert db.execute("SELECT version FROM pgad.deploy('v_order', strategy => 'most_recent')").fetchall() == [(3,)]
 
 
 def test_best_validation_takes_the_newest_of_equals(db):
@@ -186,6 +187,8 @@ def test_best_validation_takes_the_newest_of_equals(db):
         train(db, 'v_tie', validation='SELECT x, y FROM pts WHERE NOT first')
     db.execute("SELECT pgad.deploy('v_tie', 1)")
     assert db.execute("SELECT version FROM pgad.deploy('v_tie', strategy => 'best_validation')").fetchall() == [(2,)]
+    # if_better deploys a lower validation loss only: an equal one is not
+    assert train(db, 'v_tie', validation='SELECT x, y FROM pts WHERE NOT first', deploy='if_better') == [(3, False)]
 
 
 def test_if_better_deploys_only_a_lower_validation_loss(db):

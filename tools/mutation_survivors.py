@@ -1,6 +1,6 @@
 """Re-run a mutation scope's survivors against the tests written for them, one mutant at a time.
 
-    .venv/bin/python tools/mutation_survivors.py SCOPE RULES [DONE] [--untested]
+    .venv/bin/python tools/mutation_survivors.py SCOPE RULES [DONE] [--untested] [--killed]
 
 SCOPE is a run of tools/mutation.sh with MUTATION_SCOPE=SCOPE (build/mutation-SCOPE/mutants: its mutated copies of
 pgad and mutmut's .meta records). RULES is a file of lines `PATTERN|TEST FILES|-k EXPRESSION`: each survivor (exit
@@ -9,6 +9,8 @@ with '.', ends with), selected by the -k expression, with MUTANT_UNDER_TEST nami
 the mutants (tools/mutation_server). DONE, if given, is an earlier output whose KILLED mutants are skipped.
 --untested: the mutants of the run that mutmut had not tested when it stopped (no exit code), or found no test for
 (33: none reached their function in its stats run), are run too.
+--killed: mutmut's kills are run again too: its records say 1 for a failed test and for a fixture's error alike, and
+its children share one server (tools/mutation.sh), where two tests making a role of one name collide (ERRORED below).
 MUTATION_SHARD=k/n (in the environment): the k-th of n shares of the mutants alone (0 ≤ k < n), to run n at once.
 
 It prints a line a survivor: its name, KILLED (a test failed), SURVIVED (they passed), ERRORED (no test failed, a
@@ -28,11 +30,12 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def survivors(scope, untested=False):
+def survivors(scope, untested=False, killed=False):
     found = {}
     for path in glob.glob(str(ROOT / f'build/mutation-{scope}/mutants/**/*.meta'), recursive=True):
         found.update(json.loads(pathlib.Path(path).read_text())['exit_code_by_key'])
-    return [name for name, code in found.items() if code == 0 or (untested and code in (None, 33))]
+    return [name for name, code in found.items()
+            if code == 0 or (untested and code in (None, 33)) or (killed and code == 1)]
 
 
 def verdict(scope, name, files, expression):
@@ -51,13 +54,13 @@ def verdict(scope, name, files, expression):
     return {0: 'SURVIVED', 1: 'KILLED'}.get(done.returncode, f'ERROR({done.returncode})'), last
 
 
-def main(scope, rules, done=None, untested=False):
+def main(scope, rules, done=None, untested=False, killed=False):
     rules = [line.rstrip('\n').split('|') for line in open(rules) if line.count('|') == 2]
     skip = set()
     if done:
         skip = {line.split()[0] for line in open(done) if ' KILLED ' in line}
     k, n = map(int, os.environ.get('MUTATION_SHARD', '0/1').split('/'))
-    for name in survivors(scope, untested)[k::n]:
+    for name in survivors(scope, untested, killed)[k::n]:
         short = name.removeprefix('pgad.')  # with its module: two modules of a scope may have a function of a name
         if short in skip:
             continue
@@ -70,4 +73,5 @@ def main(scope, rules, done=None, untested=False):
 
 
 if __name__ == '__main__':
-    main(*[a for a in sys.argv[1:] if a != '--untested'], untested='--untested' in sys.argv[1:])
+    main(*[a for a in sys.argv[1:] if not a.startswith('--')], untested='--untested' in sys.argv[1:],
+         killed='--killed' in sys.argv[1:])
