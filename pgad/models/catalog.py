@@ -621,7 +621,7 @@ def store(scoring, rows, fits, deploy=True):
     version, own = stored[0]['version'], json.loads(stored[0]['functions'])
     _create(name, {suffix: (scoring.identity_of(own[suffix]), scoring.signature_of(own[suffix]), returns, body,
                             f'{comment}; version {version}')
-                   for suffix, (_, _, returns, body, comment) in made.items()}, me, [str(p) for p, _ in scoring.params])
+                   for suffix, (_, _, returns, body, comment) in made.items()}, [str(p) for p, _ in scoring.params])
     if deploy:
         stored = _deploy(name, me, version, if_better=deploy == 'if_better') or stored
     _prune(name, me)
@@ -738,7 +738,7 @@ def _point(name, loss, made, names, me, ours):
                 raise
             users = (function(found['identity']) or [found])[0]['users'] or 'another object'
             raise _in_use(name, what, change, found, now, users) from None
-    _create(name, made, me, names)
+    _create(name, made, names)
 
 
 def _in_use(name, what, change, found, now, users):
@@ -750,7 +750,7 @@ def _in_use(name, what, change, found, now, users):
                      hint='Drop or change those objects, then train (or deploy) again.')
 
 
-def _create(name, made, me, names):
+def _create(name, made, names):
     """CREATE OR REPLACE each of made's functions ({suffix: (identity, signature, returns, body, comment)}, their
     arguments named names) as the caller, refusing one of that name that is another role's, or the caller's own of
     another shape; then what it depends on is checked (FOREIGN)."""
