@@ -105,6 +105,21 @@ def peak_bytes(call):
         tracemalloc.stop()
 
 
+@contextlib.contextmanager
+def heard(db):
+    """The primary messages of the notices and warnings the connection db gets within the block (a list, filled as
+    they come); the handler is removed after it."""
+    said = []
+
+    def hear(notice):
+        said.append(notice.message_primary)
+    db.add_notice_handler(hear)
+    try:
+        yield said
+    finally:
+        db.remove_notice_handler(hear)
+
+
 def calls_of(monkeypatch, owner, name):
     """The arguments of each call of owner.name from here on (it still runs)."""
     calls, real = [], getattr(owner, name)

@@ -3,7 +3,7 @@ server."""
 import psycopg
 import pytest
 
-from conftest import error_of
+from conftest import error_of, heard
 
 TRAIN = "SELECT pgad.train(%s, 'λ(d, w) w.a*d.x', %s, %s, '{\"a\": 0}'{})"
 
@@ -17,9 +17,8 @@ def data(cluster, dbname):
 
 
 def notices(db, sql):
-    got = []
-    db.add_notice_handler(lambda d: got.append(d.message_primary))
-    db.execute(sql)
+    with heard(db) as got:
+        db.execute(sql)
     return got
 
 

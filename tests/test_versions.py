@@ -9,7 +9,7 @@ import threading
 import psycopg
 import pytest
 
-from conftest import error_of, new_database
+from conftest import error_of, heard, new_database
 
 LINE = 'λ(d, w) w.a*d.x + w.b'
 START = '{"a": 0, "b": 0}'
@@ -195,15 +195,8 @@ def test_if_better_deploys_only_a_lower_validation_loss(db):
     held, other = 'SELECT x, y FROM pts WHERE first', 'SELECT x, y FROM pts WHERE NOT first'
     assert train(db, 'v_better', data=other, validation=held) == [(1, True)]  # far from the validation rows
     assert train(db, 'v_better', validation=held, deploy='if_better') == [(2, True)]  # fits them
-    said = []
-
-    def hear(notice):
-        said.append(notice.message_primary)
-    db.add_notice_handler(hear)
-    try:
+    with heard(db) as said:
         assert train(db, 'v_better', data=other, validation=held, deploy='if_better') == [(3, False)]
-    finally:
-        db.remove_notice_handler(hear)
     assert score(db, 'v_better') == pytest.approx(21)
     # version 3 predicts 3x where y = 2x + 1: its validation loss is the mean of (x - 1)² over x = 1..40, 513.5
     notices = [n for n in said if 'is not deployed' in n]
@@ -255,18 +248,13 @@ def test_keep_versions_drops_the_oldest_undeployed(db):
                                        'v_keep_explain@2', 'v_keep_explain@4', 'v_keep_explain@5']
     assert score(db, 'v_keep') == pytest.approx(21)  # the deployed functions stay
     db.execute('CREATE VIEW v_keep_fifth AS SELECT pgad_models."v_keep@5"(1::float8) AS p')
-    said = []
-
-    def hear(notice):
-        said.append(notice.message_primary)
-    db.add_notice_handler(hear)
     db.execute('SET pgad.keep_versions = 1')
     try:
-        train(db, 'v_keep', deploy=False)  # 4 and 6 past the newest one: 4 is dropped, 5 is used
-        train(db, 'v_keep', deploy=False)  # 6 and 7: 6 is dropped with 4 gone, and 5 still kept
+        with heard(db) as said:
+            train(db, 'v_keep', deploy=False)  # 4 and 6 past the newest one: 4 is dropped, 5 is used
+            train(db, 'v_keep', deploy=False)  # 6 and 7: 6 is dropped with 4 gone, and 5 still kept
     finally:
         db.execute('RESET pgad.keep_versions')
-        db.remove_notice_handler(hear)
         db.execute('DROP VIEW v_keep_fifth')
     assert versions(db, 'v_keep') == [(2, True), (5, False), (7, False)]
     kept = 'model "v_keep": version 5 is kept past pgad.keep_versions, since other objects use its functions ' \

@@ -54,8 +54,8 @@ if server:
     # the mutated copies (megabytes: every mutant of a file) compiled once, where the postgres user may write, not
     # in each backend: the postgres user may not write in mutants/
     os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(os.environ["TMPDIR"], "pycache")
-    os.makedirs(os.environ["PYTHONPYCACHEPREFIX"], mode=0o777)
-    os.chmod(os.environ["PYTHONPYCACHEPREFIX"], 0o1777)
+    os.mkdir(os.environ["PYTHONPYCACHEPREFIX"])
+    os.chmod(os.environ["PYTHONPYCACHEPREFIX"], 0o1777)  # the umask cuts the mode of mkdir
 with Cluster(server_settings=settings) as pg:
     os.environ.clear()
     os.environ.update(tests, PGAD_TEST_PORT=str(pg.settings["port"]))
