@@ -316,3 +316,38 @@ def regularize(text, names, memory_limit=None):
             raise PgadError('22023', f'weight "{name}" of regularize is not a weight of the model',
                             detail='The model\'s weights are: ' + ', '.join(f'"{n}"' for n in names) + '.')
     return value
+
+
+BOUNDS_EXAMPLE = 'Write bounds => \'{"alpha": [0, 1], "beta": [0, null]}\': a weight\'s lower and upper bound, null ' \
+                 'for none.'
+
+
+def bounds(text, names, memory_limit=None):
+    """{weight: (lower, upper)} of pgad.train's bounds (None where none is given): a JSON object of the weights'
+    names, each an array of its lower and upper bound, numbers or null (−∞, ∞), the lower below the upper; a name
+    as regularize's. memory_limit bounds what parsing it may cost (parsed)."""
+    if text is None:
+        return None
+    value = parsed(text, 'bounds', 'weight', memory_limit)
+    if not isinstance(value, dict):
+        raise PgadError('22023', 'bounds must be a JSON object of weight names', detail=f'bounds is {text}.',
+                        hint=BOUNDS_EXAMPLE)
+    out = {}
+    for name, pair in value.items():
+        key = name if name in names or name.lower() not in names else name.lower()  # "Alpha": alpha
+        if key not in names:
+            raise PgadError('22023', f'weight "{name}" of bounds is not a weight of the model',
+                            detail='The model\'s weights are: ' + ', '.join(f'"{n}"' for n in names) + '.')
+        if not (isinstance(pair, list) and len(pair) == 2 and all(
+                v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair)):
+            raise PgadError('22023', f'the bounds of weight "{name}" must be an array of two numbers or nulls',
+                            detail=f'They are {json.dumps(pair)}.', hint=BOUNDS_EXAMPLE)
+        lower = -np.inf if pair[0] is None else float(pair[0])
+        upper = np.inf if pair[1] is None else float(pair[1])
+        if not lower < upper:
+            raise PgadError('22023', f'the lower bound of weight "{name}" is not below its upper bound',
+                            detail=f'Its bounds are [{pair[0]}, {pair[1]}].',
+                            hint='Give the lower bound first; a weight of one value is a constant: write it in the '
+                                 'model.' if lower == upper else 'Give the lower bound first.')
+        out[key] = (lower, upper)
+    return out

@@ -443,7 +443,7 @@ BEGIN
     END LOOP;
     candidate := head OPERATOR(pg_catalog.||) tag;
     recorded := pg_catalog.format('$.* ? (@ == %s)', pg_catalog.to_jsonb(candidate))::pg_catalog.jsonpath;
-    IF NOT candidate OPERATOR(pg_catalog.=) ANY (taken)
+    IF (candidate OPERATOR(pg_catalog.=) ANY (taken)) IS NOT TRUE  -- a NULL in taken takes no name
        AND NOT EXISTS (SELECT FROM pg_catalog.pg_proc AS p
                        WHERE p.pronamespace OPERATOR(pg_catalog.=) 'pgad_models'::pg_catalog.regnamespace
                          AND p.proname OPERATOR(pg_catalog.=) candidate)
@@ -607,7 +607,7 @@ CREATE FUNCTION pgad._train(name pg_catalog.text, model pg_catalog.text, loss pg
                             progress_every pg_catalog.int4, dtype pg_catalog.text,
                             validation pg_catalog.text, early_stopping pg_catalog.int4,
                             likelihood pg_catalog.bool, order_by pg_catalog.text, state pg_catalog.jsonb,
-                            deploy pg_catalog.text, impute pg_catalog.jsonb)
+                            deploy pg_catalog.text, impute pg_catalog.jsonb, bounds pg_catalog.jsonb)
 RETURNS SETOF pgad.model_versions LANGUAGE plpython3u VOLATILE AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
@@ -615,7 +615,7 @@ if '@PGAD_SITE_PACKAGES@' not in sys.path:
 from pgad import api
 return api.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer, batch_size,
                  seed, tolerance, l1, l2, regularize, standardize, label, group_by, progress_every, dtype,
-                 validation, early_stopping, likelihood, order_by, state, deploy, impute)
+                 validation, early_stopping, likelihood, order_by, state, deploy, impute, bounds)
 $$;
 REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
                                    pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4, pg_catalog.text,
@@ -623,7 +623,8 @@ REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.
                                    pg_catalog.float8, pg_catalog.float8, pg_catalog.float8, pg_catalog.jsonb,
                                    pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
                                    pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.bool,
-                                   pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.jsonb) FROM PUBLIC;
+                                   pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.jsonb,
+                                   pg_catalog.jsonb) FROM PUBLIC;
 
 COMMENT ON COLUMN pgad.model_versions.validation_history IS 'the loss on the validation rows after each iteration (epoch)';
 
@@ -644,7 +645,8 @@ CREATE FUNCTION pgad.train(name pg_catalog.text, model pg_catalog.text, loss pg_
                            early_stopping pg_catalog.int4 DEFAULT NULL,
                            likelihood pg_catalog.bool DEFAULT NULL,
                            order_by pg_catalog.text DEFAULT NULL, state pg_catalog.jsonb DEFAULT NULL,
-                           deploy "any" DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL)
+                           deploy "any" DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL,
+                           bounds pg_catalog.jsonb DEFAULT NULL)
 RETURNS SETOF pgad.model_versions LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
                                pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
@@ -652,7 +654,7 @@ COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text
                                pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
                                pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, "any",
-                               pg_catalog.jsonb) IS
+                               pg_catalog.jsonb, pg_catalog.jsonb) IS
     'train a new version of a model (one per group, with group_by), store it in pgad.model_versions and, unless '
     'deploy => false, deploy it: its scoring function pgad_models.<name>';
 

@@ -122,6 +122,90 @@ class Penalty:
         return np.where(self.mask > 0, shrunk, w)
 
 
+@dataclass
+class Bounds:
+    """Each weight's interval [lower, upper] (−∞ and ∞ where it has none; arrays of the weights' shape, or P × 1 for
+    lockstep's P × G): every optimizer keeps the weights in it, by projected steps (each trial point clipped into
+    it), and a weight at a bound whose gradient points out of the interval is held there: its part of the gradient
+    does not count in the direction, the stopping rules or the convergence criterion (the KKT conditions)."""
+    lower: np.ndarray
+    upper: np.ndarray
+
+    def clip(self, w):
+        return np.minimum(np.maximum(w, self.lower), self.upper)
+
+    def held(self, w, g):
+        """The weights a bound holds: at their lower bound with a positive gradient, or at their upper with a
+        negative one (the descent direction −g leaves the interval)."""
+        return (w <= self.lower) & (g > 0) | (w >= self.upper) & (g < 0)
+
+    def free(self, w, g):
+        """g without the parts of the weights a bound holds: the projected gradient, 0 at a KKT point."""
+        return np.where(self.held(w, g), 0.0, g)
+
+    def scaled(self, scale):
+        """The bounds of u = w / scale (scale > 0)."""
+        return Bounds(self.lower / scale, self.upper / scale)
+
+    def unscaled(self, u, scale):
+        """w = scale·u from u within self.scaled(scale): at a bound where u is at its scaled one (exactly, so that the
+        weight is held there and stored within its interval)."""
+        return np.where(u <= self.lower / scale, self.lower, np.where(u >= self.upper / scale, self.upper, scale * u))
+
+    def outward(self, w, h):
+        """The differences' steps h from w, turned back where w + h would leave the interval (a weight at its upper
+        bound is differenced below it)."""
+        return np.where(w + h > self.upper, -h, h)
+
+
+def unbounded(n):
+    """The Bounds of n weights that have none."""
+    return Bounds(np.full(n, -np.inf), np.full(n, np.inf))
+
+
+def bounded(given, spans, start, names):
+    """The Bounds of the weight vector start (its elements named names) whose weights take spans ((name, shape,
+    slice), program.spans), from arguments.bounds' {weight: (lower, upper)}, each an array's elements alike; None
+    where none is given. The error where a starting weight lies outside its bounds."""
+    if not given:
+        return None
+    bounds = unbounded(len(start))
+    for name, _, at in spans:
+        if name in given:
+            bounds.lower[at], bounds.upper[at] = given[name]
+    outside = np.flatnonzero((np.asarray(start) < bounds.lower) | (np.asarray(start) > bounds.upper))
+    if len(outside):
+        k = int(outside[0])
+        raise PgadError('22023', f'the starting value {start[k]:g} of weight "{names[k]}" lies outside its bounds',
+                        detail=f'Its bounds are [{bounds.lower[k]:g}, {bounds.upper[k]:g}].',
+                        hint='Start it within its bounds.')
+    return bounds
+
+
+def stored_bounds(limits):
+    """arguments.bounds' {weight: (lower, upper)} as options record them: JSON, null for an open side."""
+    return {n: [None if np.isinf(lo) else lo, None if np.isinf(hi) else hi] for n, (lo, hi) in limits.items()}
+
+
+def read_bounds(stored):
+    """stored_bounds' record read back: {weight: (lower, upper)}, ±∞ for null; None for none."""
+    if not stored:
+        return None
+    return {n: (-np.inf if lo is None else lo, np.inf if hi is None else hi) for n, (lo, hi) in stored.items()}
+
+
+def at_bounds(limits, fitted):
+    """The names of the fitted weights ({name: value}, an element's name for an array's) that sit at a bound."""
+    if not limits:
+        return []
+    out = []
+    for name, value in fitted.items():
+        base = name.split('[')[0]
+        if base in limits and value in limits[base]:
+            out.append(name)
+    return out
+
+
 class DivergenceWarning(UserWarning):
     """A loss that grows by orders of magnitude; hint says what to do (server.entry shows the message alone)."""
     def __init__(self, message, hint):
@@ -186,7 +270,8 @@ def run(kernel, table, weights, learning_rate, iterations, names, interrupts, pr
 
 
 def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, iterations=100, batch_size=256, seed=None,
-        tolerance=0.0, penalty=Penalty(), clock=None, why=None, judge=True, blocks=None, precision='float64'):
+        tolerance=0.0, penalty=Penalty(), clock=None, why=None, judge=True, blocks=None, precision='float64',
+        bounds=None):
     """The Fit of the kernel's objective over table from weights (a vector in the order of names) by optimizer.
 
     tolerance > 0 stops after an iteration that improved the objective by less than tolerance relative to the one
@@ -196,8 +281,11 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     iterations. judge: the Fit's converged and gradient_norm by the criterion (judged), and a WARNING through
     clock.warning where it does not hold; blocks (index arrays) are the weights whose curvatures the gradient's
     differences may take together (a categorical weight's entries: one category a row), each weight alone by
-    default; precision is the kernel's ('float32' on a GPU: more rounding in its sums)."""
+    default; precision is the kernel's ('float32' on a GPU: more rounding in its sums); bounds (Bounds) the interval
+    of each weight, None for none: the weights start within it (arguments.bounds checks)."""
     w = np.array(weights, dtype=np.float64)
+    limited = bounds is not None
+    bounds = bounds if limited else unbounded(len(w))
     if penalty.mask is None:
         penalty = Penalty(penalty.l1, penalty.l2, np.ones(len(w)))
     clock = clock or Clock(lambda: None, lambda message: None, iterations)
@@ -212,26 +300,31 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     blocks = [np.array([i]) for i in range(len(w))] if blocks is None else blocks
     decrement, start = None, None
     if optimizer == 'lbfgs':
-        result, start = _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why, blocks)
+        result, start = _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why, blocks,
+                               bounds if limited else None)
     elif optimizer == 'newton':
-        result, start, decrement = _newton(kernel, placed, w, names, iterations, tolerance, penalty, clock, why)
+        result, start, decrement = _newton(kernel, placed, w, names, iterations, tolerance, penalty, clock, why,
+                                           bounds if limited else None)
     else:
         rule = STEPS[optimizer](learning_rate, len(w))
+        clip = bounds.clip if limited else None
         if optimizer in MINI_BATCH and batch_size < table.rows and iterations > 0:
             result = _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iterations, batch_size,
-                                   np.random.default_rng(seed), tolerance, penalty, clock, why)
+                                   np.random.default_rng(seed), tolerance, penalty, clock, why, clip)
         else:
             result = _full_batches(kernel, placed, w, names, rule, learning_rate, iterations, tolerance, penalty,
-                                   clock, why)
+                                   clock, why, clip)
     if not judge:
         return result
     objective = _objective(kernel, placed, penalty, clock)
     if start is None:
         start = objective(w)[1]
     floor = FLOOR * abs(start)
-    if decrement is None:  # the gradient at the fitted weights, scaled by the Hessian's diagonal there
+    if decrement is None:  # the gradient at the fitted weights (what bounds leave), scaled by the Hessian's diagonal
         _, f, g = objective(result.weights)
-        decrement = float(g @ (g / curvature(objective, result.weights, f, g, blocks, floor)))
+        d = curvature(objective, result.weights, f, g, blocks, floor, bounds)
+        g = bounds.free(result.weights, g)
+        decrement = float(g @ (g / d))
     measure, converged = judged(decrement, result.loss, floor, table.rows, precision)
     result = replace(result, converged=converged, gradient_norm=measure)
     if not converged:
@@ -295,16 +388,18 @@ def _objective(kernel, table, penalty, clock):
     return objective
 
 
-def curvature(objective, w, f, g, blocks, floor):
+def curvature(objective, w, f, g, blocks, floor, bounds=None):
     """The Hessian's diagonal at w (positive: its magnitude), from differences of the gradient g along each block
     of weights (a block's weights together: blocks whose weights no row reads together have a diagonal Hessian),
     each step h_i first DIFFERENCE·max(|w_i|, 1), then DIFFERENCE·√((|f| + floor)/D_i) by the first round's D (a
     change of about DIFFERENCE² of the objective along each weight: exact for a quadratic, and far above the
-    gradient's rounding); ones where the blocks are more than SCALED_BLOCKS (too many passes over the rows)."""
+    gradient's rounding); ones where the blocks are more than SCALED_BLOCKS (too many passes over the rows). With
+    bounds, a weight's step is turned back where it would leave them (Bounds.outward)."""
     if len(blocks) > SCALED_BLOCKS:
         return np.ones(len(w))
     h = DIFFERENCE * np.maximum(np.abs(w), 1.0)
     for _ in range(2):
+        h = h if bounds is None else bounds.outward(w, h)
         d = np.zeros(len(w))
         for block in blocks:
             at = w.copy()
@@ -334,7 +429,7 @@ def place(kernel, table):
     return replace(table, columns=kernel.place(table.columns))
 
 
-def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why):
+def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tolerance, penalty, clock, why, clip=None):
     """One step per iteration over all the rows. The objective at the weights of step k is known when iteration
     k + 1 evaluates there, so the history runs one behind, and the last entry is an evaluation after the loop."""
     history, divergence = [], Divergence(learning_rate, clock.warning)
@@ -348,7 +443,7 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
             clock.validate(w, loss)
             if stalled(history, tolerance):
                 return Fit(w, loss, history, it - 1, clock.seconds(), stopped='tolerance')
-        w = _step(rule, penalty, w, sums, table.rows)
+        w = _step(rule, penalty, w, sums, table.rows, clip)
         clock.rows += table.rows
         clock.iteration(it, loss)
     final = evaluate(kernel, table, w, clock.interrupts)  # the loss at the weights of the last step: iteration n + 1's
@@ -361,7 +456,7 @@ def _full_batches(kernel, table, w, names, rule, learning_rate, iterations, tole
 
 
 def _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iterations, batch_size, rng, tolerance,
-                  penalty, clock, why):
+                  penalty, clock, why, clip=None):
     """Epochs (one at least) of mini-batch steps: each epoch shuffles the rows (one gather per column of table) and
     steps once per slice of batch_size rows; then one pass over all the rows (placed) gives the objective at the
     epoch's weights, for the
@@ -377,7 +472,7 @@ def _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iteratio
             check_finite(sums, w, epoch, names, learning_rate, why, at_start=epoch == 1 and start == 0)
             if epoch == 1 and start == 0:
                 divergence.see(sums[0] / (end - start) + penalty.value(w), 1)
-            w = _step(rule, penalty, w, sums, end - start)
+            w = _step(rule, penalty, w, sums, end - start, clip)
             clock.rows += end - start
             clock.poll()
         sums = evaluate(kernel, placed, w, clock.interrupts)
@@ -392,26 +487,29 @@ def _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iteratio
     return Fit(w, history[-1], history, len(history), clock.seconds(), stopped='cap')
 
 
-def _step(rule, penalty, w, sums, rows):
+def _step(rule, penalty, w, sums, rows, clip=None):
     """The weights after one step of rule from w, given the kernel's sums over `rows` rows: the mean gradient with
-    l2's term, then l1's proximal shrink."""
+    l2's term, then l1's proximal shrink, then clip (Bounds.clip: the proximal step of the bounds, last)."""
     with np.errstate(over='ignore'):  # an overflow is divergence, found on the next check (w, sums are finite)
         w, size = rule.step(w, penalty.gradient(sums[1:] / rows, w))
-        return penalty.shrink(w, size)
+        w = penalty.shrink(w, size)
+        return w if clip is None else clip(w)
 
 
-def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why, blocks=None):
+def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why, blocks=None, bounds=None):
     """(the Fit, the starting objective) of L-BFGS (two-loop recursion over the last MEMORY pairs) with a
     backtracking line search for the Armijo condition, in scaled coordinates u = √D·w, D the Hessian's diagonal at
     the start (curvature; blocks as fit's): on columns of any scale, as on standardised ones. It stops early where
     no step along its direction lowers the objective: the optimum, to the precision of the sums. Its objective never
-    rises, so it never warns of divergence."""
+    rises, so it never warns of divergence. With bounds (Bounds), projected: the weights a bound holds take no part
+    in the direction, and the line search runs along the direction's path clipped into the bounds (_line_search)."""
     raw = _objective(kernel, table, penalty, clock)
     sums, f, g = raw(w)
     check_finite(sums, w, 1, names, 0.0, why)
     start = f
     blocks = [np.array([i]) for i in range(len(w))] if blocks is None else blocks
-    scale = 1 / np.sqrt(curvature(raw, w, f, g, blocks, FLOOR * abs(f)))
+    scale = 1 / np.sqrt(curvature(raw, w, f, g, blocks, FLOOR * abs(f), bounds))
+    box = None if bounds is None else bounds.scaled(scale)
 
     def objective(u):
         sums, value, gradient = raw(scale * u)
@@ -420,12 +518,18 @@ def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why, 
     u, g = w / scale, scale * g
     pairs, history, stopped = deque(maxlen=MEMORY), [], 'cap'
     for it in range(1, iterations + 1):
-        d = -_two_loop(g, pairs)
-        if not d @ g < 0:  # not a descent direction (or NaN): start again from the gradient
+        held = np.zeros(len(g), dtype=bool) if box is None else box.held(u, g)
+        free = np.where(held, 0.0, g)
+        d = np.where(held, 0.0, -_two_loop(free, pairs))
+        if not d @ free < 0:  # not a descent direction (or NaN): start again from the gradient
             pairs.clear()
-            d = -g
+            d = -free
+        if not np.any(free):
+            stopped = 'optimum'  # a bound holds every weight the gradient would move: the KKT point
+            break
         slope = d @ g
-        found = _line_search(objective, u, d, f, slope, 1.0 if pairs else 1.0 / max(1.0, float(np.sqrt(g @ g))))
+        found = _line_search(objective, u, d, f, slope, 1.0 if pairs else 1.0 / max(1.0, float(np.sqrt(free @ free))),
+                             None if box is None else box.clip, g)
         if found is None:
             stopped = 'search'  # no step lowers the objective
             break
@@ -443,15 +547,15 @@ def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why, 
         if stalled(history, tolerance):
             stopped = 'tolerance'
             break
-        if not np.any(g):
+        if not np.any(g if box is None else box.free(u, g)):
             stopped = 'optimum'
             break
-    w = scale * u
+    w = scale * u if bounds is None else bounds.unscaled(u, scale)
     check_finite(np.array([f, *g]), w, len(history) + 1, names, 0.0, why)
     return Fit(w, f, history, len(history), clock.seconds(), stopped=stopped), start
 
 
-def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why):
+def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why, bounds=None):
     """(the Fit, the starting objective, the Newton decrement gᵀ(H + μI)⁻¹g at its weights) of damped Newton: the
     kernel is program.build_hessian's (sums of the loss, the gradient and the upper half of the Hessian, one pass
     over the rows); each iteration solves (H + μI)·d = −g in the equilibrated basis (_newton_direction), then
@@ -460,8 +564,13 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
     which the rounding of its sums may hide, the full step comes first, taken (REFINEMENTS times at most) where its
     own decrement is smaller, before any line search (iterative refinement: the gradient is computed afresh, the
     solve's error shrinks). l2 adds 2·l2 on the diagonal; l1, not differentiable, is not taken
-    (arguments refuses it)."""
+    (arguments refuses it). With bounds (Bounds), projected: the direction solves for the weights no bound holds
+    (_newton_direction's held), and the line search runs along its path clipped into the bounds."""
     p = len(w)
+    clip = None if bounds is None else bounds.clip
+
+    def direction(w, g, h):
+        return _newton_direction(g, h, None if bounds is None else bounds.held(w, g))
 
     def objective(at):
         sums = evaluate(kernel, table, at, clock.interrupts)
@@ -474,7 +583,7 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
     check_finite(sums, w, 1, names, 0.0, why)
     start, history, stopped, refined = f, [], 'cap', 0
     for it in range(1, iterations + 1):
-        d = _newton_direction(g, h)
+        d = direction(w, g, h)
         slope = d @ g
         if not -slope > 4 * eps * abs(f):
             stopped = 'optimum'  # the decrement is below the precision of the objective
@@ -484,12 +593,12 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
         found = None
         if refined < REFINEMENTS and -slope <= 1e-6 * (abs(f) + FLOOR * abs(start)):
             with np.errstate(over='ignore', invalid='ignore'):
-                at = w + d
+                at = w + d if clip is None else clip(w + d)
                 tried = objective(at)
-            if np.all(np.isfinite(tried[0])) and -(_newton_direction(tried[2], tried[3]) @ tried[2]) < -slope:
+            if np.all(np.isfinite(tried[0])) and -(direction(at, tried[2], tried[3]) @ tried[2]) < -slope:
                 found, refined = (at, tried), refined + 1
         if found is None:
-            found = _line_search(objective, w, d, f, slope, 1.0)
+            found = _line_search(objective, w, d, f, slope, 1.0, clip, g)
             if found is None or not found[1][1] < f:
                 stopped = 'search'
                 break
@@ -501,33 +610,43 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why)
         if stalled(history, tolerance):
             stopped = 'tolerance'
             break
-        if not np.any(g):
+        if not np.any(g if bounds is None else bounds.free(w, g)):
             stopped = 'optimum'
             break
     check_finite(np.array([f, *g]), w, len(history) + 1, names, 0.0, why)
-    decrement = float(-(_newton_direction(g, h) @ g))
+    decrement = float(-(direction(w, g, h) @ g))
     return Fit(w, f, history, len(history), clock.seconds(), stopped=stopped), start, max(decrement, 0.0)
 
 
-def _line_search(objective, w, d, f, slope, t):
+def _line_search(objective, w, d, f, slope, t, clip=None, g=None):
     """(the step w + t·d, objective(step)) for the first t of t, t/2, … (HALVINGS of them) where the objective is
     finite and meets the Armijo condition against f and the slope g·d; None where no such step is found.
-    objective(at) gives (the kernel's sums, the objective, …)."""
+    objective(at) gives (the kernel's sums, the objective, …). With clip (Bounds.clip) and the gradient g, the
+    projected search: each step clip(w + t·d), its decrease against g·(step − w), which must be negative."""
     for _ in range(HALVINGS):
         with np.errstate(over='ignore', invalid='ignore'):
-            step = w + t * d
+            step = w + t * d if clip is None else clip(w + t * d)
             found = objective(step)
-        if np.isfinite(found[1]) and np.all(np.isfinite(found[0])) and found[1] <= f + ARMIJO * t * slope:
+            change = t * slope if clip is None else g @ (step - w)
+        if np.isfinite(found[1]) and np.all(np.isfinite(found[0])) and (clip is None or change < 0) and \
+                found[1] <= f + ARMIJO * change:
             return step, found
         t /= 2
     return None
 
 
-def _newton_direction(g, h):
+def _newton_direction(g, h, held=None):
     """−(H + μI)⁻¹·g solved in the equilibrated basis S·H·S, S = diag(H)^-½ (so that the columns' units do not
     matter: a diagonal of ones), μ the least of 0, 1e-10·10^k that makes the factor's pivots all above PIVOT (H
     positive definite, and not singular to the precision of its sums: collinear weights take no huge step along
-    the directions the data do not see); −g where none does (H not finite)."""
+    the directions the data do not see); −g where none does (H not finite). held (a mask, or None): the weights a
+    bound holds, whose part of the direction is 0: the others' solves H's block of theirs."""
+    if held is not None and held.any():
+        free = ~held
+        d = np.zeros_like(g)
+        if free.any():
+            d[free] = _newton_direction(g[free], h[np.ix_(free, free)])
+        return d
     root, scaled = second.equilibrated(h)
     gs = g / root
     mu = 0.0

@@ -15,12 +15,15 @@ import numpy as np
 from . import descent
 
 
-def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64', why=None):
+def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64', why=None,
+        bounds=None):
     """[descent.Fit of each group] of objective(W, at) → (each group's summed loss, its summed gradient, P × len(at))
     at W (P × len(at): the weights of the groups at, an index array), from start (P × G), the groups having rows[g]
     rows; penalty a descent.Penalty (l2 only); clock a descent.Clock (interrupts, progress); why(k), if given,
-    group k's descent.check_finite why, which explains a sum not finite at the starting weights."""
+    group k's descent.check_finite why, which explains a sum not finite at the starting weights; bounds (a
+    descent.Bounds of the P weights, the same for every group) as descent._lbfgs takes them: projected steps."""
     p, g_count = start.shape
+    limited, bounds = bounds is not None, _columns(bounds, p)
     rows = np.asarray(rows, dtype=np.float64)
     raw = _means(objective, rows, penalty, clock)
 
@@ -29,7 +32,8 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
     f, g = raw(w, everyone)
     _check(f, g, w, names, why)
     first = f.copy()
-    scale = 1 / np.sqrt(_curvature(raw, w, f, g, everyone, descent.FLOOR * np.abs(f)))
+    scale = 1 / np.sqrt(_curvature(raw, w, f, g, everyone, descent.FLOOR * np.abs(f), bounds))
+    box = bounds.scaled(scale)  # P × G: each group's bounds of u
     u, g = w / scale, scale * g
     memory = descent.MEMORY
     s_pairs, y_pairs, rho = np.zeros((memory, p, g_count)), np.zeros((memory, p, g_count)), np.zeros((memory, g_count))
@@ -41,15 +45,23 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
         if not len(running):
             break
         at = running
-        d = -_two_loop(g[:, at], s_pairs[:, :, at], y_pairs[:, :, at], rho[:, at], kept[at])
-        slope = np.sum(d * g[:, at], axis=0)
+        held = _part(box, at).held(u[:, at], g[:, at]) if limited else np.zeros((p, len(at)), dtype=bool)
+        free = np.where(held, 0.0, g[:, at])
+        kkt = ~np.any(free, axis=0)  # a bound holds every weight the gradient would move
+        stopped[at[kkt]] = 'optimum'
+        at, held, free = at[~kkt], held[:, ~kkt], free[:, ~kkt]
+        if not len(at):
+            break
+        d = np.where(held, 0.0, -_two_loop(free, s_pairs[:, :, at], y_pairs[:, :, at], rho[:, at], kept[at]))
+        slope = np.sum(d * free, axis=0)
         restart = ~(slope < 0)
         if restart.any():  # not a descent direction: start again from the gradient
             kept[at[restart]] = 0
-            d[:, restart] = -g[:, at[restart]]
-            slope = np.sum(d * g[:, at], axis=0)
-        t = np.where(kept[at] > 0, 1.0, 1.0 / np.maximum(1.0, np.sqrt(np.sum(g[:, at] ** 2, axis=0))))
-        found = _line_search(lambda uu, idx: _scaled(raw, uu, idx, scale), u[:, at], d, f[at], slope, t, at)
+            d[:, restart] = -free[:, restart]
+            slope = np.sum(d * free, axis=0)
+        t = np.where(kept[at] > 0, 1.0, 1.0 / np.maximum(1.0, np.sqrt(np.sum(free ** 2, axis=0))))
+        found = _line_search(lambda uu, idx: _scaled(raw, uu, idx, scale), u[:, at], d, f[at], slope, t, at,
+                             box if limited else None, g[:, at])
         new_u, new_f, new_g, ok = found
         failed = ~ok | ~(new_f < f[at])
         stopped[at[failed]] = 'search'
@@ -60,14 +72,23 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
         good = sy > 1e-12 * np.sqrt(np.sum(s * s, axis=0) * np.sum(y * y, axis=0))
         _push(s_pairs, y_pairs, rho, kept, moved[good], s[:, good], y[:, good], 1.0 / sy[good])
         u[:, moved], f[moved], g[:, moved] = step, nf, ng
-        running = _stepped(it, moved, nf, g, history, stopped, tolerance, clock, f[at])
-    w = scale * u
+        running = _stepped(it, moved, nf, box.free(u, g) if limited else g, history, stopped, tolerance, clock, f[at])
+    w = bounds.unscaled(u, scale) if limited else scale * u
     _check(f, g, w, names)
-    # the judgement: the gradient scaled by the Hessian's diagonal at the fitted weights, as descent.fit's
+    # the judgement: the gradient (what the bounds leave) scaled by the Hessian's diagonal at the fitted weights, as
+    # descent.fit's
     _, f_end, g_end = (None, *raw(w, everyone))
-    curvature = _curvature(raw, w, f_end, g_end, everyone, descent.FLOOR * np.abs(first))
+    curvature = _curvature(raw, w, f_end, g_end, everyone, descent.FLOOR * np.abs(first), bounds)
+    g_end = bounds.free(w, g_end)
     decrement = np.sum(g_end * g_end / curvature, axis=0)
     return _judged(w, f, first, decrement, rows, history, stopped, precision, clock.seconds())
+
+
+def _columns(bounds, p):
+    """bounds (a descent.Bounds of P weights, or None: none) as a column, P × 1, for the groups' P × G arrays."""
+    bounds = descent.unbounded(p) if bounds is None else bounds
+    return descent.Bounds(np.asarray(bounds.lower, dtype=np.float64)[:, None],
+                          np.asarray(bounds.upper, dtype=np.float64)[:, None])
 
 
 def _means(objective, rows, penalty, clock):
@@ -120,11 +141,13 @@ def _scaled(raw, u, at, scale):
     return f, scale[:, at] * g
 
 
-def _curvature(raw, w, f, g, at, floor):
-    """descent.curvature for every group at once: each weight's step along it for all the groups together."""
+def _curvature(raw, w, f, g, at, floor, bounds):
+    """descent.curvature for every group at once: each weight's step along it for all the groups together, turned
+    back where it would leave the bounds (P × 1)."""
     p = w.shape[0]
     h = descent.DIFFERENCE * np.maximum(np.abs(w), 1.0)
     for _ in range(2):
+        h = bounds.outward(w, h)
         d = np.zeros_like(w)
         for i in range(p):
             moved = w.copy()
@@ -175,9 +198,10 @@ def _push(s_pairs, y_pairs, rho, kept, at, s, y, r):
     kept[at] = np.minimum(kept[at] + 1, s_pairs.shape[0])
 
 
-def _line_search(objective, u, d, f, slope, t, at):
+def _line_search(objective, u, d, f, slope, t, at, box=None, g=None):
     """descent._line_search for each group: (the accepted u, its objective and gradient, found) where each group's
-    first step of t, t/2, … meets the Armijo condition; only the groups still searching are evaluated again."""
+    first step of t, t/2, … meets the Armijo condition; only the groups still searching are evaluated again. With
+    box (the groups' descent.Bounds, P × G) and their gradients g, the projected search, as descent's."""
     new_u, new_f, new_g = u.copy(), np.full(len(at), np.inf), np.zeros_like(u)
     ok = np.zeros(len(at), dtype=bool)
     searching = np.arange(len(at))
@@ -187,9 +211,15 @@ def _line_search(objective, u, d, f, slope, t, at):
             break
         with np.errstate(over='ignore', invalid='ignore'):
             trial = u[:, searching] + t[searching] * d[:, searching]
+            if box is not None:
+                trial = np.minimum(np.maximum(trial, box.lower[:, at[searching]]), box.upper[:, at[searching]])
+                change = np.sum(g[:, searching] * (trial - u[:, searching]), axis=0)
+            else:
+                change = t[searching] * slope[searching]
             tf, tg = objective(trial, at[searching])
-        good = np.isfinite(tf) & np.all(np.isfinite(tg), axis=0) & \
-            (tf <= f[searching] + descent.ARMIJO * t[searching] * slope[searching])
+        good = np.isfinite(tf) & np.all(np.isfinite(tg), axis=0) & (tf <= f[searching] + descent.ARMIJO * change)
+        if box is not None:
+            good &= change < 0
         chosen = searching[good]
         new_u[:, chosen], new_f[chosen], new_g[:, chosen], ok[chosen] = trial[:, good], tf[good], tg[:, good], True
         t[searching[~good]] /= 2
@@ -214,13 +244,15 @@ STEP = 1e-6  # newton's Hessian by forward differences of the gradient: each wei
 DIFFERENCE_PIVOT = 1e-5
 
 
-def newton(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64', why=None):
+def newton(objective, start, rows, names, iterations, tolerance, penalty, clock, precision='float64', why=None,
+           bounds=None):
     """[descent.Fit of each group] by damped Newton (descent._newton's steps: the direction in the equilibrated basis,
     a backtracking search for the Armijo condition, the stop where the decrement is below the objective's precision
     or no step lowers it), every group at once, with the Hessian from forward differences of the gradient: P more
     calls of objective an iteration (one a weight, all the groups together), for recurrences whose second derivatives
-    pgad does not build. objective, start, rows, names, penalty, clock and why as fit() takes them."""
+    pgad does not build. objective, start, rows, names, penalty, clock, why and bounds as fit() takes them."""
     p, g_count = start.shape
+    limited, bounds = bounds is not None, _columns(bounds, p)
     rows = np.asarray(rows, dtype=np.float64)
     eps = np.finfo(np.float64).eps
     raw = _means(objective, rows, penalty, clock)
@@ -230,6 +262,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
         h = np.empty((len(at), p, p))
         for i in range(p):
             step = STEP * np.maximum(np.abs(w[i]), 1.0)
+            step = np.where(w[i] + step > bounds.upper[i], -step, step)  # not out of the bounds
             moved = w.copy()
             moved[i] += step
             with np.errstate(all='ignore'):
@@ -249,33 +282,53 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
             break
         at = running
         h = hessians(w[:, at], g[:, at], at)
-        d = _newton_directions(g[:, at], h, DIFFERENCE_PIVOT)
+        d = _newton_directions(g[:, at], h, DIFFERENCE_PIVOT, bounds.held(w[:, at], g[:, at]) if limited else None)
         slope = np.sum(d * g[:, at], axis=0)
         small = ~(-slope > 4 * eps * np.abs(f[at]))
         stopped[at[small]] = 'optimum'
         at, d, slope = at[~small], d[:, ~small], slope[~small]
         if not len(at):
             break
-        new_w, new_f, new_g, ok = _line_search(raw, w[:, at], d, f[at], slope, np.ones(len(at)), at)
+        new_w, new_f, new_g, ok = _line_search(raw, w[:, at], d, f[at], slope, np.ones(len(at)), at,
+                                               _wide(bounds, g_count) if limited else None, g[:, at])
         failed = ~ok | ~(new_f < f[at])
         stopped[at[failed]] = 'search'
         moved = at[~failed]
         w[:, moved], f[moved], g[:, moved] = new_w[:, ~failed], new_f[~failed], new_g[:, ~failed]
-        running = _stepped(it, moved, new_f[~failed], g, history, stopped, tolerance, clock, f[at])
+        running = _stepped(it, moved, new_f[~failed], bounds.free(w, g) if limited else g, history, stopped,
+                           tolerance, clock, f[at])
     _check(f, g, w, names)
     # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton'
     h = hessians(w, g, everyone)
-    decrement = np.maximum(-np.sum(_newton_directions(g, h, DIFFERENCE_PIVOT) * g, axis=0), 0.0)
+    held = bounds.held(w, g) if limited else None
+    decrement = np.maximum(-np.sum(_newton_directions(g, h, DIFFERENCE_PIVOT, held) * g, axis=0), 0.0)
     return _judged(w, f, first, decrement, rows, history, stopped, precision, clock.seconds())
 
 
-def _newton_directions(g, h, pivot=descent.PIVOT):
+def _part(bounds, at):
+    """bounds (P × G) of the groups at."""
+    return descent.Bounds(bounds.lower[:, at], bounds.upper[:, at])
+
+
+def _wide(bounds, count):
+    """bounds (P × 1) as P × count: the line search's columns, one a group."""
+    return descent.Bounds(np.repeat(bounds.lower, count, axis=1), np.repeat(bounds.upper, count, axis=1))
+
+
+def _newton_directions(g, h, pivot=descent.PIVOT, held=None):
     """descent._newton_direction for each group (g a column, h[k] its Hessian) at once: −(H + μI)⁻¹·g in the
     equilibrated basis, μ the least of 0, 1e-10·10^k whose factor's pivots are all above pivot (a batched
     factorisation for the groups that take each μ: the least eigenvalue says which can), −g where none does or H is
-    not finite."""
+    not finite. held (P × G, or None): the weights a bound holds in each group, whose part of the direction is 0 (their
+    rows and columns of H those of the identity, their part of g 0)."""
     if not len(g):
         return np.zeros_like(g)  # a model that reads no weight: no direction, and no Hessian to factor
+    if held is not None and held.any():
+        mask = held.T  # G × P
+        h = np.where(mask[:, :, None] | mask[:, None, :], 0.0, h)
+        index = np.arange(h.shape[1])
+        h[:, index, index] = np.where(mask, 1.0, h[:, index, index])
+        return np.where(held, 0.0, _newton_directions(np.where(held, 0.0, g), h, pivot))
     diagonal = np.abs(np.diagonal(h, axis1=1, axis2=2))
     root = np.sqrt(np.where(np.isfinite(diagonal) & (diagonal > 0), diagonal, 1.0))  # hessian.equilibrated's
     scaled = h / (root[:, :, None] * root[:, None, :])

@@ -120,12 +120,14 @@ def shown(value, kind):
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
-def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, memory_limit, cache=None, model=None):
+def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, memory_limit, cache=None, model=None,
+         bounds=None):
     """[descent.Fit of each sequence]: by Newton or L-BFGS all at once (lockstep.py), every call of the recurrence over
     the sequences still running; by the other optimizers one sequence at a time (descent.fit). A WARNING for each
     sequence that did not converge, naming its group. Lockstep takes as many groups at a time as a quarter of
     memory_limit holds their optimizer's state. A loss not finite at the starting weights is explained (diagnosed)
-    by the operation that made it so, printed as model (the parsed model lambda) writes it."""
+    by the operation that made it so, printed as model (the parsed model lambda) writes it. bounds (descent.Bounds,
+    or None) each weight's interval, the same for every group."""
     def why(part, k, where):  # descent.check_finite's why(w, output) for sequence k of part, of where
         one = sequences.Sequences(part.columns, part.starts[[k]], part.lengths[[k]])
         return lambda w, output: diagnosed(step, one, w, model, where) if output == 0 and model is not None else None
@@ -148,7 +150,7 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
                 return sequences.gradient(step, some, w, options['mode'], tile_bytes, options['backend'], cache)
             fits += fitting(sums, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, part.count)),
                             part.lengths, names, options['iterations'], options['tolerance'], penalty, clock,
-                            why=lambda k, part=part, begin=begin: why(part, k, wheres[begin + k]))
+                            why=lambda k, part=part, begin=begin: why(part, k, wheres[begin + k]), bounds=bounds)
         for where, fit in zip(wheres, fits):
             if not fit.converged:
                 message, hint = descent.unconverged(options['optimizer'], fit, options['iterations'], penalty)
@@ -164,7 +166,7 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
                                 loader.Table([], int(part.lengths[0]), 0),
                                 start, names, options['optimizer'], options['learning_rate'], options['iterations'],
                                 int(part.lengths[0]), None, options['tolerance'], penalty, clock,
-                                why=why(part, 0, where)))
+                                why=why(part, 0, where), bounds=bounds))
     return fits
 
 
@@ -271,6 +273,9 @@ def train(name, model_text, loss, data, weights, given, config):
     label = options['label']
     step, model, goal, w, unread, shapes = step_of(model_text, loss, label, state, weights, config.limits,
                                                    config.memory_limit)
+    limits = arguments.bounds(given['bounds'], [*w, *unread], config.memory_limit)
+    if limits:
+        options['bounds'] = descent.stored_bounds(limits)
     if order_by in step.columns:
         raise PgadError('0A000', f'the model reads its order column "{order_by}"',
                         hint='Read the gap between rows as a column of its own: SELECT day, y, day - '
@@ -285,6 +290,7 @@ def train(name, model_text, loss, data, weights, given, config):
     names = [e for n, shape in step.shapes for e in vectors.elements(n, shape)]
     start = calls.vector_of(w)
     penalty = descent.Penalty(options['l1'], options['l2'], np.ones(len(start)))
+    bounds = descent.bounded(limits, program.spans(step.shapes), start, names)
     kept = []
     for group in groups:
         where = f'model "{name}"' + (f', group {group.key}' if group.key else '')
@@ -300,13 +306,16 @@ def train(name, model_text, loss, data, weights, given, config):
                                np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
     sequences.check_tape(seqs, len(step.states), config.memory_limit)
     fitted = _fit(step, seqs, start, names, options, penalty, [where for where, _ in kept], name,
-                  min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model)
+                  min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
+                  bounds)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
     _, last, predictions = sequences.run(step, seqs, weights, keep='predictions', backend=options['backend'],
                                          cache=config.cache, tile_bytes=min(sequences.TILE_BYTES, config.memory_limit // 4))
     rows, fits = [], []
     for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
+                     **({'at_bounds': descent.at_bounds(limits, dict(zip(names, fit.weights.tolist())))}
+                        if limits else {}),
                      last_state={f: float(v) for f, v in zip(step.states, last[:, k])},
                      last_order=shown(group.order[-1], kind))
         if objective.base(loss) == 'squared' and label in group.columns:

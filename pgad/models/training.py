@@ -29,7 +29,8 @@ def train(*args, **kwargs):
 def _train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
            optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
            standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
-           early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None):
+           early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None,
+           bounds=None):
     given = dict(locals())
     for argument in REQUIRED:
         if given[argument] is None:
@@ -48,8 +49,9 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),
                                  program.parsed(goal.text, config.limits))
     names = list(w)
+    limits = arguments.bounds(bounds, [*names, *unread], config.memory_limit)  # {weight: (lower, upper)}, or None
     chosen = optimizer is None
-    optimizer = arguments.optimizer(_default_optimizer(optimizer, learning_rate, l1, loss))
+    optimizer = arguments.optimizer(_default_optimizer(optimizer, learning_rate, l1, loss, limits))
     if learning_rate is not None and optimizer in ('lbfgs', 'newton', 'interior_point'):
         raise PgadError('22023', f'optimizer "{optimizer}" takes no learning_rate',
                         detail={'lbfgs': 'L-BFGS chooses its steps by a line search.',
@@ -71,6 +73,9 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                    progress_every=int(arguments.non_negative('progress_every', progress_every)),
                    dtype=arguments.dtype(dtype, backend),  # backend checked just above
                    validation=validating.option(validation), likelihood=bool(likelihood))
+    if limits:
+        options['bounds'] = descent.stored_bounds(limits)
+        _check_bounds(options, standardize, objective.base(loss))
     options['early_stopping'] = validating.early_stopping(early_stopping, options['validation'])
     summary.check_likelihood(loss, options['likelihood'])
     if standardize and objective.base(loss) != 'softmax' and categorical.indexed(w, goal.model):
@@ -135,6 +140,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                         hint='Standardise the columns in the data query, or train one model per group.')
     smooth = None  # the smoothed objective's Program, where the default smooths a piecewise-linear loss
     if chosen and lp is None and not options['early_stopping'] and options['optimizer'] in ('newton', 'lbfgs') and \
+            not limits and \
             found is None and not shards.foreign(data) and objective.kinked(model, loss, label, config.limits):
         smooth = _program(objective.smoothed(model, loss, label, config.limits), names, options, config, shapes,
                           chosen)
@@ -224,6 +230,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                     *logits, dict(zip([str(c) for c in prog.columns], part.table.columns)), label, fitted,
                     part.table.rows, server.check_interrupts), clock.warning)
             fits.append((part.values, fitted))
+            held_at = descent.at_bounds(limits, fitted)
             if isinstance(explainer, attribution.Explainer) and isinstance(kernel, shards.Sharded):
                 explainer = 'its rows are sharded, and the training rows\' means would be the local partitions\''
             explained = {}
@@ -237,7 +244,8 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                              weights=stored,
                              final_loss=float(fit.loss), loss_history=[float(v) for v in fit.history],
                              iterations=fit.iterations,
-                             options=json.dumps({**options, **({'impute': imputed} if imputed else {}), **explained}),
+                             options=json.dumps({**options, **({'impute': imputed} if imputed else {}), **explained,
+                                                 **({'at_bounds': held_at} if limits else {})}),
                              data=data,
                              rows=part.table.rows,
                              training_time=fit.seconds,
@@ -336,7 +344,9 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
             fit = descent.fit(kernel, table, begun, names, options['optimizer'],
                               options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
                               options['tolerance'], penalty, clock, why=why, judge=not options['early_stopping'],
-                              blocks=blocks, precision=options['dtype'])
+                              blocks=blocks, precision=options['dtype'],
+                              bounds=descent.bounded(descent.read_bounds(options.get('bounds')),
+                                                     program.spans(prog.shapes), begun, names))
     except validating.Stop:
         fit = descent.Fit(watch.best, watch.training[watch.at], watch.training, len(watch.training), clock.seconds(),
                           False)
@@ -419,15 +429,31 @@ LP_WEIGHTS = 300  # the interior point's normal equations: p² a row, as newton'
 NEWTON_WEIGHTS = 48
 
 
-def _default_optimizer(optimizer, learning_rate, l1, loss):
+def _default_optimizer(optimizer, learning_rate, l1, loss, bounds=None):
     """The optimizer asked for; left out, 'interior_point' for a piecewise-linear loss (kept where its programme
-    applies, decided once the weights are known), else 'lbfgs' (newton where _newton_pays, likewise), or 'gd' where a
-    learning_rate or l1 is given (lbfgs and newton take neither)."""
+    applies, decided once the weights are known; not with bounds), else 'lbfgs' (newton where _newton_pays,
+    likewise), or 'gd' where a learning_rate or l1 is given (lbfgs and newton take neither)."""
     if optimizer is not None:
         return optimizer
-    if piecewise.takes(loss) and learning_rate is None:
+    if piecewise.takes(loss) and learning_rate is None and not bounds:
         return 'interior_point'
     return 'gd' if learning_rate is not None or l1 else 'lbfgs'
+
+
+def _check_bounds(options, standardize, base):
+    """The error where bounds meet an option they cannot: standardize (it fits other weights than the model's),
+    the linear programme of 'interior_point', and a softmax model's centred weights."""
+    if standardize:
+        raise PgadError('0A000', 'pgad.train takes no bounds with standardize => true',
+                        detail='standardize fits the weights of standardised columns, whose bounds are not the '
+                               'model\'s.', hint='Standardise the columns in the data query, or leave bounds out.')
+    if options['optimizer'] == 'interior_point':
+        raise PgadError('0A000', 'optimizer "interior_point" takes no bounds',
+                        hint="Use optimizer 'lbfgs' or 'newton', or leave optimizer out.")
+    if base == 'softmax':
+        raise PgadError('0A000', "pgad.train takes no bounds for loss 'softmax'",
+                        detail='Its weights of a class are centred after the fit, which moves them.',
+                        hint='Leave bounds out.')
 
 
 def _linear_programme(goal, loss, label, names, shapes, cats, data, options, config, chosen):
