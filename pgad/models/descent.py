@@ -222,10 +222,13 @@ class Clock:
     """Interrupt checks every `check` seconds, and progress(message) every `every` seconds, or every
     `every_iterations` iterations when that is more than 0; the rows the kernel ran in the iterations reported
     (every call's, mini-batches, line search and epoch-end passes alike), for rows/s; warning(message, hint) for a
-    loss that diverges (Divergence)."""
-    def __init__(self, interrupts, progress, iterations, every=1.0, check=0.01, every_iterations=0, warning=None):
+    loss that diverges (Divergence), and unconverged(message, hint) for a fit that did not converge (warning's by
+    default: a call of many groups counts them in one, tally.py)."""
+    def __init__(self, interrupts, progress, iterations, every=1.0, check=0.01, every_iterations=0, warning=None,
+                 unconverged=None):
         self.interrupts, self.progress, self.iterations = interrupts, progress, iterations
         self.warning = warning or python_warning
+        self.unconverged = unconverged  # (message, hint) of a fit judged not converged; warning where None
         self.every, self.check, self.every_iterations = every, check, every_iterations
         self.started = self.reported = self.checked = time.monotonic()
         self.rows = 0
@@ -271,7 +274,7 @@ def run(kernel, table, weights, learning_rate, iterations, names, interrupts, pr
 
 def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, iterations=100, batch_size=256, seed=None,
         tolerance=0.0, penalty=Penalty(), clock=None, why=None, judge=True, blocks=None, precision='float64',
-        bounds=None):
+        bounds=None, loss=None):
     """The Fit of the kernel's objective over table from weights (a vector in the order of names) by optimizer.
 
     tolerance > 0 stops after an iteration that improved the objective by less than tolerance relative to the one
@@ -282,7 +285,8 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     clock.warning where it does not hold; blocks (index arrays) are the weights whose curvatures the gradient's
     differences may take together (a categorical weight's entries: one category a row), each weight alone by
     default; precision is the kernel's ('float32' on a GPU: more rounding in its sums); bounds (Bounds) the interval
-    of each weight, None for none: the weights start within it (arguments.bounds checks)."""
+    of each weight, None for none: the weights start within it (arguments.bounds checks); loss the base name of the
+    loss, for the hint of a fit that did not converge (unconverged)."""
     w = np.array(weights, dtype=np.float64)
     limited = bounds is not None
     bounds = bounds if limited else unbounded(len(w))
@@ -328,7 +332,7 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     measure, converged = judged(decrement, result.loss, floor, table.rows, precision)
     result = replace(result, converged=converged, gradient_norm=measure)
     if not converged:
-        clock.warning(*unconverged(optimizer, result, iterations, penalty))
+        (clock.unconverged or clock.warning)(*unconverged(optimizer, result, iterations, penalty, loss))
     return result
 
 
@@ -346,8 +350,19 @@ def threshold(rows, precision='float64'):
     return max(CRITERION, NOISE * eps * eps * rows)
 
 
-def unconverged(optimizer, result, iterations, penalty):
-    """(message, hint) of the WARNING of a fit that did not converge: why it stopped, and what to do."""
+# The named losses whose objective may have no minimum for the labels' sake: separated classes (logistic, softmax,
+# hinge), a category of zero counts (poisson). For the others, a weight that runs off has no minimum of its own.
+SEPARABLE = ('logistic', 'softmax', 'hinge', 'poisson')
+
+
+def unconverged(optimizer, result, iterations, penalty, loss=None):
+    """(message, hint) of the WARNING of a fit that did not converge: why it stopped, and what to do. loss (its
+    base name, objective.base; None where it is not known) says which cause of no minimum the hint names:
+    separated labels for SEPARABLE, a weight that runs off (bounds) for the others."""
+    separable = loss is None or loss in SEPARABLE
+    nowhere = ('no minimum (separated labels)' if separable else
+               'no minimum within the weights\' range (a weight that runs off: give it bounds => '
+               '\'{"w": [lower, upper]}\')')
     measure = f'its gradient measure {result.gradient_norm:.3g} is above the criterion\'s bound'
     if result.stopped == 'cap':
         message = f'optimizer "{optimizer}" did not converge in its {iterations} iterations: {measure}'
@@ -365,13 +380,13 @@ def unconverged(optimizer, result, iterations, penalty):
                 f'Leave optimizer and learning_rate out (the default converges on columns of any scale), or train '
                 f'with {more}.')
     elif result.stopped == 'search':
-        hint = ("The objective may have no minimum (separated labels) or be flat along some weights (collinear "
+        hint = (f"The objective may have {nowhere} or be flat along some weights (collinear "
                 "columns); check the model and the data, or add a small l2" +
                 (", or try optimizer => 'newton'." if optimizer == 'lbfgs' else '.'))
     elif optimizer == 'lbfgs':
         hint = f"Train with {more}, or with optimizer => 'newton' (at most 300 weights) or standardize => true."
     else:
-        hint = f'Train with {more}; a model that needs many may have no minimum (separated labels).'
+        hint = f'Train with {more}; a model that needs many may have {nowhere}.'
     if result.stopped == 'tolerance':
         hint = 'Train with a smaller tolerance, or none. ' + hint
     return message, hint

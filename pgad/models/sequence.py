@@ -8,6 +8,7 @@ the last row, as text) and sigma2 (the mean squared one-step error, squared loss
 """
 import datetime
 import json
+import re
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from .. import arguments, calls, domain, loader, program, sequences, server
 from ..errors import PgadError
 from ..lang import parser, printer, vectors
-from . import catalog, descent, lockstep, objective
+from . import catalog, descent, lockstep, objective, tally as counting
 
 OPTIMIZERS = ('newton', 'lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are no sample of another
 NEWTON_WEIGHTS = 48  # the default optimizer is newton up to this many weights (its Hessian: a gradient a weight), then
@@ -121,13 +122,14 @@ def shown(value, kind):
 
 
 def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, memory_limit, cache=None, model=None,
-         bounds=None):
+         bounds=None, tally=None, keys=None, loss='squared'):
     """[descent.Fit of each sequence]: by Newton or L-BFGS all at once (lockstep.py), every call of the recurrence over
     the sequences still running; by the other optimizers one sequence at a time (descent.fit). A WARNING for each
     sequence that did not converge, naming its group. Lockstep takes as many groups at a time as a quarter of
     memory_limit holds their optimizer's state. A loss not finite at the starting weights is explained (diagnosed)
     by the operation that made it so, printed as model (the parsed model lambda) writes it. bounds (descent.Bounds,
-    or None) each weight's interval, the same for every group."""
+    or None) each weight's interval, the same for every group. What the fits find goes to tally (tally.Tally: one
+    message for many groups), each sequence's by its group's key in keys; loss the loss's base name (its hints)."""
     def why(part, k, where):  # descent.check_finite's why(w, output) for sequence k of part, of where
         one = sequences.Sequences(part.columns, part.starts[[k]], part.lengths[[k]])
         return lambda w, output: diagnosed(step, one, w, model, where) if output == 0 and model is not None else None
@@ -151,23 +153,44 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
             fits += fitting(sums, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, part.count)),
                             part.lengths, names, options['iterations'], options['tolerance'], penalty, clock,
                             why=lambda k, part=part, begin=begin: why(part, k, wheres[begin + k]), bounds=bounds)
-        for where, fit in zip(wheres, fits):
+        for key, fit in zip(keys, fits):
             if not fit.converged:
-                message, hint = descent.unconverged(options['optimizer'], fit, options['iterations'], penalty)
-                server.warning(f'{where}: {message}', taken(hint))
+                message, hint = descent.unconverged(options['optimizer'], fit, options['iterations'], penalty, loss)
+                tally.add(counting.UNCONVERGED, key, message, taken(hint))
         return fits
     fits = []
-    for k, where in enumerate(wheres):
+    for k, (where, key) in enumerate(zip(wheres, keys)):
         part = sequences.Sequences(seqs.columns, seqs.starts[[k]], seqs.lengths[[k]])
         clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                               options['iterations'], every_iterations=options['progress_every'],
-                              warning=lambda message, hint: server.warning(f'{where}: {message}', taken(hint)))
+                              warning=lambda message, hint, key=key: tally.add(counting.WARNED, key, message,
+                                                                                taken(hint)),
+                              unconverged=lambda message, hint, key=key: tally.add(counting.UNCONVERGED, key,
+                                                                                    message, taken(hint)))
         fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes, options['backend'], cache),
                                 loader.Table([], int(part.lengths[0]), 0),
                                 start, names, options['optimizer'], options['learning_rate'], options['iterations'],
                                 int(part.lengths[0]), None, options['tolerance'], penalty, clock,
-                                why=why(part, 0, where), bounds=bounds))
+                                why=why(part, 0, where), bounds=bounds, loss=loss))
     return fits
+
+
+# A smoothing parameter, by its name: alpha, beta, gamma, alone or with a suffix (alpha2, gamma_week). Outside [0, 1]
+# it weighs old rows more than new ones (or one row's error past itself): a recurrence that may have no minimum.
+SMOOTHING = re.compile(r'(alpha|beta|gamma)([0-9]*|_\w*)', re.IGNORECASE)
+
+
+def _outside(tally, names, fits, keys, limits):
+    """An OUTSIDE entry in tally for each group (keys) whose fit leaves a smoothing parameter (SMOOTHING) that has
+    no bounds (limits) outside [0, 1]."""
+    watched = [k for k, n in enumerate(names) if SMOOTHING.fullmatch(n) and n not in (limits or {})]
+    for key, fit in zip(keys, fits):
+        out = [f'"{names[k]}" = {fit.weights[k]:g}' for k in watched if not 0 <= fit.weights[k] <= 1]
+        if out:
+            first = names[next(k for k in watched if not 0 <= fit.weights[k] <= 1)]
+            tally.add(counting.OUTSIDE, key, f'smoothing parameter {", ".join(out)} is outside [0, 1]',
+                      f'Bound it: bounds => \'{{"{first}": [0, 1]}}\' (a smoothing parameter outside [0, 1] weighs '
+                      'old rows more than new ones, and the fit may have no minimum).')
 
 
 def diagnosed(step, seq, weights, model, where):
@@ -305,13 +328,18 @@ def train(name, model_text, loss, data, weights, given, config):
     seqs = sequences.Sequences({c: np.concatenate([group.columns[c] for _, group in kept]) for c in step.columns},
                                np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
     sequences.check_tape(seqs, len(step.states), config.memory_limit)
+    tally = counting.Tally(name, len(kept) if options['group_by'] else 1)
     fitted = _fit(step, seqs, start, names, options, penalty, [where for where, _ in kept], name,
                   min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
-                  bounds)
+                  bounds, tally, [group.key for _, group in kept], objective.base(loss))
     weights = np.stack([fit.weights for fit in fitted], axis=1)
     _, last, predictions = sequences.run(step, seqs, weights, keep='predictions', backend=options['backend'],
                                          cache=config.cache, tile_bytes=min(sequences.TILE_BYTES, config.memory_limit // 4))
     rows, fits = [], []
+    for (_, group), fit in zip(kept, fitted):
+        tally.bounds(group.key, dict(zip(names, fit.weights.tolist())), limits)
+    _outside(tally, names, fitted, [group.key for _, group in kept], limits)
+    tally.flush()
     for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
                      **({'at_bounds': descent.at_bounds(limits, dict(zip(names, fit.weights.tolist())))}

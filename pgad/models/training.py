@@ -13,7 +13,7 @@ from .. import arguments, calls, categorical, domain, loader, program, server, s
 from ..errors import PgadError
 from ..lang import printer, vectors
 from . import attribution, catalog, classes, descent, evaluate as evaluating, objective, piecewise, preprocess, \
-    separation, sequence, standardize as standardizing, summary, validation as validating
+    separation, sequence, standardize as standardizing, summary, tally as counting, validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
@@ -182,6 +182,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
         held_out = _held_out(options['validation'], prog, groups, config, cats.codes, set(impute))
         rows, fits = [], []
+        tally = counting.Tally(name, len(parts) if groups else 1)
         for part, kernel in parts:
             where = f'model "{name}"' + (f', group {part.key}' if part.key else '')
             if part.table.rows == 0:
@@ -202,9 +203,12 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                 held = None if held is None else preprocess.fill(held, names_read, imputed, cats.codes)
             if held is not None:
                 objective.check_labels(checked_loss, label, _label_column(prog, held, label), f'{where}, validation: ')
+            # many groups' messages: one, at the end (tally.py); one model's as they come
             clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                                   options['iterations'], every_iterations=options['progress_every'],
-                                  warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
+                                  warning=tally.warner(counting.WARNED, part.key) if groups else
+                                  lambda message, hint, where=where: server.warning(f'{where}: {message}', hint),
+                                  unconverged=tally.warner(counting.UNCONVERGED, part.key) if groups else None)
             if isinstance(kernel, shards.Sharded):
                 fit_options = _full_batch(options, part.table.rows)
             else:
@@ -215,7 +219,8 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
             smoothing = None if smooth is None else (loss, smooth.columns, calls.compiled(
                 smooth, options['backend'], options['dtype'], config, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
-                                      penalty, clock, held, _blocks(prog, cats), lp, config.memory_limit, smoothing)
+                                      penalty, clock, held, _blocks(prog, cats), lp, config.memory_limit, smoothing,
+                                      objective.base(loss))
             if centred:  # scikit-learn's symmetric parameterisation
                 fitted = dict(zip(prog.weights, classes.centre([fitted[n] for n in prog.weights], prog.shapes,
                                                                centred)))
@@ -231,6 +236,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                     part.table.rows, server.check_interrupts), clock.warning)
             fits.append((part.values, fitted))
             held_at = descent.at_bounds(limits, fitted)
+            tally.bounds(part.key, fitted, limits)
             if isinstance(explainer, attribution.Explainer) and isinstance(kernel, shards.Sharded):
                 explainer = 'its rows are sharded, and the training rows\' means would be the local partitions\''
             explained = {}
@@ -255,6 +261,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                                                                         found, stored, logits)))
     if not rows:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
+    tally.flush()
     explanation = (explainer, baselines, options.get('classes')) if isinstance(explainer, attribution.Explainer) \
         else (None, explainer)
     scoring = catalog.Scoring(name, goal.model, groups, group_types, printer.budget(config.limits), unrolled,
@@ -310,12 +317,13 @@ def _label_column(prog, table, label):
 
 
 def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, blocks=None, lp=None,
-         memory_limit=None, smoothing=None):
+         memory_limit=None, smoothing=None, loss=None):
     """({weight: fitted value}, descent.Fit, validation.Watch or None) of one table (a group's) from the weights
     start, on standardised columns when plan is not None; the loss on the held-out rows held (a Table, or None)
     watched after each iteration, and with early_stopping the weights of its lowest (not the optimum: converged
     false, and no WARNING, as asked); blocks as descent.fit's; lp the piecewise.Problem of 'interior_point';
-    smoothing (loss, the smoothed objective's columns and kernel) for piecewise.continued."""
+    smoothing (loss, the smoothed objective's columns and kernel) for piecewise.continued; loss the
+    loss's base name, for descent.unconverged's hint."""
     names = list(prog.weights)
     if plan is not None:
         columns = dict(zip(prog.columns, table.columns))
@@ -346,7 +354,7 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
                               options['tolerance'], penalty, clock, why=why, judge=not options['early_stopping'],
                               blocks=blocks, precision=options['dtype'],
                               bounds=descent.bounded(descent.read_bounds(options.get('bounds')),
-                                                     program.spans(prog.shapes), begun, names))
+                                                     program.spans(prog.shapes), begun, names), loss=loss)
     except validating.Stop:
         fit = descent.Fit(watch.best, watch.training[watch.at], watch.training, len(watch.training), clock.seconds(),
                           False)
