@@ -3,6 +3,7 @@ within their bounds by projected steps, and a fit whose weights sit at a bound w
 is converged (the KKT conditions). Oracles: scipy's lsq_linear (bounded least squares, exact) and L-BFGS-B on the
 same sum of squares computed here in numpy, for simple exponential smoothing per group."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -216,3 +217,93 @@ def test_the_absolute_loss_with_bounds_takes_the_smoothed_path_not_the_programme
     assert options['optimizer'] != 'interior_point'
     assert weights['a'] == 1.5
     assert json.loads(json.dumps(options['bounds'])) == {'a': [0, 1.5]}
+
+
+def messages(db, sql, params=None):
+    """(severity, message, detail, hint) of each notice and warning sql sends, and its rows."""
+    said = []
+
+    def hear(notice):
+        said.append((notice.severity_nonlocalized, notice.message_primary, notice.message_detail, notice.message_hint))
+    db.add_notice_handler(hear)
+    try:
+        rows = db.execute(sql, params).fetchall()
+    finally:
+        db.remove_notice_handler(hear)
+    return said, rows
+
+
+BOUND_HINT = ('Bound it: bounds => \'{"alpha": [0, 1]}\' (a smoothing parameter outside [0, 1] weighs old rows more '
+              'than new ones, and the fit may have no minimum).')
+
+
+def fitted_messages(db, sql, params=None):
+    """messages(), in a session that publishes group values silently (not this test's subject)."""
+    db.execute("SET pgad.publish_data_values = 'on'")
+    try:
+        return messages(db, sql, params)
+    finally:
+        db.execute('RESET pgad.publish_data_values')
+
+
+def test_many_groups_get_one_warning_that_names_the_cause(db):
+    """Nine groups, six of whose unbounded α leaves [0, 1] (the white noise's below 0, the twice-integrated walk's
+    above 1): one WARNING for the call, counting them, naming three groups and the cause, whose hint is the bound."""
+    load(db, 'many_ses', ses_series() * 3)
+    said, rows = fitted_messages(db, "SELECT group_key->>'g', weights FROM pgad.train('mses', 'λ(d, w, s) s.level', "
+                                     "'squared', 'SELECT * FROM many_ses', '{\"alpha\": 0.5, \"l0\": 20}', "
+                                     "order_by => 'day', group_by => 'g', state => %s) ORDER BY 1", [SES])
+    assert len(rows) == 9
+    assert [s[0] for s in said] == ['WARNING']
+    _, message, detail, hint = said[0]
+    assert re.fullmatch(r'model "mses": (\d of 9 groups did not converge, 6 have|6 of 9 groups have) a smoothing '
+                        r'parameter outside \[0, 1\]', message), message
+    assert hint == BOUND_HINT
+    outside = [g for g, w in rows if not 0 <= w['alpha'] <= 1]
+    assert len(outside) == 6
+    assert f'Group {{"g": {outside[0]}}}: smoothing parameter "alpha" = ' in detail
+    assert 'And 3 more.' in detail and "options->'at_bounds' are in pgad.model_versions." in detail
+    assert 'separated labels' not in detail + hint
+
+
+def test_bounded_groups_at_their_bounds_get_one_notice(db):
+    load(db, 'held_ses', ses_series() * 3)
+    said, rows = fitted_messages(db, "SELECT group_key->>'g', weights, converged, options FROM pgad.train('hses', "
+                                     "'λ(d, w, s) s.level', 'squared', 'SELECT * FROM held_ses', '{\"alpha\": 0.5, "
+                                     "\"l0\": 20}', order_by => 'day', group_by => 'g', state => %s, "
+                                     "bounds => '{\"alpha\": [0, 1]}') ORDER BY 1", [SES])
+    assert all(r[2] for r in rows)
+    held = [g for g, w, _, options in rows if options['at_bounds'] == ['alpha']]
+    assert held == [g for g, w, _, _ in rows if w['alpha'] in (0, 1)] and len(held) == 6
+    assert len(said) == 1 and said[0][0] == 'NOTICE'
+    assert said[0][1].startswith(f'model "hses": 6 of 9 groups have a weight at a bound: Group {{"g": {held[0]}}}: '
+                                 f'"alpha" = ')
+
+
+def test_one_model_s_smoothing_parameter_outside_is_a_warning_naming_it(db):
+    load(db, 'one_ses', ses_series()[2:])
+    said, rows = fitted_messages(db, "SELECT weights FROM pgad.train('oses', 'λ(d, w, s) s.level', 'squared', "
+                                     "'SELECT day, y FROM one_ses', '{\"alpha\": 0.5, \"l0\": 20}', "
+                                     "order_by => 'day', state => %s)", [SES])
+    alpha = rows[0][0]['alpha']
+    assert alpha > 1
+    assert said == [('WARNING', f'model "oses": smoothing parameter "alpha" = {alpha:g} is outside [0, 1]', None,
+                     BOUND_HINT)]
+
+
+def test_a_squared_loss_s_hint_names_no_separated_labels(db):
+    db.execute('CREATE TABLE IF NOT EXISTS hint_rows AS SELECT x::float8 AS x, (x % 3)::int AS g, '
+               '2*x + 1 + sin(x) AS y FROM generate_series(1, 60) AS x')
+    said, _ = fitted_messages(db, "SELECT * FROM pgad.train('hint1', 'λ(d, w) w.a*d.x + w.b', 'squared', "
+                                  "'hint_rows', '{\"a\": 0, \"b\": 0}', optimizer => 'lbfgs', iterations => 1)")
+    assert said[0][3] == ("Train with iterations => 1000, or with optimizer => 'newton' (at most 300 weights) or "
+                          "standardize => true.")
+    said, _ = fitted_messages(db, "SELECT * FROM pgad.train('hint2', 'λ(d, w) exp(w.a*d.x) + w.b', 'squared', "
+                                  "'hint_rows', '{\"a\": 0, \"b\": 0}', optimizer => 'newton', iterations => 1)")
+    assert said[0][3] == ("Train with iterations => 1000; a model that needs many may have no minimum within the "
+                          "weights' range (a weight that runs off: give it bounds => '{\"w\": [lower, upper]}').")
+    said, rows = fitted_messages(db, "SELECT * FROM pgad.train('hint3', 'λ(d, w) w.a*d.x + w.b', 'squared', "
+                                     "'hint_rows', '{\"a\": 0, \"b\": 0}', optimizer => 'gd', "
+                                     "learning_rate => 1e-6, iterations => 2, group_by => 'g')")
+    assert len(rows) == 3 and [s[:2] for s in said] == [('WARNING', 'model "hint3": 3 of 3 groups did not converge')]
+    assert said[0][2].startswith('Group {"g": 0}: optimizer "gd" did not converge in its 2 iterations')
