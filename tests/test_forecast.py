@@ -611,3 +611,56 @@ def test_an_order_column_of_another_scale_than_the_trainings_is_refused(db, cast
     found = dict(db.execute(f"SELECT metric, value FROM pgad.evaluate('f_mix', 'SELECT ({cast})::date AS day, y "
                             "FROM f_mix_all')").fetchall()) if kind != 'integer' else None
     assert found is None or (found['rows'], found['earlier_rows']) == (10, 30)
+
+
+# --- issue 46, item 5: the AR(p) and ARX of docs/sql.md, guarded by a counter, at their optimum ----------------
+GUARDED = '{"n": {"start": "0", "next": "s.n + 1"}, "l1": {"start": "0", "next": "d.y"}, ' \
+          '"l2": {"start": "0", "next": "s.l1"}, "l3": {"start": "0", "next": "s.l2"}}'
+
+
+def guarded(p, exogenous=False):
+    """The docs' AR(p) (an ARX with a column x): its first p rows predict their own label."""
+    terms = ' + '.join(f'w.a{k}*s.l{k}' for k in range(1, p + 1)) + (' + w.b*d.x' if exogenous else '')
+    return f'λ(d, w, s) CASE WHEN s.n < {p} THEN d.y ELSE w.c + {terms} END'
+
+
+@pytest.mark.parametrize('p, exogenous, seed, level', [(1, False, 11, 0.95), (2, False, 12, 0.8),
+                                                       (3, False, 13, 0.95), (2, True, 14, 0.95), (3, True, 15, 0.5)])
+def test_a_guarded_autoregression_s_intervals_are_autoreg_s(db, p, exogenous, seed, level):
+    """Trained at its optimum by conditional least squares, the guarded AR(p) or ARX is AutoReg(y, p, exog=x)'s
+    fit: the same parameters, σ² = ssr/(T − p) (the rows it predicts), and analytic intervals (the counter is the
+    same on every path, so the recurrence is linear along the forecast) equal to AutoReg's get_prediction's to
+    1e-6, whatever the seed."""
+    from statsmodels.tsa.ar_model import AutoReg
+    rng = np.random.default_rng(seed)
+    n = 150
+    x = rng.normal(size=n + H)
+    y = np.zeros(n)
+    for t in range(n):
+        y[t] = 3 + sum(phi * y[t - k] for k, phi in ((1, 0.5), (2, -0.2), (3, 0.1)) if t >= k) + \
+            (1.5 * x[t] if exogenous else 0) + rng.normal()
+    load(db, 'f_guard', [y], x)
+    weights = json.dumps({'c': 0, **{f'a{k}': 0 for k in range(1, p + 1)}, **({'b': 0} if exogenous else {})})
+    got, options = db.execute("SELECT weights, options FROM pgad.train('f_guard', %s, 'squared', "
+                              "'SELECT day, y, x FROM f_guard', %s, order_by => 'day', state => %s)",
+                              [guarded(p, exogenous), weights, GUARDED]).fetchone()
+    fit = AutoReg(y, p, trend='c', exog=x[:n, None] if exogenous else None).fit()
+    want = [fit.params[0], *fit.params[1:p + 1]] + ([fit.params[p + 1]] if exogenous else [])
+    np.testing.assert_allclose([got['c'], *[got[f'a{k}'] for k in range(1, p + 1)]] + ([got['b']] if exogenous
+                                                                                       else []), want, rtol=1e-6)
+    assert options['sigma2'] == pytest.approx(fit.sigma2, rel=1e-8)
+    assert options['predicted_rows'] == n - p
+    db.execute('CREATE TABLE IF NOT EXISTS f_guard_future (day date, x float8)')
+    db.execute('DELETE FROM f_guard_future')
+    for k in range(H):
+        db.execute('INSERT INTO f_guard_future VALUES (%s, %s)', [str(np.datetime64('2024-01-01') + n + k),
+                                                                   float(x[n + k])])
+    frame = fit.get_prediction(start=n, end=n + H - 1, exog_oos=x[n:, None] if exogenous else None) \
+        .summary_frame(alpha=1 - level)
+    for seed_ in (0, 99):
+        value, lower, upper = columns(forecast(db, 'f_guard', level=level, seed=seed_,
+                                               **({'data': 'SELECT day, x FROM f_guard_future'} if exogenous
+                                                  else {})))
+        assert value == pytest.approx(frame['mean'].to_numpy(), rel=1e-6)
+        assert lower == pytest.approx(frame['mean_ci_lower'].to_numpy(), rel=1e-6)
+        assert upper == pytest.approx(frame['mean_ci_upper'].to_numpy(), rel=1e-6)

@@ -136,8 +136,9 @@ class Bounds:
 
     def held(self, w, g):
         """The weights a bound holds: at their lower bound with a positive gradient, or at their upper with a
-        negative one (the descent direction −g leaves the interval)."""
-        return (w <= self.lower) & (g > 0) | (w >= self.upper) & (g < 0)
+        negative one (the descent direction −g leaves the interval), and those whose interval is one value (fixed:
+        families.py's choice of a family among the candidates of 'auto')."""
+        return (w <= self.lower) & (g > 0) | (w >= self.upper) & (g < 0) | (self.lower == self.upper)
 
     def free(self, w, g):
         """g without the parts of the weights a bound holds: the projected gradient, 0 at a KKT point."""

@@ -71,11 +71,21 @@ class Forecaster:
         return calls.vector_of({n: given[n] for n in self.names})
 
     def linear(self):
-        """Whether the prediction and each next state are linear in the state and the label, with the nodes of
-        (∂ŷ/∂s, ∂next/∂s, ∂next/∂y) when they are."""
+        """Whether the prediction and each next state are linear in the state and the label along every path a
+        forecast takes, with the nodes of (∂ŷ/∂s, ∂next/∂s, ∂next/∂y) when they are: their derivatives read
+        neither the label nor a random field of the state (random: one whose next reads the label or a random
+        field). A field that is not random (a counter, s.n + 1) takes the same values on every path, so the
+        derivatives may read it: an AR(p) whose first p rows predict their own label (CASE WHEN s.n < p THEN d.y
+        ELSE … END) is linear along the forecast, which runs past its first p rows."""
         by = [sequences.STATE + f for f in self.step.states]
+        random = {LABEL}
+        while True:
+            more = {name for name, root in zip(by, self.next) if _reads(self.graph, [root], random)} - random
+            if not more:
+                break
+            random |= more
         found = [sequences.derivatives(self.graph, root, [*by, LABEL]) for root in [self.prediction, *self.next]]
-        if any(_reads(self.graph, row, {*by, LABEL}) for row in found):
+        if any(_reads(self.graph, row, random) for row in found):
             return None
         return found
 

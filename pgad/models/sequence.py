@@ -16,7 +16,7 @@ import numpy as np
 from .. import arguments, calls, domain, loader, program, sequences, server
 from ..errors import PgadError
 from ..lang import parser, printer, vectors
-from . import catalog, descent, lockstep, objective, tally as counting
+from . import catalog, descent, families, lockstep, objective, tally as counting
 
 OPTIMIZERS = ('newton', 'lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are no sample of another
 NEWTON_WEIGHTS = 48  # the default optimizer is newton up to this many weights (its Hessian: a gradient a weight), then
@@ -193,6 +193,85 @@ def _outside(tally, names, fits, keys, limits):
                       'old rows more than new ones, and the fit may have no minimum).')
 
 
+def _family(text, loss, weights, given, data, config):
+    """(the families.Family text names, its model, loss, weights, the arguments given, the data loaded or None) for
+    pgad.train: the weights given replace the family's starting ones, the bounds given its bounds; no state may be
+    given. 'auto' without its season's length loads the data first, and takes it from the order column's step
+    (families.season_length)."""
+    if given['state'] is not None:
+        raise PgadError('22023', f'model "{text.strip()}" names a family, which makes its own state',
+                        hint='Leave state out, or write the model as a lambda of the state you give.')
+    if given['order_by'] is None:
+        raise PgadError('22023', f'family "{text.strip()}" needs order_by: the column that orders the rows',
+                        hint="Give order_by => 'day'.")
+    if objective.canonical(loss) != 'squared':
+        raise PgadError('0A000', f'family "{text.strip()}" is fitted by least squares, not loss \'{loss}\'',
+                        hint="Give loss 'squared'.")
+    preloaded, season = None, families.season_of(text)
+    if season is None:  # 'auto': the season's length from the order column
+        preloaded = load(data, [given['label']], order_column(given['order_by']),
+                         arguments.group_by(given['group_by']), config.memory_limit)
+        found = [group.order for group in preloaded[1] if len(group.order) > 1]
+        text = f'auto({families.season_length(preloaded[2], found[0]) if found else 1})'
+    family = families.generate(text, given['label'])
+    mine = arguments.parsed(weights, 'weights', 'weight', config.memory_limit) if weights else {}
+    limits = arguments.parsed(given['bounds'], 'bounds', 'weight', config.memory_limit) if given['bounds'] else {}
+    if not isinstance(mine, dict) or not isinstance(limits, dict):
+        raise PgadError('22023', f'the weights and bounds of family "{family.name}" are JSON objects',
+                        hint='Give the starting values and bounds of the weights by name: \'{"alpha": 0.2}\'.')
+    given = {**given, 'state': family.state, 'bounds': json.dumps({**family.bounds, **limits})}
+    return family, family.model, 'squared', json.dumps({**family.weights, **mine}), given, preloaded
+
+
+def _choose(family, fitting, start, names, spans, limits, kept, tally, label):
+    """([the chosen descent.Fit of each group], [(its family, {candidate: AICc})]) of 'auto': each candidate of the
+    family fitted in turn, all the groups at once (fitting(start, bounds, tally, groups)) with its weights fixed by
+    bounds of one value, and each group's of least AICc (families.aicc) kept; a candidate that needs a label above
+    0 (a multiplicative season) fits only the groups whose labels all are. The messages are the chosen fits'."""
+    index = {n: i for i, n in enumerate(names)}
+    everyone = np.arange(len(kept))
+    positive = np.array([np.min(group.columns[label]) > 0 for _, group in kept])
+    scores, found = np.full((len(family.candidates), len(kept)), np.inf), []
+    for c, candidate in enumerate(family.candidates):
+        begun = np.array(start, dtype=np.float64)
+        for n, v in candidate.fixed.items():
+            begun[index[n]] = v
+        limited = {**(limits or {}), **{n: (v, v) for n, v in candidate.fixed.items()},
+                   **{n: tuple(b) for n, b in candidate.bounds.items()}}
+        some = everyone[positive] if candidate.positive else everyone
+        told = counting.Tally(tally.name, tally.groups)
+        fits = dict(zip(some, fitting(begun, descent.bounded(limited, spans, begun, names), told, some) if len(some)
+                        else []))
+        for k, fit in fits.items():
+            rows = len(kept[k][1].order)
+            scores[c, k] = families.aicc(fit.loss * rows, rows, candidate.parameters)
+        found.append((fits, told))
+    best = np.argmin(scores, axis=0)
+    fitted = []
+    for k, c in enumerate(best):
+        fitted.append(found[c][0][k])
+        tally.take(found[c][1], kept[k][1].key)
+    return fitted, [(family.candidates[c].name, {candidate.name: float(scores[j, k]) if np.isfinite(scores[j, k])
+                                                 else None for j, candidate in enumerate(family.candidates)})
+                    for k, c in enumerate(best)]
+
+
+def _reads_label(step, label):
+    """Whether the step's prediction reads the label column (an AR(p)'s first p rows predict their own)."""
+    graph = step.graph
+    return any(graph.nodes[i].op == 'column' and graph.nodes[i].value == label
+               for i in graph.ancestors([step.prediction]))
+
+
+def variance(errors, own):
+    """(σ², the rows predicted) of a group's one-step errors: the sum of their squares over the rows predicted, as
+    AutoReg's sigma2 (ssr/nobs, nobs the rows it predicts) and ETSModel's mse take it. Where the prediction reads the
+    label (own), a row whose error is exactly 0 is one that predicts its own label (an AR(p)'s first p rows,
+    CASE WHEN s.n < p THEN d.y …), not a prediction: not counted."""
+    predicted = int(np.count_nonzero(errors)) if own else len(errors)
+    return float(np.sum(errors ** 2) / max(predicted, 1)), predicted
+
+
 def diagnosed(step, seq, weights, model, where):
     """domain.diagnose's error for the first sequence of seq (of where: 'model "m", group {…}'), whose loss is not
     finite at weights (a vector): over its rows up to the first where a node is not finite (sequences.not_finite),
@@ -273,7 +352,11 @@ def scoring_lambda(model, columns):
 
 
 def train(name, model_text, loss, data, weights, given, config):
-    """pgad.train's rows of pgad.models for a sequence model: given holds pgad.train's arguments by name."""
+    """pgad.train's rows of pgad.models for a sequence model: given holds pgad.train's arguments by name. A model
+    that names a family (families.py) is trained as the lambda and state it generates."""
+    family, preloaded = None, None
+    if families.named(model_text):
+        family, model_text, loss, weights, given, preloaded = _family(model_text, loss, weights, given, data, config)
     order_by, state = given['order_by'], given['state']
     chosen = given['optimizer'] is None
     optimizer = given['optimizer'] or ('gd' if given['learning_rate'] is not None or given['l1'] else 'lbfgs')
@@ -292,6 +375,8 @@ def train(name, model_text, loss, data, weights, given, config):
     check(order_by, state, options)
     for key in ('validation', 'standardize'):
         del options[key]
+    if family is not None:
+        options['family'] = family.name
     order_by = order_column(order_by)
     label = options['label']
     step, model, goal, w, unread, shapes = step_of(model_text, loss, label, state, weights, config.limits,
@@ -308,7 +393,8 @@ def train(name, model_text, loss, data, weights, given, config):
         if given['iterations'] is None:
             options['iterations'] = 100
     scoring_model = scoring_lambda(model, set(step.columns))
-    group_types, groups, kind = load(data, list(step.columns), order_by, options['group_by'], config.memory_limit)
+    group_types, groups, kind = preloaded if preloaded and list(step.columns) == [label] else \
+        load(data, list(step.columns), order_by, options['group_by'], config.memory_limit)
     group_types = catalog.group_types(options['group_by'], group_types)
     names = [e for n, shape in step.shapes for e in vectors.elements(n, shape)]
     start = calls.vector_of(w)
@@ -329,15 +415,26 @@ def train(name, model_text, loss, data, weights, given, config):
                                np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
     sequences.check_tape(seqs, len(step.states), config.memory_limit)
     tally = counting.Tally(name, len(kept) if options['group_by'] else 1)
-    fitted = _fit(step, seqs, start, names, options, penalty, [where for where, _ in kept], name,
-                  min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
-                  bounds, tally, [group.key for _, group in kept], objective.base(loss))
+
+    def fitting(begun, limited, told, some=None):  # the fits of the groups some (all: None) from begun
+        some = np.arange(len(kept)) if some is None else some
+        part = sequences.Sequences(seqs.columns, seqs.starts[some], seqs.lengths[some])
+        return _fit(step, part, begun, names, options, penalty, [kept[k][0] for k in some], name,
+                    min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
+                    limited, told, [kept[k][1].key for k in some], objective.base(loss))
+    chosen = None
+    if family is not None and family.candidates:
+        fitted, chosen = _choose(family, fitting, start, names, program.spans(step.shapes), limits, kept, tally,
+                                 label)
+    else:
+        fitted = fitting(start, bounds, tally)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
     _, last, predictions = sequences.run(step, seqs, weights, keep='predictions', backend=options['backend'],
                                          cache=config.cache, tile_bytes=min(sequences.TILE_BYTES, config.memory_limit // 4))
+    own = _reads_label(step, label)
     rows, fits = [], []
     for (_, group), fit in zip(kept, fitted):
-        tally.bounds(group.key, dict(zip(names, fit.weights.tolist())), limits)
+        tally.bounds(group.key, dict(zip(names, fit.weights.tolist())), limits)  # (a candidate's fixed: not these)
     _outside(tally, names, fitted, [group.key for _, group in kept], limits)
     tally.flush()
     for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
@@ -345,10 +442,11 @@ def train(name, model_text, loss, data, weights, given, config):
                      **({'at_bounds': descent.at_bounds(limits, dict(zip(names, fit.weights.tolist())))}
                         if limits else {}),
                      last_state={f: float(v) for f, v in zip(step.states, last[:, k])},
-                     last_order=shown(group.order[-1], kind))
+                     last_order=shown(group.order[-1], kind),
+                     **({'family': chosen[k][0], 'candidates': chosen[k][1]} if chosen else {}))
         if objective.base(loss) == 'squared' and label in group.columns:
             at = slice(seqs.starts[k], seqs.starts[k] + lengths[k])
-            extra['sigma2'] = float(np.mean((group.columns[label] - predictions[at]) ** 2))
+            extra['sigma2'], extra['predicted_rows'] = variance(group.columns[label] - predictions[at], own)
         nested = {n: float(fit.weights[at.start]) if not shape else fit.weights[at].reshape(shape).tolist()
                   for n, shape, at in program.spans(step.shapes)}
         fits.append((group.values, dict(zip(names, fit.weights.tolist()))))

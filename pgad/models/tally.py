@@ -26,6 +26,13 @@ class Tally:
     def add(self, kind, group, message, hint=None):
         self.found.setdefault(kind, []).append((group, message, hint))
 
+    def take(self, other, group):
+        """The entries of group in the Tally other, added here."""
+        for kind, entries in other.found.items():
+            for entry in entries:
+                if entry[0] == group:
+                    self.add(kind, *entry)
+
     def warner(self, kind, group):
         """add for kind and group, as descent.Clock's warning(message, hint) takes it."""
         return lambda message, hint: self.add(kind, group, message, hint)

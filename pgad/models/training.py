@@ -12,8 +12,9 @@ import numpy as np
 from .. import arguments, calls, categorical, domain, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import attribution, catalog, classes, descent, evaluate as evaluating, objective, piecewise, preprocess, \
-    separation, sequence, standardize as standardizing, summary, tally as counting, validation as validating
+from . import attribution, catalog, classes, descent, evaluate as evaluating, families, objective, piecewise, \
+    preprocess, separation, sequence, standardize as standardizing, summary, tally as counting, \
+    validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
             'label', 'progress_every', 'dtype')
@@ -32,13 +33,15 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
            early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None,
            bounds=None):
     given = dict(locals())
+    if families.named(model):  # a family's starting weights are its own: weights may be left NULL
+        given['weights'] = weights = '{}' if weights is None else weights
     for argument in REQUIRED:
         if given[argument] is None:
             raise PgadError('22004', f'argument "{argument}" of pgad.train must not be NULL')
     name = arguments.model_name(name)
     config = calls.settings()
     given['deploy'] = deploy = arguments.deploy(deploy, validation)
-    if order_by is not None or state is not None:  # a sequence model (sequence.py)
+    if order_by is not None or state is not None or families.named(model):  # a sequence model (sequence.py)
         if impute is not None and json.loads(impute):
             raise PgadError('0A000', 'pgad.train takes no impute for a sequence model',
                             detail='A sequence model reads its rows in order, each from the state the one before left.',
