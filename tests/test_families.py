@@ -206,3 +206,47 @@ def test_a_family_needs_order_by_and_least_squares(db):
                          "order_by => 'day')")
     assert (found.sqlstate, found.message_primary) == ('0A000', 'family "drift" is fitted by least squares, not loss '
                                                                 "'absolute'")
+
+
+def test_auto_keeps_each_group_s_least_aicc_and_its_fits_are_the_named_families(db):
+    """'auto' over daily series: the season's length from the dates (7), nine candidates a group, the least AICc
+    kept; each kept fit is its family's equations at the stored weights, and a candidate's AICc is the one of the
+    named family trained alone."""
+    from pgad.models import families
+    groups = [draw_ets(140, 21, 'N', 'N', 1), draw_ets(140, 22, 'A', 'N', 1, beta=0.1),
+              draw_ets(140, 23, 'A', 'A', 7, gamma=0.1), draw_ets(140, 24, 'N', 'M', 7, alpha=0.2)]
+    load(db, 'fam_auto', groups)
+    rows = train(db, 'fam_auto', 'fam_auto', 'auto')
+    assert len(rows) == 4
+    for (g, model, weights, converged, final_loss, n, options), y in zip(rows, groups):
+        candidates = options['candidates']
+        assert len(candidates) == 9 and all(',7)' in c for c in candidates if c.split(',')[2] != 'N)')
+        chosen = options['family']
+        assert candidates[chosen] == min(v for v in candidates.values() if v is not None)
+        _, trend, season = chosen[:-1].split(',')[:3]
+        season = season.rstrip(')')
+        k = next(c.parameters for c in families.auto(7, 'y').candidates if c.name == chosen)
+        assert families.aicc(final_loss * n, n, k) == pytest.approx(candidates[chosen], rel=1e-12)
+        assert ets_sse(y, weights, trend, season, 7) == pytest.approx(final_loss * n, rel=1e-9)
+        assert 0 <= weights['alpha'] <= 1 and 0 <= weights['beta'] <= 1 and 0 <= weights['gamma'] <= 1
+        assert converged, (g, chosen)
+    assert rows[2][6]['family'].endswith(',A,7)') and rows[3][6]['family'].endswith(',M,7)')
+    # a candidate's fit is the named family's
+    load(db, 'fam_auto_one', groups[1:2])
+    (_, _, _, _, loss, n, _), = train(db, 'fam_auto_one', 'fam_auto_one', 'ets(A,A,N)')
+    assert families.aicc(loss * n, n, 5) == pytest.approx(rows[1][6]['candidates']['ets(A,A,N)'], rel=1e-6)
+
+
+def test_an_auto_forecast_is_analytic_where_the_chosen_family_is_linear(db):
+    """The recurrence of 'auto' is not linear as written (a multiplicative season's products), but at a group's
+    weights whose season is additive or none it is linear along the forecast: analytic intervals, the same for
+    any seed; a multiplicative group's are simulated, and move with the seed."""
+    groups = [draw_ets(140, 31, 'A', 'A', 7, gamma=0.1), draw_ets(140, 32, 'N', 'M', 7, alpha=0.2)]
+    load(db, 'fam_fc', groups)
+    rows = train(db, 'fam_fc', 'fam_fc', 'auto')
+    assert rows[0][6]['family'].endswith(',A,7)') and rows[1][6]['family'].endswith(',M,7)')
+    first, second = ([r[1:] for r in db.execute("SELECT group_key->>'g', value, lower, upper FROM "
+                                                 "pgad.forecast('fam_fc', 5, seed => %s) ORDER BY 1, step",
+                                                 [seed]).fetchall()] for seed in (0, 1))
+    assert first[:5] == second[:5]
+    assert first[5:] != second[5:] and [r[0] for r in first[5:]] == [r[0] for r in second[5:]]

@@ -165,19 +165,21 @@ def unbounded(n):
 
 
 def bounded(given, spans, start, names):
-    """The Bounds of the weight vector start (its elements named names) whose weights take spans ((name, shape,
-    slice), program.spans), from arguments.bounds' {weight: (lower, upper)}, each an array's elements alike; None
-    where none is given. The error where a starting weight lies outside its bounds."""
+    """The Bounds of the weight vector start (its elements named names; or P × G, a column a group's) whose weights
+    take spans ((name, shape, slice), program.spans), from arguments.bounds' {weight: (lower, upper)}, each an
+    array's elements alike; None where none is given. The error where a starting weight lies outside its bounds."""
     if not given:
         return None
     bounds = unbounded(len(start))
     for name, _, at in spans:
         if name in given:
             bounds.lower[at], bounds.upper[at] = given[name]
-    outside = np.flatnonzero((np.asarray(start) < bounds.lower) | (np.asarray(start) > bounds.upper))
+    begun = np.asarray(start, dtype=np.float64).reshape(len(bounds.lower), -1)  # a column a group's, or one
+    outside = np.flatnonzero(np.any((begun < bounds.lower[:, None]) | (begun > bounds.upper[:, None]), axis=1))
     if len(outside):
         k = int(outside[0])
-        raise PgadError('22023', f'the starting value {start[k]:g} of weight "{names[k]}" lies outside its bounds',
+        value = float(begun[k][(begun[k] < bounds.lower[k]) | (begun[k] > bounds.upper[k])][0])
+        raise PgadError('22023', f'the starting value {value:g} of weight "{names[k]}" lies outside its bounds',
                         detail=f'Its bounds are [{bounds.lower[k]:g}, {bounds.upper[k]:g}].',
                         hint='Start it within its bounds.')
     return bounds

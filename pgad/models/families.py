@@ -51,6 +51,7 @@ class Family:
     weights: dict  # the starting weights
     bounds: dict   # {weight: [lower, upper]}
     candidates: list = None  # 'auto': the Candidates each group's fit chooses among
+    components: tuple = None  # an ETS's (trend, season, m): each group's starting states from its rows (initial)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Candidate:
     bounds: dict      # the bounds of its weights beyond the family's: φ's where the trend is damped
     parameters: int   # what it fits (σ² too), for the AICc
     positive: bool    # whether it needs a label above 0 (a multiplicative season)
+    components: tuple = None  # (trend, season, m), as Family's
 
 
 def season_of(text):
@@ -135,7 +137,33 @@ def ets(error, trend, season, m, label):
                           'next': f's.s1 + w.gamma*{e}' + (f'/{part}' if season == 'M' else '')}
         weights['gamma'], bounds['gamma'] = 0.1, SMOOTHING
         weights.update({f'i{k}': 0.0 for k in range(1, m + 1)})
-    return Family(shown, f'λ(d, w, s) {prediction}', json.dumps(state), weights, bounds)
+    return Family(shown, f'λ(d, w, s) {prediction}', json.dumps(state), weights, bounds,
+                  components=(trend, season, m or 1))
+
+
+def initial(components, y):
+    """An ETS's starting weights for one series y (its label in order), by the classical heuristic (Hyndman et
+    al., 2008): with a season of m and two seasons' rows, the level the first season's mean, the trend the change of
+    the means over a season, the seasons the first season's rows less (over) the level; else the first row and the
+    first change. Relative to the first row, as the generated starts read it: l0 = level − y₁."""
+    trend, season, m = components
+    out = {}
+    if season != 'N' and len(y) >= 2 * m:
+        level = float(np.mean(y[:m]))
+        slope = float(np.mean(y[m:2 * m]) - level) / m
+        if season == 'M' and level > 0 and np.all(y[:m] > 0):
+            ratios = y[:m] / level
+            out.update({f'i{k + 1}': float(v) - 1.0 for k, v in enumerate(ratios / np.mean(ratios))})
+        elif season != 'M':
+            out.update({f'i{k + 1}': float(v) for k, v in enumerate(y[:m] - np.mean(y[:m]))})
+        level -= slope * (m - 1) / 2  # the mean sits mid-season: the level before the first row
+    else:
+        level = float(y[0])
+        slope = float(np.mean(np.diff(y[:min(len(y), 6)]))) if len(y) > 1 else 0.0
+    out['l0'] = level - float(y[0])
+    if trend != 'N':
+        out['b0'] = slope
+    return out
 
 
 def _product(regular, seasonal, m, sign):
@@ -247,7 +275,8 @@ def auto(m, label):
                     fixed.update(gamma=0.0, **{f'i{k}': 0.0 for k in range(1, m + 1)})
             count = 2 + 2 * (trend != 'N') + (trend == 'Ad') + (m if season != 'N' else 0) + 1
             candidates.append(Candidate(f'ets(A,{trend},{season}' + (f',{m})' if season != 'N' else ')'), fixed,
-                                        {'phi': DAMPING} if trend == 'Ad' else {}, count, season == 'M'))
+                                        {'phi': DAMPING} if trend == 'Ad' else {}, count, season == 'M',
+                                        (trend, season, m)))
     return Family(f'auto({m})' if m >= 2 else 'auto', f'λ(d, w, s) {prediction}', json.dumps(state), weights,
                   bounds, candidates)
 

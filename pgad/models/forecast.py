@@ -77,17 +77,26 @@ class Forecaster:
         field). A field that is not random (a counter, s.n + 1) takes the same values on every path, so the
         derivatives may read it: an AR(p) whose first p rows predict their own label (CASE WHEN s.n < p THEN d.y
         ELSE … END) is linear along the forecast, which runs past its first p rows."""
+        found = self.jacobians()
+        if any(_reads(self.graph, row, self.random()) for row in found):
+            return None
+        return found
+
+    def jacobians(self):
+        """The nodes of (∂ŷ/∂s, ∂next/∂s, ∂next/∂y), whether they read the state or not."""
+        by = [sequences.STATE + f for f in self.step.states]
+        return [sequences.derivatives(self.graph, root, [*by, LABEL]) for root in [self.prediction, *self.next]]
+
+    def random(self):
+        """The label and the state's random fields (weights' names): those whose next reads the label or a random
+        field; the others take the same values on every path."""
         by = [sequences.STATE + f for f in self.step.states]
         random = {LABEL}
         while True:
             more = {name for name, root in zip(by, self.next) if _reads(self.graph, [root], random)} - random
             if not more:
-                break
+                return random
             random |= more
-        found = [sequences.derivatives(self.graph, root, [*by, LABEL]) for root in [self.prediction, *self.next]]
-        if any(_reads(self.graph, row, random) for row in found):
-            return None
-        return found
 
     def plan(self, roots):
         return python_backend.named_plan(self.graph, roots)
@@ -190,15 +199,22 @@ def forecast(name, horizon, data, level, simulations, seed, config):
                             hint='Simulate fewer paths, or have a superuser raise pgad.memory_limit.')
     weights = np.array([fc.weights[key] for key in keys]).T.reshape(len(fc.step.weights), g)
     states = np.array([[fc.options_of[key]['last_state'][f] for key in keys] for f in fc.step.states]).reshape(k, g)
-    values, variance = _paths(fc, columns, weights, states, horizon, sigma2, how == 'analytic')
+    # a recurrence that is not linear as written may be, at a group's weights, along its forecast (the choice of
+    # 'auto': a multiplicative season's weight 0): those groups' intervals are analytic too (_paths' check)
+    jac = None if how == 'none' else fc.linear() if how == 'analytic' else fc.jacobians()
+    values, variance, linear = _paths(fc, columns, weights, states, horizon, sigma2, jac, how == 'simulation')
     z = NormalDist().inv_cdf((1 + level) / 2)
-    if how == 'analytic':
-        half = z * np.sqrt(variance)
-        lower, upper = values - half, values + half
-    elif how == 'simulation':
-        lower, upper = _simulated(fc, columns, weights, states, horizon, sigma2, level, simulations, seed)
-    else:
+    if how == 'none':
         lower = upper = np.full_like(values, None, dtype=object)
+    else:
+        with np.errstate(invalid='ignore'):
+            half = z * np.sqrt(variance)
+        lower, upper = values - half, values + half
+        drawn = np.flatnonzero(~linear)
+        if len(drawn):  # the others, by simulation
+            lower[:, drawn], upper[:, drawn] = _simulated(
+                fc, {c: v[:, drawn] for c, v in columns.items()}, weights[:, drawn], states[:, drawn], horizon,
+                sigma2[drawn], level, simulations, seed)
     return [(key, h + 1, float(values[h, j]), _number(lower[h, j]), _number(upper[h, j]))
             for j, key in enumerate(keys) for h in range(horizon)]
 
@@ -232,16 +248,26 @@ def _future(name, data, fc, keys, horizon, config):
     return out
 
 
-def _paths(fc, columns, weights, states, horizon, sigma2, analytic):
-    """(the point forecasts, horizon × G; their variances, horizon × G, where analytic, else None): the recurrence
-    with the prediction for the label, the states' covariance carried by the step's Jacobians."""
+# A group's recurrence is linear along its forecast where its Jacobians at each step do not move when the random
+# fields and the label move by PERTURBATION of their size (plus 1): within AGREE, relative.
+PERTURBATION = 1e-2
+AGREE = 1e-9
+
+
+def _paths(fc, columns, weights, states, horizon, sigma2, jac, check=False):
+    """(the point forecasts, horizon × G; their variances, horizon × G, where jac (Forecaster.linear's or
+    jacobians' nodes) is given, else None; which groups are linear along their path, G): the recurrence with the
+    prediction for the label, the states' covariance carried by the step's Jacobians. check: the Jacobians are
+    evaluated again at each step with the random fields and the label perturbed, and a group is linear where they
+    agree (else every group is, as linear() found)."""
     g, k = weights.shape[1], len(fc.step.states)
-    jac = fc.linear() if analytic else None
     flat = [n for row in jac for n in row] if jac else []
     prediction = fc.plan([fc.prediction])
     after = fc.plan([*fc.next, *flat])
     values = np.empty((horizon, g))
     variance = np.empty((horizon, g)) if jac else None
+    linear = np.ones(g, dtype=bool)
+    moved = np.array([sequences.STATE + f in fc.random() for f in fc.step.states]) if check else None
     cov = np.zeros((g, k, k))
     for h in range(horizon):
         limits.tick(g)
@@ -249,6 +275,14 @@ def _paths(fc, columns, weights, states, horizon, sigma2, analytic):
         y = _predicted(fc, prediction, at, states, weights, g, h)
         values[h] = y
         found = python_backend.evaluate(after, *fc.inputs(at, states, weights, y))
+        if check:
+            with np.errstate(all='ignore'):
+                shifted = states + np.where(moved[:, None], PERTURBATION * (1 + np.abs(states)), 0.0)
+                other = python_backend.evaluate(after, *fc.inputs(at, shifted, weights,
+                                                                   y + PERTURBATION * (1 + np.abs(y))))
+                for n in flat:
+                    a, b = as_rows(found[n], g), as_rows(other[n], g)
+                    linear &= np.abs(a - b) <= AGREE * (np.abs(a) + np.abs(b)) + 1e-300
         if jac:
             c = np.array([as_rows(found[n], g) for n in jac[0][:k]]).reshape(k, g).T
             variance[h] = np.einsum('gi,gij,gj->g', c, cov, c) + sigma2
@@ -257,7 +291,7 @@ def _paths(fc, columns, weights, states, horizon, sigma2, analytic):
             f = np.transpose(a, (2, 0, 1)) + np.einsum('ig,gj->gij', b, c)
             cov = f @ cov @ np.transpose(f, (0, 2, 1)) + sigma2[:, None, None] * np.einsum('ig,jg->gij', b, b)
         states = np.array([as_rows(found[n], g) for n in fc.next]).reshape(k, g)
-    return values, variance
+    return values, variance, linear
 
 
 def _predicted(fc, plan, columns, states, weights, n, h):

@@ -150,7 +150,7 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
             def sums(w, at, part=part):  # the objective and gradient of the groups at
                 some = sequences.Sequences(part.columns, part.starts[at], part.lengths[at])
                 return sequences.gradient(step, some, w, options['mode'], tile_bytes, options['backend'], cache)
-            fits += fitting(sums, np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, part.count)),
+            fits += fitting(sums, _start_of(start, begin, part.count),
                             part.lengths, names, options['iterations'], options['tolerance'], penalty, clock,
                             why=lambda k, part=part, begin=begin: why(part, k, wheres[begin + k]), bounds=bounds)
         for key, fit in zip(keys, fits):
@@ -169,7 +169,7 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
                                                                                     message, taken(hint)))
         fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes, options['backend'], cache),
                                 loader.Table([], int(part.lengths[0]), 0),
-                                start, names, options['optimizer'], options['learning_rate'], options['iterations'],
+                                _start_of(start, k, 1)[:, 0], names, options['optimizer'], options['learning_rate'], options['iterations'],
                                 int(part.lengths[0]), None, options['tolerance'], penalty, clock,
                                 why=why(part, 0, where), bounds=bounds, loss=loss))
     return fits
@@ -191,6 +191,24 @@ def _outside(tally, names, fits, keys, limits):
             tally.add(counting.OUTSIDE, key, f'smoothing parameter {", ".join(out)} is outside [0, 1]',
                       f'Bound it: bounds => \'{{"{first}": [0, 1]}}\' (a smoothing parameter outside [0, 1] weighs '
                       'old rows more than new ones, and the fit may have no minimum).')
+
+
+def _start_of(start, begin, count):
+    """The starting weights of count groups from the group begin, P × count: start's columns where it is P × G (a
+    family's, each group's from its rows), else start for each."""
+    start = np.asarray(start, dtype=np.float64)
+    return start[:, begin:begin + count].copy() if start.ndim == 2 else np.tile(start[:, None], (1, count))
+
+
+def _starts(start, names, components, kept, label, given):
+    """P × G: each group's starting weights, an ETS's from its rows (families.initial), where the user gave none."""
+    index = {n: i for i, n in enumerate(names)}
+    out = np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, len(kept)))
+    for k, (_, group) in enumerate(kept):
+        for n, v in families.initial(components, group.columns[label]).items():
+            if n in index and n not in given:
+                out[index[n], k] = v
+    return out
 
 
 def _family(text, loss, weights, given, data, config):
@@ -223,17 +241,18 @@ def _family(text, loss, weights, given, data, config):
     return family, family.model, 'squared', json.dumps({**family.weights, **mine}), given, preloaded
 
 
-def _choose(family, fitting, start, names, spans, limits, kept, tally, label):
+def _choose(family, fitting, start, names, spans, limits, kept, tally, label, mine):
     """([the chosen descent.Fit of each group], [(its family, {candidate: AICc})]) of 'auto': each candidate of the
     family fitted in turn, all the groups at once (fitting(start, bounds, tally, groups)) with its weights fixed by
     bounds of one value, and each group's of least AICc (families.aicc) kept; a candidate that needs a label above
-    0 (a multiplicative season) fits only the groups whose labels all are. The messages are the chosen fits'."""
+    0 (a multiplicative season) fits only the groups whose labels all are; each group starts from its rows
+    (families.initial) but for the weights the user gave (mine). The messages are the chosen fits'."""
     index = {n: i for i, n in enumerate(names)}
     everyone = np.arange(len(kept))
     positive = np.array([np.min(group.columns[label]) > 0 for _, group in kept])
     scores, found = np.full((len(family.candidates), len(kept)), np.inf), []
     for c, candidate in enumerate(family.candidates):
-        begun = np.array(start, dtype=np.float64)
+        begun = _starts(start, names, candidate.components, kept, label, mine)
         for n, v in candidate.fixed.items():
             begun[index[n]] = v
         limited = {**(limits or {}), **{n: (v, v) for n, v in candidate.fixed.items()},
@@ -416,16 +435,20 @@ def train(name, model_text, loss, data, weights, given, config):
     sequences.check_tape(seqs, len(step.states), config.memory_limit)
     tally = counting.Tally(name, len(kept) if options['group_by'] else 1)
 
-    def fitting(begun, limited, told, some=None):  # the fits of the groups some (all: None) from begun
+    def fitting(begun, limited, told, some=None):  # the fits of the groups some (all: None) from begun (P or P × G)
         some = np.arange(len(kept)) if some is None else some
         part = sequences.Sequences(seqs.columns, seqs.starts[some], seqs.lengths[some])
+        begun = np.asarray(begun)[:, some] if np.ndim(begun) == 2 else begun
         return _fit(step, part, begun, names, options, penalty, [kept[k][0] for k in some], name,
                     min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
                     limited, told, [kept[k][1].key for k in some], objective.base(loss))
     chosen = None
+    mine = set(json.loads(given['weights'] or '{}')) if family is not None else set()
     if family is not None and family.candidates:
         fitted, chosen = _choose(family, fitting, start, names, program.spans(step.shapes), limits, kept, tally,
-                                 label)
+                                 label, mine)
+    elif family is not None and family.components is not None:
+        fitted = fitting(_starts(start, names, family.components, kept, label, mine), bounds, tally)
     else:
         fitted = fitting(start, bounds, tally)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
