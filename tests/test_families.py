@@ -48,11 +48,11 @@ def ets_sse(y, w, trend, season, m):
     return sse
 
 
-def draw_ets(n, seed, trend, season, m, alpha=0.3, beta=0.05, gamma=0.2, phi=0.9):
+def draw_ets(n, seed, trend, season, m, alpha=0.3, beta=0.05, gamma=0.2, phi=0.9, amplitude=0.1, slope=0.4):
     rng = np.random.default_rng(seed)
-    level, b = 50.0, 0.4
+    level, b = 50.0, slope
     pattern = np.sin(2 * np.pi * np.arange(m) / m) if season != 'N' else []
-    seasons = list(1 + 0.1 * pattern if season == 'M' else 3 * pattern)
+    seasons = list(1 + amplitude * pattern if season == 'M' else 3 * pattern)
     y = np.empty(n)
     for t in range(n):
         part = level + ({'N': 0, 'A': b, 'Ad': phi * b}[trend])
@@ -186,7 +186,7 @@ def test_drift_is_its_least_squares(db):
     ('ets(A,N,A,1)', '', '22023', 'the season of family "ets(A,N,A,1)" has 1 periods, not between 2 and 400'),
     ('ets(A,B,N)', '', '22023', 'model "ets(A,B,N)" is no family pgad knows'),
     ('arima(1,3,0)', '', '22023', 'family "arima(1,3,0)" differences more than pgad fits (d at most 2, D at most 1)'),
-    ('arima(1,0,0)(1,0,0)400', '', '22023', 'family "arima(1,0,0)(1,0,0)400" reaches 400 rows back, more than 60'),
+    ('arima(1,0,0)(1,0,0)400', '', '22023', 'family "arima(1,0,0)(1,0,0)400" reaches 401 rows back, more than 60'),
     ('ets(A,N,N)', ", state => '{}'", '22023', 'model "ets(A,N,N)" names a family, which makes its own state'),
 ])
 def test_a_family_s_errors_change_nothing(db, model, extra, sqlstate, message):
@@ -214,7 +214,8 @@ def test_auto_keeps_each_group_s_least_aicc_and_its_fits_are_the_named_families(
     named family trained alone."""
     from pgad.models import families
     groups = [draw_ets(140, 21, 'N', 'N', 1), draw_ets(140, 22, 'A', 'N', 1, beta=0.1),
-              draw_ets(140, 23, 'A', 'A', 7, gamma=0.1), draw_ets(140, 24, 'N', 'M', 7, alpha=0.2)]
+              draw_ets(140, 23, 'A', 'A', 7, gamma=0.1),
+              draw_ets(140, 24, 'A', 'M', 7, alpha=0.2, beta=0.01, gamma=0.05, amplitude=0.4, slope=2.0)]
     load(db, 'fam_auto', groups)
     rows = train(db, 'fam_auto', 'fam_auto', 'auto')
     assert len(rows) == 4
@@ -241,7 +242,8 @@ def test_an_auto_forecast_is_analytic_where_the_chosen_family_is_linear(db):
     """The recurrence of 'auto' is not linear as written (a multiplicative season's products), but at a group's
     weights whose season is additive or none it is linear along the forecast: analytic intervals, the same for
     any seed; a multiplicative group's are simulated, and move with the seed."""
-    groups = [draw_ets(140, 31, 'A', 'A', 7, gamma=0.1), draw_ets(140, 32, 'N', 'M', 7, alpha=0.2)]
+    groups = [draw_ets(140, 31, 'A', 'A', 7, gamma=0.1),
+              draw_ets(140, 32, 'A', 'M', 7, alpha=0.2, beta=0.01, gamma=0.05, amplitude=0.4, slope=2.0)]
     load(db, 'fam_fc', groups)
     rows = train(db, 'fam_fc', 'fam_fc', 'auto')
     assert rows[0][6]['family'].endswith(',A,7)') and rows[1][6]['family'].endswith(',M,7)')

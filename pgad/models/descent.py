@@ -153,6 +153,14 @@ class Bounds:
         weight is held there and stored within its interval)."""
         return np.where(u <= self.lower / scale, self.lower, np.where(u >= self.upper / scale, self.upper, scale * u))
 
+    def reach(self, w, d):
+        """The step t (≥ 0, along d from w, axis 0 the weights) at which the first weight reaches its bound, a
+        hair past so that clip puts it there exactly; ∞ where none does."""
+        with np.errstate(divide='ignore', invalid='ignore'):
+            t = np.where(d > 0, (self.upper - w) / d, np.where(d < 0, (self.lower - w) / d, np.inf))
+        t = np.where(np.isnan(t), np.inf, t)
+        return np.min(t, axis=0) * (1 + 1e-12) if len(t) else np.inf
+
     def outward(self, w, h):
         """The differences' steps h from w, turned back where w + h would leave the interval (a weight at its upper
         bound is differenced below it)."""
@@ -547,7 +555,7 @@ def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why, 
             break
         slope = d @ g
         found = _line_search(objective, u, d, f, slope, 1.0 if pairs else 1.0 / max(1.0, float(np.sqrt(free @ free))),
-                             None if box is None else box.clip, g)
+                             box, g)
         if found is None:
             stopped = 'search'  # no step lowers the objective
             break
@@ -585,8 +593,6 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why,
     (arguments refuses it). With bounds (Bounds), projected: the direction solves for the weights no bound holds
     (_newton_direction's held), and the line search runs along its path clipped into the bounds."""
     p = len(w)
-    clip = None if bounds is None else bounds.clip
-
     def direction(w, g, h):
         return _newton_direction(g, h, None if bounds is None else bounds.held(w, g))
 
@@ -609,14 +615,15 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why,
         # a decrement this small may be below the rounding of the objective's sums, and a line search would take
         # whichever point of the step the rounding favours: the full step first, judged by its own decrement
         found = None
-        if refined < REFINEMENTS and -slope <= 1e-6 * (abs(f) + FLOOR * abs(start)):
+        if refined < REFINEMENTS and -slope <= 1e-6 * (abs(f) + FLOOR * abs(start)) and \
+                (bounds is None or bounds.reach(w, d) >= 1):
             with np.errstate(over='ignore', invalid='ignore'):
-                at = w + d if clip is None else clip(w + d)
+                at = w + d if bounds is None else bounds.clip(w + d)
                 tried = objective(at)
             if np.all(np.isfinite(tried[0])) and -(direction(at, tried[2], tried[3]) @ tried[2]) < -slope:
                 found, refined = (at, tried), refined + 1
         if found is None:
-            found = _line_search(objective, w, d, f, slope, 1.0, clip, g)
+            found = _line_search(objective, w, d, f, slope, 1.0, bounds, g)
             if found is None or not found[1][1] < f:
                 stopped = 'search'
                 break
@@ -636,11 +643,18 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why,
     return Fit(w, f, history, len(history), clock.seconds(), stopped=stopped), start, max(decrement, 0.0)
 
 
-def _line_search(objective, w, d, f, slope, t, clip=None, g=None):
+def _line_search(objective, w, d, f, slope, t, box=None, g=None):
     """(the step w + t·d, objective(step)) for the first t of t, t/2, … (HALVINGS of them) where the objective is
     finite and meets the Armijo condition against f and the slope g·d; None where no such step is found.
-    objective(at) gives (the kernel's sums, the objective, …). With clip (Bounds.clip) and the gradient g, the
-    projected search: each step clip(w + t·d), its decrease against g·(step − w), which must be negative."""
+    objective(at) gives (the kernel's sums, the objective, …). With box (Bounds) and the gradient g, the search
+    within the bounds: the first t no further than where the first weight reaches its bound (Bounds.reach: it lands
+    there, and a bound holds it from the next iteration on, while the gradient points out), each step clipped
+    into the bounds, its decrease against g·(step − w), which must be negative. (A step bent along the bounds by
+    the clip would jump onto a face of them far from the path, and a projected Newton step may stop there, at a
+    worse optimum.)"""
+    clip = None if box is None else box.clip
+    if box is not None:
+        t = min(t, float(box.reach(w, d)))
     for _ in range(HALVINGS):
         with np.errstate(over='ignore', invalid='ignore'):
             step = w + t * d if clip is None else clip(w + t * d)

@@ -105,7 +105,7 @@ def column(label):
 
 def ets(error, trend, season, m, label):
     """The Family of ETS(error, trend, season, m), additive error."""
-    shown = f'ets({error},{trend},{season}' + (f',{m})' if season != 'N' else ')')
+    shown = f'ets({error},{trend},{season}' + (f',{m})' if season != 'N' and m is not None else ')')
     if error == 'M':
         raise PgadError('0A000', f'family "{shown}" has a multiplicative error, which pgad.train does not fit yet',
                         detail='Its likelihood is not a sum of squared errors of the rows.',

@@ -206,6 +206,8 @@ def _line_search(objective, u, d, f, slope, t, at, box=None, g=None):
     ok = np.zeros(len(at), dtype=bool)
     searching = np.arange(len(at))
     t = t.copy()
+    if box is not None:  # no further than each group's first bound (descent._line_search's)
+        t = np.minimum(t, _part(box, at).reach(u, d))
     for _ in range(descent.HALVINGS):
         if not len(searching):
             break
