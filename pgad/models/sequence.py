@@ -241,6 +241,46 @@ def _family(text, loss, weights, given, data, config):
     return family, family.model, 'squared', json.dumps({**family.weights, **mine}), given, preloaded
 
 
+# A family's smoothing weights that a fit left at a bound start again from inside, RESTART of the way from the bound
+# it reached: a smoothing recurrence's least squares may have a worse optimum on a face of the bounds (γ = 0, the
+# seasons fixed) than inside, and Newton's path from the one start may end there.
+RESTART = 0.3
+RESTARTED = ('alpha', 'beta', 'gamma')
+
+
+def _restarted(fitting, begun, bounds, tally, names, some, keys, fixed=()):
+    """[descent.Fit of each group of some] of a family from begun (P × G): fitting's, and for the groups where a
+    smoothing weight (RESTARTED, not fixed) ended at a bound, a second fit from begun with those weights RESTART
+    of the way inside, the better objective of the two kept; the messages (tally) the kept fits' (keys: each
+    group's key)."""
+    first = counting.Tally(tally.name, tally.groups)
+    fits = fitting(begun, bounds, first, some)
+    smoothing = [i for i, n in enumerate(names) if n in RESTARTED and n not in fixed]
+    if bounds is None or not smoothing:
+        for k in some:
+            tally.take(first, keys[k])
+        return fits
+    again = begun[:, some].copy()
+    stuck = np.zeros(len(some), dtype=bool)
+    for j, fit in enumerate(fits):
+        for i in smoothing:
+            lower, upper = bounds.lower[i], bounds.upper[i]
+            if np.isfinite(lower) and np.isfinite(upper) and fit.weights[i] in (lower, upper):
+                stuck[j] = True
+                again[i, j] = lower + (RESTART if fit.weights[i] == lower else 1 - RESTART) * (upper - lower)
+    redone = {}
+    if stuck.any():
+        second = counting.Tally(tally.name, tally.groups)
+        full = begun.copy()
+        full[:, some[stuck]] = again[:, stuck]
+        for j, fit in zip(np.flatnonzero(stuck), fitting(full, bounds, second, some[stuck])):
+            if fit.loss < fits[j].loss:
+                fits[j], redone[j] = fit, second
+    for j, k in enumerate(some):
+        tally.take(redone.get(j, first), keys[k])
+    return fits
+
+
 def _choose(family, fitting, start, names, spans, limits, kept, tally, label, mine):
     """([the chosen descent.Fit of each group], [(its family, {candidate: AICc})]) of 'auto': each candidate of the
     family fitted in turn, all the groups at once (fitting(start, bounds, tally, groups)) with its weights fixed by
@@ -249,6 +289,7 @@ def _choose(family, fitting, start, names, spans, limits, kept, tally, label, mi
     (families.initial) but for the weights the user gave (mine). The messages are the chosen fits'."""
     index = {n: i for i, n in enumerate(names)}
     everyone = np.arange(len(kept))
+    keys = [group.key for _, group in kept]
     positive = np.array([np.min(group.columns[label]) > 0 for _, group in kept])
     scores, found = np.full((len(family.candidates), len(kept)), np.inf), []
     for c, candidate in enumerate(family.candidates):
@@ -259,8 +300,8 @@ def _choose(family, fitting, start, names, spans, limits, kept, tally, label, mi
                    **{n: tuple(b) for n, b in candidate.bounds.items()}}
         some = everyone[positive] if candidate.positive else everyone
         told = counting.Tally(tally.name, tally.groups)
-        fits = dict(zip(some, fitting(begun, descent.bounded(limited, spans, begun, names), told, some) if len(some)
-                        else []))
+        fits = dict(zip(some, _restarted(fitting, begun, descent.bounded(limited, spans, begun, names), told, names,
+                                         some, keys, candidate.fixed) if len(some) else []))
         for k, fit in fits.items():
             rows = len(kept[k][1].order)
             scores[c, k] = families.aicc(fit.loss * rows, rows, candidate.parameters)
@@ -448,7 +489,8 @@ def train(name, model_text, loss, data, weights, given, config):
         fitted, chosen = _choose(family, fitting, start, names, program.spans(step.shapes), limits, kept, tally,
                                  label, mine)
     elif family is not None and family.components is not None:
-        fitted = fitting(_starts(start, names, family.components, kept, label, mine), bounds, tally)
+        fitted = _restarted(fitting, _starts(start, names, family.components, kept, label, mine), bounds, tally,
+                            names, np.arange(len(kept)), [group.key for _, group in kept])
     else:
         fitted = fitting(start, bounds, tally)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
