@@ -279,3 +279,16 @@ def test_an_auto_forecast_is_analytic_where_the_chosen_family_is_linear(db):
                                                  [seed]).fetchall()] for seed in (0, 1))
     assert first[:5] == second[:5]
     assert first[5:] != second[5:] and [r[0] for r in first[5:]] == [r[0] for r in second[5:]]
+
+
+def test_a_label_that_needs_quotes_is_quoted_in_the_generated_lambda(db):
+    """A label column named with a double quote and a parenthesis is read as the identifier it is, never spliced as
+    text: the generated lambda quotes it (d."y""); x")."""
+    y = draw_ets(60, 9, 'N', 'N', 1)
+    load(db, 'fam_quoted', [y])
+    (model, state, weights), = db.execute(
+        "SELECT model, options->'state', weights FROM pgad.train('fam_quoted', 'ets(A,N,N)', 'squared', "
+        "'SELECT g, day, y AS \"y\"\"); x\" FROM fam_quoted', NULL, label => 'y\"); x', order_by => 'day')").fetchall()
+    assert state['level']['next'] == 's.level + w.alpha*(d."y""); x" - s.level)'
+    assert ets_sse(y, weights, 'N', 'N', 1) == pytest.approx(
+        db.execute("SELECT final_loss * rows FROM pgad.models WHERE name = 'fam_quoted'").fetchone()[0], rel=1e-9)
