@@ -3,6 +3,7 @@
     .venv/bin/python bench/sequences.py --gradient [--repeats 3]
     .venv/bin/python bench/sequences.py --train [--series 10000] [--days 730] [--peer-series 1000] [--repeats 1]
     .venv/bin/python bench/sequences.py --fit [--fit-series 1000] [--days 730] [--repeats 2]
+    .venv/bin/python bench/sequences.py --auto [--auto-series 10000] [--days 730] [--horizon 14] [--repeats 1]
 
 --gradient: the time of a gradient through the recurrence, by the llvm backend (pgad/jit/scan.py) against the
 python reference (pgad/sequences.py), in this process (no server):
@@ -318,12 +319,92 @@ def fitting(count, days, seed, repeats):
     return '\n'.join(lines)
 
 
+def mase(actual, forecast, history, m=7):
+    """The mean absolute scaled error of forecast against actual, scaled by the seasonal naive's in-sample MAE."""
+    scale = np.mean(np.abs(history[m:] - history[:-m]))
+    return float(np.mean(np.abs(actual - forecast)) / scale)
+
+
+def automatic(args):
+    """The --auto benchmark (issue 46): --auto-series daily series of --days rows (make: additive Holt-Winters, each
+    its own parameters), the last --horizon held out. pgad.train(…, 'auto(7)', …) over all of them in one call (nine
+    ETS candidates a series, the least AICc kept) and pgad.forecast at 95%, against export + statsforecast's
+    AutoETS(season_length=7) (its own choice among the ETS models) with n_jobs = the cores, forecast with
+    level=[95], on the same rows, in one run: seconds (the load and the export included), the mean MASE of the
+    held-out tails and the 95% intervals' coverage. Timings are reported, never asserted."""
+    import pandas as pd
+    from statsforecast import StatsForecast
+    from statsforecast.models import AutoETS
+    started = time.perf_counter()
+    series, days, horizon = args.auto_series, args.days, args.horizon
+    ids, ts, y = make(series, days, np.random.default_rng(args.seed))
+    cut = days - horizon
+    y_by = y.reshape(series, days)
+    results = {}
+    with Cluster() as cluster, psycopg.connect(cluster.conninfo(), autocommit=True) as db:
+        db.execute('CREATE EXTENSION pgad CASCADE')
+        db.execute("SET pgad.publish_data_values = 'on'")
+        optimum.copy_in(db, 'hw', {'series': ids, 't': ts, 'y': y})
+        small = (ids < 20) & (ts < cut)
+        frame = pd.DataFrame({'unique_id': ids[small].astype(np.int64), 'ds': ts[small].astype(np.int64),
+                              'y': y[small]})
+        StatsForecast(models=[AutoETS(season_length=7)], freq=1, n_jobs=1).forecast(df=frame, h=horizon)  # numba
+        for _ in range(args.repeats):
+            began = time.perf_counter()
+            chosen = db.execute("SELECT group_key->>'series', options->>'family' FROM pgad.train('auto', 'auto(7)', "
+                                "'squared', %s, NULL, order_by => 't', group_by => 'series')",
+                                [f'SELECT series, t, y FROM hw WHERE t < {cut}']).fetchall()
+            rows = db.execute("SELECT (group_key->>'series')::float8::int, step, value, lower, upper "
+                              "FROM pgad.forecast('auto', %s)", [horizon]).fetchall()
+            took = time.perf_counter() - began
+            forecast = np.full((series, horizon, 3), np.nan)
+            for k, step, value, lower, upper in rows:
+                forecast[k, step - 1] = value, lower, upper
+            if 'pgad' not in results or took < results['pgad']['seconds']:
+                results['pgad'] = dict(seconds=took, forecast=forecast,
+                                       families={f: sum(1 for _, c in chosen if c == f) for _, f in chosen})
+            began = time.perf_counter()
+            X, target = run.export(db, argparse.Namespace(xs=['series', 't'],
+                                                          table=f'(SELECT * FROM hw WHERE t < {cut}) AS hw'))
+            frame = pd.DataFrame({'unique_id': X[:, 0].astype(np.int64), 'ds': X[:, 1].astype(np.int64),
+                                  'y': target})
+            found = StatsForecast(models=[AutoETS(season_length=7)], freq=1, n_jobs=os.cpu_count()) \
+                .forecast(df=frame, h=horizon, level=[95])
+            took = time.perf_counter() - began
+            found = found.reset_index() if 'unique_id' not in found.columns else found
+            forecast = np.full((series, horizon, 3), np.nan)
+            for k, part in found.groupby('unique_id'):
+                forecast[int(k)] = part[['AutoETS', 'AutoETS-lo-95', 'AutoETS-hi-95']].to_numpy()[:horizon]
+            if 'statsforecast' not in results or took < results['statsforecast']['seconds']:
+                results['statsforecast'] = dict(seconds=took, forecast=forecast)
+    lines = [f'{series:,} daily series × {days} days (the last {horizon} held out), automatic ETS', '',
+             '| contender | seconds | × pgad | mean MASE | 95% coverage |', '|---|---:|---:|---:|---:|']
+    for name, r in results.items():
+        f = r['forecast']
+        scores = [mase(y_by[k, cut:], f[k, :, 0], y_by[k, :cut]) for k in range(series)]
+        inside = np.mean((y_by[:, cut:] >= f[:, :, 1]) & (y_by[:, cut:] <= f[:, :, 2]))
+        lines.append(f'| {name} | {r["seconds"]:.1f} | {r["seconds"] / results["pgad"]["seconds"]:.2f} | '
+                     f'{np.mean(scores):.4f} | {inside:.3f} |')
+    lines += ['', 'pgad\'s choices: ' + ', '.join(f'{f} {n}' for f, n in sorted(results['pgad']['families'].items()))]
+    report = '\n'.join(lines)
+    print(report, flush=True)
+    meta = {'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+            'command': ' '.join([os.path.relpath(sys.executable, ROOT), 'bench/sequences.py', *sys.argv[1:]]),
+            'cpu': run.machine(), 'cores': os.cpu_count(), 'seconds': round(time.perf_counter() - started, 1)}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, 'sequences_auto.md'), 'w') as f:
+        f.write(f'`{meta["command"]}`, {meta["date"]}, {meta["cpu"]} × {meta["cores"]}\n\n{report}\n')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--gradient', action='store_true', help='the time of a gradient, llvm against python')
     parser.add_argument('--train', action='store_true', help='Holt-Winters on many series against the peers')
     parser.add_argument('--fit', action='store_true', help="lockstep's fit of --fit-series series, lanes or not")
     parser.add_argument('--fit-series', type=int, default=1000)
+    parser.add_argument('--auto', action='store_true', help="'auto' against statsforecast's AutoETS, held-out MASE")
+    parser.add_argument('--auto-series', type=int, default=10_000)
+    parser.add_argument('--horizon', type=int, default=14)
     parser.add_argument('--repeats', type=int, default=None, help='best of (3 for --gradient, 1 for --train)')
     parser.add_argument('--series', type=int, default=10_000)
     parser.add_argument('--days', type=int, default=730)
@@ -339,6 +420,9 @@ def main(argv=None):
     if args.train:
         args.repeats = args.repeats or 1
         training(args)
+    if args.auto:
+        args.repeats = args.repeats or 1
+        automatic(args)
 
 
 if __name__ == '__main__':

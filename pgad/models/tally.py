@@ -46,10 +46,10 @@ class Tally:
                                                            ' sit at their bounds'))
 
     def flush(self):
-        """The messages: each alone, naming its group, where the call has one group or one message; else one
-        WARNING counting each kind's groups. Weights at a bound alone: a NOTICE, counted alike."""
+        """The messages: each alone, naming its group, where the call has one group or they are one group's; else
+        one WARNING counting each kind's groups. Weights at a bound alone: a NOTICE, counted alike."""
         bounded = self.found.pop(AT_BOUND, [])
-        if self.groups <= 1 or sum(len(entries) for entries in self.found.values()) <= 1:
+        if self.groups <= 1 or len({entry[0] for entries in self.found.values() for entry in entries}) <= 1:
             for entries in self.found.values():
                 for group, message, hint in entries:
                     server.warning(f'{self._where(group)}: {message}', hint)
