@@ -140,6 +140,10 @@ class Bounds:
         families.py's choice of a family among the candidates of 'auto')."""
         return (w <= self.lower) & (g > 0) | (w >= self.upper) & (g < 0) | (self.lower == self.upper)
 
+    def pushed(self, w, d):
+        """The weights at a bound that the direction d would push out of it."""
+        return (w <= self.lower) & (d < 0) | (w >= self.upper) & (d > 0)
+
     def free(self, w, g):
         """g without the parts of the weights a bound holds: the projected gradient, 0 at a KKT point."""
         return np.where(self.held(w, g), 0.0, g)
@@ -547,6 +551,8 @@ def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why, 
         held = np.zeros(len(g), dtype=bool) if box is None else box.held(u, g)
         free = np.where(held, 0.0, g)
         d = np.where(held, 0.0, -_two_loop(free, pairs))
+        if box is not None:  # a weight at a bound the direction pushes out stays there
+            d = np.where(box.pushed(u, d), 0.0, d)
         if not d @ free < 0:  # not a descent direction (or NaN): start again from the gradient
             pairs.clear()
             d = -free
@@ -593,8 +599,17 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why,
     (arguments refuses it). With bounds (Bounds), projected: the direction solves for the weights no bound holds
     (_newton_direction's held), and the line search runs along its path clipped into the bounds."""
     p = len(w)
-    def direction(w, g, h):
-        return _newton_direction(g, h, None if bounds is None else bounds.held(w, g))
+    def direction(w, g, h):  # on the weights no bound holds: those at a bound the direction pushes out are held too
+        if bounds is None:
+            return _newton_direction(g, h)
+        held = bounds.held(w, g)
+        for _ in range(len(w)):
+            d = _newton_direction(g, h, held)
+            more = held | bounds.pushed(w, d)
+            if np.array_equal(more, held):
+                break
+            held = more
+        return d
 
     def objective(at):
         sums = evaluate(kernel, table, at, clock.interrupts)

@@ -53,6 +53,8 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
         if not len(at):
             break
         d = np.where(held, 0.0, -_two_loop(free, s_pairs[:, :, at], y_pairs[:, :, at], rho[:, at], kept[at]))
+        if limited:  # a weight at a bound the direction pushes out stays there
+            d = np.where(_part(box, at).pushed(u[:, at], d), 0.0, d)
         slope = np.sum(d * free, axis=0)
         restart = ~(slope < 0)
         if restart.any():  # not a descent direction: start again from the gradient
@@ -284,7 +286,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
             break
         at = running
         h = hessians(w[:, at], g[:, at], at)
-        d = _newton_directions(g[:, at], h, DIFFERENCE_PIVOT, bounds.held(w[:, at], g[:, at]) if limited else None)
+        d = _directions(g[:, at], h, w[:, at], bounds if limited else None)
         slope = np.sum(d * g[:, at], axis=0)
         small = ~(-slope > 4 * eps * np.abs(f[at]))
         stopped[at[small]] = 'optimum'
@@ -302,9 +304,23 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     _check(f, g, w, names)
     # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton'
     h = hessians(w, g, everyone)
-    held = bounds.held(w, g) if limited else None
-    decrement = np.maximum(-np.sum(_newton_directions(g, h, DIFFERENCE_PIVOT, held) * g, axis=0), 0.0)
+    decrement = np.maximum(-np.sum(_directions(g, h, w, bounds if limited else None) * g, axis=0), 0.0)
     return _judged(w, f, first, decrement, rows, history, stopped, precision, clock.seconds())
+
+
+def _directions(g, h, w, bounds):
+    """newton's directions at w (P × G): _newton_directions on the weights no bound holds, those at a bound the
+    direction pushes out held too, solved again until none is."""
+    if bounds is None:
+        return _newton_directions(g, h, DIFFERENCE_PIVOT)
+    held = bounds.held(w, g)
+    for _ in range(w.shape[0]):
+        d = _newton_directions(g, h, DIFFERENCE_PIVOT, held)
+        more = held | bounds.pushed(w, d)
+        if np.array_equal(more, held):
+            break
+        held = more
+    return d
 
 
 def _part(bounds, at):
