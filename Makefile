@@ -93,6 +93,8 @@ test: install $(DEV)/.done
 # 1M raw-unit rows (about 2 minutes); OPTIMUM_ARGS='--baseline /opt/pg-bench-old' adds another pgad, installed
 # there by tools/baseline.sh (0.13.0 by default), timed beside this tree's. make bench runs each contender once
 # (--repeats 1, as run.py does for what takes over a second); docs/performance.md's figures are the best of 3.
+# bench/sequences.py --auto: 'auto' against statsforecast's AutoETS on 10,000 daily series, held-out MASE and
+# coverage (about 30 minutes of AutoETS on 2 cores); AUTO_ARGS='--auto-series 1000' for a shorter run.
 # bench/latency.py: a new session's first pgad call (connect, one statement, disconnect) against SELECT 1's
 # (docs/performance.md, "The first call").
 bench: install $(DEV)/.done
@@ -102,7 +104,7 @@ bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/models.py
 	$(DEV)/bin/python bench/optimum.py --repeats 1 $(OPTIMUM_ARGS)
 	$(DEV)/bin/python bench/multiclass.py --repeats 1
-	$(DEV)/bin/python bench/sequences.py --gradient --train
+	$(DEV)/bin/python bench/sequences.py --gradient --train --auto $(AUTO_ARGS)
 	$(DEV)/bin/python bench/scan_linear.py
 	$(DEV)/bin/python bench/shards.py
 	$(DEV)/bin/python bench/mlp.py
