@@ -191,6 +191,14 @@ def forecast(name, horizon, data=None, level=0.95, simulations=1000, seed=0):
 
 
 @server.entry
+def anomalies(name, data, level=0.95):
+    """pgad.anomalies: sequence model `name` run along the data's rows from its start, each row's one-step prediction,
+    its interval at `level` and whether the row lies outside it (models/forecast.py)."""
+    from .models import forecast as forecasting
+    return forecasting.anomalies(name, data, level, settings())
+
+
+@server.entry
 def importance(name, data, permutation=False, seed=None):
     """pgad.importance: each feature's mean |contribution| and mean contribution to model `name`'s predictions on the
     data, and its permutation importance where asked (models/importance.py)."""

@@ -683,3 +683,51 @@ def test_a_guarded_autoregression_s_intervals_are_autoreg_s(db, p, exogenous, se
         assert value == pytest.approx(frame['mean'].to_numpy(), rel=1e-6)
         assert lower == pytest.approx(frame['mean_ci_lower'].to_numpy(), rel=1e-6)
         assert upper == pytest.approx(frame['mean_ci_upper'].to_numpy(), rel=1e-6)
+
+
+# --- issue 46, item 6: anomalies ------------------------------------------------------------------------------
+def test_anomalies_are_the_rows_outside_the_one_step_interval(db):
+    """pgad.anomalies runs the model from its start along the data (the training's rows and later ones, one of them
+    an outlier): each row's prediction is SES's, written here, its interval ŷ ± z·σ, σ² the stored sigma2, and the
+    rows outside are flagged; `at` is the date as PostgreSQL prints it."""
+    from statistics import NormalDist
+    y = series(80, seed=21)
+    later = list(series(100, seed=21)[80:])
+    later[5] += 40  # an outlier
+    load(db, 'f_anom', [y])
+    weights, options = train(db, 'f_anom', 'f_anom', 'λ(d, w, s) s.level', SES, '{"alpha": 0.4, "l0": 50}')
+    load(db, 'f_anom_all', [np.concatenate([y, later])])
+    rows = db.execute("SELECT group_key, at, value, predicted, lower, upper, anomaly FROM "
+                      "pgad.anomalies('f_anom', 'SELECT * FROM f_anom_all', level => 0.9)").fetchall()
+    full = np.concatenate([y, later])
+    assert len(rows) == len(full)
+    level, z = weights['l0'], NormalDist().inv_cdf(0.95)
+    half = z * np.sqrt(options['sigma2'])
+    for t, (key, at, value, predicted, lower, upper, anomaly) in enumerate(rows):
+        assert key is None and at == str(np.datetime64('2024-01-01') + t)
+        assert value == full[t] and predicted == pytest.approx(level, rel=1e-12)
+        assert (lower, upper) == pytest.approx((level - half, level + half), rel=1e-12)
+        assert anomaly == (not level - half <= full[t] <= level + half)
+        level += weights['alpha'] * (full[t] - level)
+    assert rows[85][6] is True  # the outlier
+
+
+def test_anomalies_of_a_guarded_autoregression_and_the_errors(db):
+    """The first p rows of a guarded AR(p) predict their own label: no interval, no anomaly. A loss without a
+    variance is 0A000; a level outside (0, 1) 22023; a NULL argument no rows; a group the model lacks is left out
+    with a NOTICE."""
+    y = series(60, seed=22)
+    load(db, 'f_anom_ar', [y])
+    db.execute("SELECT FROM pgad.train('f_anom_ar', %s, 'squared', 'SELECT day, y FROM f_anom_ar', "
+               "'{\"c\": 0, \"a1\": 0, \"a2\": 0}', order_by => 'day', state => %s)", [guarded(2), GUARDED])
+    rows = db.execute("SELECT lower, upper, anomaly FROM pgad.anomalies('f_anom_ar', 'SELECT day, y FROM f_anom_ar') "
+                      "ORDER BY at").fetchall()
+    assert rows[:2] == [(None, None, False), (None, None, False)] and all(r[0] is not None for r in rows[2:])
+    db.execute("SELECT FROM pgad.train('f_anom_abs', 'λ(d, w, s) s.level', 'absolute', 'SELECT day, y FROM f_anom_ar', "
+               "'{\"alpha\": 0.5, \"l0\": 50}', order_by => 'day', state => %s, optimizer => 'gd', "
+               "learning_rate => 1e-9, iterations => 1)", [SES])
+    e = error_of(db, "SELECT * FROM pgad.anomalies('f_anom_abs', 'SELECT day, y FROM f_anom_ar')")
+    assert (e.sqlstate, e.message_primary) == ('0A000', 'model "f_anom_abs" has no variance of its one-step error')
+    e = error_of(db, "SELECT * FROM pgad.anomalies('f_anom_ar', 'SELECT day, y FROM f_anom_ar', level => 1)")
+    assert (e.sqlstate, e.message_primary) == ('22023', 'level must be between 0 and 1, not 1')
+    assert db.execute("SELECT count(*) FROM pgad.anomalies('f_anom_ar', NULL)").fetchone()[0] == 0

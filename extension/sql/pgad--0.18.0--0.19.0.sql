@@ -104,3 +104,26 @@ COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text
                                pg_catalog.jsonb, pg_catalog.jsonb) IS
     'train a new version of a model (one per group, with group_by), store it in pgad.model_versions and, unless '
     'deploy => false, deploy it: its scoring function pgad_models.<name>';
+
+-- pgad.anomalies (issue 46): a sequence model run along the data's rows from its start, each row's one-step
+-- prediction and its interval at level, and whether the row lies outside it (pgad/models/forecast.py). Not
+-- STRICT: a NULL gives no rows.
+CREATE FUNCTION pgad._anomalies(name pg_catalog.text, data pg_catalog.text, level pg_catalog.float8)
+RETURNS TABLE (group_key pg_catalog.jsonb, at pg_catalog.text, value pg_catalog.float8, predicted pg_catalog.float8,
+               lower pg_catalog.float8, upper pg_catalog.float8, anomaly pg_catalog.bool)
+LANGUAGE plpython3u STABLE AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.anomalies(name, data, level)
+$$;
+REVOKE ALL ON FUNCTION pgad._anomalies(pg_catalog.text, pg_catalog.text, pg_catalog.float8) FROM PUBLIC;
+
+CREATE FUNCTION pgad.anomalies(name pg_catalog.text, data pg_catalog.text, level pg_catalog.float8 DEFAULT 0.95)
+RETURNS TABLE (group_key pg_catalog.jsonb, at pg_catalog.text, value pg_catalog.float8, predicted pg_catalog.float8,
+               lower pg_catalog.float8, upper pg_catalog.float8, anomaly pg_catalog.bool)
+LANGUAGE C STABLE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.anomalies(pg_catalog.text, pg_catalog.text, pg_catalog.float8) IS
+    'sequence model name run along the data''s rows from its start: each row''s one-step prediction, its interval at '
+    'level, and whether the row lies outside it';

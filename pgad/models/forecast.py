@@ -165,13 +165,7 @@ def forecast(name, horizon, data, level, simulations, seed, config):
         return []
     if horizon < 1:
         raise PgadError('22023', f'horizon must be at least 1, not {horizon}', hint='Forecast 1 or more steps.')
-    if not 0 < level < 1:
-        raise PgadError('22023', f'level must be between 0 and 1, not {arguments.float8(level)}',
-                        hint='Give the coverage of the intervals as a fraction: level => 0.95.')
-    if (1 + level) / 2 == 1:  # the upper quantile rounds to 1 in float8: its normal quantile is infinite
-        raise PgadError('22023', 'level must be between 0 and 1, and distinguishable from 1 in float8, not '
-                                 f'{arguments.float8(level)}',
-                        hint=f'Give a level of at most {LEVEL_MOST}.')
+    _check_level(level)
     if simulations < 1:
         raise PgadError('22023', f'simulations must be at least 1, not {simulations}',
                         hint='Simulate 1000 paths (the default), or more for steadier bounds.')
@@ -378,3 +372,83 @@ def evaluate(name, data, config, stored, rules_of):
                         hint=f'pgad.evaluate scores sequence model "{name}" one step ahead on the rows after the ones '
                              'it was trained on.')
     return out
+
+
+def anomalies(name, data, level, config):
+    """pgad.anomalies' rows, (group_key, at, value, predicted, lower, upper, anomaly): sequence model name's
+    recurrence run with its stored weights along each group's rows of the data from the start, as training runs it
+    (the state from the start expressions and the group's first row; sequences.run, in the kernel), each row's
+    one-step prediction and its interval at level, ŷ ± z·σ (σ² the group's stored sigma2), the row an anomaly where
+    its label lies outside: as BigQuery ML's ML.DETECT_ANOMALIES. `at` is the order column's value as its type
+    prints it. A row that predicts its own label (an AR(p)'s first p) has no interval and is no anomaly; a group
+    the model lacks is left out, and a NOTICE counts its rows."""
+    if name is None or data is None or level is None:
+        return []
+    _check_level(level)
+    stored = catalog.rows(name)
+    fc = Forecaster(name, stored, config)
+    if objective.base(fc.loss) != 'squared' or any('sigma2' not in o for o in fc.options_of.values()):
+        raise PgadError('0A000', f'model "{name}" has no variance of its one-step error',
+                        detail=f'Its loss is \'{fc.loss}\'; only loss \'squared\' gives one (sigma2).',
+                        hint='Train it with loss \'squared\' to flag the rows outside its intervals.')
+    options = fc.options
+    label = fc.label
+    _, groups, kind = sequence.load(data, list(fc.step.columns), options['order_by'], options.get('group_by') or [],
+                                    config.memory_limit)
+    key_of = (lambda group: group.key) if options.get('group_by') else (lambda group: None)
+    known = [g for g in groups if key_of(g) in fc.weights and len(g.order)]
+    lacking = sum(len(g.order) for g in groups if key_of(g) not in fc.weights)
+    if lacking:
+        server.notice(f'model "{name}" has no group for {lacking} row{"s" * (lacking != 1)} of the data: left out')
+    total = sum(len(g.order) for g in known)
+    if total * ROW_BYTES > config.memory_limit:
+        raise PgadError('54000', f'the anomalies of {total} rows need {(total * ROW_BYTES) >> 20} MB, more than '
+                                 f'pgad.memory_limit ({config.memory_limit >> 20} MB)',
+                        hint='Give fewer rows, or have a superuser raise pgad.memory_limit.')
+    if not known:
+        return []
+    lengths = np.array([len(g.order) for g in known])
+    seqs = sequences.Sequences({c: np.concatenate([g.columns[c] for g in known]) for c in fc.step.columns},
+                               np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
+    weights = np.array([fc.weights[key_of(g)] for g in known]).T.reshape(len(fc.step.weights), len(known))
+    _, _, predicted = sequences.run(fc.step, seqs, weights, keep='predictions',
+                                    backend=options.get('backend', 'auto'), cache=config.cache)
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    own = sequence._reads_label(fc.step, label)
+    out = []
+    for g, start in zip(known, seqs.starts):
+        y = g.columns[label]
+        yhat = predicted[start:start + len(y)]
+        half = z * math.sqrt(fc.options_of[key_of(g)]['sigma2'])
+        guarded = (y == yhat) if own else np.zeros(len(y), dtype=bool)
+        at = shown_all(g.order, kind)
+        for t in range(len(y)):
+            if guarded[t]:
+                out.append((key_of(g), at[t], float(y[t]), float(yhat[t]), None, None, False))
+            else:
+                lower, upper = float(yhat[t] - half), float(yhat[t] + half)
+                out.append((key_of(g), at[t], float(y[t]), float(yhat[t]), lower, upper,
+                            bool(y[t] < lower or y[t] > upper)))
+        limits.tick(len(y))
+    return out
+
+
+def shown_all(values, kind):
+    """sequence.shown of each value, a timestamp's in one query for all of them."""
+    if not kind.startswith('timestamp'):
+        return [sequence.shown(v, kind) for v in values]
+    moment = 'pg_catalog.to_timestamp(v)' + ('' if kind.endswith('with time zone') else " AT TIME ZONE 'UTC'")
+    rows = server.query(f'SELECT ({moment})::pg_catalog.text AS t FROM pg_catalog.unnest($1) WITH ORDINALITY '
+                        'AS u(v, k) ORDER BY k', [[float(v) for v in values]], ['pg_catalog.float8[]'])
+    return [r['t'] for r in rows]
+
+
+def _check_level(level):
+    """The errors of a level that is not between 0 and 1, or whose upper quantile rounds to 1 in float8."""
+    if not 0 < level < 1:
+        raise PgadError('22023', f'level must be between 0 and 1, not {arguments.float8(level)}',
+                        hint='Give the coverage of the intervals as a fraction: level => 0.95.')
+    if (1 + level) / 2 == 1:  # the upper quantile rounds to 1 in float8: its normal quantile is infinite
+        raise PgadError('22023', 'level must be between 0 and 1, and distinguishable from 1 in float8, not '
+                                 f'{arguments.float8(level)}',
+                        hint=f'Give a level of at most {LEVEL_MOST}.')
