@@ -264,9 +264,12 @@ def test_another_role_cannot_forecast_from_a_model_whose_rows_it_cannot_read(db,
     with psycopg.connect(cluster.conninfo(dbname, user='f_outsider'), autocommit=True) as other:
         e = error_of(other, "SELECT * FROM pgad.forecast('f_secret', 3)")
         assert e.sqlstate == '42501' and 'permission denied for model "f_secret"' in e.message_primary
+        e = error_of(other, "SELECT * FROM pgad.anomalies('f_secret', 'SELECT 1 AS y')")
+        assert e.sqlstate == '42501' and 'permission denied for model "f_secret"' in e.message_primary
     db.execute('GRANT SELECT ON f_secret TO f_outsider')
     with psycopg.connect(cluster.conninfo(dbname, user='f_outsider'), autocommit=True) as other:
         assert len(other.execute("SELECT * FROM pgad.forecast('f_secret', 3)").fetchall()) == 3
+        assert len(other.execute("SELECT * FROM pgad.anomalies('f_secret', 'SELECT * FROM f_secret')").fetchall()) == 40
 
 
 def test_retraining_changes_the_forecast_and_dropping_the_model_ends_it(db):
