@@ -199,6 +199,14 @@ def anomalies(name, data, level=0.95):
 
 
 @server.entry
+def cross_validation(name, data, horizon, windows=3, step=None, level=0.95):
+    """pgad.cross_validation: sequence model `name`'s forecasts from rolling origins of the data scored against its
+    rows, per group and over all (models/forecast.py)."""
+    from .models import forecast as forecasting
+    return forecasting.cross_validation(name, data, horizon, windows, step, level, settings())
+
+
+@server.entry
 def importance(name, data, permutation=False, seed=None):
     """pgad.importance: each feature's mean |contribution| and mean contribution to model `name`'s predictions on the
     data, and its permutation importance where asked (models/importance.py)."""

@@ -734,3 +734,54 @@ def test_anomalies_of_a_guarded_autoregression_and_the_errors(db):
     e = error_of(db, "SELECT * FROM pgad.anomalies('f_anom_ar', 'SELECT day, y FROM f_anom_ar', level => 1)")
     assert (e.sqlstate, e.message_primary) == ('22023', 'level must be between 0 and 1, not 1')
     assert db.execute("SELECT count(*) FROM pgad.anomalies('f_anom_ar', NULL)").fetchone()[0] == 0
+
+
+# --- issue 46, item 6: rolling-origin cross-validation ----------------------------------------------------------
+def test_cross_validation_is_ses_forecasts_from_each_origin(db):
+    """Three windows of 5 rows, 5 apart, at the end of the data: from each origin SES's flat forecast (the level
+    after the rows before it, run from the start, written here), its analytic interval σ²·(1 + (h − 1)·α²), and
+    the metrics over the 15 rows scored: MAE, RMSE, MASE (the naive forecast's in-sample MAE, season 1) and the
+    coverage."""
+    from statistics import NormalDist
+    y = series(100, seed=31)
+    load(db, 'f_cv', [y[:85]])
+    weights, options = train(db, 'f_cv', 'f_cv', 'λ(d, w, s) s.level', SES, '{"alpha": 0.4, "l0": 50}')
+    load(db, 'f_cv_all', [y])
+    got = dict(db.execute("SELECT metric, value FROM pgad.cross_validation('f_cv', 'SELECT * FROM f_cv_all', 5, "
+                          "level => 0.8)").fetchall())
+    alpha, z = weights['alpha'], NormalDist().inv_cdf(0.9)
+    errors, scaled, inside = [], [], 0
+    for origin in (85, 90, 95):
+        level = weights['l0']
+        for v in y[:origin]:
+            level += alpha * (v - level)
+        e = y[origin:origin + 5] - level
+        errors += list(e)
+        scaled.append(np.mean(np.abs(e)) / np.mean(np.abs(np.diff(y[:origin]))))
+        half = z * np.sqrt(options['sigma2'] * (1 + np.arange(5) * alpha ** 2))
+        inside += int(np.sum(np.abs(e) <= half))
+    errors = np.array(errors)
+    assert got['windows'] == 3 and got['points'] == 15
+    assert got['mae'] == pytest.approx(np.mean(np.abs(errors)), rel=1e-9)
+    assert got['rmse'] == pytest.approx(np.sqrt(np.mean(errors ** 2)), rel=1e-9)
+    assert got['mase'] == pytest.approx(np.mean(scaled), rel=1e-9)
+    assert got['coverage'] == inside / 15
+
+
+def test_cross_validation_of_groups_and_its_errors(db):
+    """Per group and over all groups ({}); a group too short for a window scores none; bad arguments are 22023."""
+    load(db, 'f_cvg', [series(60, seed=32), series(60, seed=33), series(8, seed=34)])
+    train(db, 'f_cvg', 'f_cvg', 'λ(d, w, s) s.level', SES, '{"alpha": 0.4, "l0": 50}', group_by='g')
+    rows = db.execute("SELECT group_key, metric, value FROM pgad.cross_validation('f_cvg', 'SELECT * FROM f_cvg', 4, "
+                      "windows => 2, step => 3)").fetchall()
+    by = {(json.dumps(k), m): v for k, m, v in rows}
+    assert by[('{"g": 0}', 'windows')] == 2 and by[('{"g": 2}', 'windows')] == 0
+    assert by[('{}', 'points')] == 16
+    assert by[('{}', 'mae')] == pytest.approx((by[('{"g": 0}', 'mae')] + by[('{"g": 1}', 'mae')]) / 2, rel=1e-12)
+    for sql, message in (("pgad.cross_validation('f_cvg', 'SELECT * FROM f_cvg', 0)", 'horizon must be at least 1, '
+                                                                                     'not 0'),
+                         ("pgad.cross_validation('f_cvg', 'SELECT * FROM f_cvg', 2, windows => 0)",
+                          'windows must be at least 1, not 0')):
+        e = error_of(db, f'SELECT * FROM {sql}')
+        assert (e.sqlstate, e.message_primary) == ('22023', message)
+    assert db.execute("SELECT count(*) FROM pgad.cross_validation('f_cvg', NULL, 2)").fetchone()[0] == 0

@@ -410,7 +410,7 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     # seed and options NULL unless given).
     internal = db.execute("SELECT p.oid::regprocedure::text, p.proisstrict OR p.proname ~ '^_(pack_step|pack_combine|"
                           "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train|explain|"
-                          "derivatives|wrong_length|importance|forecast|deploy|tune|anomalies)$', "
+                          "derivatives|wrong_length|importance|forecast|deploy|tune|anomalies|cross_validation)$', "
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
@@ -419,8 +419,8 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     # and pgad.summary's, the element reader of pgad.pack's loads, the owners of a model's name, and
     # pgad.importance's, the softmax and argmax of a softmax model's probability and class functions, and
     # pgad.forecast's, pgad.deploy's, the version's pgad.drop_model's and pgad.evaluate's, pgad.tune's, and the free
-    # name of a version's functions (pgad._version_function_name), and pgad.anomalies's
-    assert len(internal) == 42
+    # name of a version's functions (pgad._version_function_name), and pgad.anomalies's and pgad.cross_validation's
+    assert len(internal) == 43
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     # The writer of pgad.models alone is executable by PUBLIC: pgad's Python calls it as the caller, and it writes
     # only what pgad.train or pgad.drop_model left for it (a direct call is refused: test_model_trust.py).
@@ -454,7 +454,7 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
              "pgad._init_weights('{}', 'glorot', 0)", "pgad._evaluate('m', 'SELECT 1')",
              "pgad._hessian('λ(d, w) w.a', 'SELECT 1', '{\"a\": 0}', 'auto')", "pgad._summary('m', 'error')",
              "pgad._forecast('m', 3, NULL::text, 0.95::float8, 1000, 0::int8)",
-             "pgad._anomalies('m', 'SELECT 1', 0.95)",
+             "pgad._anomalies('m', 'SELECT 1', 0.95)", "pgad._cross_validation('m', 'SELECT 1', 1, 1, 1, 0.95)",
              "pgad._tune('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', '{\"l2\": [0]}', NULL, NULL, "
              "NULL, '0.2', 'validation_loss', true, NULL)"]
     with psycopg.connect(cluster.conninfo(dbname, user='pgad_outsider'), autocommit=True) as outsider:

@@ -798,6 +798,32 @@ COMMENT ON FUNCTION pgad.anomalies(pg_catalog.text, pg_catalog.text, pg_catalog.
     'sequence model name run along the data''s rows from its start: each row''s one-step prediction, its interval at '
     'level, and whether the row lies outside it';
 
+-- pgad.cross_validation (issue 46): rolling-origin evaluation of a sequence model with its stored weights, per group
+-- and over all groups (pgad/models/forecast.py). Not STRICT: step is NULL unless given (the horizon); a NULL
+-- elsewhere gives no rows.
+CREATE FUNCTION pgad._cross_validation(name pg_catalog.text, data pg_catalog.text, horizon pg_catalog.int4,
+                                       windows pg_catalog.int4, step pg_catalog.int4, level pg_catalog.float8)
+RETURNS TABLE (group_key pg_catalog.jsonb, metric pg_catalog.text, value pg_catalog.float8)
+LANGUAGE plpython3u STABLE AS $$
+import sys
+if '@PGAD_SITE_PACKAGES@' not in sys.path:
+    sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
+from pgad import api
+return api.cross_validation(name, data, horizon, windows, step, level)
+$$;
+REVOKE ALL ON FUNCTION pgad._cross_validation(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int4,
+                                              pg_catalog.int4, pg_catalog.float8) FROM PUBLIC;
+
+CREATE FUNCTION pgad.cross_validation(name pg_catalog.text, data pg_catalog.text, horizon pg_catalog.int4,
+                                      windows pg_catalog.int4 DEFAULT 3, step pg_catalog.int4 DEFAULT NULL,
+                                      level pg_catalog.float8 DEFAULT 0.95)
+RETURNS TABLE (group_key pg_catalog.jsonb, metric pg_catalog.text, value pg_catalog.float8)
+LANGUAGE C STABLE AS 'MODULE_PATHNAME', 'pgad_call';
+COMMENT ON FUNCTION pgad.cross_validation(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int4,
+                                          pg_catalog.int4, pg_catalog.float8) IS
+    'sequence model name''s forecasts of horizon rows from windows rolling origins of the data, step rows apart, '
+    'scored against its labels with its stored weights: mae, rmse, mase and coverage per group and over all';
+
 -- ---------------------------------------------------------------------------------------------------------------
 -- §1 versions, deployment and rollback (issue 38)
 -- ---------------------------------------------------------------------------------------------------------------

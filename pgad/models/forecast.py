@@ -23,6 +23,7 @@ the training's last row, the state updated with the actual label: one-step-ahead
 import datetime
 import json
 import math
+import re
 from statistics import NormalDist
 
 import numpy as np
@@ -180,19 +181,36 @@ def forecast(name, horizon, data, level, simulations, seed, config):
                         hint='Forecast fewer steps, or have a superuser raise pgad.memory_limit.')
     columns = _future(name, data, fc, keys, horizon, config)
     sigma2 = np.array([fc.options_of[key].get('sigma2', math.nan) for key in keys])
-    how = 'none' if not len(sigma2) or np.isnan(sigma2).any() or objective.base(fc.loss) != 'squared' else \
-        'analytic' if fc.linear() is not None else 'simulation'
+    how = _how(fc, sigma2, simulations, config)
     if how == 'none':
         server.notice(f'model "{name}" has no prediction intervals: its loss \'{fc.loss}\' gives no variance of the '
                       'one-step error (only loss \'squared\' does); lower and upper are NULL')
+    weights = np.array([fc.weights[key] for key in keys]).T.reshape(len(fc.step.weights), g)
+    states = np.array([[fc.options_of[key]['last_state'][f] for key in keys] for f in fc.step.states]).reshape(k, g)
+    values, lower, upper = _ahead(fc, columns, weights, states, horizon, sigma2, level, simulations, seed, how)
+    return [(key, h + 1, float(values[h, j]), _number(lower[h, j]), _number(upper[h, j]))
+            for j, key in enumerate(keys) for h in range(horizon)]
+
+
+def _how(fc, sigma2, simulations, config):
+    """How the intervals are made: 'none' (no σ: a loss other than 'squared'), 'analytic' (linear as written) or
+    'simulation' (each group's linear along its path analytic all the same: _ahead); the error where the paths
+    simulated for every group would pass pgad.memory_limit."""
+    g, k = len(sigma2), len(fc.step.states)
+    how = 'none' if not len(sigma2) or np.isnan(sigma2).any() or objective.base(fc.loss) != 'squared' else \
+        'analytic' if fc.linear() is not None else 'simulation'
     if how == 'simulation':
         paths = g * simulations * (8 * (len(fc.graph.nodes) + k + len(fc.step.weights) + 2))
         if paths > config.memory_limit:
             raise PgadError('54000', f'{simulations} simulated paths for {g} group{"s" * (g != 1)} need '
                                      f'{paths >> 20} MB, more than pgad.memory_limit ({config.memory_limit >> 20} MB)',
                             hint='Simulate fewer paths, or have a superuser raise pgad.memory_limit.')
-    weights = np.array([fc.weights[key] for key in keys]).T.reshape(len(fc.step.weights), g)
-    states = np.array([[fc.options_of[key]['last_state'][f] for key in keys] for f in fc.step.states]).reshape(k, g)
+    return how
+
+
+def _ahead(fc, columns, weights, states, horizon, sigma2, level, simulations, seed, how):
+    """(values, lower, upper), horizon × G: the forecast from states (K × G) at weights (P × G), the exogenous
+    columns' horizon × G values, its intervals at level made as how (_how) says."""
     # a recurrence that is not linear as written may be, at a group's weights, along its forecast (the choice of
     # 'auto': a multiplicative season's weight 0): those groups' intervals are analytic too (_paths' check)
     jac = None if how == 'none' else fc.linear() if how == 'analytic' else fc.jacobians()
@@ -209,8 +227,7 @@ def forecast(name, horizon, data, level, simulations, seed, config):
             lower[:, drawn], upper[:, drawn] = _simulated(
                 fc, {c: v[:, drawn] for c, v in columns.items()}, weights[:, drawn], states[:, drawn], horizon,
                 sigma2[drawn], level, simulations, seed)
-    return [(key, h + 1, float(values[h, j]), _number(lower[h, j]), _number(upper[h, j]))
-            for j, key in enumerate(keys) for h in range(horizon)]
+    return values, lower, upper
 
 
 def _number(value):
@@ -452,3 +469,93 @@ def _check_level(level):
         raise PgadError('22023', 'level must be between 0 and 1, and distinguishable from 1 in float8, not '
                                  f'{arguments.float8(level)}',
                         hint=f'Give a level of at most {LEVEL_MOST}.')
+
+
+CV_METRICS = ('windows', 'points', 'mae', 'rmse', 'mase', 'coverage')
+
+
+def cross_validation(name, data, horizon, windows, step, level, config):
+    """pgad.cross_validation's rows, (group_key, metric, value): rolling-origin evaluation of sequence model name on
+    the data with its stored weights (no refit: statsforecast's cross_validation with refit=False). For each group
+    and each of `windows` origins, the last `horizon` rows and then every `step` rows before (the latest window
+    last), the recurrence runs from the start along the rows before the origin (sequences.run, all the groups at
+    once), then forecasts `horizon` rows (the exogenous columns the data's own), its intervals at level as
+    pgad.forecast's; each forecast is scored against the rows' labels. Per group: windows and points (the windows and
+    rows scored), mae, rmse, mase (each window's MAE over the in-sample MAE of the seasonal naive forecast before its
+    origin, m the family's season or 1, averaged) and coverage (NULL without intervals); with group_by, the same over
+    all groups with group_key {} (mase and coverage their means over the windows and rows)."""
+    if name is None or data is None or horizon is None or windows is None or level is None:
+        return []
+    step = horizon if step is None else step
+    for what, value in (('horizon', horizon), ('windows', windows), ('step', step)):
+        if value < 1:
+            raise PgadError('22023', f'{what} must be at least 1, not {value}',
+                            hint='Give a horizon, windows and a step of 1 or more rows.')
+    _check_level(level)
+    stored = catalog.rows(name)
+    fc = Forecaster(name, stored, config)
+    options, label = fc.options, fc.label
+    if label not in fc.step.columns:
+        raise PgadError('0A000', f'model "{name}" reads no label column "{label}" to score its forecasts against',
+                        hint='Cross-validate a model trained with a label.')
+    _, groups, kind = sequence.load(data, list(fc.step.columns), options['order_by'], options.get('group_by') or [],
+                                    config.memory_limit)
+    key_of = (lambda group: group.key) if options.get('group_by') else (lambda group: None)
+    known = [g for g in groups if key_of(g) in fc.weights]
+    season = re.search(r',(\d+)\)$', options.get('family') or '')
+    m = int(season.group(1)) if season else 1
+    sigma2 = np.array([fc.options_of[key_of(g)].get('sigma2', math.nan) for g in known])
+    how = _how(fc, sigma2, 1000, config)
+    k = len(fc.step.states)
+    found = {key_of(g): {'windows': 0, 'points': 0, 'abs': 0.0, 'sq': 0.0, 'scaled': [], 'inside': 0}
+             for g in known}
+    for w in range(windows):
+        back = horizon + (windows - 1 - w) * step
+        some = [j for j, g in enumerate(known) if len(g.order) - back > m]
+        if not some:
+            continue
+        server.check_interrupts()
+        origins = np.array([len(known[j].order) - back for j in some])
+        seqs = sequences.Sequences({c: np.concatenate([known[j].columns[c][:o] for j, o in zip(some, origins)])
+                                    for c in fc.step.columns},
+                                   np.concatenate([[0], np.cumsum(origins)[:-1]]).astype(np.int64), origins)
+        weights = np.array([fc.weights[key_of(known[j])] for j in some]).T.reshape(len(fc.step.weights), len(some))
+        _, states, _ = sequences.run(fc.step, seqs, weights, backend=options.get('backend', 'auto'),
+                                     cache=config.cache)
+        columns = {c: np.stack([known[j].columns[c][o:o + horizon] for j, o in zip(some, origins)], axis=1)
+                   for c in fc.exogenous}
+        values, lower, upper = _ahead(fc, columns, weights, states.reshape(k, len(some)), horizon, sigma2[some],
+                                      level, 1000, 0, how)
+        for i, (j, o) in enumerate(zip(some, origins)):
+            y = known[j].columns[label]
+            actual, error = y[o:o + horizon], y[o:o + horizon] - values[:, i]
+            scale = float(np.mean(np.abs(y[m:o] - y[:o - m])))
+            r = found[key_of(known[j])]
+            r['windows'] += 1
+            r['points'] += horizon
+            r['abs'] += float(np.sum(np.abs(error)))
+            r['sq'] += float(np.sum(error ** 2))
+            r['scaled'].append(float(np.mean(np.abs(error))) / scale if scale > 0 else math.nan)
+            if how != 'none':
+                low, high = lower[:, i].astype(float), upper[:, i].astype(float)
+                r['inside'] += int(np.sum((actual >= low) & (actual <= high)))
+    out = []
+    for key, r in found.items():
+        out += _scored(key, r, how)
+    if options.get('group_by') and found:
+        every = [r for r in found.values() if r['points']]
+        total = {'windows': sum(r['windows'] for r in every), 'points': sum(r['points'] for r in every),
+                 'abs': sum(r['abs'] for r in every), 'sq': sum(r['sq'] for r in every),
+                 'scaled': [v for r in every for v in r['scaled']], 'inside': sum(r['inside'] for r in every)}
+        out += _scored('{}', total, how)
+    return out
+
+
+def _scored(key, r, how):
+    """A group's (or all groups') rows of cross_validation from its sums r."""
+    if not r['points']:
+        return [(key, 'windows', 0.0), (key, 'points', 0.0)]
+    n = r['points']
+    return [(key, 'windows', float(r['windows'])), (key, 'points', float(n)), (key, 'mae', r['abs'] / n),
+            (key, 'rmse', math.sqrt(r['sq'] / n)), (key, 'mase', float(np.mean(r['scaled']))),
+            (key, 'coverage', None if how == 'none' else r['inside'] / n)]
