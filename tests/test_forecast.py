@@ -770,7 +770,7 @@ def test_cross_validation_is_ses_forecasts_from_each_origin(db):
 
 def test_cross_validation_of_groups_and_its_errors(db):
     """Per group and over all groups ({}); a group too short for a window scores none; bad arguments are 22023."""
-    load(db, 'f_cvg', [series(60, seed=32), series(60, seed=33), series(8, seed=34)])
+    load(db, 'f_cvg', [series(60, seed=32), series(60, seed=33), series(5, seed=34)])
     train(db, 'f_cvg', 'f_cvg', 'λ(d, w, s) s.level', SES, '{"alpha": 0.4, "l0": 50}', group_by='g')
     rows = db.execute("SELECT group_key, metric, value FROM pgad.cross_validation('f_cvg', 'SELECT * FROM f_cvg', 4, "
                       "windows => 2, step => 3)").fetchall()
