@@ -292,3 +292,21 @@ def test_a_label_that_needs_quotes_is_quoted_in_the_generated_lambda(db):
     assert state['level']['next'] == 's.level + w.alpha*(d."y""); x" - s.level)'
     assert ets_sse(y, weights, 'N', 'N', 1) == pytest.approx(
         db.execute("SELECT final_loss * rows FROM pgad.models WHERE name = 'fam_quoted'").fetchone()[0], rel=1e-9)
+
+
+def test_auto_s_fixed_weights_are_not_told_as_at_a_bound(db):
+    """A group that chose no trend has β = 0 by its candidate, not by the fit: neither its at_bounds nor a NOTICE
+    names it."""
+    y = draw_ets(100, 41, 'N', 'N', 1)
+    load(db, 'fam_quiet', [y])
+    said = []
+
+    def hear(notice):
+        said.append(notice.message_primary)
+    db.add_notice_handler(hear)
+    try:
+        (_, _, weights, _, _, _, options), = train(db, 'fam_quiet', 'fam_quiet', 'auto')
+    finally:
+        db.remove_notice_handler(hear)
+    assert options['family'].startswith('ets(A,N,') and weights['beta'] == 0.0
+    assert 'beta' not in options['at_bounds'] and not any('"beta"' in m for m in said)

@@ -498,14 +498,18 @@ def train(name, model_text, loss, data, weights, given, config):
                                          cache=config.cache, tile_bytes=min(sequences.TILE_BYTES, config.memory_limit // 4))
     own = _reads_label(step, label)
     rows, fits = [], []
-    for (_, group), fit in zip(kept, fitted):
-        tally.bounds(group.key, dict(zip(names, fit.weights.tolist())), limits)  # (a candidate's fixed: not these)
+    fixed = {c.name: set(c.fixed) for c in family.candidates} if chosen else {}
+
+    def free(k, fit):  # the group's weights that its fit moved: not those its 'auto' candidate fixed
+        held = fixed[chosen[k][0]] if chosen else set()
+        return {n: v for n, v in zip(names, fit.weights.tolist()) if n not in held}
+    for k, ((_, group), fit) in enumerate(zip(kept, fitted)):
+        tally.bounds(group.key, free(k, fit), limits)
     _outside(tally, names, fitted, [group.key for _, group in kept], limits)
     tally.flush()
     for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
-                     **({'at_bounds': descent.at_bounds(limits, dict(zip(names, fit.weights.tolist())))}
-                        if limits else {}),
+                     **({'at_bounds': descent.at_bounds(limits, free(k, fit))} if limits else {}),
                      last_state={f: float(v) for f, v in zip(step.states, last[:, k])},
                      last_order=shown(group.order[-1], kind),
                      **({'family': chosen[k][0], 'candidates': chosen[k][1]} if chosen else {}))
