@@ -193,6 +193,14 @@ class Sequences:
         return np.searchsorted(-ordered, -np.arange(self.longest), side='left')
 
 
+def joined(parts, lengths, names):
+    """The Sequences of parts, one after another: each part a sequence's rows ({column: array}, lengths[k] of them,
+    in order), the columns names of each."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return Sequences({c: np.concatenate([part[c][:n] for part, n in zip(parts, lengths)]) for c in names},
+                     np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
+
+
 class _Run:
     """The plans of a Step over Sequences: each row t's columns and weights and states as numpy arrays over the
     sequences that have a row t (in Sequences.order), evaluated by python_backend's plan."""

@@ -125,9 +125,10 @@ class Penalty:
 @dataclass
 class Bounds:
     """Each weight's interval [lower, upper] (−∞ and ∞ where it has none; arrays of the weights' shape, or P × 1 for
-    lockstep's P × G): every optimizer keeps the weights in it, by projected steps (each trial point clipped into
-    it), and a weight at a bound whose gradient points out of the interval is held there: its part of the gradient
-    does not count in the direction, the stopping rules or the convergence criterion (the KKT conditions)."""
+    lockstep's P × G): every optimizer keeps the weights in it (a line search goes no further than the first bound,
+    reach; a fixed step is clipped, clip), and a weight at a bound whose gradient points out of the interval, or
+    whom the direction would push out, is held there: its part of the gradient does not count in the direction,
+    the stopping rules or the convergence criterion (the KKT conditions)."""
     lower: np.ndarray
     upper: np.ndarray
 
@@ -200,13 +201,6 @@ def bounded(given, spans, start, names):
 def stored_bounds(limits):
     """arguments.bounds' {weight: (lower, upper)} as options record them: JSON, null for an open side."""
     return {n: [None if np.isinf(lo) else lo, None if np.isinf(hi) else hi] for n, (lo, hi) in limits.items()}
-
-
-def read_bounds(stored):
-    """stored_bounds' record read back: {weight: (lower, upper)}, ±∞ for null; None for none."""
-    if not stored:
-        return None
-    return {n: (-np.inf if lo is None else lo, np.inf if hi is None else hi) for n, (lo, hi) in stored.items()}
 
 
 def at_bounds(limits, fitted):
@@ -303,8 +297,6 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     of each weight, None for none: the weights start within it (arguments.bounds checks); loss the base name of the
     loss, for the hint of a fit that did not converge (unconverged)."""
     w = np.array(weights, dtype=np.float64)
-    limited = bounds is not None
-    bounds = bounds if limited else unbounded(len(w))
     if penalty.mask is None:
         penalty = Penalty(penalty.l1, penalty.l2, np.ones(len(w)))
     clock = clock or Clock(lambda: None, lambda message: None, iterations)
@@ -319,14 +311,13 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     blocks = [np.array([i]) for i in range(len(w))] if blocks is None else blocks
     decrement, start = None, None
     if optimizer == 'lbfgs':
-        result, start = _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why, blocks,
-                               bounds if limited else None)
+        result, start = _lbfgs(kernel, placed, w, names, iterations, tolerance, penalty, clock, why, blocks, bounds)
     elif optimizer == 'newton':
         result, start, decrement = _newton(kernel, placed, w, names, iterations, tolerance, penalty, clock, why,
-                                           bounds if limited else None)
+                                           bounds)
     else:
         rule = STEPS[optimizer](learning_rate, len(w))
-        clip = bounds.clip if limited else None
+        clip = None if bounds is None else bounds.clip
         if optimizer in MINI_BATCH and batch_size < table.rows and iterations > 0:
             result = _mini_batches(kernel, table, placed, w, names, rule, learning_rate, iterations, batch_size,
                                    np.random.default_rng(seed), tolerance, penalty, clock, why, clip)
@@ -342,7 +333,7 @@ def fit(kernel, table, weights, names, optimizer='gd', learning_rate=0.05, itera
     if decrement is None:  # the gradient at the fitted weights (what bounds leave), scaled by the Hessian's diagonal
         _, f, g = objective(result.weights)
         d = curvature(objective, result.weights, f, g, blocks, floor, bounds)
-        g = bounds.free(result.weights, g)
+        g = g if bounds is None else bounds.free(result.weights, g)
         decrement = float(g @ (g / d))
     measure, converged = judged(decrement, result.loss, floor, table.rows, precision)
     result = replace(result, converged=converged, gradient_norm=measure)
@@ -531,8 +522,8 @@ def _lbfgs(kernel, table, w, names, iterations, tolerance, penalty, clock, why, 
     backtracking line search for the Armijo condition, in scaled coordinates u = √D·w, D the Hessian's diagonal at
     the start (curvature; blocks as fit's): on columns of any scale, as on standardised ones. It stops early where
     no step along its direction lowers the objective: the optimum, to the precision of the sums. Its objective never
-    rises, so it never warns of divergence. With bounds (Bounds), projected: the weights a bound holds take no part
-    in the direction, and the line search runs along the direction's path clipped into the bounds (_line_search)."""
+    rises, so it never warns of divergence. With bounds (Bounds): the weights a bound holds take no part in the
+    direction, and the line search goes no further than the first bound (_line_search)."""
     raw = _objective(kernel, table, penalty, clock)
     sums, f, g = raw(w)
     check_finite(sums, w, 1, names, 0.0, why)
@@ -596,8 +587,8 @@ def _newton(kernel, table, w, names, iterations, tolerance, penalty, clock, why,
     which the rounding of its sums may hide, the full step comes first, taken (REFINEMENTS times at most) where its
     own decrement is smaller, before any line search (iterative refinement: the gradient is computed afresh, the
     solve's error shrinks). l2 adds 2·l2 on the diagonal; l1, not differentiable, is not taken
-    (arguments refuses it). With bounds (Bounds), projected: the direction solves for the weights no bound holds
-    (_newton_direction's held), and the line search runs along its path clipped into the bounds."""
+    (arguments refuses it). With bounds (Bounds): the direction solves for the weights no bound holds
+    (_newton_direction's held), and the line search goes no further than the first bound (_line_search)."""
     p = len(w)
     def direction(w, g, h):  # on the weights no bound holds: those at a bound the direction pushes out are held too
         if bounds is None:

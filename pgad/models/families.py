@@ -70,6 +70,12 @@ def season_of(text):
     return 0 if found is None else None if found.group(1) is None else int(found.group(1))
 
 
+def season(name):
+    """The season's length of a stored ETS family's name ('ets(A,A,A,7)': 7), 1 for any other."""
+    found = ETS.fullmatch(name or '')
+    return int(found.group(4)) if found and found.group(4) else 1
+
+
 def named(text):
     """Whether a model text names a family rather than writes a lambda."""
     return text is not None and NAMED.match(text) is not None and not text.lstrip().startswith(('λ', 'lambda'))

@@ -23,7 +23,6 @@ the training's last row, the state updated with the actual label: one-step-ahead
 import datetime
 import json
 import math
-import re
 from statistics import NormalDist
 
 import numpy as np
@@ -31,7 +30,7 @@ import numpy as np
 from .. import arguments, calls, limits, python_backend, sequences, server
 from ..python_backend import as_rows
 from ..errors import PgadError
-from . import catalog, objective, sequence
+from . import catalog, families, objective, sequence
 
 LABEL = '\x00label'     # the label column read as a weight (the prediction, or the actual label), in Forecaster's graph
 ROW_BYTES = 256         # what one row of pgad.forecast's result costs, counted against pgad.memory_limit
@@ -424,14 +423,12 @@ def anomalies(name, data, level, config):
                         hint='Give fewer rows, or have a superuser raise pgad.memory_limit.')
     if not known:
         return []
-    lengths = np.array([len(g.order) for g in known])
-    seqs = sequences.Sequences({c: np.concatenate([g.columns[c] for g in known]) for c in fc.step.columns},
-                               np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
+    seqs = sequences.joined([g.columns for g in known], [len(g.order) for g in known], fc.step.columns)
     weights = np.array([fc.weights[key_of(g)] for g in known]).T.reshape(len(fc.step.weights), len(known))
     _, _, predicted = sequences.run(fc.step, seqs, weights, keep='predictions',
                                     backend=options.get('backend', 'auto'), cache=config.cache)
     z = NormalDist().inv_cdf((1 + level) / 2)
-    own = sequence._reads_label(fc.step, label)
+    own = sequence.reads_label(fc.step, label)
     out = []
     for g, start in zip(known, seqs.starts):
         y = g.columns[label]
@@ -502,8 +499,7 @@ def cross_validation(name, data, horizon, windows, step, level, config):
                                     config.memory_limit)
     key_of = (lambda group: group.key) if options.get('group_by') else (lambda group: None)
     known = [g for g in groups if key_of(g) in fc.weights]
-    season = re.search(r',(\d+)\)$', options.get('family') or '')
-    m = int(season.group(1)) if season else 1
+    m = families.season(options.get('family'))
     sigma2 = np.array([fc.options_of[key_of(g)].get('sigma2', math.nan) for g in known])
     how = _how(fc, sigma2, 1000, config)
     k = len(fc.step.states)
@@ -516,9 +512,7 @@ def cross_validation(name, data, horizon, windows, step, level, config):
             continue
         server.check_interrupts()
         origins = np.array([len(known[j].order) - back for j in some])
-        seqs = sequences.Sequences({c: np.concatenate([known[j].columns[c][:o] for j, o in zip(some, origins)])
-                                    for c in fc.step.columns},
-                                   np.concatenate([[0], np.cumsum(origins)[:-1]]).astype(np.int64), origins)
+        seqs = sequences.joined([known[j].columns for j in some], origins, fc.step.columns)  # the rows before
         weights = np.array([fc.weights[key_of(known[j])] for j in some]).T.reshape(len(fc.step.weights), len(some))
         _, states, _ = sequences.run(fc.step, seqs, weights, backend=options.get('backend', 'auto'),
                                      cache=config.cache)

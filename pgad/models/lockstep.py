@@ -21,7 +21,7 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
     at W (P × len(at): the weights of the groups at, an index array), from start (P × G), the groups having rows[g]
     rows; penalty a descent.Penalty (l2 only); clock a descent.Clock (interrupts, progress); why(k), if given,
     group k's descent.check_finite why, which explains a sum not finite at the starting weights; bounds (a
-    descent.Bounds of the P weights, the same for every group) as descent._lbfgs takes them: projected steps."""
+    descent.Bounds of the P weights, the same for every group) as descent._lbfgs takes them."""
     p, g_count = start.shape
     limited, bounds = bounds is not None, _columns(bounds, p)
     rows = np.asarray(rows, dtype=np.float64)
@@ -203,7 +203,7 @@ def _push(s_pairs, y_pairs, rho, kept, at, s, y, r):
 def _line_search(objective, u, d, f, slope, t, at, box=None, g=None):
     """descent._line_search for each group: (the accepted u, its objective and gradient, found) where each group's
     first step of t, t/2, … meets the Armijo condition; only the groups still searching are evaluated again. With
-    box (the groups' descent.Bounds, P × G) and their gradients g, the projected search, as descent's."""
+    box (the groups' descent.Bounds, P × G) and their gradients g, the search within the bounds, as descent's."""
     new_u, new_f, new_g = u.copy(), np.full(len(at), np.inf), np.zeros_like(u)
     ok = np.zeros(len(at), dtype=bool)
     searching = np.arange(len(at))

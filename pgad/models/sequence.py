@@ -124,8 +124,8 @@ def shown(value, kind):
 def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, memory_limit, cache=None, model=None,
          bounds=None, tally=None, keys=None, loss='squared'):
     """[descent.Fit of each sequence]: by Newton or L-BFGS all at once (lockstep.py), every call of the recurrence over
-    the sequences still running; by the other optimizers one sequence at a time (descent.fit). A WARNING for each
-    sequence that did not converge, naming its group. Lockstep takes as many groups at a time as a quarter of
+    the sequences still running; by the other optimizers one sequence at a time (descent.fit). Each sequence that
+    did not converge is told to tally, by its group's key. Lockstep takes as many groups at a time as a quarter of
     memory_limit holds their optimizer's state. A loss not finite at the starting weights is explained (diagnosed)
     by the operation that made it so, printed as model (the parsed model lambda) writes it. bounds (descent.Bounds,
     or None) each weight's interval, the same for every group. What the fits find goes to tally (tally.Tally: one
@@ -169,7 +169,8 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
                                                                                     message, taken(hint)))
         fits.append(descent.fit(Kernel(step, part, options['mode'], tile_bytes, options['backend'], cache),
                                 loader.Table([], int(part.lengths[0]), 0),
-                                _start_of(start, k, 1)[:, 0], names, options['optimizer'], options['learning_rate'], options['iterations'],
+                                _start_of(start, k, 1)[:, 0], names, options['optimizer'], options['learning_rate'],
+                                options['iterations'],
                                 int(part.lengths[0]), None, options['tolerance'], penalty, clock,
                                 why=why(part, 0, where), bounds=bounds, loss=loss))
     return fits
@@ -245,17 +246,16 @@ def _family(text, loss, weights, given, data, config):
 # it reached: a smoothing recurrence's least squares may have a worse optimum on a face of the bounds (γ = 0, the
 # seasons fixed) than inside, and Newton's path from the one start may end there.
 RESTART = 0.3
-RESTARTED = ('alpha', 'beta', 'gamma')
 
 
 def _restarted(fitting, begun, bounds, tally, names, some, keys, fixed=()):
     """[descent.Fit of each group of some] of a family from begun (P × G): fitting's, and for the groups where a
-    smoothing weight (RESTARTED, not fixed) ended at a bound, a second fit from begun with those weights RESTART
+    smoothing weight (SMOOTHING, not fixed) ended at a bound, a second fit from begun with those weights RESTART
     of the way inside, the better objective of the two kept; the messages (tally) the kept fits' (keys: each
     group's key)."""
     first = counting.Tally(tally.name, tally.groups)
     fits = fitting(begun, bounds, first, some)
-    smoothing = [i for i, n in enumerate(names) if n in RESTARTED and n not in fixed]
+    smoothing = [i for i, n in enumerate(names) if SMOOTHING.fullmatch(n) and n not in fixed]
     if bounds is None or not smoothing:
         for k in some:
             tally.take(first, keys[k])
@@ -281,15 +281,15 @@ def _restarted(fitting, begun, bounds, tally, names, some, keys, fixed=()):
     return fits
 
 
-def _choose(family, fitting, start, names, spans, limits, kept, tally, label, mine):
+def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, label, mine):
     """([the chosen descent.Fit of each group], [(its family, {candidate: AICc})]) of 'auto': each candidate of the
     family fitted in turn, all the groups at once (fitting(start, bounds, tally, groups)) with its weights fixed by
     bounds of one value, and each group's of least AICc (families.aicc) kept; a candidate that needs a label above
     0 (a multiplicative season) fits only the groups whose labels all are; each group starts from its rows
-    (families.initial) but for the weights the user gave (mine). The messages are the chosen fits'."""
+    (families.initial) but for the weights the user gave (mine). The messages are the chosen fits' (keys: each
+    group's key)."""
     index = {n: i for i, n in enumerate(names)}
     everyone = np.arange(len(kept))
-    keys = [group.key for _, group in kept]
     positive = np.array([np.min(group.columns[label]) > 0 for _, group in kept])
     scores, found = np.full((len(family.candidates), len(kept)), np.inf), []
     for c, candidate in enumerate(family.candidates):
@@ -310,13 +310,13 @@ def _choose(family, fitting, start, names, spans, limits, kept, tally, label, mi
     fitted = []
     for k, c in enumerate(best):
         fitted.append(found[c][0][k])
-        tally.take(found[c][1], kept[k][1].key)
+        tally.take(found[c][1], keys[k])
     return fitted, [(family.candidates[c].name, {candidate.name: float(scores[j, k]) if np.isfinite(scores[j, k])
                                                  else None for j, candidate in enumerate(family.candidates)})
                     for k, c in enumerate(best)]
 
 
-def _reads_label(step, label):
+def reads_label(step, label):
     """Whether the step's prediction reads the label column (an AR(p)'s first p rows predict their own)."""
     graph = step.graph
     return any(graph.nodes[i].op == 'column' and graph.nodes[i].value == label
@@ -471,10 +471,10 @@ def train(name, model_text, loss, data, weights, given, config):
     if not kept:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
     lengths = np.array([len(group.order) for _, group in kept])
-    seqs = sequences.Sequences({c: np.concatenate([group.columns[c] for _, group in kept]) for c in step.columns},
-                               np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), lengths)
+    seqs = sequences.joined([group.columns for _, group in kept], lengths, step.columns)
     sequences.check_tape(seqs, len(step.states), config.memory_limit)
     tally = counting.Tally(name, len(kept) if options['group_by'] else 1)
+    keys = [group.key for _, group in kept]
 
     def fitting(begun, limited, told, some=None):  # the fits of the groups some (all: None) from begun (P or P × G)
         some = np.arange(len(kept)) if some is None else some
@@ -482,34 +482,35 @@ def train(name, model_text, loss, data, weights, given, config):
         begun = np.asarray(begun)[:, some] if np.ndim(begun) == 2 else begun
         return _fit(step, part, begun, names, options, penalty, [kept[k][0] for k in some], name,
                     min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
-                    limited, told, [kept[k][1].key for k in some], objective.base(loss))
+                    limited, told, [keys[k] for k in some], objective.base(loss))
     chosen = None
     mine = set(json.loads(given['weights'] or '{}')) if family is not None else set()
     if family is not None and family.candidates:
-        fitted, chosen = _choose(family, fitting, start, names, program.spans(step.shapes), limits, kept, tally,
-                                 label, mine)
+        fitted, chosen = _choose(family, fitting, start, names, program.spans(step.shapes), limits, kept, keys,
+                                 tally, label, mine)
     elif family is not None and family.components is not None:
         fitted = _restarted(fitting, _starts(start, names, family.components, kept, label, mine), bounds, tally,
-                            names, np.arange(len(kept)), [group.key for _, group in kept])
+                            names, np.arange(len(kept)), keys)
     else:
         fitted = fitting(start, bounds, tally)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
     _, last, predictions = sequences.run(step, seqs, weights, keep='predictions', backend=options['backend'],
                                          cache=config.cache, tile_bytes=min(sequences.TILE_BYTES, config.memory_limit // 4))
-    own = _reads_label(step, label)
+    own = reads_label(step, label)
     rows, fits = [], []
     fixed = {c.name: set(c.fixed) for c in family.candidates} if chosen else {}
 
     def free(k, fit):  # the group's weights that its fit moved: not those its 'auto' candidate fixed
         held = fixed[chosen[k][0]] if chosen else set()
         return {n: v for n, v in zip(names, fit.weights.tolist()) if n not in held}
-    for k, ((_, group), fit) in enumerate(zip(kept, fitted)):
-        tally.bounds(group.key, free(k, fit), limits)
-    _outside(tally, names, fitted, [group.key for _, group in kept], limits)
+    held = [descent.at_bounds(limits, free(k, fit)) for k, fit in enumerate(fitted)]  # each group's at a bound
+    for k, (key, fit) in enumerate(zip(keys, fitted)):
+        tally.bounds(key, free(k, fit), held[k])
+    _outside(tally, names, fitted, keys, limits)
     tally.flush()
     for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
-                     **({'at_bounds': descent.at_bounds(limits, free(k, fit))} if limits else {}),
+                     **({'at_bounds': held[k]} if limits else {}),
                      last_state={f: float(v) for f, v in zip(step.states, last[:, k])},
                      last_order=shown(group.order[-1], kind),
                      **({'family': chosen[k][0], 'candidates': chosen[k][1]} if chosen else {}))

@@ -37,13 +37,12 @@ class Tally:
         """add for kind and group, as descent.Clock's warning(message, hint) takes it."""
         return lambda message, hint: self.add(kind, group, message, hint)
 
-    def bounds(self, group, fitted, limits):
-        """An AT_BOUND entry where a fitted weight ({name: value}) sits at its bound (limits: arguments.bounds')."""
-        held = [f'"{n}" = {v:g}' for n, v in fitted.items() if n.split('[')[0] in (limits or {})
-                and v in limits[n.split('[')[0]]]
+    def bounds(self, group, fitted, held):
+        """An AT_BOUND entry where fitted weights ({name: value}) sit at a bound: those held names
+        (descent.at_bounds)."""
         if held:
-            self.add(AT_BOUND, group, ', '.join(held) + (' sits at its bound' if len(held) == 1 else
-                                                           ' sit at their bounds'))
+            self.add(AT_BOUND, group, ', '.join(f'"{n}" = {fitted[n]:g}' for n in held) +
+                     (' sits at its bound' if len(held) == 1 else ' sit at their bounds'))
 
     def flush(self):
         """The messages: each alone, naming its group, where the call has one group or they are one group's; else

@@ -160,6 +160,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     penalty = descent.Penalty(options['l1'], options['l2'], np.concatenate(
         [np.zeros(0)] + [np.full(int(np.prod(shape, dtype=np.int64)), float(options['regularize'] is None or n in
                                                             options['regularize'])) for n, shape in prog.shapes]))
+    bounds = descent.bounded(limits, program.spans(prog.shapes), start, list(prog.weights))  # (None for none)
     groups = options['group_by']
     unrolled = None
     if shapes or vectors.needed(goal.model):
@@ -223,7 +224,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                 smooth, options['backend'], options['dtype'], config, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
                                       penalty, clock, held, _blocks(prog, cats), lp, config.memory_limit, smoothing,
-                                      objective.base(loss))
+                                      objective.base(loss), bounds)
             if centred:  # scikit-learn's symmetric parameterisation
                 fitted = dict(zip(prog.weights, classes.centre([fitted[n] for n in prog.weights], prog.shapes,
                                                                centred)))
@@ -239,7 +240,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                     part.table.rows, server.check_interrupts), clock.warning)
             fits.append((part.values, fitted))
             held_at = descent.at_bounds(limits, fitted)
-            tally.bounds(part.key, fitted, limits)
+            tally.bounds(part.key, fitted, held_at)
             if isinstance(explainer, attribution.Explainer) and isinstance(kernel, shards.Sharded):
                 explainer = 'its rows are sharded, and the training rows\' means would be the local partitions\''
             explained = {}
@@ -320,13 +321,14 @@ def _label_column(prog, table, label):
 
 
 def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, blocks=None, lp=None,
-         memory_limit=None, smoothing=None, loss=None):
+         memory_limit=None, smoothing=None, loss=None, bounds=None):
     """({weight: fitted value}, descent.Fit, validation.Watch or None) of one table (a group's) from the weights
     start, on standardised columns when plan is not None; the loss on the held-out rows held (a Table, or None)
     watched after each iteration, and with early_stopping the weights of its lowest (not the optimum: converged
     false, and no WARNING, as asked); blocks as descent.fit's; lp the piecewise.Problem of 'interior_point';
     smoothing (loss, the smoothed objective's columns and kernel) for piecewise.continued; loss the
-    loss's base name, for descent.unconverged's hint."""
+    loss's base name, for descent.unconverged's hint; bounds (descent.Bounds, or None) each weight's interval
+    (never with plan: _check_bounds)."""
     names = list(prog.weights)
     if plan is not None:
         columns = dict(zip(prog.columns, table.columns))
@@ -355,9 +357,7 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
             fit = descent.fit(kernel, table, begun, names, options['optimizer'],
                               options['learning_rate'], options['iterations'], options['batch_size'], options['seed'],
                               options['tolerance'], penalty, clock, why=why, judge=not options['early_stopping'],
-                              blocks=blocks, precision=options['dtype'],
-                              bounds=descent.bounded(descent.read_bounds(options.get('bounds')),
-                                                     program.spans(prog.shapes), begun, names), loss=loss)
+                              blocks=blocks, precision=options['dtype'], bounds=bounds, loss=loss)
     except validating.Stop:
         fit = descent.Fit(watch.best, watch.training[watch.at], watch.training, len(watch.training), clock.seconds(),
                           False)
