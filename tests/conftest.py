@@ -106,13 +106,14 @@ def peak_bytes(call):
 
 
 @contextlib.contextmanager
-def heard(db):
+def heard(db, whole=False):
     """The primary messages of the notices and warnings the connection db gets within the block (a list, filled as
-    they come); the handler is removed after it."""
+    they come), or whole, each as (severity, message, detail, hint); the handler is removed after it."""
     said = []
 
     def hear(notice):
-        said.append(notice.message_primary)
+        said.append((notice.severity_nonlocalized, notice.message_primary, notice.message_detail,
+                     notice.message_hint) if whole else notice.message_primary)
     db.add_notice_handler(hear)
     try:
         yield said

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.optimize import lsq_linear, minimize
 
-from conftest import error_of
+from conftest import error_of, heard
 from pgad import loader
 from pgad.models import descent, lockstep
 
@@ -221,15 +221,8 @@ def test_the_absolute_loss_with_bounds_takes_the_smoothed_path_not_the_programme
 
 def messages(db, sql, params=None):
     """(severity, message, detail, hint) of each notice and warning sql sends, and its rows."""
-    said = []
-
-    def hear(notice):
-        said.append((notice.severity_nonlocalized, notice.message_primary, notice.message_detail, notice.message_hint))
-    db.add_notice_handler(hear)
-    try:
+    with heard(db, whole=True) as said:
         rows = db.execute(sql, params).fetchall()
-    finally:
-        db.remove_notice_handler(hear)
     return said, rows
 
 

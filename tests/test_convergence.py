@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import statsmodels.api as sm
 
-from conftest import error_of
+from conftest import error_of, heard
 from pgad import backends, program
 from pgad.loader import Table
 from pgad.models import descent
@@ -422,17 +422,11 @@ def test_each_group_is_judged_and_warned_of_by_its_key(db):
     """Each group judged on its own; the groups that did not converge counted in one WARNING for the call (issue
     46), whose DETAIL names each by its key and whose HINT is the cause's (separated labels: a logistic loss)."""
     db.execute("CREATE TABLE cancer_groups AS SELECT *, (id % 2)::int AS half FROM cancer")
-    said = []
-
-    def handler(d):
-        if d.severity_nonlocalized == 'WARNING' and 'publishes values of the data' not in d.message_primary:
-            said.append((d.message_primary, d.message_detail, d.message_hint))
-    db.add_notice_handler(handler)
-    try:
+    with heard(db, whole=True) as everything:
         db.execute(f"SELECT pgad.train('halves', '{LOGISTIC}', 'logistic', 'cancer_groups', '{_start(6)}', "
                    "iterations => 1, group_by => 'half')")
-    finally:
-        db.remove_notice_handler(handler)
+    said = [(m, d, h) for s, m, d, h in everything  # the fit's: what its functions publish is another test's
+            if s == 'WARNING' and 'publishes values of the data' not in m]
     assert [m for m, _, _ in said] == ['model "halves": 2 of 2 groups did not converge']
     detail, hint = said[0][1], said[0][2]
     assert detail.startswith('Group {"half": 0}: optimizer "newton" did not converge in its 1 iterations: ')

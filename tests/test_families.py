@@ -8,16 +8,8 @@ import numpy as np
 import pytest
 from scipy.optimize import least_squares, minimize
 
-from conftest import error_of
-
-
-def load(db, table, groups):
-    db.execute(f'DROP TABLE IF EXISTS {table}')
-    db.execute(f'CREATE TABLE {table} (g int, day date, y float8)')
-    with db.cursor().copy(f'COPY {table} (g, day, y) FROM STDIN') as copy:
-        for g, ys in enumerate(groups):
-            for k, v in enumerate(ys):
-                copy.write_row((g, str(np.datetime64('2024-01-01') + k), float(v)))
+from conftest import error_of, heard
+from test_bounds import load
 
 
 def train(db, name, table, family, **more):
@@ -299,14 +291,7 @@ def test_auto_s_fixed_weights_are_not_told_as_at_a_bound(db):
     names it."""
     y = draw_ets(100, 41, 'N', 'N', 1)
     load(db, 'fam_quiet', [y])
-    said = []
-
-    def hear(notice):
-        said.append(notice.message_primary)
-    db.add_notice_handler(hear)
-    try:
+    with heard(db) as said:
         (_, _, weights, _, _, _, options), = train(db, 'fam_quiet', 'fam_quiet', 'auto')
-    finally:
-        db.remove_notice_handler(hear)
     assert options['family'].startswith('ets(A,N,') and weights['beta'] == 0.0
     assert 'beta' not in options['at_bounds'] and not any('"beta"' in m for m in said)

@@ -17,7 +17,7 @@ from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 
 import pgad.lang  # noqa: F401  (binds pgad.lang)
-from conftest import error_of, settings
+from conftest import error_of, heard, settings
 from pgad.lang import parse
 from pgad.models import classes
 
@@ -195,11 +195,11 @@ def test_a_separated_class_and_a_missing_one_are_warned_of(db):
     warned = [m for s, m in notices if s == 'WARNING']
     assert any('class "setosa" is separated from the others' in m for m in warned), warned
     notices.clear()
-    details = []
-    db.add_notice_handler(lambda n: details.append(n.message_detail or ''))
-    db.execute("SELECT pgad.train('missing_class', %s, 'softmax', "
-               "'SELECT *, species = ''setosa'' AS g FROM flowers', %s, label => 'species', group_by => 'g')",
-               ('λ(d, w) w.w @ [d.x1, d.x3] + w.b', START))
+    with heard(db, whole=True) as everything:
+        db.execute("SELECT pgad.train('missing_class', %s, 'softmax', "
+                   "'SELECT *, species = ''setosa'' AS g FROM flowers', %s, label => 'species', group_by => 'g')",
+                   ('λ(d, w) w.w @ [d.x1, d.x3] + w.b', START))
+    details = [detail or '' for _, _, detail, _ in everything]
     warned = [m for s, m in notices if s == 'WARNING']
     # the groups' messages in one WARNING for the call (issue 46), each group's in its DETAIL
     assert warned == ['model "missing_class": 2 of 2 groups warned, 1 did not converge'], warned
