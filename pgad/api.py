@@ -149,12 +149,13 @@ def gradient_descent_agg(packed, columns, loss, weights, options=None):
 def train(name, model, loss, data, weights, learning_rate=None, iterations=None, mode='reverse', backend='auto',
           optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
           standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
-          early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None, bounds=None):
+          early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None, bounds=None,
+          frequency=None):
     from .models import training
     return training.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer,
                           batch_size, seed, tolerance, l1, l2, regularize, standardize, label, group_by,
                           progress_every, dtype, validation, early_stopping, likelihood, order_by, state, deploy,
-                          impute, bounds)
+                          impute, bounds, frequency)
 
 
 @server.entry
@@ -184,8 +185,8 @@ def evaluate(name, data, version=None):
 
 @server.entry
 def forecast(name, horizon, data=None, level=0.95, simulations=1000, seed=0):
-    """pgad.forecast: model `name`'s recurrence run `horizon` steps past its last row, (group_key, step, value,
-    lower, upper) rows (models/forecast.py)."""
+    """pgad.forecast: model `name`'s recurrence run `horizon` steps past its last row, (group_key, step, at,
+    value, lower, upper) rows (models/forecast.py)."""
     from .models import forecast as forecasting
     return forecasting.forecast(name, horizon, data, level, simulations, seed, settings())
 

@@ -32,6 +32,7 @@ from .lang.dag import Graph
 
 STATE = parser.STATE        # the node of state field f is weight(STATE + f)
 ADJOINT = '\x00adjoint '    # the vjp's cotangent of state field k is column(ADJOINT + k): no data column is so named
+GAP = '\x00gap'             # 1 at a missing period's row, else 0 (models/sequence.py, filled): no data column is so named
 SPEC_HINT = 'Write the state as {"level": {"start": "d.y", "next": "s.level + w.alpha*(d.y - s.level)"}}: each field ' \
             'with the value the first row reads and the value the next row reads.'
 TILE_BYTES = 64 << 20       # the states kept for a backward pass, at most, before it recomputes from checkpoints
@@ -93,10 +94,12 @@ def fields(state, limits=bounds.DEFAULT):
     return found
 
 
-def build(model, loss, state, given, limits=bounds.DEFAULT, shapes=vectors.Shapes()):
+def build(model, loss, state, given, limits=bounds.DEFAULT, shapes=vectors.Shapes(), gaps=None):
     """The Step of model (a Lambda λ(d, w, s), parsed with state=True) whose objective is the node loss of its graph
     (the loss of its prediction), with the state fields [(field, start, next), …] (fields()); given the
-    names of the weights given (the ones read become the Step's weights, in given's order), at shapes."""
+    names of the weights given (the ones read become the Step's weights, in given's order), at shapes. gaps: the
+    label column's name where some rows are missing periods (column GAP 1, the label 0): there the next states read
+    the prediction for the label, as a forecast does, and the row's objective is 0 (without_update)."""
     graph = model.graph
     declared = [f for f, _, _ in state]
     nexts, starts, reads, columns = [], [], set(model.weights), dict.fromkeys(model.columns)
@@ -143,6 +146,9 @@ def build(model, loss, state, given, limits=bounds.DEFAULT, shapes=vectors.Shape
         graph = graph.copy()
         columns = dict.fromkeys(columns)
     loss, prediction, nexts, starts = roots[0], roots[1], roots[2:2 + len(declared)], roots[2 + len(declared):]
+    if gaps is not None:
+        loss, nexts = without_update(graph, gaps, prediction, loss, nexts)
+        columns[GAP] = None
     flat = tuple(e for n in weights for e in vectors.elements(n, tuple(weight_shape.get(n, ()))))
     state_names = tuple(STATE + f for f in declared)
     adjoint = [graph.column(ADJOINT + str(k)) for k in range(len(declared))]
@@ -157,6 +163,29 @@ def build(model, loss, state, given, limits=bounds.DEFAULT, shapes=vectors.Shape
     return Step(graph, tuple(c for c in columns if not str(c).startswith(ADJOINT)), flat, tuple(declared), loss,
                 prediction, tuple(nexts), tuple(starts), tuple(grad), tuple(start_grad),
                 tuple((n, tuple(weight_shape.get(n, ()))) for n in weights))
+
+
+def without_update(graph, label, prediction, loss, nexts):
+    """(the objective, the next states) of a step over rows of which some are missing periods (column GAP): the label
+    read as y·(1 − gap) + ŷ·gap, the state advancing at a missing period as a forecast's does (no update: an ETS's
+    error is 0 there), and the objective (its loss of that label) times 1 − gap. A node that reads no label is
+    itself; the prediction keeps its own read (an AR's first rows predict their own label)."""
+    gap = graph.column(GAP)
+    kept = 1.0 - gap
+    y = graph.column(label)
+    values = {y.id: y * kept + graph.expr(prediction) * gap}
+
+    def read(root):
+        for i in graph.ancestors([root]):
+            node = graph.nodes[i]
+            if i in values or node.op in ('const', 'column', 'weight'):
+                continue
+            args = [values.get(a) for a in node.args]
+            if any(a is not None for a in args):
+                values[i] = graph.apply(node.op, *[v if v is not None else graph.expr(a)
+                                                   for v, a in zip(args, node.args)])
+        return values[root].id if root in values else root
+    return (graph.expr(read(loss)) * kept).id, [read(n) for n in nexts]
 
 
 def derivatives(graph, root, names):

@@ -607,7 +607,8 @@ CREATE FUNCTION pgad._train(name pg_catalog.text, model pg_catalog.text, loss pg
                             progress_every pg_catalog.int4, dtype pg_catalog.text,
                             validation pg_catalog.text, early_stopping pg_catalog.int4,
                             likelihood pg_catalog.bool, order_by pg_catalog.text, state pg_catalog.jsonb,
-                            deploy pg_catalog.text, impute pg_catalog.jsonb, bounds pg_catalog.jsonb)
+                            deploy pg_catalog.text, impute pg_catalog.jsonb, bounds pg_catalog.jsonb,
+                            frequency pg_catalog.text)
 RETURNS SETOF pgad.model_versions LANGUAGE plpython3u VOLATILE AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
@@ -615,7 +616,7 @@ if '@PGAD_SITE_PACKAGES@' not in sys.path:
 from pgad import api
 return api.train(name, model, loss, data, weights, learning_rate, iterations, mode, backend, optimizer, batch_size,
                  seed, tolerance, l1, l2, regularize, standardize, label, group_by, progress_every, dtype,
-                 validation, early_stopping, likelihood, order_by, state, deploy, impute, bounds)
+                 validation, early_stopping, likelihood, order_by, state, deploy, impute, bounds, frequency)
 $$;
 REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
                                    pg_catalog.jsonb, pg_catalog.float8, pg_catalog.int4, pg_catalog.text,
@@ -624,7 +625,7 @@ REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.
                                    pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.int4,
                                    pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.bool,
                                    pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.jsonb,
-                                   pg_catalog.jsonb) FROM PUBLIC;
+                                   pg_catalog.jsonb, pg_catalog.text) FROM PUBLIC;
 
 COMMENT ON COLUMN pgad.model_versions.validation_history IS 'the loss on the validation rows after each iteration (epoch)';
 
@@ -646,7 +647,7 @@ CREATE FUNCTION pgad.train(name pg_catalog.text, model pg_catalog.text, loss pg_
                            likelihood pg_catalog.bool DEFAULT NULL,
                            order_by pg_catalog.text DEFAULT NULL, state pg_catalog.jsonb DEFAULT NULL,
                            deploy "any" DEFAULT true, impute pg_catalog.jsonb DEFAULT NULL,
-                           bounds pg_catalog.jsonb DEFAULT NULL)
+                           bounds pg_catalog.jsonb DEFAULT NULL, frequency pg_catalog.text DEFAULT NULL)
 RETURNS SETOF pgad.model_versions LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.jsonb,
                                pg_catalog.float8, pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.text,
@@ -654,7 +655,7 @@ COMMENT ON FUNCTION pgad.train(pg_catalog.text, pg_catalog.text, pg_catalog.text
                                pg_catalog.float8, pg_catalog.jsonb, pg_catalog.bool, pg_catalog.text, pg_catalog.text,
                                pg_catalog.int4, pg_catalog.text, pg_catalog.anycompatible, pg_catalog.int4,
                                pg_catalog.bool, pg_catalog.text, pg_catalog.jsonb, "any",
-                               pg_catalog.jsonb, pg_catalog.jsonb) IS
+                               pg_catalog.jsonb, pg_catalog.jsonb, pg_catalog.text) IS
     'train a new version of a model (one per group, with group_by), store it in pgad.model_versions and, unless '
     'deploy => false, deploy it: its scoring function pgad_models.<name>';
 
@@ -752,8 +753,8 @@ COMMENT ON FUNCTION pgad.importance(pg_catalog.text, pg_catalog.text, pg_catalog
 -- (pgad/models/forecast.py). Not STRICT: data is NULL unless given (a NULL elsewhere gives no rows).
 CREATE FUNCTION pgad._forecast(name pg_catalog.text, horizon pg_catalog.int4, data pg_catalog.text,
                                level pg_catalog.float8, simulations pg_catalog.int4, seed pg_catalog.int8)
-RETURNS TABLE (group_key pg_catalog.jsonb, step pg_catalog.int4, value pg_catalog.float8, lower pg_catalog.float8,
-               upper pg_catalog.float8)
+RETURNS TABLE (group_key pg_catalog.jsonb, step pg_catalog.int4, at pg_catalog.text, value pg_catalog.float8,
+               lower pg_catalog.float8, upper pg_catalog.float8)
 LANGUAGE plpython3u STABLE AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
@@ -767,13 +768,14 @@ REVOKE ALL ON FUNCTION pgad._forecast(pg_catalog.text, pg_catalog.int4, pg_catal
 CREATE FUNCTION pgad.forecast(name pg_catalog.text, horizon pg_catalog.int4, data pg_catalog.text DEFAULT NULL,
                               level pg_catalog.float8 DEFAULT 0.95, simulations pg_catalog.int4 DEFAULT 1000,
                               seed pg_catalog.int8 DEFAULT 0)
-RETURNS TABLE (group_key pg_catalog.jsonb, step pg_catalog.int4, value pg_catalog.float8, lower pg_catalog.float8,
-               upper pg_catalog.float8)
+RETURNS TABLE (group_key pg_catalog.jsonb, step pg_catalog.int4, at pg_catalog.text, value pg_catalog.float8,
+               lower pg_catalog.float8, upper pg_catalog.float8)
 LANGUAGE C STABLE AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.forecast(pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.float8,
                                   pg_catalog.int4, pg_catalog.int8) IS
-    'sequence model name''s forecast horizon steps past its last row, per group, with prediction intervals at '
-    'level: analytic for a linear recurrence under loss squared, else simulated (simulations paths, seed)';
+    'sequence model name''s forecast horizon steps past its last row, per group, each at its order value (the last '
+    'row''s stepped by the group''s frequency), with prediction intervals at level: analytic for a recurrence linear '
+    'along the forecast under loss squared, else simulated (simulations paths, seed)';
 
 -- pgad.anomalies (issue 46): a sequence model run along the data's rows from its start, each row's one-step
 -- prediction and its interval at level, and whether the row lies outside it (pgad/models/forecast.py). Not

@@ -30,7 +30,7 @@ import numpy as np
 from .. import arguments, calls, limits, python_backend, sequences, server
 from ..python_backend import as_rows
 from ..errors import PgadError
-from . import catalog, families, objective, sequence
+from . import catalog, families, objective, periods, sequence
 
 LABEL = '\x00label'     # the label column read as a weight (the prediction, or the actual label), in Forecaster's graph
 ROW_BYTES = 256         # what one row of pgad.forecast's result costs, counted against pgad.memory_limit
@@ -160,7 +160,8 @@ LEVEL_MOST = 1 - 2 ** -52  # the greatest level whose (1 + level)/2 is below 1 i
 
 
 def forecast(name, horizon, data, level, simulations, seed, config):
-    """pgad.forecast's rows, (group_key as jsonb text or None, step, value, lower, upper)."""
+    """pgad.forecast's rows, (group_key as jsonb text or None, step, at, value, lower, upper): at the order value of
+    the step, the group's last row's stepped by its frequency (periods.ahead; NULL for a group without one)."""
     if name is None or horizon is None or level is None or simulations is None or seed is None:
         return []
     if horizon < 1:
@@ -187,7 +188,9 @@ def forecast(name, horizon, data, level, simulations, seed, config):
     weights = np.array([fc.weights[key] for key in keys]).T.reshape(len(fc.step.weights), g)
     states = np.array([[fc.options_of[key]['last_state'][f] for key in keys] for f in fc.step.states]).reshape(k, g)
     values, lower, upper = _ahead(fc, columns, weights, states, horizon, sigma2, level, simulations, seed, how)
-    return [(key, h + 1, float(values[h, j]), _number(lower[h, j]), _number(upper[h, j]))
+    at = periods.ahead([fc.options_of[key]['last_order'] for key in keys],
+                       [fc.options_of[key].get('frequency') for key in keys], fc.options.get('order_type'), horizon)
+    return [(key, h + 1, at[j][h], float(values[h, j]), _number(lower[h, j]), _number(upper[h, j]))
             for j, key in enumerate(keys) for h in range(horizon)]
 
 

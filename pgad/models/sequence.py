@@ -16,7 +16,7 @@ import numpy as np
 from .. import arguments, calls, domain, loader, program, sequences, server
 from ..errors import PgadError
 from ..lang import parser, printer, vectors
-from . import catalog, descent, families, lockstep, objective, tally as counting
+from . import catalog, descent, families, lockstep, objective, periods, tally as counting
 
 OPTIMIZERS = ('newton', 'lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are no sample of another
 NEWTON_WEIGHTS = 48  # the default optimizer is newton up to this many weights (its Hessian: a gradient a weight), then
@@ -122,14 +122,16 @@ def shown(value, kind):
 
 
 def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, memory_limit, cache=None, model=None,
-         bounds=None, tally=None, keys=None, loss='squared'):
+         bounds=None, tally=None, keys=None, loss='squared', counts=None):
     """[descent.Fit of each sequence]: by Newton or L-BFGS all at once (lockstep.py), every call of the recurrence over
     the sequences still running; by the other optimizers one sequence at a time (descent.fit). Each sequence that
     did not converge is told to tally, by its group's key. Lockstep takes as many groups at a time as a quarter of
     memory_limit holds their optimizer's state. A loss not finite at the starting weights is explained (diagnosed)
     by the operation that made it so, printed as model (the parsed model lambda) writes it. bounds (descent.Bounds,
     or None) each weight's interval, the same for every group. What the fits find goes to tally (tally.Tally: one
-    message for many groups), each sequence's by its group's key in keys; loss the loss's base name (its hints)."""
+    message for many groups), each sequence's by its group's key in keys; loss the loss's base name (its hints);
+    counts each sequence's rows that are not missing periods, the objective's divisor (its rows: seqs.lengths)."""
+    counts = seqs.lengths if counts is None else counts
     def why(part, k, where):  # descent.check_finite's why(w, output) for sequence k of part, of where
         one = sequences.Sequences(part.columns, part.starts[[k]], part.lengths[[k]])
         return lambda w, output: diagnosed(step, one, w, model, where) if output == 0 and model is not None else None
@@ -151,7 +153,8 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
                 some = sequences.Sequences(part.columns, part.starts[at], part.lengths[at])
                 return sequences.gradient(step, some, w, options['mode'], tile_bytes, options['backend'], cache)
             fits += fitting(sums, _start_of(start, begin, part.count),
-                            part.lengths, names, options['iterations'], options['tolerance'], penalty, clock,
+                            counts[begin:begin + batch], names, options['iterations'], options['tolerance'], penalty,
+                            clock,
                             why=lambda k, part=part, begin=begin: why(part, k, wheres[begin + k]), bounds=bounds)
         for key, fit in zip(keys, fits):
             if not fit.converged:
@@ -171,7 +174,7 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
                                 loader.Table([], int(part.lengths[0]), 0),
                                 _start_of(start, k, 1)[:, 0], names, options['optimizer'], options['learning_rate'],
                                 options['iterations'],
-                                int(part.lengths[0]), None, options['tolerance'], penalty, clock,
+                                int(counts[k]), None, options['tolerance'], penalty, clock,
                                 why=why(part, 0, where), bounds=bounds, loss=loss))
     return fits
 
@@ -206,7 +209,7 @@ def _starts(start, names, components, kept, label, given):
     index = {n: i for i, n in enumerate(names)}
     out = np.tile(np.asarray(start, dtype=np.float64)[:, None], (1, len(kept)))
     for k, (_, group) in enumerate(kept):
-        for n, v in families.initial(components, group.columns[label]).items():
+        for n, v in families.initial(components, group.columns[label][observed(group)]).items():
             if n in index and n not in given:
                 out[index[n], k] = v
     return out
@@ -281,16 +284,16 @@ def _restarted(fitting, begun, bounds, tally, names, some, keys, fixed=()):
     return fits
 
 
-def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, label, mine):
+def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, label, mine, counts):
     """([the chosen descent.Fit of each group], [(its family, {candidate: AICc})]) of 'auto': each candidate of the
     family fitted in turn, all the groups at once (fitting(start, bounds, tally, groups)) with its weights fixed by
     bounds of one value, and each group's of least AICc (families.aicc) kept; a candidate that needs a label above
     0 (a multiplicative season) fits only the groups whose labels all are; each group starts from its rows
     (families.initial) but for the weights the user gave (mine). The messages are the chosen fits' (keys: each
-    group's key)."""
+    group's key); counts each group's rows but its missing periods, AICc's n."""
     index = {n: i for i, n in enumerate(names)}
     everyone = np.arange(len(kept))
-    positive = np.array([np.min(group.columns[label]) > 0 for _, group in kept])
+    positive = np.array([np.min(group.columns[label][observed(group)]) > 0 for _, group in kept])
     scores, found = np.full((len(family.candidates), len(kept)), np.inf), []
     for c, candidate in enumerate(family.candidates):
         begun = _starts(start, names, candidate.components, kept, label, mine)
@@ -303,8 +306,7 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
         fits = dict(zip(some, _restarted(fitting, begun, descent.bounded(limited, spans, begun, names), told, names,
                                          some, keys, candidate.fixed) if len(some) else []))
         for k, fit in fits.items():
-            rows = len(kept[k][1].order)
-            scores[c, k] = families.aicc(fit.loss * rows, rows, candidate.parameters)
+            scores[c, k] = families.aicc(fit.loss * counts[k], int(counts[k]), candidate.parameters)
         found.append((fits, told))
     best = np.argmin(scores, axis=0)
     fitted = []
@@ -314,6 +316,46 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
     return fitted, [(family.candidates[c].name, {candidate.name: float(scores[j, k]) if np.isfinite(scores[j, k])
                                                  else None for j, candidate in enumerate(family.candidates)})
                     for k, c in enumerate(best)]
+
+
+def observed(group):
+    """Which of a group's rows are not missing periods (periods.filled's, column GAP 1)."""
+    gap = group.columns.get(sequences.GAP)
+    return np.ones(len(group.order), dtype=bool) if gap is None else gap == 0
+
+
+def _periods(frequency, kind, kept, step, label, name, memory_limit):
+    """(each kept group's periods.Frequency or None, kept with a row for each missing period where the model reads
+    no column but its label, each group's number of those): the frequency declared (pgad.train's frequency), else
+    each group's detected. A NOTICE counts the missing periods filled, or those left out of a model that reads other
+    columns (it has no value of them there: its rows are consecutive, as without a frequency)."""
+    given = periods.declared(frequency, kind) if frequency is not None else None
+    found = [given or periods.detected(group.order, kind) for _, group in kept]
+    missing = np.zeros(len(kept), dtype=np.int64)
+    budget = max(1, memory_limit // (16 * (len(step.columns) + 2)))
+    if set(step.columns) - {label}:
+        for k, ((_, group), f) in enumerate(zip(kept, found)):
+            at = periods.periods(group.order, f, kind) if f else None
+            missing[k] = 0 if at is None or not len(at) else int(at[-1]) + 1 - len(at)
+        if missing.any():
+            server.notice(f'model "{name}": {periods.count(int(missing.sum()))} in the data '
+                          f'{_in_groups(missing)}are not filled: the model reads columns beside its label "{label}", '
+                          'which have no value there; its rows follow one another')
+        return found, kept, np.zeros(len(kept), dtype=np.int64)
+    out = []
+    for k, ((where, group), f) in enumerate(zip(kept, found)):
+        if f is not None:
+            group, missing[k] = periods.filled(group, f, kind, label, budget)
+        out.append((where, group))
+    if missing.any():
+        server.notice(f'model "{name}": {periods.count(int(missing.sum()))} {_in_groups(missing)}'
+                      f'advance{"s" * bool(missing.sum() == 1)} the state without an update, the label read as the prediction (a row of a NULL label is one)')
+    return found, out, missing
+
+
+def _in_groups(missing):
+    groups = int(np.count_nonzero(missing))
+    return f'in {groups} group{"s" * (groups != 1)} ' if len(missing) > 1 else ''
 
 
 def reads_label(step, label):
@@ -369,9 +411,9 @@ class Kernel:
         return np.concatenate([[loss.sum()], grad.sum(axis=1)])
 
 
-def step_of(model_text, loss, label, state, weights_text, limits, memory_limit):
+def step_of(model_text, loss, label, state, weights_text, limits, memory_limit, gaps=False):
     """(the Step, the parsed model, the weights {name: value}, the unread ones, the shapes) of a stored or given
-    sequence model."""
+    sequence model; gaps: its rows have missing periods (sequences.without_update)."""
     model = parser.parse(model_text, limits, state=True)
     if model.state is None:
         raise PgadError('42601', 'a sequence model is a lambda of the data row, the weights and the state: '
@@ -386,7 +428,7 @@ def step_of(model_text, loss, label, state, weights_text, limits, memory_limit):
         raise PgadError('0A000', 'a sequence model takes no categorical weight', hint='Give numbers or arrays.')
     shapes = calls.shapes_of(given)
     fields = sequences.fields(state, limits)
-    step = sequences.build(model, goal.root, fields, list(given), limits, shapes)
+    step = sequences.build(model, goal.root, fields, list(given), limits, shapes, label if gaps else None)
     read = set(n for n, _ in step.shapes)
     return step, model, goal, {n: v for n, v in given.items() if n in read}, \
         {n: v for n, v in given.items() if n not in read}, shapes
@@ -470,7 +512,11 @@ def train(name, model_text, loss, data, weights, given, config):
         kept.append((where, group))
     if not kept:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
+    frequencies, kept, missing = _periods(given.get('frequency'), kind, kept, step, label, name, config.memory_limit)
+    if missing.any():  # the step again, its state advancing at a missing period without an update
+        step = step_of(model_text, loss, label, state, weights, config.limits, config.memory_limit, gaps=True)[0]
     lengths = np.array([len(group.order) for _, group in kept])
+    counts = lengths - missing
     seqs = sequences.joined([group.columns for _, group in kept], lengths, step.columns)
     sequences.check_tape(seqs, len(step.states), config.memory_limit)
     tally = counting.Tally(name, len(kept) if options['group_by'] else 1)
@@ -482,12 +528,12 @@ def train(name, model_text, loss, data, weights, given, config):
         begun = np.asarray(begun)[:, some] if np.ndim(begun) == 2 else begun
         return _fit(step, part, begun, names, options, penalty, [kept[k][0] for k in some], name,
                     min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
-                    limited, told, [keys[k] for k in some], objective.base(loss))
+                    limited, told, [keys[k] for k in some], objective.base(loss), counts[some])
     chosen = None
     mine = set(json.loads(given['weights'] or '{}')) if family is not None else set()
     if family is not None and family.candidates:
         fitted, chosen = _choose(family, fitting, start, names, program.spans(step.shapes), limits, kept, keys,
-                                 tally, label, mine)
+                                 tally, label, mine, counts)
     elif family is not None and family.components is not None:
         fitted = _restarted(fitting, _starts(start, names, family.components, kept, label, mine), bounds, tally,
                             names, np.arange(len(kept)), keys)
@@ -510,20 +556,23 @@ def train(name, model_text, loss, data, weights, given, config):
     tally.flush()
     for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
+                     **({'frequency': frequencies[k].text} if frequencies[k] else {}),
+                     **({'missing_periods': int(missing[k])} if missing[k] else {}),
                      **({'at_bounds': held[k]} if limits else {}),
                      last_state={f: float(v) for f, v in zip(step.states, last[:, k])},
                      last_order=shown(group.order[-1], kind),
                      **({'family': chosen[k][0], 'candidates': chosen[k][1]} if chosen else {}))
         if objective.base(loss) == 'squared' and label in group.columns:
             at = slice(seqs.starts[k], seqs.starts[k] + lengths[k])
-            extra['sigma2'], extra['predicted_rows'] = variance(group.columns[label] - predictions[at], own)
+            seen = observed(group)
+            extra['sigma2'], extra['predicted_rows'] = variance((group.columns[label] - predictions[at])[seen], own)
         nested = {n: float(fit.weights[at.start]) if not shape else fit.weights[at].reshape(shape).tolist()
                   for n, shape, at in program.spans(step.shapes)}
         fits.append((group.values, dict(zip(names, fit.weights.tolist()))))
         rows.append(dict(name=name, group_key=group.key, model=model_text, loss=loss,
                          weights=calls.weights_json(unread, nested), final_loss=float(fit.loss),
                          loss_history=[float(v) for v in fit.history], iterations=fit.iterations,
-                         options=json.dumps({**options, **extra}), data=data, rows=int(lengths[k]),
+                         options=json.dumps({**options, **extra}), data=data, rows=int(counts[k]),
                          training_time=fit.seconds, validation_history=None, converged=fit.converged,
                          gradient_norm=fit.gradient_norm))
     unrolled = None

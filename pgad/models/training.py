@@ -31,7 +31,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
            optimizer=None, batch_size=256, seed=None, tolerance=0.0, l1=0.0, l2=0.0, regularize=None,
            standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
            early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None,
-           bounds=None):
+           bounds=None, frequency=None):
     given = dict(locals())
     if families.named(model):  # a family's starting weights are its own: weights may be left NULL
         given['weights'] = weights = '{}' if weights is None else weights
@@ -47,6 +47,9 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                             detail='A sequence model reads its rows in order, each from the state the one before left.',
                             hint='Replace the NULLs in the data query (coalesce), or leave impute out.')
         return sequence.train(name, model, loss, data, weights, given, config)
+    if frequency is not None:
+        raise PgadError('22023', 'frequency is the period of a sequence model\'s rows, and this model has no order_by',
+                        hint="Give order_by => 'day' with it, or leave frequency out.")
     loss = objective.canonical(loss)  # 'huber' stored as 'huber(1.0)'
     goal = objective.build(model, loss, label, config.limits)
     w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),

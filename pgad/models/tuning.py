@@ -38,7 +38,7 @@ TUNABLE = {'l1': 'number', 'l2': 'number', 'learning_rate': 'number', 'tolerance
 # deploy are pgad.tune's own.
 OPTIONS = {**TUNABLE, 'mode': 'text', 'backend': 'text', 'regularize': 'json', 'label': 'text', 'group_by': 'text',
            'progress_every': 'integer', 'dtype': 'text', 'likelihood': 'boolean', 'order_by': 'text', 'state': 'json',
-           'impute': 'json', 'bounds': 'json'}
+           'impute': 'json', 'bounds': 'json', 'frequency': 'text'}
 KINDS = {'number': 'a number', 'integer': 'an integer', 'text': 'a string', 'boolean': 'true or false',
          'json': 'a JSON value'}
 # The most trials one pgad.tune runs: each is a training and a version with its functions.
