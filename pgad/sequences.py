@@ -32,7 +32,7 @@ from .lang.dag import Graph
 
 STATE = parser.STATE        # the node of state field f is weight(STATE + f)
 ADJOINT = '\x00adjoint '    # the vjp's cotangent of state field k is column(ADJOINT + k): no data column is so named
-GAP = '\x00gap'             # 1 at a missing period's row, else 0 (models/sequence.py, filled): no data column is so named
+GAP = '\x00gap'             # 1 at a missing period's row, else 0 (models/periods.py, filled): no data column so named
 SPEC_HINT = 'Write the state as {"level": {"start": "d.y", "next": "s.level + w.alpha*(d.y - s.level)"}}: each field ' \
             'with the value the first row reads and the value the next row reads.'
 TILE_BYTES = 64 << 20       # the states kept for a backward pass, at most, before it recomputes from checkpoints

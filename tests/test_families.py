@@ -22,7 +22,8 @@ def train(db, name, table, family, **more):
 
 def ets_sse(y, w, trend, season, m):
     """The sum of squared one-step errors of ETS(A, trend, season, m) at the weights w (pgad's names), by its
-    equations (families.py's docstring): the oracle of the generated lambda."""
+    equations (families.py's docstring): the oracle of the generated lambda. A NaN in y is a missing period: its
+    error is 0, the state advancing without an update (a forecast's step), and it adds nothing to the sum."""
     level, b = y[0] + w['l0'], w.get('b0', 0.0)
     phi = w.get('phi', 1.0) if trend == 'Ad' else 1.0
     seasons = [(1.0 if season == 'M' else 0.0) + w[f'i{k}'] for k in range(1, m + 1)] if season != 'N' else []
@@ -31,7 +32,7 @@ def ets_sse(y, w, trend, season, m):
         part = level + (phi * b if trend != 'N' else 0.0)
         s1 = seasons[0] if seasons else 0.0
         yhat = part + s1 if season == 'A' else part * s1 if season == 'M' else part
-        e = v - yhat
+        e = 0.0 if np.isnan(v) else v - yhat
         sse += e * e
         per = s1 if season == 'M' else 1.0
         level, b = part + w['alpha'] * e / per, (phi * b + w['beta'] * e / per) if trend != 'N' else 0.0

@@ -304,7 +304,10 @@ def check_new(name):
 def check_names(name, loss):
     """The error unless the functions pgad would create for model `name` under loss take names of their own: a model
     named like one of them ("a_probability" of a logistic model "a"), or a model whose functions would take this
-    model's name, is refused whichever came first; so is a function name past PostgreSQL's NAMEDATALEN."""
+    model's name, is refused whichever came first; so is a function name past PostgreSQL's NAMEDATALEN; and a model
+    named like a sequence model's forecast function (forecast_sql.check_names)."""
+    from . import forecast_sql  # (which reads this module)
+    forecast_sql.check_names(name, False)
     for suffix in suffixes(loss, name):
         extra = f'{name}_{suffix}'
         if len(extra.encode()) >= NAMEDATALEN:
@@ -658,6 +661,8 @@ def _deploy(name, me, version=None, strategy=None, if_better=False):
         made, names = _wrappers(name, row)
         with _as(row['trained_by'], me):
             _point(name, row['loss'], made, names, row['trained_by'], ours)
+            from . import forecast_sql  # (which reads this module)
+            forecast_sql.made(name, row)
     return rows
 
 
@@ -944,7 +949,11 @@ def drop(name, version=None):
     if version is not None:
         _drop_functions(name, _write(dict(op='drop_version', name=name, caller=me, version=version)), public=False)
         return
-    _drop_functions(name, _write(dict(op='drop', name=name, caller=me)), public=True)
+    rows = _write(dict(op='drop', name=name, caller=me))
+    _drop_functions(name, rows, public=True)
+    from . import forecast_sql  # (which reads this module)
+    for owner in {r['trained_by'] for r in rows}:
+        forecast_sql.dropped(name, owner)
 
 
 def dependents(error, name):

@@ -188,8 +188,9 @@ def forecast(name, horizon, data, level, simulations, seed, config):
     weights = np.array([fc.weights[key] for key in keys]).T.reshape(len(fc.step.weights), g)
     states = np.array([[fc.options_of[key]['last_state'][f] for key in keys] for f in fc.step.states]).reshape(k, g)
     values, lower, upper = _ahead(fc, columns, weights, states, horizon, sigma2, level, simulations, seed, how)
-    at = periods.ahead([fc.options_of[key]['last_order'] for key in keys],
-                       [fc.options_of[key].get('frequency') for key in keys], fc.options.get('order_type'), horizon)
+    stored = [fc.options_of[key] for key in keys]
+    at = periods.ahead([o.get('first_order') for o in stored], [o.get('frequency') for o in stored],
+                       [o.get('last_period') for o in stored], fc.options.get('order_type'), horizon)
     return [(key, h + 1, at[j][h], float(values[h, j]), _number(lower[h, j]), _number(upper[h, j]))
             for j, key in enumerate(keys) for h in range(horizon)]
 

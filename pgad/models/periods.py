@@ -23,18 +23,20 @@ from ..sequences import GAP
 MONTHS = ((28, 31, 1), (89, 92, 3), (181, 184, 6), (365, 366, 12))  # a most common step of days as months
 SLACK = 0.05  # of a fixed step: a row this far off its period (an hour of a day across a DST change) is on it
 # An interval's months and its rest (days and time) in seconds; NULL for a text that is no interval.
-INTERVAL = ("SELECT (pg_catalog.date_part('year', i) OPERATOR(pg_catalog.*) 12 OPERATOR(pg_catalog.+) "
+INTERVAL = ("SELECT ((pg_catalog.date_part('year', i) OPERATOR(pg_catalog.*) 12) OPERATOR(pg_catalog.+) "
             "pg_catalog.date_part('month', i))::pg_catalog.int4 AS months, "
-            "pg_catalog.date_part('day', i) AS days, pg_catalog.date_part('hour', i) OPERATOR(pg_catalog.*) 3600 "
-            "OPERATOR(pg_catalog.+) pg_catalog.date_part('minute', i) OPERATOR(pg_catalog.*) 60 "
+            "pg_catalog.date_part('day', i) AS days, (pg_catalog.date_part('hour', i) OPERATOR(pg_catalog.*) 3600) "
+            "OPERATOR(pg_catalog.+) (pg_catalog.date_part('minute', i) OPERATOR(pg_catalog.*) 60) "
             "OPERATOR(pg_catalog.+) pg_catalog.date_part('second', i) AS seconds, i::pg_catalog.text AS shown "
             "FROM (SELECT $1::pg_catalog.interval AS i) AS given")
 CASTS = {'date': 'pg_catalog.date', 'timestamp without time zone': 'pg_catalog.timestamp',
          'timestamp with time zone': 'pg_catalog.timestamptz'}
-# Each group's order values of a forecast's steps 1 … $3: its last value ($1) plus k times its frequency ($2).
-AHEAD = ("SELECT (u.l::{t} OPERATOR(pg_catalog.+) (u.f::pg_catalog.interval OPERATOR(pg_catalog.*) k))::{t}"
-         "::pg_catalog.text AS at FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), "
-         "pg_catalog.unnest($2::pg_catalog.text[])) WITH ORDINALITY AS u(l, f, g), pg_catalog.generate_series(1, $3) AS k ORDER BY u.g, k")
+# Each group's order values of a forecast's steps 1 … $4: its first value ($1) plus k times its frequency ($2), k
+# from its last row's period ($3) on; NULL for a group without a frequency.
+AHEAD = ("SELECT (u.l::{t} OPERATOR(pg_catalog.+) (u.f::pg_catalog.interval OPERATOR(pg_catalog.*) "
+         "(u.p OPERATOR(pg_catalog.+) k)))::{t}::pg_catalog.text AS at FROM ROWS FROM (pg_catalog.unnest($1::"
+         "pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.int8[])) "
+         "WITH ORDINALITY AS u(l, f, p, g), pg_catalog.generate_series(1, $4) AS k ORDER BY u.g, k")
 
 
 @dataclass(frozen=True)
@@ -92,14 +94,19 @@ def declared(text, kind):
 def detected(order, kind):
     """The Frequency of a group's order values (sorted, as the loader reads them), by their most common step: a
     date's (or a timestamp's of whole days) of 28 to 31 days a month, of 89 to 92 a quarter, …, else the step
-    itself; None where the rows are fewer than 2, or off the periods of that step (irregular)."""
+    itself; None where the rows are fewer than 2, that step is not the step of most of them, or they are off its
+    periods (irregular)."""
     if len(order) < 2:
         return None
-    steps, counts = np.unique(np.round(np.diff(order), 6), return_counts=True)
-    step = float(steps[np.argmax(counts)])
+    diffs = np.round(np.diff(order), 6)
     unit = _unit(kind)
-    days = step if unit == 'date' else step / 86400 if unit == 'timestamp' and step % 86400 == 0 else None
-    months = next((m for low, high, m in MONTHS if days is not None and low <= days <= high), 0)
+    days = diffs if unit == 'date' else diffs / 86400 if unit == 'timestamp' else None
+    months = next((m for low, high, m in MONTHS if days is not None and
+                   2 * np.count_nonzero((low <= days) & (days <= high) & (days % 1 == 0)) > len(diffs)), 0)
+    steps, counts = np.unique(diffs, return_counts=True)
+    if not months and 2 * np.max(counts) <= len(diffs):
+        return None
+    step = float(steps[np.argmax(counts)])
     if months:
         found = Frequency(_shown(f'{months} mons'), months=months)
     elif unit == 'number':
@@ -169,20 +176,21 @@ def _of(group):
     return f' of group {group.key}' if group.key else ''
 
 
-def ahead(lasts, frequencies, kind, horizon):
-    """[[the order value of step h = 1 … horizon as text] of each group]: its last value (text, as stored) plus h
-    times its frequency (Frequency text, or None: NULLs), as PostgreSQL adds an interval to the column's type (a
-    month past January 31 is the end of February), or the number."""
+def ahead(firsts, frequencies, spans, kind, horizon):
+    """[[the order value of step h = 1 … horizon as text] of each group]: its first value (text, as stored) plus
+    (p + h) times its frequency (Frequency text, or None: NULLs), p its last row's period (spans), as PostgreSQL
+    adds an interval to the column's type: a series of month ends stays at month ends (January 31 plus 1 month is
+    the end of February, plus 2 the end of March); or the number."""
     if _unit(kind) == 'number':
-        return [[None] * horizon if f is None else [str(Decimal(last) + Decimal(f) * h) for h in range(1, horizon + 1)]
-                for last, f in zip(lasts, frequencies)]
+        return [[None] * horizon if f is None else [str(Decimal(first) + Decimal(f) * (p + h))
+                                                    for h in range(1, horizon + 1)]
+                for first, f, p in zip(firsts, frequencies, spans)]
     if kind not in CASTS:
-        return [[None] * horizon for _ in lasts]
-    rows = server.query(AHEAD.format(t=CASTS[kind]), [list(lasts), list(frequencies), horizon],
-                        ['pg_catalog.text[]', 'pg_catalog.text[]', 'pg_catalog.int4'])
-    return [[r['at'] for r in rows[g * horizon:(g + 1) * horizon]] for g in range(len(lasts))]
+        return [[None] * horizon for _ in firsts]
+    rows = server.query(AHEAD.format(t=CASTS[kind]), [list(firsts), list(frequencies), list(spans), horizon],
+                        ['pg_catalog.text[]', 'pg_catalog.text[]', 'pg_catalog.int8[]', 'pg_catalog.int4'])
+    return [[r['at'] for r in rows[g * horizon:(g + 1) * horizon]] for g in range(len(firsts))]
 
 
 def count(n):
     return f'{n} missing period{"s" * (n != 1)}'
-

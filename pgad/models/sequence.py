@@ -16,7 +16,7 @@ import numpy as np
 from .. import arguments, calls, domain, loader, program, sequences, server
 from ..errors import PgadError
 from ..lang import parser, printer, vectors
-from . import catalog, descent, families, lockstep, objective, periods, tally as counting
+from . import catalog, descent, families, forecast_sql, lockstep, objective, periods, tally as counting
 
 OPTIMIZERS = ('newton', 'lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are no sample of another
 NEWTON_WEIGHTS = 48  # the default optimizer is newton up to this many weights (its Hessian: a gradient a weight), then
@@ -326,22 +326,24 @@ def observed(group):
 
 def _periods(frequency, kind, kept, step, label, name, memory_limit):
     """(each kept group's periods.Frequency or None, kept with a row for each missing period where the model reads
-    no column but its label, each group's number of those): the frequency declared (pgad.train's frequency), else
+    no column but its label, each group's number of those, each group's last row's period counted from its first or
+    None): the frequency declared (pgad.train's frequency), else
     each group's detected. A NOTICE counts the missing periods filled, or those left out of a model that reads other
     columns (it has no value of them there: its rows are consecutive, as without a frequency)."""
     given = periods.declared(frequency, kind) if frequency is not None else None
     found = [given or periods.detected(group.order, kind) for _, group in kept]
     missing = np.zeros(len(kept), dtype=np.int64)
     budget = max(1, memory_limit // (16 * (len(step.columns) + 2)))
+    at = [periods.periods(group.order, f, kind) if f else None for (_, group), f in zip(kept, found)]
+    spans = [None if a is None else int(a[-1]) for a in at]
     if set(step.columns) - {label}:
-        for k, ((_, group), f) in enumerate(zip(kept, found)):
-            at = periods.periods(group.order, f, kind) if f else None
-            missing[k] = 0 if at is None or not len(at) else int(at[-1]) + 1 - len(at)
+        for k, a in enumerate(at):
+            missing[k] = 0 if a is None else int(a[-1]) + 1 - len(a)
         if missing.any():
             server.notice(f'model "{name}": {periods.count(int(missing.sum()))} in the data '
                           f'{_in_groups(missing)}are not filled: the model reads columns beside its label "{label}", '
                           'which have no value there; its rows follow one another')
-        return found, kept, np.zeros(len(kept), dtype=np.int64)
+        return found, kept, np.zeros(len(kept), dtype=np.int64), spans
     out = []
     for k, ((where, group), f) in enumerate(zip(kept, found)):
         if f is not None:
@@ -349,8 +351,9 @@ def _periods(frequency, kind, kept, step, label, name, memory_limit):
         out.append((where, group))
     if missing.any():
         server.notice(f'model "{name}": {periods.count(int(missing.sum()))} {_in_groups(missing)}'
-                      f'advance{"s" * bool(missing.sum() == 1)} the state without an update, the label read as the prediction (a row of a NULL label is one)')
-    return found, out, missing
+                      f'advance{"s" * bool(missing.sum() == 1)} the state without an update, the label read as the '
+                      'prediction (a row of a NULL label is one)')
+    return found, out, missing, spans
 
 
 def _in_groups(missing):
@@ -498,6 +501,7 @@ def train(name, model_text, loss, data, weights, given, config):
     group_types, groups, kind = preloaded if preloaded and list(step.columns) == [label] else \
         load(data, list(step.columns), order_by, options['group_by'], config.memory_limit)
     group_types = catalog.group_types(options['group_by'], group_types)
+    options['group_types'] = group_types  # its forecast function's columns (forecast_sql.py)
     names = [e for n, shape in step.shapes for e in vectors.elements(n, shape)]
     start = calls.vector_of(w)
     penalty = descent.Penalty(options['l1'], options['l2'], np.ones(len(start)))
@@ -512,7 +516,8 @@ def train(name, model_text, loss, data, weights, given, config):
         kept.append((where, group))
     if not kept:
         raise PgadError('22000', 'no group of the data has a row without NULL in the columns the model reads')
-    frequencies, kept, missing = _periods(given.get('frequency'), kind, kept, step, label, name, config.memory_limit)
+    frequencies, kept, missing, spans = _periods(given.get('frequency'), kind, kept, step, label, name,
+                                                 config.memory_limit)
     if missing.any():  # the step again, its state advancing at a missing period without an update
         step = step_of(model_text, loss, label, state, weights, config.limits, config.memory_limit, gaps=True)[0]
     lengths = np.array([len(group.order) for _, group in kept])
@@ -556,7 +561,8 @@ def train(name, model_text, loss, data, weights, given, config):
     tally.flush()
     for k, ((where, group), fit) in enumerate(zip(kept, fitted)):
         extra = dict(order_by=order_by, state=json.loads(state), order_type=kind,
-                     **({'frequency': frequencies[k].text} if frequencies[k] else {}),
+                     **({'frequency': frequencies[k].text, 'first_order': shown(group.order[0], kind),
+                         'last_period': spans[k]} if frequencies[k] else {}),
                      **({'missing_periods': int(missing[k])} if missing[k] else {}),
                      **({'at_bounds': held[k]} if limits else {}),
                      last_state={f: float(v) for f, v in zip(step.states, last[:, k])},
@@ -579,6 +585,7 @@ def train(name, model_text, loss, data, weights, given, config):
     if shapes or vectors.needed(scoring_model):
         lam, prediction = vectors.unrolled_value(scoring_model, shapes, config.limits)
         unrolled = (lam, prediction, {})
+    forecast_sql.check_names(name, True)
     scoring = catalog.Scoring(name, scoring_model, options['group_by'], group_types, printer.budget(config.limits),
                               unrolled, {}, None, None)
     return catalog.store(scoring, rows, fits, given['deploy'])
