@@ -256,3 +256,44 @@ def test_the_forecast_function_s_name_is_its_own(db):
     db.execute('DROP FUNCTION pgad_models.per_squat_forecast(int4, text, float8, int4, int8)')
     db.execute('REVOKE CREATE ON SCHEMA pgad_models FROM per_other')
     db.execute('DROP ROLE per_other')
+
+
+def ses_path(y, alpha, l0):
+    """The one-step predictions of SES along y (NaN a missing period: no update) and the level after it."""
+    level, out = y[0] + l0, []
+    for v in y:
+        out.append(level)
+        level += alpha * (0.0 if np.isnan(v) else v - level)
+    return np.array(out), level
+
+
+def test_anomalies_evaluate_and_cross_validation_step_through_missing_periods(db):
+    """The state advances at a missing period in every run of a stored model as in training: pgad.anomalies' rows
+    (the observed ones alone) predict as the numpy recurrence with the missing day's error 0; pgad.evaluate steps
+    through the days missing between the training's last row and the rows after it; pgad.cross_validation scores the
+    observed rows of each window alone."""
+    y = gapped(130, 9, [30, 31, 101, 104, 120])
+    load(db, 'per_all', {0: y})
+    db.execute("CREATE OR REPLACE VIEW per_train AS SELECT * FROM per_all WHERE day < DATE '2024-01-01' + 100")
+    (_, weights, _, _, _, _), = train(db, 'per_run', 'per_train', 'ets(A,N,N)')
+    alpha, l0 = weights['alpha'], weights['l0']
+    rows = db.execute("SELECT at, value, predicted FROM pgad.anomalies('per_run', 'SELECT * FROM per_all') "
+                      "ORDER BY at").fetchall()
+    predicted, _ = ses_path(y, alpha, l0)
+    seen = ~np.isnan(y)
+    assert [r[0] for r in rows] == [(datetime.date(2024, 1, 1) + datetime.timedelta(days=int(k))).isoformat()
+                                    for k in np.flatnonzero(seen)]
+    np.testing.assert_allclose([r[2] for r in rows], predicted[seen], rtol=1e-9)
+    metrics = dict(db.execute("SELECT metric, value FROM pgad.evaluate('per_run', 'SELECT * FROM per_all') "
+                              "WHERE group_key->>'g' = '0'").fetchall())
+    after = np.arange(130) >= 100
+    errors = (y - predicted)[after & seen]
+    assert metrics['rows'] == len(errors)
+    np.testing.assert_allclose([metrics['mae'], metrics['mse']], [np.mean(np.abs(errors)), np.mean(errors ** 2)],
+                               rtol=1e-9)
+    cv = dict(db.execute("SELECT metric, value FROM pgad.cross_validation('per_run', 'SELECT * FROM per_all', 10, "
+                         "windows => 1) WHERE group_key->>'g' = '0'").fetchall())
+    _, origin = ses_path(y[:120], alpha, l0)
+    window = y[120:]
+    assert cv['points'] == int(np.sum(~np.isnan(window))) == 9
+    np.testing.assert_allclose(cv['mae'], np.nanmean(np.abs(window - origin)), rtol=1e-9)

@@ -448,7 +448,7 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
              "pgad._loss_agg('\\x', '{}', 'λ(d, w) 1', '{}', NULL)",
              "pgad._train('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', 0.1, 1, 'reverse', 'auto', "
              "'gd', 1, NULL, 0, 0, 0, NULL, false, 'y', NULL, 0, 'float64', NULL, NULL, NULL, NULL, NULL, 't', NULL, "
-             "NULL)",
+             "NULL, NULL)",
              "pgad._drop_model('m')", "pgad._drop_model('m', 1)", "pgad._deploy('m', 1, NULL)",
              "pgad._evaluate('m', 'SELECT 1', 1)",
              "pgad._init_weights('{}', 'glorot', 0)", "pgad._evaluate('m', 'SELECT 1')",

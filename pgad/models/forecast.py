@@ -47,9 +47,10 @@ class Forecaster:
             raise PgadError('0A000', f'model "{name}" is not a sequence model',
                             hint='pgad.forecast runs a model trained with order_by and state.')
         self.label, self.loss = options.get('label', 'y'), first['loss']
-        step, model, _, w, _, _ = sequence.step_of(first['model'], first['loss'], self.label,
-                                                   json.dumps(options['state']), first['weights'], config.limits,
-                                                   config.memory_limit)
+        self._step_of = lambda gaps=False: sequence.step_of(first['model'], first['loss'], self.label,
+                                                            json.dumps(options['state']), first['weights'],
+                                                            config.limits, config.memory_limit, gaps)
+        step, model, _, w, _, _ = self._step_of()
         self.step, self.names = step, list(w)
         graph, values = step.graph.rebuilt([step.loss, step.prediction, *step.next], lambda node, g: g.weight(LABEL)
                                            if node.op == 'column' and node.value == self.label else None)
@@ -65,6 +66,24 @@ class Forecaster:
                                                                       else [])
         self.weights = {r['group_key']: self.vector(r['weights'], model, config) for r in stored}
         self.options_of = {r['group_key']: json.loads(r['options']) for r in stored}
+
+    def filled(self, groups, kind, key_of, memory_limit):
+        """(groups with their missing periods filled as training filled them, each by its group's stored
+        frequency (periods.filled), the step that runs them: its state advancing there without an update): groups
+        and self.step where the model reads a column beside its label, or no group has a missing period."""
+        if set(self.step.columns) - {self.label}:
+            return groups, self.step
+        parsed, out, missing = {}, [], 0
+        budget = max(1, memory_limit // (16 * (len(self.step.columns) + 2)))
+        for group in groups:
+            text = self.options_of.get(key_of(group), {}).get('frequency')
+            if text is not None and len(group.order):
+                if text not in parsed:
+                    parsed[text] = periods.declared(text, kind)
+                group, n = periods.filled(group, parsed[text], kind, self.label, budget)
+                missing += n
+            out.append(group)
+        return out, self._step_of(True)[0] if missing else self.step
 
     def vector(self, text, model, config):
         given = arguments.weights(text, model, config.memory_limit)
@@ -127,8 +146,9 @@ def order_value(text, kind):
 
 
 def _after(name, data, fc, columns, config):
-    """{group key: (its columns' arrays, rows after the training's last row; how many rows at or before it)} of the
-    data, each group's rows in order (ties an error, as in training), a row with NULL in a column read skipped."""
+    """{group key: (its columns' arrays, rows after the training's last row; how many rows at or before it; the rows
+    skipped; their order values)} of the data, each group's rows in order (ties an error, as in training), a row with
+    NULL in a column read skipped."""
     options = fc.options
     group_types, groups, kind = sequence.load(data, columns, options['order_by'], options.get('group_by') or [],
                                               config.memory_limit)
@@ -143,12 +163,13 @@ def _after(name, data, fc, columns, config):
     for group in groups:
         key = group.key if options.get('group_by') else None
         if key not in fc.options_of:
-            found[key] = (None, len(group.order), group.skipped)
+            found[key] = (None, len(group.order), group.skipped, None)
             continue
         last = order_value(fc.options_of[key]['last_order'], trained)
         later = group.order > last
-        found[key] = ({c: v[later] for c, v in group.columns.items()}, int(np.sum(~later)), group.skipped)
-    return found
+        found[key] = ({c: v[later] for c, v in group.columns.items()}, int(np.sum(~later)), group.skipped,
+                      group.order[later])
+    return found, trained
 
 
 def _unit(kind):
@@ -246,10 +267,10 @@ def _future(name, data, fc, keys, horizon, config):
                                  'beside its state: a forecast takes their future values from data',
                         hint=f'Give data => \'SELECT {fc.options["order_by"]}, {", ".join(fc.exogenous)} FROM …\', '
                              f'with at least the horizon\'s rows after the training\'s last row.')
-    found = _after(name, data, fc, fc.exogenous, config)
+    found, _ = _after(name, data, fc, fc.exogenous, config)
     out = {c: np.empty((horizon, len(keys))) for c in fc.exogenous}
     for j, key in enumerate(keys):
-        columns, _, _ = found.get(key, (None, 0, 0))
+        columns = found.get(key, (None,))[0]
         rows = 0 if columns is None else len(columns[fc.exogenous[0]])
         if rows < horizon:
             where = f' of group {key}' if key is not None else ''
@@ -353,7 +374,7 @@ def evaluate(name, data, config, stored, rules_of):
     evaluate.rules_of, the metrics of a named loss; of loss 'squared' mse, rmse and mae (no r2: the data's mean
     is no forecast the model could have made)."""
     fc = Forecaster(name, stored, config)
-    found = _after(name, data, fc, fc.read, config)
+    found, order_kind = _after(name, data, fc, fc.read, config)
     kind, metrics = rules_of(fc.loss)
     if kind == 'squared':
         metrics = {m: metrics[m] for m in ('mse', 'rmse', 'mae')}
@@ -362,7 +383,7 @@ def evaluate(name, data, config, stored, rules_of):
     plan = fc.plan([fc.prediction, fc.loss_node, *fc.next])
     out = []
     for key in sorted(found, key=lambda key: (key is not None, key)):
-        columns, earlier, skipped = found[key]
+        columns, earlier, skipped, order = found[key]
         if columns is None:
             out.append((key, 'unseen_rows', float(earlier)))
             continue
@@ -374,7 +395,10 @@ def evaluate(name, data, config, stored, rules_of):
             state = np.array([fc.options_of[key]['last_state'][f] for f in fc.step.states]).reshape(k, 1)
             z, per_row = np.empty(n), np.empty(n)
             label = columns.get(fc.label, np.full(n, math.nan))
+            missing = _missing(fc, key, order, order_kind)
             for t in range(n):
+                for _ in range(missing[t]):  # the missing periods before the row: forecast steps
+                    state = _advanced(fc, w, state)
                 limits.tick(1)
                 at = {c: v[t:t + 1] for c, v in columns.items() if c != fc.label}
                 values = python_backend.evaluate(plan, *fc.inputs(at, state, w, label[t:t + 1]))
@@ -392,6 +416,33 @@ def evaluate(name, data, config, stored, rules_of):
                         hint=f'pgad.evaluate scores sequence model "{name}" one step ahead on the rows after the ones '
                              'it was trained on.')
     return out
+
+
+def _missing(fc, key, order, kind):
+    """The missing periods before each of a group's rows after the training's last (order: their order values), by
+    its stored frequency; none for a model that reads a column beside its label (training filled none)."""
+    text = fc.options_of[key].get('frequency')
+    if text is None or set(fc.step.columns) - {fc.label} or not len(order):
+        return np.zeros(len(order), dtype=np.int64)
+    frequency = periods.declared(text, kind)
+    at = periods.periods(np.concatenate([[order_value(fc.options_of[key]['last_order'], kind)], order]), frequency,
+                         kind)
+    if at is None:
+        raise PgadError('22023', f'the rows{f" of group {key}" if key is not None else ""} after the training\'s last '
+                                 f'are not one per period of frequency "{text}"',
+                        hint='Give rows at the periods the model was trained on.')
+    gaps = np.diff(at) - 1
+    limits.tick(int(gaps.sum()))
+    return gaps
+
+
+def _advanced(fc, w, state):
+    """The state (K × 1) after one forecast step from it: the label read as the prediction."""
+    k = len(fc.step.states)
+    with np.errstate(all='ignore'):
+        y = python_backend.evaluate(fc.plan([fc.prediction]), *fc.inputs({}, state, w, np.nan))[fc.prediction]
+        found = python_backend.evaluate(fc.plan(fc.next), *fc.inputs({}, state, w, as_rows(y, 1)))
+    return np.array([as_rows(found[o], 1) for o in fc.next]).reshape(k, 1)
 
 
 def anomalies(name, data, level, config):
@@ -418,6 +469,7 @@ def anomalies(name, data, level, config):
     key_of = (lambda group: group.key) if options.get('group_by') else (lambda group: None)
     known = [g for g in groups if key_of(g) in fc.weights and len(g.order)]
     lacking = sum(len(g.order) for g in groups if key_of(g) not in fc.weights)
+    known, step = fc.filled(known, kind, key_of, config.memory_limit)
     if lacking:
         server.notice(f'model "{name}" has no group for {lacking} row{"s" * (lacking != 1)} of the data: left out')
     total = sum(len(g.order) for g in known)
@@ -427,9 +479,9 @@ def anomalies(name, data, level, config):
                         hint='Give fewer rows, or have a superuser raise pgad.memory_limit.')
     if not known:
         return []
-    seqs = sequences.joined([g.columns for g in known], [len(g.order) for g in known], fc.step.columns)
-    weights = np.array([fc.weights[key_of(g)] for g in known]).T.reshape(len(fc.step.weights), len(known))
-    _, _, predicted = sequences.run(fc.step, seqs, weights, keep='predictions',
+    seqs = sequences.joined([g.columns for g in known], [len(g.order) for g in known], step.columns)
+    weights = np.array([fc.weights[key_of(g)] for g in known]).T.reshape(len(step.weights), len(known))
+    _, _, predicted = sequences.run(step, seqs, weights, keep='predictions',
                                     backend=options.get('backend', 'auto'), cache=config.cache)
     z = NormalDist().inv_cdf((1 + level) / 2)
     own = sequence.reads_label(fc.step, label)
@@ -440,7 +492,7 @@ def anomalies(name, data, level, config):
         half = z * math.sqrt(fc.options_of[key_of(g)]['sigma2'])
         guarded = (y == yhat) if own else np.zeros(len(y), dtype=bool)
         at = shown_all(g.order, kind)
-        for t in range(len(y)):
+        for t in np.flatnonzero(sequence.observed(g)):  # not the missing periods
             if guarded[t]:
                 out.append((key_of(g), at[t], float(y[t]), float(yhat[t]), None, None, False))
             else:
@@ -503,6 +555,7 @@ def cross_validation(name, data, horizon, windows, step, level, config):
                                     config.memory_limit)
     key_of = (lambda group: group.key) if options.get('group_by') else (lambda group: None)
     known = [g for g in groups if key_of(g) in fc.weights]
+    known, runner = fc.filled(known, kind, key_of, config.memory_limit)  # windows of periods, scored where observed
     m = families.season(options.get('family'))
     sigma2 = np.array([fc.options_of[key_of(g)].get('sigma2', math.nan) for g in known])
     how = _how(fc, sigma2, 1000, config)
@@ -516,26 +569,30 @@ def cross_validation(name, data, horizon, windows, step, level, config):
             continue
         server.check_interrupts()
         origins = np.array([len(known[j].order) - back for j in some])
-        seqs = sequences.joined([known[j].columns for j in some], origins, fc.step.columns)  # the rows before
-        weights = np.array([fc.weights[key_of(known[j])] for j in some]).T.reshape(len(fc.step.weights), len(some))
-        _, states, _ = sequences.run(fc.step, seqs, weights, backend=options.get('backend', 'auto'),
+        seqs = sequences.joined([known[j].columns for j in some], origins, runner.columns)  # the rows before
+        weights = np.array([fc.weights[key_of(known[j])] for j in some]).T.reshape(len(runner.weights), len(some))
+        _, states, _ = sequences.run(runner, seqs, weights, backend=options.get('backend', 'auto'),
                                      cache=config.cache)
         columns = {c: np.stack([known[j].columns[c][o:o + horizon] for j, o in zip(some, origins)], axis=1)
                    for c in fc.exogenous}
         values, lower, upper = _ahead(fc, columns, weights, states.reshape(k, len(some)), horizon, sigma2[some],
                                       level, 1000, 0, how)
         for i, (j, o) in enumerate(zip(some, origins)):
-            y = known[j].columns[label]
-            actual, error = y[o:o + horizon], y[o:o + horizon] - values[:, i]
-            scale = float(np.mean(np.abs(y[m:o] - y[:o - m])))
+            y, seen = known[j].columns[label], sequence.observed(known[j])
+            ahead = seen[o:o + horizon]  # a missing period is forecast, not scored
+            actual, error = y[o:o + horizon][ahead], (y[o:o + horizon] - values[:, i])[ahead]
+            pairs = seen[m:o] & seen[:o - m]
+            scale = float(np.mean(np.abs(y[m:o] - y[:o - m])[pairs])) if pairs.any() else 0.0
             r = found[key_of(known[j])]
+            if not len(actual):
+                continue
             r['windows'] += 1
-            r['points'] += horizon
+            r['points'] += len(actual)
             r['abs'] += float(np.sum(np.abs(error)))
             r['sq'] += float(np.sum(error ** 2))
             r['scaled'].append(float(np.mean(np.abs(error))) / scale if scale > 0 else math.nan)
             if how != 'none':
-                low, high = lower[:, i].astype(float), upper[:, i].astype(float)
+                low, high = lower[:, i][ahead].astype(float), upper[:, i][ahead].astype(float)
                 r['inside'] += int(np.sum((actual >= low) & (actual <= high)))
     out = []
     for key, r in found.items():
