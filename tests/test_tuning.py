@@ -450,7 +450,7 @@ EXACT = [  # (tail, message, detail, hint): the whole of each
      'which are pgad.tune\'s own.',
      'The options are l1, l2, learning_rate, tolerance, iterations, batch_size, early_stopping, optimizer, '
      'standardize, mode, backend, regularize, label, group_by, progress_every, dtype, likelihood, order_by, state, '
-     'impute, bounds.'),
+     'impute, bounds, frequency.'),
 ]
 
 
