@@ -184,11 +184,11 @@ def evaluate(name, data, version=None):
 
 
 @server.entry
-def forecast(name, horizon, data=None, level=0.95, simulations=1000, seed=0):
+def forecast(name, horizon, data=None, level=0.95, simulations=1000, seed=0, levels=None):
     """pgad.forecast: model `name`'s recurrence run `horizon` steps past its last row, (group_key, step, at,
     value, lower, upper) rows (models/forecast.py)."""
     from .models import forecast as forecasting
-    return forecasting.forecast(name, horizon, data, level, simulations, seed, settings())
+    return forecasting.forecast(name, horizon, data, level, simulations, seed, settings(), levels)
 
 
 @server.entry

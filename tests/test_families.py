@@ -229,9 +229,10 @@ def test_a_family_needs_order_by_and_least_squares(db):
 
 
 def test_auto_keeps_each_group_s_least_aicc_and_its_fits_are_the_named_families(db):
-    """'auto' over daily series: the season's length from the dates (7), nine candidates a group, the least AICc
-    kept; each kept fit is its family's equations at the stored weights, and a candidate's AICc is the one of the
-    named family trained alone."""
+    """'auto' over daily series: the season's length from the dates (7), fifteen candidates a group, the least AICc
+    kept; each kept fit is its family's equations at the stored weights (its squares, or a multiplicative error's
+    likelihood), and a candidate's AICc is the one of the named family trained alone."""
+    from test_multiplicative_error import deviance
     from pgad.models import families
     groups = [draw_ets(140, 21, 'N', 'N', 1), draw_ets(140, 22, 'A', 'N', 1, beta=0.1),
               draw_ets(140, 23, 'A', 'A', 7, gamma=0.1),
@@ -241,14 +242,17 @@ def test_auto_keeps_each_group_s_least_aicc_and_its_fits_are_the_named_families(
     assert len(rows) == 4
     for (g, model, weights, converged, final_loss, n, options), y in zip(rows, groups):
         candidates = options['candidates']
-        assert len(candidates) == 9 and all(',7)' in c for c in candidates if c.split(',')[2] != 'N)')
+        assert len(candidates) == 15 and all(',7)' in c for c in candidates if c.split(',')[2] != 'N)')
         chosen = options['family']
         assert candidates[chosen] == min(v for v in candidates.values() if v is not None)
         _, trend, season = chosen[:-1].split(',')[:3]
         season = season.rstrip(')')
         k = next(c.parameters for c in families.auto(7, 'y').candidates if c.name == chosen)
-        assert families.aicc(final_loss * n, n, k) == pytest.approx(candidates[chosen], rel=1e-12)
-        assert ets_sse(y, weights, trend, season, 7) == pytest.approx(final_loss * n, rel=1e-9)
+        relative = chosen.startswith('ets(M,')
+        sse = n * np.exp(final_loss) if relative else final_loss * n
+        assert families.aicc(sse, n, k) == pytest.approx(candidates[chosen], rel=1e-12)
+        assert (deviance if relative else ets_sse)(y, weights, trend, season, 7) == pytest.approx(final_loss * n,
+                                                                                                   rel=1e-9)
         assert 0 <= weights['alpha'] <= 1 and 0 <= weights['beta'] <= 1 and 0 <= weights['gamma'] <= 1
         assert converged, (g, chosen)
     assert rows[2][6]['family'].endswith(',A,7)') and rows[3][6]['family'].endswith(',M,7)')

@@ -200,14 +200,14 @@ def test_the_forecast_function_returns_the_data_s_own_columns(db):
     load(db, 'per_fn', series)
     train(db, 'per_fn', 'per_fn', 'ets(A,N,N)')
     got = db.execute("SELECT * FROM pgad_models.per_fn_forecast(2, level => 0.8) ORDER BY g, day").fetchall()
-    want = db.execute("SELECT (group_key->>'g')::int, at::date, step, value, lower, upper "
+    want = db.execute("SELECT (group_key->>'g')::int, at::date, step, value, lower, upper, level "
                       "FROM pgad.forecast('per_fn', 2, level => 0.8) ORDER BY 1, 2").fetchall()
     assert got == want and len(got) == 4
     assert got[0][1] == datetime.date(2024, 1, 1) + datetime.timedelta(days=80)
     types = db.execute("SELECT pg_catalog.pg_get_function_result('pgad_models.per_fn_forecast(int4, text, float8, "
-                       "int4, int8)'::regprocedure)").fetchone()[0]
+                       "int4, int8, float8[])'::regprocedure)").fetchone()[0]
     assert types == ('TABLE(g integer, day date, step integer, forecast double precision, lower double precision, '
-                     'upper double precision)')
+                     'upper double precision, level double precision)')
     db.execute('CREATE VIEW per_fn_view AS SELECT * FROM pgad_models.per_fn_forecast(3)')
     train(db, 'per_fn', 'per_fn', 'ets(A,A,N)')  # the same columns: kept, the view follows the deployed version
     assert db.execute('SELECT count(*) FROM per_fn_view').fetchone()[0] == 6
@@ -222,7 +222,7 @@ def test_the_forecast_function_returns_the_data_s_own_columns(db):
     db.execute('DROP VIEW per_fn_view')
     train(db, 'per_fn', 'per_fn2', 'ets(A,N,N)')
     assert db.execute("SELECT pg_catalog.pg_get_function_result('pgad_models.per_fn_forecast(int4, text, float8, "
-                      "int4, int8)'::regprocedure)").fetchone()[0].startswith('TABLE(g text, day date')
+                      "int4, int8, float8[])'::regprocedure)").fetchone()[0].startswith('TABLE(g text, day date')
     db.execute("SELECT pgad.drop_model('per_fn')")
     assert db.execute("SELECT pg_catalog.to_regproc('pgad_models.per_fn_forecast')").fetchone()[0] is None
 
@@ -247,13 +247,13 @@ def test_the_forecast_function_s_name_is_its_own(db):
     db.execute('GRANT CREATE ON SCHEMA pgad_models TO per_other')
     db.execute('SET ROLE per_other')
     db.execute("CREATE FUNCTION pgad_models.per_squat_forecast(int4, text DEFAULT NULL, float8 DEFAULT 0.95, "
-               "int4 DEFAULT 1000, int8 DEFAULT 0) RETURNS int4 LANGUAGE sql AS 'SELECT 1'")
+               "int4 DEFAULT 1000, int8 DEFAULT 0, float8[] DEFAULT NULL) RETURNS int4 LANGUAGE sql AS 'SELECT 1'")
     db.execute('RESET ROLE')
     e = error_of(db, "SELECT * FROM pgad.train('per_squat', 'ets(A,N,N)', 'squared', 'SELECT * FROM per_names', NULL, "
                      "order_by => 'day')")
     assert e.sqlstate == '42501' and 'belongs to role "per_other"' in e.message_primary
     assert not db.execute("SELECT count(*) FROM pgad.models WHERE name = 'per_squat'").fetchone()[0]
-    db.execute('DROP FUNCTION pgad_models.per_squat_forecast(int4, text, float8, int4, int8)')
+    db.execute('DROP FUNCTION pgad_models.per_squat_forecast(int4, text, float8, int4, int8, float8[])')
     db.execute('REVOKE CREATE ON SCHEMA pgad_models FROM per_other')
     db.execute('DROP ROLE per_other')
 
@@ -297,3 +297,35 @@ def test_anomalies_evaluate_and_cross_validation_step_through_missing_periods(db
     window = y[120:]
     assert cv['points'] == int(np.sum(~np.isnan(window))) == 9
     np.testing.assert_allclose(cv['mae'], np.nanmean(np.abs(window - origin)), rtol=1e-9)
+
+
+def test_several_levels_in_one_forecast(db):
+    """levels => '{0.5, 0.8, 0.95}': a row for each level of each step, the intervals each level's alone gives
+    (analytic here, and from one simulation for a nonlinear recurrence: nested, and each as its own call's at the
+    same seed); level is NULL-free and within (0, 1), at most 100 of them."""
+    load(db, 'per_levels', {0: gapped(60, 10, []), 1: gapped(60, 11, [])})
+    train(db, 'per_levels', 'per_levels', 'ets(A,A,N)')
+    rows = db.execute("SELECT group_key->>'g', step, level, lower, upper FROM pgad.forecast('per_levels', 3, "
+                      "levels => '{0.5, 0.8, 0.95}') ORDER BY 1, 2, 3").fetchall()
+    assert len(rows) == 18
+    for g, step, level, lower, upper in rows:
+        alone = db.execute("SELECT lower, upper FROM pgad.forecast('per_levels', 3, level => %s) "
+                           "WHERE group_key->>'g' = %s AND step = %s", [level, g, step]).fetchone()
+        assert (lower, upper) == pytest.approx(alone, rel=1e-12)
+    db.execute('DROP TABLE IF EXISTS per_mul')
+    db.execute("CREATE TABLE per_mul AS SELECT DATE '2024-01-01' + k AS day, "
+               "(10 + sin(k)) * (1.5 + sin(2 * pi() * k / 7)) AS y FROM generate_series(0, 69) AS k")
+    db.execute("SELECT * FROM pgad.train('per_mul', 'ets(A,N,M,7)', 'squared', 'SELECT * FROM per_mul', NULL, "
+               "order_by => 'day')")
+    many = db.execute("SELECT step, level, lower, upper FROM pgad.forecast('per_mul', 4, levels => '{0.8, 0.95}', "
+                      "seed => 3) ORDER BY 1, 2").fetchall()
+    for step, level, lower, upper in many:
+        alone = db.execute("SELECT lower, upper FROM pgad.forecast('per_mul', 4, level => %s, seed => 3) "
+                           "WHERE step = %s", [level, step]).fetchone()
+        assert (lower, upper) == pytest.approx(alone, rel=1e-12)
+    for a, b in zip(many[0::2], many[1::2]):
+        assert b[2] <= a[2] <= a[3] <= b[3]
+    for levels, sqlstate in (("'{}'", '22023'), ("'{0.5, NULL}'", '22004'), ("'{1}'", '22023'),
+                             ("array_fill(0.5::float8, ARRAY[101])", '22023')):
+        e = error_of(db, f"SELECT * FROM pgad.forecast('per_levels', 3, levels => {levels})")
+        assert e.sqlstate == sqlstate, (levels, e.message_primary)

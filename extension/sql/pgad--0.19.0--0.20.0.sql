@@ -80,27 +80,28 @@ DROP FUNCTION pgad.forecast(pg_catalog.text, pg_catalog.int4, pg_catalog.text, p
 DROP FUNCTION pgad._forecast(pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.float8, pg_catalog.int4,
                              pg_catalog.int8);
 CREATE FUNCTION pgad._forecast(name pg_catalog.text, horizon pg_catalog.int4, data pg_catalog.text,
-                               level pg_catalog.float8, simulations pg_catalog.int4, seed pg_catalog.int8)
+                               level pg_catalog.float8, simulations pg_catalog.int4, seed pg_catalog.int8,
+                               levels pg_catalog.float8[])
 RETURNS TABLE (group_key pg_catalog.jsonb, step pg_catalog.int4, at pg_catalog.text, value pg_catalog.float8,
-               lower pg_catalog.float8, upper pg_catalog.float8)
+               lower pg_catalog.float8, upper pg_catalog.float8, level pg_catalog.float8)
 LANGUAGE plpython3u STABLE AS $$
 import sys
 if '@PGAD_SITE_PACKAGES@' not in sys.path:
     sys.path.insert(0, '@PGAD_SITE_PACKAGES@')
 from pgad import api
-return api.forecast(name, horizon, data, level, simulations, seed)
+return api.forecast(name, horizon, data, level, simulations, seed, levels)
 $$;
 REVOKE ALL ON FUNCTION pgad._forecast(pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.float8,
-                                      pg_catalog.int4, pg_catalog.int8) FROM PUBLIC;
+                                      pg_catalog.int4, pg_catalog.int8, pg_catalog.float8[]) FROM PUBLIC;
 
 CREATE FUNCTION pgad.forecast(name pg_catalog.text, horizon pg_catalog.int4, data pg_catalog.text DEFAULT NULL,
                               level pg_catalog.float8 DEFAULT 0.95, simulations pg_catalog.int4 DEFAULT 1000,
-                              seed pg_catalog.int8 DEFAULT 0)
+                              seed pg_catalog.int8 DEFAULT 0, levels pg_catalog.float8[] DEFAULT NULL)
 RETURNS TABLE (group_key pg_catalog.jsonb, step pg_catalog.int4, at pg_catalog.text, value pg_catalog.float8,
-               lower pg_catalog.float8, upper pg_catalog.float8)
+               lower pg_catalog.float8, upper pg_catalog.float8, level pg_catalog.float8)
 LANGUAGE C STABLE AS 'MODULE_PATHNAME', 'pgad_call';
 COMMENT ON FUNCTION pgad.forecast(pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.float8,
-                                  pg_catalog.int4, pg_catalog.int8) IS
+                                  pg_catalog.int4, pg_catalog.int8, pg_catalog.float8[]) IS
     'sequence model name''s forecast horizon steps past its last row, per group, each at its order value (the last '
-    'row''s stepped by the group''s frequency), with prediction intervals at level: analytic for a recurrence linear '
-    'along the forecast under loss squared, else simulated (simulations paths, seed)';
+    'row''s stepped by the group''s frequency), with prediction intervals at level (or a row for each of levels): '
+    'analytic for a recurrence linear along the forecast under loss squared, else simulated (simulations paths, seed)';

@@ -12,6 +12,12 @@ and trend part (l, l + b, or l + φ·b) and the prediction ŷ = P, P + s₁ or P
 The level starts at the first row's label plus the weight l0, the trend at b0, the seasons at i1 … im (1 + ik for a
 multiplicative season). α, β, γ are bounded to [0, 1], φ to [0.8, 0.98] (R's ets()).
 
+ETS, multiplicative error: the same recurrence — written in the label, the state equations of ETS(M,·,·) are those of
+ETS(A,·,·) (Hyndman et al., 2008, §2.5: l' = P(1 + α·ε) = P + α·e/s₁ …, ε = e/ŷ the relative error), and so are
+the point forecasts — fitted by its likelihood rather than by least squares: the concentrated −2 log L,
+n·ln(Σ ε²/n) + 2·Σ ln|ŷ| (plus n·(ln 2π + 1)), of the rows' relative errors; its σ² that of ε, its intervals
+simulated with errors ŷ·σ·z. The labels must all be above 0.
+
 ARIMA(p,d,q)(P,D,Q)m by conditional least squares (CSS): w = (1 − B)^d (1 − B^m)^D y, the differenced label, is
 predicted from its last p + m·P values and the last q + m·Q errors by the expanded polynomials
 (1 − Σφᵢ Bⁱ)(1 − ΣΦⱼ B^{mj}) w = c + (1 + Σθᵢ Bⁱ)(1 + ΣΘⱼ B^{mj}) e, and y's prediction is w's plus what the
@@ -52,6 +58,7 @@ class Family:
     bounds: dict   # {weight: [lower, upper]}
     candidates: list = None  # 'auto': the Candidates each group's fit chooses among
     components: tuple = None  # an ETS's (trend, season, m): each group's starting states from its rows (initial)
+    error: str = 'A'         # an ETS's error: 'A' (least squares) or 'M' (its likelihood, of relative errors)
 
 
 @dataclass
@@ -60,8 +67,9 @@ class Candidate:
     fixed: dict       # the weights that make the unified recurrence this family, and those it does not read, {name: value}
     bounds: dict      # the bounds of its weights beyond the family's: φ's where the trend is damped
     parameters: int   # what it fits (σ² too), for the AICc
-    positive: bool    # whether it needs a label above 0 (a multiplicative season)
+    positive: bool    # whether it needs a label above 0 (a multiplicative season or error)
     components: tuple = None  # (trend, season, m), as Family's
+    error: str = 'A'  # as Family's
 
 
 def season_of(text):
@@ -74,6 +82,13 @@ def season(name):
     """The season's length of a stored ETS family's name ('ets(A,A,A,7)': 7), 1 for any other."""
     found = ETS.fullmatch(name or '')
     return int(found.group(4)) if found and found.group(4) else 1
+
+
+def relative(name):
+    """Whether a stored family's name is an ETS of multiplicative error ('ets(M,A,M,12)'), whose one-step errors are
+    relative (σ of ε = e/ŷ)."""
+    found = ETS.fullmatch(name or '')
+    return bool(found) and found.group(1).upper() == 'M'
 
 
 def named(text):
@@ -110,12 +125,8 @@ def column(label):
 
 
 def ets(error, trend, season, m, label):
-    """The Family of ETS(error, trend, season, m), additive error."""
+    """The Family of ETS(error, trend, season, m): one recurrence, whichever the error (the module's docstring)."""
     shown = f'ets({error},{trend},{season}' + (f',{m})' if season != 'N' and m is not None else ')')
-    if error == 'M':
-        raise PgadError('0A000', f'family "{shown}" has a multiplicative error, which pgad.train does not fit yet',
-                        detail='Its likelihood is not a sum of squared errors of the rows.',
-                        hint=f'Use an additive error: ets(A,{trend},{season}' + (f',{m})' if m else ')') + '.')
     if season != 'N' and m is None:
         raise PgadError('22023', f'family "{shown}" needs its season\'s length',
                         hint=f'Give it last: ets({error},{trend},{season},7) for days of a week, 12 for months.')
@@ -144,7 +155,7 @@ def ets(error, trend, season, m, label):
         weights['gamma'], bounds['gamma'] = 0.1, SMOOTHING
         weights.update({f'i{k}': 0.0 for k in range(1, m + 1)})
     return Family(shown, f'λ(d, w, s) {prediction}', json.dumps(state), weights, bounds,
-                  components=(trend, season, m or 1))
+                  components=(trend, season, m or 1), error=error)
 
 
 def initial(components, y):
@@ -250,10 +261,12 @@ def _sum(terms):
 
 
 def auto(m, label):
-    """The Family of 'auto': ETS with an additive error and every trend (none, additive, damped) and season (none,
-    additive, multiplicative, of length m where m ≥ 2) as one recurrence, whose weights tau, sa and sm (and phi, 1
-    but for the damped trend) choose the components — fixed by bounds of one value for each Candidate, which
-    sequence.py fits in turn, all the groups at once, keeping each group's of least AICc (aicc)."""
+    """The Family of 'auto': ETS with every trend (none, additive, damped) and season (none, additive,
+    multiplicative, of length m where m ≥ 2) as one recurrence, whose weights tau, sa and sm (and phi, 1 but for the
+    damped trend) choose the components — fixed by bounds of one value for each Candidate, which sequence.py fits in
+    turn, all the groups at once, keeping each group's of least AICc (aicc) — and each of ERRORS' errors: an
+    additive error (least squares) but with a multiplicative season (R's ets() leaves that out as unstable), a
+    multiplicative one (its likelihood) for groups whose labels are all above 0."""
     y = column(label)
     part = '(s.level + w.phi*w.tau*s.trend)'
     seasonal = m >= 2
@@ -271,20 +284,23 @@ def auto(m, label):
         weights.update(sa=0.0, sm=0.0, gamma=0.1, **{f'i{k}': 0.0 for k in range(1, m + 1)})
     bounds = {'alpha': SMOOTHING, 'beta': SMOOTHING, **({'gamma': SMOOTHING} if m >= 2 else {})}
     candidates = []
-    for trend in ('N', 'A', 'Ad'):
-        for season in ('N', 'A', 'M') if m >= 2 else ('N',):
-            fixed = {'tau': float(trend != 'N'), **({'phi': 1.0} if trend != 'Ad' else {}),
-                     **({'beta': 0.0, 'b0': 0.0} if trend == 'N' else {})}
-            if seasonal:
-                fixed.update(sa=float(season == 'A'), sm=float(season == 'M'))
-                if season == 'N':
-                    fixed.update(gamma=0.0, **{f'i{k}': 0.0 for k in range(1, m + 1)})
-            count = 2 + 2 * (trend != 'N') + (trend == 'Ad') + (m if season != 'N' else 0) + 1
-            candidates.append(Candidate(f'ets(A,{trend},{season}' + (f',{m})' if season != 'N' else ')'), fixed,
-                                        {'phi': DAMPING} if trend == 'Ad' else {}, count, season == 'M',
-                                        (trend, season, m)))
+    for error, trend, season in ((e, t, s) for e in ERRORS for t in ('N', 'A', 'Ad')
+                                 for s in (('N', 'A', 'M') if m >= 2 else ('N',)) if e == 'M' or s != 'M'):
+        fixed = {'tau': float(trend != 'N'), **({'phi': 1.0} if trend != 'Ad' else {}),
+                 **({'beta': 0.0, 'b0': 0.0} if trend == 'N' else {})}
+        if seasonal:
+            fixed.update(sa=float(season == 'A'), sm=float(season == 'M'))
+            if season == 'N':
+                fixed.update(gamma=0.0, **{f'i{k}': 0.0 for k in range(1, m + 1)})
+        count = 2 + 2 * (trend != 'N') + (trend == 'Ad') + (m if season != 'N' else 0) + 1
+        candidates.append(Candidate(f'ets({error},{trend},{season}' + (f',{m})' if season != 'N' else ')'),
+                                    fixed, {'phi': DAMPING} if trend == 'Ad' else {}, count,
+                                    season == 'M' or error == 'M', (trend, season, m), error))
     return Family(f'auto({m})' if m >= 2 else 'auto', f'λ(d, w, s) {prediction}', json.dumps(state), weights,
                   bounds, candidates)
+
+
+ERRORS = ('A', 'M')  # the errors of 'auto''s candidates
 
 
 def aicc(sse, n, k):

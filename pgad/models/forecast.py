@@ -180,7 +180,7 @@ def _unit(kind):
 LEVEL_MOST = 1 - 2 ** -52  # the greatest level whose (1 + level)/2 is below 1 in float8: 0.9999999999999998
 
 
-def forecast(name, horizon, data, level, simulations, seed, config):
+def forecast(name, horizon, data, level, simulations, seed, config, levels=None):
     """pgad.forecast's rows, (group_key as jsonb text or None, step, at, value, lower, upper): at the order value of
     the step, the group's last row's stepped by its frequency (periods.ahead; NULL for a group without one)."""
     if name is None or horizon is None or level is None or simulations is None or seed is None:
@@ -188,6 +188,7 @@ def forecast(name, horizon, data, level, simulations, seed, config):
     if horizon < 1:
         raise PgadError('22023', f'horizon must be at least 1, not {horizon}', hint='Forecast 1 or more steps.')
     _check_level(level)
+    levels = [level] if levels is None else _levels(levels)
     if simulations < 1:
         raise PgadError('22023', f'simulations must be at least 1, not {simulations}',
                         hint='Simulate 1000 paths (the default), or more for steadier bounds.')
@@ -195,35 +196,55 @@ def forecast(name, horizon, data, level, simulations, seed, config):
     fc = Forecaster(name, stored, config)
     keys = [r['group_key'] for r in stored]
     g, k = len(keys), len(fc.step.states)
-    need = g * horizon * (ROW_BYTES + 8 * len(fc.exogenous))
+    need = g * horizon * (len(levels) * ROW_BYTES + 8 * len(fc.exogenous))
     if need > config.memory_limit:
         raise PgadError('54000', f'a forecast of {horizon} steps for {g} group{"s" * (g != 1)} needs {need >> 20} MB, '
                                  f'more than pgad.memory_limit ({config.memory_limit >> 20} MB)',
                         hint='Forecast fewer steps, or have a superuser raise pgad.memory_limit.')
     columns = _future(name, data, fc, keys, horizon, config)
     sigma2 = np.array([fc.options_of[key].get('sigma2', math.nan) for key in keys])
-    how = _how(fc, sigma2, simulations, config)
+    relative = np.array([families.relative(fc.options_of[key].get('family')) for key in keys], dtype=bool)
+    how = _how(fc, sigma2, simulations, config, relative)
     if how == 'none':
         server.notice(f'model "{name}" has no prediction intervals: its loss \'{fc.loss}\' gives no variance of the '
                       'one-step error (only loss \'squared\' does); lower and upper are NULL')
     weights = np.array([fc.weights[key] for key in keys]).T.reshape(len(fc.step.weights), g)
     states = np.array([[fc.options_of[key]['last_state'][f] for key in keys] for f in fc.step.states]).reshape(k, g)
-    values, lower, upper = _ahead(fc, columns, weights, states, horizon, sigma2, level, simulations, seed, how)
+    values, lower, upper = _ahead(fc, columns, weights, states, horizon, sigma2, levels, simulations, seed, how,
+                                  relative)
     stored = [fc.options_of[key] for key in keys]
     at = periods.ahead([o.get('first_order') for o in stored], [o.get('frequency') for o in stored],
                        [o.get('last_period') for o in stored], fc.options.get('order_type'), horizon)
-    return [(key, h + 1, at[j][h], float(values[h, j]), _number(lower[h, j]), _number(upper[h, j]))
-            for j, key in enumerate(keys) for h in range(horizon)]
+    return [(key, h + 1, at[j][h], float(values[h, j]), _number(lower[i, h, j]), _number(upper[i, h, j]),
+             float(level)) for j, key in enumerate(keys) for h in range(horizon) for i, level in enumerate(levels)]
 
 
-def _how(fc, sigma2, simulations, config):
+MAX_LEVELS = 100  # the levels one forecast takes at most
+
+
+def _levels(levels):
+    """The levels argument (a float8[]) checked: 1 to MAX_LEVELS of them, none NULL, each as level's."""
+    if not levels or len(levels) > MAX_LEVELS:
+        raise PgadError('22023', f'levels must hold 1 to {MAX_LEVELS} levels, not {len(levels)}',
+                        hint="Give the coverages of the intervals: levels => '{0.8, 0.95}'.")
+    if any(v is None for v in levels):
+        raise PgadError('22004', 'levels must not hold NULL', hint="Give the coverages: levels => '{0.8, 0.95}'.")
+    for level in levels:
+        _check_level(level)
+    return list(levels)
+
+
+def _how(fc, sigma2, simulations, config, relative=None):
     """How the intervals are made: 'none' (no σ: a loss other than 'squared'), 'analytic' (linear as written) or
     'simulation' (each group's linear along its path analytic all the same: _ahead); the error where the paths
-    simulated for every group would pass pgad.memory_limit."""
+    simulated for every group (or the groups of a multiplicative error, relative, which are simulated whatever the
+    recurrence) would pass pgad.memory_limit."""
     g, k = len(sigma2), len(fc.step.states)
     how = 'none' if not len(sigma2) or np.isnan(sigma2).any() or objective.base(fc.loss) != 'squared' else \
         'analytic' if fc.linear() is not None else 'simulation'
-    if how == 'simulation':
+    if how == 'analytic' and relative is not None and relative.any():
+        g = int(np.count_nonzero(relative))
+    if how == 'simulation' or g < len(sigma2):
         paths = g * simulations * (8 * (len(fc.graph.nodes) + k + len(fc.step.weights) + 2))
         if paths > config.memory_limit:
             raise PgadError('54000', f'{simulations} simulated paths for {g} group{"s" * (g != 1)} need '
@@ -232,25 +253,28 @@ def _how(fc, sigma2, simulations, config):
     return how
 
 
-def _ahead(fc, columns, weights, states, horizon, sigma2, level, simulations, seed, how):
-    """(values, lower, upper), horizon × G: the forecast from states (K × G) at weights (P × G), the exogenous
-    columns' horizon × G values, its intervals at level made as how (_how) says."""
+def _ahead(fc, columns, weights, states, horizon, sigma2, levels, simulations, seed, how, relative=None):
+    """(values, horizon × G; lower and upper, L × horizon × G): the forecast from states (K × G) at weights (P × G),
+    the exogenous columns' horizon × G values, its intervals at each of levels (L of them; one simulation for all)
+    made as how (_how) says; relative (G booleans, or None) the groups of a multiplicative error, whose intervals
+    are simulated with relative errors."""
+    relative = np.zeros(weights.shape[1], dtype=bool) if relative is None else relative
     # a recurrence that is not linear as written may be, at a group's weights, along its forecast (the choice of
     # 'auto': a multiplicative season's weight 0): those groups' intervals are analytic too (_paths' check)
     jac = None if how == 'none' else fc.linear() if how == 'analytic' else fc.jacobians()
     values, variance, linear = _paths(fc, columns, weights, states, horizon, sigma2, jac, how == 'simulation')
-    z = NormalDist().inv_cdf((1 + level) / 2)
+    z = np.array([NormalDist().inv_cdf((1 + level) / 2) for level in levels])[:, None, None]
     if how == 'none':
-        lower = upper = np.full_like(values, None, dtype=object)
+        lower = upper = np.full((len(levels), *values.shape), None, dtype=object)
     else:
         with np.errstate(invalid='ignore'):
             half = z * np.sqrt(variance)
         lower, upper = values - half, values + half
-        drawn = np.flatnonzero(~linear)
+        drawn = np.flatnonzero(~linear | relative)
         if len(drawn):  # the others, by simulation
-            lower[:, drawn], upper[:, drawn] = _simulated(
+            lower[:, :, drawn], upper[:, :, drawn] = _simulated(
                 fc, {c: v[:, drawn] for c, v in columns.items()}, weights[:, drawn], states[:, drawn], horizon,
-                sigma2[drawn], level, simulations, seed)
+                sigma2[drawn], levels, simulations, seed, relative[drawn])
     return values, lower, upper
 
 
@@ -343,24 +367,28 @@ def _predicted(fc, plan, columns, states, weights, n, h):
     return y
 
 
-def _simulated(fc, columns, weights, states, horizon, sigma2, level, simulations, seed):
-    """(lower, upper), horizon × G: the empirical quantiles at each step of `simulations` paths whose labels are the
-    prediction plus a normal error of variance sigma2, drawn by numpy's Generator seeded by seed."""
+def _simulated(fc, columns, weights, states, horizon, sigma2, levels, simulations, seed, relative=None):
+    """(lower, upper), L × horizon × G: the empirical quantiles of each of levels at each step of `simulations`
+    paths whose labels are the
+    prediction plus a normal error of variance sigma2 (times the prediction's size for a group of relative, a
+    multiplicative error: ŷ·(1 + σ·z)), drawn by numpy's Generator seeded by seed."""
     g, k, s = weights.shape[1], len(fc.step.states), simulations
     rng = np.random.default_rng(seed % (1 << 64))
     weights = np.repeat(weights, s, axis=1)       # group j's paths are columns j·s … j·s + s − 1
     states = np.repeat(states, s, axis=1)
     sigma = np.repeat(np.sqrt(sigma2), s)
+    scaled = np.repeat(np.zeros(g, dtype=bool) if relative is None else relative, s)
     plan = fc.plan([fc.prediction])
     after = fc.plan(fc.next)
-    lower, upper = np.empty((horizon, g)), np.empty((horizon, g))
+    lower, upper = np.empty((len(levels), horizon, g)), np.empty((len(levels), horizon, g))
+    quantiles = [q for level in levels for q in ((1 - level) / 2, (1 + level) / 2)]
     for h in range(horizon):
         limits.tick(g * s)
         at = {c: np.repeat(v[h], s) for c, v in columns.items()}
         y = _predicted(fc, plan, at, states, weights, g * s, h)
-        y = y + sigma * rng.standard_normal(g * s)
-        bounds = np.quantile(y.reshape(g, s), [(1 - level) / 2, (1 + level) / 2], axis=1)
-        lower[h], upper[h] = bounds
+        y = y + sigma * rng.standard_normal(g * s) * np.where(scaled, np.abs(y), 1.0)
+        bounds = np.quantile(y.reshape(g, s), quantiles, axis=1)
+        lower[:, h], upper[:, h] = bounds[0::2], bounds[1::2]
         found = python_backend.evaluate(after, *fc.inputs(at, states, weights, y))
         states = np.array([as_rows(found[n], g * s) for n in fc.next]).reshape(k, g * s)
     return lower, upper
@@ -489,14 +517,16 @@ def anomalies(name, data, level, config):
     for g, start in zip(known, seqs.starts):
         y = g.columns[label]
         yhat = predicted[start:start + len(y)]
-        half = z * math.sqrt(fc.options_of[key_of(g)]['sigma2'])
+        half = z * math.sqrt(fc.options_of[key_of(g)]['sigma2'])  # of a multiplicative error, times |ŷ|
+        half = half * np.abs(yhat) if families.relative(fc.options_of[key_of(g)].get('family')) else \
+            np.full(len(y), half)
         guarded = (y == yhat) if own else np.zeros(len(y), dtype=bool)
         at = shown_all(g.order, kind)
         for t in np.flatnonzero(sequence.observed(g)):  # not the missing periods
             if guarded[t]:
                 out.append((key_of(g), at[t], float(y[t]), float(yhat[t]), None, None, False))
             else:
-                lower, upper = float(yhat[t] - half), float(yhat[t] + half)
+                lower, upper = float(yhat[t] - half[t]), float(yhat[t] + half[t])
                 out.append((key_of(g), at[t], float(y[t]), float(yhat[t]), lower, upper,
                             bool(y[t] < lower or y[t] > upper)))
         limits.tick(len(y))
@@ -558,7 +588,8 @@ def cross_validation(name, data, horizon, windows, step, level, config):
     known, runner = fc.filled(known, kind, key_of, config.memory_limit)  # windows of periods, scored where observed
     m = families.season(options.get('family'))
     sigma2 = np.array([fc.options_of[key_of(g)].get('sigma2', math.nan) for g in known])
-    how = _how(fc, sigma2, 1000, config)
+    relative = np.array([families.relative(fc.options_of[key_of(g)].get('family')) for g in known], dtype=bool)
+    how = _how(fc, sigma2, 1000, config, relative)
     k = len(fc.step.states)
     found = {key_of(g): {'windows': 0, 'points': 0, 'abs': 0.0, 'sq': 0.0, 'scaled': [], 'inside': 0}
              for g in known}
@@ -576,7 +607,8 @@ def cross_validation(name, data, horizon, windows, step, level, config):
         columns = {c: np.stack([known[j].columns[c][o:o + horizon] for j, o in zip(some, origins)], axis=1)
                    for c in fc.exogenous}
         values, lower, upper = _ahead(fc, columns, weights, states.reshape(k, len(some)), horizon, sigma2[some],
-                                      level, 1000, 0, how)
+                                      [level], 1000, 0, how, relative[some])
+        lower, upper = lower[0], upper[0]
         for i, (j, o) in enumerate(zip(some, origins)):
             y, seen = known[j].columns[label], sequence.observed(known[j])
             ahead = seen[o:o + horizon]  # a missing period is forecast, not scored

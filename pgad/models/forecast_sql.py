@@ -1,10 +1,12 @@
 """A sequence model's generated forecast function (docs/sql.md, "Forecasts"): pgad_models.<name>_forecast, a set-
 returning SQL function usable in views, whose rows are pgad.forecast's in the data's own columns:
 
-    <each group column, its type> <the order column, its type> step int4, forecast float8, lower float8, upper float8
+    <each group column, its type> <the order column, its type> step int4, forecast float8, lower float8,
+    upper float8, level float8
 
 It takes pgad.forecast's arguments but the name — (horizon int4, data text DEFAULT NULL, level float8 DEFAULT 0.95,
-simulations int4 DEFAULT 1000, seed int8 DEFAULT 0) — and calls it with the model's name: it forecasts with the
+simulations int4 DEFAULT 1000, seed int8 DEFAULT 0, levels float8[] DEFAULT NULL) — and calls it with the model's
+name: it forecasts with the
 deployed version, whichever that is, as the caller (who must be able to read the model, as for pgad.forecast).
 
 It is made (made) as a version of a sequence model is deployed, by the role that trained it, like the model's other
@@ -21,11 +23,13 @@ from ..lang import printer
 from . import catalog
 
 SUFFIX = 'forecast'
-ARGUMENTS = ('pg_catalog.int4', 'pg_catalog.text', 'pg_catalog.float8', 'pg_catalog.int4', 'pg_catalog.int8')
+ARGUMENTS = ('pg_catalog.int4', 'pg_catalog.text', 'pg_catalog.float8', 'pg_catalog.int4', 'pg_catalog.int8',
+             'pg_catalog.float8[]')
 SIGNATURE = ('horizon pg_catalog.int4, data pg_catalog.text DEFAULT NULL, level pg_catalog.float8 DEFAULT 0.95, '
-             'simulations pg_catalog.int4 DEFAULT 1000, seed pg_catalog.int8 DEFAULT 0')
+             'simulations pg_catalog.int4 DEFAULT 1000, seed pg_catalog.int8 DEFAULT 0, '
+             'levels pg_catalog.float8[] DEFAULT NULL')
 RESULTS = (('step', 'pg_catalog.int4'), ('forecast', 'pg_catalog.float8'), ('lower', 'pg_catalog.float8'),
-           ('upper', 'pg_catalog.float8'))
+           ('upper', 'pg_catalog.float8'), ('level', 'pg_catalog.float8'))
 ORDER_CASTS = {'date': 'pg_catalog.date', 'timestamp without time zone': 'pg_catalog.timestamp',
                'timestamp with time zone': 'pg_catalog.timestamptz', 'smallint': 'pg_catalog.int2',
                'integer': 'pg_catalog.int4', 'bigint': 'pg_catalog.int8', 'real': 'pg_catalog.float4',
@@ -57,7 +61,7 @@ def columns(name, options, group_types):
     repeated = next((c for c in names if names.count(c) > 1), None)
     if repeated is not None:
         return None, f'its column "{repeated}" would repeat a name of the forecast\'s columns (step, forecast, ' \
-                     'lower, upper)'
+                     'lower, upper, level)'
     return out, None
 
 
@@ -67,8 +71,8 @@ def body(name, options, out):
     keys = [f'((f.group_key OPERATOR(pg_catalog.->>) {printer.quote_literal(c)}))::{t}'
             for c, t in out[:len(options.get('group_by') or [])]]
     order = f'(f.at)::{out[len(keys)][1]}'
-    return (f'SELECT {", ".join([*keys, order])}, f.step, f.value, f.lower, f.upper '
-            f'FROM pgad.forecast({printer.quote_literal(name)}, $1, $2, $3, $4, $5) AS f')
+    return (f'SELECT {", ".join([*keys, order])}, f.step, f.value, f.lower, f.upper, f.level '
+            f'FROM pgad.forecast({printer.quote_literal(name)}, $1, $2, $3, $4, $5, $6) AS f')
 
 
 def made(name, row):

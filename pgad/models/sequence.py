@@ -122,7 +122,7 @@ def shown(value, kind):
 
 
 def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, memory_limit, cache=None, model=None,
-         bounds=None, tally=None, keys=None, loss='squared', counts=None):
+         bounds=None, tally=None, keys=None, loss='squared', counts=None, likelihood=None):
     """[descent.Fit of each sequence]: by Newton or L-BFGS all at once (lockstep.py), every call of the recurrence over
     the sequences still running; by the other optimizers one sequence at a time (descent.fit). Each sequence that
     did not converge is told to tally, by its group's key. Lockstep takes as many groups at a time as a quarter of
@@ -130,8 +130,14 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
     by the operation that made it so, printed as model (the parsed model lambda) writes it. bounds (descent.Bounds,
     or None) each weight's interval, the same for every group. What the fits find goes to tally (tally.Tally: one
     message for many groups), each sequence's by its group's key in keys; loss the loss's base name (its hints);
-    counts each sequence's rows that are not missing periods, the objective's divisor (its rows: seqs.lengths)."""
+    counts each sequence's rows that are not missing periods, the objective's divisor (its rows: seqs.lengths);
+    likelihood, for an ETS of multiplicative error, the Steps (relative, logs) whose objectives are each row's
+    squared relative error and ln|ŷ|: the objective is then the concentrated −2 log L, n·ln(S/n) + 2·L of their sums
+    (the step's own is not used), by Newton or L-BFGS only."""
     counts = seqs.lengths if counts is None else counts
+    if likelihood is not None and options['optimizer'] not in ('lbfgs', 'newton'):
+        raise PgadError('0A000', f'optimizer "{options["optimizer"]}" cannot fit a multiplicative error',
+                        detail='Its likelihood is no mean over the rows.', hint="Use 'newton' or 'lbfgs'.")
     def why(part, k, where):  # descent.check_finite's why(w, output) for sequence k of part, of where
         one = sequences.Sequences(part.columns, part.starts[[k]], part.lengths[[k]])
         return lambda w, output: diagnosed(step, one, w, model, where) if output == 0 and model is not None else None
@@ -149,9 +155,12 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
             part = sequences.Sequences(seqs.columns, seqs.starts[begin:begin + batch],
                                        seqs.lengths[begin:begin + batch])
 
-            def sums(w, at, part=part):  # the objective and gradient of the groups at
-                some = sequences.Sequences(part.columns, part.starts[at], part.lengths[at])
-                return sequences.gradient(step, some, w, options['mode'], tile_bytes, options['backend'], cache)
+            def sums(w, at, part=part, n=np.asarray(counts[begin:begin + batch], dtype=np.float64)):
+                some = sequences.Sequences(part.columns, part.starts[at], part.lengths[at])  # the groups at
+                if likelihood is None:
+                    return sequences.gradient(step, some, w, options['mode'], tile_bytes, options['backend'], cache)
+                return concentrated(*(sequences.gradient(s, some, w, options['mode'], tile_bytes, options['backend'],
+                                                         cache) for s in likelihood), n[at])
             fits += fitting(sums, _start_of(start, begin, part.count),
                             counts[begin:begin + batch], names, options['iterations'], options['tolerance'], penalty,
                             clock,
@@ -177,6 +186,22 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
                                 int(counts[k]), None, options['tolerance'], penalty, clock,
                                 why=why(part, 0, where), bounds=bounds, loss=loss))
     return fits
+
+
+def concentrated(relative, logs, n):
+    """(the concentrated −2 log L of a multiplicative error less n·(ln 2π + 1), n·ln(S/n) + 2·L, its gradient) of
+    each group from the sums S of its squared relative errors and L of ln|ŷ| (each (sum, P × G gradient))."""
+    (s, ds), (logs_sum, dl) = relative, logs
+    with np.errstate(divide='ignore', invalid='ignore'):
+        return n * np.log(s / n) + 2 * logs_sum, (n / s) * ds + 2 * dl
+
+
+def likelihood_steps(model_text, label, state, weights, limits, memory_limit, gaps):
+    """The Steps (relative, logs) of an ETS of multiplicative error (_fit's likelihood): its recurrence with the
+    objectives ((y − ŷ)/ŷ)² and ln|ŷ| of a row."""
+    y = families.column(label)
+    return tuple(step_of(model_text, loss, label, state, weights, limits, memory_limit, gaps)[0]
+                 for loss in (f'λ(p, d) (({y} - p)/p)^2', 'λ(p, d) ln(abs(p))'))
 
 
 # A smoothing parameter, by its name: alpha, beta, gamma, alone or with a suffix (alpha2, gamma_week). Outside [0, 1]
@@ -303,10 +328,14 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
                    **{n: tuple(b) for n, b in candidate.bounds.items()}}
         some = everyone[positive] if candidate.positive else everyone
         told = counting.Tally(tally.name, tally.groups)
-        fits = dict(zip(some, _restarted(fitting, begun, descent.bounded(limited, spans, begun, names), told, names,
-                                         some, keys, candidate.fixed) if len(some) else []))
-        for k, fit in fits.items():
-            scores[c, k] = families.aicc(fit.loss * counts[k], int(counts[k]), candidate.parameters)
+        fits = dict(zip(some, _restarted(lambda *a, error=candidate.error: fitting(*a, error=error), begun,
+                                         descent.bounded(limited, spans, begun, names), told, names, some, keys,
+                                         candidate.fixed) if len(some) else []))
+        for k, fit in fits.items():  # (a multiplicative error's as the SSE of the same −2 log L: S·exp(2L/n))
+            n = int(counts[k])
+            with np.errstate(over='ignore'):
+                sse = n * float(np.exp(fit.loss)) if candidate.error == 'M' else fit.loss * n
+            scores[c, k] = families.aicc(sse, n, candidate.parameters)
         found.append((fits, told))
     best = np.argmin(scores, axis=0)
     fitted = []
@@ -316,6 +345,17 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
     return fitted, [(family.candidates[c].name, {candidate.name: float(scores[j, k]) if np.isfinite(scores[j, k])
                                                  else None for j, candidate in enumerate(family.candidates)})
                     for k, c in enumerate(best)]
+
+
+def _check_positive(kept, label, shown):
+    """The error of a multiplicative error's family over a group with a label not above 0."""
+    for where, group in kept:
+        y = group.columns[label][observed(group)]
+        if np.any(y <= 0):
+            raise PgadError('22023', f'{where}: family "{shown}" has a multiplicative error, and the label is '
+                                     f'{float(np.min(y)):g} at its least', detail='Its errors are relative to the '
+                                                                                 'prediction: labels above 0 only.',
+                            hint=f'Use an additive error: {shown.replace("ets(M,", "ets(A,")}.')
 
 
 def observed(group):
@@ -527,21 +567,30 @@ def train(name, model_text, loss, data, weights, given, config):
     tally = counting.Tally(name, len(kept) if options['group_by'] else 1)
     keys = [group.key for _, group in kept]
 
-    def fitting(begun, limited, told, some=None):  # the fits of the groups some (all: None) from begun (P or P × G)
-        some = np.arange(len(kept)) if some is None else some
+    errors = {c.error for c in family.candidates} if family is not None and family.candidates else \
+        {family.error} if family is not None else {'A'}
+    relatives = likelihood_steps(model_text, label, state, weights, config.limits, config.memory_limit,
+                                 missing.any()) if 'M' in errors else None
+    if 'M' in errors and not family.candidates:
+        _check_positive(kept, label, family.name)
+
+    def fitting(begun, limited, told, some=None, error='A'):  # the fits of the groups some (all: None) from begun
+        some = np.arange(len(kept)) if some is None else some                  # (P or P × G), of an ETS's error
         part = sequences.Sequences(seqs.columns, seqs.starts[some], seqs.lengths[some])
         begun = np.asarray(begun)[:, some] if np.ndim(begun) == 2 else begun
         return _fit(step, part, begun, names, options, penalty, [kept[k][0] for k in some], name,
                     min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
-                    limited, told, [keys[k] for k in some], objective.base(loss), counts[some])
+                    limited, told, [keys[k] for k in some], objective.base(loss), counts[some],
+                    relatives if error == 'M' else None)
     chosen = None
     mine = set(json.loads(given['weights'] or '{}')) if family is not None else set()
     if family is not None and family.candidates:
         fitted, chosen = _choose(family, fitting, start, names, program.spans(step.shapes), limits, kept, keys,
                                  tally, label, mine, counts)
     elif family is not None and family.components is not None:
-        fitted = _restarted(fitting, _starts(start, names, family.components, kept, label, mine), bounds, tally,
-                            names, np.arange(len(kept)), keys)
+        fitted = _restarted(lambda *a: fitting(*a, error=family.error),
+                            _starts(start, names, family.components, kept, label, mine), bounds, tally, names,
+                            np.arange(len(kept)), keys)
     else:
         fitted = fitting(start, bounds, tally)
     weights = np.stack([fit.weights for fit in fitted], axis=1)
@@ -571,7 +620,10 @@ def train(name, model_text, loss, data, weights, given, config):
         if objective.base(loss) == 'squared' and label in group.columns:
             at = slice(seqs.starts[k], seqs.starts[k] + lengths[k])
             seen = observed(group)
-            extra['sigma2'], extra['predicted_rows'] = variance((group.columns[label] - predictions[at])[seen], own)
+            errors = group.columns[label] - predictions[at]
+            if families.relative(chosen[k][0] if chosen else family.name if family else None):
+                errors = errors / predictions[at]  # ε = e/ŷ: σ² of a multiplicative error
+            extra['sigma2'], extra['predicted_rows'] = variance(errors[seen], own)
         nested = {n: float(fit.weights[at.start]) if not shape else fit.weights[at].reshape(shape).tolist()
                   for n, shape, at in program.spans(step.shapes)}
         fits.append((group.values, dict(zip(names, fit.weights.tolist()))))
