@@ -404,6 +404,26 @@ CALLS = {
              "FROM points', %s, order_by => 'day', state => %s, iterations => 1)", '{"alpha": 0.5, "l0": 0}', SES)
         + call("SELECT * FROM pgad.evaluate('m', 'SELECT (DATE ''2024-01-01'' + x::int)::timestamp AS day, y "
                "FROM points')"),
+    # frequency and the forecast function (docs/sql.md, "Forecasts")
+    'frequency "xyz" is not an interval':
+        call("SELECT pgad.train('m', 'ets(A,N,N)', 'squared', 'SELECT DATE ''2024-01-01'' + x::int AS day, y "
+             "FROM points', NULL, order_by => 'day', frequency => 'xyz')"),
+    'the rows of group {"store": 1} are not one per period of frequency "2 days"':
+        call("SELECT pgad.train('m', 'ets(A,N,N)', 'squared', 'SELECT 1 AS store, DATE ''2024-01-01'' + x::int "
+             "AS day, y FROM points', NULL, order_by => 'day', group_by => 'store', frequency => '2 days')"),
+    'the rows span 3000000001 periods of frequency "1", more than pgad.memory_limit holds (…)':
+        call("SELECT pgad.train('m', 'ets(A,N,N)', 'squared', 'SELECT x::int8 * 1000000000 AS n, y FROM points "
+             "WHERE x <= 4 UNION ALL SELECT 1, 5', NULL, order_by => 'n', frequency => '1')"),
+    'model "m" has a forecast function named "m_forecast"':
+        call("SELECT pgad.train('m', 'ets(A,N,N)', 'squared', 'SELECT x AS t, y FROM points', NULL, "
+             "order_by => 't')")
+        + call("SELECT pgad.train('m_forecast', 'λ(d, w) w.a*d.x', 'squared', 'points', %s)", '{"a": 0}'),
+    'cannot replace the forecast function of model "…": its columns change, and other objects depend on it':
+        call("SELECT pgad.train('fcv', 'ets(A,N,N)', 'squared', 'SELECT x::int % 2 AS g, x AS t, y FROM points', "
+             "NULL, order_by => 't', group_by => 'g')")
+        + call('CREATE OR REPLACE VIEW fcv_view AS SELECT * FROM pgad_models.fcv_forecast(2)')
+        + call("SELECT pgad.train('fcv', 'ets(A,N,N)', 'squared', 'SELECT (x::int % 2)::text AS g, x AS t, y "
+               "FROM points', NULL, order_by => 't', group_by => 'g')"),
     # pgad.tune (docs/sql.md, "Tuning")
     'pgad.tune cannot tune argument "mode"': call(TUNE + "grid => '{\"mode\": [\"forward\"]}')"),
     'grid value of "l2" must be a number, not "a"': call(TUNE + "grid => '{\"l2\": [\"a\"]}')"),

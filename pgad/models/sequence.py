@@ -16,7 +16,7 @@ import numpy as np
 from .. import arguments, calls, domain, loader, program, sequences, server
 from ..errors import PgadError
 from ..lang import parser, printer, vectors
-from . import catalog, descent, families, forecast_sql, lockstep, objective, periods, tally as counting
+from . import catalog, descent, families, lockstep, objective, periods, tally as counting
 
 OPTIMIZERS = ('newton', 'lbfgs', 'gd', 'momentum', 'adam')  # full batches: a sequence's rows are no sample of another
 NEWTON_WEIGHTS = 48  # the default optimizer is newton up to this many weights (its Hessian: a gradient a weight), then
@@ -541,7 +541,7 @@ def train(name, model_text, loss, data, weights, given, config):
     group_types, groups, kind = preloaded if preloaded and list(step.columns) == [label] else \
         load(data, list(step.columns), order_by, options['group_by'], config.memory_limit)
     group_types = catalog.group_types(options['group_by'], group_types)
-    options['group_types'] = group_types  # its forecast function's columns (forecast_sql.py)
+    options['group_types'] = group_types  # its forecast function's columns (catalog.forecast_made)
     names = [e for n, shape in step.shapes for e in vectors.elements(n, shape)]
     start = calls.vector_of(w)
     penalty = descent.Penalty(options['l1'], options['l2'], np.ones(len(start)))
@@ -637,7 +637,7 @@ def train(name, model_text, loss, data, weights, given, config):
     if shapes or vectors.needed(scoring_model):
         lam, prediction = vectors.unrolled_value(scoring_model, shapes, config.limits)
         unrolled = (lam, prediction, {})
-    forecast_sql.check_names(name, True)
+    catalog.check_forecast_names(name, True)
     scoring = catalog.Scoring(name, scoring_model, options['group_by'], group_types, printer.budget(config.limits),
                               unrolled, {}, None, None)
     return catalog.store(scoring, rows, fits, given['deploy'])
