@@ -327,7 +327,7 @@ def mase(actual, forecast, history, m=7):
 
 def automatic(args):
     """The --auto benchmark (issue 46): --auto-series daily series of --days rows (make: additive Holt-Winters, each
-    its own parameters), the last --horizon held out. pgad.train(…, 'auto(7)', …) over all of them in one call (nine
+    its own parameters), the last --horizon held out. pgad.train(…, 'auto(7)', …) over all of them in one call (fifteen
     ETS candidates a series, the least AICc kept) and pgad.forecast at 95%, against export + statsforecast's
     AutoETS(season_length=7) (its own choice among the ETS models) with n_jobs = the cores, forecast with
     level=[95], on the same rows, in one run: seconds (the load and the export included), the mean MASE of the

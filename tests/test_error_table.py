@@ -412,8 +412,8 @@ CALLS = {
         call("SELECT pgad.train('m', 'ets(A,N,N)', 'squared', 'SELECT 1 AS store, DATE ''2024-01-01'' + x::int "
              "AS day, y FROM points', NULL, order_by => 'day', group_by => 'store', frequency => '2 days')"),
     'the rows span 3000000001 periods of frequency "1", more than pgad.memory_limit holds (…)':
-        call("SELECT pgad.train('m', 'ets(A,N,N)', 'squared', 'SELECT x::int8 * 1000000000 AS n, y FROM points "
-             "WHERE x <= 4 UNION ALL SELECT 1, 5', NULL, order_by => 'n', frequency => '1')"),
+        call("SELECT pgad.train('m', 'ets(A,N,N)', 'squared', 'SELECT (x::int8 - 1) * 1000000000 AS n, y FROM "
+             "points WHERE x <= 4 UNION ALL SELECT 1, 5', NULL, order_by => 'n', frequency => '1')"),
     'model "m" has a forecast function named "m_forecast"':
         call("SELECT pgad.train('m', 'ets(A,N,N)', 'squared', 'SELECT x AS t, y FROM points', NULL, "
              "order_by => 't')")

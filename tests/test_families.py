@@ -201,7 +201,8 @@ def test_drift_is_its_least_squares(db):
 
 
 @pytest.mark.parametrize('model, extra, sqlstate, message', [
-    ('ets(M,N,N)', '', '0A000', 'family "ets(M,N,N)" has a multiplicative error, which pgad.train does not fit yet'),
+    ('ets(M,N,N)', '', '22023', 'model "fam_bad": family "ets(M,N,N)" has a multiplicative error, and the label is 0 '
+                                'at its least'),
     ('ets(A,N,A)', '', '22023', 'family "ets(A,N,A)" needs its season\'s length'),
     ('ets(A,N,A,1)', '', '22023', 'the season of family "ets(A,N,A,1)" has 1 periods, not between 2 and 400'),
     ('ets(A,B,N)', '', '22023', 'model "ets(A,B,N)" is no family pgad knows'),

@@ -99,17 +99,19 @@ def test_a_multiplicative_error_s_intervals_are_relative(db):
     """Simulated with relative errors ŷ·(1 + σ·z): a group ten times another has intervals ten times as wide
     (the same seed, the same draws), and the first step's half-width is about z·σ·ŷ."""
     y = draw(100, 3, 'A', 'N', 1)
-    load(db, 'mul_scale', [y, 10 * y])
-    rows = train(db, 'mul_scale', 'mul_scale', 'ets(M,A,N)')
-    assert rows[1][2]['alpha'] == pytest.approx(rows[0][2]['alpha'], rel=1e-5)
-    got = db.execute("SELECT group_key->>'g', step, value, lower, upper FROM pgad.forecast('mul_scale', 5, "
-                     "simulations => 20000) ORDER BY 1, 2").fetchall()
-    one, ten = np.array([r[2:] for r in got[:5]]), np.array([r[2:] for r in got[5:]])
+    load(db, 'mul_one', [y])
+    load(db, 'mul_ten', [10 * y])
+    rows = train(db, 'mul_one', 'mul_one', 'ets(M,A,N)')
+    ten_rows = train(db, 'mul_ten', 'mul_ten', 'ets(M,A,N)')
+    assert ten_rows[0][2]['alpha'] == pytest.approx(rows[0][2]['alpha'], rel=1e-5)
+    one, ten = (np.array(db.execute(f"SELECT value, lower, upper FROM pgad.forecast('{name}', 5, "
+                                    "simulations => 20000) ORDER BY step").fetchall())
+                for name in ('mul_one', 'mul_ten'))
     np.testing.assert_allclose(ten, 10 * one, rtol=1e-4)
     sigma = np.sqrt(rows[0][6]['sigma2'])
     np.testing.assert_allclose((one[0, 2] - one[0, 1]) / 2, 1.959964 * sigma * one[0, 0], rtol=0.05)
-    flagged = db.execute("SELECT lower, predicted, upper FROM pgad.anomalies('mul_scale', 'SELECT * FROM mul_scale', "
-                         "0.95) ORDER BY group_key->>'g', at LIMIT 3 OFFSET 10").fetchall()
+    flagged = db.execute("SELECT lower, predicted, upper FROM pgad.anomalies('mul_one', 'SELECT * FROM mul_one', "
+                         "0.95) ORDER BY at LIMIT 3 OFFSET 10").fetchall()
     for lower, predicted, upper in flagged:
         assert (upper - lower) / 2 == pytest.approx(1.959964 * sigma * abs(predicted), rel=1e-6)
 
@@ -136,3 +138,11 @@ def test_a_multiplicative_error_needs_labels_above_0(db):
     assert e.sqlstate == '22023' and e.message_primary == ('model "mul_neg", group {"g": 0}: family "ets(M,N,N)" has '
                                                            'a multiplicative error, and the label is -1 at its least')
     assert e.message_hint == 'Use an additive error: ets(A,N,N).'
+
+
+def test_a_multiplicative_error_takes_newton_or_l_bfgs(db):
+    load(db, 'mul_gd', [np.linspace(1, 5, 30)])
+    e = error_of(db, "SELECT * FROM pgad.train('mul_gd', 'ets(M,N,N)', 'squared', 'SELECT * FROM mul_gd', NULL, "
+                     "order_by => 'day', optimizer => 'gd')")
+    assert (e.sqlstate, e.message_primary) == ('0A000', 'optimizer "gd" cannot fit a multiplicative error')
+    assert e.message_hint == "Use 'newton' or 'lbfgs'."

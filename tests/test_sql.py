@@ -453,7 +453,7 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
              "pgad._evaluate('m', 'SELECT 1', 1)",
              "pgad._init_weights('{}', 'glorot', 0)", "pgad._evaluate('m', 'SELECT 1')",
              "pgad._hessian('λ(d, w) w.a', 'SELECT 1', '{\"a\": 0}', 'auto')", "pgad._summary('m', 'error')",
-             "pgad._forecast('m', 3, NULL::text, 0.95::float8, 1000, 0::int8)",
+             "pgad._forecast('m', 3, NULL::text, 0.95::float8, 1000, 0::int8, NULL::float8[])",
              "pgad._anomalies('m', 'SELECT 1', 0.95)", "pgad._cross_validation('m', 'SELECT 1', 1, 1, 1, 0.95)",
              "pgad._tune('m', 'λ(d, w) w.a', 'squared', 'SELECT 1 AS y', '{\"a\": 0}', '{\"l2\": [0]}', NULL, NULL, "
              "NULL, '0.2', 'validation_loss', true, NULL)"]
