@@ -146,3 +146,15 @@ def test_a_multiplicative_error_takes_newton_or_l_bfgs(db):
                      "order_by => 'day', optimizer => 'gd')")
     assert (e.sqlstate, e.message_primary) == ('0A000', 'optimizer "gd" cannot fit a multiplicative error')
     assert e.message_hint == "Use 'newton' or 'lbfgs'."
+
+
+@pytest.mark.parametrize('family, count', [('auto(A)', 9), ('auto(7, a)', 9), ('auto(Z)', 15), ('auto(1,A)', 3)])
+def test_auto_of_an_additive_error_alone(db, family, count):
+    """'auto(7,A)' ('auto(A)', the season from the dates): the nine candidates of an additive error, a multiplicative
+    season among them, each one run of the recurrence a step; 'auto(1,A)' the three without a season."""
+    y = draw(120, 5, 'A', 'M', 7)
+    load(db, 'mul_add', [y])
+    (_, _, _, _, _, _, options), = train(db, 'mul_add', 'mul_add', family)
+    assert options['family'] in options['candidates'] and len(options['candidates']) == count
+    assert count == 15 or all(c.startswith('ets(A,') for c in options['candidates'])
+    assert count != 9 or 'ets(A,A,M,7)' in options['candidates']

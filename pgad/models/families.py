@@ -40,7 +40,7 @@ ETS = re.compile(r'\s*ets\s*\(\s*([AM])\s*,\s*(N|A|Ad)\s*,\s*(N|A|M)\s*(?:,\s*(\
 ARIMA = re.compile(r'\s*arima\s*\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)'
                    r'(?:\s*\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)\s*(\d+))?\s*', re.IGNORECASE)
 DRIFT = re.compile(r'\s*drift\s*(?:\(\s*\))?\s*', re.IGNORECASE)
-AUTO = re.compile(r'\s*auto\s*(?:\(\s*(\d+)?\s*\))?\s*', re.IGNORECASE)
+AUTO = re.compile(r'\s*auto\s*(?:\(\s*(?:(\d+)(?:\s*,\s*([AZ]))?|([AZ]))?\s*\))?\s*', re.IGNORECASE)
 NAMED = re.compile(r'\s*(ets|arima|drift|auto)\b', re.IGNORECASE)
 SMOOTHING = [0.0, 1.0]
 DAMPING = [0.8, 0.98]           # R's ets(): φ within [0.8, 0.98]
@@ -78,6 +78,12 @@ def season_of(text):
     return 0 if found is None else None if found.group(1) is None else int(found.group(1))
 
 
+def errors_of(text):
+    """The errors an 'auto(…)' text's candidates take: 'A' (additive alone: 'auto(7,A)', 'auto(A)') or 'Z' (both)."""
+    found = AUTO.fullmatch(text)
+    return (found.group(2) or found.group(3) or 'Z').upper() if found else 'Z'
+
+
 def season(name):
     """The season's length of a stored ETS family's name ('ets(A,A,A,7)': 7), 1 for any other."""
     found = ETS.fullmatch(name or '')
@@ -112,7 +118,7 @@ def generate(text, label):
     if DRIFT.fullmatch(text):
         return drift(label)
     if AUTO.fullmatch(text):
-        return auto(season_of(text) or 1, label)
+        return auto(season_of(text) or 1, label, errors_of(text))
     raise PgadError('22023', f'model "{text.strip()}" is no family pgad knows',
                     hint=f'Name a family, {EXAMPLES}, or write the model as a lambda with order_by and state.')
 
@@ -260,13 +266,14 @@ def _sum(terms):
     return out
 
 
-def auto(m, label):
+def auto(m, label, errors='Z'):
     """The Family of 'auto': ETS with every trend (none, additive, damped) and season (none, additive,
     multiplicative, of length m where m ≥ 2) as one recurrence, whose weights tau, sa and sm (and phi, 1 but for the
     damped trend) choose the components — fixed by bounds of one value for each Candidate, which sequence.py fits in
-    turn, all the groups at once, keeping each group's of least AICc (aicc) — and each of ERRORS' errors: an
-    additive error (least squares) but with a multiplicative season (R's ets() leaves that out as unstable), a
-    multiplicative one (its likelihood) for groups whose labels are all above 0."""
+    turn, all the groups at once, keeping each group's of least AICc (aicc) — and each error errors takes: 'Z' an
+    additive error (least squares) but with a multiplicative season (R's ets() leaves that out as unstable) and a
+    multiplicative one (its likelihood) for groups whose labels are all above 0; 'A' the additive error alone, with
+    every season (nine candidates, each one run of the recurrence a step: the fast choice)."""
     y = column(label)
     part = '(s.level + w.phi*w.tau*s.trend)'
     seasonal = m >= 2
@@ -284,8 +291,9 @@ def auto(m, label):
         weights.update(sa=0.0, sm=0.0, gamma=0.1, **{f'i{k}': 0.0 for k in range(1, m + 1)})
     bounds = {'alpha': SMOOTHING, 'beta': SMOOTHING, **({'gamma': SMOOTHING} if m >= 2 else {})}
     candidates = []
-    for error, trend, season in ((e, t, s) for e in ERRORS for t in ('N', 'A', 'Ad')
-                                 for s in (('N', 'A', 'M') if m >= 2 else ('N',)) if e == 'M' or s != 'M'):
+    for error, trend, season in ((e, t, s) for e in ('A', 'M') if errors == 'Z' or e == errors
+                                 for t in ('N', 'A', 'Ad') for s in (('N', 'A', 'M') if m >= 2 else ('N',))
+                                 if e == 'M' or s != 'M' or errors == 'A'):
         fixed = {'tau': float(trend != 'N'), **({'phi': 1.0} if trend != 'Ad' else {}),
                  **({'beta': 0.0, 'b0': 0.0} if trend == 'N' else {})}
         if seasonal:
@@ -296,11 +304,9 @@ def auto(m, label):
         candidates.append(Candidate(f'ets({error},{trend},{season}' + (f',{m})' if season != 'N' else ')'),
                                     fixed, {'phi': DAMPING} if trend == 'Ad' else {}, count,
                                     season == 'M' or error == 'M', (trend, season, m), error))
-    return Family(f'auto({m})' if m >= 2 else 'auto', f'λ(d, w, s) {prediction}', json.dumps(state), weights,
+    shown = ','.join(([str(m)] if m >= 2 else []) + (['A'] if errors == 'A' else []))
+    return Family(f'auto({shown})' if shown else 'auto', f'λ(d, w, s) {prediction}', json.dumps(state), weights,
                   bounds, candidates)
-
-
-ERRORS = ('A', 'M')  # the errors of 'auto''s candidates
 
 
 def aicc(sse, n, k):

@@ -259,7 +259,8 @@ def _family(text, loss, weights, given, data, config):
         preloaded = load(data, [given['label']], order_column(given['order_by']),
                          arguments.group_by(given['group_by']), config.memory_limit)
         found = [group.order for group in preloaded[1] if len(group.order) > 1]
-        text = f'auto({families.season_length(preloaded[2], found[0]) if found else 1})'
+        errors = ',A' if families.errors_of(text) == 'A' else ''
+        text = f'auto({families.season_length(preloaded[2], found[0]) if found else 1}{errors})'
     family = families.generate(text, given['label'])
     mine = arguments.parsed(weights, 'weights', 'weight', config.memory_limit) if weights else {}
     limits = arguments.parsed(given['bounds'], 'bounds', 'weight', config.memory_limit) if given['bounds'] else {}
@@ -314,14 +315,18 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
     family fitted in turn, all the groups at once (fitting(start, bounds, tally, groups)) with its weights fixed by
     bounds of one value, and each group's of least AICc (families.aicc) kept; a candidate that needs a label above
     0 (a multiplicative season) fits only the groups whose labels all are; each group starts from its rows
-    (families.initial) but for the weights the user gave (mine). The messages are the chosen fits' (keys: each
-    group's key); counts each group's rows but its missing periods, AICc's n."""
+    (families.initial) but for the weights the user gave (mine), and a multiplicative error from its additive twin's
+    fit (the same recurrence: its least squares is near the likelihood's optimum). The messages are the chosen fits'
+    (keys: each group's key); counts each group's rows but its missing periods, AICc's n."""
     index = {n: i for i, n in enumerate(names)}
     everyone = np.arange(len(kept))
     positive = np.array([np.min(group.columns[label][observed(group)]) > 0 for _, group in kept])
-    scores, found = np.full((len(family.candidates), len(kept)), np.inf), []
+    scores, found, fitted_of = np.full((len(family.candidates), len(kept)), np.inf), [], {}
     for c, candidate in enumerate(family.candidates):
         begun = _starts(start, names, candidate.components, kept, label, mine)
+        twin = fitted_of.get(candidate.name.replace('ets(M,', 'ets(A,'), {}) if candidate.error == 'M' else {}
+        for k, fit in twin.items():
+            begun[:, k] = fit.weights
         for n, v in candidate.fixed.items():
             begun[index[n]] = v
         limited = {**(limits or {}), **{n: (v, v) for n, v in candidate.fixed.items()},
@@ -337,6 +342,7 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
                 sse = n * float(np.exp(fit.loss)) if candidate.error == 'M' else fit.loss * n
             scores[c, k] = families.aicc(sse, n, candidate.parameters)
         found.append((fits, told))
+        fitted_of[candidate.name] = fits
     best = np.argmin(scores, axis=0)
     fitted = []
     for k, c in enumerate(best):
