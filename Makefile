@@ -95,6 +95,7 @@ test: install $(DEV)/.done
 # (--repeats 1, as run.py does for what takes over a second); docs/performance.md's figures are the best of 3.
 # bench/sequences.py --auto: 'auto' against statsforecast's AutoETS on 10,000 daily series, held-out MASE and
 # coverage (about 30 minutes of AutoETS on 2 cores); AUTO_ARGS='--auto-series 1000' for a shorter run.
+# bench/mixed.py: 'auto' against AutoETS on 86 series of mixed kinds, statsmodels' real series among them.
 # bench/latency.py: a new session's first pgad call (connect, one statement, disconnect) against SELECT 1's
 # (docs/performance.md, "The first call").
 bench: install $(DEV)/.done
@@ -105,6 +106,7 @@ bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/optimum.py --repeats 1 $(OPTIMUM_ARGS)
 	$(DEV)/bin/python bench/multiclass.py --repeats 1
 	$(DEV)/bin/python bench/sequences.py --gradient --train --auto $(AUTO_ARGS)
+	$(DEV)/bin/python bench/mixed.py
 	$(DEV)/bin/python bench/scan_linear.py
 	$(DEV)/bin/python bench/shards.py
 	$(DEV)/bin/python bench/mlp.py
