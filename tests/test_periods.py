@@ -329,3 +329,12 @@ def test_several_levels_in_one_forecast(db):
                              ("array_fill(0.5::float8, ARRAY[101])", '22023')):
         e = error_of(db, f"SELECT * FROM pgad.forecast('per_levels', 3, levels => {levels})")
         assert e.sqlstate == sqlstate, (levels, e.message_primary)
+
+
+def test_evaluate_bounds_the_periods_it_steps_through(db):
+    """Rows a billion days after the training's: the forecast steps through the missing periods are counted against
+    pgad.memory_limit before any runs (54000), not run one by one past a cancel."""
+    load(db, 'per_far', {0: gapped(40, 12, [])})
+    train(db, 'per_far', 'per_far', 'ets(A,N,N)')
+    e = error_of(db, "SELECT * FROM pgad.evaluate('per_far', 'SELECT 0 AS g, DATE ''5000000-01-01'' AS day, 1.0 AS y')")
+    assert e.sqlstate == '54000' and 'periods of frequency "1 day" missing' in e.message_primary, e.message_primary

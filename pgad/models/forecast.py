@@ -423,9 +423,10 @@ def evaluate(name, data, config, stored, rules_of):
             state = np.array([fc.options_of[key]['last_state'][f] for f in fc.step.states]).reshape(k, 1)
             z, per_row = np.empty(n), np.empty(n)
             label = columns.get(fc.label, np.full(n, math.nan))
-            missing = _missing(fc, key, order, order_kind)
+            missing = _missing(fc, key, order, order_kind, config.memory_limit)
             for t in range(n):
                 for _ in range(missing[t]):  # the missing periods before the row: forecast steps
+                    limits.tick(1)
                     state = _advanced(fc, w, state)
                 limits.tick(1)
                 at = {c: v[t:t + 1] for c, v in columns.items() if c != fc.label}
@@ -446,9 +447,10 @@ def evaluate(name, data, config, stored, rules_of):
     return out
 
 
-def _missing(fc, key, order, kind):
+def _missing(fc, key, order, kind, memory_limit):
     """The missing periods before each of a group's rows after the training's last (order: their order values), by
-    its stored frequency; none for a model that reads a column beside its label (training filled none)."""
+    its stored frequency; none for a model that reads a column beside its label (training filled none). Each is a
+    forecast step, bounded as a forecast's steps are (ROW_BYTES each within memory_limit) before any runs."""
     text = fc.options_of[key].get('frequency')
     if text is None or set(fc.step.columns) - {fc.label} or not len(order):
         return np.zeros(len(order), dtype=np.int64)
@@ -460,7 +462,11 @@ def _missing(fc, key, order, kind):
                                  f'are not one per period of frequency "{text}"',
                         hint='Give rows at the periods the model was trained on.')
     gaps = np.diff(at) - 1
-    limits.tick(int(gaps.sum()))
+    if int(gaps.sum()) * ROW_BYTES > memory_limit:
+        raise PgadError('54000', f'the rows{f" of group {key}" if key is not None else ""} after the training\'s '
+                                 f'last leave {int(gaps.sum())} periods of frequency "{text}" missing, more steps than '
+                                 f'pgad.memory_limit allows a forecast ({memory_limit // ROW_BYTES})',
+                        hint='Evaluate on the rows that follow the training\'s, or train on rows nearer them.')
     return gaps
 
 
