@@ -338,3 +338,16 @@ def test_evaluate_bounds_the_periods_it_steps_through(db):
     train(db, 'per_far', 'per_far', 'ets(A,N,N)')
     e = error_of(db, "SELECT * FROM pgad.evaluate('per_far', 'SELECT 0 AS g, DATE ''5000000-01-01'' AS day, 1.0 AS y')")
     assert e.sqlstate == '54000' and 'periods of frequency "1 day" missing' in e.message_primary, e.message_primary
+
+
+def test_cross_validation_scales_by_each_group_s_season(db):
+    """MASE's scale is the seasonal naive's of the group's family: 12 for 'arima(0,0,0)(0,1,0)12' (whose forecast is
+    the seasonal naive's itself), read from the family's name as an ETS's season is."""
+    y = 50 + 10 * np.sin(2 * np.pi * np.arange(96) / 12) + np.random.default_rng(13).normal(size=96)
+    load(db, 'per_cv', {0: y}, step=lambda first, k: datetime.date(2000 + k // 12, k % 12 + 1, 1))
+    train(db, 'per_cv', 'per_cv', 'arima(0,0,0)(0,1,0)12')
+    got = dict(db.execute("SELECT metric, value FROM pgad.cross_validation('per_cv', 'SELECT * FROM per_cv', 6, "
+                          "windows => 1) WHERE group_key->>'g' = '0'").fetchall())
+    o = 90
+    error = np.mean(np.abs(y[o:] - y[o - 12:o - 6]))
+    np.testing.assert_allclose(got['mase'], error / np.mean(np.abs(y[12:o] - y[:o - 12])), rtol=1e-9)

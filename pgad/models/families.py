@@ -85,9 +85,13 @@ def errors_of(text):
 
 
 def season(name):
-    """The season's length of a stored ETS family's name ('ets(A,A,A,7)': 7), 1 for any other."""
+    """The season's length of a stored family's name ('ets(A,A,A,7)': 7, 'arima(1,0,0)(1,1,0)12': 12), 1 for any
+    other."""
     found = ETS.fullmatch(name or '')
-    return int(found.group(4)) if found and found.group(4) else 1
+    if found:
+        return int(found.group(4)) if found.group(4) else 1
+    found = ARIMA.fullmatch(name or '')
+    return int(found.group(7)) if found and found.group(7) else 1
 
 
 def relative(name):

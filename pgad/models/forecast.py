@@ -571,7 +571,7 @@ def cross_validation(name, data, horizon, windows, step, level, config):
     once), then forecasts `horizon` rows (the exogenous columns the data's own), its intervals at level as
     pgad.forecast's; each forecast is scored against the rows' labels. Per group: windows and points (the windows and
     rows scored), mae, rmse, mase (each window's MAE over the in-sample MAE of the seasonal naive forecast before its
-    origin, m the family's season or 1, averaged) and coverage (NULL without intervals); with group_by, the same over
+    origin, m the group's family's season or 1, averaged) and coverage (NULL without intervals); with group_by, the same over
     all groups with group_key {} (mase and coverage their means over the windows and rows)."""
     if name is None or data is None or horizon is None or windows is None or level is None:
         return []
@@ -592,7 +592,7 @@ def cross_validation(name, data, horizon, windows, step, level, config):
     key_of = (lambda group: group.key) if options.get('group_by') else (lambda group: None)
     known = [g for g in groups if key_of(g) in fc.weights]
     known, runner = fc.filled(known, kind, key_of, config.memory_limit)  # windows of periods, scored where observed
-    m = families.season(options.get('family'))
+    season = [families.season(fc.options_of[key_of(g)].get('family')) for g in known]  # each group's own
     sigma2 = np.array([fc.options_of[key_of(g)].get('sigma2', math.nan) for g in known])
     relative = np.array([families.relative(fc.options_of[key_of(g)].get('family')) for g in known], dtype=bool)
     how = _how(fc, sigma2, 1000, config, relative)
@@ -601,7 +601,7 @@ def cross_validation(name, data, horizon, windows, step, level, config):
              for g in known}
     for w in range(windows):
         back = horizon + (windows - 1 - w) * step
-        some = [j for j, g in enumerate(known) if len(g.order) - back > m]
+        some = [j for j, g in enumerate(known) if len(g.order) - back > season[j]]
         if not some:
             continue
         server.check_interrupts()
@@ -619,6 +619,7 @@ def cross_validation(name, data, horizon, windows, step, level, config):
             y, seen = known[j].columns[label], sequence.observed(known[j])
             ahead = seen[o:o + horizon]  # a missing period is forecast, not scored
             actual, error = y[o:o + horizon][ahead], (y[o:o + horizon] - values[:, i])[ahead]
+            m = season[j]
             pairs = seen[m:o] & seen[:o - m]
             scale = float(np.mean(np.abs(y[m:o] - y[:o - m])[pairs])) if pairs.any() else 0.0
             r = found[key_of(known[j])]
