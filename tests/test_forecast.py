@@ -523,7 +523,8 @@ def test_the_memory_bounds_of_a_forecast_at_the_byte(db):
     """Under pgad.memory_limit = 1 MB: the result's rows at 256 bytes (8 more an exogenous column) a group and a
     step, and a simulation's paths at 8 bytes a node of the step's graph, a state, a weight and 2: each at the
     limit runs, a byte past it is 54000 with its message and hint whole; a linear model is not simulated, so its
-    paths are not counted; simulations => 1 is a path."""
+    paths are not counted; simulations => 1 is a path. Groups whose paths together pass the limit are simulated a
+    batch at a time, each group's draws its own (seed and its place): the same bounds as all at once."""
     load(db, 'f_mem', [series(30)], x=np.arange(30) / 10)
     load(db, 'f_memg', [series(30), series(30, seed=4)])
     train(db, 'f_mem', 'f_mem', 'λ(d, w, s) s.level', SES, '{"alpha": 0.5, "l0": 50}')
@@ -550,7 +551,7 @@ def test_the_memory_bounds_of_a_forecast_at_the_byte(db):
         assert refused("SELECT FROM pgad.forecast('f_memx', 3972, 'SELECT day, x FROM f_mem')")[0] == '54000'
         assert len(forecast(db, 'f_mems', 2, simulations=most)) == 2
         assert refused(f"SELECT FROM pgad.forecast('f_mems', 2, simulations => {most + 1})") == (
-            '54000', f'{most + 1} simulated paths for 1 group need {(most + 1) * per_path >> 20} MB, more than '
+            '54000', f'{most + 1} simulated paths of a group need {(most + 1) * per_path >> 20} MB, more than '
             'pgad.memory_limit (1 MB)', 'Simulate fewer paths, or have a superuser raise pgad.memory_limit.')
         assert len(forecast(db, 'f_mem', 2, simulations=10 * most)) == 2
     train(db, 'f_memsg', 'f_memg', 'λ(d, w, s) s.level', nonlinear, '{"alpha": 0.5, "l0": 50}', group_by='g')
@@ -559,8 +560,9 @@ def test_the_memory_bounds_of_a_forecast_at_the_byte(db):
         exact = nodes * -(-1024 // nodes) * 1024 // per_path
         assert len(forecast(db, 'f_mems', 1, simulations=exact)) == 1  # paths of exactly the limit run
         assert refused(f"SELECT FROM pgad.forecast('f_mems', 1, simulations => {exact + 1})")[0] == '54000'
-        assert refused(f"SELECT FROM pgad.forecast('f_memsg', 1, simulations => {exact})")[1].startswith(
-            f'{exact} simulated paths for 2 groups need ')
+        batched = [v for r in forecast(db, 'f_memsg', 3, simulations=exact) for v in r[2:]]  # a group at a time
+    whole = [v for r in forecast(db, 'f_memsg', 3, simulations=exact) for v in r[2:]]  # all at once
+    assert len(batched) == 18 and batched == pytest.approx(whole, rel=1e-12)
     one = forecast(db, 'f_mems', 3, simulations=1)
     assert [r[3] == r[4] for r in one] == [True] * 3  # one path: both bounds its value at each step
     assert refused("SELECT FROM pgad.forecast('f_mems', 3, simulations => 0)") == (

@@ -211,7 +211,7 @@ def forecast(name, horizon, data, level, simulations, seed, config, levels=None)
     weights = np.array([fc.weights[key] for key in keys]).T.reshape(len(fc.step.weights), g)
     states = np.array([[fc.options_of[key]['last_state'][f] for key in keys] for f in fc.step.states]).reshape(k, g)
     values, lower, upper = _ahead(fc, columns, weights, states, horizon, sigma2, levels, simulations, seed, how,
-                                  relative)
+                                  relative, config.memory_limit)
     stored = [fc.options_of[key] for key in keys]
     at = periods.ahead([o.get('first_order') for o in stored], [o.get('frequency') for o in stored],
                        [o.get('last_period') for o in stored], fc.options.get('order_type'), horizon)
@@ -237,27 +237,31 @@ def _levels(levels):
 def _how(fc, sigma2, simulations, config, relative=None):
     """How the intervals are made: 'none' (no σ: a loss other than 'squared'), 'analytic' (linear as written) or
     'simulation' (each group's linear along its path analytic all the same: _ahead); the error where the paths
-    simulated for every group (or the groups of a multiplicative error, relative, which are simulated whatever the
-    recurrence) would pass pgad.memory_limit."""
-    g, k = len(sigma2), len(fc.step.states)
+    simulated for one group would pass pgad.memory_limit (the groups are simulated a batch at a time: _ahead)."""
     how = 'none' if not len(sigma2) or np.isnan(sigma2).any() or objective.base(fc.loss) != 'squared' else \
         'analytic' if fc.linear() is not None else 'simulation'
-    if how == 'analytic' and relative is not None and relative.any():
-        g = int(np.count_nonzero(relative))
-    if how == 'simulation' or g < len(sigma2):
-        paths = g * simulations * (8 * (len(fc.graph.nodes) + k + len(fc.step.weights) + 2))
-        if paths > config.memory_limit:
-            raise PgadError('54000', f'{simulations} simulated paths for {g} group{"s" * (g != 1)} need '
-                                     f'{paths >> 20} MB, more than pgad.memory_limit ({config.memory_limit >> 20} MB)',
-                            hint='Simulate fewer paths, or have a superuser raise pgad.memory_limit.')
+    simulated = how == 'simulation' or (how == 'analytic' and relative is not None and relative.any())
+    if simulated and _path_bytes(fc, simulations) > config.memory_limit:
+        raise PgadError('54000', f'{simulations} simulated paths of a group need '
+                                 f'{_path_bytes(fc, simulations) >> 20} MB, more than pgad.memory_limit '
+                                 f'({config.memory_limit >> 20} MB)',
+                        hint='Simulate fewer paths, or have a superuser raise pgad.memory_limit.')
     return how
 
 
-def _ahead(fc, columns, weights, states, horizon, sigma2, levels, simulations, seed, how, relative=None):
+def _path_bytes(fc, simulations):
+    """What one group's simulated paths hold at once: a float8 of each node, state field and weight a path."""
+    return simulations * 8 * (len(fc.graph.nodes) + len(fc.step.states) + len(fc.step.weights) + 2)
+
+
+def _ahead(fc, columns, weights, states, horizon, sigma2, levels, simulations, seed, how, relative=None,
+           memory_limit=1 << 62, ids=None):
     """(values, horizon × G; lower and upper, L × horizon × G): the forecast from states (K × G) at weights (P × G),
     the exogenous columns' horizon × G values, its intervals at each of levels (L of them; one simulation for all)
     made as how (_how) says; relative (G booleans, or None) the groups of a multiplicative error, whose intervals
-    are simulated with relative errors."""
+    are simulated with relative errors, as many groups at a time as memory_limit holds their paths; ids (G) each
+    group's number, which with seed chooses its draws (its position by default)."""
+    ids = np.arange(weights.shape[1]) if ids is None else np.asarray(ids)
     relative = np.zeros(weights.shape[1], dtype=bool) if relative is None else relative
     # a recurrence that is not linear as written may be, at a group's weights, along its forecast (the choice of
     # 'auto': a multiplicative season's weight 0): those groups' intervals are analytic too (_paths' check)
@@ -271,10 +275,12 @@ def _ahead(fc, columns, weights, states, horizon, sigma2, levels, simulations, s
             half = z * np.sqrt(variance)
         lower, upper = values - half, values + half
         drawn = np.flatnonzero(~linear | relative)
-        if len(drawn):  # the others, by simulation
-            lower[:, :, drawn], upper[:, :, drawn] = _simulated(
-                fc, {c: v[:, drawn] for c, v in columns.items()}, weights[:, drawn], states[:, drawn], horizon,
-                sigma2[drawn], levels, simulations, seed, relative[drawn])
+        batch = max(1, memory_limit // _path_bytes(fc, simulations))
+        for begin in range(0, len(drawn), batch):  # the others, by simulation, a batch of groups at a time
+            some = drawn[begin:begin + batch]
+            lower[:, :, some], upper[:, :, some] = _simulated(
+                fc, {c: v[:, some] for c, v in columns.items()}, weights[:, some], states[:, some], horizon,
+                sigma2[some], levels, simulations, seed, relative[some], ids[some])
     return values, lower, upper
 
 
@@ -367,13 +373,14 @@ def _predicted(fc, plan, columns, states, weights, n, h):
     return y
 
 
-def _simulated(fc, columns, weights, states, horizon, sigma2, levels, simulations, seed, relative=None):
+def _simulated(fc, columns, weights, states, horizon, sigma2, levels, simulations, seed, relative=None, ids=None):
     """(lower, upper), L × horizon × G: the empirical quantiles of each of levels at each step of `simulations`
     paths whose labels are the
     prediction plus a normal error of variance sigma2 (times the prediction's size for a group of relative, a
-    multiplicative error: ŷ·(1 + σ·z)), drawn by numpy's Generator seeded by seed."""
+    multiplicative error: ŷ·(1 + σ·z)), drawn by numpy's Generator seeded by (seed, the group's id), so that a
+    group's draws are its own whichever groups are simulated with it."""
     g, k, s = weights.shape[1], len(fc.step.states), simulations
-    rng = np.random.default_rng(seed % (1 << 64))
+    rngs = [np.random.default_rng([seed % (1 << 64), int(i)]) for i in (range(g) if ids is None else ids)]
     weights = np.repeat(weights, s, axis=1)       # group j's paths are columns j·s … j·s + s − 1
     states = np.repeat(states, s, axis=1)
     sigma = np.repeat(np.sqrt(sigma2), s)
@@ -386,7 +393,8 @@ def _simulated(fc, columns, weights, states, horizon, sigma2, levels, simulation
         limits.tick(g * s)
         at = {c: np.repeat(v[h], s) for c, v in columns.items()}
         y = _predicted(fc, plan, at, states, weights, g * s, h)
-        y = y + sigma * rng.standard_normal(g * s) * np.where(scaled, np.abs(y), 1.0)
+        z = np.concatenate([rng.standard_normal(s) for rng in rngs])
+        y = y + sigma * z * np.where(scaled, np.abs(y), 1.0)
         bounds = np.quantile(y.reshape(g, s), quantiles, axis=1)
         lower[:, h], upper[:, h] = bounds[0::2], bounds[1::2]
         found = python_backend.evaluate(after, *fc.inputs(at, states, weights, y))
@@ -613,7 +621,7 @@ def cross_validation(name, data, horizon, windows, step, level, config):
         columns = {c: np.stack([known[j].columns[c][o:o + horizon] for j, o in zip(some, origins)], axis=1)
                    for c in fc.exogenous}
         values, lower, upper = _ahead(fc, columns, weights, states.reshape(k, len(some)), horizon, sigma2[some],
-                                      [level], 1000, 0, how, relative[some])
+                                      [level], 1000, 0, how, relative[some], config.memory_limit, some)
         lower, upper = lower[0], upper[0]
         for i, (j, o) in enumerate(zip(some, origins)):
             y, seen = known[j].columns[label], sequence.observed(known[j])
