@@ -23,6 +23,7 @@ the training's last row, the state updated with the actual label: one-step-ahead
 import datetime
 import json
 import math
+from dataclasses import replace
 from statistics import NormalDist
 
 import numpy as np
@@ -408,7 +409,8 @@ def evaluate(name, data, config, stored, rules_of):
     rows, loss (the mean objective), the loss's metrics; earlier_rows (rows at or before the training's last row,
     left out), skipped_rows (a NULL in a column read); unseen_rows of a group the model does not have. rules_of:
     evaluate.rules_of, the metrics of a named loss; of loss 'squared' mse, rmse and mae (no r2: the data's mean
-    is no forecast the model could have made)."""
+    is no forecast the model could have made). The recurrence runs in the kernel (sequences.run), all the groups at
+    once, each from its stored last state (resumed), the periods missing before a row as training ran them."""
     fc = Forecaster(name, stored, config)
     found, order_kind = _after(name, data, fc, fc.read, config)
     kind, metrics = rules_of(fc.loss)
@@ -416,32 +418,23 @@ def evaluate(name, data, config, stored, rules_of):
         metrics = {m: metrics[m] for m in ('mse', 'rmse', 'mae')}
     if fc.label not in fc.read:
         metrics = {}
-    plan = fc.plan([fc.prediction, fc.loss_node, *fc.next])
+    keys = sorted(found, key=lambda key: (key is not None, key))
+    runs = {}  # key: (its rows, gaps among them filled, which are the data's)
+    for key in keys:
+        columns, _, _, order = found[key]
+        if columns is not None and len(order):
+            runs[key] = _resumed_rows(fc, columns, _missing(fc, key, order, order_kind, config.memory_limit))
+    scored = _resumed_run(fc, runs, config) if runs else {}
     out = []
-    for key in sorted(found, key=lambda key: (key is not None, key)):
+    for key in keys:
         columns, earlier, skipped, order = found[key]
         if columns is None:
             out.append((key, 'unseen_rows', float(earlier)))
             continue
-        n = len(next(iter(columns.values()))) if columns else 0
-        out.append((key, 'rows', float(n)))
-        if n:
-            k = len(fc.step.states)
-            w = fc.weights[key].reshape(-1, 1)
-            state = np.array([fc.options_of[key]['last_state'][f] for f in fc.step.states]).reshape(k, 1)
-            z, per_row = np.empty(n), np.empty(n)
-            label = columns.get(fc.label, np.full(n, math.nan))
-            missing = _missing(fc, key, order, order_kind, config.memory_limit)
-            for t in range(n):
-                for _ in range(missing[t]):  # the missing periods before the row: forecast steps
-                    limits.tick(1)
-                    state = _advanced(fc, w, state)
-                limits.tick(1)
-                at = {c: v[t:t + 1] for c, v in columns.items() if c != fc.label}
-                values = python_backend.evaluate(plan, *fc.inputs(at, state, w, label[t:t + 1]))
-                z[t], per_row[t] = as_rows(values[fc.prediction], 1)[0], as_rows(values[fc.loss_node], 1)[0]
-                state = np.array([as_rows(values[o], 1) for o in fc.next]).reshape(k, 1)
-            out.append((key, 'loss', float(np.mean(per_row))))
+        out.append((key, 'rows', float(len(order))))
+        if key in scored:
+            label, z, loss = scored[key]
+            out.append((key, 'loss', loss))
             for metric, rule in metrics.items():
                 with np.errstate(over='ignore'):
                     value = rule(label, z)
@@ -452,6 +445,51 @@ def evaluate(name, data, config, stored, rules_of):
         raise PgadError('22000', 'the data has no rows after the training\'s last row',
                         hint=f'pgad.evaluate scores sequence model "{name}" one step ahead on the rows after the ones '
                              'it was trained on.')
+    return out
+
+
+RESUME = '\x00resume '  # the weight a resumed step's field starts at (its stored last state): no weight is so named
+
+
+def _resumed_rows(fc, columns, missing):
+    """({column: array} of a group's rows after the training's last, with a row for each period missing before a row
+    (the label 0, sequences.GAP 1 there, as periods.filled makes them), which of them are the data's)."""
+    n = len(missing)
+    columns = {**columns}
+    if fc.label not in columns:
+        columns[fc.label] = np.full(n, math.nan)  # a model whose loss reads a label the data lacks: no metrics
+    if not missing.any():
+        return {**columns, sequences.GAP: np.zeros(n)}, np.ones(n, dtype=bool)
+    at = np.arange(n) + np.cumsum(missing)
+    total = n + int(missing.sum())
+    out = {c: np.zeros(total) for c in columns}
+    for c, v in columns.items():
+        out[c][at] = v
+    seen = np.zeros(total, dtype=bool)
+    seen[at] = True
+    out[sequences.GAP] = (~seen).astype(np.float64)
+    return out, seen
+
+
+def _resumed_run(fc, runs, config):
+    """{key: (the data's labels, their one-step predictions, the mean objective)} of runs ({key: _resumed_rows'}),
+    the recurrence run in the kernel from each group's stored last state: its step with each field's start the
+    weight RESUME + field, given the state as weights beside the model's."""
+    step = fc._step_of(any(not seen.all() for _, seen in runs.values()))[0]
+    graph = step.graph.copy()
+    start = tuple(graph.weight(RESUME + f).id for f in step.states)
+    resumed = replace(step, graph=graph, start=start, weights=step.weights + tuple(RESUME + f for f in step.states))
+    keys = list(runs)
+    weights = np.array([np.concatenate([fc.weights[key], [fc.options_of[key]['last_state'][f] for f in step.states]])
+                        for key in keys]).T
+    lengths = [len(seen) for _, seen in runs.values()]
+    seqs = sequences.joined([columns for columns, _ in runs.values()], lengths, resumed.columns)
+    losses, _, predictions = sequences.run(resumed, seqs, weights, keep='predictions',
+                                           backend=fc.options.get('backend', 'auto'), cache=config.cache)
+    out = {}
+    for k, (key, (columns, seen)) in enumerate(runs.items()):
+        z = predictions[seqs.starts[k]:seqs.starts[k] + lengths[k]][seen]
+        out[key] = (columns[fc.label][seen], z, float(losses[k]) / int(seen.sum()))
     return out
 
 
@@ -476,15 +514,6 @@ def _missing(fc, key, order, kind, memory_limit):
                                  f'pgad.memory_limit allows a forecast ({memory_limit // ROW_BYTES})',
                         hint='Evaluate on the rows that follow the training\'s, or train on rows nearer them.')
     return gaps
-
-
-def _advanced(fc, w, state):
-    """The state (K × 1) after one forecast step from it: the label read as the prediction."""
-    k = len(fc.step.states)
-    with np.errstate(all='ignore'):
-        y = python_backend.evaluate(fc.plan([fc.prediction]), *fc.inputs({}, state, w, np.nan))[fc.prediction]
-        found = python_backend.evaluate(fc.plan(fc.next), *fc.inputs({}, state, w, as_rows(y, 1)))
-    return np.array([as_rows(found[o], 1) for o in fc.next]).reshape(k, 1)
 
 
 def anomalies(name, data, level, config):
