@@ -478,7 +478,13 @@ def _resumed_run(fc, runs, config):
     step = fc._step_of(any(not seen.all() for _, seen in runs.values()))[0]
     graph = step.graph.copy()
     start = tuple(graph.weight(RESUME + f).id for f in step.states)
-    resumed = replace(step, graph=graph, start=start, weights=step.weights + tuple(RESUME + f for f in step.states))
+    zero, p = graph.const(0.0).id, len(step.weights)
+    # the derivatives the kernel's module holds beside the run: a row's by the new weights 0 (it reads none of them),
+    # the starts' Σ λ_k·start_k by RESUME + field k its λ_k, by the model's weights 0
+    resumed = replace(step, graph=graph, start=start, weights=step.weights + tuple(RESUME + f for f in step.states),
+                      vjp=step.vjp[:p] + (zero,) * len(step.states) + step.vjp[p:],
+                      start_vjp=(zero,) * p + tuple(graph.column(sequences.ADJOINT + str(k)).id
+                                                    for k in range(len(step.states))))
     keys = list(runs)
     weights = np.array([np.concatenate([fc.weights[key], [fc.options_of[key]['last_state'][f] for f in step.states]])
                         for key in keys]).T
