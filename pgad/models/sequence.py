@@ -321,7 +321,7 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
     index = {n: i for i, n in enumerate(names)}
     everyone = np.arange(len(kept))
     positive = np.array([np.min(group.columns[label][observed(group)]) > 0 for _, group in kept])
-    scores, found, fitted_of = np.full((len(family.candidates), len(kept)), np.inf), [], {}
+    scores, found, fitted_of, failed = np.full((len(family.candidates), len(kept)), np.inf), [], {}, None
     for c, candidate in enumerate(family.candidates):
         begun = _starts(start, names, candidate.components, kept, label, mine)
         twin = fitted_of.get(candidate.name.replace('ets(M,', 'ets(A,'), {}) if candidate.error == 'M' else {}
@@ -333,9 +333,14 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
                    **{n: tuple(b) for n, b in candidate.bounds.items()}}
         some = everyone[positive] if candidate.positive else everyone
         told = counting.Tally(tally.name, tally.groups)
-        fits = dict(zip(some, _restarted(lambda *a, error=candidate.error: fitting(*a, error=error), begun,
-                                         descent.bounded(limited, spans, begun, names), told, names, some, keys,
-                                         candidate.fixed) if len(some) else []))
+        try:
+            fits = dict(zip(some, _restarted(lambda *a, error=candidate.error: fitting(*a, error=error), begun,
+                                             descent.bounded(limited, spans, begun, names), told, names, some, keys,
+                                             candidate.fixed) if len(some) else []))
+        except PgadError as e:  # not finite at its start for some group (a season near 0 divides): not a candidate
+            if not e.sqlstate.startswith('22') or len(family.candidates) == 1:
+                raise
+            failed, fits = failed or e, {}
         for k, fit in fits.items():  # (a multiplicative error's as the SSE of the same −2 log L: S·exp(2L/n))
             n = int(counts[k])
             with np.errstate(over='ignore'):
@@ -344,6 +349,12 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
         found.append((fits, told))
         fitted_of[candidate.name] = fits
     best = np.argmin(scores, axis=0)
+    for k, c in enumerate(best):  # a group whose least AICc is none (too few rows): the first candidate that fits it
+        if k not in found[c][0]:
+            fitting_it = [j for j, (fits, _) in enumerate(found) if k in fits]
+            if not fitting_it:
+                raise failed  # no candidate fits the group (every one failed at its start)
+            best[k] = fitting_it[0]
     fitted = []
     for k, c in enumerate(best):
         fitted.append(found[c][0][k])
