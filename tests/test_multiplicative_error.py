@@ -158,3 +158,19 @@ def test_auto_of_an_additive_error_alone(db, family, count):
     assert options['family'] in options['candidates'] and len(options['candidates']) == count
     assert count == 15 or all(c.startswith('ets(A,') for c in options['candidates'])
     assert count != 9 or 'ets(A,A,M,7)' in options['candidates']
+
+
+def test_a_candidate_not_finite_at_its_start_is_left_out(db):
+    """A group whose label is 1e-300 in its first season: a multiplicative error's likelihood is not finite at its
+    starting weights there (ln ŷ, ε = e/ŷ). The candidates that fail so are left out — null AICc for that group —
+    and the call chooses among the others, each group its least finite AICc, rather than failing whole (22012)."""
+    y = draw(120, 7, 'A', 'M', 7)
+    odd = y.copy()
+    odd[2] = 1e-300
+    load(db, 'mul_odd', [y, odd])
+    rows = train(db, 'mul_odd', 'mul_odd', 'auto')
+    assert len(rows) == 2
+    for _, _, _, _, _, _, options in rows:
+        finite = {k: v for k, v in options['candidates'].items() if v is not None}
+        assert options['family'] in finite and finite[options['family']] == min(finite.values())
+    assert all(v is None for k, v in rows[1][6]['candidates'].items() if k.startswith('ets(M,'))
