@@ -1132,10 +1132,12 @@ FORECAST_SIGNATURE = ('horizon pg_catalog.int4, data pg_catalog.text DEFAULT NUL
                       'seed pg_catalog.int8 DEFAULT 0, levels pg_catalog.float8[] DEFAULT NULL')
 FORECAST_RESULTS = (('step', 'pg_catalog.int4'), ('forecast', 'pg_catalog.float8'), ('lower', 'pg_catalog.float8'),
                     ('upper', 'pg_catalog.float8'), ('level', 'pg_catalog.float8'))
-FORECAST_CASTS = {'date': 'pg_catalog.date', 'timestamp without time zone': 'pg_catalog.timestamp',
-                  'timestamp with time zone': 'pg_catalog.timestamptz', 'smallint': 'pg_catalog.int2',
-                  'integer': 'pg_catalog.int4', 'bigint': 'pg_catalog.int8', 'real': 'pg_catalog.float4',
-                  'double precision': 'pg_catalog.float8', 'numeric': 'pg_catalog.numeric'}
+# The order column's type as the forecast function returns it, and as periods.ahead steps it: each type of
+# sequence.ORDER_TYPES.
+ORDER_CASTS = {'date': 'pg_catalog.date', 'timestamp without time zone': 'pg_catalog.timestamp',
+               'timestamp with time zone': 'pg_catalog.timestamptz', 'smallint': 'pg_catalog.int2',
+               'integer': 'pg_catalog.int4', 'bigint': 'pg_catalog.int8', 'real': 'pg_catalog.float4',
+               'double precision': 'pg_catalog.float8', 'numeric': 'pg_catalog.numeric'}
 # The columns a function returns, as format_type writes them: what CREATE OR REPLACE cannot change.
 FORECAST_COLUMNS = ("SELECT pg_catalog.array_agg(a.n OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) "
                     "pg_catalog.format_type(a.t, NULL) ORDER BY a.k) AS shown FROM pg_catalog.pg_proc AS p, "
@@ -1155,7 +1157,7 @@ def forecast_identity(name):
 def forecast_columns(name, options, group_types):
     """[(column, type)] of model `name`'s forecast function, from its deployed version's options; None (and the
     reason) where it gets none."""
-    kind = FORECAST_CASTS.get(options.get('order_type'))
+    kind = ORDER_CASTS.get(options.get('order_type'))
     if kind is None:
         return None, f'its order column is of type {options.get("order_type")}'
     out = [*zip(options.get('group_by') or [], group_types), (options['order_by'], kind), *FORECAST_RESULTS]

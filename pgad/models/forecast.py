@@ -67,24 +67,30 @@ class Forecaster:
                                                                       else [])
         self.weights = {r['group_key']: self.vector(r['weights'], model, config) for r in stored}
         self.options_of = {r['group_key']: json.loads(r['options']) for r in stored}
+        self._frequencies = {}  # frequency(): {stored text: periods.Frequency}
 
     def filled(self, groups, kind, key_of, memory_limit):
         """(groups with their missing periods filled as training filled them, each by its group's stored
         frequency (periods.filled), the step that runs them: its state advancing there without an update): groups
         and self.step where the model reads a column beside its label, or no group has a missing period."""
-        if set(self.step.columns) - {self.label}:
+        if not periods.fills(self.step, self.label):
             return groups, self.step
-        parsed, out, missing = {}, [], 0
-        budget = max(1, memory_limit // (16 * (len(self.step.columns) + 2)))
+        out, missing = [], 0
         for group in groups:
             text = self.options_of.get(key_of(group), {}).get('frequency')
             if text is not None and len(group.order):
-                if text not in parsed:
-                    parsed[text] = periods.declared(text, kind)
-                group, n = periods.filled(group, parsed[text], kind, self.label, budget)
+                group, n = periods.filled(group, self.frequency(text, kind), kind, self.label,
+                                          periods.budget(self.step, memory_limit))
                 missing += n
             out.append(group)
         return out, self._step_of(True)[0] if missing else self.step
+
+    def frequency(self, text, kind):
+        """The periods.Frequency of a group's stored frequency, each text parsed once a call (a query each)."""
+        found = self._frequencies.get(text)
+        if found is None:
+            found = self._frequencies[text] = periods.declared(text, kind)
+        return found
 
     def vector(self, text, model, config):
         given = arguments.weights(text, model, config.memory_limit)
@@ -213,9 +219,9 @@ def forecast(name, horizon, data, level, simulations, seed, config, levels=None)
     states = np.array([[fc.options_of[key]['last_state'][f] for key in keys] for f in fc.step.states]).reshape(k, g)
     values, lower, upper = _ahead(fc, columns, weights, states, horizon, sigma2, levels, simulations, seed, how,
                                   relative, config.memory_limit)
-    stored = [fc.options_of[key] for key in keys]
-    at = periods.ahead([o.get('first_order') for o in stored], [o.get('frequency') for o in stored],
-                       [o.get('last_period') for o in stored], fc.options.get('order_type'), horizon)
+    each = [fc.options_of[key] for key in keys]
+    at = periods.ahead([o.get('first_order') for o in each], [o.get('frequency') for o in each],
+                       [o.get('last_period') for o in each], fc.options.get('order_type'), horizon)
     return [(key, h + 1, at[j][h], float(values[h, j]), _number(lower[i, h, j]), _number(upper[i, h, j]),
              float(level)) for j, key in enumerate(keys) for h in range(horizon) for i, level in enumerate(levels)]
 
@@ -461,14 +467,8 @@ def _resumed_rows(fc, columns, missing):
     if not missing.any():
         return {**columns, sequences.GAP: np.zeros(n)}, np.ones(n, dtype=bool)
     at = np.arange(n) + np.cumsum(missing)
-    total = n + int(missing.sum())
-    out = {c: np.zeros(total) for c in columns}
-    for c, v in columns.items():
-        out[c][at] = v
-    seen = np.zeros(total, dtype=bool)
-    seen[at] = True
-    out[sequences.GAP] = (~seen).astype(np.float64)
-    return out, seen
+    out = periods.spread(columns, at, n + int(missing.sum()))
+    return out, out[sequences.GAP] == 0
 
 
 def _resumed_run(fc, runs, config):
@@ -504,9 +504,9 @@ def _missing(fc, key, order, kind, memory_limit):
     its stored frequency; none for a model that reads a column beside its label (training filled none). Each is a
     forecast step, bounded as a forecast's steps are (ROW_BYTES each within memory_limit) before any runs."""
     text = fc.options_of[key].get('frequency')
-    if text is None or set(fc.step.columns) - {fc.label} or not len(order):
+    if text is None or not periods.fills(fc.step, fc.label) or not len(order):
         return np.zeros(len(order), dtype=np.int64)
-    frequency = periods.declared(text, kind)
+    frequency = fc.frequency(text, kind)
     at = periods.periods(np.concatenate([[order_value(fc.options_of[key]['last_order'], kind)], order]), frequency,
                          kind)
     if at is None:
@@ -614,8 +614,8 @@ def cross_validation(name, data, horizon, windows, step, level, config):
     once), then forecasts `horizon` rows (the exogenous columns the data's own), its intervals at level as
     pgad.forecast's; each forecast is scored against the rows' labels. Per group: windows and points (the windows and
     rows scored), mae, rmse, mase (each window's MAE over the in-sample MAE of the seasonal naive forecast before its
-    origin, m the group's family's season or 1, averaged) and coverage (NULL without intervals); with group_by, the same over
-    all groups with group_key {} (mase and coverage their means over the windows and rows)."""
+    origin, m the group's family's season or 1, averaged) and coverage (NULL without intervals); with group_by, the
+    same over all groups with group_key {} (mase and coverage their means over the windows and rows)."""
     if name is None or data is None or horizon is None or windows is None or level is None:
         return []
     step = horizon if step is None else step

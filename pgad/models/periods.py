@@ -19,6 +19,7 @@ import numpy as np
 from .. import server
 from ..errors import PgadError
 from ..sequences import GAP
+from . import catalog
 
 MONTHS = ((28, 31, 1), (89, 92, 3), (181, 184, 6), (365, 366, 12))  # a most common step of days as months
 SLACK = 0.05  # of a fixed step: a row this far off its period (an hour of a day across a DST change) is on it
@@ -29,8 +30,6 @@ INTERVAL = ("SELECT ((pg_catalog.date_part('year', i) OPERATOR(pg_catalog.*) 12)
             "OPERATOR(pg_catalog.+) (pg_catalog.date_part('minute', i) OPERATOR(pg_catalog.*) 60) "
             "OPERATOR(pg_catalog.+) pg_catalog.date_part('second', i) AS seconds, i::pg_catalog.text AS shown "
             "FROM (SELECT $1::pg_catalog.interval AS i) AS given")
-CASTS = {'date': 'pg_catalog.date', 'timestamp without time zone': 'pg_catalog.timestamp',
-         'timestamp with time zone': 'pg_catalog.timestamptz'}
 # Each group's order values of a forecast's steps 1 … $4: its first value ($1) plus k times its frequency ($2), k
 # from its last row's period ($3) on; NULL for a group without a frequency.
 AHEAD = ("SELECT (u.l::{t} OPERATOR(pg_catalog.+) (u.f::pg_catalog.interval OPERATOR(pg_catalog.*) "
@@ -48,6 +47,17 @@ class Frequency:
 
 def _unit(kind):
     return 'date' if kind == 'date' else 'timestamp' if kind.startswith('timestamp') else 'number'
+
+
+def fills(step, label):
+    """Whether a model's missing periods are rows (periods.filled, sequences.without_update): it reads no column
+    but its label, for another has no value there."""
+    return not set(step.columns) - {label}
+
+
+def budget(step, memory_limit):
+    """The most rows a group's periods may span: 16 bytes a column read, and two more, within memory_limit."""
+    return max(1, memory_limit // (16 * (len(step.columns) + 2)))
 
 
 def _interval(text):
@@ -162,14 +172,19 @@ def filled(group, frequency, kind, label, budget):
         raise PgadError('54000', f'the rows{_of(group)} span {n} periods of frequency "{frequency.text}", more than '
                                  f'pgad.memory_limit holds ({budget} rows)',
                         hint='Give a longer frequency, or have a superuser raise pgad.memory_limit.')
-    columns = {c: np.zeros(n) for c in group.columns}
-    for c, v in group.columns.items():
-        columns[c][at] = v
-    gap = np.ones(n)
-    gap[at] = 0.0
-    columns[GAP] = gap
     order = np.interp(np.arange(n), at, group.order)
-    return replace(group, columns=columns, order=order), n - len(at)
+    return replace(group, columns=spread(group.columns, at, n), order=order), n - len(at)
+
+
+def spread(columns, at, n):
+    """n rows of columns ({column: array}), their values at the rows at and 0 elsewhere, with column GAP 1 at the
+    rows between (the missing periods) and 0 at at."""
+    out = {c: np.zeros(n) for c in columns}
+    for c, v in columns.items():
+        out[c][at] = v
+    out[GAP] = np.ones(n)
+    out[GAP][at] = 0.0
+    return out
 
 
 def _of(group):
@@ -185,9 +200,10 @@ def ahead(firsts, frequencies, spans, kind, horizon):
         return [[None] * horizon if f is None else [str(Decimal(first) + Decimal(f) * (p + h))
                                                     for h in range(1, horizon + 1)]
                 for first, f, p in zip(firsts, frequencies, spans)]
-    if kind not in CASTS:
+    if kind not in catalog.ORDER_CASTS:
         return [[None] * horizon for _ in firsts]
-    rows = server.query(AHEAD.format(t=CASTS[kind]), [list(firsts), list(frequencies), list(spans), horizon],
+    rows = server.query(AHEAD.format(t=catalog.ORDER_CASTS[kind]),
+                        [list(firsts), list(frequencies), list(spans), horizon],
                         ['pg_catalog.text[]', 'pg_catalog.text[]', 'pg_catalog.int8[]', 'pg_catalog.int4'])
     return [[r['at'] for r in rows[g * horizon:(g + 1) * horizon]] for g in range(len(firsts))]
 

@@ -390,10 +390,9 @@ def _periods(frequency, kind, kept, step, label, name, memory_limit):
     given = periods.declared(frequency, kind) if frequency is not None else None
     found = [given or periods.detected(group.order, kind) for _, group in kept]
     missing = np.zeros(len(kept), dtype=np.int64)
-    budget = max(1, memory_limit // (16 * (len(step.columns) + 2)))
     at = [periods.periods(group.order, f, kind) if f else None for (_, group), f in zip(kept, found)]
     spans = [None if a is None else int(a[-1]) for a in at]
-    if set(step.columns) - {label}:
+    if not periods.fills(step, label):
         for k, a in enumerate(at):
             missing[k] = 0 if a is None else int(a[-1]) + 1 - len(a)
         if missing.any():
@@ -404,7 +403,7 @@ def _periods(frequency, kind, kept, step, label, name, memory_limit):
     out = []
     for k, ((where, group), f) in enumerate(zip(kept, found)):
         if f is not None:
-            group, missing[k] = periods.filled(group, f, kind, label, budget)
+            group, missing[k] = periods.filled(group, f, kind, label, periods.budget(step, memory_limit))
         out.append((where, group))
     if missing.any():
         server.notice(f'model "{name}": {periods.count(int(missing.sum()))} {_in_groups(missing)}'
