@@ -3,7 +3,7 @@
     .venv/bin/python bench/sequences.py --gradient [--repeats 3]
     .venv/bin/python bench/sequences.py --train [--series 10000] [--days 730] [--peer-series 1000] [--repeats 1]
     .venv/bin/python bench/sequences.py --fit [--fit-series 1000] [--days 730] [--repeats 2]
-    .venv/bin/python bench/sequences.py --auto [--auto-series 10000] [--days 730] [--horizon 14] [--repeats 1]
+    .venv/bin/python bench/sequences.py --auto [--auto-series 10000] [--arima-series 200] [--days 730] [--horizon 14]
 
 --gradient: the time of a gradient through the recurrence, by the llvm backend (pgad/jit/scan.py) against the
 python reference (pgad/sequences.py), in this process (no server):
@@ -248,7 +248,7 @@ def training(args):
             took += exported
             best = results.get('statsforecast')
             if best is None or took < best['seconds']:
-                results['statsforecast'] = dict(seconds=took, sse=sse, series=peers)
+                results['statsforecast AutoETS'] = dict(seconds=took, sse=sse, series=peers)
         took, sse = statsmodels_fit(ids, y, min(args.statsmodels_series, args.series))
         results['statsmodels'] = dict(seconds=took, sse=sse, series=min(args.statsmodels_series, args.series))
     report = table(results, args)
@@ -334,11 +334,12 @@ def automatic(args):
     ETS candidates a series, the least AICc kept; and 'auto(7,A)', the nine of an additive error alone) and
     pgad.forecast at 95%, against export + statsforecast's
     AutoETS(season_length=7) (its own choice among the ETS models) with n_jobs = the cores, forecast with
-    level=[95], on the same rows, in one run: seconds (the load and the export included), the mean MASE of the
-    held-out tails and the 95% intervals' coverage. Timings are reported, never asserted."""
+    level=[95], and AutoARIMA(season_length=7) on the first --arima-series of them (its seconds scaled to all), on
+    the same rows, in one run: seconds (the load and the export included), the mean MASE of the held-out tails and
+    the 95% intervals' coverage. Timings are reported, never asserted."""
     import pandas as pd
     from statsforecast import StatsForecast
-    from statsforecast.models import AutoETS
+    from statsforecast.models import AutoARIMA, AutoETS
     started = time.perf_counter()
     series, days, horizon = args.auto_series, args.days, args.horizon
     ids, ts, y = make(series, days, np.random.default_rng(args.seed))
@@ -352,7 +353,8 @@ def automatic(args):
         small = (ids < 20) & (ts < cut)
         frame = pd.DataFrame({'unique_id': ids[small].astype(np.int64), 'ds': ts[small].astype(np.int64),
                               'y': y[small]})
-        StatsForecast(models=[AutoETS(season_length=7)], freq=1, n_jobs=1).forecast(df=frame, h=horizon)  # numba
+        StatsForecast(models=[AutoETS(season_length=7), AutoARIMA(season_length=7)], freq=1, n_jobs=1) \
+            .forecast(df=frame, h=horizon)  # numba's compiles, left out
         for _ in range(args.repeats):
             for contender, family in (("pgad 'auto(7)'", 'auto(7)'), ("pgad 'auto(7,A)'", 'auto(7,A)')):
                 began = time.perf_counter()
@@ -380,16 +382,34 @@ def automatic(args):
             forecast = np.full((series, horizon, 3), np.nan)
             for k, part in found.groupby('unique_id'):
                 forecast[int(k)] = part[['AutoETS', 'AutoETS-lo-95', 'AutoETS-hi-95']].to_numpy()[:horizon]
-            if 'statsforecast' not in results or took < results['statsforecast']['seconds']:
-                results['statsforecast'] = dict(seconds=took, forecast=forecast)
+            if 'statsforecast AutoETS' not in results or took < results['statsforecast AutoETS']['seconds']:
+                results['statsforecast AutoETS'] = dict(seconds=took, forecast=forecast)
+            if args.arima_series:  # AutoARIMA on the first --arima-series series, its time scaled to all of them
+                part = frame[frame['unique_id'] < args.arima_series]
+                began = time.perf_counter()
+                found = StatsForecast(models=[AutoARIMA(season_length=7)], freq=1, n_jobs=os.cpu_count()) \
+                    .forecast(df=part, h=horizon, level=[95])
+                took = (time.perf_counter() - began) * series / args.arima_series
+                found = found.reset_index() if 'unique_id' not in found.columns else found
+                forecast = np.full((series, horizon, 3), np.nan)
+                for k, one in found.groupby('unique_id'):
+                    forecast[int(k)] = one[['AutoARIMA', 'AutoARIMA-lo-95', 'AutoARIMA-hi-95']].to_numpy()[:horizon]
+                name = f'statsforecast AutoARIMA (on {args.arima_series:,}, time scaled)'
+                if name not in results or took < results[name]['seconds']:
+                    results[name] = dict(seconds=took, forecast=forecast, subset=args.arima_series)
+    subset = args.arima_series if args.arima_series else None
     lines = [f'{series:,} daily series × {days} days (the last {horizon} held out), automatic ETS', '',
-             '| contender | seconds | × pgad | mean MASE | 95% coverage |', '|---|---:|---:|---:|---:|']
+             '| contender | seconds | × pgad | mean MASE | 95% coverage |' +
+             (f' mean MASE, first {subset:,} |' if subset else ''), '|---|---:|---:|---:|---:|' + '---:|' * bool(subset)]
     for name, r in results.items():
-        f = r['forecast']
-        scores = [mase(y_by[k, cut:], f[k, :, 0], y_by[k, :cut]) for k in range(series)]
-        inside = np.mean((y_by[:, cut:] >= f[:, :, 1]) & (y_by[:, cut:] <= f[:, :, 2]))
+        f, some = r['forecast'], r.get('subset', series)
+        scores = [mase(y_by[k, cut:], f[k, :, 0], y_by[k, :cut]) for k in range(some)]
+        inside = np.mean((y_by[:some, cut:] >= f[:some, :, 1]) & (y_by[:some, cut:] <= f[:some, :, 2]))
+        cells = [f'{np.mean(scores):.4f}' if some == series else '', f'{inside:.3f}']
+        if subset:
+            cells.append(f'{np.mean(scores[:subset]):.4f}')
         lines.append(f'| {name} | {r["seconds"]:.1f} | {r["seconds"] / results[FIRST]["seconds"]:.2f} | '
-                     f'{np.mean(scores):.4f} | {inside:.3f} |')
+                     + ' | '.join(cells) + ' |')
     lines += ['', *(f'{name}\'s choices: ' + ', '.join(f'{f} {n}' for f, n in sorted(r['families'].items()))
                     for name, r in results.items() if 'families' in r)]
     report = '\n'.join(lines)
@@ -411,6 +431,7 @@ def main(argv=None):
     parser.add_argument('--auto', action='store_true', help="'auto' against statsforecast's AutoETS, held-out MASE")
     parser.add_argument('--auto-series', type=int, default=10_000)
     parser.add_argument('--horizon', type=int, default=14)
+    parser.add_argument('--arima-series', type=int, default=200, help="series AutoARIMA fits in --auto (0: none)")
     parser.add_argument('--repeats', type=int, default=None, help='best of (3 for --gradient, 1 for --train)')
     parser.add_argument('--series', type=int, default=10_000)
     parser.add_argument('--days', type=int, default=730)
