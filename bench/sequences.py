@@ -248,7 +248,7 @@ def training(args):
             took += exported
             best = results.get('statsforecast')
             if best is None or took < best['seconds']:
-                results['statsforecast AutoETS'] = dict(seconds=took, sse=sse, series=peers)
+                results['statsforecast'] = dict(seconds=took, sse=sse, series=peers)
         took, sse = statsmodels_fit(ids, y, min(args.statsmodels_series, args.series))
         results['statsmodels'] = dict(seconds=took, sse=sse, series=min(args.statsmodels_series, args.series))
     report = table(results, args)
