@@ -293,3 +293,33 @@ def test_newton_names_a_failed_search_and_judges_a_capped_fit():
                              descent.Penalty(), descent.Clock(lambda: None, lambda m: None, 1))
     assert [f.converged for f in capped] == [False] * G
     assert all(f.gradient_norm > descent.threshold(5) for f in capped)
+
+
+def test_newton_spends_no_call_on_a_fixed_weight():
+    """A weight whose bounds are one value (the weights 'auto' fixes to make each candidate) is held: newton's fit is
+    the fit of the other weights alone, to rounding, and its Hessian spends no call of the objective on it (P − 1 a
+    Hessian, not P)."""
+    found = problems(3)
+    rows = np.full(G, 10.0)
+    calls = []
+
+    def objective(w, at):
+        calls.append(len(at))
+        sums = [value(found[k], w[:, j], rows[k]) for j, k in enumerate(at)]
+        return np.array([f for f, _ in sums]), np.stack([g for _, g in sums], axis=1)
+
+    def reduced(w, at):  # the same problems with the last weight 0, in P − 1 weights
+        f, g = objective(np.vstack([w, np.zeros((1, w.shape[1]))]), at)
+        return f, g[:-1]
+    clock = descent.Clock(lambda: None, lambda message: None, 100)
+    bounds = descent.Bounds(np.r_[np.full(P - 1, -np.inf), 0.0], np.r_[np.full(P - 1, np.inf), 0.0])
+    start = np.vstack([np.ones((P - 1, G)), np.zeros((1, G))])
+    fits = lockstep.newton(objective, start, rows, [f'w{i}' for i in range(P)], 100, 0.0, descent.Penalty(), clock,
+                           bounds=bounds)
+    fixed_calls, calls[:] = len(calls), []
+    alone = lockstep.newton(reduced, start[:-1], rows, [f'w{i}' for i in range(P - 1)], 100, 0.0, descent.Penalty(),
+                            clock)
+    assert fixed_calls == len(calls)
+    for fit, other in zip(fits, alone):
+        assert fit.converged and other.converged and fit.weights[-1] == 0.0
+        np.testing.assert_allclose(fit.weights[:-1], other.weights, rtol=1e-9, atol=1e-12)

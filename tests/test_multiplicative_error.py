@@ -161,10 +161,12 @@ def test_auto_of_an_additive_error_alone(db, family, count):
 
 
 def test_a_candidate_not_finite_at_its_start_is_left_out(db):
-    """A group whose label is 1e-300 in its first season: a multiplicative error's likelihood is not finite at its
-    starting weights there (ln ŷ, ε = e/ŷ). The candidates that fail so are left out — null AICc for that group —
-    and the call chooses among the others, each group its least finite AICc, rather than failing whole (22012)."""
-    y = draw(120, 7, 'A', 'M', 7)
+    """A group whose label is 1e-300 in its first season: a multiplicative season's likelihood is not finite at its
+    starting weights there (the season from the first season's rows, divided by the level). The candidates that fail
+    so are left out for that group — null AICc — and the call chooses among the others, each group its least finite
+    AICc, rather than failing whole (22012); the other group keeps every candidate."""
+    y = draw(120, 8, 'A', 'M', 7)
+    assert y.min() > 0  # every candidate fits it
     odd = y.copy()
     odd[2] = 1e-300
     load(db, 'mul_odd', [y, odd])
@@ -173,4 +175,20 @@ def test_a_candidate_not_finite_at_its_start_is_left_out(db):
     for _, _, _, _, _, _, options in rows:
         finite = {k: v for k, v in options['candidates'].items() if v is not None}
         assert options['family'] in finite and finite[options['family']] == min(finite.values())
-    assert all(v is None for k, v in rows[1][6]['candidates'].items() if k.startswith('ets(M,'))
+    odd_ones = rows[1][6]['candidates']
+    assert {k for k, v in odd_ones.items() if v is None} == {'ets(M,N,M,7)', 'ets(M,A,M,7)', 'ets(M,Ad,M,7)'}
+    assert len(rows[0][6]['candidates']) == 15 and all(v is not None for v in rows[0][6]['candidates'].values())
+
+
+def test_a_group_no_candidate_fits_is_the_error(db):
+    """A group whose squared errors overflow for every candidate (a label of 1e300): the call's error is that
+    group's at the first candidate's start, the group named in its detail, and nothing is stored."""
+    y = draw(60, 8, 'N', 'N', 1)
+    odd = y.copy()
+    odd[5] = 1e300
+    load(db, 'mul_none', [y, odd])
+    e = error_of(db, "SELECT * FROM pgad.train('mul_none', 'auto(A)', 'squared', 'SELECT * FROM mul_none', NULL, "
+                     "order_by => 'day', group_by => 'g')")
+    assert e.sqlstate == '22003' and e.message_primary == 'value out of range: overflow'
+    assert e.message_detail.startswith('Model "mul_none", group {"g": 1}: The lambda computes'), e.message_detail
+    assert db.execute("SELECT count(*) FROM pgad.models WHERE name = 'mul_none'").fetchone()[0] == 0

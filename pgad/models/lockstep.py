@@ -261,10 +261,13 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     eps = np.finfo(np.float64).eps
     raw = _means(objective, rows, penalty, clock)
 
+    fixed = (bounds.lower == bounds.upper)[:, 0]  # a weight of one value: held, its part of H never read
+
     def hessians(w, g, at):
-        """Each group's Hessian (len(at) × P × P), symmetrised, by forward differences of the gradient."""
-        h = np.empty((len(at), p, p))
-        for i in range(p):
+        """Each group's Hessian (len(at) × P × P), symmetrised, by forward differences of the gradient: a call a
+        weight that is not fixed (a fixed one's row 0: _newton_directions replaces its row and column)."""
+        h = np.zeros((len(at), p, p))
+        for i in np.flatnonzero(~fixed):
             step = STEP * np.maximum(np.abs(w[i]), 1.0)
             step = np.where(w[i] + step > bounds.upper[i], -step, step)  # not out of the bounds
             moved = w.copy()

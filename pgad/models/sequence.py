@@ -310,18 +310,21 @@ def _restarted(fitting, begun, bounds, tally, names, some, keys, fixed=()):
     return fits
 
 
-def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, label, mine, counts):
+def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, label, mine, counts, finite):
     """([the chosen descent.Fit of each group], [(its family, {candidate: AICc})]) of 'auto': each candidate of the
     family fitted in turn, all the groups at once (fitting(start, bounds, tally, groups)) with its weights fixed by
     bounds of one value, and each group's of least AICc (families.aicc) kept; a candidate that needs a label above
     0 (a multiplicative season) fits only the groups whose labels all are; each group starts from its rows
     (families.initial) but for the weights the user gave (mine), and a multiplicative error from its additive twin's
     fit (the same recurrence: its least squares is near the likelihood's optimum). The messages are the chosen fits'
-    (keys: each group's key); counts each group's rows but its missing periods, AICc's n."""
+    (keys: each group's key); counts each group's rows but its missing periods, AICc's n. A candidate is no candidate
+    for a group where its objective is not finite at the group's start (finite(begun, groups, error): a season near
+    0 divides), nor for any group where its fit fails so elsewhere; a group no candidate fits is the error."""
     index = {n: i for i, n in enumerate(names)}
     everyone = np.arange(len(kept))
     positive = np.array([np.min(group.columns[label][observed(group)]) > 0 for _, group in kept])
     scores, found, fitted_of, failed = np.full((len(family.candidates), len(kept)), np.inf), [], {}, None
+    unfit = {}  # group: the fit that raises its error, the first candidate's not finite at its start
     for c, candidate in enumerate(family.candidates):
         begun = _starts(start, names, candidate.components, kept, label, mine)
         twin = fitted_of.get(candidate.name.replace('ets(M,', 'ets(A,'), {}) if candidate.error == 'M' else {}
@@ -332,11 +335,16 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
         limited = {**(limits or {}), **{n: (v, v) for n, v in candidate.fixed.items()},
                    **{n: tuple(b) for n, b in candidate.bounds.items()}}
         some = everyone[positive] if candidate.positive else everyone
+        bounded = descent.bounded(limited, spans, begun, names)
+        good = finite(begun, some, candidate.error) if len(some) else np.ones(0, dtype=bool)
+        for k in some[~good]:  # its error, where no candidate fits the group: this fit's at its start
+            unfit.setdefault(k, lambda k=k, begun=begun, bounded=bounded, error=candidate.error: fitting(
+                begun, bounded, counting.Tally(tally.name, tally.groups), np.array([k]), error))
+        some = some[good]
         told = counting.Tally(tally.name, tally.groups)
         try:
             fits = dict(zip(some, _restarted(lambda *a, error=candidate.error: fitting(*a, error=error), begun,
-                                             descent.bounded(limited, spans, begun, names), told, names, some, keys,
-                                             candidate.fixed) if len(some) else []))
+                                             bounded, told, names, some, keys, candidate.fixed) if len(some) else []))
         except PgadError as e:  # not finite at its start for some group (a season near 0 divides): not a candidate
             if not e.sqlstate.startswith('22') or len(family.candidates) == 1:
                 raise
@@ -352,8 +360,11 @@ def _choose(family, fitting, start, names, spans, limits, kept, keys, tally, lab
     for k, c in enumerate(best):  # a group whose least AICc is none (too few rows): the first candidate that fits it
         if k not in found[c][0]:
             fitting_it = [j for j, (fits, _) in enumerate(found) if k in fits]
-            if not fitting_it:
-                raise failed  # no candidate fits the group (every one failed at its start)
+            if not fitting_it:  # no candidate fits the group: the first's error that left it out
+                if k in unfit:
+                    unfit[k]()
+                raise failed or PgadError('22003', f'{kept[k][0]}: no candidate of "{family.name}" is finite at its '
+                                                   'starting weights', hint='Check the labels for values near 0.')
             best[k] = fitting_it[0]
     fitted = []
     for k, c in enumerate(best):
@@ -436,8 +447,8 @@ def variance(errors, own):
 def diagnosed(step, seq, weights, model, where):
     """domain.diagnose's error for the first sequence of seq (of where: 'model "m", group {…}'), whose loss is not
     finite at weights (a vector): over its rows up to the first where a node is not finite (sequences.not_finite),
-    each row reading the state before it; the expression printed as model (the parsed λ(d, w, s)) writes it. None
-    where no row is to blame."""
+    each row reading the state before it; the expression printed as model (the parsed λ(d, w, s)) writes it, the
+    group named in its detail. None where no row is to blame."""
     found = sequences.not_finite(step, seq, weights)
     if found is None:
         return None
@@ -446,8 +457,11 @@ def diagnosed(step, seq, weights, model, where):
     names = (*step.weights, *(sequences.STATE + f for f in step.states))
     row = program.Program(replace(model, graph=step.graph, columns=list(step.columns)), (node,), names)
     table = loader.Table([seq.columns[c][first:first + t + 1] for c in step.columns], t + 1, 0)
-    return domain.diagnose(row, table, [*np.asarray(weights, dtype=np.float64), *states], 0,
-                           f"the rows of {where} in order_by's order (without NULL in a column read)")
+    found = domain.diagnose(row, table, [*np.asarray(weights, dtype=np.float64), *states], 0,
+                            f"the rows of {where} in order_by's order (without NULL in a column read)")
+    if found is not None and isinstance(found.detail, str) and ', group ' in where and where not in found.detail:
+        found.detail = f'{where[0].upper()}{where[1:]}: {found.detail}'
+    return found
 
 
 def taken(hint):
@@ -598,11 +612,17 @@ def train(name, model_text, loss, data, weights, given, config):
                     min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
                     limited, told, [keys[k] for k in some], objective.base(loss), counts[some],
                     relatives if error == 'M' else None)
+    def finite(begun, some, error='A'):  # which groups of some have an objective and gradient finite at begun
+        part = sequences.Sequences(seqs.columns, seqs.starts[some], seqs.lengths[some])
+        with np.errstate(all='ignore'):
+            found = [sequences.gradient(s, part, begun[:, some], options['mode'], backend=options['backend'],
+                                        cache=config.cache) for s in (relatives if error == 'M' else (step,))]
+        return np.all([np.isfinite(f) & np.all(np.isfinite(g), axis=0) for f, g in found], axis=0)
     chosen = None
     mine = set(json.loads(given['weights'] or '{}')) if family is not None else set()
     if family is not None and family.candidates:
         fitted, chosen = _choose(family, fitting, start, names, program.spans(step.shapes), limits, kept, keys,
-                                 tally, label, mine, counts)
+                                 tally, label, mine, counts, finite)
     elif family is not None and family.components is not None:
         fitted = _restarted(lambda *a: fitting(*a, error=family.error),
                             _starts(start, names, family.components, kept, label, mine), bounds, tally, names,
