@@ -295,10 +295,11 @@ def test_newton_names_a_failed_search_and_judges_a_capped_fit():
     assert all(f.gradient_norm > descent.threshold(5) for f in capped)
 
 
-def test_newton_spends_no_call_on_a_fixed_weight():
-    """A weight whose bounds are one value (the weights 'auto' fixes to make each candidate) is held: newton's fit is
-    the fit of the other weights alone, to rounding, and its Hessian spends no call of the objective on it (P − 1 a
-    Hessian, not P)."""
+@pytest.mark.parametrize('fitting', [lockstep.newton, lockstep.fit])
+def test_a_fixed_weight_costs_no_call(fitting):
+    """A weight whose bounds are one value (the weights 'auto' fixes to make each candidate) is held: the fit is the
+    fit of the other weights alone, to rounding, and spends no call of the objective on it (newton's Hessian P − 1
+    calls, not P; L-BFGS's curvatures at the start likewise)."""
     found = problems(3)
     rows = np.full(G, 10.0)
     calls = []
@@ -314,11 +315,10 @@ def test_newton_spends_no_call_on_a_fixed_weight():
     clock = descent.Clock(lambda: None, lambda message: None, 100)
     bounds = descent.Bounds(np.r_[np.full(P - 1, -np.inf), 0.0], np.r_[np.full(P - 1, np.inf), 0.0])
     start = np.vstack([np.ones((P - 1, G)), np.zeros((1, G))])
-    fits = lockstep.newton(objective, start, rows, [f'w{i}' for i in range(P)], 100, 0.0, descent.Penalty(), clock,
-                           bounds=bounds)
+    fits = fitting(objective, start, rows, [f'w{i}' for i in range(P)], 100, 0.0, descent.Penalty(), clock,
+                   bounds=bounds)
     fixed_calls, calls[:] = len(calls), []
-    alone = lockstep.newton(reduced, start[:-1], rows, [f'w{i}' for i in range(P - 1)], 100, 0.0, descent.Penalty(),
-                            clock)
+    alone = fitting(reduced, start[:-1], rows, [f'w{i}' for i in range(P - 1)], 100, 0.0, descent.Penalty(), clock)
     assert fixed_calls == len(calls)
     for fit, other in zip(fits, alone):
         assert fit.converged and other.converged and fit.weights[-1] == 0.0

@@ -25,7 +25,7 @@ def fit(objective, start, rows, names, iterations, tolerance, penalty, clock, pr
     p, g_count = start.shape
     limited, bounds = bounds is not None, _columns(bounds, p)
     rows = np.asarray(rows, dtype=np.float64)
-    raw = _means(objective, rows, penalty, clock)
+    raw = _means(objective, rows, penalty, clock, bounds)
 
     everyone = np.arange(g_count)
     w = start.astype(np.float64).copy()
@@ -93,19 +93,21 @@ def _columns(bounds, p):
                           np.asarray(bounds.upper, dtype=np.float64)[:, None])
 
 
-def _means(objective, rows, penalty, clock):
-    """raw(w, at): the groups at's objectives (mean loss plus penalty) and gradients at w, from objective's sums;
-    each call counts its rows and lets the server check for interrupts (clock)."""
+def _means(objective, rows, penalty, clock, bounds):
+    """raw(w, at): the groups at's objectives (mean loss plus penalty) and gradients at w, from objective's sums, the
+    gradient 0 along a weight whose bounds (P × 1) are one value (it never moves: L-BFGS's pairs and Newton's
+    Hessian see only the others); each call counts its rows and lets the server check for interrupts (clock)."""
     mask = penalty.mask[:, None] if penalty.mask is not None else 1.0
+    moving = bounds.lower < bounds.upper  # P × 1
 
     def raw(w, at):
         f, grad = objective(w, at)
         clock.rows += int(rows[at].sum())
         clock.poll()
         if not penalty.l2:  # as descent.Penalty: none, not 0·w² (NaN for a weight that is not finite)
-            return f / rows[at], grad / rows[at]
+            return f / rows[at], np.where(moving, grad / rows[at], 0.0)
         return (f / rows[at] + penalty.l2 * np.sum(mask * w * w, axis=0),
-                grad / rows[at] + 2 * penalty.l2 * mask * w)
+                np.where(moving, grad / rows[at] + 2 * penalty.l2 * mask * w, 0.0))
     return raw
 
 
@@ -145,13 +147,13 @@ def _scaled(raw, u, at, scale):
 
 def _curvature(raw, w, f, g, at, floor, bounds):
     """descent.curvature for every group at once: each weight's step along it for all the groups together, turned
-    back where it would leave the bounds (P × 1)."""
-    p = w.shape[0]
+    back where it would leave the bounds (P × 1); a fixed weight's none (_positive's fill)."""
+    fixed = (bounds.lower == bounds.upper)[:, 0]  # a weight of one value, held: no call spent on it
     h = descent.DIFFERENCE * np.maximum(np.abs(w), 1.0)
     for _ in range(2):
         h = bounds.outward(w, h)
-        d = np.zeros_like(w)
-        for i in range(p):
+        d = np.where(fixed[:, None], np.nan, 0.0) * np.ones_like(w)
+        for i in np.flatnonzero(~fixed):
             moved = w.copy()
             moved[i] += h[i]
             with np.errstate(all='ignore'):
@@ -259,7 +261,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     limited, bounds = bounds is not None, _columns(bounds, p)
     rows = np.asarray(rows, dtype=np.float64)
     eps = np.finfo(np.float64).eps
-    raw = _means(objective, rows, penalty, clock)
+    raw = _means(objective, rows, penalty, clock, bounds)
 
     fixed = (bounds.lower == bounds.upper)[:, 0]  # a weight of one value: held, its part of H never read
 
@@ -316,6 +318,12 @@ def _directions(g, h, w, bounds):
     direction pushes out held too, solved again until none is."""
     if bounds is None:
         return _newton_directions(g, h, DIFFERENCE_PIVOT)
+    fixed = (bounds.lower == bounds.upper)[:, 0]
+    if fixed.any():  # a weight of one value is held in every group: solved without it, its part 0
+        free, d = np.flatnonzero(~fixed), np.zeros_like(g)
+        d[free] = _directions(g[free], h[:, free][:, :, free], w[free],
+                              descent.Bounds(bounds.lower[free], bounds.upper[free]))
+        return d
     held = bounds.held(w, g)
     for _ in range(w.shape[0]):
         d = _newton_directions(g, h, DIFFERENCE_PIVOT, held)

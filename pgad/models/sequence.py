@@ -612,12 +612,12 @@ def train(name, model_text, loss, data, weights, given, config):
                     min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
                     limited, told, [keys[k] for k in some], objective.base(loss), counts[some],
                     relatives if error == 'M' else None)
-    def finite(begun, some, error='A'):  # which groups of some have an objective and gradient finite at begun
+    def finite(begun, some, error='A'):  # which groups of some have an objective finite at begun
         part = sequences.Sequences(seqs.columns, seqs.starts[some], seqs.lengths[some])
         with np.errstate(all='ignore'):
-            found = [sequences.gradient(s, part, begun[:, some], options['mode'], backend=options['backend'],
-                                        cache=config.cache) for s in (relatives if error == 'M' else (step,))]
-        return np.all([np.isfinite(f) & np.all(np.isfinite(g), axis=0) for f, g in found], axis=0)
+            found = [sequences.run(s, part, begun[:, some], backend=options['backend'], cache=config.cache)[0]
+                     for s in (relatives if error == 'M' else (step,))]
+        return np.all(np.isfinite(found), axis=0)
     chosen = None
     mine = set(json.loads(given['weights'] or '{}')) if family is not None else set()
     if family is not None and family.candidates:
