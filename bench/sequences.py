@@ -400,7 +400,8 @@ def automatic(args):
     subset = args.arima_series if args.arima_series else None
     lines = [f'{series:,} daily series × {days} days (the last {horizon} held out), automatic ETS', '',
              '| contender | seconds | × pgad | mean MASE | 95% coverage |' +
-             (f' mean MASE, first {subset:,} |' if subset else ''), '|---|---:|---:|---:|---:|' + '---:|' * bool(subset)]
+             (f' mean MASE, first {subset:,} |' if subset else ''),
+             '|---|---:|---:|---:|---:|' + '---:|' * bool(subset)]
     for name, r in results.items():
         f, some = r['forecast'], r.get('subset', series)
         scores = [mase(y_by[k, cut:], f[k, :, 0], y_by[k, :cut]) for k in range(some)]

@@ -399,4 +399,3 @@ def _cholesky(a):
             except np.linalg.LinAlgError:
                 pass
         return factor, made
-

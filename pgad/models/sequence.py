@@ -612,6 +612,7 @@ def train(name, model_text, loss, data, weights, given, config):
                     min(sequences.TILE_BYTES, config.memory_limit // 4), config.memory_limit, config.cache, model,
                     limited, told, [keys[k] for k in some], objective.base(loss), counts[some],
                     relatives if error == 'M' else None)
+
     def finite(begun, some, error='A'):  # which groups of some have an objective finite at begun
         part = sequences.Sequences(seqs.columns, seqs.starts[some], seqs.lengths[some])
         with np.errstate(all='ignore'):
