@@ -323,3 +323,23 @@ def test_a_fixed_weight_costs_no_call(fitting):
     for fit, other in zip(fits, alone):
         assert fit.converged and other.converged and fit.weights[-1] == 0.0
         np.testing.assert_allclose(fit.weights[:-1], other.weights, rtol=1e-9, atol=1e-12)
+
+
+def test_newton_evaluates_no_point_twice():
+    """Each group's objective is taken at most once at the same weights: a group that stops at the optimum (or at a
+    failed search) is judged by the Hessian it last took there, not one taken again (P more calls a fit)."""
+    found = problems(4)
+    rows = np.full(G, 7.0)
+    seen = set()
+
+    def objective(w, at):
+        for j, k in enumerate(at):
+            point = (int(k), w[:, j].tobytes())
+            assert point not in seen, (k, w[:, j])
+            seen.add(point)
+        sums = [value(found[k], w[:, j], rows[k]) for j, k in enumerate(at)]
+        return np.array([f for f, _ in sums]), np.stack([g for _, g in sums], axis=1)
+    clock = descent.Clock(lambda: None, lambda message: None, 100)
+    fits = lockstep.newton(objective, np.zeros((P, G)), rows, [f'w{i}' for i in range(P)], 100, 0.0,
+                           descent.Penalty(), clock)
+    assert all(fit.converged for fit in fits) and {fit.stopped for fit in fits} <= {'optimum', 'search'}

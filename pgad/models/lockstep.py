@@ -286,11 +286,14 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     history = [[] for _ in range(g_count)]
     stopped = np.array(['cap'] * g_count, dtype=object)
     running = everyone.copy()
+    kept = np.zeros((g_count, p, p))         # each group's Hessian at its weights w, where fresh
+    fresh = np.zeros(g_count, dtype=bool)
     for it in range(1, iterations + 1):
         if not len(running):
             break
         at = running
         h = hessians(w[:, at], g[:, at], at)
+        kept[at], fresh[at] = h, True
         d = _directions(g[:, at], h, w[:, at], bounds if limited else None)
         slope = np.sum(d * g[:, at], axis=0)
         small = ~(-slope > 4 * eps * np.abs(f[at]))
@@ -304,12 +307,16 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
         stopped[at[failed]] = 'search'
         moved = at[~failed]
         w[:, moved], f[moved], g[:, moved] = new_w[:, ~failed], new_f[~failed], new_g[:, ~failed]
+        fresh[moved] = False
         running = _stepped(it, moved, new_f[~failed], bounds.free(w, g) if limited else g, history, stopped,
                            tolerance, clock, f[at])
     _check(f, g, w, names)
-    # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton'
-    h = hessians(w, g, everyone)
-    decrement = np.maximum(-np.sum(_directions(g, h, w, bounds if limited else None) * g, axis=0), 0.0)
+    # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton' (the Hessian of
+    # a group that stopped where it last took one, at the optimum or a failed search, is that one: the same bits)
+    stale = np.flatnonzero(~fresh)
+    if len(stale):
+        kept[stale] = hessians(w[:, stale], g[:, stale], stale)
+    decrement = np.maximum(-np.sum(_directions(g, kept, w, bounds if limited else None) * g, axis=0), 0.0)
     return _judged(w, f, first, decrement, rows, history, stopped, precision, clock.seconds())
 
 

@@ -147,8 +147,8 @@ def _fit(step, seqs, start, names, options, penalty, wheres, name, tile_bytes, m
         newton = options['optimizer'] == 'newton'
         fitting = lockstep.newton if newton else lockstep.fit
         p = len(start)
-        # what a group costs lockstep beyond its rows: newton its Hessian and its differences, L-BFGS its pairs
-        per_group = 8 * max(p, 1) * (4 * p + 8 if newton else 2 * descent.MEMORY + 12)
+        # what a group costs lockstep beyond its rows: newton its Hessians (one kept) and differences, L-BFGS its pairs
+        per_group = 8 * max(p, 1) * (5 * p + 8 if newton else 2 * descent.MEMORY + 12)
         batch = max(1, (memory_limit // 4) // per_group)
         fits = []
         for begin in range(0, seqs.count, batch):  # as many groups at once as pgad.memory_limit has room for
