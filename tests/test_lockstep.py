@@ -343,3 +343,36 @@ def test_newton_evaluates_no_point_twice():
     fits = lockstep.newton(objective, np.zeros((P, G)), rows, [f'w{i}' for i in range(P)], 100, 0.0,
                            descent.Penalty(), clock)
     assert all(fit.converged for fit in fits) and {fit.stopped for fit in fits} <= {'optimum', 'search'}
+
+
+def test_bfgs_update_meets_the_secant_condition():
+    """lockstep._update: H + y·yᵀ/(yᵀs) − (Hs)(Hs)ᵀ/(sᵀHs) maps each step s onto its change of gradient y and stays
+    symmetric; a pair of curvature yᵀs ≤ 0 leaves H as it was."""
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(G, P, P))
+    h = a @ a.transpose(0, 2, 1) + np.eye(P)
+    s, y = rng.normal(size=(P, G)), rng.normal(size=(P, G))
+    y[:, 1:] = np.einsum('gij,jg->ig', h[1:] + 0.5 * np.eye(P), s[:, 1:])  # positive curvature but group 0's
+    y[:, 0] = -s[:, 0]
+    before = h.copy()
+    lockstep._update(h, np.arange(G), s, y)
+    np.testing.assert_array_equal(h[0], before[0])
+    np.testing.assert_allclose(np.einsum('gij,jg->ig', h[1:], s[:, 1:]), y[:, 1:], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(h, h.transpose(0, 2, 1), rtol=0, atol=1e-12)
+
+
+def test_newton_takes_a_hessian_by_differences_every_few_iterations(monkeypatch):
+    """Between Hessians by differences (P calls each) newton steps on BFGS's updates of them: the same optimum,
+    judged converged, for fewer rows evaluated than a Hessian by differences at every iteration (REFRESH = 1)."""
+    found, rows = problems(3), np.full(G, 5.0)
+    clock = descent.Clock(lambda: None, lambda message: None, 100)
+    spent = {}
+    for refresh in (1, lockstep.REFRESH):
+        monkeypatch.setattr(lockstep, 'REFRESH', refresh)
+        calls = []
+        fits = lockstep.newton(objective_of(found, rows, calls=calls), np.zeros((P, G)), rows, NAMES, 100, 0.0,
+                               descent.Penalty(), clock)
+        assert all(fit.converged for fit in fits)
+        spent[refresh] = (sum(calls), np.stack([fit.weights for fit in fits]))
+    assert spent[lockstep.REFRESH][0] < spent[1][0]
+    np.testing.assert_allclose(spent[lockstep.REFRESH][1], spent[1][1], rtol=1e-5, atol=1e-8)

@@ -254,9 +254,11 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
            bounds=None):
     """[descent.Fit of each group] by damped Newton (descent._newton's steps: the direction in the equilibrated basis,
     a backtracking search for the Armijo condition, the stop where the decrement is below the objective's precision
-    or no step lowers it), every group at once, with the Hessian from forward differences of the gradient: P more
-    calls of objective an iteration (one a weight, all the groups together), for recurrences whose second derivatives
-    pgad does not build. objective, start, rows, names, penalty, clock, why and bounds as fit() takes them."""
+    or no step lowers it), every group at once, for recurrences whose second derivatives pgad does not build: the
+    Hessian by forward differences of the gradient (P more calls of objective, one a weight, all the groups together)
+    at the start and every REFRESH iterations, BFGS's update of it by each step between (no call); a stop or a failed
+    search on an updated Hessian is judged again on one by differences, so that every group stops as Newton's would.
+    objective, start, rows, names, penalty, clock, why and bounds as fit() takes them."""
     p, g_count = start.shape
     limited, bounds = bounds is not None, _columns(bounds, p)
     rows = np.asarray(rows, dtype=np.float64)
@@ -278,6 +280,10 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
                 h[:, i, :] = ((raw(moved, at)[1] - g) / step).T
         return (h + h.transpose(0, 2, 1)) / 2
 
+    def differenced(some):  # the groups some's Hessians by differences at their weights
+        if len(some):
+            kept[some], exact[some], age[some] = hessians(w[:, some], g[:, some], some), True, 0
+
     everyone = np.arange(g_count)
     w = start.astype(np.float64).copy()
     f, g = raw(w, everyone)
@@ -286,17 +292,23 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     history = [[] for _ in range(g_count)]
     stopped = np.array(['cap'] * g_count, dtype=object)
     running = everyone.copy()
-    kept = np.zeros((g_count, p, p))         # each group's Hessian at its weights w, where fresh
-    fresh = np.zeros(g_count, dtype=bool)
+    kept = np.zeros((g_count, p, p))         # each group's Hessian at its weights w: by differences where exact,
+    exact = np.zeros(g_count, dtype=bool)    # else BFGS's update of one since (age steps ago)
+    age = np.full(g_count, REFRESH)
     for it in range(1, iterations + 1):
         if not len(running):
             break
         at = running
-        h = hessians(w[:, at], g[:, at], at)
-        kept[at], fresh[at] = h, True
-        d = _directions(g[:, at], h, w[:, at], bounds if limited else None)
+        differenced(at[age[at] >= REFRESH])
+        d = _directions(g[:, at], kept[at], w[:, at], bounds if limited else None)
         slope = np.sum(d * g[:, at], axis=0)
         small = ~(-slope > 4 * eps * np.abs(f[at]))
+        again = small & ~exact[at]  # a stop on an updated Hessian: judged again on one by differences
+        if again.any():
+            differenced(at[again])
+            d[:, again] = _directions(g[:, at[again]], kept[at[again]], w[:, at[again]], bounds if limited else None)
+            slope[again] = np.sum(d[:, again] * g[:, at[again]], axis=0)
+            small[again] = ~(-slope[again] > 4 * eps * np.abs(f[at[again]]))
         stopped[at[small]] = 'optimum'
         at, d, slope = at[~small], d[:, ~small], slope[~small]
         if not len(at):
@@ -304,20 +316,39 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
         new_w, new_f, new_g, ok = _line_search(raw, w[:, at], d, f[at], slope, np.ones(len(at)), at,
                                                _wide(bounds, g_count) if limited else None, g[:, at])
         failed = ~ok | ~(new_f < f[at])
-        stopped[at[failed]] = 'search'
+        retried = at[failed & ~exact[at]]  # a failed search on an updated Hessian: again on one by differences
+        age[retried] = REFRESH
+        stopped[at[failed & exact[at]]] = 'search'
         moved = at[~failed]
+        _update(kept, moved, new_w[:, ~failed] - w[:, moved], new_g[:, ~failed] - g[:, moved])
+        exact[moved] = False
+        age[moved] += 1
         w[:, moved], f[moved], g[:, moved] = new_w[:, ~failed], new_f[~failed], new_g[:, ~failed]
-        fresh[moved] = False
-        running = _stepped(it, moved, new_f[~failed], bounds.free(w, g) if limited else g, history, stopped,
-                           tolerance, clock, f[at])
+        running = np.concatenate([_stepped(it, moved, new_f[~failed], bounds.free(w, g) if limited else g, history,
+                                           stopped, tolerance, clock, f[at]), retried])
     _check(f, g, w, names)
-    # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton' (the Hessian of
-    # a group that stopped where it last took one, at the optimum or a failed search, is that one: the same bits)
-    stale = np.flatnonzero(~fresh)
-    if len(stale):
-        kept[stale] = hessians(w[:, stale], g[:, stale], stale)
+    # the judgement at the fitted weights: the Newton decrement there, as descent.fit's of 'newton', on a Hessian by
+    # differences (that of a group that stopped where it last took one, at the optimum or a failed search: the same
+    # bits)
+    differenced(np.flatnonzero(~exact))
     decrement = np.maximum(-np.sum(_directions(g, kept, w, bounds if limited else None) * g, axis=0), 0.0)
     return _judged(w, f, first, decrement, rows, history, stopped, precision, clock.seconds())
+
+
+REFRESH = 4  # newton's iterations on BFGS's updates of a Hessian before it takes one by differences again
+
+
+def _update(h, at, s, y):
+    """BFGS's update of the Hessians h[at] (in place) by the steps s and the gradients' changes y (P × len(at)):
+    H + y·yᵀ/(yᵀs) − (Hs)(Hs)ᵀ/(sᵀHs), where both curvatures are positive (else H as it was)."""
+    if not len(at):
+        return
+    hs = np.einsum('gij,jg->gi', h[at], s)
+    ys, shs = np.sum(y * s, axis=0), np.einsum('ig,gi->g', s, hs)
+    scale = np.sqrt(np.sum(s * s, axis=0) * np.sum(y * y, axis=0))
+    good = (ys > 1e-10 * scale) & (shs > 0) & np.isfinite(ys) & np.isfinite(shs)
+    at, hs, ys, shs, y = at[good], hs[good], ys[good], shs[good], y[:, good]
+    h[at] += np.einsum('ig,jg->gij', y, y) / ys[:, None, None] - np.einsum('gi,gj->gij', hs, hs) / shs[:, None, None]
 
 
 def _directions(g, h, w, bounds):
@@ -370,21 +401,29 @@ def _newton_directions(g, h, pivot=descent.PIVOT, held=None):
     scaled = h / (root[:, :, None] * root[:, None, :])
     d = np.empty_like(g)
     left = np.flatnonzero(np.all(np.isfinite(scaled), axis=(1, 2)))
-    lowest = np.linalg.eigvalsh(scaled[left])[:, 0] if len(left) else np.zeros(0)
+    lowest = None  # each of left's least eigenvalue: taken only where one factorisation of them all fails
     mu = 0.0
     for _ in range(40):  # descent._newton_direction's damping: 0, then 1e-10, 1e-9, …, the least that serves
-        at = left[lowest + mu > 0]  # those whose factorisation may exist at this damping
+        if not len(left):
+            break
+        damped = scaled[left] + mu * np.eye(scaled.shape[1])
+        at, factor = left, None
+        if lowest is None:  # all definite (the common case): one batched factorisation, no eigenvalues
+            try:
+                factor, made = np.linalg.cholesky(damped), np.ones(len(left), dtype=bool)
+            except np.linalg.LinAlgError:
+                lowest = np.linalg.eigvalsh(scaled[left])[:, 0]
+        if factor is None:
+            possible = lowest + mu > 0  # those whose factorisation may exist at this damping
+            at, factor, made = left[possible], *_cholesky(damped[possible])
+        solved = made & (np.min(np.diagonal(factor, axis1=1, axis2=2), axis=1) ** 2 > pivot)
+        at, factor = at[solved], factor[solved]
         if len(at):
-            factor, made = _cholesky(scaled[at] + mu * np.eye(scaled.shape[1]))
-            solved = made & (np.min(np.diagonal(factor, axis1=1, axis2=2), axis=1) ** 2 > pivot)
-            at, factor = at[solved], factor[solved]
             gs = (g[:, at] / root[at].T).T[:, :, None]
             inner = np.linalg.solve(factor, gs)
             d[:, at] = -(np.linalg.solve(np.transpose(factor, (0, 2, 1)), inner)[:, :, 0] / root[at]).T
             keep = ~np.isin(left, at)
-            left, lowest = left[keep], lowest[keep]
-        if not len(left):
-            break
+            left, lowest = left[keep], None if lowest is None else lowest[keep]
         mu = 1e-10 if mu == 0 else mu * 10
     for k in np.setdiff1d(np.arange(g.shape[1]), np.flatnonzero(np.all(np.isfinite(scaled), axis=(1, 2)))):
         d[:, k] = -g[:, k]  # a Hessian not finite: the gradient, as descent._newton_direction gives
@@ -396,6 +435,8 @@ def _newton_directions(g, h, pivot=descent.PIVOT, held=None):
 def _cholesky(a):
     """(the Cholesky factors of the matrices a, which of them have one): one batched call, or where one of them has
     none (rounding at the edge of definiteness), one call each."""
+    if not len(a):
+        return a.copy(), np.zeros(0, dtype=bool)
     try:
         return np.linalg.cholesky(a), np.ones(len(a), dtype=bool)
     except np.linalg.LinAlgError:
