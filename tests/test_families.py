@@ -122,7 +122,7 @@ def test_the_stored_recurrence_trains_again_as_a_lambda(db):
                        [model, '{"alpha": 0.3, "l0": 0, "beta": 0.05, "b0": 0}', json.dumps(options['state']),
                         json.dumps(options['bounds'])]).fetchone()
     assert again[1] == pytest.approx(final_loss, rel=1e-12)
-    assert again[0] == pytest.approx(weights, rel=1e-9)
+    assert again[0] == pytest.approx(weights, rel=1e-7)  # two paths to one optimum, each stopped within its precision
 
 
 def css_residuals(params, y, p, q, constant):
