@@ -93,8 +93,8 @@ test: install $(DEV)/.done
 # 1M raw-unit rows (about 2 minutes); OPTIMUM_ARGS='--baseline /opt/pg-bench-old' adds another pgad, installed
 # there by tools/baseline.sh (0.13.0 by default), timed beside this tree's. make bench runs each contender once
 # (--repeats 1, as run.py does for what takes over a second); docs/performance.md's figures are the best of 3.
-# bench/sequences.py --auto: 'auto' against statsforecast's AutoETS on 10,000 daily series, held-out MASE and
-# coverage (about 30 minutes of AutoETS on 2 cores); AUTO_ARGS='--auto-series 1000' for a shorter run.
+# bench/sequences.py --auto: 'auto' against statsforecast's AutoETS on 10,000 daily series (AutoARIMA on 200),
+# held-out MASE and coverage (about 26 minutes on 2 cores); AUTO_ARGS='--auto-series 1000' for a shorter run.
 # bench/mixed.py: 'auto' against AutoETS on 86 series of mixed kinds, statsmodels' real series among them.
 # bench/latency.py: a new session's first pgad call (connect, one statement, disconnect) against SELECT 1's
 # (docs/performance.md, "The first call").
