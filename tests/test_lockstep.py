@@ -347,17 +347,18 @@ def test_newton_evaluates_no_point_twice():
 
 def test_bfgs_update_meets_the_secant_condition():
     """lockstep._update: H + y·yᵀ/(yᵀs) − (Hs)(Hs)ᵀ/(sᵀHs) maps each step s onto its change of gradient y and stays
-    symmetric; a pair of curvature yᵀs ≤ 0 leaves H as it was."""
+    symmetric; a pair of curvature yᵀs ≤ 0, or a Hessian with sᵀHs ≤ 0, leaves H as it was."""
     rng = np.random.default_rng(5)
     a = rng.normal(size=(G, P, P))
     h = a @ a.transpose(0, 2, 1) + np.eye(P)
     s, y = rng.normal(size=(P, G)), rng.normal(size=(P, G))
     y[:, 1:] = np.einsum('gij,jg->ig', h[1:] + 0.5 * np.eye(P), s[:, 1:])  # positive curvature but group 0's
     y[:, 0] = -s[:, 0]
+    h[1] = -h[1]  # sᵀHs < 0: an indefinite Hessian is not updated either
     before = h.copy()
     lockstep._update(h, np.arange(G), s, y)
-    np.testing.assert_array_equal(h[0], before[0])
-    np.testing.assert_allclose(np.einsum('gij,jg->ig', h[1:], s[:, 1:]), y[:, 1:], rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(h[:2], before[:2])
+    np.testing.assert_allclose(np.einsum('gij,jg->ig', h[2:], s[:, 2:]), y[:, 2:], rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(h, h.transpose(0, 2, 1), rtol=0, atol=1e-12)
 
 
@@ -376,3 +377,60 @@ def test_newton_takes_a_hessian_by_differences_every_few_iterations(monkeypatch)
         spent[refresh] = (sum(calls), np.stack([fit.weights for fit in fits]))
     assert spent[lockstep.REFRESH][0] < spent[1][0]
     np.testing.assert_allclose(spent[lockstep.REFRESH][1], spent[1][1], rtol=1e-5, atol=1e-8)
+
+
+def quartics(seed=6):
+    """G problems 1 + Σ c_i·(w_i − a_i)⁴: a curvature that falls to 0 at the optimum, where BFGS's secant curvature
+    overstates the Hessian (by about half again), so that a decrement on it looks small before Newton's would."""
+    rng = np.random.default_rng(seed)
+    return [(rng.uniform(0.5, 2, P), rng.normal(size=P)) for _ in range(G)]
+
+
+def quartic(problem, w, rows):
+    c, a = problem
+    return rows * (1 + np.sum(c * (w - a) ** 4)), rows * 4 * c * (w - a) ** 3
+
+
+def test_newton_stops_where_a_hessian_by_differences_says():
+    """A group newton stops at the optimum stops where the decrement on a Hessian by differences at its weights is
+    below the objective's precision — Newton's own stop — not where BFGS's updated Hessian makes it look so."""
+    found, rows = quartics(), np.full(G, 3.0)
+    clock = descent.Clock(lambda: None, lambda message: None, 200)
+    fits = lockstep.newton(objective_of(found, rows, of=quartic), np.zeros((P, G)), rows, NAMES, 200, 0.0,
+                           descent.Penalty(), clock)
+    for k, fit in enumerate(fits):
+        assert fit.stopped == 'optimum', (k, fit.stopped)
+        w = fit.weights
+        f, g = (v / rows[k] for v in quartic(found[k], w, rows[k]))
+        h = np.empty((P, P))
+        for i in range(P):
+            moved = w.copy()
+            moved[i] += lockstep.STEP * max(abs(w[i]), 1.0)
+            h[i] = (quartic(found[k], moved, rows[k])[1] / rows[k] - g) / (moved[i] - w[i])
+        d = lockstep._directions(g[:, None], ((h + h.T) / 2)[None], w[:, None], None)[:, 0]
+        assert not -(d @ g) > 4 * np.finfo(np.float64).eps * abs(f), (k, -(d @ g), f)
+
+
+def test_a_failed_search_on_an_updated_hessian_is_tried_again(monkeypatch):
+    """A line search that fails on BFGS's updated Hessian (here: made to fail on the first search after the first
+    iteration, and again along any direction that failed before) is no stop: the group takes a Hessian by
+    differences, whose direction is another, and goes on to the optimum."""
+    found, rows = problems(2), np.full(G, 5.0)
+    searched, failed = [], set()
+    real = lockstep._line_search
+
+    def failing_once(*args, **kwargs):
+        searched.append(1)
+        new_u, new_f, new_g, ok = real(*args, **kwargs)
+        d = args[2]
+        again = np.array([d[:, j].tobytes() in failed for j in range(d.shape[1])], dtype=bool)
+        if len(searched) == 2:
+            failed.update(d[:, j].tobytes() for j in range(d.shape[1]))
+            again[:] = True
+        return new_u, new_f, new_g, ok & ~again
+    monkeypatch.setattr(lockstep, '_line_search', failing_once)
+    clock = descent.Clock(lambda: None, lambda message: None, 100)
+    fits = lockstep.newton(objective_of(found, rows), np.zeros((P, G)), rows, NAMES, 100, 0.0, descent.Penalty(),
+                           clock)
+    assert len(searched) > 2
+    assert all(fit.stopped == 'optimum' and fit.converged for fit in fits), [fit.stopped for fit in fits]
