@@ -347,7 +347,8 @@ def test_newton_evaluates_no_point_twice():
 
 def test_bfgs_update_meets_the_secant_condition():
     """lockstep._update: H + y·yᵀ/(yᵀs) − (Hs)(Hs)ᵀ/(sᵀHs) maps each step s onto its change of gradient y and stays
-    symmetric; a pair of curvature yᵀs ≤ 0, or a Hessian with sᵀHs ≤ 0, leaves H as it was."""
+    symmetric, whatever the step's length; a pair of curvature yᵀs ≤ 0 or about 0 (1e-10 of |y|·|s|), or a Hessian
+    with sᵀHs ≤ 0, leaves H as it was."""
     rng = np.random.default_rng(5)
     a = rng.normal(size=(G, P, P))
     h = a @ a.transpose(0, 2, 1) + np.eye(P)
@@ -355,10 +356,14 @@ def test_bfgs_update_meets_the_secant_condition():
     y[:, 1:] = np.einsum('gij,jg->ig', h[1:] + 0.5 * np.eye(P), s[:, 1:])  # positive curvature but group 0's
     y[:, 0] = -s[:, 0]
     h[1] = -h[1]  # sᵀHs < 0: an indefinite Hessian is not updated either
+    s[:, 3] *= 1e-4  # a short step (sᵀHs and yᵀs below 1) is a step like any other
+    y[:, 3] = np.einsum('ij,j->i', h[3] + 0.5 * np.eye(P), s[:, 3])
+    y[:, 2] = 1e3 * (y[:, 2] - (y[:, 2] @ s[:, 2]) * s[:, 2] / (s[:, 2] @ s[:, 2]))
+    y[:, 2] += 1e-13 * np.linalg.norm(y[:, 2]) * s[:, 2] / np.linalg.norm(s[:, 2])  # yᵀs = 1e-13·|y||s|: none to use
     before = h.copy()
     lockstep._update(h, np.arange(G), s, y)
-    np.testing.assert_array_equal(h[:2], before[:2])
-    np.testing.assert_allclose(np.einsum('gij,jg->ig', h[2:], s[:, 2:]), y[:, 2:], rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(h[:3], before[:3])
+    np.testing.assert_allclose(np.einsum('gij,jg->ig', h[3:], s[:, 3:]), y[:, 3:], rtol=1e-8, atol=1e-14)
     np.testing.assert_allclose(h, h.transpose(0, 2, 1), rtol=0, atol=1e-12)
 
 
