@@ -139,7 +139,11 @@ class Bounds:
         """The weights a bound holds: at their lower bound with a positive gradient, or at their upper with a
         negative one (the descent direction −g leaves the interval), and those whose interval is one value (fixed:
         families.py's choice of a family among the candidates of 'auto')."""
-        return (w <= self.lower) & (g > 0) | (w >= self.upper) & (g < 0) | (self.lower == self.upper)
+        return (w <= self.lower) & (g > 0) | (w >= self.upper) & (g < 0) | self.fixed()
+
+    def fixed(self):
+        """The weights whose interval is one value, in the bounds' shape: held wherever they are, never moved."""
+        return self.lower == self.upper
 
     def pushed(self, w, d):
         """The weights at a bound that the direction d would push out of it."""

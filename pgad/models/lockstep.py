@@ -98,7 +98,7 @@ def _means(objective, rows, penalty, clock, bounds):
     gradient 0 along a weight whose bounds (P × 1) are one value (it never moves: L-BFGS's pairs and Newton's
     Hessian see only the others); each call counts its rows and lets the server check for interrupts (clock)."""
     mask = penalty.mask[:, None] if penalty.mask is not None else 1.0
-    moving = bounds.lower < bounds.upper  # P × 1
+    moving = ~bounds.fixed()  # P × 1
 
     def raw(w, at):
         f, grad = objective(w, at)
@@ -148,7 +148,7 @@ def _scaled(raw, u, at, scale):
 def _curvature(raw, w, f, g, at, floor, bounds):
     """descent.curvature for every group at once: each weight's step along it for all the groups together, turned
     back where it would leave the bounds (P × 1); a fixed weight's none (_positive's fill)."""
-    fixed = (bounds.lower == bounds.upper)[:, 0]  # a weight of one value, held: no call spent on it
+    fixed = bounds.fixed()[:, 0]  # a weight of one value, held: no call spent on it
     h = descent.DIFFERENCE * np.maximum(np.abs(w), 1.0)
     for _ in range(2):
         h = bounds.outward(w, h)
@@ -265,7 +265,7 @@ def newton(objective, start, rows, names, iterations, tolerance, penalty, clock,
     eps = np.finfo(np.float64).eps
     raw = _means(objective, rows, penalty, clock, bounds)
 
-    fixed = (bounds.lower == bounds.upper)[:, 0]  # a weight of one value: held, its part of H never read
+    fixed = bounds.fixed()[:, 0]  # a weight of one value: held, its part of H never read
 
     def hessians(w, g, at):
         """Each group's Hessian (len(at) × P × P), symmetrised, by forward differences of the gradient: a call a
@@ -356,7 +356,7 @@ def _directions(g, h, w, bounds):
     direction pushes out held too, solved again until none is."""
     if bounds is None:
         return _newton_directions(g, h, DIFFERENCE_PIVOT)
-    fixed = (bounds.lower == bounds.upper)[:, 0]
+    fixed = bounds.fixed()[:, 0]
     if fixed.any():  # a weight of one value is held in every group: solved without it, its part 0
         free, d = np.flatnonzero(~fixed), np.zeros_like(g)
         d[free] = _directions(g[free], h[:, free][:, :, free], w[free],
