@@ -129,12 +129,13 @@ def main(argv=None):
     lines = [f'{len(series)} series of {len(kinds)} kinds (issue 46), the last values held out: mean MASE / 95% '
              'coverage', '', '| contender | seconds | all | ' + ' | '.join(kinds) + ' |',
              '|---|---:|---:|' + '---:|' * len(kinds)]
-    rows = ['series,kind,' + ','.join(forecasts)]
+    each = {}  # contender: each series' MASE, in order
     for name, found in forecasts.items():
         scores = {}
         for k, (kind, _, m, y, h) in enumerate(series):
             f = found[k]
-            scores.setdefault(kind, []).append((mase(y[-h:], f[:, 0], y[:-h], m),
+            each.setdefault(name, []).append(mase(y[-h:], f[:, 0], y[:-h], m))
+            scores.setdefault(kind, []).append((each[name][-1],
                                                 float(np.mean((y[-h:] >= f[:, 1]) & (y[-h:] <= f[:, 2])))))
         every = [v for each in scores.values() for v in each]
         cells = [f'{np.mean([a for a, _ in v]):.3f} / {np.mean([b for _, b in v]):.3f}'
@@ -144,9 +145,8 @@ def main(argv=None):
     print(report, flush=True)
     os.makedirs(args.out, exist_ok=True)
     if args.per_series:
-        for k, (kind, _, m, y, h) in enumerate(series):
-            rows.append(f'{k},{kind},' + ','.join(f'{mase(y[-h:], found[k][:, 0], y[:-h], m):.4f}'
-                                                  for found in forecasts.values()))
+        rows = ['series,kind,' + ','.join(each)] + [f'{k},{s[0]},' + ','.join(f'{v[k]:.4f}' for v in each.values())
+                                                    for k, s in enumerate(series)]
         with open(os.path.join(args.out, 'mixed.csv'), 'w') as f:
             f.write('\n'.join(rows) + '\n')
     with open(os.path.join(args.out, 'mixed.md'), 'w') as f:

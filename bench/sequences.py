@@ -370,30 +370,28 @@ def automatic(args):
                 if contender not in results or took < results[contender]['seconds']:
                     results[contender] = dict(seconds=took, forecast=forecast,
                                               families={f: sum(1 for _, c in chosen if c == f) for _, f in chosen})
+            def peer(model, frame, began):  # (seconds since began, series × horizon × 3) of a statsforecast model
+                found = StatsForecast(models=[model], freq=1, n_jobs=os.cpu_count()) \
+                    .forecast(df=frame, h=horizon, level=[95])
+                took = time.perf_counter() - began
+                found = found.reset_index() if 'unique_id' not in found.columns else found
+                forecast, shown = np.full((series, horizon, 3), np.nan), repr(model)
+                for k, part in found.groupby('unique_id'):
+                    forecast[int(k)] = part[[shown, f'{shown}-lo-95', f'{shown}-hi-95']].to_numpy()[:horizon]
+                return took, forecast
+
             began = time.perf_counter()
             X, target = run.export(db, argparse.Namespace(xs=['series', 't'],
                                                           table=f'(SELECT * FROM hw WHERE t < {cut}) AS hw'))
             frame = pd.DataFrame({'unique_id': X[:, 0].astype(np.int64), 'ds': X[:, 1].astype(np.int64),
                                   'y': target})
-            found = StatsForecast(models=[AutoETS(season_length=7)], freq=1, n_jobs=os.cpu_count()) \
-                .forecast(df=frame, h=horizon, level=[95])
-            took = time.perf_counter() - began
-            found = found.reset_index() if 'unique_id' not in found.columns else found
-            forecast = np.full((series, horizon, 3), np.nan)
-            for k, part in found.groupby('unique_id'):
-                forecast[int(k)] = part[['AutoETS', 'AutoETS-lo-95', 'AutoETS-hi-95']].to_numpy()[:horizon]
+            took, forecast = peer(AutoETS(season_length=7), frame, began)
             if 'statsforecast AutoETS' not in results or took < results['statsforecast AutoETS']['seconds']:
                 results['statsforecast AutoETS'] = dict(seconds=took, forecast=forecast)
             if args.arima_series:  # AutoARIMA on the first --arima-series series, its time scaled to all of them
-                part = frame[frame['unique_id'] < args.arima_series]
-                began = time.perf_counter()
-                found = StatsForecast(models=[AutoARIMA(season_length=7)], freq=1, n_jobs=os.cpu_count()) \
-                    .forecast(df=part, h=horizon, level=[95])
-                took = (time.perf_counter() - began) * series / args.arima_series
-                found = found.reset_index() if 'unique_id' not in found.columns else found
-                forecast = np.full((series, horizon, 3), np.nan)
-                for k, one in found.groupby('unique_id'):
-                    forecast[int(k)] = one[['AutoARIMA', 'AutoARIMA-lo-95', 'AutoARIMA-hi-95']].to_numpy()[:horizon]
+                took, forecast = peer(AutoARIMA(season_length=7), frame[frame['unique_id'] < args.arima_series],
+                                      time.perf_counter())
+                took *= series / args.arima_series
                 name = f'statsforecast AutoARIMA (on {args.arima_series:,}, time scaled)'
                 if name not in results or took < results[name]['seconds']:
                     results[name] = dict(seconds=took, forecast=forecast, subset=args.arima_series)
