@@ -167,12 +167,21 @@ def deploy(name, version=None, strategy=None):
 
 @server.entry
 def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, seed=None, validation=None,
-         metric='validation_loss', deploy=True, options=None):
+         metric='validation_loss', deploy=True, options=None, given=None):
     """pgad.tune: a training of model `name` per combination of the grid (or per random draw), each a version, the
-    best by the metric deployed; a row per trial (models/tuning.py)."""
+    best by the metric deployed; a row per trial (models/tuning.py). given: pgad.train's arguments by name, None
+    where not given."""
     from .models import tuning
     return tuning.tune(name, model, loss, data, weights, grid, random, trials, seed, validation, metric, deploy,
-                       options)
+                       options, given)
+
+
+@server.entry
+def prediction_query(name, data, version=None):
+    """pgad.prediction_query: the query pgad.predict runs, model `name`'s scoring functions over the data's rows
+    (models/predict.py)."""
+    from .models import predict
+    return predict.query(name, data, version)
 
 
 @server.entry

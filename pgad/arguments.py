@@ -37,7 +37,7 @@ def weights(text, lam, memory_limit=None):
         if name not in value and len(spelt) == 1:  # {"W": …} for w.W, which folds to w, as in PostgreSQL's SQL
             given = {name if k == spelt[0] else k: v for k, v in given.items()}
         elif name not in value:
-            example = json.dumps({**{k: value[k] for k in value}, name: 0})
+            example = json.dumps({**{k: value[k] for k in value}, name: _start_of(lam, name)})
             folded = [k for k in value if k.lower() == name and k != name]
             raise PgadError('22023', f'weight "{name}" is not in the weights',
                             detail='The weights are: ' + (', '.join(f'"{k}"' for k in value) or 'none') + '.',
@@ -45,6 +45,17 @@ def weights(text, lam, memory_limit=None):
                                  f'{lam.params}."{folded[0]}" for the weight "{folded[0]}".' if folded else
                             f'Give every weight the lambda reads a starting value: {example}.')
     return given
+
+
+def _start_of(lam, name):
+    """The start a missing weight's hint shows: {} for one indexed by a column (a categorical weight) or
+    multiplying a vector (w.w @ [...]: sized by the classes under loss 'softmax'), else 0."""
+    nodes = lam.graph.nodes
+    for node in nodes:
+        if node.op in ('index', 'matmul') and node.args and nodes[node.args[0]].op == 'weight' and \
+                nodes[node.args[0]].value == name:
+            return {}
+    return 0
 
 
 def parsed(text, what, key, memory_limit=None, hint=None):

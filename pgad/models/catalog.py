@@ -734,6 +734,9 @@ def _point(name, loss, made, names, me, ours):
         now = f'{made[suffix][0]} RETURNS {made[suffix][2]}' if suffix in made else 'none'
         if found['users']:
             raise _in_use(name, what, change, found, now, found['users'])
+        if not suffix and suffix in made and not same:  # a caller's query of the old arguments fails from now on
+            server.notice(f'model "{name}": its scoring function takes other arguments now: {made[suffix][0]}, '
+                          f'was {found["identity"]}')
         try:
             server.query(f'DROP FUNCTION {found["identity"]}')
         except server.SPIError as e:  # an object made to use it since ours was read: said as the check says it
@@ -924,7 +927,11 @@ def rows(name, version=None):
 
 
 def missing(name):
-    return PgadError('42704', f'model "{name}" does not exist', hint='The models are listed in pgad.models.')
+    versioned = re.fullmatch(r'(.+)@(\d+)', name)
+    return PgadError('42704', f'model "{name}" does not exist',
+                     hint=f"A version is named by the version argument: '{versioned.group(1)}', version => "
+                          f"{versioned.group(2)} (pgad.evaluate, pgad.predict)." if versioned else
+                     'The models are listed in pgad.models.')
 
 
 def hidden(name):
@@ -1074,6 +1081,9 @@ def picked(name, versions, number, strategy, if_better):
     current = next((v for v in versions if v['deployed']), None)
     if number is not None:
         new = _existing(name, versions, number)
+        if if_better and current is not None and current['validation'] is None:
+            server.notice(f'model "{name}": version {number} is deployed: the deployed version '
+                          f'{current["version"]} has no validation loss to compare with')
         if if_better and current is not None and current['validation'] is not None and not (
                 new['validation'] is not None and new['validation'] < current['validation']):
             server.notice(f'model "{name}": version {number} is not deployed: its validation loss '

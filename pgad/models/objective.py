@@ -169,12 +169,24 @@ def without_label(error, goal, loss):
     missing = re.match(r'column "(.*)" does not exist in the data$', error.message)
     if base(loss) is None or not missing or missing.group(1) not in goal.loss_columns:
         return error
-    label = missing.group(1)
-    return PgadError('42703', f'the label column "{label}" is not in the data', detail=error.detail,
-                     hint=(f"label is 'y' unless given: label => 'price' names the column the loss '{loss}' compares "
-                           'the prediction with.' if label == 'y' else
-                           f"label => '{label}' names the column the loss '{loss}' compares the prediction with: "
-                           'give one of the data\'s columns (as it is spelt there, "Price" and price are two).'))
+    return label_missing(missing.group(1), loss, error.detail)
+
+
+def label_missing(label, loss, detail, names=()):
+    """The error of a label column the data lacks: that label defaults to y, and the data's column of that name in
+    another case where it has one (names: the data's columns, or those detail lists)."""
+    listed = names or re.findall(r'"((?:[^"]|"")*)"|([^\s,."]+)', (detail or '').split(':', 1)[-1])
+    listed = [n if isinstance(n, str) else (n[0].replace('""', '"') or n[1]) for n in listed]
+    near = [n for n in listed if n.lower() == label.lower() and n != label]
+    if near:
+        hint = f"label => '{near[0]}': a label is named as the data spells it."
+    elif label == 'y':
+        hint = f"label is 'y' unless given: label => 'price' names the column the loss '{loss}' compares the " \
+               'prediction with.'
+    else:
+        hint = f"label => '{label}' names the column the loss '{loss}' compares the prediction with: give one of " \
+               'the data\'s columns (as it is spelt there, "Price" and price are two).'
+    return PgadError('42703', f'the label column "{label}" is not in the data', detail=detail, hint=hint)
 
 
 def build(model_text, loss, label, limits, coded=False):

@@ -13,7 +13,7 @@ from .. import arguments, calls, categorical, domain, loader, program, server, s
 from ..errors import PgadError
 from ..lang import printer, vectors
 from . import attribution, catalog, classes, descent, evaluate as evaluating, families, objective, piecewise, \
-    preprocess, separation, sequence, standardize as standardizing, summary, tally as counting, \
+    preprocess, regression, separation, sequence, standardize as standardizing, summary, tally as counting, \
     validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
@@ -32,6 +32,18 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
            standardize=None, label='y', group_by=None, progress_every=0, dtype='float64', validation=None,
            early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None,
            bounds=None, frequency=None):
+    generated = None
+    if regression.named(model):  # 'linear', 'softmax', 'mlp(16)': the lambda over the data's columns
+        if data is None and loss is not None and not objective.named(loss):
+            data, loss = loss, None  # pgad.train(name, family, data)
+        if data is not None and label is not None:
+            generated = regression.generate(model, loss, data, label, arguments.group_by(group_by), seed)
+            model, loss = generated.model, generated.loss
+            weights = json.dumps(generated.weights) if weights is None else weights
+            regularize = json.dumps(generated.regularize) if regularize is None else regularize
+            standardize = True if standardize is None else standardize
+    elif loss is None and families.named(model):
+        loss = 'squared'
     given = dict(locals())
     if families.named(model):  # a family's starting weights are its own: weights may be left NULL
         given['weights'] = weights = '{}' if weights is None else weights
@@ -79,14 +91,13 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                    progress_every=int(arguments.non_negative('progress_every', progress_every)),
                    dtype=arguments.dtype(dtype, backend),  # backend checked just above
                    validation=validating.option(validation), likelihood=bool(likelihood))
+    if generated is not None:
+        options['family'] = generated.family  # the lambda it stands for is the model's
     if limits:
         options['bounds'] = descent.stored_bounds(limits)
         _check_bounds(options, standardize, objective.base(loss))
     options['early_stopping'] = validating.early_stopping(early_stopping, options['validation'])
     summary.check_likelihood(loss, options['likelihood'])
-    if standardize and objective.base(loss) != 'softmax' and categorical.indexed(w, goal.model):
-        raise PgadError('0A000', 'pgad.train takes no standardize for a model with a categorical weight',
-                        hint='Standardise the numeric columns in the data query, or train without standardize.')
     plan = standardizing.plan(goal.model) if standardize else None
     for column in goal.loss_columns if standardize else ():
         if column in goal.columns:
@@ -141,9 +152,12 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
         options['optimizer'] = 'newton'
     vectored = shapes.columns or any(n not in cats.keys and n not in by_class for n, _ in shapes.weights) or \
         vectors.needed(goal.model) and not categorical.only(goal.model, cats) and found is None
-    if vectored and (standardize or options['group_by']) or standardize and by_class:
-        raise PgadError('0A000', 'pgad.train takes no standardize or group_by for a model with vectors',
-                        hint='Standardise the columns in the data query, or train one model per group.')
+    if vectored and options['group_by']:
+        raise PgadError('0A000', 'pgad.train takes no group_by for a model with vectors',
+                        hint='Train one model per group.')
+    if standardize and shapes.columns:
+        raise PgadError('0A000', 'pgad.train takes no standardize for a model that reads an array column',
+                        hint='Standardise the array\'s elements in the data query, or train without standardize.')
     smooth = None  # the smoothed objective's Program, where the default smooths a piecewise-linear loss
     if chosen and lp is None and not options['early_stopping'] and options['optimizer'] in ('newton', 'lbfgs') and \
             not limits and \
@@ -153,6 +167,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
         options['smoothing'] = True  # recorded: the optimizer ran on the smoothed loss, in stages
     prog = _program(goal.text, names, options, config, shapes, chosen)
     centred = classes.centred(goal.model, prog.shapes, sized, len(found.keys)) if by_class else ()
+    plan = None if plan is None else standardizing.at(plan, dict(prog.shapes))  # by element, the shapes known
     if until:
         options['iterations'] = _iterations(options['optimizer'])
     # what the loads read: a boolean label too
@@ -227,7 +242,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                 smooth, options['backend'], options['dtype'], config, part.table.rows))
             fitted, fit, watch = _fit(prog, kernel, part.table, dict(zip(prog.weights, start)), plan, fit_options,
                                       penalty, clock, held, _blocks(prog, cats), lp, config.memory_limit, smoothing,
-                                      objective.base(loss), bounds)
+                                      objective.base(loss), bounds, generated is not None and generated.scaled_start)
             if centred:  # scikit-learn's symmetric parameterisation
                 fitted = dict(zip(prog.weights, classes.centre([fitted[n] for n in prog.weights], prog.shapes,
                                                                centred)))
@@ -324,14 +339,15 @@ def _label_column(prog, table, label):
 
 
 def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, blocks=None, lp=None,
-         memory_limit=None, smoothing=None, loss=None, bounds=None):
+         memory_limit=None, smoothing=None, loss=None, bounds=None, scaled_start=False):
     """({weight: fitted value}, descent.Fit, validation.Watch or None) of one table (a group's) from the weights
     start, on standardised columns when plan is not None; the loss on the held-out rows held (a Table, or None)
     watched after each iteration, and with early_stopping the weights of its lowest (not the optimum: converged
     false, and no WARNING, as asked); blocks as descent.fit's; lp the piecewise.Problem of 'interior_point';
     smoothing (loss, the smoothed objective's columns and kernel) for piecewise.continued; loss the
     loss's base name, for descent.unconverged's hint; bounds (descent.Bounds, or None) each weight's interval
-    (never with plan: _check_bounds)."""
+    (never with plan: _check_bounds); scaled_start: start is the standardised columns' weights already (an mlp
+    family's random start, regression.py)."""
     names = list(prog.weights)
     if plan is not None:
         columns = dict(zip(prog.columns, table.columns))
@@ -342,7 +358,7 @@ def _fit(prog, kernel, table, start, plan, options, penalty, clock, held=None, b
             return loader.Table([standardizing.scale(found[c], mean[c], std[c]) if c in plan.columns else found[c]
                                  for c in prog.columns], t.rows, t.skipped)
         table, held = scaled(table), None if held is None else scaled(held)
-        start = standardizing.forward(plan, start, mean, std)
+        start = start if scaled_start else standardizing.forward(plan, start, mean, std)
     watch = None
     if held is not None:
         watch = clock.watch = validating.Watch(

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import arguments, calls, server
 from ..errors import PgadError
-from . import catalog, evaluate, objective, publish, training
+from . import catalog, evaluate, objective, publish, regression, training
 
 # The arguments a grid or random search may set, and their kinds; a value of another kind is 22023.
 TUNABLE = {'l1': 'number', 'l2': 'number', 'learning_rate': 'number', 'tolerance': 'number',
@@ -51,12 +51,16 @@ INT4_MAX = 2**31 - 1
 
 
 def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, seed=None, validation=None,
-         metric='validation_loss', deploy=True, options=None):
+         metric='validation_loss', deploy=True, options=None, given=None):
     """pgad.tune's rows: (trial, version, parameters as jsonb text, value of the metric, converged, training time
-    in seconds, deployed, error)."""
+    in seconds, deployed, error). given: pgad.train's arguments passed by name ({argument: value or None}), as
+    options gives them."""
+    family = regression.named(model)
+    if family and data is None and loss is not None and not objective.named(loss):
+        data, loss = loss, None  # pgad.tune(name, family, data, …), as pgad.train takes it
     for argument, value in (('name', name), ('model', model), ('loss', loss), ('data', data), ('weights', weights),
                             ('metric', metric), ('deploy', deploy)):
-        if value is None:
+        if value is None and not (family and argument in ('loss', 'weights')):
             raise PgadError('22004', f'argument "{argument}" of pgad.tune must not be NULL')
     if validation is None:
         raise PgadError('22004', 'pgad.tune needs validation rows',
@@ -65,8 +69,16 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
     memory_limit = calls.settings().memory_limit
     if seed is not None:
         arguments.non_negative('seed', seed)
-    higher = _metric(metric, objective.canonical(loss))
+    own = loss if loss is not None else regression.LOSS_OF.get(regression.canonical(model))
+    higher = _metric(metric, objective.canonical(own)) if own is not None else \
+        metric in HIGHER or metric.rsplit('_', 1)[0] in HIGHER  # an mlp's loss, by its label: checked by its trials
     passed = _options(options, memory_limit)
+    for key, value in (given or {}).items():
+        if value is not None:
+            if key in passed:
+                raise PgadError('22023', f'pgad.tune takes "{key}" once, but it is given both as an argument and in '
+                                         'options', hint=f'Leave "{key}" out of options.')
+            passed[key] = value
     combinations = _combinations(grid, random, trials, seed, passed, memory_limit)
     catalog.check_can_store(name)
     keep = server.query(catalog.KEEP)[0]['keep']

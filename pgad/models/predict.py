@@ -1,0 +1,88 @@
+"""pgad.predict(name, data, version): every row of the data scored by a version of the model, its columns read by
+name, as BigQuery ML's ML.PREDICT reads a table (issue 47). The query is written here and run by pgad.predict
+(plpgsql, RETURN QUERY EXECUTE): it calls the version's own scoring functions (catalog.py: "<name>@3" and those
+beside it), which the planner inlines, so a row costs what the scoring functions cost by hand. Each row gives
+
+  key            the data row's other columns (the label, an id), a jsonb object
+  prediction     in the label's units: the scoring function's value; a logistic model's probability of its class 1;
+                 a poisson or gamma model's mean; NULL for a model of many classes
+  class          the class of a logistic, hinge or softmax model, as text
+  probabilities  a logistic or softmax model's probabilities keyed by class, {"barolo": 0.93, …}
+
+A NULL in a column the model reads gives NULLs, as its scoring functions do (an imputed column gets its value).
+Names are quoted and qualified; the data query is the caller's, run as the caller, as every pgad data query is.
+"""
+import json
+
+from .. import loader, server
+from ..errors import PgadError
+from ..lang.printer import quote_ident, quote_literal
+from . import catalog
+
+# The version's row: its loss, options and the functions it records.
+ROW = (f'SELECT m.loss, m.options::pg_catalog.text AS options, m.scoring_function, m.functions::pg_catalog.text AS '
+       f'functions, m.trained_by::pg_catalog.text AS trained_by, m.version FROM pgad.model_versions AS m '
+       f'WHERE m.name {catalog.EQ} $1 AND (m.version {catalog.EQ} $2 OR $2 IS NULL AND m.deployed) '
+       'ORDER BY m.group_key LIMIT 1')
+FLOAT8 = 'pg_catalog.float8'
+CLASSES = ('logistic', 'hinge', 'softmax')
+
+
+def query(name, data, version=None):
+    """The SQL pgad.predict runs for model `name` (its deployed version, or version `version`) on the data."""
+    if name is None or data is None:
+        raise PgadError('22004', f'argument "{"name" if name is None else "data"}" of pgad.predict must not be NULL')
+    catalog.rows(name, version)  # the model's errors: none, hidden, no such version, none deployed
+    row = server.query(ROW, [name, version], ['pg_catalog.text', 'pg_catalog.int4'])[0]
+    options = json.loads(row['options'])
+    if options.get('order_by'):
+        raise PgadError('0A000', f'pgad.predict scores rows one by one, and model "{name}" is a sequence model',
+                        hint=f"Use pgad.forecast('{name}', horizon) for its next values, or pgad.anomalies for its "
+                             'one-step predictions along the data.')
+    own = catalog._own(name, row)
+    if '' not in own:
+        raise PgadError('55000', f'version {row["version"]} of model "{name}" has no scoring function of its own',
+                        hint='Train the model again.')
+    reads = list(own[''][1]['names'])
+    text = loader.as_query(data)
+    names, _ = loader.check_columns(text, [])
+    for column in reads:
+        if column not in names:
+            error = loader.missing(column, names)
+            raise PgadError('42703', f'model "{name}" reads column "{column}", which the data does not have',
+                            detail=error.detail, hint=error.hint or 'Name the data\'s columns as the model\'s '
+                                                                   '(SELECT x AS "' + column + '", …).')
+    arguments = ', '.join(f'pgad_data.{quote_ident(c)}' for c in reads)
+
+    def call(suffix):
+        return f'{catalog.function_name(own[suffix][0])}({arguments})' if suffix in own else None
+
+    loss = row['loss']
+    base = loss.split('(')[0]
+    scored = own[''][1]['qualified_result']
+    classes = options.get('classes')
+    prediction = class_ = probabilities = 'NULL'
+    if base == 'logistic':
+        p = call('probability')
+        prediction = p
+        class_ = f'({call("class")})::pg_catalog.text'  # 1 or 0, or the label's class (its own type)
+        shown = classes or ['0', '1']
+        probabilities = (f'pg_catalog.jsonb_build_object({quote_literal(shown[0])}::pg_catalog.text, '
+                         f"'1'::{FLOAT8} OPERATOR(pg_catalog.-) {p}, {quote_literal(shown[1])}::pg_catalog.text, {p})")
+    elif base == 'softmax':
+        class_ = f'({call("class")})::pg_catalog.text'
+        listed = ', '.join(quote_literal(c) for c in classes)
+        probabilities = f'pgad._labelled(ARRAY[{listed}]::pg_catalog.text[], {call("probability")})'
+    elif base in ('poisson', 'gamma'):
+        prediction = call('mean')
+    elif scored == 'pg_catalog.float8':
+        prediction = call('')
+        if base == 'hinge':
+            class_ = f'({call("class")})::pg_catalog.text'
+    else:
+        raise PgadError('0A000', f'pgad.predict gives a number a row, and model "{name}" predicts {scored}',
+                        hint=f'Call its scoring function, pgad_models.{quote_ident(name)}(…), for its vector.')
+    read = ', '.join(quote_literal(c) for c in reads)
+    return (f'SELECT pg_catalog.to_jsonb(pgad_data) OPERATOR(pg_catalog.-) ARRAY[{read}]::pg_catalog.text[], '
+            f'({prediction})::{FLOAT8}, ({class_})::pg_catalog.text, ({probabilities})::pg_catalog.jsonb '
+            f'FROM ({text}\n) AS pgad_data')
