@@ -267,9 +267,6 @@ def test_too_many_categories_are_refused(db, cluster):
      'column "sqft" is of type pg_catalog.float8, which cannot index a categorical weight'),
     ("SELECT pgad.gradient('λ(d, w) w.r[d.mood]', 'houses', '{\"r\": {\"angry\": 1}}')", '22P02',
      'invalid input value for enum mood: "angry"'),
-    ("SELECT pgad.train('cat_std', 'λ(d, w) w.r[d.region] + w.a*d.sqft', 'squared', 'houses', "
-     "'{\"r\": {}, \"a\": 0}', label => 'price', standardize => true)", '0A000',
-     'pgad.train takes no standardize for a model with a categorical weight'),
     ("SELECT pgad.loss_agg('λ(d, w) (w.r[d.region] - d.price)^2', '{\"r\": {}}', h) FROM houses AS h", '0A000',
      'the aggregates take no categorical weight'),
 ])

@@ -67,9 +67,17 @@ CALLS = {
              "AS k', '{\"r\": {}}')"),
     'the aggregates take no categorical weight':
         call("SELECT pgad.loss_agg('λ(d, w) w.r[d.t]', '{\"r\": {}}', m) FROM mixed AS m"),
-    'pgad.train takes no standardize for a model with a categorical weight':
-        call("SELECT pgad.train('m', 'λ(d, w) w.r[d.t]', 'squared', 'SELECT t, x AS y FROM mixed', '{\"r\": {}}', "
-             "standardize => true)"),
+    'model "linear" reads every column of the data but the label, and column "t" is of type pg_catalog.timestamptz':
+        call("SELECT pgad.train('m', 'linear', 'SELECT x, pg_catalog.now() AS t, y FROM points')"),
+    'model "poisson" trains with loss "poisson", not "huber"':
+        call("SELECT pgad.train('m', 'poisson', 'huber', 'points')"),
+    'model "mlp(0)" has 1 layers of 0 units':
+        call("SELECT pgad.train('m', 'mlp(0)', 'points')"),
+    'model "m" reads column "acid", which the data does not have':
+        call("SELECT pgad.train('m', 'λ(d, w) w.a*d.acid', 'squared', 'SELECT x AS acid, y FROM points', "
+             "'{{\"a\": 0}}', iterations => 1)") + call("SELECT * FROM pgad.predict('m', 'points')"),
+    'pgad.tune takes "label" once, but it is given both as an argument and in options':
+        call(TUNE + "label => 'y', options => '{\"label\": \"y\"}', grid => '{\"l2\": [0]}')"),
     'the label column "x" is of type pg_catalog.float8, which cannot be a class':
         call("SELECT pgad.train('m', 'λ(d, w) w.w @ [d.y] + w.b', 'softmax', 'points', '{\"w\": {}, \"b\": {}}', "
              "label => 'x')"),
@@ -139,7 +147,7 @@ CALLS = {
             "SELECT pgad.loss(%s, 'points', %s)", LINEAR, '{"a": 0, "b": 0, "u": [' + ', '.join(['0'] * 12000) + ']}'),
     'weight "m" must be a matrix whose rows have one length':
         call("SELECT pgad.loss('λ(d, w) sum(w.m)', 'points', %s)", '{"m": [[1, 2], [3]]}'),
-    'pgad.train takes no standardize or group_by for a model with vectors':
+    'pgad.train takes no group_by for a model with vectors':
         call("SELECT * FROM pgad.train('m', %s, 'squared', 'points', %s, group_by => 'x')", MLP,
              '{"m": [[1, 2], [3, 4]], "v": [1]}'),
     'tape "reversible" cannot run "^" backwards':

@@ -35,7 +35,7 @@ def test_a_wrong_label(db):
     e = error_of(db, "SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 't', '{\"a\": 0}', label => 'name')")
     assert (e.sqlstate, e.message_primary) == ('42703', 'the label column "name" is not in the data')
     assert e.message_detail == 'The data has columns: "id", "region", "x", "y", "Name", "arr".'
-    assert "label => 'name' names the column the loss 'squared' compares the prediction with" in e.message_hint
+    assert e.message_hint == "label => 'Name': a label is named as the data spells it."
 
 
 def test_a_forgotten_label(db):

@@ -93,5 +93,5 @@ def test_a_model_not_linear_in_a_column_is_refused_naming_it(text, column):
         '0A000', f'standardize => true needs a model linear in column "{column}"')
     assert caught.value.hint == 'Train without standardize, or scale the column in the data query.'
     assert caught.value.detail == ('With standardize, every column the model reads must enter it only as '
-                                   'w.a*d.column, a weight of its own for each term, in sums that may hold an '
-                                   'intercept weight.')
+                                   'w.a*d.column or w.W @ [d.column, …], a weight of its own for each term, in sums '
+                                   'that may hold an intercept weight.')

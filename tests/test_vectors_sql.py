@@ -337,8 +337,7 @@ def test_a_scoring_function_takes_the_arrays_training_takes(db, tables, name, mo
 def test_train_refuses_what_it_cannot_do_with_vectors(db, tables):
     diag = error_of(db, "SELECT pgad.train('m', %s, %s, 'blobs', %s, group_by => 'id')",
                     (MODEL, CROSS_ENTROPY_LOSS, json.dumps(start_weights())))
-    assert (diag.sqlstate, diag.message_primary) == ('0A000', 'pgad.train takes no standardize or group_by for a '
-                                                              'model with vectors')
+    assert (diag.sqlstate, diag.message_primary) == ('0A000', 'pgad.train takes no group_by for a model with vectors')
     diag = error_of(db, "SELECT pgad.train('m', 'λ(d, w) w.m * d.x1', 'λ(p, d) sum(p)', 'blobs', "
                         "'{\"m\": [[1, 2], [3, 4]]}')")
     assert (diag.sqlstate, diag.message_primary) == ('0A000', 'pgad.train takes a model whose prediction is a number '

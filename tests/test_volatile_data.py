@@ -354,7 +354,7 @@ def test_group_by_reads_no_array_on_pgad_packs_path(db):
     found = error_of(db, "SELECT pgad.train('grouped', 'λ(d, w) sum(w.a * d.v)', 'squared', %s, '{\"a\": [0, 0]}', "
                          "group_by => 'g')", (data,))
     assert (found.sqlstate, found.message_primary) == \
-        ('0A000', 'pgad.train takes no standardize or group_by for a model with vectors')
+        ('0A000', 'pgad.train takes no group_by for a model with vectors')
 
 
 # --- the fuzzer -------------------------------------------------------------------------------------------------

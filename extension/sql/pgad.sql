@@ -1019,11 +1019,12 @@ COMMENT ON FUNCTION pgad._labelled(pg_catalog.text[], pg_catalog.float8[]) IS
     'the probabilities of a model of classes as a jsonb object keyed by class';
 
 -- pgad.deploy(name, 'previous'): a strategy given second, where a version number would stand (a literal that is no
--- number resolves to this one: PostgreSQL prefers the string category for an unknown literal).
-CREATE FUNCTION pgad.deploy(name pg_catalog.text, strategy pg_catalog.text)
+-- number resolves to this one: PostgreSQL prefers the string category for an unknown literal). Its second argument
+-- is not named strategy, so that strategy => 'previous' still names pgad.deploy(name, version, strategy) alone.
+CREATE FUNCTION pgad.deploy(name pg_catalog.text, which pg_catalog.text)
 RETURNS SETOF pgad.model_versions LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-  SELECT * FROM pgad.deploy(name, NULL::pg_catalog.int4, strategy);
+  SELECT * FROM pgad.deploy(name, NULL::pg_catalog.int4, which);
 END;
 COMMENT ON FUNCTION pgad.deploy(pg_catalog.text, pg_catalog.text) IS
     'deploy the version of a model that a strategy picks (best_validation, most_recent, previous)';

@@ -50,8 +50,8 @@ def query(name, data, version=None):
         if column not in names:
             error = loader.missing(column, names)
             raise PgadError('42703', f'model "{name}" reads column "{column}", which the data does not have',
-                            detail=error.detail, hint=error.hint or 'Name the data\'s columns as the model\'s '
-                                                                   '(SELECT x AS "' + column + '", …).')
+                            detail=error.detail,
+                            hint=error.hint or f'Name the data\'s columns as the model\'s (SELECT x AS "{column}", …).')
     arguments = ', '.join(f'pgad_data.{quote_ident(c)}' for c in reads)
 
     def call(suffix):

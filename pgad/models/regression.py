@@ -1,7 +1,8 @@
 """Regression families by name (issue 47): pgad.train's model given as 'linear', 'logistic', 'softmax', 'poisson',
 'gamma' or 'mlp(h, …)' is generated here as the lambda a user would write over the data's columns, every column but
 the label, the group_by columns and a named table's primary key: a number column x a term w.x*d.x, a text, varchar,
-enum or boolean column c a categorical weight w.c[d.c], and an intercept. pgad.train then trains that lambda as any
+enum or boolean column c a categorical weight w.c[d.c], and an intercept (a model of classes, or an mlp, reads
+numbers only, as one vector: w.coef @ [d.x1, …]). pgad.train then trains that lambda as any
 (standardised, and its weights stored in the columns' own units), and stores it, so that the model shows the lambda
 it stands for and can be copied and edited.
 
@@ -10,9 +11,10 @@ it stands for and can be copied and edited.
   'logistic'      the same                                              'logistic'  0
   'poisson'       the same (the log of the mean)                        'poisson'   0
   'gamma'         the same (the log of the mean)                        'gamma'     0
-  'softmax'       the same, each weight a number per class              'softmax'   {} (class-sized, 0)
-  'mlp(h1, h2)'   w.output @ tanh(w.layer2 @ tanh(w.x1*d.x1 + … +       'squared' for a number label, 'softmax'
-                  w.bias1) + w.bias2) + w.intercept, w.x1 a vector of h1 for any other; random (seed), N(0, 1/fan-in)
+  'softmax'       w.coef @ [d.x1, …] + w.intercept: a row of coef and   'softmax'   {} (class-sized, 0)
+                  an intercept per class
+  'mlp(h1, h2)'   w.output @ tanh(w.layer2 @ tanh(w.layer1 @ [d.x1, …]  'squared' for a number label, 'softmax'
+                  + w.bias1) + w.bias2) + w.intercept                   for any other; random (seed), N(0, 1/fan-in)
                                                                         on the standardised columns
 
 The penalty (l1, l2) falls on every weight but the intercepts and biases, as scikit-learn's and glmnet's does, on the
@@ -133,13 +135,12 @@ def generate(text, loss, data, label, group_by, seed):
         units = [int(u) for u in family[4:-1].split(',')]
         rng = np.random.default_rng(0 if seed is None else seed)
         biases = [_free(f'bias{k + 1}', taken) for k in range(len(units))]
-        layers = [_free(f'layer{k + 1}', taken) for k in range(1, len(units))]
+        layers = [_free(f'layer{k + 1}', taken) for k in range(1, len(units))]  # the first's below
         output = _free('output', taken)
-        for n in numbers:
-            weights[n] = (rng.standard_normal(units[0]) / np.sqrt(len(numbers))).tolist()
-        inner = ' + '.join(f'w.{identifier(n)}*d.{identifier(n)}' for n in numbers) + f' + w.{biases[0]}'
+        first = _free('layer1', taken)
+        weights[first] = (rng.standard_normal((units[0], len(numbers))) / np.sqrt(len(numbers))).tolist()
         weights[biases[0]] = [0.0] * units[0]
-        hidden = f'tanh({inner})'
+        hidden = f'tanh(w.{first} @ {_vector(numbers)} + w.{biases[0]})'
         for k, layer in enumerate(layers):
             weights[layer] = (rng.standard_normal((units[k + 1], units[k])) / np.sqrt(units[k])).tolist()
             weights[biases[k + 1]] = [0.0] * units[k + 1]
@@ -150,17 +151,25 @@ def generate(text, loss, data, label, group_by, seed):
         model = f'λ(d, w) w.{output} @ {hidden} + w.{intercept}'
         regularize = [n for n in weights if n not in (*biases, intercept)]
         return Generated(family, model, loss, weights, regularize, numbers, True)
-    start = {} if family == 'softmax' or objective.base(loss) == 'softmax' else 0.0
+    if objective.base(loss) == 'softmax':  # a row of coefficients per class: one product, as scikit-learn's coef_
+        coefficients = _free('coef', taken)
+        weights = {coefficients: {}, intercept: {}}
+        model = f'λ(d, w) w.{coefficients} @ {_vector(numbers)} + w.{intercept}'
+        return Generated(family, model, loss, weights, [coefficients], features, False)
     for n in features:
         if n in categories:
             terms.append(f'w.{identifier(n)}[d.{identifier(n)}]')
             weights[n] = {}
         else:
             terms.append(f'w.{identifier(n)}*d.{identifier(n)}')
-            weights[n] = start
-    weights[intercept] = start
+            weights[n] = 0.0
+    weights[intercept] = 0.0
     model = 'λ(d, w) ' + ' + '.join([*terms, f'w.{intercept}'])
     return Generated(family, model, loss, weights, [n for n in weights if n != intercept], features, False)
+
+
+def _vector(columns):
+    return '[' + ', '.join(f'd.{identifier(n)}' for n in columns) + ']'
 
 
 def _free(name, taken):

@@ -1,0 +1,228 @@
+"""The newcomer's path (issue 47), against a real server: a model family by name in pgad.train (the hand-written
+lambda's fit to 1e-10, scikit-learn's at its optimum), pgad.predict over a query (against the scoring functions,
+NULLs, versions), probabilities keyed by class, standardize for vector and matrix forms, summary names by feature,
+pgad.deploy(name, 'previous'), pgad.rollback, pgad.tune with pgad.train's arguments, and the messages that name
+their fix.
+
+The oracle for the families of classes is scikit-learn's pipeline of StandardScaler and LogisticRegression at
+C = 1/(2·l2·n) (the penalty on the standardised coefficients, the intercepts free), solved to ~1e-10 by
+newton-cholesky; for 'linear', numpy's lstsq."""
+import json
+import warnings
+
+import numpy as np
+import psycopg
+import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+
+from conftest import error_of as diagnosed
+
+
+def error_of(db, sql):
+    d = diagnosed(db, sql)
+    return d.sqlstate, d.message_primary, d.message_hint or ''
+
+
+N = 300
+CLASSES = ['barbera', 'barolo', 'grignolino']  # in text order
+L2 = 0.01
+
+
+def data():
+    """Three overlapping classes over three features of very different scales (wine's: proline in the hundreds)."""
+    rng = np.random.default_rng(47)
+    y = rng.integers(0, 3, N)
+    centres = np.array([[13.0, 2.0, 700.0], [13.5, 2.5, 900.0], [12.5, 1.5, 500.0]])
+    x = centres[y] + rng.normal(0, [0.8, 0.7, 250.0], (N, 3))
+    return x, y
+
+
+X, Y = data()
+
+
+@pytest.fixture(scope='module', autouse=True)
+def tables(cluster, dbname):
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        for table, rows in (('vines', range(0, 240)), ('vines_test', range(240, N))):
+            db.execute(f'CREATE TABLE {table} (id int PRIMARY KEY, alcohol float8, acid float8, proline float8, '
+                       'cultivar text, y float8)')
+            with db.cursor().copy(f'COPY {table} FROM STDIN') as copy:
+                for i in rows:
+                    copy.write_row((i, *map(float, X[i]), CLASSES[Y[i]], float(X[i] @ [1.5, -2.0, 0.01] + 3)))
+        db.execute('INSERT INTO vines_test VALUES (1000, NULL, 1, 700, \'barolo\', 1)')
+
+
+def oracle(l2, rows=240):
+    scaler = StandardScaler().fit(X[:rows])
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        fit = LogisticRegression(C=1 / (2 * l2 * rows), tol=1e-14, max_iter=1000,
+                                 solver='newton-cholesky').fit(scaler.transform(X[:rows]), Y[:rows])
+    return scaler, fit
+
+
+def test_softmax_by_name_is_scikit_learns_scaled_pipeline(db):
+    row = db.execute("SELECT model, loss, options->>'family', options->'regularize', converged FROM "
+                     "pgad.train('cult', 'softmax', 'vines', label => 'cultivar', l2 => %s)", [L2]).fetchone()
+    assert row[0] == 'λ(d, w) w.coef @ [d.alcohol, d.acid, d.proline, d.y] + w.intercept'  # the key is no feature
+    assert row[1:4] == ('softmax', 'softmax', ['coef']) and row[4]
+
+
+@pytest.fixture(scope='module')
+def cultivar(cluster, dbname):
+    """The family over alcohol, acid and proline (the data query chooses the columns; the primary key of a table
+    is no feature)."""
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        return db.execute("SELECT weights, model FROM pgad.train('cultivar', 'softmax', "
+                          "'SELECT alcohol, acid, proline, cultivar FROM vines', label => 'cultivar', l2 => %s)",
+                          [L2]).fetchone()
+
+
+def test_the_family_is_the_scaled_pipelines_optimum(cultivar):
+    weights, model = cultivar
+    assert model == 'λ(d, w) w.coef @ [d.alcohol, d.acid, d.proline] + w.intercept'
+    scaler, fit = oracle(L2)
+    coef = fit.coef_ / scaler.scale_  # the pipeline's weights in the columns' own units
+    intercept = fit.intercept_ - coef @ scaler.mean_
+    coef, intercept = coef - coef.mean(axis=0), intercept - intercept.mean()  # centred over the classes
+    assert np.allclose(weights['coef'], coef, rtol=1e-6, atol=1e-9)
+    assert np.allclose(weights['intercept'], intercept, rtol=1e-6, atol=1e-7)
+
+
+def test_the_family_equals_its_lambda_written_by_hand(db, cultivar):
+    weights, model = cultivar
+    hand = db.execute("SELECT weights FROM pgad.train('by_hand', %s, 'softmax', "
+                      "'SELECT alcohol, acid, proline, cultivar FROM vines', '{\"coef\": {}, \"intercept\": {}}', "
+                      "label => 'cultivar', l2 => %s, regularize => '[\"coef\"]', standardize => true)",
+                      [model, L2]).fetchone()[0]
+    for key in ('coef', 'intercept'):
+        assert np.allclose(hand[key], weights[key], rtol=1e-10, atol=1e-12)
+
+
+def test_predict_reads_rows_by_name_and_labels_the_probabilities(db, cultivar):
+    scaler, fit = oracle(L2)
+    rows = db.execute("SELECT (key->>'id')::int, prediction, class, probabilities, key FROM "
+                      "pgad.predict('cultivar', 'vines_test') ORDER BY 1").fetchall()
+    assert len(rows) == N - 240 + 1
+    expected = fit.predict_proba(scaler.transform(X[240:]))
+    for (i, prediction, cls, probabilities, key), p in zip(rows, expected):
+        assert prediction is None and set(probabilities) == set(CLASSES)
+        assert np.allclose([probabilities[c] for c in CLASSES], p, rtol=1e-6, atol=1e-9)
+        assert cls == CLASSES[int(np.argmax(p))]
+        assert set(key) == {'id', 'cultivar', 'y'}  # the columns the model does not read
+    assert rows[-1][1:4] == (None, None, None)  # a NULL feature: NULLs, as the scoring functions give
+    same = db.execute("SELECT count(*) FROM pgad.predict('cultivar', 'vines_test') AS p JOIN vines_test AS v "
+                      "ON v.id = (p.key->>'id')::int WHERE p.class IS DISTINCT FROM "
+                      "pgad_models.cultivar_class(v.alcohol, v.acid, v.proline)").fetchone()[0]
+    assert same == 0
+
+
+def test_predict_of_a_version_and_of_a_regression(db):
+    db.execute("SELECT pgad.train('yfit', 'linear', 'SELECT alcohol, acid, proline, y FROM vines')")
+    first = db.execute("SELECT weights FROM pgad.models WHERE name = 'yfit'").fetchone()[0]
+    x = np.c_[X[:240], np.ones(240)]
+    exact = np.linalg.lstsq(x, x[:, :3] @ [1.5, -2.0, 0.01] + 3, rcond=None)[0]
+    assert np.allclose([first[k] for k in ('alcohol', 'acid', 'proline', 'intercept')], exact, rtol=1e-8, atol=1e-8)
+    db.execute("SELECT pgad.train('yfit', 'linear', 'SELECT alcohol, acid, y FROM vines')")  # version 2, deployed
+    got = db.execute("SELECT prediction FROM pgad.predict('yfit', 'SELECT 13.0 AS alcohol, 2.0 AS acid, "
+                     "700.0 AS proline', version => 1)").fetchone()[0]
+    assert got == pytest.approx(np.dot(exact, [13, 2, 700, 1]), rel=1e-9)
+    assert error_of(db, "SELECT * FROM pgad.predict('yfit', 'SELECT 1.0 AS alcohol')")[:2] == \
+        ('42703', 'model "yfit" reads column "acid", which the data does not have')
+
+
+def test_the_family_by_name_matches_the_hand_written_logistic(db):
+    base = "SELECT weights FROM pgad.train(%s, %s, %s, 'SELECT alcohol, acid, cultivar = ''barolo'' AS y FROM vines'"
+    named = db.execute(base + ')', ['lg', 'logistic', None]).fetchone()[0]
+    hand = db.execute(base + ", '{\"alcohol\": 0, \"acid\": 0, \"intercept\": 0}', standardize => true)",
+                      ['lg2', 'λ(d, w) w.alcohol*d.alcohol + w.acid*d.acid + w.intercept', 'logistic']).fetchone()[0]
+    assert set(named) == {'alcohol', 'acid', 'intercept'}
+    for k in named:
+        assert named[k] == pytest.approx(hand[k], rel=1e-10, abs=1e-12)
+
+
+def test_standardize_of_a_matrix_form_changes_no_optimum(db):
+    model = 'λ(d, w) w.w @ [d.alcohol, d.acid] + w.b'
+    fits = [db.execute("SELECT weights FROM pgad.train('mx', %s, 'softmax', 'vines', '{\"w\": {}, \"b\": {}}', "
+                       f"label => 'cultivar', standardize => {s})", [model]).fetchone()[0] for s in ('false', 'true')]
+    assert np.allclose(fits[0]['w'], fits[1]['w'], rtol=1e-6, atol=1e-9)
+    rows = db.execute("SELECT weight FROM pgad.summary('mx')").fetchall()
+    assert ('w["barolo",alcohol]',) in rows and ('b["grignolino"]',) in rows
+
+
+def test_deploy_by_strategy_second_and_rollback(db):
+    for l2 in (0.1, 0.2):
+        db.execute("SELECT pgad.train('rb', 'softmax', 'vines', label => 'cultivar', l2 => %s)", [l2])
+    assert db.execute("SELECT version FROM pgad.rollback('rb')").fetchone()[0] == 1
+    assert db.execute("SELECT version FROM pgad.deploy('rb', 'previous')").fetchone()[0] == 2
+    assert db.execute("SELECT version FROM pgad.deploy('rb', 1)").fetchone()[0] == 1
+    assert error_of(db, "SELECT * FROM pgad.deploy('rb', 'newest')")[:2] == \
+        ('22023', 'unknown deployment strategy "newest"')
+
+
+def test_tune_takes_trains_arguments_by_name(db):
+    rows = db.execute("SELECT trial, error FROM pgad.tune('tn', 'softmax', 'vines', label => 'cultivar', "
+                      "grid => '{\"l2\": [0.01, 0.1]}')").fetchall()
+    assert rows == [(1, None), (2, None)]
+    assert db.execute("SELECT options->>'label' FROM pgad.models WHERE name = 'tn'").fetchone()[0] == 'cultivar'
+    assert error_of(db, "SELECT * FROM pgad.tune('tn', 'softmax', 'vines', label => 'cultivar', "
+                        "options => '{\"label\": \"cultivar\"}', grid => '{\"l2\": [0.1]}')")[:2] == \
+        ('22023', 'pgad.tune takes "label" once, but it is given both as an argument and in options')
+
+
+@pytest.mark.parametrize('sql, expected', [
+    ("SELECT * FROM pgad.train('m', 'softmax', 'SELECT alcohol, cultivar FROM vines')",
+     ('42703', 'the label column "y" is not in the data', "label is 'y' unless given")),
+    ("SELECT * FROM pgad.train('m', 'softmax', 'SELECT alcohol, cultivar FROM vines', label => 'Cultivar')",
+     ('42703', 'the label column "Cultivar" is not in the data', "label => 'cultivar'")),
+    ("SELECT * FROM pgad.evaluate('cultivar@1', 'vines')",
+     ('42704', 'model "cultivar@1" does not exist', "'cultivar', version => 1")),
+    ("SELECT * FROM pgad.train('m', 'λ(d, w) w.w @ [d.alcohol] + w.b', 'softmax', 'vines', '{\"b\": {}}', "
+     "label => 'cultivar')", ('22023', 'weight "w" is not in the weights', '"w": {}')),
+    ("SELECT * FROM pgad.train('m', 'linear', 'SELECT cultivar, now() AS t, y FROM vines')",
+     ('42804', 'model "linear" reads every column of the data but the label, and column "t" is of type '
+               'pg_catalog.timestamptz', 'Leave it out')),
+    ("SELECT * FROM pgad.train('m', 'mlp(0)', 'vines')", ('22023', 'model "mlp(0)" has 1 layers of 0 units', 'mlp')),
+    ("SELECT * FROM pgad.train('m', 'poisson', 'huber', 'vines')",
+     ('22023', 'model "poisson" trains with loss "poisson", not "huber"', "model 'linear'")),
+])
+def test_messages_name_their_fix(db, sql, expected):
+    state, message, hint = error_of(db, sql)[:3]
+    assert (state, message) == expected[:2]
+    assert expected[2] in hint
+
+
+def test_if_better_against_a_version_without_validation_says_so(db):
+    db.execute("SELECT pgad.train('ib', 'linear', 'SELECT alcohol, y FROM vines')")
+    heard = []
+    db.add_notice_handler(lambda d: heard.append(d.message_primary))
+    row = db.execute("SELECT version, deployed FROM pgad.train('ib', 'linear', 'SELECT alcohol, y FROM vines', "
+                     "validation => 0.2, deploy => 'if_better')").fetchone()
+    assert row == (2, True)
+    assert any('has no validation loss to compare with' in m for m in heard)
+
+
+def test_a_categorical_column_is_a_categorical_weight(db):
+    weights = db.execute("SELECT weights FROM pgad.train('cat', 'linear', 'SELECT alcohol, cultivar, y FROM vines')"
+                         ).fetchone()[0]
+    assert set(weights['cultivar']) == set(CLASSES) and json.dumps(weights)
+
+
+def test_the_documented_example_is_scikit_learns(cluster, tmp_path):
+    """docs/sql.md's "Model families by name" run through psql: its probabilities are the scaled pipeline's."""
+    from test_docs_sql import run_in_psql, section_sql
+    result = run_in_psql(cluster, tmp_path, section_sql('## Model families by name'))
+    assert result.returncode == 0, result.stderr
+    shown = [line.split('|') for line in result.stdout.splitlines() if line.strip()[:1] in '123' and 'barolo' in line]
+    x = np.array([[14.2, 1065], [13.2, 1050], [13.9, 1290], [12.4, 520], [12.0, 450], [12.3, 680], [13.1, 630],
+                  [13.4, 560], [12.8, 600], [13.7, 1000], [12.2, 900], [13.0, 480]])
+    y = ['barolo'] * 3 + ['grignolino'] * 3 + ['barbera'] * 3 + ['grignolino', 'barolo', 'grignolino']
+    scaler = StandardScaler().fit(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        fit = LogisticRegression(C=1 / (2 * 0.05 * 12), tol=1e-14, max_iter=1000,
+                                 solver='newton-cholesky').fit(scaler.transform(x), y)
+    p = fit.predict_proba(scaler.transform(x[:3]))[:, list(fit.classes_).index('barolo')]
+    assert [float(row[2]) for row in shown] == [round(v, 2) for v in p]
+    assert [row[1].strip() for row in shown] == list(fit.predict(scaler.transform(x[:3])))
