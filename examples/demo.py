@@ -1,6 +1,8 @@
 """make demo: train a linear and a logistic regression on 1M rows inside PostgreSQL, in forward and reverse mode,
 then one linear model per group of rows with the aggregate pgad.gradient_descent_agg, then named models with
-pgad.train (by L-BFGS, one per group, with its progress NOTICEs), scored in plain SQL by the functions it generates.
+pgad.train (by L-BFGS, one per group, with its progress NOTICEs), scored in plain SQL by the functions it generates;
+then the breadth: a model of three classes by its family's name, evaluated on held-out rows, a row predicted and
+explained; a forecast per store with its intervals; a retraining and a rollback.
 
 Without PGAD_DSN it starts a throwaway PostgreSQL cluster of its own (temporary directory, own port) and stops it at
 the end. With PGAD_DSN set (a libpq connection string) it uses that server, and touches nothing there that it did
@@ -37,7 +39,15 @@ DATASETS = {
               SELECT {GAUSS} AS x1, {GAUSS} AS x2 FROM generate_series(1, {ROWS}) AS i) AS s""",
         'logistic', '{"a": 0, "b": 0, "c": 0}', 2.0, 200, 'P(label) = sigmoid(1.5·x1 − 2·x2 + 0.3)'),
 }
-TABLES = tuple(dataset[2] for dataset in DATASETS.values())
+# The breadth after the 1M-row fits: three classes of flowers (a model by its family's name), and the daily sales of
+# three stores (a forecast per store).
+FLOWERS = f"""CREATE TABLE flowers AS SELECT i, c, CASE c WHEN 0 THEN 'iris' WHEN 1 THEN 'lily' ELSE 'rose' END AS kind,
+                5 + c + 0.8*{GAUSS} AS petal, 3 + 0.5*c*c + 0.7*{GAUSS} AS sepal, 2 - c + 0.9*{GAUSS} AS stem
+              FROM (SELECT i, i % 3 AS c FROM generate_series(1, 3000) AS i) AS s"""
+SALES = f"""CREATE TABLE sales AS SELECT store, day, 100 + 20*store + 0.5*k + 10*sin(2*pi()*k/7) + 3*{GAUSS} AS units
+              FROM generate_series(1, 3) AS store, generate_series(0, 139) AS k,
+                   LATERAL (SELECT DATE '2026-01-01' + k AS day) AS d"""
+TABLES = (*(dataset[2] for dataset in DATASETS.values()), 'flowers', 'sales')
 
 
 @contextlib.contextmanager
@@ -138,6 +148,7 @@ def main():
             print(f'  x1 {">" if positive else "≤"} 0   {fitted}   loss {value:.6f}   {ran} iterations')
         print(f'  both groups in {took:.2f} s\n')
         named_models(db, sandbox)
+        breadth(db, sandbox)
         print('derivatives of the linear loss, as pgad.derivatives shows them:')
         for weight, derivative in db.execute('SELECT * FROM pgad.derivatives(%s)', (DATASETS['linear regression'][0],)):
             print(f'  ∂/∂{weight} = {derivative}')
@@ -175,6 +186,54 @@ def named_models(db, sandbox):
     print(db.execute("SELECT string_agg(name || coalesce(' ' || group_key::text, ''), ', ' ORDER BY name, "
                      "group_key::text) FROM pgad.models WHERE name = ANY(%s)",
                      (sandbox.models,)).fetchone()[0].join(('  pgad.models: ', '\n')))
+
+
+def breadth(db, sandbox):
+    """A model of classes by its family's name, evaluated on held-out rows and one prediction explained; a forecast
+    per store with its intervals; a retraining and a rollback."""
+    print('\nmany classes by a family\'s name: pgad.train(name, \'softmax\', data, label => …), no lambda to write')
+    db.execute(FLOWERS)
+    kinds = sandbox.model('kinds')
+    started = time.perf_counter()
+    model, converged = db.execute(
+        "SELECT model, converged FROM pgad.train(%s, 'softmax', 'SELECT petal, sepal, stem, kind FROM flowers "
+        "WHERE i % 5 <> 0', label => 'kind', l2 => 0.001)", (kinds,)).fetchone()
+    print(f'  the lambda it stands for: {model}\n  converged {converged}, in {time.perf_counter() - started:.2f} s')
+    metrics = dict(db.execute("SELECT metric, value FROM pgad.evaluate(%s, 'SELECT petal, sepal, stem, kind FROM "
+                              "flowers WHERE i % 5 = 0') WHERE metric IN ('accuracy', 'rows', 'loss')",
+                              (kinds,)).fetchall())
+    print(f'  pgad.evaluate on {metrics["rows"]:.0f} held-out rows: accuracy {metrics["accuracy"]:.3f}, '
+          f'cross-entropy {metrics["loss"]:.3f}')
+    row = db.execute("SELECT class, probabilities, key FROM pgad.predict(%s, 'SELECT i, petal, sepal, stem, kind FROM "
+                     "flowers WHERE i = 5')", (kinds,)).fetchone()
+    shown = ', '.join(f'{k} {v:.3f}' for k, v in sorted(row[1].items()))
+    print(f'  pgad.predict, row {row[2]["i"]} (a {row[2]["kind"]}): class {row[0]}; {shown}')
+    explained = db.execute(sql.SQL('SELECT {}(petal, sepal, stem) FROM flowers WHERE i = 5').format(
+        sql.Identifier('pgad_models', f'{kinds}_explain'))).fetchone()[0]
+    print(f'  why {row[0]}: ' + ', '.join(f'{k} {v:+.3f}' for k, v in explained[row[0]].items()))
+    print('\na forecast per store: pgad.train(name, \'auto\', …, order_by, group_by), then pgad.forecast')
+    db.execute(SALES)
+    demand = sandbox.model('demand')
+    started = time.perf_counter()
+    chosen = db.execute("SELECT group_key->>'store', options->>'family' FROM pgad.train(%s, 'auto(7)', "
+                        "'SELECT store, day, units FROM sales', label => 'units', order_by => 'day', "
+                        "group_by => 'store') ORDER BY 1", (demand,)).fetchall()
+    print(f'  chosen per store in {time.perf_counter() - started:.2f} s: '
+          + ', '.join(f'store {s} {family}' for s, family in chosen))
+    for store, step, at, value, lower, upper in db.execute(
+            "SELECT group_key->>'store', step, at, value, lower, upper FROM pgad.forecast(%s, 3) "
+            "WHERE step IN (1, 3) ORDER BY 1, 2", (demand,)):
+        print(f'  store {store} {at}: {value:7.1f} units, 95 % interval [{lower:.1f}, {upper:.1f}]')
+    print('\nversions: a retraining on fewer features, then pgad.rollback')
+    db.execute("SELECT pgad.train(%s, 'softmax', 'SELECT petal, kind FROM flowers WHERE i % 5 <> 0', "
+               "label => 'kind', l2 => 0.001)", (kinds,))
+    for version, deployed, model in db.execute("SELECT version, deployed, model FROM pgad.model_versions "
+                                               "WHERE name = %s ORDER BY version", (kinds,)):
+        print(f'  version {version}{" (deployed)" if deployed else ""}: {model}')
+    back = db.execute('SELECT version FROM pgad.rollback(%s)', (kinds,)).fetchone()[0]
+    accuracy = db.execute("SELECT avg((class = key->>'kind')::int) FROM pgad.predict(%s, 'SELECT petal, sepal, stem, "
+                          "kind FROM flowers WHERE i % 5 = 0')", (kinds,)).fetchone()[0]
+    print(f'  pgad.rollback deployed version {back} again: its held-out accuracy {accuracy:.3f}\n')
 
 
 def scorer(name):

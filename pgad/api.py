@@ -22,13 +22,13 @@ from .lang import hessian as second, printer, tensors, vectors
 
 @server.entry
 def loss(loss, data, weights):
-    with calls.prepared(loss, weights, calls.loading(data), gradient=False) as call:
+    with calls.prepared(loss, weights, calls.loading(data), gradient=False, once=True) as call:
         return _loss(call)
 
 
 @server.entry
 def gradient(loss, data, weights, mode='reverse', backend='auto', dtype='float64', tape='auto'):
-    with calls.prepared(loss, weights, calls.loading(data), mode, backend, dtype, tape=tape) as call:
+    with calls.prepared(loss, weights, calls.loading(data), mode, backend, dtype, tape=tape, once=True) as call:
         return _gradient(call)
 
 
@@ -58,7 +58,7 @@ def _hessian_at(loss, data, weights, backend='auto'):
             as (table, kernel):
         sums = calls.second_sums(calls.Call(prog, table, kernel, vector, unread, cats))
     p = len(prog.weights)
-    return second.full(sums[1 + p:] / table.rows, p), categorical.element_names(prog, cats)
+    return second.full(sums[1 + p:] / table.rows, p), categorical.element_names(prog, cats, lam)
 
 
 

@@ -4,7 +4,7 @@
 kernel in machine code (jit/); 'cuda' is the same kernel on an NVIDIA GPU, generated for numba-cuda (gpu/).
 'auto' picks cuda where a GPU is present and the data has at least GPU_ROWS rows (with a kernel the cuda backend
 compiles), else llvm, except for a lambda too large for the llvm backend to compile within its bound
-(jit/compiler.py), which runs on python. Kernels are cached per backend process, keyed by the program (its DAG and
+(jit/compiler.py), and a single evaluation of a small table (ONCE_COST), which run on python. Kernels are cached per backend process, keyed by the program (its DAG and
 mode), the precision and llvm's target (and bounded as the programs are); jit/ also keeps compiled object code on
 disk for the next connection. The python and llvm backends compute in float64; cuda in float64 or float32.
 """
@@ -19,12 +19,19 @@ BACKENDS = {'python': lambda program, cache, precision: python_backend.compile(p
 # The rows from which 'auto' runs on a GPU that is there: below, a step's fixed cost on the GPU (a launch and two
 # copies of the weights and sums, about 30 µs) outweighs its speed (bench/gpu.py, docs/performance.md).
 GPU_ROWS = 100_000
+# A single evaluation (pgad.loss, pgad.gradient: once) of at most this many rows × DAG nodes runs on python under
+# 'auto': numpy over the columns, a few milliseconds at most, where the llvm kernel would cost a session's first call
+# llvmlite's import (about 30 ms) and a new lambda its compile (80 ms and more) (issue 47, docs/performance.md).
+ONCE_COST = 1_000_000
 
 
-def choose(program, backend, rows=None):
-    """The backend that runs program when `backend` is asked for, over `rows` rows a step (None: not known yet)."""
+def choose(program, backend, rows=None, once=False):
+    """The backend that runs program when `backend` is asked for, over `rows` rows a step (None: not known yet);
+    once: the kernel runs once (a single evaluation), where a small one runs on python."""
     if backend != 'auto':
         return backend
+    if once and rows is not None and rows * len(program.graph) <= ONCE_COST:
+        return 'python'
     if rows is not None and rows >= GPU_ROWS and gpu.fits(program) and gpu.present():
         return 'cuda'
     return 'llvm' if jit.fits(program) else 'python'

@@ -67,12 +67,12 @@ def loading(data, spread=True):
     is where a sharded load's first round counts the rows. load.lengths(lam) gives the lengths of the array columns
     the lambda reads (loader.lengths). A lambda with vectors pulls a sharded table's rows."""
     @contextmanager
-    def load(prog, config, job, start, categories=None, missing=()):
+    def load(prog, config, job, start, categories=None, missing=(), once=False):
         layout = shards.layout(data, prog.columns) if spread and not prog.shaped else None
         if layout is None:
             table = some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit,
                                            dict(prog.columns_of), categories, missing=missing))
-            yield table, compiled(prog, job.backend, job.dtype, config, table.rows)
+            yield table, compiled(prog, job.backend, job.dtype, config, table.rows, once)
             return
         with shards.Shards(layout, job) as remote:
             here = (loader.load(layout.local_query, list(prog.columns), config.chunk_rows, config.memory_limit)
@@ -97,9 +97,9 @@ def some_rows(table):
 def unpacking(packed, names):
     """How an aggregate loads its columns: from the rows its transition function packed. No row gives None."""
     @contextmanager
-    def load(prog, config, job, start, categories=None):
+    def load(prog, config, job, start, categories=None, once=False):
         table = loader.packed(packed, names, list(prog.columns))
-        yield (table, compiled(prog, job.backend, job.dtype, config, table.rows)) if table.rows else (None, None)
+        yield (table, compiled(prog, job.backend, job.dtype, config, table.rows, once)) if table.rows else (None, None)
     load.lengths = lambda lam, categorical=(): ()  # the aggregates pack numbers: lambda_columns refuses an array column
     load.data = None  # categorical.expand refuses a categorical weight
     return load
@@ -107,10 +107,12 @@ def unpacking(packed, names):
 
 @contextmanager
 def prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float64', gradient=True, tape='auto',
-              **checked):
+              once=False, **checked):
     """The Call for the lambda text loss at the weights jsonb, its data from load (loading, unpacking), for the
     length of a with block; None when load gives none. The arguments are checked in order (a function's first bad
-    argument is the one reported), `checked` ones by arguments' function of their name."""
+    argument is the one reported), `checked` ones by arguments' function of their name. once: the kernel runs once
+    (pgad.loss, pgad.gradient), where 'auto' runs a small table on python (backends.choose), chosen after the load
+    and compiled only then."""
     config = settings()
     lam = program.parsed(loss, config.limits)
     w, unread = arguments.unread(arguments.weights(weights, lam, config.memory_limit), lam)
@@ -122,10 +124,12 @@ def prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float64
     w, cats = categorical.expand(w, lam, load.data, config.limits, config.memory_limit)
     prog = program.build(lam.text, tuple(w), mode, gradient, config.limits,
                          shapes_of(w, load.lengths(lam, cats.codes), cats), tape)
-    compiled(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
+    once = once and backend == 'auto' and tape == 'auto'
+    if not once:
+        compiled(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
     vector = vector_of(w)
-    with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector, cats.codes) \
-            as (table, kernel):
+    with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector, cats.codes,
+              **({'once': True} if once else {})) as (table, kernel):
         yield None if table is None else Call(prog, table, kernel, vector, unread, cats)
 
 
@@ -147,9 +151,10 @@ def vector_of(w):
     return np.concatenate([np.ravel(v) for v in w.values()]).astype(np.float64) if w else np.zeros(0)
 
 
-def compiled(prog, backend, precision, config, rows=None):
-    """prog's kernel on the backend asked for ('auto': chosen for steps over `rows` rows; None, not known yet)."""
-    chosen = backends.choose(prog, backend, rows)
+def compiled(prog, backend, precision, config, rows=None, once=False):
+    """prog's kernel on the backend asked for ('auto': chosen for steps over `rows` rows; None, not known yet; once:
+    for a single evaluation, backends.choose)."""
+    chosen = backends.choose(prog, backend, rows, once)
     return backends.compile(prog, chosen, config.cache, precision if chosen == 'cuda' else 'float64')
 
 

@@ -204,11 +204,15 @@ def _entries(value, keys):
     return np.array([float(value.get(k, 0.0)) for k in keys])
 
 
-def element_names(prog, cats):
+def element_names(prog, cats, lam=None):
     """The names of the elements of prog's weight vector (a Program's), each categorical weight's entries by category,
-    region[north] (program.categorical_names); the others as vectors.labels names them, m[1,2]."""
+    region[north] (program.categorical_names); the others as vectors.labels names them, m[1,2], or m[1,x2] where the
+    weight multiplies columns (w.m @ [d.x1, d.x2]) in lam, the lambda as parsed (prog's own has its vectors unrolled,
+    where it has them)."""
+    columns = vectors.multiplied_columns(lam or prog.lam)
     return [e for name, shape in prog.shapes for e in (program.categorical_names(name, cats.keys[name])
-                                                       if name in cats.keys else vectors.labels(name, shape))]
+                                                       if name in cats.keys else
+                                                       vectors.labels(name, shape, columns.get(name)))]
 
 
 def scoring_code(argument, keys, kind):

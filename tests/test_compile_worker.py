@@ -98,7 +98,7 @@ def test_statement_timeout_stops_a_long_llvm_compile(cluster, dbname, lam, timeo
         pid = db.execute('SELECT pg_backend_pid()').fetchone()[0]
         db.execute(f'SET statement_timeout = {timeout_ms}')
         started = time.monotonic()
-        diag = error_of(db, "SELECT pgad.gradient(%s, %s, %s)", (text, DATA, weights))
+        diag = error_of(db, "SELECT pgad.gradient(%s, %s, %s, backend => 'llvm')", (text, DATA, weights))
         assert (diag.sqlstate, diag.message_primary) == ('57014', 'canceling statement due to statement timeout')
         assert time.monotonic() - started < timeout_ms / 1000 + WITHIN
         assert none_left(pid)
@@ -141,7 +141,7 @@ def test_pg_terminate_backend_ends_that_session_alone(cluster, dbname):
             thread = after(1.0, lambda: from_other(cluster, dbname, 'SELECT pg_terminate_backend(%s)', (pid,)))
             started = time.monotonic()
             with pytest.raises(psycopg.OperationalError):
-                db.execute("SELECT pgad.gradient(%s, %s, %s)", (text, DATA, weights))
+                db.execute("SELECT pgad.gradient(%s, %s, %s, backend => 'llvm')", (text, DATA, weights))
             thread.join()
             assert time.monotonic() - started < 1.0 + WITHIN
         assert none_left(pid)  # the compiler process died with its backend
@@ -163,7 +163,7 @@ def test_a_crashed_compiler_process_fails_the_call_alone(cluster, dbname):
                 for child in workers(pid):
                     os.kill(child, signal.SIGKILL)
             thread = after(0.3, crash)
-            diag = error_of(db, "SELECT pgad.gradient(%s, %s, %s)", (text, DATA, weights))
+            diag = error_of(db, "SELECT pgad.gradient(%s, %s, %s, backend => 'llvm')", (text, DATA, weights))
             thread.join()
             assert (diag.sqlstate, diag.message_primary) == (
                 '58000', 'compiling the kernel failed: its process was killed by signal 9 (SIGKILL)')

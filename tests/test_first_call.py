@@ -74,3 +74,23 @@ def test_a_first_pgad_loss_imports_no_model_module(cluster, dbname):
     found = set(json.loads(notices[-1]))
     assert {'pgad.api', 'pgad.calls', 'numpy'} <= found  # the session's pgad, seen from the same interpreter
     assert not found & set(MODELS)
+
+
+def test_a_first_pgad_loss_of_a_small_table_imports_no_llvm(cluster, dbname):
+    """A single evaluation of a small table runs on python under 'auto' (backends.ONCE_COST): a new session's first
+    pgad.loss and pgad.gradient import no llvmlite, and give the python backend's sums exactly."""
+    loss, data, start = 'λ(d, w) (w.a*d.x + w.b - d.y)^2', 'first_small', '{"a": 1.5, "b": 0.25}'
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute('CREATE TABLE IF NOT EXISTS first_small AS SELECT g / 7.0::float8 AS x, sin(g)::float8 AS y '
+                   'FROM generate_series(1, 300) g')
+        python = db.execute("SELECT pgad.loss(%s, %s, %s), pgad.gradient(%s, %s, %s, backend => 'python')::text",
+                            (loss, data, start, loss, data, start)).fetchone()
+    notices = []
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:  # a new session
+        db.add_notice_handler(lambda d: notices.append(d.message_primary))
+        got = db.execute("SELECT pgad.loss(%s, %s, %s), pgad.gradient(%s, %s, %s)::text",
+                         (loss, data, start, loss, data, start)).fetchone()
+        db.execute('DO $$\nimport sys, json\nplpy.notice(json.dumps(sorted(sys.modules)))\n$$ LANGUAGE plpython3u')
+    assert got == python
+    found = set(json.loads(notices[-1]))
+    assert 'pgad.api' in found and not {m for m in found if m.startswith(('llvmlite', 'pgad.jit.compiler'))}

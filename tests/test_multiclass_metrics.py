@@ -114,7 +114,7 @@ def test_the_reference_class_table_is_mnlogit_s(db, four):
                           [MODEL, LAMBDA_LOSS]).fetchone()
     hessian, = db.execute('SELECT pgad.hessian(%s, %s, %s)', [OBJECTIVE, 'four', json.dumps(weights)]).fetchone()
     gradient, = db.execute('SELECT pgad.gradient(%s, %s, %s)', [OBJECTIVE, 'four', json.dumps(weights)]).fetchone()
-    names = [f'b[{k + 1}]' for k in range(4)] + [f'w[{k + 1},{j + 1}]' for k in range(4) for j in range(2)]
+    names = [f'b[{k + 1}]' for k in range(4)] + [f'w[{k + 1},{x}]' for k in range(4) for x in ('x1', 'x2')]  # by column
     full = len(y) * np.array([[hessian[a][b] for b in names] for a in names])
     assert np.linalg.eigvalsh(full)[0] < 1e-9 * np.max(np.abs(full))  # singular along the shift
     flat = [*weights['b'], *np.ravel(weights['w'])]

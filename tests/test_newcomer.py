@@ -184,6 +184,8 @@ def test_tune_takes_trains_arguments_by_name(db):
      ('42804', 'model "linear" reads every column of the data but the label, and column "t" is of type '
                'pg_catalog.timestamptz', 'Leave it out')),
     ("SELECT * FROM pgad.train('m', 'mlp(0)', 'vines')", ('22023', 'model "mlp(0)" has 1 layers of 0 units', 'mlp')),
+    ("SELECT * FROM pgad.train('m', 'logistic', 'SELECT alcohol, cultivar FROM vines', label => 'cultivar')",
+     ('22023', 'loss "logistic" takes a label of two classes, but column "cultivar" has 3', "model 'softmax'")),
     ("SELECT * FROM pgad.train('m', 'poisson', 'huber', 'vines')",
      ('22023', 'model "poisson" trains with loss "poisson", not "huber"', "model 'linear'")),
 ])
@@ -226,3 +228,70 @@ def test_the_documented_example_is_scikit_learns(cluster, tmp_path):
     p = fit.predict_proba(scaler.transform(x[:3]))[:, list(fit.classes_).index('barolo')]
     assert [float(row[2]) for row in shown] == [round(v, 2) for v in p]
     assert [row[1].strip() for row in shown] == list(fit.predict(scaler.transform(x[:3])))
+
+
+def test_hostile_column_names_are_quoted_in_the_generated_lambda(db):
+    """A column named to break out of the lambda (or of SQL) is one quoted identifier in it: the weight of that exact
+    name, nothing else read or run."""
+    hostile = 'x" + w.evil*d."y'
+    db.execute(f'CREATE TABLE hostile AS SELECT alcohol AS "{hostile.replace(chr(34), chr(34) * 2)}", y FROM vines')
+    model, weights = db.execute("SELECT model, weights FROM pgad.train('hostile', 'linear', 'hostile')").fetchone()
+    assert set(weights) == {hostile, 'intercept'} and 'w."x"" + w.evil*d.""y"*d."x"" + w.evil*d.""y"' in model
+    row = db.execute("SELECT prediction, key FROM pgad.predict('hostile', 'SELECT * FROM hostile LIMIT 1')"
+                     ).fetchone()
+    assert row[0] is not None and set(row[1]) == {'y'}
+
+
+def test_another_role_can_neither_predict_with_nor_roll_back_a_model(cluster, dbname, db):
+    db.execute('DROP ROLE IF EXISTS newcomer_other')
+    db.execute('CREATE ROLE newcomer_other LOGIN')
+    try:
+        db.execute("SELECT pgad.train('owned', 'linear', 'SELECT alcohol, y FROM vines')")
+        db.execute("SELECT pgad.train('owned', 'linear', 'SELECT acid, y FROM vines')")
+        with psycopg.connect(cluster.conninfo(dbname, user='newcomer_other'), autocommit=True) as other:
+            assert error_of(other, "SELECT * FROM pgad.rollback('owned')")[:2] == \
+                ('42501', 'model "owned" belongs to role "postgres"')
+            assert error_of(other, "SELECT * FROM pgad.deploy('owned', 'previous')")[:2] == \
+                ('42501', 'model "owned" belongs to role "postgres"')
+            assert error_of(other, "SELECT * FROM pgad.predict('owned', 'SELECT 1.0::float8 AS acid')")[:2] == \
+                ('42501', 'permission denied for model "owned"')
+            assert error_of(other, "SELECT pgad.prediction_query('owned', 'SELECT 1.0::float8 AS acid')")[:2] == \
+                ('42501', 'permission denied for model "owned"')
+        assert db.execute("SELECT version FROM pgad.models WHERE name = 'owned'").fetchone()[0] == 2
+    finally:
+        db.execute('DROP OWNED BY newcomer_other')
+        db.execute('DROP ROLE newcomer_other')
+
+
+def test_predict_runs_the_data_query_as_the_caller_under_its_search_path(db):
+    """The data query is the caller's: a table of the caller's search_path, and nothing of pgad's own runs as another
+    role (pgad.predict is no SECURITY DEFINER, and sets no search_path)."""
+    db.execute('CREATE SCHEMA IF NOT EXISTS mine')
+    db.execute('CREATE TABLE IF NOT EXISTS mine.rows AS SELECT 13.0::float8 AS alcohol, 2.0::float8 AS acid, '
+               '700.0::float8 AS proline')
+    db.execute('SET search_path = mine, public')
+    try:
+        assert db.execute("SELECT count(*) FROM pgad.predict('cultivar', 'rows')").fetchone()[0] == 1
+    finally:
+        db.execute('RESET search_path')
+    definer = db.execute("SELECT bool_or(prosecdef), bool_or(proconfig IS NOT NULL) FROM pg_proc WHERE "
+                         "pronamespace = 'pgad'::regnamespace AND proname IN ('predict', 'rollback', 'deploy', "
+                         "'prediction_query')").fetchone()
+    assert definer == (False, False)
+
+
+def test_hessian_names_a_weight_that_multiplies_columns_by_them(db):
+    h = db.execute("SELECT pgad.hessian('λ(d, w) (w.v @ [d.alcohol, d.acid] + w.m[1][2] - d.y)^2', 'vines', "
+                   "'{\"v\": [0, 0], \"m\": [[0, 0]]}')").fetchone()[0]
+    assert {'v[acid]', 'v[alcohol]', 'm[1,2]'} <= set(h)  # m is read by index: numbers
+    assert h['v[alcohol]']['v[alcohol]'] == pytest.approx(2 * np.mean(X[:240, 0] ** 2), rel=1e-9)
+
+
+def test_a_deployment_that_changes_the_arguments_says_so(db):
+    heard = []
+    db.add_notice_handler(lambda d: heard.append(d.message_primary))
+    db.execute("SELECT pgad.train('sig', 'linear', 'SELECT alcohol, y FROM vines')")
+    db.execute("SELECT pgad.train('sig', 'linear', 'SELECT alcohol, acid, y FROM vines')")
+    assert any(m.startswith('model "sig": its scoring function takes other arguments now: ') and
+               m.endswith('(pg_catalog.float8, pg_catalog.float8), was pgad_models.sig(pg_catalog.float8)')
+               for m in heard), heard

@@ -184,3 +184,6 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION pgad.rollback(pg_catalog.text) IS
     'deploy again the version of a model deployed before its deployed one: pgad.deploy(name, strategy => ''previous'')';
+
+-- The column loss holds the loss's name; its value at the fit is final_loss (issue 47: read as the number).
+COMMENT ON COLUMN pgad.model_versions.loss IS 'the loss''s name (''squared'', ''softmax'', a lambda): its value at the fitted weights is final_loss';

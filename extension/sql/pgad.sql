@@ -629,6 +629,9 @@ REVOKE ALL ON FUNCTION pgad._train(pg_catalog.text, pg_catalog.text, pg_catalog.
 
 COMMENT ON COLUMN pgad.model_versions.validation_history IS 'the loss on the validation rows after each iteration (epoch)';
 
+-- The column loss holds the loss's name; its value at the fit is final_loss (issue 47: read as the number).
+COMMENT ON COLUMN pgad.model_versions.loss IS 'the loss''s name (''squared'', ''softmax'', a lambda): its value at the fitted weights is final_loss';
+
 -- Not STRICT: learning_rate, iterations, optimizer, standardize, regularize, seed, group_by, validation,
 -- early_stopping and likelihood are NULL unless given; loss, data and weights too, for a model named by its family
 -- (pgad.train(name, 'softmax', 'wine'): the family's loss, data third, its own weights; pgad/models/regression.py). validation is a fraction (validation => 0.2, numeric) or a query (text):

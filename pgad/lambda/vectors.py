@@ -23,7 +23,7 @@ from .. import limits as bounds
 from ..errors import PgadError
 from .dag import Graph
 from .parser import Lambda, caret
-from .printer import INFIX, PREFIX
+from .printer import INFIX, PREFIX, identifier
 from .rules import OPERATIONS, PRIMITIVES, VectorError, describe, size
 
 ARRAY_SUBSCRIPT_ERROR = '2202E'
@@ -66,10 +66,28 @@ def by_element(weights):
             for e, v in zip(elements(name, np.shape(value)), np.ravel(value))}
 
 
-def labels(name, shape):
+def labels(name, shape, columns=None):
     """The names a user reads of a weight's elements, row-major: 'v[2]', 'm[1,2]' (pgad.hessian's keys, pgad.summary's
-    rows and the messages, as docs/sql.md writes them); elements() names the unrolled lambda's nodes."""
-    return [f'{name}[{",".join(str(k + 1) for k in index)}]' for index in np.ndindex(*shape)] if shape else [name]
+    rows and the messages, as docs/sql.md writes them); elements() names the unrolled lambda's nodes. columns: the
+    columns the weight multiplies (multiplied_columns), which name its last index: 'v[x1]', 'm[1,x2]'."""
+    if not shape:
+        return [name]
+    named = columns is not None and len(columns) == shape[-1]
+    last = len(shape) - 1
+    return [name + '[' + ','.join(columns[k] if named and at == last else str(k + 1) for at, k in enumerate(index))
+            + ']' for index in np.ndindex(*shape)]
+
+
+def multiplied_columns(lam):
+    """{weight: the columns it multiplies, as the lambda spells them} of each weight read as w.W @ [d.x1, …, d.xp]
+    in lam (a weight read so more than once: the first): the columns name its last index where numbers would
+    (labels: W[1,alcohol], coef["barolo",alcohol])."""
+    nodes, found = lam.graph.nodes, {}
+    for node in nodes:
+        if node.op == 'matmul' and nodes[node.args[0]].op == 'weight' and nodes[node.args[1]].op == 'stack' and \
+                all(nodes[a].op == 'column' for a in nodes[node.args[1]].args):
+            found.setdefault(nodes[node.args[0]].value, [identifier(nodes[a].value) for a in nodes[node.args[1]].args])
+    return found
 
 
 def needed(lam):

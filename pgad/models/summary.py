@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import arguments, calls, categorical, loader, program, server
 from ..errors import PgadError
-from ..lang import hessian as second, printer, vectors
+from ..lang import hessian as second, vectors
 from . import catalog, evaluate, objective, preprocess, separation
 
 LEVEL = 0.95
@@ -136,7 +136,7 @@ def coefficients(name, unconverged='error'):
     prog = program.build_hessian(goal.text, tuple(w), config.limits, shapes)
     logits = vectors.unrolled_value(goal.model, shapes, config.limits) if first['loss'] == 'softmax' else None
     prog = replace(prog, lam=objective.labelled(prog.lam, goal, first['loss']))
-    names = categorical.element_names(prog, cats)
+    names = categorical.element_names(prog, cats, goal.model)
     backend = options.get('backend', 'auto')
     groups = options.get('group_by') or []
     if groups:
@@ -167,7 +167,7 @@ def coefficients(name, unconverged='error'):
                   dispersion)
         if first['loss'] == 'softmax':
             _check_classes(name, group, classes, logits, prog, part, w, options.get('label', 'y'))
-            fit = multinomial(fit, prog.shapes, classes, features_of(goal.model))
+            fit = multinomial(fit, prog.shapes, classes, vectors.multiplied_columns(goal.model))
         for line in table(name, likelihood, fit, row['converged'], unconverged):
             out.append((row['group_key'], *line))
     return out
@@ -187,23 +187,13 @@ class Fit:
 
 
 
-def features_of(lam):
-    """{weight: the columns it multiplies} of each weight read as w.W @ [d.x1, …, d.xp] in lam: its columns' names
-    name its elements (coef["barolo",alcohol]) where their numbers would."""
-    nodes, found = lam.graph.nodes, {}
-    for node in nodes:
-        if node.op == 'matmul' and nodes[node.args[0]].op == 'weight' and nodes[node.args[1]].op == 'stack' and \
-                all(nodes[a].op == 'column' for a in nodes[node.args[1]].args):
-            found[nodes[node.args[0]].value] = [printer.identifier(nodes[a].value) for a in nodes[node.args[1]].args]
-    return found
-
-
 def multinomial(fit, shapes, classes, features=None):
     """fit (a Fit of a 'softmax' model's weights, each of shapes ((name, shape), …) class-sized: K = len(classes)
     rows) in MNLogit's parameterisation: for each class k after the first, each weight's row k minus its row 1, and
     the gradient and Hessian at the rows and columns of classes 2 … K. Its rows are named by the class, JSON-quoted
     as pgad.evaluate's metrics write it, and the element's other indices: w["versicolor",2], b["versicolor"]; a
-    column's name for the index of a weight that multiplies columns (features: features_of), w["versicolor",petal]."""
+    column's name for the index of a weight that multiplies columns (features: vectors.multiplied_columns),
+    w["versicolor",petal]."""
     blocks = [(name, shape, np.arange(at.start, at.stop).reshape(shape)) for name, shape, at in program.spans(shapes)]
     index, reference, names = [], [], []
     for k, label in enumerate(classes[1:], start=1):
@@ -212,8 +202,8 @@ def multinomial(fit, shapes, classes, features=None):
                 index.append(block[(k, *rest)])
                 reference.append(block[(0, *rest)])
                 columns = (features or {}).get(name)
-                written = [evaluate.class_name(label), *(columns[j] if columns and len(rest) == 1 and
-                                                         len(columns) == shape[1] else str(j + 1) for j in rest)]
+                written = [evaluate.class_name(label), *(columns[j] if columns and len(rest) == 1 and len(columns) == shape[1]
+                                                         else str(j + 1) for j in rest)]
                 names.append(f'{name}[{",".join(written)}]')
     index, reference = np.array(index, dtype=np.int64), np.array(reference, dtype=np.int64)
     estimate = np.asarray(fit.estimate)

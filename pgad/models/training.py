@@ -107,6 +107,10 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     try:
         found = classes.find(objective.base(loss), label, data, config.limits, config.memory_limit)
     except PgadError as e:
+        if generated is not None and e.message.startswith('loss "logistic" takes a label of two classes'):
+            raise PgadError(e.sqlstate, e.message, detail=e.detail,
+                            hint=f"Use model 'softmax' for many classes: pgad.train('{name}', 'softmax', data, "
+                                 f"label => '{label}').") from None
         raise objective.without_label(e, goal, loss) from None
     if found is not None:  # a label of classes: 'softmax', or 'logistic' with a text, enum or integer label
         _check_class_label(goal, label, loss)
