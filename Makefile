@@ -96,6 +96,8 @@ test: install $(DEV)/.done
 # bench/sequences.py --auto: 'auto' against statsforecast's AutoETS on 10,000 daily series (AutoARIMA on 200),
 # held-out MASE and coverage (about 26 minutes on 2 cores); AUTO_ARGS='--auto-series 1000' for a shorter run.
 # bench/mixed.py: 'auto' against AutoETS on 86 series of mixed kinds, statsmodels' real series among them.
+# bench/newcomer.py: pgad.train(name, 'softmax', …) on wine and digits against scikit-learn, pgad.predict against the
+# scoring functions (issue 47).
 # bench/latency.py: a new session's first pgad call (connect, one statement, disconnect) against SELECT 1's
 # (docs/performance.md, "The first call").
 bench: install $(DEV)/.done
@@ -105,6 +107,7 @@ bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/models.py
 	$(DEV)/bin/python bench/optimum.py --repeats 1 $(OPTIMUM_ARGS)
 	$(DEV)/bin/python bench/multiclass.py --repeats 1
+	$(DEV)/bin/python bench/newcomer.py --repeats 3
 	$(DEV)/bin/python bench/sequences.py --gradient --train --auto $(AUTO_ARGS)
 	$(DEV)/bin/python bench/mixed.py
 	$(DEV)/bin/python bench/scan_linear.py

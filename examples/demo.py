@@ -44,9 +44,10 @@ DATASETS = {
 FLOWERS = f"""CREATE TABLE flowers AS SELECT i, c, CASE c WHEN 0 THEN 'iris' WHEN 1 THEN 'lily' ELSE 'rose' END AS kind,
                 5 + c + 0.8*{GAUSS} AS petal, 3 + 0.5*c*c + 0.7*{GAUSS} AS sepal, 2 - c + 0.9*{GAUSS} AS stem
               FROM (SELECT i, i % 3 AS c FROM generate_series(1, 3000) AS i) AS s"""
-SALES = f"""CREATE TABLE sales AS SELECT store, day, 100 + 20*store + 0.5*k + 10*sin(2*pi()*k/7) + 3*{GAUSS} AS units
-              FROM generate_series(1, 3) AS store, generate_series(0, 139) AS k,
-                   LATERAL (SELECT DATE '2026-01-01' + k AS day) AS d"""
+SALES = f"""CREATE TABLE sales AS SELECT store, day, 100 + 20*store + 10*sin(2*pi()*k/7)
+                + sum(step) OVER (PARTITION BY store ORDER BY k) + 3*{GAUSS} AS units
+              FROM (SELECT store, k, DATE '2026-01-01' + k AS day, 0.5 + 2*{GAUSS} AS step
+                    FROM generate_series(1, 3) AS store, generate_series(0, 139) AS k) AS s"""
 TABLES = (*(dataset[2] for dataset in DATASETS.values()), 'flowers', 'sales')
 
 
@@ -197,10 +198,10 @@ def breadth(db, sandbox):
     started = time.perf_counter()
     model, converged = db.execute(
         "SELECT model, converged FROM pgad.train(%s, 'softmax', 'SELECT petal, sepal, stem, kind FROM flowers "
-        "WHERE i % 5 <> 0', label => 'kind', l2 => 0.001)", (kinds,)).fetchone()
+        "WHERE i %% 5 <> 0', label => 'kind', l2 => 0.001)", (kinds,)).fetchone()
     print(f'  the lambda it stands for: {model}\n  converged {converged}, in {time.perf_counter() - started:.2f} s')
     metrics = dict(db.execute("SELECT metric, value FROM pgad.evaluate(%s, 'SELECT petal, sepal, stem, kind FROM "
-                              "flowers WHERE i % 5 = 0') WHERE metric IN ('accuracy', 'rows', 'loss')",
+                              "flowers WHERE i %% 5 = 0') WHERE metric IN ('accuracy', 'rows', 'loss')",
                               (kinds,)).fetchall())
     print(f'  pgad.evaluate on {metrics["rows"]:.0f} held-out rows: accuracy {metrics["accuracy"]:.3f}, '
           f'cross-entropy {metrics["loss"]:.3f}')
@@ -225,14 +226,14 @@ def breadth(db, sandbox):
             "WHERE step IN (1, 3) ORDER BY 1, 2", (demand,)):
         print(f'  store {store} {at}: {value:7.1f} units, 95 % interval [{lower:.1f}, {upper:.1f}]')
     print('\nversions: a retraining on fewer features, then pgad.rollback')
-    db.execute("SELECT pgad.train(%s, 'softmax', 'SELECT petal, kind FROM flowers WHERE i % 5 <> 0', "
+    db.execute("SELECT pgad.train(%s, 'softmax', 'SELECT petal, kind FROM flowers WHERE i %% 5 <> 0', "
                "label => 'kind', l2 => 0.001)", (kinds,))
     for version, deployed, model in db.execute("SELECT version, deployed, model FROM pgad.model_versions "
                                                "WHERE name = %s ORDER BY version", (kinds,)):
         print(f'  version {version}{" (deployed)" if deployed else ""}: {model}')
     back = db.execute('SELECT version FROM pgad.rollback(%s)', (kinds,)).fetchone()[0]
     accuracy = db.execute("SELECT avg((class = key->>'kind')::int) FROM pgad.predict(%s, 'SELECT petal, sepal, stem, "
-                          "kind FROM flowers WHERE i % 5 = 0')", (kinds,)).fetchone()[0]
+                          "kind FROM flowers WHERE i %% 5 = 0')", (kinds,)).fetchone()[0]
     print(f'  pgad.rollback deployed version {back} again: its held-out accuracy {accuracy:.3f}\n')
 
 

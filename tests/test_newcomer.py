@@ -184,8 +184,9 @@ def test_tune_takes_trains_arguments_by_name(db):
      ('42804', 'model "linear" reads every column of the data but the label, and column "t" is of type '
                'pg_catalog.timestamptz', 'Leave it out')),
     ("SELECT * FROM pgad.train('m', 'mlp(0)', 'vines')", ('22023', 'model "mlp(0)" has 1 layers of 0 units', 'mlp')),
-    ("SELECT * FROM pgad.train('m', 'logistic', 'SELECT alcohol, cultivar FROM vines', label => 'cultivar')",
-     ('22023', 'loss "logistic" takes a label of two classes, but column "cultivar" has 3', "model 'softmax'")),
+    ("SELECT * FROM pgad.train('m', 'λ(d, w) w.a*d.alcohol + w.b', 'logistic', 'SELECT alcohol, cultivar FROM "
+     "vines', '{\"a\": 0, \"b\": 0}', label => 'cultivar')",
+     ('22023', 'loss "logistic" takes a label of two classes, but column "cultivar" has 3', "loss => 'softmax'")),
     ("SELECT * FROM pgad.train('m', 'poisson', 'huber', 'vines')",
      ('22023', 'model "poisson" trains with loss "poisson", not "huber"', "model 'linear'")),
 ])
@@ -295,3 +296,41 @@ def test_a_deployment_that_changes_the_arguments_says_so(db):
     assert any(m.startswith('model "sig": its scoring function takes other arguments now: ') and
                m.endswith('(pg_catalog.float8, pg_catalog.float8), was pgad_models.sig(pg_catalog.float8)')
                for m in heard), heard
+
+
+def test_standardize_false_is_scikit_learns_c_on_the_raw_columns(db):
+    weights = db.execute("SELECT weights FROM pgad.train('raw_c', 'softmax', 'SELECT alcohol, acid, proline, cultivar "
+                         "FROM vines', label => 'cultivar', l2 => %s, standardize => false)", [L2]).fetchone()[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        fit = LogisticRegression(C=1 / (2 * L2 * 240), tol=1e-14, max_iter=1000,
+                                 solver='newton-cholesky').fit(X[:240], Y[:240])
+    coef, intercept = fit.coef_ - fit.coef_.mean(axis=0), fit.intercept_ - fit.intercept_.mean()
+    assert np.allclose(weights['coef'], coef, rtol=1e-6, atol=1e-9)
+    assert np.allclose(weights['intercept'], intercept, rtol=1e-6, atol=1e-7)
+
+
+def test_logistic_past_two_classes_is_multinomial(db, cultivar):
+    heard = []
+    db.add_notice_handler(lambda d: heard.append(d.message_primary))
+    weights, model, loss = db.execute("SELECT weights, model, loss FROM pgad.train('multi', 'logistic', 'SELECT "
+                                      "alcohol, acid, proline, cultivar FROM vines', label => 'cultivar', l2 => %s)",
+                                      [L2]).fetchone()
+    assert (model, loss) == (cultivar[1], 'softmax') and any("trains as model 'softmax'" in m for m in heard)
+    assert np.allclose(weights['coef'], cultivar[0]['coef'], rtol=1e-10, atol=1e-12)
+
+
+def test_predict_is_the_scoring_functions_bit_for_bit(db, cultivar):
+    """The probabilities pgad.predict writes as SQL are pgad._softmax's (the same sum, in the same order), its class
+    _argmax's; a key of more than 50 columns (jsonb_build_object's 100 arguments) is whole."""
+    rows = db.execute("SELECT p.probabilities, p.class, pgad_models.cultivar_probability(v.alcohol, v.acid, v.proline), "
+                      "pgad_models.cultivar_class(v.alcohol, v.acid, v.proline) FROM pgad.predict('cultivar', "
+                      "'SELECT * FROM vines_test WHERE alcohol IS NOT NULL') AS p JOIN vines_test AS v "
+                      "ON v.id = (p.key->>'id')::int").fetchall()
+    assert len(rows) == N - 240
+    for labelled, cls, probabilities, expected in rows:
+        assert [labelled[c] for c in CLASSES] == probabilities and cls == expected
+    wide = ', '.join(f'i AS k{i}' for i in range(60))
+    key = db.execute(f"SELECT key FROM pgad.predict('cultivar', 'SELECT {wide}, alcohol, acid, proline FROM vines "
+                     "AS v, LATERAL (SELECT v.id AS i) AS s LIMIT 1')").fetchone()[0]
+    assert sorted(key) == sorted(f'k{i}' for i in range(60)) and len(set(key.values())) == 1

@@ -1017,7 +1017,8 @@ COMMENT ON FUNCTION pgad.predict(pg_catalog.text, pg_catalog.text, pg_catalog.in
 -- The probabilities of a model of classes keyed by class, {"barolo": 0.9, …}: classes and probabilities in one order.
 CREATE FUNCTION pgad._labelled(classes pg_catalog.text[], probabilities pg_catalog.float8[])
 RETURNS pg_catalog.jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
-RETURN (SELECT pg_catalog.jsonb_object_agg(t.c, t.p) FROM ROWS FROM (pg_catalog.unnest(classes), pg_catalog.unnest(probabilities)) AS t(c, p));
+RETURN (SELECT pg_catalog.jsonb_object_agg(classes[k], probabilities[k])
+        FROM pg_catalog.generate_subscripts(classes, 1) AS k);
 COMMENT ON FUNCTION pgad._labelled(pg_catalog.text[], pg_catalog.float8[]) IS
     'the probabilities of a model of classes as a jsonb object keyed by class';
 

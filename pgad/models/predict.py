@@ -62,17 +62,17 @@ def query(name, data, version=None):
     scored = own[''][1]['qualified_result']
     classes = options.get('classes')
     prediction = class_ = probabilities = 'NULL'
+    lateral = ''  # what a row computes once, beside the data: the probability, or the logits and their softmax
     if base == 'logistic':
-        p = call('probability')
-        prediction = p
+        lateral = f', LATERAL (SELECT {call("probability")} AS p OFFSET 0) AS pgad_p'
+        prediction = 'pgad_p.p'
         class_ = f'({call("class")})::pg_catalog.text'  # 1 or 0, or the label's class (its own type)
         shown = classes or ['0', '1']
         probabilities = (f'pg_catalog.jsonb_build_object({quote_literal(shown[0])}::pg_catalog.text, '
-                         f"'1'::{FLOAT8} OPERATOR(pg_catalog.-) {p}, {quote_literal(shown[1])}::pg_catalog.text, {p})")
+                         f"'1'::{FLOAT8} OPERATOR(pg_catalog.-) pgad_p.p, {quote_literal(shown[1])}::pg_catalog.text, "
+                         'pgad_p.p)')
     elif base == 'softmax':
-        class_ = f'({call("class")})::pg_catalog.text'
-        listed = ', '.join(quote_literal(c) for c in classes)
-        probabilities = f'pgad._labelled(ARRAY[{listed}]::pg_catalog.text[], {call("probability")})'
+        lateral, class_, probabilities = _softmax(call(''), classes)
     elif base in ('poisson', 'gamma'):
         prediction = call('mean')
     elif scored == 'pg_catalog.float8':
@@ -82,7 +82,37 @@ def query(name, data, version=None):
     else:
         raise PgadError('0A000', f'pgad.predict gives a number a row, and model "{name}" predicts {scored}',
                         hint=f'Call its scoring function, pgad_models.{quote_ident(name)}(…), for its vector.')
-    read = ', '.join(quote_literal(c) for c in reads)
-    return (f'SELECT pg_catalog.to_jsonb(pgad_data) OPERATOR(pg_catalog.-) ARRAY[{read}]::pg_catalog.text[], '
-            f'({prediction})::{FLOAT8}, ({class_})::pg_catalog.text, ({probabilities})::pg_catalog.jsonb '
-            f'FROM ({text}\n) AS pgad_data')
+    key = _object([(c, f'pgad_data.{quote_ident(c)}') for c in names if c not in reads])
+    return (f'SELECT {key}, ({prediction})::{FLOAT8}, ({class_})::pg_catalog.text, '
+            f'({probabilities})::pg_catalog.jsonb FROM ({text}\n) AS pgad_data{lateral}')
+
+
+def _softmax(logits, classes):
+    """(the LATERAL subqueries, the class, the probabilities keyed by class) of a softmax model whose logits the SQL
+    logits computes: the logits once a row, their greatest m and each exp(z − m) once, then the class of the greatest
+    (the first of equals, as _argmax) and z's softmax as pgad._softmax computes it (the same sum, in the same order),
+    as SQL the executor evaluates without a function call a class (OFFSET 0 keeps each subquery from being pulled
+    up, and so its expressions from being computed once per use)."""
+    k = range(1, len(classes) + 1)
+    z = [f'pgad_z.z[{i}]' for i in k]
+    lateral = (f', LATERAL (SELECT pgad_s.z, GREATEST({", ".join(f"pgad_s.z[{i}]" for i in k)}) AS m FROM '
+               f'(SELECT {logits} AS z OFFSET 0) AS pgad_s OFFSET 0) AS pgad_z'
+               ', LATERAL (SELECT ' + ', '.join(f'pg_catalog.exp({v} OPERATOR(pg_catalog.-) pgad_z.m) AS e{i}'
+                                                for i, v in zip(k, z)) + ' OFFSET 0) AS pgad_e')
+    total = '(' + ' OPERATOR(pg_catalog.+) '.join(f'pgad_e.e{i}' for i in k) + ')'
+    class_ = ('CASE WHEN pgad_z.m IS NULL THEN NULL ' +
+              ' '.join(f'WHEN {v} OPERATOR(pg_catalog.=) pgad_z.m THEN {quote_literal(c)}'
+                       for v, c in zip(z, classes)) + ' END')
+    probabilities = _object([(c, f'pgad_e.e{i} OPERATOR(pg_catalog./) {total}') for i, c in zip(k, classes)])
+    return lateral, class_, f'CASE WHEN pgad_z.m IS NULL THEN NULL ELSE {probabilities} END'
+
+
+def _object(pairs):
+    """jsonb_build_object of (key, SQL) pairs, 50 a call (its 100 arguments at most), the calls joined by ||; '{}'
+    for none."""
+    if not pairs:
+        return "'{}'::pg_catalog.jsonb"
+    calls = ['pg_catalog.jsonb_build_object(' +
+             ', '.join(f'{quote_literal(c)}::pg_catalog.text, {v}' for c, v in pairs[at:at + 50]) + ')'
+             for at in range(0, len(pairs), 50)]
+    return ' OPERATOR(pg_catalog.||) '.join(calls)

@@ -8,7 +8,8 @@ it stands for and can be copied and edited.
 
   family          the lambda                                            loss        its weights start at
   'linear'        w.x1*d.x1 + … + w.c[d.c] + w.intercept               'squared'   0 ({} a category's)
-  'logistic'      the same                                              'logistic'  0
+  'logistic'      the same; 'softmax''s past two classes (multinomial,   'logistic'  0
+                  as scikit-learn's LogisticRegression), with a NOTICE
   'poisson'       the same (the log of the mean)                        'poisson'   0
   'gamma'         the same (the log of the mean)                        'gamma'     0
   'softmax'       w.coef @ [d.x1, …] + w.intercept: a row of coef and   'softmax'   {} (class-sized, 0)
@@ -29,7 +30,7 @@ import numpy as np
 
 from .. import categorical, loader, server
 from ..errors import PgadError
-from ..lang.printer import identifier
+from ..lang.printer import identifier, quote_ident
 from . import objective
 
 LOSS_OF = {'linear': 'squared', 'logistic': 'logistic', 'softmax': 'softmax', 'poisson': 'poisson', 'gamma': 'gamma'}
@@ -106,6 +107,10 @@ def generate(text, loss, data, label, group_by, seed):
                                       names)
     left_out = {label, *(group_by or ())} | _primary_key(data, query)
     kinds = {n: _kind(oid) for n, oid in zip(names, types) if n not in left_out or n == label}
+    if family == 'logistic' and loss is None and kinds[label][1] != 'B' and _more_than_two(query, label):
+        family = 'softmax'  # scikit-learn's LogisticRegression, BigQuery ML's logistic_reg: multinomial past two
+        server.notice(f'model "logistic" over a label of more than two classes ("{label}") is multinomial: it trains '
+                      "as model 'softmax'")
     loss = loss_of(family, loss, kinds[label][1])
     features = [n for n in names if n not in left_out]
     if not features:
@@ -170,6 +175,11 @@ def generate(text, loss, data, label, group_by, seed):
 
 def _vector(columns):
     return '[' + ', '.join(f'd.{identifier(n)}' for n in columns) + ']'
+
+
+def _more_than_two(query, label):
+    """Whether the label column holds more than two distinct values (NULL aside): three read at most."""
+    return len(server.query(categorical.LEVELS.format(c=quote_ident(label), query=query, limit=3))) > 2
 
 
 def _free(name, taken):

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import arguments, calls, server
 from ..errors import PgadError
-from . import catalog, evaluate, objective, publish, regression, training
+from . import catalog, evaluate, families, objective, publish, regression, training
 
 # The arguments a grid or random search may set, and their kinds; a value of another kind is 22023.
 TUNABLE = {'l1': 'number', 'l2': 'number', 'learning_rate': 'number', 'tolerance': 'number',
@@ -55,7 +55,7 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
     """pgad.tune's rows: (trial, version, parameters as jsonb text, value of the metric, converged, training time
     in seconds, deployed, error). given: pgad.train's arguments passed by name ({argument: value or None}), as
     options gives them."""
-    family = regression.named(model)
+    family = regression.named(model) or families.named(model)
     if family and data is None and loss is not None and not objective.named(loss):
         data, loss = loss, None  # pgad.tune(name, family, data, …), as pgad.train takes it
     for argument, value in (('name', name), ('model', model), ('loss', loss), ('data', data), ('weights', weights),
@@ -69,7 +69,8 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
     memory_limit = calls.settings().memory_limit
     if seed is not None:
         arguments.non_negative('seed', seed)
-    own = loss if loss is not None else regression.LOSS_OF.get(regression.canonical(model))
+    own = loss if loss is not None else 'squared' if families.named(model) else \
+        regression.LOSS_OF.get(regression.canonical(model))
     higher = _metric(metric, objective.canonical(own)) if own is not None else \
         metric in HIGHER or metric.rsplit('_', 1)[0] in HIGHER  # an mlp's loss, by its label: checked by its trials
     passed = _options(options, memory_limit)
