@@ -7,7 +7,6 @@ their fix.
 The oracle for the families of classes is scikit-learn's pipeline of StandardScaler and LogisticRegression at
 C = 1/(2·l2·n) (the penalty on the standardised coefficients, the intercepts free), solved to ~1e-10 by
 newton-cholesky; for 'linear', numpy's lstsq."""
-import json
 import warnings
 
 import numpy as np
@@ -206,10 +205,16 @@ def test_if_better_against_a_version_without_validation_says_so(db):
     assert any('has no validation loss to compare with' in m for m in heard)
 
 
-def test_a_categorical_column_is_a_categorical_weight(db):
-    weights = db.execute("SELECT weights FROM pgad.train('cat', 'linear', 'SELECT alcohol, cultivar, y FROM vines')"
-                         ).fetchone()[0]
-    assert set(weights['cultivar']) == set(CLASSES) and json.dumps(weights)
+def test_a_categorical_column_is_a_categorical_weight_in_the_intercepts_place(db):
+    """A category column's weight is an intercept per category: the fit is least squares on the one-hot design, and
+    identified, so pgad.summary gives its table."""
+    model, weights = db.execute("SELECT model, weights FROM pgad.train('cat', 'linear', 'SELECT alcohol, cultivar, y "
+                                "FROM vines')").fetchone()
+    assert model == 'λ(d, w) w.alcohol*d.alcohol + w.cultivar[d.cultivar]'
+    design = np.c_[X[:240, 0], np.eye(3)[Y[:240]]]
+    exact = np.linalg.lstsq(design, X[:240] @ [1.5, -2.0, 0.01] + 3, rcond=None)[0]
+    assert [weights['alcohol'], *(weights['cultivar'][c] for c in CLASSES)] == pytest.approx(exact, rel=1e-8)
+    assert len(db.execute("SELECT * FROM pgad.summary('cat')").fetchall()) == 4
 
 
 def test_the_documented_example_is_scikit_learns(cluster, tmp_path):
@@ -334,3 +339,37 @@ def test_predict_is_the_scoring_functions_bit_for_bit(db, cultivar):
     key = db.execute(f"SELECT key FROM pgad.predict('cultivar', 'SELECT {wide}, alcohol, acid, proline FROM vines "
                      "AS v, LATERAL (SELECT v.id AS i) AS s LIMIT 1')").fetchone()[0]
     assert sorted(key) == sorted(f'k{i}' for i in range(60)) and len(set(key.values())) == 1
+
+
+@pytest.mark.parametrize('family', ['poisson', 'gamma'])
+def test_log_link_families_are_statsmodels_glm(db, family):
+    """'poisson' and 'gamma' by name: statsmodels' GLM with the log link at its optimum, the weights in the columns'
+    own units though the fit ran on standardised ones."""
+    import statsmodels.api as sm
+    rng = np.random.default_rng(3)
+    mean = np.exp(0.3 + 0.2 * X[:240, 0] - 0.4 * X[:240, 1] + 0.001 * X[:240, 2] - 3)
+    count = rng.poisson(mean * 5) if family == 'poisson' else rng.gamma(2.0, mean / 2.0)
+    db.execute(f'CREATE TABLE {family}_rows (alcohol float8, acid float8, proline float8, y float8)')
+    with db.cursor().copy(f'COPY {family}_rows FROM STDIN') as copy:
+        for row, label in zip(X[:240], count):
+            copy.write_row((*map(float, row), float(label)))
+    weights = db.execute(f"SELECT weights FROM pgad.train('{family}_fit', '{family}', '{family}_rows')").fetchone()[0]
+    glm = sm.GLM(count, sm.add_constant(X[:240]), family=sm.families.Poisson() if family == 'poisson' else
+                 sm.families.Gamma(sm.families.links.Log())).fit(tol=1e-12)
+    got = [weights['intercept'], weights['alcohol'], weights['acid'], weights['proline']]
+    assert got == pytest.approx(list(glm.params), rel=1e-6, abs=1e-9)
+
+
+def test_an_mlp_by_name_is_reproducible_and_scored_as_its_lambda(db):
+    first = db.execute("SELECT model, weights FROM pgad.train('net', 'mlp(4)', 'SELECT alcohol, acid, proline, "
+                       "cultivar FROM vines', label => 'cultivar', l2 => 0.001, seed => 7)").fetchone()
+    again = db.execute("SELECT model, weights FROM pgad.train('net', 'mlp(4)', 'SELECT alcohol, acid, proline, "
+                       "cultivar FROM vines', label => 'cultivar', l2 => 0.001, seed => 7)").fetchone()
+    assert first == again  # the seed draws the start
+    assert first[0] == ('λ(d, w) w.output @ tanh(w.layer1 @ [d.alcohol, d.acid, d.proline] + w.bias1) + '
+                        'w.intercept')
+    assert np.shape(first[1]['layer1']) == (4, 3) and np.shape(first[1]['output']) == (3, 4)
+    same = db.execute("SELECT count(*) FROM pgad.predict('net', 'vines_test') AS p JOIN vines_test AS v ON v.id = "
+                      "(p.key->>'id')::int WHERE p.class IS DISTINCT FROM pgad_models.net_class(v.alcohol, v.acid, "
+                      "v.proline)").fetchone()[0]
+    assert same == 0

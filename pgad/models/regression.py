@@ -7,7 +7,9 @@ numbers only, as one vector: w.coef @ [d.x1, …]). pgad.train then trains that 
 it stands for and can be copied and edited.
 
   family          the lambda                                            loss        its weights start at
-  'linear'        w.x1*d.x1 + … + w.c[d.c] + w.intercept               'squared'   0 ({} a category's)
+  'linear'        w.x1*d.x1 + … + w.intercept, or with a category       'squared'   0 ({} a category's)
+                  column w.x1*d.x1 + … + w.c[d.c] (its weight the
+                  intercept of each category, unpenalised)
   'logistic'      the same; 'softmax''s past two classes (multinomial,   'logistic'  0
                   as scikit-learn's LogisticRegression), with a NOTICE
   'poisson'       the same (the log of the mean)                        'poisson'   0
@@ -168,6 +170,9 @@ def generate(text, loss, data, label, group_by, seed):
         else:
             terms.append(f'w.{identifier(n)}*d.{identifier(n)}')
             weights[n] = 0.0
+    if categories:  # a weight per category is an intercept per category: beside another, the model is not identified
+        model = 'λ(d, w) ' + ' + '.join(terms)
+        return Generated(family, model, loss, weights, [n for n in weights if n != categories[0]], features, False)
     weights[intercept] = 0.0
     model = 'λ(d, w) ' + ' + '.join([*terms, f'w.{intercept}'])
     return Generated(family, model, loss, weights, [n for n in weights if n != intercept], features, False)
