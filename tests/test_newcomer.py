@@ -156,6 +156,8 @@ def test_deploy_by_strategy_second_and_rollback(db):
     assert db.execute("SELECT version FROM pgad.rollback('rb')").fetchone()[0] == 1
     assert db.execute("SELECT version FROM pgad.deploy('rb', 'previous')").fetchone()[0] == 2
     assert db.execute("SELECT version FROM pgad.deploy('rb', 1)").fetchone()[0] == 1
+    assert db.execute("SELECT version FROM pgad.deploy('rb', 'rollback')").fetchone()[0] == 2  # PostgresML's word
+    assert db.execute("SELECT version FROM pgad.rollback('rb', 1)").fetchone()[0] == 1
     assert error_of(db, "SELECT * FROM pgad.deploy('rb', 'newest')")[:2] == \
         ('22023', 'unknown deployment strategy "newest"')
 

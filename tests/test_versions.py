@@ -304,7 +304,7 @@ def test_bad_deployments_are_refused(db):
              ('22023', 'pgad.deploy takes a version or a strategy, one of them', None, either)),
             ("SELECT pgad.deploy('v_bad', strategy => 'newest')",
              ('22023', 'unknown deployment strategy "newest"', None,
-              "The strategies are 'best_validation', 'most_recent' and 'previous'.")),
+              "The strategies are 'best_validation', 'most_recent' and 'previous' (or 'rollback').")),
             ("SELECT pgad.deploy('v_bad', strategy => 'previous')",
              ('55000', 'model "v_bad" has no version deployed before its deployed one', None,
               'Deploy a version by its number: pgad.deploy(name, version => 3).')),

@@ -1033,11 +1033,12 @@ END;
 COMMENT ON FUNCTION pgad.deploy(pg_catalog.text, pg_catalog.text) IS
     'deploy the version of a model that a strategy picks (best_validation, most_recent, previous)';
 
--- pgad.rollback(name): the version deployed before the deployed one, deployed again.
-CREATE FUNCTION pgad.rollback(name pg_catalog.text)
+-- pgad.rollback(name): the version deployed before the deployed one, deployed again; pgad.rollback(name, 3): version 3.
+CREATE FUNCTION pgad.rollback(name pg_catalog.text, version pg_catalog.int4 DEFAULT NULL)
 RETURNS SETOF pgad.model_versions LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-  SELECT * FROM pgad.deploy(name, NULL::pg_catalog.int4, 'previous');
+  SELECT * FROM pgad.deploy(name, version, CASE WHEN version IS NULL THEN 'previous' END);
 END;
-COMMENT ON FUNCTION pgad.rollback(pg_catalog.text) IS
-    'deploy again the version of a model deployed before its deployed one: pgad.deploy(name, strategy => ''previous'')';
+COMMENT ON FUNCTION pgad.rollback(pg_catalog.text, pg_catalog.int4) IS
+    'deploy again the version of a model deployed before its deployed one (pgad.deploy(name, strategy => ''previous'')), '
+    'or version version';

@@ -638,9 +638,10 @@ def deploy(name, version=None, strategy=None):
     if (version is None) == (strategy is None):
         raise PgadError('22023', 'pgad.deploy takes a version or a strategy, one of them',
                         hint="Give version => 3, or strategy => 'best_validation', 'most_recent' or 'previous'.")
+    strategy = 'previous' if strategy == 'rollback' else strategy  # PostgresML's word for it
     if strategy is not None and strategy not in STRATEGIES:
         raise PgadError('22023', f'unknown deployment strategy "{strategy}"',
-                        hint="The strategies are 'best_validation', 'most_recent' and 'previous'.")
+                        hint="The strategies are 'best_validation', 'most_recent' and 'previous' (or 'rollback').")
     me = current_user()
     found = owners(name)
     if not found:
