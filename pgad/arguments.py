@@ -21,10 +21,11 @@ NUMBER_BYTES = 320
 KEY_BYTES = 384
 
 
-def weights(text, lam, memory_limit=None):
+def weights(text, lam, memory_limit=None, by_class=False):
     """The weights jsonb as {name: float, or a float64 array}: a weight is a number, a vector (an array of numbers)
     or a matrix (an array of rows, each an array of numbers, all of one length, row-major); every weight the lambda
-    reads must be there. memory_limit (bytes, pgad.memory_limit; None: none) bounds what they may cost, checked
+    reads must be there (by_class: under loss 'softmax', where a missing weight's hint starts it at {}, sized by the
+    classes). memory_limit (bytes, pgad.memory_limit; None: none) bounds what they may cost, checked
     before anything is parsed (parsed)."""
     value = parsed(text, 'weights', 'weight', memory_limit,
                    'Give only the weights the lambda reads, or have a superuser raise pgad.memory_limit.')
@@ -37,7 +38,7 @@ def weights(text, lam, memory_limit=None):
         if name not in value and len(spelt) == 1:  # {"W": …} for w.W, which folds to w, as in PostgreSQL's SQL
             given = {name if k == spelt[0] else k: v for k, v in given.items()}
         elif name not in value:
-            example = json.dumps({**{k: value[k] for k in value}, name: _start_of(lam, name)})
+            example = json.dumps({**{k: value[k] for k in value}, name: {} if by_class else _start_of(lam, name)})
             folded = [k for k in value if k.lower() == name and k != name]
             raise PgadError('22023', f'weight "{name}" is not in the weights',
                             detail='The weights are: ' + (', '.join(f'"{k}"' for k in value) or 'none') + '.',

@@ -43,7 +43,7 @@ def test_a_forgotten_label(db):
                      "'{\"a\": 0}')")
     assert (e.sqlstate, e.message_primary) == ('42703', 'the label column "y" is not in the data')
     assert e.message_detail == 'The data has columns: "x", "Name".'
-    assert e.message_hint == ("label is 'y' unless given: label => 'price' names the column the loss 'squared' "
+    assert e.message_hint == ("label is 'y' unless given: label => 'Name' names the column the loss 'squared' "
                               "compares the prediction with.")
 
 

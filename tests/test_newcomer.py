@@ -174,13 +174,15 @@ def test_tune_takes_trains_arguments_by_name(db):
 
 @pytest.mark.parametrize('sql, expected', [
     ("SELECT * FROM pgad.train('m', 'softmax', 'SELECT alcohol, cultivar FROM vines')",
-     ('42703', 'the label column "y" is not in the data', "label is 'y' unless given")),
+     ('42703', 'the label column "y" is not in the data', "label is 'y' unless given: label => 'cultivar'")),
     ("SELECT * FROM pgad.train('m', 'softmax', 'SELECT alcohol, cultivar FROM vines', label => 'Cultivar')",
      ('42703', 'the label column "Cultivar" is not in the data', "label => 'cultivar'")),
     ("SELECT * FROM pgad.evaluate('cultivar@1', 'vines')",
      ('42704', 'model "cultivar@1" does not exist', "'cultivar', version => 1")),
     ("SELECT * FROM pgad.train('m', 'λ(d, w) w.w @ [d.alcohol] + w.b', 'softmax', 'vines', '{\"b\": {}}', "
      "label => 'cultivar')", ('22023', 'weight "w" is not in the weights', '"w": {}')),
+    ("SELECT * FROM pgad.train('m', 'λ(d, w) w.w @ [d.alcohol] + w.b', 'softmax', 'vines', '{\"w\": {}}', "
+     "label => 'cultivar')", ('22023', 'weight "b" is not in the weights', '"b": {}')),
     ("SELECT * FROM pgad.train('m', 'linear', 'SELECT cultivar, now() AS t, y FROM vines')",
      ('42804', 'model "linear" reads every column of the data but the label, and column "t" is of type '
                'pg_catalog.timestamptz', 'Leave it out')),

@@ -181,7 +181,8 @@ def label_missing(label, loss, detail, names=()):
     if near:
         hint = f"label => '{near[0]}': a label is named as the data spells it."
     elif label == 'y':
-        hint = f"label is 'y' unless given: label => 'price' names the column the loss '{loss}' compares the " \
+        shown = listed[-1] if listed else 'price'  # the data's last column, where a label often is
+        hint = f"label is 'y' unless given: label => '{shown}' names the column the loss '{loss}' compares the " \
                'prediction with.'
     else:
         hint = f"label => '{label}' names the column the loss '{loss}' compares the prediction with: give one of " \

@@ -65,7 +65,8 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                         hint="Give order_by => 'day' with it, or leave frequency out.")
     loss = objective.canonical(loss)  # 'huber' stored as 'huber(1.0)'
     goal = objective.build(model, loss, label, config.limits)
-    w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit),
+    w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit,
+                                                   objective.base(loss) == 'softmax'),
                                  program.parsed(goal.text, config.limits))
     names = list(w)
     limits = arguments.bounds(bounds, [*names, *unread], config.memory_limit)  # {weight: (lower, upper)}, or None
