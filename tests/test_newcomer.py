@@ -377,3 +377,15 @@ def test_an_mlp_by_name_is_reproducible_and_scored_as_its_lambda(db):
                       "(p.key->>'id')::int WHERE p.class IS DISTINCT FROM pgad_models.net_class(v.alcohol, v.acid, "
                       "v.proline)").fetchone()[0]
     assert same == 0
+
+
+def test_an_mlp_past_the_memory_limit_is_refused_before_its_start_is_drawn(db):
+    db.execute("SET pgad.memory_limit = '1MB'")
+    try:
+        state, message, hint = error_of(db, "SELECT * FROM pgad.train('huge', 'mlp(1024, 1024)', 'SELECT alcohol, "
+                                            "acid, proline, y FROM vines')")
+    finally:
+        db.execute('RESET pgad.memory_limit')
+    assert (state, message) == ('53200', 'model "mlp(1024, 1024)" over 3 columns has 1054721 weights, 64 MB, more '
+                                         'than pgad.memory_limit (1.0 MB)')
+    assert db.execute("SELECT count(*) FROM pgad.model_versions WHERE name = 'huge'").fetchone()[0] == 0

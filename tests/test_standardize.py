@@ -95,3 +95,63 @@ def test_a_model_not_linear_in_a_column_is_refused_naming_it(text, column):
     assert caught.value.detail == ('With standardize, every column the model reads must enter it only as '
                                    'w.a*d.column or w.W @ [d.column, …], a weight of its own for each term, in sums '
                                    'that may hold an intercept weight.')
+
+
+# (lambda, the weights' shapes): forms of vectors, written out by element (standardize.at); a vector is summed with
+# weights of its own per element (sin(…) @ [1, 2, 3]), so that a wrong element's intercept changes the value
+VECTOR_MODELS = {
+    'a matrix @ columns, a row of intercepts': ('λ(d, w) sin(w.w @ [d.x, d.y] + w.b) @ [1, 2, 3]',
+                                                {'w': (3, 2), 'b': (3,)}),
+    'class-sized vectors a column each': ('λ(d, w) sin(w.a*d.x + w.c*d.y + w.b) @ [1, 2, 3]',
+                                          {'a': (3,), 'c': (3,), 'b': (3,)}),
+    'a hidden layer of a matrix': ('λ(d, w) w.o @ tanh(w.h @ [d.x, d.y] + w.c) + w.e',
+                                   {'o': (2,), 'h': (2, 2), 'c': (2,)}),
+    'a matrix without an intercept': ('λ(d, w) sin(w.w @ [d.x, d.y]) @ [1, 2]', {'w': (2, 2)}),
+}
+
+
+@pytest.mark.parametrize('name', VECTOR_MODELS)
+def test_forms_of_vectors_are_standardised_element_by_element(name):
+    """The model's value (every element of a vector prediction) at the original weights over the original columns
+    equals its value at forward()'s weights over the standardised ones, and back() undoes forward()."""
+    from pgad import calls
+    from pgad.lang import vectors
+    text, shapes = VECTOR_MODELS[name]
+    lam = parse(text)
+    rng = np.random.default_rng(1)
+    x, y = 1000 + 300 * rng.random(20), 0.001 * rng.random(20)
+    weights = {n: rng.normal(0, 1, shapes.get(n, ())) for n in lam.weights}
+    shape = vectors.Shapes(tuple((n, s) for n, s in shapes.items()))
+    names = tuple(lam.weights)
+    prog = program.build(text, names, gradient=False, shapes=shape)
+    flat = dict(zip(prog.weights, calls.vector_of(weights)))
+    plan = standardize.at(standardize.plan(lam), dict(prog.shapes))
+    mean, std = standardize.moments(plan, {'x': x, 'y': y})
+    moved = standardize.forward(plan, flat, mean, std)
+    kernel = backends.compile(prog, 'python')
+
+    def value(cols, w):
+        return [kernel([c[k:k + 1] for c in cols], 1, np.array([w[n] for n in prog.weights]))
+                for k in range(len(cols[0]))]
+    order = {'x': x, 'y': y}
+    scaled = {c: standardize.scale(v, mean[c], std[c]) for c, v in order.items()}
+    assert np.allclose(value([order[c] for c in prog.columns], flat),
+                       value([scaled[c] for c in prog.columns], moved), rtol=1e-10, atol=1e-10)
+    back = standardize.back(plan, moved, mean, std)
+    assert all(back[n] == pytest.approx(flat[n], rel=1e-12, abs=1e-12) for n in flat)
+    assert any(moved[n] != flat[n] for n in flat)  # it moved something
+
+
+def test_a_form_of_weights_of_two_shapes_is_refused():
+    lam = parse('λ(d, w) w.a*d.x + w.b')
+    with pytest.raises(PgadError) as caught:
+        standardize.at(standardize.plan(lam), {'a': (3,)})
+    assert (caught.value.sqlstate, caught.value.message) == (
+        '0A000', "standardize => true needs each affine form's weights of one shape")
+
+
+def test_a_categorical_term_leaves_its_column_alone():
+    """w.c[d.k] is a term of the form, its column the categories' codes: not standardised, and no intercept."""
+    plan = standardize.plan(parse('λ(d, w) w.a*d.x + w.c[d.k] + w.b'))
+    assert plan.columns == ('x',) and plan.centred == frozenset({'x'})
+    assert [(f.terms, f.intercept) for f in plan.forms] == [((('a', 'x', 1.0),), 'b')]

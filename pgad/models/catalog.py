@@ -588,7 +588,7 @@ def own_names(name, suffixes, version):
     return names
 
 
-def _own(name, row):
+def own_functions_of(name, row):
     """{suffix: (its name, FUNCTION's row)} of the own functions of the version whose row is given: those its row
     records (functions), with the arguments its signature records, owned by the role that trained it."""
     arguments = _arguments(name, row['scoring_function'])
@@ -692,9 +692,9 @@ def _deployed_functions(name):
 
 def _wrappers(name, row):
     """({suffix: (identity, signature, returns, body, comment)}, the arguments' names) of the deployed functions of
-    model `name` that call the own functions (_own) of the version whose row is given. A version without them cannot
-    be deployed; nor one whose call another role's function would make ambiguous (check_unambiguous)."""
-    own, version, loss = _own(name, row), row['version'], row['loss']
+    model `name` that call the own functions (own_functions_of) of the version whose row is given. A version without
+    them cannot be deployed; nor one whose call another role's function would make ambiguous (check_unambiguous)."""
+    own, version, loss = own_functions_of(name, row), row['version'], row['loss']
     if '' not in own:
         recorded = json.loads(row['functions']).get('')
         raise PgadError('55000', f'version {version} of model "{name}" has no scoring function of its own',
@@ -816,8 +816,8 @@ def _prune(name, me):
 
 
 def _own_functions(name, rows):
-    """The functions of the versions whose rows are given (_own), owned by the role that trained each."""
-    return list({f['oid']: f for r in rows for _, f in _own(name, r).values()}.values())
+    """The functions of the versions whose rows are given (own_functions_of), owned by the role that trained each."""
+    return list({f['oid']: f for r in rows for _, f in own_functions_of(name, r).values()}.values())
 
 
 def _drop_functions(name, rows, public):

@@ -25,7 +25,6 @@ ROW = (f'SELECT m.loss, m.options::pg_catalog.text AS options, m.scoring_functio
        f'WHERE m.name {catalog.EQ} $1 AND (m.version {catalog.EQ} $2 OR $2 IS NULL AND m.deployed) '
        'ORDER BY m.group_key LIMIT 1')
 FLOAT8 = 'pg_catalog.float8'
-CLASSES = ('logistic', 'hinge', 'softmax')
 
 
 def query(name, data, version=None):
@@ -39,7 +38,7 @@ def query(name, data, version=None):
         raise PgadError('0A000', f'pgad.predict scores rows one by one, and model "{name}" is a sequence model',
                         hint=f"Use pgad.forecast('{name}', horizon) for its next values, or pgad.anomalies for its "
                              'one-step predictions along the data.')
-    own = catalog._own(name, row)
+    own = catalog.own_functions_of(name, row)
     if '' not in own:
         raise PgadError('55000', f'version {row["version"]} of model "{name}" has no scoring function of its own',
                         hint='Train the model again.')

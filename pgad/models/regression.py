@@ -44,6 +44,7 @@ MAX_LAYERS = 4
 NUMBERS = ('N',)         # typcategory of a number column: a feature
 CATEGORIES = ('S', 'E', 'B')  # of a category column: a categorical weight (integers are numbers here)
 INTERCEPT = 'intercept'
+WEIGHT_BYTES = 64  # what an mlp's random starting weight costs while it is drawn, written as JSON and parsed again
 EXAMPLES = "'linear', 'logistic', 'softmax', 'poisson', 'gamma' or 'mlp(16)'"
 # The primary key's columns of a table named as the data: an identifier, no feature.
 PRIMARY_KEY = ("SELECT a.attname::pg_catalog.text AS name FROM pg_catalog.pg_index AS i JOIN pg_catalog.pg_attribute "
@@ -99,8 +100,9 @@ def loss_of(family, loss, label_kind):
                                              else ", or use model 'softmax' for many classes."))
 
 
-def generate(text, loss, data, label, group_by, seed):
-    """The Generated lambda of family text over the data's columns, its label column label."""
+def generate(text, loss, data, label, group_by, seed, memory_limit=None):
+    """The Generated lambda of family text over the data's columns, its label column label; an mlp's random start
+    bounded by memory_limit (bytes, pgad.memory_limit) before it is drawn."""
     family = canonical(text)
     query = loader.as_query(data)
     names, types = loader.check_columns(query, [])
@@ -140,6 +142,12 @@ def generate(text, loss, data, label, group_by, seed):
     intercept = _free(INTERCEPT, taken)
     if family.startswith('mlp'):
         units = [int(u) for u in family[4:-1].split(',')]
+        count = sum(a * b for a, b in zip(units, [len(numbers), *units[:-1]])) + sum(units) + units[-1] + 1
+        if memory_limit is not None and count * WEIGHT_BYTES > memory_limit:
+            raise PgadError(loader.OUT_OF_MEMORY, f'model "{family}" over {len(numbers)} columns has {count} weights, '
+                                                  f'{loader.megabytes(count * WEIGHT_BYTES)}, more than '
+                                                  f'pgad.memory_limit ({loader.megabytes(memory_limit)})',
+                            hint='Give fewer or smaller layers, or have a superuser raise pgad.memory_limit.')
         rng = np.random.default_rng(0 if seed is None else seed)
         biases = [_free(f'bias{k + 1}', taken) for k in range(len(units))]
         layers = [_free(f'layer{k + 1}', taken) for k in range(1, len(units))]  # the first's below

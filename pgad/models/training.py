@@ -38,7 +38,8 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
         data, loss = loss, None  # pgad.train(name, family, data)
     if regression.named(model):  # 'linear', 'softmax', 'mlp(16)': the lambda over the data's columns
         if data is not None and label is not None:
-            generated = regression.generate(model, loss, data, label, arguments.group_by(group_by), seed)
+            generated = regression.generate(model, loss, data, label, arguments.group_by(group_by), seed,
+                                            calls.settings().memory_limit)
             model, loss = generated.model, generated.loss
             weights = json.dumps(generated.weights) if weights is None else weights
             regularize = json.dumps(generated.regularize) if regularize is None else regularize
