@@ -129,7 +129,7 @@ def prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float64
         compiled(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
     vector = vector_of(w)
     with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector, cats.codes,
-              **({'once': True} if once else {})) as (table, kernel):
+              once=once) as (table, kernel):
         yield None if table is None else Call(prog, table, kernel, vector, unread, cats)
 
 

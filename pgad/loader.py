@@ -608,11 +608,14 @@ def type_name(oid):
 
 
 def missing(name, names):
-    """The error of a column the lambda reads (name) that the data (its columns: names) lacks."""
-    return PgadError('42703', f'column "{name}" does not exist in the data',
-                     detail='The data has columns: ' + ', '.join(quote_ident(n) for n in names) + '.',
-                     hint='Column names fold to lower case; write d."Name" for a mixed-case column.'
-                     if name.lower() in [n.lower() for n in names] else None)
+    """The error of a column the lambda reads (name) that the data (its columns: names, kept on the error as
+    .names, which objective.label_missing reads) lacks."""
+    error = PgadError('42703', f'column "{name}" does not exist in the data',
+                      detail='The data has columns: ' + ', '.join(quote_ident(n) for n in names) + '.',
+                      hint='Column names fold to lower case; write d."Name" for a mixed-case column.'
+                      if name.lower() in [n.lower() for n in names] else None)
+    error.names = list(names)
+    return error
 
 
 def positions(columns, names, types, arrays=(), aggregate=False):

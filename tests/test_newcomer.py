@@ -111,10 +111,14 @@ def test_predict_reads_rows_by_name_and_labels_the_probabilities(db, cultivar):
         assert cls == CLASSES[int(np.argmax(p))]
         assert set(key) == {'id', 'cultivar', 'y'}  # the columns the model does not read
     assert rows[-1][1:4] == (None, None, None)  # a NULL feature: NULLs, as the scoring functions give
-    same = db.execute("SELECT count(*) FROM pgad.predict('cultivar', 'vines_test') AS p JOIN vines_test AS v "
+    assert classes_differ(db, 'cultivar') == 0
+
+
+def classes_differ(db, model):
+    """The rows of vines_test whose class by pgad.predict is not model's class function's."""
+    return db.execute(f"SELECT count(*) FROM pgad.predict('{model}', 'vines_test') AS p JOIN vines_test AS v "
                       "ON v.id = (p.key->>'id')::int WHERE p.class IS DISTINCT FROM "
-                      "pgad_models.cultivar_class(v.alcohol, v.acid, v.proline)").fetchone()[0]
-    assert same == 0
+                      f"pgad_models.{model}_class(v.alcohol, v.acid, v.proline)").fetchone()[0]
 
 
 def test_predict_of_a_version_and_of_a_regression(db):
@@ -373,10 +377,7 @@ def test_an_mlp_by_name_is_reproducible_and_scored_as_its_lambda(db):
     assert first[0] == ('λ(d, w) w.output @ tanh(w.layer1 @ [d.alcohol, d.acid, d.proline] + w.bias1) + '
                         'w.intercept')
     assert np.shape(first[1]['layer1']) == (4, 3) and np.shape(first[1]['output']) == (3, 4)
-    same = db.execute("SELECT count(*) FROM pgad.predict('net', 'vines_test') AS p JOIN vines_test AS v ON v.id = "
-                      "(p.key->>'id')::int WHERE p.class IS DISTINCT FROM pgad_models.net_class(v.alcohol, v.acid, "
-                      "v.proline)").fetchone()[0]
-    assert same == 0
+    assert classes_differ(db, 'net') == 0
 
 
 def test_an_mlp_past_the_memory_limit_is_refused_before_its_start_is_drawn(db):

@@ -904,7 +904,8 @@ def function(signature):
 # A model's rows as pgad.evaluate and pgad.summary read them, its groups in order: the deployed version's, or
 # version $2's.
 ROWS = (f'SELECT m.group_key::pg_catalog.text AS group_key, m.model, m.loss, m.weights::pg_catalog.text AS weights, '
-        f'm.options::pg_catalog.text AS options, m.data, m.trained_by::pg_catalog.text AS trained_by, m.converged '
+        f'm.options::pg_catalog.text AS options, m.data, m.trained_by::pg_catalog.text AS trained_by, m.converged, '
+        f'm.version, m.scoring_function, m.functions::pg_catalog.text AS functions '
         f'FROM pgad.model_versions AS m WHERE m.name {EQ} $1 AND (m.version {EQ} $2 OR $2 IS NULL AND m.deployed) '
         'ORDER BY m.group_key')
 READABLE = f'SELECT pg_catalog.count(*) AS n FROM pgad.model_versions AS m WHERE m.name {EQ} $1'

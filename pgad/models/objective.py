@@ -169,14 +169,14 @@ def without_label(error, goal, loss):
     missing = re.match(r'column "(.*)" does not exist in the data$', error.message)
     if base(loss) is None or not missing or missing.group(1) not in goal.loss_columns:
         return error
-    return label_missing(missing.group(1), loss, error.detail)
+    return label_missing(missing.group(1), loss, error)
 
 
-def label_missing(label, loss, detail, names=()):
-    """The error of a label column the data lacks: that label defaults to y, and the data's column of that name in
-    another case where it has one (names: the data's columns, or those detail lists)."""
-    listed = names or re.findall(r'"((?:[^"]|"")*)"|([^\s,."]+)', (detail or '').split(':', 1)[-1])
-    listed = [n if isinstance(n, str) else (n[0].replace('""', '"') or n[1]) for n in listed]
+def label_missing(label, loss, error):
+    """The error of a label column the data lacks, from loader.missing's (error, which holds the data's columns):
+    that label defaults to y (the hint names the data's last column), or the data's column of that name in another
+    case where it has one."""
+    listed, detail = error.names, error.detail
     near = [n for n in listed if n.lower() == label.lower() and n != label]
     if near:
         hint = f"label => '{near[0]}': a label is named as the data spells it."

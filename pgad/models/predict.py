@@ -14,16 +14,11 @@ Names are quoted and qualified; the data query is the caller's, run as the calle
 """
 import json
 
-from .. import loader, server
+from .. import loader
 from ..errors import PgadError
 from ..lang.printer import quote_ident, quote_literal
 from . import catalog
 
-# The version's row: its loss, options and the functions it records.
-ROW = (f'SELECT m.loss, m.options::pg_catalog.text AS options, m.scoring_function, m.functions::pg_catalog.text AS '
-       f'functions, m.trained_by::pg_catalog.text AS trained_by, m.version FROM pgad.model_versions AS m '
-       f'WHERE m.name {catalog.EQ} $1 AND (m.version {catalog.EQ} $2 OR $2 IS NULL AND m.deployed) '
-       'ORDER BY m.group_key LIMIT 1')
 FLOAT8 = 'pg_catalog.float8'
 
 
@@ -31,8 +26,7 @@ def query(name, data, version=None):
     """The SQL pgad.predict runs for model `name` (its deployed version, or version `version`) on the data."""
     if name is None or data is None:
         raise PgadError('22004', f'argument "{"name" if name is None else "data"}" of pgad.predict must not be NULL')
-    catalog.rows(name, version)  # the model's errors: none, hidden, no such version, none deployed
-    row = server.query(ROW, [name, version], ['pg_catalog.text', 'pg_catalog.int4'])[0]
+    row = catalog.rows(name, version)[0]  # or the model's errors: none, hidden, no such version, none deployed
     options = json.loads(row['options'])
     if options.get('order_by'):
         raise PgadError('0A000', f'pgad.predict scores rows one by one, and model "{name}" is a sequence model',

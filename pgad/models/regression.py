@@ -33,7 +33,7 @@ import numpy as np
 from .. import categorical, loader, server
 from ..errors import PgadError
 from ..lang.printer import identifier, quote_ident
-from . import objective
+from . import families, objective
 
 LOSS_OF = {'linear': 'squared', 'logistic': 'logistic', 'softmax': 'softmax', 'poisson': 'poisson', 'gamma': 'gamma'}
 FAMILY = re.compile(r'\s*(linear|logistic|softmax|poisson|gamma)\s*(?:\(\s*\))?\s*', re.IGNORECASE)
@@ -59,13 +59,21 @@ class Generated:
     loss: str
     weights: dict     # the starting weights
     regularize: list  # the weights the penalty falls on: all but the intercepts and biases
-    features: list    # the columns it reads, in the data's order
     scaled_start: bool  # whether the starting weights are the standardised columns' (an mlp's random ones)
 
 
 def named(text):
     """Whether a model text names a regression family rather than writes a lambda."""
     return text is not None and NAMED.match(text) is not None and not text.lstrip().startswith(('λ', 'lambda'))
+
+
+def arranged(model, loss, data):
+    """(loss, data) as pgad.train and pgad.tune take them: where the model is a family's name (a regression's or a
+    sequence's) and the fourth argument is not given, a third that is no loss's name is the data,
+    pgad.train(name, family, data)."""
+    if (named(model) or families.named(model)) and data is None and loss is not None and not objective.named(loss):
+        return None, loss
+    return loss, data
 
 
 def canonical(text):
@@ -107,8 +115,7 @@ def generate(text, loss, data, label, group_by, seed, memory_limit=None):
     query = loader.as_query(data)
     names, types = loader.check_columns(query, [])
     if label not in names:
-        raise objective.label_missing(label, loss or LOSS_OF.get(family, family), loader.missing(label, names).detail,
-                                      names)
+        raise objective.label_missing(label, loss or LOSS_OF.get(family, family), loader.missing(label, names))
     left_out = {label, *(group_by or ())} | _primary_key(data, query)
     kinds = {n: _kind(oid) for n, oid in zip(names, types) if n not in left_out or n == label}
     if family == 'logistic' and loss is None and kinds[label][1] != 'B' and _more_than_two(query, label):
@@ -165,12 +172,12 @@ def generate(text, loss, data, label, group_by, seed, memory_limit=None):
         weights[intercept] = {} if classes else 0.0
         model = f'λ(d, w) w.{output} @ {hidden} + w.{intercept}'
         regularize = [n for n in weights if n not in (*biases, intercept)]
-        return Generated(family, model, loss, weights, regularize, numbers, True)
+        return Generated(family, model, loss, weights, regularize, True)
     if objective.base(loss) == 'softmax':  # a row of coefficients per class: one product, as scikit-learn's coef_
         coefficients = _free('coef', taken)
         weights = {coefficients: {}, intercept: {}}
         model = f'λ(d, w) w.{coefficients} @ {_vector(numbers)} + w.{intercept}'
-        return Generated(family, model, loss, weights, [coefficients], features, False)
+        return Generated(family, model, loss, weights, [coefficients], False)
     for n in features:
         if n in categories:
             terms.append(f'w.{identifier(n)}[d.{identifier(n)}]')
@@ -180,10 +187,10 @@ def generate(text, loss, data, label, group_by, seed, memory_limit=None):
             weights[n] = 0.0
     if categories:  # a weight per category is an intercept per category: beside another, the model is not identified
         model = 'λ(d, w) ' + ' + '.join(terms)
-        return Generated(family, model, loss, weights, [n for n in weights if n != categories[0]], features, False)
+        return Generated(family, model, loss, weights, [n for n in weights if n != categories[0]], False)
     weights[intercept] = 0.0
     model = 'λ(d, w) ' + ' + '.join([*terms, f'w.{intercept}'])
-    return Generated(family, model, loss, weights, [n for n in weights if n != intercept], features, False)
+    return Generated(family, model, loss, weights, [n for n in weights if n != intercept], False)
 
 
 def _vector(columns):

@@ -33,9 +33,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
            early_stopping=None, likelihood=None, order_by=None, state=None, deploy='true', impute=None,
            bounds=None, frequency=None):
     generated = None
-    named = regression.named(model) or families.named(model)
-    if named and data is None and loss is not None and not objective.named(loss):
-        data, loss = loss, None  # pgad.train(name, family, data)
+    loss, data = regression.arranged(model, loss, data)  # pgad.train(name, family, data)
     if regression.named(model):  # 'linear', 'softmax', 'mlp(16)': the lambda over the data's columns
         if data is not None and label is not None:
             generated = regression.generate(model, loss, data, label, arguments.group_by(group_by), seed,

@@ -56,8 +56,7 @@ def tune(name, model, loss, data, weights, grid=None, random=None, trials=None, 
     in seconds, deployed, error). given: pgad.train's arguments passed by name ({argument: value or None}), as
     options gives them."""
     family = regression.named(model) or families.named(model)
-    if family and data is None and loss is not None and not objective.named(loss):
-        data, loss = loss, None  # pgad.tune(name, family, data, …), as pgad.train takes it
+    loss, data = regression.arranged(model, loss, data)  # pgad.tune(name, family, data, …), as pgad.train takes it
     for argument, value in (('name', name), ('model', model), ('loss', loss), ('data', data), ('weights', weights),
                             ('metric', metric), ('deploy', deploy)):
         if value is None and not (family and argument in ('loss', 'weights')):
