@@ -11,7 +11,7 @@ imported.
 import signal
 import sys
 
-__version__ = '0.21.0'
+__version__ = '0.22.0'
 
 # In a backend (PL/Python imports plpy before pgad), numpy comes first, with every signal blocked: numpy's BLAS
 # starts its threads as numpy is first imported, and a thread starts with its starter's signal mask, so they never

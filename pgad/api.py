@@ -317,3 +317,17 @@ def _descend(call, learning_rate, iterations):
                                      server.check_interrupts, server.notice, why=call.why, warning=server.warning)
     nested = categorical.named(call.prog.nest(fitted.tolist()), call.categories)
     return calls.weights_json(call.unread, nested), float(value), ran
+
+
+@server.entry
+def recommend(name, keys, k=10, seen=None, version=None):
+    """pgad.recommend: the k items of highest score for each user of keys (models/recommend.py)."""
+    from .models import recommend as recommending
+    return recommending.recommend(name, keys, k, seen, version)
+
+
+@server.entry
+def embeddings(name, weight, version=None):
+    """pgad.embeddings: a keyed weight's values by key, as pgvector's text form (models/recommend.py)."""
+    from .models import recommend as recommending
+    return recommending.embeddings(name, weight, version)

@@ -32,7 +32,7 @@ def weights(text, lam, memory_limit=None, by_class=False):
     if not isinstance(value, dict):
         raise PgadError('22023', 'weights must be a JSON object of numbers',
                         detail=f'The weights are {text}.', hint=EXAMPLE)
-    given = {name: _weight(name, v) for name, v in value.items()}
+    given = {name: weight(name, v) for name, v in value.items()}
     for name in lam.weights:
         spelt = [k for k in value if k.lower() == name and k != name and k not in lam.weights]
         if name not in value and len(spelt) == 1:  # {"W": …} for w.W, which folds to w, as in PostgreSQL's SQL
@@ -86,7 +86,7 @@ def unread(given, lam):
 EXAMPLE = 'Write the weights as {"a": 0, "b": 0}; a vector as [1, 2, 3], a matrix as [[1, 2], [3, 4]] (rows).'
 
 
-def _weight(name, value):
+def weight(name, value):
     """One weight's value: a float, or a float64 array of one or two dimensions; or, for a categorical weight (a
     JSON object, pgad/categorical.py), {category: float}."""
     if isinstance(value, dict):

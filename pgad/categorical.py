@@ -139,13 +139,7 @@ def expand(w, lam, data, limits, memory_limit=None):
     for weight, column in found.items():
         if column not in names:
             raise loader.missing(column, names)
-        base = server.query(BASE, [types[names.index(column)]], ['pg_catalog.oid'])[0]
-        if base['oid'] not in INTEGERS and base['category'] not in KINDS:
-            raise PgadError('42804', f'column "{column}" is of type {base["name"]}, which cannot index a categorical '
-                                     'weight',
-                            hint='A category is text, varchar, an enum, boolean or an integer: cast the column in the '
-                                 f'data query ({quote_ident(column)}::text AS {quote_ident(column)}).')
-        cats.types[column] = base['name']
+        cats.types[column] = base = base_type(column, types[names.index(column)])
         seen = [r['v'] for r in server.query(LEVELS.format(c=quote_ident(column), query=query, limit=most + 1))]
         given = w[weight]
         keys = seen + [k for k in given if k not in set(seen)]
@@ -166,10 +160,22 @@ def expand(w, lam, data, limits, memory_limit=None):
                             hint='data must have at least one row to average the loss over.')
         extra = [k for k in given if k not in set(seen)]
         if extra:  # a listed value must be one of the column's type: PostgreSQL's own error otherwise
-            server.query(f'SELECT $1::{base["name"]}[] AS listed', [extra], ['pg_catalog.text[]'])
+            server.query(f'SELECT $1::{base}[] AS listed', [extra], ['pg_catalog.text[]'])
         out[weight] = _entries(given, keys)
         cats.keys[weight], cats.column[weight] = keys, column
     return out, cats
+
+
+def base_type(column, oid):
+    """The schema-qualified name of the base type of column (its type's oid), which must be one a category may
+    have: 42804 otherwise."""
+    base = server.query(BASE, [oid], ['pg_catalog.oid'])[0]
+    if base['oid'] not in INTEGERS and base['category'] not in KINDS:
+        raise PgadError('42804', f'column "{column}" is of type {base["name"]}, which cannot index a categorical '
+                                 'weight',
+                        hint='A category is text, varchar, an enum, boolean or an integer: cast the column in the '
+                             f'data query ({quote_ident(column)}::text AS {quote_ident(column)}).')
+    return base['name']
 
 
 def listed(w, lam):

@@ -65,7 +65,7 @@ def fresh(cluster):
 
 @pytest.mark.parametrize('version', ['0.1.0', '0.2.0', '0.3.0', '0.4.0', '0.5.0', '0.6.0', '0.7.0', '0.8.0', '0.9.0', '0.10.0', '0.11.0',
                                      '0.12.0', '0.13.0', '0.14.0', '0.15.0', '0.16.0', '0.17.0',
-                                     '0.18.0', '0.19.0', '0.20.0'])
+                                     '0.18.0', '0.19.0', '0.20.0', '0.21.0'])
 def test_an_updated_install_is_the_fresh_install(cluster, fresh, version):
     with connect_new(cluster) as db:
         db.execute(f"CREATE EXTENSION pgad VERSION '{version}' CASCADE")

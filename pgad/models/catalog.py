@@ -53,7 +53,7 @@ import re
 import numpy as np
 
 from .. import categorical, limits, server
-from . import attribution, publish
+from . import attribution, publish, weight_tables
 from ..errors import PgadError
 from ..lang import printer, sql, vectors
 
@@ -155,6 +155,7 @@ FUNCTION = (f"SELECT p.oid, pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.t
             f"ON t.oid {EQ} p.proargtypes[k] JOIN pg_catalog.pg_namespace AS n ON n.oid {EQ} t.typnamespace "
             f"ORDER BY k), ', ') {CONCAT} ')' AS identity, "
             f"p.prorettype AS returns, pg_catalog.format_type(p.prorettype, NULL) AS result, "
+            f"p.provolatile AS volatility, "
             f"(SELECT pg_catalog.quote_ident(n.nspname) {CONCAT} '.' {CONCAT} pg_catalog.quote_ident(t.typname) "
             f" FROM pg_catalog.pg_type AS t JOIN pg_catalog.pg_namespace AS n ON n.oid {EQ} t.typnamespace "
             f" WHERE t.oid {EQ} p.prorettype) AS qualified_result, "
@@ -193,7 +194,8 @@ BASE_TYPE = (f"WITH RECURSIVE up AS (SELECT t.oid AS id, t.typbasetype AS base, 
              f"ON n.oid {EQ} t.typnamespace JOIN pg_catalog.pg_roles AS r ON r.oid {EQ} t.typowner "
              f"WHERE up.base {EQ} 0 ORDER BY up.depth DESC LIMIT 1")
 # What a new scoring function depends on that is not the caller's or a superuser's: a function or operator (or an
-# operator's function), a type, any domain (its CHECK constraints are code; pgad never writes one), or an object of
+# operator's function), a type, any domain (its CHECK constraints are code; pgad never writes one), a table (a keyed
+# model's weights: weight_tables.py), or an object of
 # any other kind than these, its own schema and a collation (owner 10, the bootstrap superuser, for those two).
 FOREIGN = (f"SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) AS what, "
            f"pg_catalog.pg_get_userbyid(o.owner)::pg_catalog.text AS owner FROM pg_catalog.pg_depend AS d "
@@ -206,6 +208,8 @@ FOREIGN = (f"SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) A
            f"      UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, "
            f"      CASE WHEN t.typtype {EQ} 'd' THEN 0::pg_catalog.oid ELSE t.typowner END "
            f"      FROM pg_catalog.pg_type AS t "
+           f"      UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, c.oid, c.relowner "
+           f"      FROM pg_catalog.pg_class AS c "
            f"      UNION ALL SELECT 'pg_catalog.pg_namespace'::pg_catalog.regclass, "
            f"      '{SCHEMA}'::pg_catalog.regnamespace::pg_catalog.oid, 10::pg_catalog.oid "
            f"      UNION ALL SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass, c.oid, 10::pg_catalog.oid "
@@ -621,9 +625,13 @@ def store(scoring, rows, fits, deploy=True):
     stored = _write(dict(op='store', name=name, caller=me, function=shown, read_from=read, suffixes=list(made),
                          rows=[[row.get(c) for c in STORED] for row in rows]))
     version, own = stored[0]['version'], json.loads(stored[0]['functions'])
+    stable = hasattr(scoring, 'stored')
+    if stable:  # a keyed model's weights: its tables, named after the version's functions, then the bodies
+        made = scoring.stored(stored, own[''], fits, loss)
     _create(name, {suffix: (scoring.identity_of(own[suffix]), scoring.signature_of(own[suffix]), returns, body,
                             f'{comment}; version {version}')
-                   for suffix, (_, _, returns, body, comment) in made.items()}, [str(p) for p, _ in scoring.params])
+                   for suffix, (_, _, returns, body, comment) in made.items()}, [str(p) for p, _ in scoring.params],
+            stable)
     if deploy:
         stored = _deploy(name, me, version, if_better=deploy == 'if_better') or stored
     _prune(name, me)
@@ -659,8 +667,9 @@ def _deploy(name, me, version=None, strategy=None, if_better=False):
     if rows:
         row = rows[0]
         made, names = _wrappers(name, row)
+        stable = any(f['volatility'] != 'i' for _, f in own_functions_of(name, row).values())
         with _as(row['trained_by'], me):
-            _point(name, row['loss'], made, names, row['trained_by'], ours)
+            _point(name, row['loss'], made, names, row['trained_by'], ours, stable)
             forecast_made(name, row)
     return rows
 
@@ -715,12 +724,13 @@ def _wrappers(name, row):
     return made, names
 
 
-def _point(name, loss, made, names, me, ours):
+def _point(name, loss, made, names, me, ours, stable=False):
     """Make model `name`'s deployed functions made's ({suffix: (identity, signature, returns, body, comment)}),
     their arguments named names: of the functions in pgad_models, only those the model's rows record (a version's
     scoring_function, and the functions beside it) are dropped or replaced, never another of that name: another
     role's overload stays, and so does a function of the new signature that pgad did not create for this model
-    (refused, unless the caller owns it); ours: _deployed_functions before the deployment."""
+    (refused, unless the caller owns it); ours: _deployed_functions before the deployment; stable: the version's
+    functions read tables (a keyed model's weights: weight_tables.py), and so do these."""
     for (suffix, _), found in ours.items():
         what = f'{suffix} function' if suffix else 'scoring function'
         target = function(made[suffix][0]) if suffix in made else []
@@ -745,7 +755,7 @@ def _point(name, loss, made, names, me, ours):
                 raise
             users = (function(found['identity']) or [found])[0]['users'] or 'another object'
             raise _in_use(name, what, change, found, now, users) from None
-    _create(name, made, names)
+    _create(name, made, names, stable)
 
 
 def _in_use(name, what, change, found, now, users):
@@ -757,10 +767,11 @@ def _in_use(name, what, change, found, now, users):
                      hint='Drop or change those objects, then train (or deploy) again.')
 
 
-def _create(name, made, names):
+def _create(name, made, names, stable=False):
     """CREATE OR REPLACE each of made's functions ({suffix: (identity, signature, returns, body, comment)}, their
     arguments named names) as the caller, refusing one of that name that is another role's, or the caller's own of
-    another shape; then what it depends on is checked (FOREIGN)."""
+    another shape; then what it depends on is checked (FOREIGN). stable: they read tables (a keyed model's weights),
+    STABLE then, not IMMUTABLE."""
     for suffix, (identity, signature, returns, body, comment) in made.items():
         what = f'{suffix} function' if suffix else 'scoring function'
         target = function(identity)
@@ -779,8 +790,8 @@ def _create(name, made, names):
                                    'change; pgad.train drops only the functions it created.',
                             hint=f'Drop the function (DROP FUNCTION {target[0]["identity"]}), or train the model '
                                  'under another name.')
-        server.query(f'CREATE OR REPLACE FUNCTION {signature} RETURNS {returns} LANGUAGE sql IMMUTABLE '
-                     f'PARALLEL SAFE RETURN {body}')
+        server.query(f'CREATE OR REPLACE FUNCTION {signature} RETURNS {returns} LANGUAGE sql '
+                     f'{"STABLE" if stable else "IMMUTABLE"} PARALLEL SAFE RETURN {body}')
         created = function(identity)[0]
         check_unambiguous(name, created)
         for found in server.query(FOREIGN, [created['oid']], ['pg_catalog.oid']):
@@ -832,6 +843,7 @@ def _drop_functions(name, rows, public):
                             server.query(f'DROP FUNCTION {found["identity"]}')
         for found in _own_functions(name, rows):
             server.query(f'DROP FUNCTION {found["identity"]}')
+        weight_tables.drop(rows)
     except server.SPIError as e:
         raise dependents(e, name) from None
 

@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from .. import arguments, calls, categorical, domain, loader, program, server, shards
+from .. import arguments, calls, categorical, domain, keyed, loader, program, server, shards
 from ..errors import PgadError
 from ..lang import printer, vectors
-from . import attribution, catalog, classes, descent, evaluate as evaluating, families, objective, piecewise, \
-    preprocess, regression, separation, sequence, standardize as standardizing, summary, tally as counting, \
+from . import attribution, catalog, classes, descent, evaluate as evaluating, families, keyed_training, objective, \
+    piecewise, preprocess, regression, separation, sequence, standardize as standardizing, summary, tally as counting, \
     validation as validating
 
 REQUIRED = ('name', 'model', 'loss', 'data', 'weights', 'mode', 'backend', 'batch_size', 'tolerance', 'l1', 'l2',
@@ -53,6 +53,8 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     name = arguments.model_name(name)
     config = calls.settings()
     given['deploy'] = deploy = arguments.deploy(deploy, validation)
+    if keyed.wanted(arguments.parsed(weights, 'weights', 'weight', config.memory_limit)):  # a vector per key
+        return keyed_training.train(name, model, loss, data, weights, given, config)
     if order_by is not None or state is not None or families.named(model):  # a sequence model (sequence.py)
         if impute is not None and json.loads(impute):
             raise PgadError('0A000', 'pgad.train takes no impute for a sequence model',

@@ -1,0 +1,317 @@
+"""Weights by key (issue 48): a number or a vector per key, for millions of keys, read as w.p[d.user].
+
+A keyed weight is a categorical weight (categorical.py) whose start is a spec, {"shape": [8], "init": "normal(0,
+0.1)", "seed": 1}: each of the key column's values (its keys, found in the data) holds a value of that shape, drawn
+from init. Beside one, every categorical weight of the model ({} or {"north": 0.5}) is keyed too, a number a key.
+The model is not unrolled over the keys: each row reads one key's value of each keyed weight, so the row's
+objective is a small lambda, the *local* one (localised), in which w.p[d.user] is a weight p of the key's shape.
+program.build differentiates it once; the python backend's plan evaluates it over the rows with each keyed weight
+fed as the rows' gathered values (a gather: Futhark's index), and the derivative of the objective by a key's value
+is the sum of the local derivative over that key's rows (a scatter-add at the row's key: np.bincount). The same
+local lambda's Hessian (program.build_hessian) gives, per key, the block of the objective's Hessian in that key's
+values: block Newton (blocks.py's solve) solves each key's block exactly in turn, which for the bilinear squared
+loss is alternating least squares.
+
+The weight vector the optimizers see (Layout) is the global weights' elements, then each keyed weight as a K×size
+table, row-major: a key's value is one row. Kernel is descent.fit's kernel over it, so every dense optimizer runs on
+a keyed model unchanged; sparse.py's mini-batch optimizers touch only a batch's keys.
+"""
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import categorical, loader, program, python_backend, server
+from .errors import PgadError
+from .lang import printer, vectors
+from .lang.dag import Graph
+from .lang.parser import Lambda
+
+INITS = {  # name → (its parameters' count, the draw of n values from a numpy Generator)
+    'zeros': (0, lambda rng, n: np.zeros(n)),
+    'normal': (2, lambda rng, n, mean, sd: rng.normal(mean, sd, n)),
+    'uniform': (2, lambda rng, n, low, high: rng.uniform(low, high, n)),
+}
+NUMBER = r'\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*'
+INIT = re.compile(rf'(\w+)\s*(?:\(((?:{NUMBER},)*{NUMBER})\))?\s*$', re.ASCII)
+DEFAULT_INIT = 'normal(0, 0.1)'  # a vector's: at 0 a bilinear form's gradient is 0 (a saddle), so none starts there
+MOST_DIMENSIONS = 4096           # the most numbers one key's value may hold
+KEY_BYTES = 64                   # what one key costs beside its values: its text, its code, its place in the hash
+COPIES = 4                       # the values' copies a fit holds at once: the weights, the gradient, two moments
+SPEC = ('shape', 'init', 'seed')
+EXAMPLE = '{"p": {"shape": [8], "init": "normal(0, 0.1)", "seed": 1}}'
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How a keyed weight starts: the shape of a key's value, the distribution it is drawn from, the seed."""
+    shape: tuple = ()
+    init: str = 'zeros'
+    seed: int = 0
+    listed: dict = None  # {key: value} that start where the data has them (a categorical weight's object)
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+
+@dataclass
+class Keyed:
+    """The keyed weights of one model: each one's spec, its column, and (once the data is read) its keys."""
+    specs: dict                                 # weight → Spec
+    column: dict                                # weight → the column that indexes it
+    keys: dict = field(default_factory=dict)    # column → its keys as text, in the column type's order (codes 1 … K)
+    types: dict = field(default_factory=dict)   # column → its (base) type's schema-qualified name
+
+    def count(self, weight):
+        return len(self.keys[self.column[weight]])
+
+
+def is_spec(value):
+    """Is a weight's start a keyed weight's spec (an object with "shape", an array), not an object by category?"""
+    return isinstance(value, dict) and isinstance(value.get('shape'), list)
+
+
+def wanted(w):
+    """Does the model take the keyed path: is one of the weights' starts a spec?"""
+    return isinstance(w, dict) and any(is_spec(v) for v in w.values())
+
+
+def spec(name, value, seed=None):
+    """The Spec of weight name's start (a spec, or a categorical weight's object: a number a key)."""
+    if not is_spec(value):
+        return Spec((), 'zeros', 0, {k: _number(f'{name}[{k}]', v) for k, v in value.items()})
+    odd = [k for k in value if k not in SPEC]
+    if odd:
+        raise PgadError('22023', f'weight "{name}" has an unknown field "{odd[0]}"',
+                        detail='A keyed weight is {"shape": [...], "init": "...", "seed": n}.', hint=EXAMPLE)
+    shape = value['shape']
+    if len(shape) > 1 or not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MOST_DIMENSIONS
+                                 for n in shape):
+        raise PgadError('22023', f'weight "{name}" has shape {shape}, which is not [] or [n] for n from 1 to '
+                                 f'{MOST_DIMENSIONS}',
+                        hint='A key holds a number (shape []) or a vector (shape [8]).', detail=None)
+    init = value.get('init', DEFAULT_INIT if shape else 'zeros')
+    found = INIT.match(init) if isinstance(init, str) else None
+    if found is None or found.group(1) not in INITS or \
+            len(re.findall(NUMBER, found.group(2) or '')) != INITS[found.group(1)][0]:
+        raise PgadError('22023', f'weight "{name}" has init {init!r}, which is not zeros, normal(mean, sd) or '
+                                 'uniform(low, high)', hint=EXAMPLE)
+    parameters = [float(v) for v in re.findall(NUMBER, found.group(2) or '')]
+    if not all(math.isfinite(v) for v in parameters) or found.group(1) == 'normal' and parameters[1] < 0 or \
+            found.group(1) == 'uniform' and parameters[0] > parameters[1]:
+        raise PgadError('22023', f'weight "{name}" has init {init!r}, whose parameters are out of range',
+                        hint='normal(mean, sd) takes sd ≥ 0, uniform(low, high) low ≤ high, both finite.')
+    given = value.get('seed', seed if seed is not None else 0)
+    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+        raise PgadError('22023', f'weight "{name}" has seed {given!r}, which is not a non-negative integer',
+                        hint=EXAMPLE)
+    canonical = found.group(1) + (f'({", ".join(repr(v) for v in parameters)})' if parameters else '')
+    return Spec(tuple(shape), canonical, given)
+
+
+def _number(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PgadError('22023', f'weight "{name}" must be a number, not {value!r}',
+                        hint=f'A keyed weight starts as {EXAMPLE}; an object by key lists numbers.')
+    return float(value)
+
+
+def found(w, lam, seed=None):
+    """The Keyed of the weights w (a dict, starts as given) of lam: its categorical weights, each read as
+    w.p[d.c] only (categorical.indexed)."""
+    columns = categorical.indexed(w, lam)
+    return Keyed({n: spec(n, w[n], seed) for n in columns}, columns)
+
+
+def start(keyed, weight):
+    """The K×size starting table of a keyed weight: drawn from its init (its seed's stream, key after key in code
+    order), or its listed value where the spec lists the key."""
+    s, n = keyed.specs[weight], keyed.count(weight)
+    kind, parameters = INIT.match(s.init).group(1), [float(v) for v in re.findall(NUMBER, s.init.partition('(')[2])]
+    table = INITS[kind][1](np.random.default_rng(s.seed), n * s.size, *parameters).reshape(n, s.size)
+    for k, key in enumerate(keyed.keys[keyed.column[weight]]) if s.listed else ():
+        if key in s.listed:
+            table[k] = s.listed[key]
+    return table
+
+
+def cost(keyed, counts):
+    """The bytes the keyed weights take at counts ({column: keys}) while a fit runs: COPIES of every value, and
+    KEY_BYTES a key."""
+    return sum(COPIES * 8 * counts[c] * keyed.specs[w].size for w, c in keyed.column.items()) + \
+        KEY_BYTES * sum(counts.values())
+
+
+def read_keys(keyed, query, memory_limit):
+    """Find each keyed column's keys in the data (its distinct values but NULL, in the type's order), refusing
+    past pgad.memory_limit before they are read whole: the keys are counted first."""
+    names, types = loader.check_columns(query, [], categorical=set(keyed.column.values()))
+    counts = {}
+    for column in dict.fromkeys(keyed.column.values()):
+        if column not in names:
+            raise loader.missing(column, names)
+        keyed.types[column] = categorical.base_type(column, types[names.index(column)])
+        counts[column] = server.query(COUNT.format(c=printer.quote_ident(column), query=query))[0]['n']
+    need = cost(keyed, counts)
+    if memory_limit is not None and need > memory_limit:
+        raise PgadError(loader.OUT_OF_MEMORY, f'the keyed weights need {loader.megabytes(need)}, more than '
+                                              f'pgad.memory_limit ({loader.megabytes(memory_limit)})',
+                        detail='Keys: ' + ', '.join(f'{c} {n}' for c, n in counts.items()) + f'; {COPIES} copies '
+                               'of every value while the fit runs.',
+                        hint='Use a smaller shape, group rare keys into one in the data query, or have a superuser '
+                             'raise pgad.memory_limit.')
+    for column in counts:
+        keyed.keys[column] = [r['v'] for r in server.cursor(
+            categorical.LEVELS.format(c=printer.quote_ident(column), query=query, limit=counts[column]), FETCH)]
+        if not keyed.keys[column]:
+            raise PgadError('22000', f'every row of the data has NULL in column "{column}", which the lambda reads',
+                            hint='data must have at least one row to average the loss over.')
+    return keyed
+
+
+FETCH = 10_000  # keys fetched at once
+COUNT = ('SELECT pg_catalog.count(DISTINCT pgad_data.{c}) AS n FROM ({query}\n) AS pgad_data')
+
+
+def localised(lam, columns, as_columns=None):
+    """lam with each read of a keyed weight, w.p[d.c] (columns: {weight: column}), made a weight p of the key's
+    shape (the local lambda whose derivatives a row's key takes); as_columns (a prefix): made a column named the
+    prefix and p, the key's value as a scoring function reads it. The keyed columns themselves are no longer read."""
+    old, graph, values = lam.graph.nodes, Graph(lam.graph.max_nodes), {}
+    graph.exact = True
+    for i in lam.graph.ancestors([lam.root]):
+        node = old[i]
+        if node.op == 'index' and old[node.args[0]].op == 'weight' and old[node.args[0]].value in columns:
+            name = old[node.args[0]].value
+            values[i] = graph.weight(name) if as_columns is None else graph.column(as_columns + name)
+        elif node.op == 'const':
+            values[i] = graph.const(node.value)
+        elif node.op == 'column':
+            values[i] = graph.column(node.value)
+        elif node.op == 'weight':
+            values[i] = graph.weight(node.value)
+        else:
+            values[i] = graph.apply(node.op, *[values[a] for a in node.args])
+    root = values[lam.root].id
+    reads = graph.ancestors([root])
+    given = {str(c): c for c in lam.columns}  # a boolean column stays one (parser.Column)
+    return Lambda(lam.text, graph, root, lam.row, lam.params,
+                  [given.get(c, c) for c in dict.fromkeys(graph.nodes[i].value for i in reads
+                                                          if graph.nodes[i].op == 'column')],
+                  [w for w in dict.fromkeys(graph.nodes[i].value for i in reads if graph.nodes[i].op == 'weight')])
+
+
+def text_of(lam, max_chars):
+    """The lambda text of a local lambda, as program.build takes it."""
+    head = f'λ({printer.parameter(lam.row)}, {printer.parameter(lam.params)}) '
+    return head + printer.to_lambda(lam, lam.root, max_chars)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each weight sits in the vector the optimizers see: the global weights' elements (the local program's
+    own order), then each keyed weight's K×size table, row-major."""
+    names: tuple        # the local program's weights, in order: ('mu', 'p', 'q', …)
+    shapes: dict        # name → a global weight's shape, or a keyed one's per-key shape
+    keyed: dict         # keyed weight → (its column, K)
+    spans: dict         # name → its slice of the vector
+
+    @classmethod
+    def of(cls, names, shapes, keyed_counts):
+        spans, at = {}, 0
+        for name in [n for n in names if n not in keyed_counts] + [n for n in names if n in keyed_counts]:
+            size = math.prod(shapes[name]) * (keyed_counts[name][1] if name in keyed_counts else 1)
+            spans[name] = slice(at, at + size)
+            at += size
+        return cls(tuple(names), dict(shapes), dict(keyed_counts), spans)
+
+    @property
+    def size(self):
+        return max((s.stop for s in self.spans.values()), default=0)
+
+    def table(self, w, name):
+        """A keyed weight's K×size view of w."""
+        return w[self.spans[name]].reshape(self.keyed[name][1], math.prod(self.shapes[name]))
+
+    def nest(self, w):
+        """{global weight: number or list} of w."""
+        return {n: float(w[s][0]) if not self.shapes[n] else w[s].reshape(self.shapes[n]).tolist()
+                for n, s in self.spans.items() if n not in self.keyed}
+
+
+BLOCK_ROWS = 1 << 16  # rows evaluated at once: the local program's arrays alive stay small
+
+
+class Kernel:
+    """descent.fit's kernel over a keyed model: kernel(columns, rows, w) → [Σ loss, Σ ∂loss/∂w for each element
+    of the Layout's vector]; columns are the local program's, then each keyed column's codes 1 … K."""
+
+    def __init__(self, prog, layout, columns):
+        self.prog, self.layout, self.columns = prog, layout, list(columns)
+        self.plan = python_backend.named_plan(prog.graph, prog.outputs)
+        self.targets = _targets(prog.weights, layout)
+
+    def __call__(self, columns, rows, w):
+        out = np.zeros(1 + self.layout.size)
+        for start in range(0, rows, BLOCK_ROWS):
+            block = [c[start:start + BLOCK_ROWS] for c in columns]
+            n = min(BLOCK_ROWS, rows - start)
+            values, codes = self.values(block, n, w)
+            out[0] += np.sum(python_backend.as_rows(values[self.prog.outputs[0]], n))
+            for o, (name, j) in zip(self.prog.outputs[1:], self.targets):
+                v = python_backend.as_rows(values[o], n)
+                span = self.layout.spans[name]
+                if name in self.layout.keyed:
+                    size, count = math.prod(self.layout.shapes[name]) or 1, self.layout.keyed[name][1]
+                    out[1 + span.start + j:1 + span.stop:size] += np.bincount(codes[name], weights=v,
+                                                                              minlength=count)
+                else:
+                    out[1 + span.start + j] += np.sum(v)
+        return out
+
+    def values(self, block, rows, w, plan=None):
+        """(the plan's values over these rows, {keyed weight: each row's 0-based key}): the global weights fed as
+        numbers, each keyed one as its rows' keys' values."""
+        cols = dict(zip(self.columns, block))
+        feed, codes = {}, {}
+        for name in self.layout.names:
+            shape = self.layout.shapes[name]
+            if name in self.layout.keyed:
+                codes[name] = code = cols[self.layout.keyed[name][0]].astype(np.int64) - 1
+                gathered = self.layout.table(w, name)[code]
+                for j, e in enumerate(vectors.elements(name, shape)):
+                    feed[e] = gathered[:, j]
+            else:
+                for j, e in enumerate(vectors.elements(name, shape)):
+                    feed[e] = w[self.layout.spans[name].start + j]
+        return python_backend.evaluate(plan or self.plan, cols, feed), codes
+
+
+def _targets(elements, layout):
+    """(weight, element index within its per-key value) of each element the local program differentiates by."""
+    where = {e: (name, j) for name in layout.names
+             for j, e in enumerate(vectors.elements(name, layout.shapes[name]))}
+    return [where[e] for e in elements]
+
+
+def build(lam, keyed, shapes, limits, mode='reverse'):
+    """(the local program, its Layout, the local lambda's text) of an objective lambda lam: shapes {global weight:
+    its shape}."""
+    local = localised(lam, keyed.column)
+    per_key = {n: s.shape for n, s in keyed.specs.items()}
+    every = {**{n: shapes.get(n, ()) for n in local.weights if n not in keyed.specs}, **per_key}
+    names = tuple(n for n in local.weights)
+    dims = vectors.Shapes(tuple((n, every[n]) for n in names if every[n]))
+    text = text_of(local, printer.budget(limits))
+    prog = program.build(text, names, mode, True, limits, dims)
+    counts = {n: (keyed.column[n], keyed.count(n)) for n in keyed.specs if n in names}
+    return prog, Layout.of(names, every, counts), text
+
+
+def too_large(need, memory_limit, what):
+    if memory_limit is not None and need > memory_limit:
+        raise PgadError(loader.OUT_OF_MEMORY, f'{what} need {loader.megabytes(need)}, more than pgad.memory_limit '
+                                              f'({loader.megabytes(memory_limit)})',
+                        hint='Have a superuser raise pgad.memory_limit.')
