@@ -22,6 +22,7 @@ from ..lang import hessian as second, vectors
 from . import descent
 
 HALVINGS = 30
+SLOW = 0.95  # a sweep that lowers the objective by more than this of the one before: L-BFGS takes over (slow)
 
 
 class Group:
@@ -86,8 +87,8 @@ def solve(h, g):
 def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_only, polish=0.0):
     """The descent.Fit of block Newton from w over the groups (Group), and the objective at the start.
     loss_only(w) gives Σ loss over the rows (a pass without derivatives, for the line search). polish: stop (stopped
-    'polish') once a sweep lowers the objective by less than this, relative, before it converges: block Newton
-    converges linearly near the optimum, where L-BFGS takes over."""
+    'polish') before it converges once its sweeps gain less than this, relative, at a slow linear rate (slow): where
+    the blocks are tightly coupled, L-BFGS takes over."""
     rows = table.rows
     w = np.array(w, dtype=np.float64)
     mask = penalty.mask if penalty.mask is not None else np.ones(len(w))
@@ -124,11 +125,20 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
         if descent.stalled(history, tolerance):
             stopped = 'tolerance'
             break
-        if polish and descent.stalled(history, polish):
+        if polish and slow(history, polish):
             stopped = 'polish'
             break
     measure, converged = descent.judged(max(decrement, 0.0), f, descent.FLOOR * abs(start), rows)
     return descent.Fit(w, f, history, len(history), clock.seconds(), converged, measure, stopped), start
+
+
+def slow(history, polish):
+    """Has block Newton slowed down: the last sweep lowered the objective by less than polish, relative, and by more
+    than SLOW of what the sweep before did (a linear rate that many more sweeps would take to converge)?"""
+    if len(history) < 3:
+        return False
+    last, before = history[-2] - history[-1], history[-3] - history[-2]
+    return last < polish * abs(history[-2]) and last > SLOW * before
 
 
 def kernel_objective(loss_only, w, penalty, rows):

@@ -22,7 +22,7 @@ from . import blocks, catalog, descent, objective, sparse, weight_tables
 OPTIMIZERS = ('block_newton', 'lbfgs', 'gd', 'sgd', 'adagrad', 'adam')
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
 ITERATIONS = {'lbfgs': 2000, 'gd': 1000, 'sgd': 50, 'adagrad': 50, 'adam': 50}
-POLISH = 1e-7           # block Newton hands over to L-BFGS once a sweep lowers the objective by less, relative
+POLISH = 1e-6           # block Newton may hand over to L-BFGS once a sweep lowers the objective by less, relative
 POLISH_COPIES = 2 * descent.MEMORY + 4  # the vectors L-BFGS keeps: it polishes only where they fit pgad.memory_limit
 UNTAKEN = {  # pgad.train's arguments a keyed model does not take, and their defaults
     'group_by': None, 'validation': None, 'standardize': None, 'bounds': None, 'impute': None,
@@ -162,6 +162,7 @@ def _fit(prog, text, kernel, table, start, layout, penalty, options, clock, conf
         return fit
     if config.memory_limit is not None and POLISH_COPIES * 8 * layout.size > config.memory_limit:
         return fit
+    clock.iterations = ITERATIONS['lbfgs']
     polish = descent.fit(kernel, table, fit.weights, names, 'lbfgs', iterations=ITERATIONS['lbfgs'],
                          penalty=penalty, tolerance=options['tolerance'], clock=clock)
     return replace(polish, history=fit.history + polish.history, iterations=fit.iterations + polish.iterations,
