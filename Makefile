@@ -1,10 +1,10 @@
 # pgad — `make install` (as root: installs what is missing), `make demo`, `make test`, `make bench`.
 # `make install CUDA=1` adds the cuda backend (numba-cuda and the CUDA libraries); `make test` and `make bench` do.
 #
-# The extension's files (the SQL scripts and the one C library, extension/pgad.c) build and install through PGXS;
-# the Python package pgad and its dependencies go into a virtual environment built from the Python that plpython3u
-# embeds, at $(PGAD_HOME)/venv. The tests, the demo and the benchmarks run from a second environment, .venv, with
-# the client-side tools (psycopg, pytest, testing.postgresql).
+# The extension's files (the SQL scripts and the C library pgad.so, one C file per job in extension/, pgad.h listing
+# them) build and install through PGXS; the Python package pgad and its dependencies go into a virtual environment
+# built from the Python that plpython3u embeds, at $(PGAD_HOME)/venv. The tests, the demo and the benchmarks run from a
+# second environment, .venv, with the client-side tools (psycopg, pytest, testing.postgresql).
 
 PG_CONFIG ?= $(shell command -v pg_config 2>/dev/null || echo pg_config)
 PGAD_HOME ?= /usr/local/lib/pgad

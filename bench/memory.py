@@ -1,6 +1,6 @@
 """How many times over a pgad call holds its data: the growth of the backend's peak resident memory (VmHWM in
 /proc/<pid>/status) over one call, divided by the data's packed bytes (rows × columns × 8), on one throwaway
-cluster. pgad.memory_limit charges a call 4 times its packed bytes (extension/pgad.c's PACK_COPIES); this checks
+cluster. pgad.memory_limit charges a call 4 times its packed bytes (extension/pgad.h's PACK_COPIES); this checks
 that figure.
 
     .venv/bin/python bench/memory.py [--rows 2097152 2097153]

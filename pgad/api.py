@@ -104,7 +104,7 @@ def partial_sums(loss, data, names, weights, mode='reverse', backend='auto', dty
     return [float(table.rows), *(float(v) for v in sums)]
 
 
-# The aggregates (extension/pgad.c, part 4): the transition function asks lambda_columns which columns of a row to
+# The aggregates (extension/aggregates.c): the transition function asks lambda_columns which columns of a row to
 # pack; the final function gives the packed rows, their columns' names and the group's loss, weights and options
 # (a jsonb of the functions' arguments by name, or None) to loss_agg, gradient_agg or gradient_descent_agg. A group
 # with no row to average over (all skipped for a NULL) gives NULL.

@@ -1,7 +1,7 @@
 """Bounds on the work a lambda's text can cause: its size, and the interrupt checks inside the work.
 
 Every stage from text to machine code takes time and memory that grow with the lambda, inside a backend that other
-sessions share. Two settings bound it (defined in extension/pgad.c, changed by a superuser only, read per call by
+sessions share. Two settings bound it (defined in extension/module.c, changed by a superuser only, read per call by
 server.settings()): pgad.max_lambda_bytes, checked on the text before anything is parsed, and
 pgad.max_lambda_nodes, checked as the DAG grows, derivatives included. Past either: SQLSTATE 54001.
 

@@ -5,7 +5,7 @@ statement before a second is an error of its own, check_columns) or the name of 
 caller's privileges, snapshot and search_path (it is the caller's text). One query reads the rows,
     SELECT x::pg_catalog.float8 AS c0, y::pg_catalog.float8 AS c1 FROM (<data>) AS pgad_data
 (every name in it schema-qualified, as in all SQL pgad builds: docs/security.md), run by pgad.so's native load
-(load_natively; extension/pgad.c, part 6): a DestReceiver appends each row's values as native float8 to one mapped
+(load_natively; extension/load.c): a DestReceiver appends each row's values as native float8 to one mapped
 array per column, which numpy wraps without a copy; rows with NULL in a column the lambda reads are skipped, and a
 NOTICE says how many. Its plan is serial (PARALLEL; measured: docs/design.md).
 
@@ -29,13 +29,13 @@ load reads its elements as columns of their own: the native load takes them from
 the aggregate by pgad._element(pgad_data.pixels, 1, 64, 'pixels') … (pgad_data.pixels, 64, 64, 'pixels'), element 1
 … 64 of arrays of 64. A NULL array or a NULL element skips the row, as a NULL number does. The data query may give
 other rows each time it runs (random(), a sequence), so both check every array they read against the length the
-lambda was built for, in C (extension/pgad.c, parts 3 and 6): a subscript, (pgad_data.pixels)[3], would read the
+lambda was built for, in C (extension/element.c, load.c): a subscript, (pgad_data.pixels)[3], would read the
 wrong element of an array that starts at index 0, cut a longer one short, and skip a row whose array is shorter,
 2-D or empty, all silently.
 
 pgad.memory_limit bounds what a call holds: its rows times its columns times 8 bytes, COPIES times over (measured:
 docs/security.md). The native load and pgad.pack stop the query at the row that passes it (SQLSTATE 53200,
-extension/pgad.c), before anything grows; the loader then counts the rows the data has, with no NULL in the columns
+extension/pack.c), before anything grows; the loader then counts the rows the data has, with no NULL in the columns
 read, and reports how much the whole data would need. A lambda reading more than 99 columns, whose several
 aggregates each see only their own columns, counts the rows first on the aggregate's path.
 """
@@ -78,7 +78,7 @@ TRAILING = string.whitespace + ';'  # dropped from the end of a query (str.rstri
 CHUNK_BYTES = 256 << 20
 TOO_LONG = '54000'  # program_limit_exceeded: a bytea past 1 GB
 OUT_OF_MEMORY = '53200'  # pgad.pack past pgad.memory_limit
-COPIES = 4          # how many times over a call holds its packed rows at most: extension/pgad.c's PACK_COPIES
+COPIES = 4          # how many times over a call holds its packed rows at most: extension/pgad.h's PACK_COPIES
 PACK_COLUMNS = 99   # a function's arguments (100) less the aggregate's state
 # pgad.pack's bytea: magic "PGPK", columns, rows packed, rows skipped for a NULL; then the columns, native float8.
 HEADER = struct.Struct('=IIqq')
@@ -155,7 +155,7 @@ PARALLEL = 0  # the native load's plan: serial, where parallel workers lose (mea
 
 
 class LoadResult(ctypes.Structure):
-    """What pgad_load gives (extension/pgad.c's PgadLoad, its public fields): the rows loaded and skipped, or the
+    """What pgad_load gives (extension/pgad.h's PgadLoad, its public fields): the rows loaded and skipped, or the
     error that stopped the load (sqlerrcode, PostgreSQL's packed SQLSTATE), and each column's values."""
     _fields_ = [('rows', ctypes.c_int64), ('skipped', ctypes.c_int64), ('columns', ctypes.c_int32),
                 ('sqlerrcode', ctypes.c_int32), ('message', ctypes.c_char_p),
@@ -167,7 +167,7 @@ _loader = []
 
 
 def native_loader():
-    """pgad.so's functions for the native load (extension/pgad.c, part 6), or None outside the server (and where
+    """pgad.so's functions for the native load (extension/load.c), or None outside the server (and where
     the library predates them)."""
     if not _loader:
         library = server.native()
@@ -439,7 +439,7 @@ def count(query, columns, elements=None):
 
 
 def megabytes(size):
-    """'2.5 MB', '640 MB': a size in bytes as the memory limit's messages give it (as extension/pgad.c does)."""
+    """'2.5 MB', '640 MB': a size in bytes as the memory limit's messages give it (as extension/pack.c does)."""
     mb = size / (1 << 20)
     return f'{mb:.1f} MB' if mb < 10 else f'{mb:.0f} MB'
 
@@ -675,7 +675,7 @@ def packed(data, names, columns):
     return skipping(Table([values[names.index(c)] for c in columns], rows, skipped), columns)
 
 
-LOADED = 0x4c504750  # "PGPL": an aggregate's rows as a load (extension/pgad.c's LOAD_MAGIC), not pgad.pack's bytes
+LOADED = 0x4c504750  # "PGPL": an aggregate's rows as a load (extension/load.c's LOAD_MAGIC), not pgad.pack's bytes
 LOAD_ID = struct.Struct('=Q')
 
 

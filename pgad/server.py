@@ -155,7 +155,7 @@ MEMORY_UNITS = {'': 1, 'B': 1, 'kB': 1 << 10, 'MB': 1 << 20, 'GB': 1 << 30, 'TB'
 
 
 def settings():
-    """pgad's settings (extension/pgad.c defines them), by name without 'pgad.', as SHOW shows them."""
+    """pgad's settings (extension/module.c defines them), by name without 'pgad.', as SHOW shows them."""
     library = native()
     if library is not None:
         return {name: library.pgad_setting(f'pgad.{name}'.encode()).decode() for name in SETTINGS}
@@ -185,9 +185,10 @@ _native = []
 
 
 def native():
-    """pgad.so's functions for Python (extension/pgad.c, part 5), found among the backend's global symbols; None
-    outside the server (the in-process tests), where queries stand in for them, and in a backend that has not loaded
-    pgad.so yet (a superuser calling an implementation directly): not remembered, so a later call finds it."""
+    """pgad.so's functions for Python (extension/module.c, call.c and reads.c), found among the backend's global
+    symbols; None outside the server (the in-process tests), where queries stand in for them, and in a backend that
+    has not loaded pgad.so yet (a superuser calling an implementation directly): not remembered, so a later call
+    finds it."""
     if not _native:
         library = ctypes.PyDLL(None)
         try:

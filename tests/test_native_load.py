@@ -1,4 +1,4 @@
-"""The native load (extension/pgad.c part 6, pgad/loader.py's load_natively), against a real server.
+"""The native load (extension/load.c, pgad/loader.py's load_natively), against a real server.
 
 The functions load their data with pgad_load: the loader's query through SPI into a DestReceiver that appends each
 row's float8 values to one mapped array per column, which numpy wraps without a copy. These tests hold it to what

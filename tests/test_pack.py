@@ -1,4 +1,4 @@
-"""pgad.pack, the native packing aggregate (extension/pgad.c), at its edges, against the real server: NULLs, empty
+"""pgad.pack, the native packing aggregate (extension/pack.c), at its edges, against the real server: NULLs, empty
 input, one row, the growth of its state, NaN and infinities bit for bit, GROUP BY, window frames, parallel plans,
 bad arguments; and the loader over every numeric column type and past the 99 columns one pack takes."""
 import struct

@@ -1,6 +1,6 @@
 """An error that points into the lambda reads in psql as PostgreSQL's own syntax errors: the lambda is the ERROR's
 internal query and the place its internal position (1-based, in characters), so psql prints the line with a caret
-under the place and the whole lambda as QUERY (extension/pgad.c, pgad_error_query; pgad/server.py, entry)."""
+under the place and the whole lambda as QUERY (extension/call.c, pgad_error_query; pgad/server.py, entry)."""
 import os
 import subprocess
 

@@ -211,7 +211,7 @@ def test_boolean_columns_are_read_where_postgresql_takes_a_boolean(db):
     forward = scalar(db, "SELECT pgad.gradient(%s, %s, %s, 'forward', 'llvm')", args)
     reverse = scalar(db, "SELECT pgad.gradient(%s, %s, %s, 'reverse', 'python')", args)
     assert forward == pytest.approx(reverse, rel=1e-12) and forward['a'] != 0
-    # the aggregates read the boolean column as the loader does (extension/pgad.c: true is 1)
+    # the aggregates read the boolean column as the loader does (extension/aggregates.c: true is 1)
     assert scalar(db, "SELECT pgad.loss_agg(%s, %s, f) FROM flags AS f", (args[0], args[2])) == \
         pytest.approx(float(expected), rel=1e-12)
 

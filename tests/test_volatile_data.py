@@ -2,10 +2,10 @@
 
 A function runs its data query more than once: loader.lengths measures the arrays, categorical.expand reads the
 categories, and the load reads the rows. A volatile query (random(), a sequence, a function with a counter,
-clock_timestamp(), a set-returning function) can give other rows each time, so the native load (extension/pgad.c,
-part 6) checks every row it reads itself, in C: until 0.12.0 an array that was empty only at load time made the
-next row's copy read through a NULL pointer, and every session restarted. The loads that pgad.pack packs (chunked,
-or without pgad.so) read an array's elements through pgad._element (part 3), which checks each array the same way:
+clock_timestamp(), a set-returning function) can give other rows each time, so the native load (extension/load.c)
+checks every row it reads itself, in C: until 0.12.0 an array that was empty only at load time made the next row's
+copy read through a NULL pointer, and every session restarted. The loads that pgad.pack packs (chunked, or without
+pgad.so) read an array's elements through pgad._element (extension/element.c), which checks each array the same way:
 until it did, a subscript read the wrong elements, or none, and the call gave a wrong number.
 
 The fuzzer builds such queries over every column kind the native load, pgad.pack and the aggregates take, with
@@ -236,7 +236,7 @@ def test_the_load_checks_each_array_it_reads(cluster, dbname, db, started, first
 
 # --- pgad.pack's loads check the rows they read too ---------------------------------------------------------------
 # Chunked loads (pgad.load_chunk_rows) and loads without pgad.so's native load pack the rows with pgad.pack, which
-# reads an array column's elements through pgad._element (extension/pgad.c, part 3). Until it did, a subscript read
+# reads an array column's elements through pgad._element (extension/element.c). Until it did, a subscript read
 # them: the wrong element of an array from index 0, the first elements of a longer array, and NULL (the row skipped)
 # from a shorter, 2-D or empty one, each a number. pgad.pack's query cannot count its rows (parallel workers, hashed
 # chunks), so its errors say "a row" where the native load's name it.

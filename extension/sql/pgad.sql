@@ -1,5 +1,5 @@
 -- pgad, the current version (default_version in extension/pgad.control; make install builds it as
--- pgad--<version>.sql): thin shims. Each public function pgad.f is the C function pgad_call (extension/pgad.c), which calls
+-- pgad--<version>.sql): thin shims. Each public function pgad.f is the C function pgad_call (extension/call.c), which calls
 -- the PL/Python function pgad._f with the same arguments; that one hands them to pgad.api, where the logic lives
 -- (documented in docs/sql.md). Every name below is schema-qualified: see docs/security.md.
 \echo Use "CREATE EXTENSION pgad CASCADE" to load this file. \quit
@@ -191,7 +191,7 @@ COMMENT ON FUNCTION pgad.partial_sums(pg_catalog.text, pg_catalog.text, pg_catal
     'a shard''s part of a sharded training: {rows, loss sum, gradient sums by names} over data at weights, the '
     'columns loaded once per REPEATABLE READ READ ONLY transaction';
 
--- pgad.pack(VARIADIC "any"): the native packing aggregate every loader query runs (extension/pgad.c). Its float8
+-- pgad.pack(VARIADIC "any"): the native packing aggregate every loader query runs (extension/pack.c). Its float8
 -- arguments are one row's values; its result is a bytea holding a header (magic, columns, rows packed, rows skipped
 -- for a NULL) and each column's values as native float8, column after column, which numpy reads in place. Parallel
 -- safe: the serial form is the same bytea.
@@ -226,7 +226,7 @@ COMMENT ON FUNCTION pgad._element(pg_catalog.anyarray, pg_catalog.int4, pg_catal
     '(pgad''s loader)';
 
 -- The aggregates pgad.loss_agg, pgad.gradient_agg and pgad.gradient_descent_agg(loss, weights, row[, options]),
--- whose row is a whole-row reference of the data (docs/sql.md). The transition function (extension/pgad.c) packs the
+-- whose row is a whole-row reference of the data (docs/sql.md). The transition function (extension/aggregates.c) packs the
 -- columns the lambda reads, as pgad.pack does, asking pgad._lambda_columns which they are; the final function
 -- hands them to pgad._<aggregate>, which trains as the functions do. Parallel safe: the state serialises.
 CREATE FUNCTION pgad._lambda_columns(loss pg_catalog.text, names pg_catalog.text[], types pg_catalog.text[])
@@ -379,7 +379,7 @@ GRANT SELECT ON pgad.model_versions TO PUBLIC;
 -- a role sees them as pg_stats shows a column's statistics, only where it may read what they came from: the role
 -- that trained the model, a role with that role's privileges, and a role that may read every relation the training
 -- read (read_from, which pgad.train records as the executor checks them: pgad/models/catalog.py, relations_read, and
--- extension/pgad.c, part 7) with SELECT and no row-level security hiding rows from it; a superuser reads all. read_from NULL (a model trained before 0.13.0): its role
+-- extension/reads.c) with SELECT and no row-level security hiding rows from it; a superuser reads all. read_from NULL (a model trained before 0.13.0): its role
 -- and that role's members only, until it is trained again. What pgad runs as the caller reads pgad.models under
 -- the same rule; pgad._write_models, its owner's, reads every row.
 ALTER TABLE pgad.model_versions ENABLE ROW LEVEL SECURITY;

@@ -25,7 +25,7 @@ import queue
 import signal
 import threading
 
-MAX_THREADS = 64        # the most a call may use (pgad.max_threads' bound, extension/pgad.c)
+MAX_THREADS = 64        # the most a call may use (pgad.max_threads' bound, extension/module.c)
 # The fewest rows a share takes: a call over fewer rows per thread runs in the calling thread. Handing shares to the
 # pool and waiting for them costs 20–70 µs on the 2-core VM; a linear kernel at P = 8 (1 ns a row, the cheapest)
 # broke even on 2 threads between 131K and 262K rows, a logistic one sooner (bench/threads.py); a loop kernel's row

@@ -252,7 +252,7 @@ KEEP = "SELECT pg_catalog.current_setting('pgad.keep_versions')::pg_catalog.int4
 CLAIM = 'INSERT INTO pgad.model_names (name) VALUES ($1) ON CONFLICT DO NOTHING'
 UNCLAIM = f'DELETE FROM pgad.model_names AS n WHERE n.name {EQ} $1'
 # The relations a training read, which its model's rows record (read_from), of the oids pgad.so noted while it ran
-# (extension/pgad.c, part 7: each relation whose SELECT the executor checked as the current user; a view, and not
+# (extension/reads.c: each relation whose SELECT the executor checked as the current user; a view, and not
 # the relations it reads as its owner): those that still exist but the catalogs (pg_catalog, pg_toast: pgad's own
 # queries read pg_authid through pg_roles) and pgad's own tables.
 RELATIONS = (f"SELECT c.oid FROM pg_catalog.pg_class AS c WHERE c.oid {EQ} ANY ($1) "
