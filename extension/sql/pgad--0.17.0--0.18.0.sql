@@ -3,7 +3,7 @@
 \echo Use "ALTER EXTENSION pgad UPDATE TO '0.18.0'" to load this file. \quit
 
 -- §read_from (issue 45): read_from records the relations the call read as the executor checked them
--- (extension/reads.c): a view, not what it reads as its owner.
+-- (extension/pgad.c, part 7): a view, not what it reads as its owner.
 COMMENT ON COLUMN pgad.model_versions.read_from IS
     'the relations the training read as PostgreSQL checked them (a view, not what it reads as its owner; what a '
     'function reads); NULL: not recorded (before 0.13.0)';

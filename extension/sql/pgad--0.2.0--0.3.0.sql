@@ -1,4 +1,4 @@
--- pgad 0.2.0 → 0.3.0: security. The public functions become the C function pgad_call (extension/call.c), which
+-- pgad 0.2.0 → 0.3.0: security. The public functions become the C function pgad_call (extension/pgad.c), which
 -- calls the PL/Python implementations; those become STRICT and not executable by PUBLIC. pgad._boot and pgad._raise
 -- go: each implementation puts pgad's environment on sys.path itself, and pgad_call reports errors plainly.
 -- Every name is schema-qualified (docs/security.md). The functions keep their oids, so views that call them stay.

@@ -1,8 +1,8 @@
--- pgad 0.3.0 → 0.4.0: the native packing aggregate pgad.pack (extension/pack.c), which the loader now runs
+-- pgad 0.3.0 → 0.4.0: the native packing aggregate pgad.pack (extension/pgad.c), which the loader now runs
 -- instead of string_agg(float8send(…) || …). Every name is schema-qualified (docs/security.md).
 \echo Use "ALTER EXTENSION pgad UPDATE TO '0.4.0'" to load this file. \quit
 
--- pgad.pack(VARIADIC "any"): the native packing aggregate every loader query runs (extension/pack.c). Its float8
+-- pgad.pack(VARIADIC "any"): the native packing aggregate every loader query runs (extension/pgad.c). Its float8
 -- arguments are one row's values; its result is a bytea holding a header (magic, columns, rows packed, rows skipped
 -- for a NULL) and each column's values as native float8, column after column, which numpy reads in place. Parallel
 -- safe: the serial form is the same bytea.

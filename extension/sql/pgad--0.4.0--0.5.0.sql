@@ -3,7 +3,7 @@
 \echo Use "ALTER EXTENSION pgad UPDATE TO '0.5.0'" to load this file. \quit
 
 -- The aggregates pgad.loss_agg, pgad.gradient_agg and pgad.gradient_descent_agg(loss, weights, row[, options]),
--- whose row is a whole-row reference of the data (docs/sql.md). The transition function (extension/aggregates.c) packs the
+-- whose row is a whole-row reference of the data (docs/sql.md). The transition function (extension/pgad.c) packs the
 -- columns the lambda reads, as pgad.pack does, asking pgad._lambda_columns which they are; the final function
 -- hands them to pgad._<aggregate>, which trains as the functions do. Parallel safe: the state serialises.
 CREATE FUNCTION pgad._lambda_columns(loss pg_catalog.text, names pg_catalog.text[], types pg_catalog.text[])
