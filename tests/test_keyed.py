@@ -1,0 +1,440 @@
+"""Weights at scale (issue 48): keyed weights, a vector per key read as w.p[d.user].
+
+In process: the loss and its derivative by every key's value (a gather forward, a scatter-add backwards) against
+PyTorch's embedding gradients and central differences; sparse SGD over one batch of all the rows against dense
+gradient descent (1e-12); a sparse step moves only the keys its batch reads; block Newton against scipy's minimum of
+a convex keyed model, and a key's Hessian block against PyTorch's.
+Against a real server: a matrix factorisation with biases by pgad.train against a numpy alternating-least-squares
+reference of the same objective, its scoring function against the stored tables (unseen keys, NULL keys),
+pgad.recommend against a brute force over the stored weights, pgad.embeddings' pgvector text, the tables through
+versions, keep_versions, drop and pg_dump, who may read them, pgad.memory_limit before anything is allocated, a
+cancel within a second, and the messages of what a keyed model does not take.
+"""
+import json
+import subprocess
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import psycopg
+import pytest
+import torch
+from scipy.optimize import minimize
+
+from conftest import error_of, new_database, settings
+from pgad import keyed, program, python_backend
+from pgad.limits import DEFAULT
+from pgad.models import blocks, descent, objective, sparse
+
+MF = 'λ(d, w) w.mu + w.bu[d.u] + w.bi[d.i] + dot(w.p[d.u], w.q[d.i])'
+START = {'mu': 0, 'bu': {}, 'bi': {}, 'p': {'shape': [3], 'seed': 1}, 'q': {'shape': [3], 'seed': 2}}
+
+
+def local(model, loss, start, users, items, label='y'):
+    """(kernel, layout, start vector, local text, Keyed) of a model over users × items keys (codes 1 … n)."""
+    lam = program.parsed(objective.build(model, loss, label, DEFAULT).text, DEFAULT)
+    found = keyed.found(start, lam)
+    found.keys = {'u': [str(k) for k in range(1, users + 1)], 'i': [str(k) for k in range(1, items + 1)]}
+    prog, layout, text = keyed.build(lam, found, {n: () for n in start if n not in found.specs}, DEFAULT)
+    w = np.zeros(layout.size)
+    for name in layout.keyed:
+        w[layout.spans[name]] = keyed.start(found, name).ravel()
+    return keyed.Kernel(prog, layout, [*prog.columns, 'u', 'i']), layout, w, text, found
+
+
+def ratings(n, users, items, seed=0):
+    rng = np.random.default_rng(seed)
+    u = rng.integers(1, users + 1, n).astype(float)
+    i = rng.integers(1, items + 1, n).astype(float)
+    return u, i, rng.normal(3, 1, n)
+
+
+def torch_objective(layout, t, u, i, y, loss='squared'):
+    """The summed loss of the factorisation in PyTorch, its factors read by torch.nn.functional.embedding."""
+    P = t[layout.spans['p']].reshape(-1, 3)
+    Q = t[layout.spans['q']].reshape(-1, 3)
+    bu, bi, mu = t[layout.spans['bu']], t[layout.spans['bi']], t[layout.spans['mu']][0]
+    uu, ii = torch.tensor(u - 1).long(), torch.tensor(i - 1).long()
+    emb = torch.nn.functional.embedding
+    pred = mu + emb(uu, bu[:, None])[:, 0] + emb(ii, bi[:, None])[:, 0] + (emb(uu, P) * emb(ii, Q)).sum(1)
+    y = torch.tensor(y)
+    return ((pred - y) ** 2).sum() if loss == 'squared' else (torch.nn.functional.softplus(pred) - y * pred).sum()
+
+
+@pytest.mark.parametrize('loss', ['squared', 'logistic'])
+def test_the_scatter_derivative_is_torchs_embedding_gradient(loss):
+    u, i, y = ratings(500, 17, 11)
+    y = y if loss == 'squared' else (y > 3).astype(float)
+    kernel, layout, w, _, _ = local(MF, loss, START, 17, 11)
+    w[layout.spans['mu']] = 0.3
+    sums = kernel([y, u, i], len(y), w)
+    t = torch.tensor(w, requires_grad=True)
+    f = torch_objective(layout, t, u, i, y, loss)
+    f.backward()
+    assert sums[0] == pytest.approx(f.item(), rel=1e-13)
+    np.testing.assert_allclose(sums[1:], t.grad.numpy(), rtol=1e-12, atol=1e-12)  # float64, the same sums
+
+
+def test_a_keys_derivative_is_the_central_difference():
+    u, i, y = ratings(300, 9, 7, seed=3)
+    kernel, layout, w, _, _ = local(MF, 'squared', START, 9, 7)
+    g = kernel([y, u, i], len(y), w)[1:]
+    rng = np.random.default_rng(1)
+    for k in rng.choice(layout.size, 12, replace=False):
+        h = 1e-6 * max(1.0, abs(w[k]))
+        up, down = w.copy(), w.copy()
+        up[k] += h
+        down[k] -= h
+        central = (kernel([y, u, i], len(y), up)[0] - kernel([y, u, i], len(y), down)[0]) / (2 * h)
+        assert g[k] == pytest.approx(central, rel=1e-6, abs=1e-6)
+
+
+def test_sparse_sgd_over_one_batch_of_all_the_rows_is_gradient_descent():
+    u, i, y = ratings(400, 12, 8)
+    kernel, layout, w, _, _ = local(MF, 'squared', START, 12, 8)
+    table = SimpleNamespace(columns=[y, u, i], rows=len(y))
+    penalty = descent.Penalty(0, 0.01, np.ones(layout.size))
+    clock = descent.Clock(lambda: None, lambda m: None, 5)
+    fitted = sparse.fit(kernel, table, w, layout, penalty, 'sgd', 0.1, 5, len(y), np.random.default_rng(0), 0, clock)
+    dense = descent.fit(kernel, table, w, [str(k) for k in range(layout.size)], 'gd', 0.1, 5, penalty=penalty,
+                        judge=False)
+    np.testing.assert_allclose(fitted.weights, dense.weights, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize('optimizer', sparse.RULES)
+def test_a_sparse_step_moves_only_the_keys_its_batch_reads(optimizer):
+    u, i, y = ratings(400, 30, 20)
+    kernel, layout, w, _, _ = local(MF, 'squared', START, 30, 20)
+    batch = [c[:5] for c in (y, u, i)]
+    at, g = sparse.gradient(kernel, batch, 5, w, descent.Penalty(0, 0.1, np.ones(layout.size)),
+                            {n: np.ones(c, dtype=np.int64) for n, (_, c) in layout.keyed.items()}, len(y))
+    after = w.copy()
+    sparse.Rule(optimizer, 0.1, len(w)).step(after, at, g)
+    moved = np.flatnonzero(after != w)
+    read_users, read_items = set(batch[1].astype(int) - 1), set(batch[2].astype(int) - 1)
+    for k in moved:
+        name = next(n for n, s in layout.spans.items() if s.start <= k < s.stop)
+        if name in layout.keyed:
+            size = int(np.prod(layout.shapes[name])) or 1
+            key = (k - layout.spans[name].start) // size
+            assert key in (read_users if layout.keyed[name][0] == 'u' else read_items)
+    assert len(moved) > 0
+
+
+def test_block_newton_reaches_scipys_minimum_of_a_convex_keyed_model():
+    """A logistic model with an intercept per key and a global slope: convex, one minimum."""
+    rng = np.random.default_rng(5)
+    n, groups = 600, 15
+    g = rng.integers(1, groups + 1, n).astype(float)
+    x = rng.normal(0, 1, n)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(0.8 * x + rng.normal(0, 1, groups + 1)[g.astype(int)])))).astype(float)
+    model = 'λ(d, w) w.a*d.x + w.b[d.u]'
+    lam = program.parsed(objective.build(model, 'logistic', 'y', DEFAULT).text, DEFAULT)
+    found = keyed.found({'a': 0, 'b': {}}, lam)
+    found.keys = {'u': [str(k) for k in range(1, groups + 1)]}
+    prog, layout, text = keyed.build(lam, found, {'a': ()}, DEFAULT)
+    kernel = keyed.Kernel(prog, layout, [*prog.columns, 'u'])
+    table = SimpleNamespace(columns=[x, y, g] if list(prog.columns) == ['x', 'y'] else [y, x, g], rows=n)
+    l2 = 0.01
+    penalty = descent.Penalty(0, l2, np.ones(layout.size))
+    groups_ = [blocks.Group(text, ['a'], layout, DEFAULT, prog.dims),
+               blocks.Group(text, ['b'], layout, DEFAULT, prog.dims, 'u')]
+    plan = python_backend.named_plan(prog.graph, [prog.outputs[0]])
+
+    def loss_only(w):
+        values, _ = kernel.values(table.columns, n, w, plan)
+        return float(np.sum(python_backend.as_rows(values[prog.outputs[0]], n)))
+    fit, _ = blocks.fit(kernel, table, np.zeros(layout.size), groups_, penalty, 200, 0,
+                        descent.Clock(lambda: None, lambda m: None, 200), loss_only)
+    assert fit.converged
+
+    def f(w):
+        s = kernel(table.columns, n, w)
+        return s[0] / n + l2 * w @ w, s[1:] / n + 2 * l2 * w
+    best = minimize(f, np.zeros(layout.size), jac=True, method='BFGS', options={'gtol': 1e-12})
+    assert fit.loss == pytest.approx(best.fun, rel=1e-12)
+    np.testing.assert_allclose(fit.weights, best.x, atol=1e-6)
+
+
+def test_a_keys_hessian_block_is_torchs():
+    u, i, y = ratings(200, 6, 5, seed=9)
+    kernel, layout, w, text, _ = local(MF, 'squared', START, 6, 5)
+    group = blocks.Group(text, ['bu', 'p'], layout, DEFAULT, kernel.prog.dims, 'u')
+    table = SimpleNamespace(columns=[y, u, i], rows=len(y))
+    _, g, h = group.sums(kernel, table, w, descent.Clock(lambda: None, lambda m: None, 1))
+    key = 2
+    at = group.positions[key]
+    t = torch.tensor(w)
+
+    def of(block):
+        full = t.clone()
+        full[at] = block
+        return torch_objective(layout, full, u, i, y)
+    expected = torch.autograd.functional.hessian(of, t[at])
+    np.testing.assert_allclose(h[key], expected.numpy(), rtol=1e-12, atol=1e-10)
+    grad = torch.autograd.functional.jacobian(of, t[at])
+    np.testing.assert_allclose(g[key], grad.numpy(), rtol=1e-12, atol=1e-10)
+
+
+# --- against a real server ------------------------------------------------------------------------------------------
+USERS, ITEMS, RANK, LAMBDA = 120, 40, 2, 2.0
+
+
+def make_ratings():
+    rng = np.random.default_rng(48)
+    pairs = rng.choice(USERS * ITEMS, 1500, replace=False)
+    u, i = pairs // ITEMS, pairs % ITEMS
+    P, Q = rng.normal(0, 1, (USERS, RANK)), rng.normal(0, 1, (ITEMS, RANK))
+    r = 3 + rng.normal(0, 0.5, USERS)[u] + rng.normal(0, 0.5, ITEMS)[i] + (P[u] * Q[i]).sum(1) + \
+        rng.normal(0, 0.3, len(u))
+    return [f'user{k:03d}' for k in u], [f'item{k:02d}' for k in i], r
+
+
+USER_KEYS, ITEM_KEYS, R = make_ratings()
+MODEL = 'λ(d, w) w.mu + w.bu[d.user_id] + w.bi[d.item_id] + dot(w.p[d.user_id], w.q[d.item_id])'
+WEIGHTS = json.dumps({'mu': 0, 'bu': {}, 'bi': {}, 'p': {'shape': [RANK], 'seed': 1},
+                      'q': {'shape': [RANK], 'seed': 2}})
+REGULARIZE = '["bu", "bi", "p", "q"]'
+
+
+@pytest.fixture(scope='module', autouse=True)
+def data(cluster, dbname):
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute('CREATE TABLE ratings (user_id text, item_id text, rating float8)')
+        with db.cursor().copy('COPY ratings FROM STDIN') as copy:
+            for row in zip(USER_KEYS, ITEM_KEYS, R):
+                copy.write_row(row)
+        db.execute('GRANT SELECT ON ratings TO PUBLIC')
+
+
+def train(db, name, data='ratings', **options):
+    args = ''.join(f', {k} => %({k})s' for k in options)
+    return db.execute(f"SELECT version, final_loss, converged, iterations FROM pgad.train(%(name)s, %(model)s, "
+                      f"'squared', %(data)s, %(w)s, label => 'rating', l2 => %(l2)s, regularize => %(reg)s{args})",
+                      dict(name=name, model=MODEL, data=data, w=WEIGHTS, l2=LAMBDA / len(R), reg=REGULARIZE,
+                           **options)).fetchone()
+
+
+def als():
+    """numpy alternating least squares of Σ (r − μ − b_u − c_i − p_u·q_i)² + λ(Σ|p|² + Σ|q|² + Σb² + Σc²), μ
+    unpenalised, to convergence: the objective at its optimum."""
+    uk, u = np.unique(USER_KEYS, return_inverse=True)
+    ik, i = np.unique(ITEM_KEYS, return_inverse=True)
+    rng = np.random.default_rng(1)
+    P, Q = rng.normal(0, 0.1, (len(uk), RANK)), rng.normal(0, 0.1, (len(ik), RANK))
+    bu, bi, mu = np.zeros(len(uk)), np.zeros(len(ik)), R.mean()
+
+    def solve(idx, other, target, n):
+        X = np.c_[np.ones(len(idx)), other]
+        A = np.zeros((n, RANK + 1, RANK + 1))
+        b = np.zeros((n, RANK + 1))
+        np.add.at(A, idx, X[:, :, None] * X[:, None, :])
+        np.add.at(b, idx, X * target[:, None])
+        return np.linalg.solve(A + LAMBDA * np.eye(RANK + 1), b[..., None])[..., 0]
+    for _ in range(3000):
+        mu = (R - bu[u] - bi[i] - (P[u] * Q[i]).sum(1)).mean()
+        x = solve(u, Q[i], R - mu - bi[i], len(uk))
+        bu, P = x[:, 0], x[:, 1:]
+        x = solve(i, P[u], R - mu - bu[u], len(ik))
+        bi, Q = x[:, 0], x[:, 1:]
+    e = R - mu - bu[u] - bi[i] - (P[u] * Q[i]).sum(1)
+    return e @ e + LAMBDA * ((P ** 2).sum() + (Q ** 2).sum() + (bu ** 2).sum() + (bi ** 2).sum())
+
+
+def stored(db, name, version=None):
+    """(global weights, {weight: {key: value}}) of a version, read from its row and its tables."""
+    row = db.execute('SELECT weights, functions FROM pgad.model_versions WHERE name = %s AND '
+                     'version = coalesce(%s, (SELECT version FROM pgad.models WHERE name = %s))',
+                     [name, version, name]).fetchone()
+    weights, functions = row
+    tables = {}
+    for w, entry in weights.items():
+        if isinstance(entry, dict):
+            table = f'pgad_models."{functions[""]}.{w}"'
+            tables[w] = {k: np.atleast_1d(v) for k, v in db.execute(f'SELECT key, value FROM {table}').fetchall()}
+    return {w: v for w, v in weights.items() if not isinstance(v, dict)}, tables
+
+
+def predict(g, t, user, item):
+    zero = np.zeros(RANK)
+    return g['mu'] + t['bu'].get(user, [0])[0] + t['bi'].get(item, [0])[0] + \
+        t['p'].get(user, zero) @ t['q'].get(item, zero)
+
+
+def test_a_factorisation_reaches_the_alternating_least_squares_optimum(db):
+    version, final, converged, _ = train(db, 'mf')
+    assert converged
+    assert final * len(R) == pytest.approx(als(), rel=1e-9)
+    g, t = stored(db, 'mf')
+    assert len(t['p']) == len(set(USER_KEYS)) and len(t['q']) == len(set(ITEM_KEYS))
+    assert db.execute("SELECT weights->'p' FROM pgad.models WHERE name = 'mf'").fetchone()[0] == \
+        {'keyed_by': 'user_id', 'keys': len(set(USER_KEYS)), 'shape': [RANK]}
+
+
+def test_every_optimizer_reaches_the_same_optimum(db):
+    train(db, 'mf_opt')
+    best = db.execute("SELECT final_loss FROM pgad.models WHERE name = 'mf_opt'").fetchone()[0]
+    _, final, _, _ = train(db, 'mf_opt', optimizer='lbfgs')
+    assert final == pytest.approx(best, rel=1e-7)
+    _, final, converged, _ = train(db, 'mf_opt', optimizer='adam', learning_rate=0.02, iterations=60,
+                                   batch_size=64, seed=3)
+    assert final == pytest.approx(best, rel=0.05) and not converged  # stopped short: said so
+
+
+def test_the_scoring_function_reads_the_stored_tables(db):
+    train(db, 'mf_score')
+    g, t = stored(db, 'mf_score')
+    got = db.execute('SELECT user_id, item_id, pgad_models.mf_score(user_id, item_id) FROM ratings').fetchall()
+    for user, item, value in got:
+        assert value == pytest.approx(predict(g, t, user, item), rel=1e-13, abs=1e-13)
+    unseen = db.execute("SELECT pgad_models.mf_score('nobody', 'item01'), pgad_models.mf_score('nobody', 'nothing'), "
+                        "pgad_models.mf_score(NULL, 'item01'), pgad_models.mf_score('user001', NULL)").fetchone()
+    assert unseen[0] == pytest.approx(g['mu'] + t['bi']['item01'][0], rel=1e-13)
+    assert unseen[1] == pytest.approx(g['mu'], rel=1e-13)
+    assert unseen[2] is None and unseen[3] is None
+    volatility = db.execute("SELECT DISTINCT provolatile FROM pg_proc WHERE proname LIKE 'mf_score%'").fetchall()
+    assert volatility == [('s',)]
+
+
+def test_recommend_is_the_brute_force_over_the_stored_weights(db):
+    train(db, 'mf_rec')
+    g, t = stored(db, 'mf_rec')
+    items = sorted(t['q'])
+    seen = {}
+    for user, item in zip(USER_KEYS, ITEM_KEYS):
+        seen.setdefault(user, set()).add(item)
+    users = sorted(set(USER_KEYS))[:20] + ['nobody']
+    got = db.execute("SELECT user_key, item, score, rank FROM pgad.recommend('mf_rec', %s::text[], 10, "
+                     "seen => 'SELECT user_id, item_id FROM ratings')", [users]).fetchall()
+    for user in users:
+        scores = {item: predict(g, t, user, item) for item in items if item not in seen.get(user, ())}
+        expected = sorted(scores, key=lambda item: (-scores[item], items.index(item)))[:10]
+        mine = [(item, score) for u, item, score, _ in got if u == user]
+        assert [item for item, _ in mine] == expected
+        for item, score in mine:
+            assert score == pytest.approx(scores[item], rel=1e-12)
+    one = db.execute("SELECT item, rank FROM pgad.recommend('mf_rec', 'user001', 3)").fetchall()
+    assert [r for _, r in one] == [1, 2, 3]
+
+
+def test_embeddings_are_pgvectors_text(db):
+    train(db, 'mf_vec')
+    _, t = stored(db, 'mf_vec')
+    got = db.execute("SELECT key, vector FROM pgad.embeddings('mf_vec', 'q')").fetchall()
+    assert len(got) == len(t['q'])
+    for key, vector in got:
+        assert vector.startswith('[') and vector.endswith(']')
+        np.testing.assert_array_equal(np.array(vector[1:-1].split(','), dtype=float), t['q'][key])
+
+
+def tables(db, name):
+    return sorted(r[0] for r in db.execute("SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE %s "
+                                           "AND relnamespace = 'pgad_models'::regnamespace", [name + '@%']).fetchall())
+
+
+def test_versions_keep_their_tables_and_drop_them_with_their_functions(db):
+    train(db, 'mf_v')
+    train(db, 'mf_v')
+    assert tables(db, 'mf_v') == [f'mf_v@{v}.{w}' for v in (1, 2) for w in ('bi', 'bu', 'p', 'q')]
+    db.execute("SELECT pgad.deploy('mf_v', 1)")
+    g, t = stored(db, 'mf_v', 1)
+    assert db.execute("SELECT pgad_models.mf_v('user001', 'item01')").fetchone()[0] == \
+        pytest.approx(predict(g, t, 'user001', 'item01'), rel=1e-13)
+    db.execute("SELECT pgad.deploy('mf_v', 2)")
+    with settings(db, {'pgad.keep_versions': 1}):
+        train(db, 'mf_v')
+    assert tables(db, 'mf_v') == [f'mf_v@{v}.{w}' for v in (2, 3) for w in ('bi', 'bu', 'p', 'q')]  # 1 pruned
+    db.execute("SELECT pgad.drop_model('mf_v')")
+    assert tables(db, 'mf_v') == []
+
+
+def test_a_keyed_model_survives_pg_dump_and_restore(cluster, dbname, db):
+    train(db, 'mf_dump')
+    before = db.execute("SELECT pgad_models.mf_dump('user001', 'item01')").fetchone()[0]
+    target = new_database(cluster, 'restored')
+    port = str(cluster.settings['port'])
+    dump = subprocess.run(['pg_dump', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', dbname],
+                          capture_output=True, text=True, check=True).stdout
+    try:
+        subprocess.run(['psql', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', target, '-v', 'ON_ERROR_STOP=1',
+                        '-q'], input=dump, capture_output=True, text=True, check=True)
+        with psycopg.connect(cluster.conninfo(target), autocommit=True) as restored:
+            assert restored.execute("SELECT pgad_models.mf_dump('user001', 'item01')").fetchone()[0] == before
+            assert len(restored.execute("SELECT * FROM pgad.recommend('mf_dump', 'user001', 5)").fetchall()) == 5
+    finally:
+        with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE {target} WITH (FORCE)')
+
+
+def test_a_role_that_may_not_read_the_data_reads_no_weight(cluster, dbname, db):
+    db.execute('CREATE TABLE private_ratings AS SELECT * FROM ratings')
+    train(db, 'mf_private', data='private_ratings')
+    db.execute('DROP ROLE IF EXISTS keyed_outsider')
+    db.execute('CREATE ROLE keyed_outsider LOGIN')
+    try:
+        with psycopg.connect(cluster.conninfo(dbname, user='keyed_outsider'), autocommit=True) as outsider:
+            d = error_of(outsider, "SELECT pgad_models.mf_private('user001', 'item01')")
+            assert d.sqlstate == '42501' and 'mf_private' in d.message_primary
+            d = error_of(outsider, 'SELECT * FROM pgad_models."mf_private@1.p"')
+            assert d.sqlstate == '42501'
+            d = error_of(outsider, "SELECT * FROM pgad.recommend('mf_private', 'user001')")
+            assert d.sqlstate == '42501'
+        db.execute('GRANT SELECT ON private_ratings TO keyed_outsider')
+        with psycopg.connect(cluster.conninfo(dbname, user='keyed_outsider'), autocommit=True) as reader:
+            assert reader.execute("SELECT pgad_models.mf_private('user001', 'item01')").fetchone()[0] is not None
+        owner = db.execute("SELECT DISTINCT pg_get_userbyid(relowner) FROM pg_class "
+                           "WHERE relname LIKE 'mf_private@%'").fetchall()
+        assert owner == [('postgres',)]
+    finally:
+        db.execute('DROP OWNED BY keyed_outsider')
+        db.execute('DROP ROLE keyed_outsider')
+
+
+def test_the_memory_limit_refuses_the_keys_before_they_are_read(db):
+    with settings(db, {'pgad.memory_limit': '1MB'}):  # its least
+        d = error_of(db, "SELECT * FROM pgad.train('mf_big', %s, 'squared', 'ratings', %s, label => 'rating')",
+                     [MODEL, WEIGHTS.replace(f'[{RANK}]', '[512]')])  # 4 copies of 160 keys × 512: 2.6 MB
+    assert d.sqlstate == '53200' and 'keyed weights need' in d.message_primary
+    assert tables(db, 'mf_big') == []
+
+
+def test_a_training_is_cancelled_within_a_second(cluster, dbname, db):
+    db.execute('CREATE TABLE many AS SELECT (g % 5000)::text AS user_id, (g % 997)::text AS item_id, '
+               '(g % 7)::float8 AS rating FROM generate_series(1, 400000) AS g')
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as other:
+        pid = other.execute('SELECT pg_backend_pid()').fetchone()[0]
+        timer = threading.Timer(3.0, lambda: db.execute('SELECT pg_cancel_backend(%s)', [pid]))
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            other.execute("SELECT * FROM pgad.train('mf_cancel', %s, 'squared', 'many', %s, label => 'rating', "
+                          "iterations => 1000)", [MODEL, WEIGHTS.replace(f'[{RANK}]', '[16]')])
+        assert time.monotonic() - started < 3.0 + 1.0
+        timer.join()
+
+
+@pytest.mark.parametrize('start, options, sqlstate, words', [
+    ({'p': {'shape': [0]}}, '', '22023', 'has shape [0]'),
+    ({'p': {'shape': [2], 'init': 'gamma(1)'}}, '', '22023', "init 'gamma(1)'"),
+    ({'p': {'shape': [2], 'seed': -1}}, '', '22023', 'seed -1'),
+    ({'p': {'shape': [2], 'scale': 1}}, '', '22023', 'unknown field "scale"'),
+    ({}, ", group_by => 'user_id'", '0A000', 'no group_by for a keyed model'),
+    ({}, ", optimizer => 'newton'", '0A000', 'optimizer "newton" cannot train a keyed model'),
+    ({}, ", backend => 'llvm'", '0A000', 'backend "llvm" does not train a keyed model'),
+    ({}, ', l1 => 0.1', '0A000', 'no l1 for a keyed model'),
+])
+def test_what_a_keyed_model_does_not_take_is_refused_by_name(db, start, options, sqlstate, words):
+    weights = {**json.loads(WEIGHTS), **start}
+    d = error_of(db, f"SELECT * FROM pgad.train('mf_bad', %s, 'squared', 'ratings', %s, label => 'rating'{options})",
+                 [MODEL, json.dumps(weights)])
+    assert d.sqlstate == sqlstate and words in d.message_primary, d.message_primary
+    assert tables(db, 'mf_bad') == []
+
+
+def test_recommend_refuses_a_model_without_keys(db):
+    db.execute("SELECT * FROM pgad.train('plain', 'λ(d, w) w.a', 'squared', 'SELECT 1.0::float8 AS y', '{\"a\": 0}')")
+    d = error_of(db, "SELECT * FROM pgad.recommend('plain', 'x')")
+    assert d.sqlstate == '0A000' and 'no keyed weight' in d.message_primary
+    d = error_of(db, "SELECT * FROM pgad.recommend('plain', 'x', 0)")
+    assert d.sqlstate == '22023'
