@@ -22,7 +22,7 @@ from ..lang import hessian as second, vectors
 from . import descent
 
 HALVINGS = 30
-SLOW = 0.95  # a sweep that lowers the objective by more than this of the one before: L-BFGS takes over (slow)
+GROW, MOST_REACH, LEAST_REACH = 1.5, 16.0, 0.25  # how far past a sweep its extrapolation reaches, and how that adapts
 
 
 class Group:
@@ -84,18 +84,19 @@ def solve(h, g):
         return np.einsum('kij,kj->ki', np.linalg.pinv(h, hermitian=True), g)
 
 
-def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_only, polish=0.0):
+def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_only):
     """The descent.Fit of block Newton from w over the groups (Group), and the objective at the start.
-    loss_only(w) gives Σ loss over the rows (a pass without derivatives, for the line search). polish: stop (stopped
-    'polish') before it converges once its sweeps gain less than this, relative, at a slow linear rate (slow): where
-    the blocks are tightly coupled, L-BFGS takes over."""
+    loss_only(w) gives Σ loss over the rows (a pass without derivatives, for the line search and the extrapolation).
+    After each sweep its step is taken further, reach times again, where that lowers the objective (over-relaxation,
+    as CP-ALS's line search: reach grows while it pays and halves where it does not), which shortens ALS's slow
+    linear tail."""
     rows = table.rows
     w = np.array(w, dtype=np.float64)
     mask = penalty.mask if penalty.mask is not None else np.ones(len(w))
     f = start = kernel_objective(loss_only, w, penalty, rows)
-    history, stopped, decrement = [], 'cap', math.inf
+    history, stopped, decrement, reach = [], 'cap', math.inf, 1.0
     for it in range(1, iterations + 1):
-        decrement = 0.0
+        decrement, before = 0.0, w.copy()
         for group in groups:
             _, g, h = group.sums(kernel, table, w, clock)
             at = group.positions
@@ -115,6 +116,13 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
                 t /= 2
             if found is not None:
                 w, f = found
+        if it > 1:  # the sweep's step, taken further where that lowers the objective more (over-relaxation)
+            trial = w + reach * (w - before)
+            value = kernel_objective(loss_only, trial, penalty, rows)
+            if value < f:
+                w, f, reach = trial, value, min(reach * GROW, MOST_REACH)
+            else:
+                reach = max(reach / 2, LEAST_REACH)
         history.append(f)
         clock.validate(w, f)
         clock.iteration(it, f)
@@ -125,20 +133,8 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
         if descent.stalled(history, tolerance):
             stopped = 'tolerance'
             break
-        if polish and slow(history, polish):
-            stopped = 'polish'
-            break
     measure, converged = descent.judged(max(decrement, 0.0), f, descent.FLOOR * abs(start), rows)
     return descent.Fit(w, f, history, len(history), clock.seconds(), converged, measure, stopped), start
-
-
-def slow(history, polish):
-    """Has block Newton slowed down: the last sweep lowered the objective by less than polish, relative, and by more
-    than SLOW of what the sweep before did (a linear rate that many more sweeps would take to converge)?"""
-    if len(history) < 3:
-        return False
-    last, before = history[-2] - history[-1], history[-3] - history[-2]
-    return last < polish * abs(history[-2]) and last > SLOW * before
 
 
 def kernel_objective(loss_only, w, penalty, rows):

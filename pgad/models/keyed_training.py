@@ -22,7 +22,6 @@ from . import blocks, catalog, descent, objective, sparse, weight_tables
 OPTIMIZERS = ('block_newton', 'lbfgs', 'gd', 'sgd', 'adagrad', 'adam')
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
 ITERATIONS = {'lbfgs': 2000, 'gd': 1000, 'sgd': 50, 'adagrad': 50, 'adam': 50}
-POLISH = 1e-6           # block Newton may hand over to L-BFGS once a sweep lowers the objective by less, relative
 POLISH_COPIES = 2 * descent.MEMORY + 4  # the vectors L-BFGS keeps: it polishes only where they fit pgad.memory_limit
 UNTAKEN = {  # pgad.train's arguments a keyed model does not take, and their defaults
     'group_by': None, 'validation': None, 'standardize': None, 'bounds': None, 'impute': None,
@@ -109,9 +108,14 @@ def train(name, model, loss, data, weights, given, config):
     clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                           options['iterations'], every_iterations=options['progress_every'],
                           warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
-    fit = _fit(prog, text, kernel, table, start, layout, penalty, options, clock, config)
+    fit = _fit(prog, text, kernel, table, start, layout, penalty, dict(options, until=iterations is None), clock,
+               config)
     if not fit.converged:
-        clock.warning(*descent.unconverged(optimizer, fit, options['iterations'], penalty, objective.base(loss)))
+        message, hint = descent.unconverged(optimizer, fit, options['iterations'], penalty, objective.base(loss))
+        if optimizer == 'block_newton':
+            hint = (f"Train with iterations => {10 * options['iterations']} (sweeps), or leave iterations out: "
+                    'L-BFGS then finishes what the sweeps leave.')
+        clock.warning(message, hint)
     fitted = fit.weights
     stored = {**layout.nest(fitted),
               **{n: {'keyed_by': keyed.column[n], 'keys': c, 'shape': list(layout.shapes[n])}
@@ -132,7 +136,11 @@ def train(name, model, loss, data, weights, given, config):
 
 
 def _fit(prog, text, kernel, table, start, layout, penalty, options, clock, config):
-    """The descent.Fit of options' optimizer from start; text: the local lambda's (keyed.build)."""
+    """The descent.Fit of options' optimizer from start; text: the local lambda's (keyed.build). Block Newton that
+    has not converged in its sweeps hands over to L-BFGS where iterations was left out (options['until']) and its
+    vectors fit pgad.memory_limit: where the blocks are tightly coupled the sweeps gain little (ALS's linear rate),
+    where the factors' near-symmetries leave L-BFGS crawling instead the sweeps do better; each takes the other's
+    slow case."""
     optimizer, iterations = options['optimizer'], options['iterations']
     names = [str(k) for k in range(layout.size)]
     if optimizer in sparse.RULES:
@@ -156,9 +164,8 @@ def _fit(prog, text, kernel, table, start, layout, penalty, options, clock, conf
             total += float(np.sum(python_backend.as_rows(values[prog.outputs[0]], n)))
             clock.poll()
         return total
-    fit, _ = blocks.fit(kernel, table, start, groups, penalty, iterations, options['tolerance'], clock, loss_only,
-                        POLISH)
-    if fit.stopped != 'polish':
+    fit, _ = blocks.fit(kernel, table, start, groups, penalty, iterations, options['tolerance'], clock, loss_only)
+    if fit.converged or fit.stopped != 'cap' or not options['until']:
         return fit
     if config.memory_limit is not None and POLISH_COPIES * 8 * layout.size > config.memory_limit:
         return fit
