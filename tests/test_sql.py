@@ -411,7 +411,7 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     internal = db.execute("SELECT p.oid::regprocedure::text, p.proisstrict OR p.proname ~ '^_(pack_step|pack_combine|"
                           "lambda_step|lambda_combine|loss_agg|gradient_agg|gradient_descent_agg|train|explain|"
                           "derivatives|wrong_length|importance|forecast|deploy|tune|anomalies|cross_validation|"
-                          "prediction_query)$', "
+                          "prediction_query|recommend|embeddings)$', "
                           "p.proacl::text FROM pg_proc AS p "
                           "WHERE p.pronamespace = 'pgad'::regnamespace AND p.proname LIKE '\\_%'").fetchall()
     # the five implementations, pgad.pack's four support functions, the aggregates' three implementations, their
@@ -421,8 +421,9 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     # pgad.importance's, the softmax and argmax of a softmax model's probability and class functions, and
     # pgad.forecast's, pgad.deploy's, the version's pgad.drop_model's and pgad.evaluate's, pgad.tune's, and the free
     # name of a version's functions (pgad._version_function_name), and pgad.anomalies's and pgad.cross_validation's,
-    # pgad.prediction_query's (version NULL by default) and the labelled probabilities pgad.predict's query calls
-    assert len(internal) == 45
+    # pgad.prediction_query's (version NULL by default) and the labelled probabilities pgad.predict's query calls,
+    # and pgad.recommend's and pgad.embeddings' (seen and version NULL by default) and the keyed weight tables' policy
+    assert len(internal) == 48
     assert [(name, strict) for name, strict, _ in internal if not strict] == []
     # The writer of pgad.models alone is executable by PUBLIC: pgad's Python calls it as the caller, and it writes
     # only what pgad.train or pgad.drop_model left for it (a direct call is refused: test_model_trust.py).
@@ -431,13 +432,14 @@ def test_the_implementations_are_strict_and_not_executable_by_public(db, cluster
     # queries read an array's elements with, as the caller, and pgad._model_owners, which tells pgad.train and
     # pgad.drop_model the roles that own a name whatever rows the caller may read (its owners and loss alone), and
     # pgad._softmax and pgad._argmax, which a softmax model's probability and class functions call as the caller, and
-    # pgad._labelled, which pgad.predict's query calls as the caller.
+    # pgad._labelled, which pgad.predict's query calls as the caller, and pgad._weights_readable, which the policy of
+    # a keyed model's weight tables calls as the caller (issue 48).
     writer = [acl for name, _, acl in internal if name == 'pgad._write_models()']
     assert len(writer) == 1 and '"=X' not in writer[0] and ',=X/' in writer[0]
     public = ('pgad._write_models()', 'pgad._wrong_length(text,integer,integer,anyelement)',
               'pgad._element(anyarray,integer,integer,text)', 'pgad._model_owners(text)',
               'pgad._softmax(double precision[])', 'pgad._argmax(double precision[])',
-              'pgad._labelled(text[],double precision[])')
+              'pgad._labelled(text[],double precision[])', 'pgad._weights_readable(text,integer)')
     assert [(name, acl) for name, _, acl in internal if name not in public and
             (acl is None or '"=X' in acl or '{=X' in acl or ',=X' in acl)] == []
     db.execute("DROP ROLE IF EXISTS pgad_outsider")

@@ -23,7 +23,7 @@ MOST_K = 10_000
 def _version(name, version):
     """(the version's row, its keyed weights' entries, the model parsed, [user column, item column])."""
     if name is None:
-        raise PgadError('22004', 'argument "name" must not be NULL')
+        raise PgadError('22004', 'argument "name" must not be NULL')  # of pgad.recommend or pgad.embeddings
     row = catalog.rows(name, version)[0]
     weights = json.loads(row['weights'])
     described = weight_tables.described(weights)
@@ -40,9 +40,9 @@ def recommend(name, keys, k=10, seen=None, version=None):
     """Rows (user_key, item, score, rank): the k items of highest score for each of keys (a list of the users' keys
     as text), leaving out those the seen query pairs with the user (its first column the user's key, its second the
     item's)."""
-    if keys is None:
-        raise PgadError('22004', 'argument "key" must not be NULL')
-    if k is None or not 0 < k <= MOST_K:
+    if keys is None or k is None:
+        raise PgadError('22004', f'argument "{"key" if keys is None else "k"}" of pgad.recommend must not be NULL')
+    if not 0 < k <= MOST_K:
         raise PgadError('22023', f'k must be from 1 to {MOST_K}, not {k}')
     row, weights, described, model, columns = _version(name, version)
     if len(columns) != 2:
@@ -137,6 +137,8 @@ def _seen(query, keys):
 
 def embeddings(name, weight, version=None):
     """Rows (key, vector): a keyed weight's values as pgvector's text form, '[0.1,0.2]'."""
+    if weight is None:
+        raise PgadError('22004', 'argument "weight" of pgad.embeddings must not be NULL')
     row, _, described, _, _ = _version(name, version)
     if weight not in described:
         raise PgadError('42704', f'model "{name}" has no keyed weight "{weight}"',
