@@ -36,6 +36,9 @@ SEQUENCE_OF = ("SELECT pgad.train('q', 'λ(d, w, s) s.level', 'squared', '{}', '
 VM = [("SELECT pgad.drop_model(m.name) FROM pgad.models AS m WHERE m.name = 'vm'", ()),
       ("SELECT pgad.train('vm', 'λ(d, w) w.a*d.x', 'squared', 'points', %s, iterations => 1)", ('{"a": 0}',))]
 TUNE = "SELECT * FROM pgad.tune('m', 'λ(d, w) w.a*d.x', 'squared', 'points', '{\"a\": 0}', "
+# a keyed model "mk": a vector per key of column k (issue 48)
+KEYED = 'λ(d, w) sum(w.p[d.k])'
+KEYED_TRAIN = "SELECT pgad.train('mk', %s, 'squared', 'keyed_rows', %s)"
 SHARDED = 'SELECT * FROM pgad.train(\'m\', \'λ(d, w) w.a*d.x\', \'squared\', \'sharded\', \'{{"a": 0}}\'{})'
 
 
@@ -73,6 +76,35 @@ CALLS = {
         call("SELECT pgad.train('m', 'poisson', 'huber', 'points')"),
     'model "mlp(0)" has 1 layers of 0 units':
         call("SELECT pgad.train('m', 'mlp(0)', 'points')"),
+    'weight "p" has shape [0], which is not [] or [n] for n from 1 to 4096':
+        call(KEYED_TRAIN, KEYED, '{"p": {"shape": [0]}}'),
+    'weight "p" has init \'gamma(1)\', which is not zeros, normal(mean, sd) or uniform(low, high)':
+        call(KEYED_TRAIN, KEYED, '{"p": {"shape": [2], "init": "gamma(1)"}}'),
+    'weight "p" has an unknown field "scale"':
+        call(KEYED_TRAIN, KEYED, '{"p": {"shape": [2], "scale": 1}}'),
+    'pgad.train takes no group_by for a keyed model':
+        call(KEYED_TRAIN[:-1] + ", group_by => 'k')", KEYED, '{"p": {"shape": [2]}}'),
+    'optimizer "newton" cannot train a keyed model':
+        call(KEYED_TRAIN[:-1] + ", optimizer => 'newton')", KEYED, '{"p": {"shape": [2]}}'),
+    'backend "llvm" does not train a keyed model':
+        call(KEYED_TRAIN[:-1] + ", backend => 'llvm')", KEYED, '{"p": {"shape": [2]}}'),
+    'the keyed weights need … MB, more than pgad.memory_limit (1.0 MB)':
+        call("SET pgad.memory_limit = '1MB'") + call(KEYED_TRAIN.replace(
+            "'keyed_rows'", "'SELECT x::text AS k, 0.0::float8 AS y FROM generate_series(1, 10000) AS x'"), KEYED,
+            '{"p": {"shape": [8]}}'),
+    'model "m" has no keyed weight':
+        VM[:1] + call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', '{{\"a\": 0}}', "
+                      "iterations => 1)")
+        + call("SELECT * FROM pgad.recommend('m', 'x')"),
+    'model "m2" is keyed by 1 column, not two':
+        call(KEYED_TRAIN.replace("'mk'", "'m2'"), KEYED, '{"p": {"shape": [2]}}')
+        + call("SELECT * FROM pgad.recommend('m2', 'x')"),
+    'permission denied for the weights of model "mk", version 1':
+        call("DROP TABLE IF EXISTS hidden_keys") + call("CREATE TABLE hidden_keys AS SELECT * FROM keyed_rows")
+        + call("SELECT pgad.drop_model(m.name) FROM pgad.models AS m WHERE m.name = 'mk'")
+        + call(KEYED_TRAIN.replace("'keyed_rows'", "'hidden_keys'"), KEYED, '{"p": {"shape": [2]}}')
+        + call("DROP ROLE IF EXISTS keyed_stranger") + call('CREATE ROLE keyed_stranger')
+        + call('SET ROLE keyed_stranger') + call("SELECT pgad_models.mk('a')"),
     'model "m" reads column "acid", which the data does not have':
         call("SELECT pgad.train('m', 'λ(d, w) w.a*d.acid', 'squared', 'SELECT x AS acid, y FROM points', "
              "'{{\"a\": 0}}', iterations => 1)") + call("SELECT * FROM pgad.predict('m', 'points')"),
@@ -514,6 +546,8 @@ def databases(cluster, dbname):
         db.execute('CREATE TABLE points AS SELECT x::float8 AS x, (2*x + 1)::float8 AS y FROM generate_series(1, 10) '
                    'AS x')
         db.execute("CREATE TABLE mixed AS SELECT 1.0::float8 AS x, 'one'::text AS t")
+        db.execute("CREATE TABLE keyed_rows AS SELECT (ARRAY['a', 'b', 'c'])[x % 3 + 1] AS k, x::float8 AS y "
+                   "FROM generate_series(1, 9) AS x")
         db.execute('CREATE EXTENSION IF NOT EXISTS postgres_fdw')
         db.execute('CREATE EXTENSION IF NOT EXISTS dblink')
         db.execute("CREATE SERVER shard2 FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '127.0.0.1', "

@@ -438,3 +438,97 @@ def test_recommend_refuses_a_model_without_keys(db):
     assert d.sqlstate == '0A000' and 'no keyed weight' in d.message_primary
     d = error_of(db, "SELECT * FROM pgad.recommend('plain', 'x', 0)")
     assert d.sqlstate == '22023'
+
+
+# --- docs/sql.md's examples, against oracles ------------------------------------------------------------------------
+SECTION = '## Weights at scale: keyed weights, pgad.recommend, pgad.embeddings'
+
+
+@pytest.fixture(scope='module')
+def documented(cluster, tmp_path_factory):
+    """The section's examples run through psql in a database of their own: (psql's result, a connection to it)."""
+    from test_docs_sql import output_blocks, section_sql
+    name = new_database(cluster, 'docs_keyed')
+    with psycopg.connect(cluster.conninfo(name), autocommit=True) as db:
+        db.execute('CREATE EXTENSION pgad CASCADE')
+        script = tmp_path_factory.mktemp('keyed') / 'section.sql'
+        script.write_text(section_sql(SECTION))
+        result = subprocess.run(['psql', '-X', '-v', 'ON_ERROR_STOP=1', '-h', '127.0.0.1', '-p',
+                                 str(cluster.settings['port']), '-U', 'postgres', '-d', name, '-f', str(script)],
+                                capture_output=True, text=True)
+        yield result, db, output_blocks(SECTION)
+    with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE {name} WITH (FORCE)')
+
+
+def test_the_sections_examples_run_as_shown(documented):
+    result, _, shown = documented
+    assert result.returncode == 0, result.stderr
+    printed = [line.strip() for line in result.stdout.splitlines()]
+    lines = [line.strip() for block in shown[1:] for line in block.splitlines()]  # [0]: the signatures
+    assert lines and [line for line in lines if line not in printed] == []
+
+
+def weighted_als(u, i, r, c, rank, lam, biases, sweeps=4000):
+    """numpy's alternating least squares of Σ c·(r − μ − b_u − b_i − p_u·q_i)² + λ(Σ|p|² + Σ|q|² + Σb²) (μ
+    unpenalised; without biases, of Σ c·(r − p_u·q_i)² + λ(Σ|p|² + Σ|q|²)): the objective at its optimum."""
+    uk, u = np.unique(u, return_inverse=True)
+    ik, i = np.unique(i, return_inverse=True)
+    rng = np.random.default_rng(3)
+    P, Q = rng.normal(0, 0.3, (len(uk), rank)), rng.normal(0, 0.3, (len(ik), rank))
+    bu, bi, mu = np.zeros(len(uk)), np.zeros(len(ik)), 0.0
+    extra = 1 if biases else 0
+
+    def solve(idx, other, target, n):
+        X = np.c_[np.ones(len(idx)), other] if biases else other
+        A = np.zeros((n, rank + extra, rank + extra))
+        b = np.zeros((n, rank + extra))
+        np.add.at(A, idx, c[:, None, None] * X[:, :, None] * X[:, None, :])
+        np.add.at(b, idx, (c * target)[:, None] * X)
+        return np.linalg.solve(A + lam * np.eye(rank + extra), b[..., None])[..., 0]
+    for _ in range(sweeps):
+        if biases:
+            mu = np.sum(c * (r - bu[u] - bi[i] - (P[u] * Q[i]).sum(1))) / np.sum(c)
+        x = solve(u, Q[i], r - mu - bi[i], len(uk))
+        bu, P = (x[:, 0], x[:, 1:]) if biases else (bu, x)
+        x = solve(i, P[u], r - mu - bu[u], len(ik))
+        bi, Q = (x[:, 0], x[:, 1:]) if biases else (bi, x)
+    e = r - mu - bu[u] - bi[i] - (P[u] * Q[i]).sum(1)
+    return np.sum(c * e * e) + lam * ((P ** 2).sum() + (Q ** 2).sum() + (bu ** 2).sum() + (bi ** 2).sum())
+
+
+def test_the_factorisation_example_is_alternating_least_squares(documented):
+    _, db, _ = documented
+    rows = np.array([(uu, ff) for uu in range(1, 41) for ff in range(1, 16) if (uu + 2 * ff) % 3 != 0])
+    uu, ff = rows[:, 0], rows[:, 1]
+    stars = 3 + 0.4 * (uu % 3 - 1) + 0.3 * (ff % 4 - 1.5) + 1.5 * np.cos(uu) * np.sin(ff)
+    final, n = db.execute("SELECT final_loss, rows FROM pgad.models WHERE name = 'films'").fetchone()
+    assert n == len(rows)
+    expected = weighted_als(uu, ff, stars, np.ones(len(rows)), 2, 0.001 * n, True)
+    assert final * n == pytest.approx(expected, rel=1e-7)
+
+
+def test_the_implicit_example_is_weighted_alternating_least_squares(documented):
+    _, db, _ = documented
+    seen = {(uu, b): (uu * b) % 4 for uu in range(1, 26) for b in range(1, 11)
+            if (uu + b) % 3 == 0 or uu % 5 == b % 5}
+    readers = sorted({uu for uu, _ in seen})
+    books = sorted({b for _, b in seen})
+    pairs = np.array([(uu, b) for uu in readers for b in books])
+    borrowed = np.array([seen.get((uu, b), 0) for uu, b in pairs], dtype=float)
+    final, n = db.execute("SELECT final_loss, rows FROM pgad.models WHERE name = 'shelf'").fetchone()
+    assert n == len(pairs)
+    expected = weighted_als(pairs[:, 0], pairs[:, 1], np.minimum(borrowed, 1), 1 + 10 * borrowed, 2, 0.01 * n,
+                            False)
+    assert final * n == pytest.approx(expected, rel=1e-7)
+
+
+def test_the_embeddings_example_is_scikit_learns_logistic_regression(documented):
+    from sklearn.linear_model import LogisticRegression
+    _, db, _ = documented
+    data = db.execute('SELECT t.taste, s.renewed FROM tastes AS t JOIN subscribers AS s USING (user_id)').fetchall()
+    X = np.array([np.r_[taste, 1.0] for taste, _ in data])  # the intercept as a column: pgad's l2 takes it too
+    y = np.array([renewed for _, renewed in data], dtype=int)
+    oracle = LogisticRegression(C=1 / (2 * 0.01 * len(y)), fit_intercept=False, tol=1e-12, max_iter=10000).fit(X, y)
+    weights = db.execute("SELECT weights FROM pgad.models WHERE name = 'renewal'").fetchone()[0]
+    np.testing.assert_allclose([*weights['v'], weights['b']], oracle.coef_[0], rtol=1e-5, atol=1e-6)

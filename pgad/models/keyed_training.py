@@ -3,13 +3,14 @@ loaded once with each key column as its code, the fit by block Newton (blocks.py
 optimizer (sparse.py), and the version stored with its keyed weights in tables (weight_tables.py) and a scoring
 function that looks them up (KeyedScoring).
 
-The options a keyed model takes: optimizer ('block_newton', the default; 'lbfgs', 'gd'; 'sgd', 'adagrad', 'adam',
+The options a keyed model takes: optimizer ('block_newton', the default up to BLOCK_MOST values a key; 'lbfgs', 'gd'; 'sgd', 'adagrad', 'adam',
 mini-batches that touch only a batch's keys), iterations (sweeps, iterations or epochs), learning_rate, batch_size,
 seed (the keyed starts' where the spec gives none, and the batches'), tolerance, l2 and regularize. What it does not
 take (group_by, validation, standardize, l1, bounds, impute, early_stopping, likelihood, another backend than the
 python one) is refused by name (0A000).
 """
 import json
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -21,6 +22,8 @@ from . import blocks, catalog, descent, objective, sparse, weight_tables
 
 OPTIMIZERS = ('block_newton', 'lbfgs', 'gd', 'sgd', 'adagrad', 'adam')
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
+BLOCK_MOST = 129        # the most values of one block (a key's) that block Newton is the default for: a row's Hessian
+#                         entries grow with its square
 ITERATIONS = {'lbfgs': 2000, 'gd': 1000, 'sgd': 50, 'adagrad': 50, 'adam': 50}
 POLISH_COPIES = 2 * descent.MEMORY + 4  # the vectors L-BFGS keeps: it polishes only where they fit pgad.memory_limit
 UNTAKEN = {  # pgad.train's arguments a keyed model does not take, and their defaults
@@ -83,6 +86,8 @@ def train(name, model, loss, data, weights, given, config):
     keyed_weights.read_keys(keyed, query, config.memory_limit)
     shapes = {n: np.shape(v) for n, v in globals_.items()}
     prog, layout, text = keyed_weights.build(lam, keyed, shapes, config.limits)
+    if given.get('optimizer') is None and max(_block_sizes(layout)) > BLOCK_MOST:
+        options['optimizer'] = optimizer = 'lbfgs'  # a key's block too large to solve a row at a time
     columns = [*prog.columns, *dict.fromkeys(keyed.column.values())]
     try:
         table = loader.load(data, columns, memory_limit=config.memory_limit, categories=dict(keyed.keys))
@@ -133,6 +138,14 @@ def train(name, model, loss, data, weights, given, config):
     element = {e: fitted[layout.spans[n].start + j] for n in layout.names if n not in layout.keyed
                for j, e in enumerate(vectors.elements(n, layout.shapes[n]))}
     return catalog.store(scoring, [row], [(None, element)], arguments.deploy(given.get('deploy', 'true'), None))
+
+
+def _block_sizes(layout):
+    """The values of each of block Newton's blocks: the global weights', and a key's of each keyed column."""
+    sizes = {None: sum(math.prod(layout.shapes[n]) for n in layout.names if n not in layout.keyed)}
+    for n, (column, _) in layout.keyed.items():
+        sizes[column] = sizes.get(column, 0) + math.prod(layout.shapes[n])
+    return sizes.values()
 
 
 def _fit(prog, text, kernel, table, start, layout, penalty, options, clock, config):
