@@ -145,26 +145,35 @@ def cost(keyed, counts):
 
 
 def read_keys(keyed, query, memory_limit):
-    """Find each keyed column's keys in the data (its distinct values but NULL, in the type's order), refusing
-    past pgad.memory_limit before they are read whole: the keys are counted first."""
+    """Find each keyed column's keys in the data (its distinct values but NULL, in the type's order), one query a
+    column, refusing past pgad.memory_limit: a column's keys are read only up to the most that the limit leaves
+    room for (with every other column at one key), and one more says there are too many."""
     names, types = loader.check_columns(query, [], categorical=set(keyed.column.values()))
-    counts = {}
-    for column in dict.fromkeys(keyed.column.values()):
+    columns = list(dict.fromkeys(keyed.column.values()))
+    counts, rooms = {}, {}
+    for column in columns:
         if column not in names:
             raise loader.missing(column, names)
         keyed.types[column] = categorical.base_type(column, types[names.index(column)])
-        counts[column] = server.query(COUNT.format(c=printer.quote_ident(column), query=query))[0]['n']
+    for column in columns:
+        room = None
+        if memory_limit is not None:
+            alone = {c: 1 for c in columns}
+            per_key = cost(keyed, {**alone, column: 2}) - cost(keyed, alone)
+            room = max(1, (memory_limit - cost(keyed, alone)) // per_key + 1)
+        keyed.keys[column] = [r['v'] for r in server.cursor(categorical.LEVELS.format(
+            c=printer.quote_ident(column), query=query, limit='ALL' if room is None else room + 1), FETCH)]
+        counts[column], rooms[column] = len(keyed.keys[column]), room
     need = cost(keyed, counts)
     if memory_limit is not None and need > memory_limit:
         raise PgadError(loader.OUT_OF_MEMORY, f'the keyed weights need {loader.megabytes(need)}, more than '
                                               f'pgad.memory_limit ({loader.megabytes(memory_limit)})',
-                        detail='Keys: ' + ', '.join(f'{c} {n}' for c, n in counts.items()) + f'; {COPIES} copies '
-                               'of every value while the fit runs.',
+                        detail='Keys: ' + ', '.join(f'{c} more than {rooms[c]}' if rooms[c] is not None and
+                                                    n > rooms[c] else f'{c} {n}' for c, n in counts.items()) +
+                               f'; {COPIES} copies of every value while the fit runs.',
                         hint='Use a smaller shape, group rare keys into one in the data query, or have a superuser '
                              'raise pgad.memory_limit.')
     for column in counts:
-        keyed.keys[column] = [r['v'] for r in server.cursor(
-            categorical.LEVELS.format(c=printer.quote_ident(column), query=query, limit=counts[column]), FETCH)]
         if not keyed.keys[column]:
             raise PgadError('22000', f'every row of the data has NULL in column "{column}", which the lambda reads',
                             hint='data must have at least one row to average the loss over.')
@@ -172,7 +181,6 @@ def read_keys(keyed, query, memory_limit):
 
 
 FETCH = 10_000  # keys fetched at once
-COUNT = ('SELECT pg_catalog.count(DISTINCT pgad_data.{c}) AS n FROM ({query}\n) AS pgad_data')
 
 
 def localised(lam, columns, as_columns=None):
