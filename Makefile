@@ -98,6 +98,8 @@ test: install $(DEV)/.done
 # bench/mixed.py: 'auto' against AutoETS on 86 series of mixed kinds, statsmodels' real series among them.
 # bench/newcomer.py: pgad.train(name, 'softmax', …) on wine and digits against scikit-learn, pgad.predict against the
 # scoring functions (issue 47).
+# bench/recommend.py: a factorisation with biases by pgad.train against numpy's ALS, PyTorch's sparse embeddings,
+# scikit-surprise and implicit (docs/performance.md, "Weights at scale", issue 48).
 # bench/latency.py: a new session's first pgad call (connect, one statement, disconnect) against SELECT 1's
 # (docs/performance.md, "The first call").
 bench: install $(DEV)/.done
@@ -108,6 +110,7 @@ bench: install $(DEV)/.done
 	$(DEV)/bin/python bench/optimum.py --repeats 1 $(OPTIMUM_ARGS)
 	$(DEV)/bin/python bench/multiclass.py --repeats 1
 	$(DEV)/bin/python bench/newcomer.py --repeats 3
+	$(DEV)/bin/python bench/recommend.py
 	$(DEV)/bin/python bench/sequences.py --gradient --train --auto $(AUTO_ARGS)
 	$(DEV)/bin/python bench/mixed.py
 	$(DEV)/bin/python bench/scan_linear.py
