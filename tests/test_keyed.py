@@ -76,6 +76,35 @@ def test_the_scatter_derivative_is_torchs_embedding_gradient(loss):
     np.testing.assert_allclose(sums[1:], t.grad.numpy(), rtol=1e-12, atol=1e-12)  # float64, the same sums
 
 
+@pytest.mark.parametrize('mode', ['forward', 'reverse'])
+def test_a_key_vector_feeds_a_network_in_either_mode(mode):
+    """A user's vector as a small network's input (w.W @ …, tanh, dot), its derivatives against torch's."""
+    u, i, y = ratings(300, 8, 5, seed=4)
+    model = 'λ(d, w) dot(w.v, tanh(w.m @ w.p[d.u] + w.c)) + w.q[d.i]'
+    start = {'v': [0.5, -0.3], 'm': [[0.2, 0.1, -0.4], [0.3, -0.2, 0.1]], 'c': [0.1, 0.0],
+             'p': {'shape': [3], 'seed': 5}, 'q': {}}
+    lam = program.parsed(objective.build(model, 'squared', 'y', DEFAULT).text, DEFAULT)
+    found = keyed.found(start, lam)
+    found.keys = {'u': [str(k) for k in range(1, 9)], 'i': [str(k) for k in range(1, 6)]}
+    shapes = {'v': (2,), 'm': (2, 3), 'c': (2,)}
+    prog, layout, _ = keyed.build(lam, found, shapes, DEFAULT, mode)
+    w = np.zeros(layout.size)
+    for name in ('v', 'm', 'c'):
+        w[layout.spans[name]] = np.ravel(start[name])
+    w[layout.spans['p']] = keyed.start(found, 'p').ravel()
+    w[layout.spans['q']] = np.linspace(-1, 1, 5)
+    sums = keyed.Kernel(prog, layout, [*prog.columns, 'u', 'i'])([y, u, i], len(y), w)
+    t = torch.tensor(w, requires_grad=True)
+    v, W, c = (t[layout.spans[n]].reshape(shapes[n]) for n in ('v', 'm', 'c'))
+    P, q = t[layout.spans['p']].reshape(8, 3), t[layout.spans['q']]
+    uu, ii = torch.tensor(u - 1).long(), torch.tensor(i - 1).long()
+    pred = torch.tanh(P[uu] @ W.T + c) @ v + q[ii]
+    f = ((pred - torch.tensor(y)) ** 2).sum()
+    f.backward()
+    assert sums[0] == pytest.approx(f.item(), rel=1e-13)
+    np.testing.assert_allclose(sums[1:], t.grad.numpy(), rtol=1e-11, atol=1e-12)
+
+
 def test_a_keys_derivative_is_the_central_difference():
     u, i, y = ratings(300, 9, 7, seed=3)
     kernel, layout, w, _, _ = local(MF, 'squared', START, 9, 7)

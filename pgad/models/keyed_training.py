@@ -55,7 +55,7 @@ def train(name, model, loss, data, weights, given, config):
         raise PgadError('22023', f'optimizer "{optimizer}" takes no learning_rate',
                         hint="Leave learning_rate out, or use it with 'gd', 'sgd', 'adagrad' or 'adam'.")
     iterations = given.get('iterations')
-    options = dict(optimizer=optimizer, mode='reverse', backend='python',
+    options = dict(optimizer=optimizer, mode=arguments.mode(given.get('mode') or 'reverse'), backend='python',
                    iterations=arguments.iterations(iterations if iterations is not None else
                                                    SWEEPS if optimizer == 'block_newton' else ITERATIONS[optimizer]),
                    learning_rate=arguments.learning_rate(given.get('learning_rate') or sparse.DEFAULT_RATE[optimizer]
@@ -85,7 +85,7 @@ def train(name, model, loss, data, weights, given, config):
     query = loader.as_query(data)
     keyed_weights.read_keys(keyed, query, config.memory_limit)
     shapes = {n: np.shape(v) for n, v in globals_.items()}
-    prog, layout, text = keyed_weights.build(lam, keyed, shapes, config.limits)
+    prog, layout, text = keyed_weights.build(lam, keyed, shapes, config.limits, options['mode'])
     if given.get('optimizer') is None and max(_block_sizes(layout)) > BLOCK_MOST:
         options['optimizer'] = optimizer = 'lbfgs'  # a key's block too large to solve a row at a time
     columns = [*prog.columns, *dict.fromkeys(keyed.column.values())]
