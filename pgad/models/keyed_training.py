@@ -3,11 +3,11 @@ loaded once with each key column as its code, the fit by block Newton (blocks.py
 optimizer (sparse.py), and the version stored with its keyed weights in tables (weight_tables.py) and a scoring
 function that looks them up (KeyedScoring).
 
-The options a keyed model takes: optimizer ('block_newton', the default up to BLOCK_MOST values a key; 'lbfgs', 'gd'; 'sgd', 'adagrad', 'adam',
-mini-batches that touch only a batch's keys), iterations (sweeps, iterations or epochs), learning_rate, batch_size,
-seed (the keyed starts' where the spec gives none, and the batches'), tolerance, l2 and regularize. What it does not
-take (group_by, validation, standardize, l1, bounds, impute, early_stopping, likelihood, another backend than the
-python one) is refused by name (0A000).
+The options a keyed model takes: optimizer ('block_newton', the default up to BLOCK_MOST values a key; 'lbfgs',
+'gd'; 'sgd', 'adagrad', 'adam', mini-batches that touch only a batch's keys), iterations (sweeps, iterations or
+epochs), learning_rate, batch_size, seed (the keyed starts' where the spec gives none, and the batches'), tolerance,
+mode, l2 and regularize. What it does not take (group_by, validation, standardize, l1, bounds, impute,
+early_stopping, likelihood, another backend than the python one) is refused by name (0A000).
 """
 import json
 import math
