@@ -38,7 +38,8 @@ INIT = re.compile(rf'(\w+)\s*(?:\(((?:{NUMBER},)*{NUMBER})\))?\s*$', re.ASCII)
 DEFAULT_INIT = 'normal(0, 0.1)'  # a vector's: at 0 a bilinear form's gradient is 0 (a saddle), so none starts there
 MOST_DIMENSIONS = 4096           # the most numbers one key's value may hold
 KEY_BYTES = 64                   # what one key costs beside its values: its text, its code, its place in the hash
-COPIES = 4                       # the values' copies a fit holds at once: the weights, the gradient, two moments
+COPIES = 6  # the values' copies a fit holds at once: the weights, the gradient or a step, a trial, a sweep's start, two
+#            moments (L-BFGS's pairs are counted apart: keyed_training.POLISH_COPIES)
 SPEC = ('shape', 'init', 'seed')
 EXAMPLE = '{"p": {"shape": [8], "init": "normal(0, 0.1)", "seed": 1}}'
 

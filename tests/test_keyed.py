@@ -191,9 +191,11 @@ def test_a_keys_hessian_block_is_torchs():
     kernel, layout, w, text, _ = local(MF, 'squared', START, 6, 5)
     group = blocks.Group(text, ['bu', 'p'], layout, DEFAULT, kernel.prog.dims, 'u')
     table = SimpleNamespace(columns=[y, u, i], rows=len(y))
-    _, g, h = group.sums(kernel, table, w, descent.Clock(lambda: None, lambda m: None, 1))
+    g, h = group.sums(kernel, table, w, descent.Clock(lambda: None, lambda m: None, 1))
     key = 2
-    at = group.positions[key]
+    at = group.base + key * group.stride
+    chunked = group.sums(kernel, table, w, descent.Clock(lambda: None, lambda m: None, 1), 2, 4)  # keys 2 and 3
+    np.testing.assert_array_equal(chunked[1], h[2:4])
     t = torch.tensor(w)
 
     def of(block):
@@ -423,7 +425,7 @@ def test_a_role_that_may_not_read_the_data_reads_no_weight(cluster, dbname, db):
 def test_the_memory_limit_refuses_the_keys_before_they_are_read(db):
     with settings(db, {'pgad.memory_limit': '1MB'}):  # its least
         d = error_of(db, "SELECT * FROM pgad.train('mf_big', %s, 'squared', 'ratings', %s, label => 'rating')",
-                     [MODEL, WEIGHTS.replace(f'[{RANK}]', '[512]')])  # 4 copies of 160 keys × 512: 2.6 MB
+                     [MODEL, WEIGHTS.replace(f'[{RANK}]', '[512]')])  # 6 copies of 160 keys × 512: 3.9 MB
     assert d.sqlstate == '53200' and 'keyed weights need' in d.message_primary
     assert tables(db, 'mf_big') == []
 

@@ -26,8 +26,8 @@ GROW, MOST_REACH, LEAST_REACH = 1.5, 16.0, 0.25  # how far past a sweep its extr
 
 
 class Group:
-    """One group's Hessian program and where its elements sit: positions (K×m, or 1×m for the globals) in the
-    weight vector."""
+    """One group's Hessian program and where its elements sit in the weight vector: element k of key c (0-based; the
+    globals' one key is 0) at base[k] + c·stride[k] (a keyed weight's table is row-major, a key a row)."""
 
     def __init__(self, text, names, layout, limits, dims, column=None):
         self.names, self.column = names, column
@@ -35,39 +35,74 @@ class Group:
         self.m = len(self.prog.weights)
         self.plan = python_backend.named_plan(self.prog.graph, self.prog.outputs)
         where = {e: (n, j) for n in names for j, e in enumerate(vectors.elements(n, layout.shapes[n]))}
-        count = layout.keyed[names[0]][1] if column is not None else 1
-        self.positions = np.empty((count, self.m), dtype=np.int64)
-        for k, e in enumerate(self.prog.weights):
-            n, j = where[e]
-            size = math.prod(layout.shapes[n])
-            self.positions[:, k] = layout.spans[n].start + np.arange(count) * size + j
+        self.count = layout.keyed[names[0]][1] if column is not None else 1
+        self.base = np.array([layout.spans[where[e][0]].start + where[e][1] for e in self.prog.weights], dtype=np.int64)
+        self.stride = np.array([math.prod(layout.shapes[where[e][0]]) if column is not None else 0
+                                for e in self.prog.weights], dtype=np.int64)
+        self.rows = None  # the rows in the order of their keys, and where each key's begin (sorted)
 
-    def sums(self, kernel, table, w, clock):
-        """(Σ loss, the group's gradient sums K×m, its Hessian sums K×m×m) over all the rows."""
-        m, count = self.m, len(self.positions)
+    def at(self, v, k0, k1):
+        """The group's elements of keys k0 … k1 − 1 in the vector v, a (k1 − k0)×m copy."""
+        return np.stack([v[b + k0 * s:b + k1 * s:s] if s else v[b:b + 1] for b, s in zip(self.base, self.stride)], 1)
+
+    def move(self, v, d, t):
+        """v less t·d at every key's elements (d: count×m), in place."""
+        for k, (b, s) in enumerate(zip(self.base, self.stride)):
+            if s:
+                v[b:b + self.count * s:s] -= t * d[:, k]
+            else:
+                v[b] -= t * d[0, k]
+
+    def chunks(self, budget):
+        """Key ranges (k0, k1) whose blocks (gradient, Hessian's upper half and full, the solve's copy) fit budget
+        bytes."""
+        per_key = 8 * (2 * self.m * self.m + self.m * (self.m + 1) // 2 + 3 * self.m)
+        step = max(1, budget // per_key)
+        return [(k0, min(k0 + step, self.count)) for k0 in range(0, self.count, step)]
+
+    def sorted(self, kernel, table):
+        """The rows sorted by this group's key (np.argsort, once a fit), and where each key's rows begin."""
+        if self.rows is None:
+            codes = table.columns[kernel.columns.index(self.column)]
+            order = np.argsort(codes, kind='stable')
+            self.rows = order, np.searchsorted(codes[order], np.arange(1, self.count + 2))
+        return self.rows
+
+    def sums(self, kernel, table, w, clock, k0=0, k1=None):
+        """(the gradient sums (k1 − k0)×m, the Hessian sums (k1 − k0)×m×m) of keys k0 … k1 − 1 over their rows."""
+        m, k1 = self.m, self.count if k1 is None else k1
         upper = second.upper(range(m))
-        g, h, loss = np.zeros((count, m)), np.zeros((count, len(upper))), 0.0
-        for start in range(0, table.rows, kernel_block(m)):
-            n = min(kernel_block(m), table.rows - start)
-            values, codes = kernel.values([c[start:start + n] for c in table.columns], n, w, self.plan)
+        g, h = np.zeros((k1 - k0, m)), np.zeros((k1 - k0, len(upper)))
+        if self.column is None:
+            rows = None
+            total = table.rows
+        else:
+            order, begins = self.sorted(kernel, table)
+            rows = order[begins[k0]:begins[k1]]
+            total = len(rows)
+        step = kernel_block(m)
+        for start in range(0, total, step):
+            n = min(step, total - start)
+            block = [c[start:start + n] for c in table.columns] if rows is None else \
+                [c[rows[start:start + n]] for c in table.columns]
+            values, codes = kernel.values(block, n, w, self.plan)
             outputs = [python_backend.as_rows(values[o], n) for o in self.prog.outputs]
-            loss += float(np.sum(outputs[0]))
             if self.column is None:
                 g[0] += [np.sum(v) for v in outputs[1:1 + m]]
                 h[0] += [np.sum(v) for v in outputs[1 + m:]]
             else:
-                at = codes[self.names[0]]
+                at = codes[self.names[0]] - k0
                 for k, v in enumerate(outputs[1:1 + m]):
-                    g[:, k] += np.bincount(at, weights=v, minlength=count)
+                    g[:, k] += np.bincount(at, weights=v, minlength=k1 - k0)
                 for k, v in enumerate(outputs[1 + m:]):
-                    h[:, k] += np.bincount(at, weights=v, minlength=count)
+                    h[:, k] += np.bincount(at, weights=v, minlength=k1 - k0)
             clock.rows += n
             clock.poll()
-        full = np.zeros((count, m, m))
+        full = np.zeros((k1 - k0, m, m))
         i, j = np.triu_indices(m)
         full[:, i, j] = h
         full[:, j, i] = h
-        return loss, g, full
+        return g, full
 
 
 def kernel_block(m):
@@ -84,12 +119,13 @@ def solve(h, g):
         return np.einsum('kij,kj->ki', np.linalg.pinv(h, hermitian=True), g)
 
 
-def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_only):
+def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_only, budget=64 << 20):
     """The descent.Fit of block Newton from w over the groups (Group), and the objective at the start.
     loss_only(w) gives Σ loss over the rows (a pass without derivatives, for the line search and the extrapolation).
-    After each sweep its step is taken further, reach times again, where that lowers the objective (over-relaxation,
-    as CP-ALS's line search: reach grows while it pays and halves where it does not), which shortens ALS's slow
-    linear tail."""
+    A group's keys are solved a chunk at a time, each chunk's blocks within budget bytes (Group.chunks), over its
+    rows alone (the rows sorted by key once). After each sweep its step is taken further, reach times again, where
+    that lowers the objective (over-relaxation, as CP-ALS's line search: reach grows while it pays and halves where it
+    does not), which shortens ALS's slow linear tail."""
     rows = table.rows
     w = np.array(w, dtype=np.float64)
     mask = penalty.mask if penalty.mask is not None else np.ones(len(w))
@@ -98,24 +134,24 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
     for it in range(1, iterations + 1):
         decrement, before = 0.0, w.copy()
         for group in groups:
-            _, g, h = group.sums(kernel, table, w, clock)
-            at = group.positions
-            g = g / rows + 2 * penalty.l2 * mask[at] * w[at]
-            h = h / rows + 2 * penalty.l2 * mask[at][:, :, None] * np.eye(group.m)
-            d = solve(h, g)
-            d = np.where(np.isfinite(d), d, 0.0)
-            decrement += float(np.sum(g * d))
-            t, found = 1.0, None
+            d = np.zeros((group.count, group.m))
+            for k0, k1 in group.chunks(budget):
+                g, h = group.sums(kernel, table, w, clock, k0, k1)
+                here, weights = group.at(mask, k0, k1), group.at(w, k0, k1)
+                g = g / rows + 2 * penalty.l2 * here * weights
+                h = h / rows + 2 * penalty.l2 * here[:, :, None] * np.eye(group.m)
+                step = solve(h, g)
+                d[k0:k1] = np.where(np.isfinite(step), step, 0.0)
+                decrement += float(np.sum(g * d[k0:k1]))
+            t = 1.0
             for _ in range(HALVINGS):
                 trial = w.copy()
-                trial[at] -= t * d
+                group.move(trial, d, t)
                 value = kernel_objective(loss_only, trial, penalty, rows)
                 if value <= f:
-                    found = trial, value
+                    w, f = trial, value
                     break
                 t /= 2
-            if found is not None:
-                w, f = found
         if it > 1:  # the sweep's step, taken further where that lowers the objective more (over-relaxation)
             trial = w + reach * (w - before)
             value = kernel_objective(loss_only, trial, penalty, rows)

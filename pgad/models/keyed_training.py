@@ -22,6 +22,7 @@ from . import blocks, catalog, descent, objective, sparse, weight_tables
 
 OPTIMIZERS = ('block_newton', 'lbfgs', 'gd', 'sgd', 'adagrad', 'adam')
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
+BUDGET, BUDGET_LEAST = 64 << 20, 8 << 20  # block Newton's blocks at once: an eighth of pgad.memory_limit, 8 MB at least
 BLOCK_MOST = 129        # the most values of one block (a key's) that block Newton is the default for: a row's Hessian
 #                         entries grow with its square
 ITERATIONS = {'lbfgs': 2000, 'gd': 1000, 'sgd': 50, 'adagrad': 50, 'adam': 50}
@@ -86,8 +87,17 @@ def train(name, model, loss, data, weights, given, config):
     keyed_weights.read_keys(keyed, query, config.memory_limit)
     shapes = {n: np.shape(v) for n, v in globals_.items()}
     prog, layout, text = keyed_weights.build(lam, keyed, shapes, config.limits, options['mode'])
+    lbfgs_fits = config.memory_limit is None or POLISH_COPIES * 8 * layout.size <= config.memory_limit
     if given.get('optimizer') is None and max(_block_sizes(layout)) > BLOCK_MOST:
-        options['optimizer'] = optimizer = 'lbfgs'  # a key's block too large to solve a row at a time
+        # a key's block too large to solve a row at a time; L-BFGS where its pairs fit, else sparse Adam
+        options['optimizer'] = optimizer = 'lbfgs' if lbfgs_fits else 'adam'
+    if optimizer == 'lbfgs' and not lbfgs_fits:
+        need = loader.megabytes(POLISH_COPIES * 8 * layout.size)
+        raise PgadError(loader.OUT_OF_MEMORY, f'optimizer "lbfgs" needs {need} for its {layout.size} weights, more '
+                                              f'than pgad.memory_limit ({loader.megabytes(config.memory_limit)})',
+                        detail=f'It keeps {POLISH_COPIES} copies of the weights: its curvature pairs and steps.',
+                        hint="Use optimizer 'block_newton' or 'adam', which keep fewer, or have a superuser raise "
+                             'pgad.memory_limit.')
     columns = [*prog.columns, *dict.fromkeys(keyed.column.values())]
     try:
         table = loader.load(data, columns, memory_limit=config.memory_limit, categories=dict(keyed.keys))
@@ -177,7 +187,9 @@ def _fit(prog, text, kernel, table, start, layout, penalty, options, clock, conf
             total += float(np.sum(python_backend.as_rows(values[prog.outputs[0]], n)))
             clock.poll()
         return total
-    fit, _ = blocks.fit(kernel, table, start, groups, penalty, iterations, options['tolerance'], clock, loss_only)
+    budget = BUDGET if config.memory_limit is None else max(BUDGET_LEAST, config.memory_limit // 8)
+    fit, _ = blocks.fit(kernel, table, start, groups, penalty, iterations, options['tolerance'], clock, loss_only,
+                        budget)
     if fit.converged or fit.stopped != 'cap' or not options['until']:
         return fit
     if config.memory_limit is not None and POLISH_COPIES * 8 * layout.size > config.memory_limit:
