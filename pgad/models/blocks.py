@@ -87,6 +87,7 @@ class Group:
                 [c[rows[start:start + n]] for c in table.columns]
             values, codes = kernel.values(block, n, w, self.plan)
             outputs = [python_backend.as_rows(values[o], n) for o in self.prog.outputs]
+            del values
             if self.column is None:
                 g[0] += [np.sum(v) for v in outputs[1:1 + m]]
                 h[0] += [np.sum(v) for v in outputs[1 + m:]]

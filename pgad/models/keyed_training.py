@@ -23,8 +23,8 @@ from . import blocks, catalog, descent, objective, sparse, weight_tables
 OPTIMIZERS = ('block_newton', 'lbfgs', 'gd', 'sgd', 'adagrad', 'adam')
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
 BUDGET, BUDGET_LEAST = 64 << 20, 8 << 20  # block Newton's blocks at once: an eighth of pgad.memory_limit, 8 MB at least
-BLOCK_MOST = 129        # the most values of one block (a key's) that block Newton is the default for: a row's Hessian
-#                         entries grow with its square
+BLOCK_MOST = 33         # the most values of one block (a key's) that block Newton is the default for (rank 32 and a
+#                         bias): a row's Hessian entries, each a pass of numpy over the rows, grow with its square
 ITERATIONS = {'lbfgs': 2000, 'gd': 1000, 'sgd': 50, 'adagrad': 50, 'adam': 50}
 POLISH_COPIES = 2 * descent.MEMORY + 4  # the vectors L-BFGS keeps: it polishes only where they fit pgad.memory_limit
 UNTAKEN = {  # pgad.train's arguments a keyed model does not take, and their defaults
