@@ -42,6 +42,10 @@ def train(name, model, loss, data, weights, given, config):
             raise PgadError('0A000', f'pgad.train takes no {argument} for a keyed model',
                             detail='A keyed model is one whose weights hold a value per key (w.p[d.user], '
                                    '{"shape": [8]}).', hint=f'Leave {argument} out.')
+    if given.get('dtype') not in (None, 'float64'):
+        raise PgadError('0A000', f'pgad.train takes no dtype "{given["dtype"]}" for a keyed model',
+                        detail='The python backend, which trains a keyed model, computes in float64.',
+                        hint='Leave dtype out.')
     if given.get('l1'):
         raise PgadError('0A000', 'pgad.train takes no l1 for a keyed model', hint='Use l2.')
     if given.get('backend') not in (None, 'auto', 'python'):
