@@ -27,8 +27,7 @@ def weights(text, lam, memory_limit=None, by_class=False):
     reads must be there (by_class: under loss 'softmax', where a missing weight's hint starts it at {}, sized by the
     classes). memory_limit (bytes, pgad.memory_limit; None: none) bounds what they may cost, checked
     before anything is parsed (parsed)."""
-    value = parsed(text, 'weights', 'weight', memory_limit,
-                   'Give only the weights the lambda reads, or have a superuser raise pgad.memory_limit.')
+    value = weights_json(text, memory_limit)
     if not isinstance(value, dict):
         raise PgadError('22023', 'weights must be a JSON object of numbers',
                         detail=f'The weights are {text}.', hint=EXAMPLE)
@@ -57,6 +56,12 @@ def _start_of(lam, name):
                 nodes[node.args[0]].value == name:
             return {}
     return 0
+
+
+def weights_json(text, memory_limit=None):
+    """The weights jsonb's text, parsed, within memory_limit (parsed)."""
+    return parsed(text, 'weights', 'weight', memory_limit,
+                  'Give only the weights the lambda reads, or have a superuser raise pgad.memory_limit.')
 
 
 def parsed(text, what, key, memory_limit=None, hint=None):

@@ -74,7 +74,7 @@ def train(name, model, loss, data, weights, given, config):
     loss = objective.canonical(loss)
     goal = objective.build(model, loss, options['label'], config.limits)
     lam = program.parsed(goal.text, config.limits)
-    w = arguments.parsed(weights, 'weights', 'weight', config.memory_limit)
+    w = arguments.weights_json(weights, config.memory_limit)
     if not isinstance(w, dict):
         raise PgadError('22023', 'weights must be a JSON object', detail=f'The weights are {weights}.',
                         hint=keyed_weights.EXAMPLE)

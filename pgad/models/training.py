@@ -53,7 +53,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     name = arguments.model_name(name)
     config = calls.settings()
     given['deploy'] = deploy = arguments.deploy(deploy, validation)
-    if keyed.wanted(arguments.parsed(weights, 'weights', 'weight', config.memory_limit)):  # a vector per key
+    if keyed.wanted(arguments.weights_json(weights, config.memory_limit)):  # a vector per key (keyed_training.py)
         return keyed_training.train(name, model, loss, data, weights, given, config)
     if order_by is not None or state is not None or families.named(model):  # a sequence model (sequence.py)
         if impute is not None and json.loads(impute):
