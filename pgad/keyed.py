@@ -250,6 +250,37 @@ class Layout:
                 for n, s in self.spans.items() if n not in self.keyed}
 
 
+@dataclass(frozen=True)
+class Ridge:
+    """l2·Σ w² over the weights it names, by weight rather than by element (a mask the size of millions of keys'
+    values would be one more copy of them): what sparse.py and blocks.py take for descent.Penalty."""
+    l2: float
+    scale: dict   # weight → 1.0 where the penalty takes it, 0.0 where not
+    spans: dict   # weight → its slice of the vector (Layout.spans)
+    l1 = 0.0
+
+    def value(self, w):
+        return float(self.l2 * sum(self.scale[n] * (w[s] @ w[s]) for n, s in self.spans.items())) if self.l2 else 0.0
+
+    def add_gradient(self, g, w):
+        """g plus 2·l2·w over the weights the penalty takes, in place."""
+        for n, s in self.spans.items():
+            if self.l2 and self.scale[n]:
+                for at in range(s.start, s.stop, CHUNK):  # a chunk's temporary, not a weight's
+                    end = min(at + CHUNK, s.stop)
+                    g[at:end] += (2 * self.l2) * w[at:end]
+        return g
+
+    def dense(self, size):
+        """The descent.Penalty of the dense optimizers, its mask a vector (for them, which keep more copies)."""
+        from .models import descent
+        mask = np.zeros(size)
+        for n, s in self.spans.items():
+            mask[s] = self.scale[n]
+        return descent.Penalty(0.0, self.l2, mask)
+
+
+CHUNK = 1 << 20
 BLOCK_ROWS = 1 << 16  # rows evaluated at once: the local program's arrays alive stay small
 
 

@@ -123,11 +123,12 @@ def test_sparse_sgd_over_one_batch_of_all_the_rows_is_gradient_descent():
     u, i, y = ratings(400, 12, 8)
     kernel, layout, w, _, _ = local(MF, 'squared', START, 12, 8)
     table = SimpleNamespace(columns=[y, u, i], rows=len(y))
-    penalty = descent.Penalty(0, 0.01, np.ones(layout.size))
+    penalty = keyed.Ridge(0.01, {n: 1.0 for n in layout.spans}, layout.spans)
     clock = descent.Clock(lambda: None, lambda m: None, 5)
-    fitted = sparse.fit(kernel, table, w, layout, penalty, 'sgd', 0.1, 5, len(y), np.random.default_rng(0), 0, clock)
-    dense = descent.fit(kernel, table, w, [str(k) for k in range(layout.size)], 'gd', 0.1, 5, penalty=penalty,
-                        judge=False)
+    fitted = sparse.fit(kernel, table, w.copy(), layout, penalty, 'sgd', 0.1, 5, len(y), np.random.default_rng(0), 0,
+                        clock)
+    dense = descent.fit(kernel, table, w, [str(k) for k in range(layout.size)], 'gd', 0.1, 5,
+                        penalty=penalty.dense(layout.size), judge=False)
     np.testing.assert_allclose(fitted.weights, dense.weights, rtol=0, atol=1e-12)
 
 
@@ -136,7 +137,7 @@ def test_a_sparse_step_moves_only_the_keys_its_batch_reads(optimizer):
     u, i, y = ratings(400, 30, 20)
     kernel, layout, w, _, _ = local(MF, 'squared', START, 30, 20)
     batch = [c[:5] for c in (y, u, i)]
-    at, g = sparse.gradient(kernel, batch, 5, w, descent.Penalty(0, 0.1, np.ones(layout.size)),
+    at, g = sparse.gradient(kernel, batch, 5, w, keyed.Ridge(0.1, {n: 1.0 for n in layout.spans}, layout.spans),
                             {n: np.ones(c, dtype=np.int64) for n, (_, c) in layout.keyed.items()}, len(y))
     after = w.copy()
     sparse.Rule(optimizer, 0.1, len(w)).step(after, at, g)
@@ -166,7 +167,7 @@ def test_block_newton_reaches_scipys_minimum_of_a_convex_keyed_model():
     kernel = keyed.Kernel(prog, layout, [*prog.columns, 'u'])
     table = SimpleNamespace(columns=[x, y, g] if list(prog.columns) == ['x', 'y'] else [y, x, g], rows=n)
     l2 = 0.01
-    penalty = descent.Penalty(0, l2, np.ones(layout.size))
+    penalty = keyed.Ridge(l2, {n: 1.0 for n in layout.spans}, layout.spans)
     groups_ = [blocks.Group(text, ['a'], layout, DEFAULT, prog.dims),
                blocks.Group(text, ['b'], layout, DEFAULT, prog.dims, 'u')]
     plan = python_backend.named_plan(prog.graph, [prog.outputs[0]])

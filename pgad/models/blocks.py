@@ -39,11 +39,16 @@ class Group:
         self.base = np.array([layout.spans[where[e][0]].start + where[e][1] for e in self.prog.weights], dtype=np.int64)
         self.stride = np.array([math.prod(layout.shapes[where[e][0]]) if column is not None else 0
                                 for e in self.prog.weights], dtype=np.int64)
+        self.element_weights = [where[e][0] for e in self.prog.weights]
         self.rows = None  # the rows in the order of their keys, and where each key's begin (sorted)
 
     def at(self, v, k0, k1):
         """The group's elements of keys k0 … k1 − 1 in the vector v, a (k1 − k0)×m copy."""
         return np.stack([v[b + k0 * s:b + k1 * s:s] if s else v[b:b + 1] for b, s in zip(self.base, self.stride)], 1)
+
+    def scale(self, penalty):
+        """Each element's share of the penalty (keyed.Ridge's scale of its weight), an m-vector."""
+        return np.array([penalty.scale[n] for n in self.element_weights])
 
     def move(self, v, d, t):
         """v less t·d at every key's elements (d: count×m), in place."""
@@ -121,15 +126,15 @@ def solve(h, g):
 
 
 def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_only, budget=64 << 20):
-    """The descent.Fit of block Newton from w over the groups (Group), and the objective at the start.
+    """The descent.Fit of block Newton from w (a keyed.Ridge's penalty) over the groups (Group), and the objective at
+    the start.
     loss_only(w) gives Σ loss over the rows (a pass without derivatives, for the line search and the extrapolation).
     A group's keys are solved a chunk at a time, each chunk's blocks within budget bytes (Group.chunks), over its
     rows alone (the rows sorted by key once). After each sweep its step is taken further, reach times again, where
     that lowers the objective (over-relaxation, as CP-ALS's line search: reach grows while it pays and halves where it
     does not), which shortens ALS's slow linear tail."""
     rows = table.rows
-    w = np.array(w, dtype=np.float64)
-    mask = penalty.mask if penalty.mask is not None else np.ones(len(w))
+    w = np.asarray(w, dtype=np.float64)
     f = start = kernel_objective(loss_only, w, penalty, rows)
     history, stopped, decrement, reach = [], 'cap', math.inf, 1.0
     for it in range(1, iterations + 1):
@@ -138,9 +143,9 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
             d = np.zeros((group.count, group.m))
             for k0, k1 in group.chunks(budget):
                 g, h = group.sums(kernel, table, w, clock, k0, k1)
-                here, weights = group.at(mask, k0, k1), group.at(w, k0, k1)
+                here, weights = group.scale(penalty), group.at(w, k0, k1)
                 g = g / rows + 2 * penalty.l2 * here * weights
-                h = h / rows + 2 * penalty.l2 * here[:, :, None] * np.eye(group.m)
+                h = h / rows + 2 * penalty.l2 * np.diag(here)
                 step = solve(h, g)
                 d[k0:k1] = np.where(np.isfinite(step), step, 0.0)
                 decrement += float(np.sum(g * d[k0:k1]))
@@ -154,7 +159,9 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
                     break
                 t /= 2
         if it > 1:  # the sweep's step, taken further where that lowers the objective more (over-relaxation)
-            trial = w + reach * (w - before)
+            trial = np.subtract(w, before, out=before)  # one copy: the sweep's start is not needed again
+            trial *= reach
+            trial += w
             value = kernel_objective(loss_only, trial, penalty, rows)
             if value < f:
                 w, f, reach = trial, value, min(reach * GROW, MOST_REACH)

@@ -118,16 +118,16 @@ def train(name, model, loss, data, weights, given, config):
         start[layout.spans[n]] = np.ravel(value)
     for n in layout.keyed:
         start[layout.spans[n]] = keyed_weights.start(keyed, n).ravel()
-    mask = np.zeros(layout.size)
-    for n, span in layout.spans.items():
-        mask[span] = 1.0 if options['regularize'] is None or n in options['regularize'] else 0.0
-    penalty = descent.Penalty(0.0, options['l2'], mask)
+    penalty = keyed_weights.Ridge(options['l2'], {n: 1.0 if options['regularize'] is None or n in options['regularize']
+                                                  else 0.0 for n in layout.spans}, dict(layout.spans))
     kernel = keyed_weights.Kernel(prog, layout, columns)
     where = f'model "{name}"'
     clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                           options['iterations'], every_iterations=options['progress_every'],
                           warning=lambda message, hint: server.warning(f'{where}: {message}', hint))
-    fit = _fit(prog, text, kernel, table, start, layout, penalty, dict(options, until=iterations is None), clock,
+    holder = [start]  # the fit moves the start in place, and holds the only reference to it
+    del start
+    fit = _fit(prog, text, kernel, table, holder, layout, penalty, dict(options, until=iterations is None), clock,
                config)
     if not fit.converged:
         message, hint = descent.unconverged(optimizer, fit, options['iterations'], penalty, objective.base(loss))
@@ -162,20 +162,21 @@ def _block_sizes(layout):
     return sizes.values()
 
 
-def _fit(prog, text, kernel, table, start, layout, penalty, options, clock, config):
+def _fit(prog, text, kernel, table, holder, layout, penalty, options, clock, config):
     """The descent.Fit of options' optimizer from start; text: the local lambda's (keyed.build). Block Newton that
     has not converged in its sweeps hands over to L-BFGS where iterations was left out (options['until']) and its
     vectors fit pgad.memory_limit: where the blocks are tightly coupled the sweeps gain little (ALS's linear rate),
     where the factors' near-symmetries leave L-BFGS crawling instead the sweeps do better; each takes the other's
     slow case."""
     optimizer, iterations = options['optimizer'], options['iterations']
+    start = holder.pop()
     names = [str(k) for k in range(layout.size)]
     if optimizer in sparse.RULES:
         return sparse.fit(kernel, table, start, layout, penalty, optimizer, options['learning_rate'], iterations,
                           options['batch_size'], np.random.default_rng(options['seed']), options['tolerance'], clock)
     if optimizer != 'block_newton':
         return descent.fit(kernel, table, start, names, optimizer, options['learning_rate'], iterations,
-                           penalty=penalty, tolerance=options['tolerance'], clock=clock)
+                           penalty=penalty.dense(layout.size), tolerance=options['tolerance'], clock=clock)
     groups = [blocks.Group(text, [n for n in layout.names if n not in layout.keyed], layout, config.limits, prog.dims)]
     groups = groups if groups[0].m else []
     for column in dict.fromkeys(c for c, _ in layout.keyed.values()):
@@ -200,7 +201,7 @@ def _fit(prog, text, kernel, table, start, layout, penalty, options, clock, conf
         return fit
     clock.iterations = ITERATIONS['lbfgs']
     polish = descent.fit(kernel, table, fit.weights, names, 'lbfgs', iterations=ITERATIONS['lbfgs'],
-                         penalty=penalty, tolerance=options['tolerance'], clock=clock)
+                         penalty=penalty.dense(layout.size), tolerance=options['tolerance'], clock=clock)
     return replace(polish, history=fit.history + polish.history, iterations=fit.iterations + polish.iterations,
                    seconds=clock.seconds())
 

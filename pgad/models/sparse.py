@@ -48,7 +48,7 @@ def gradient(kernel, columns, n, w, penalty, counts, rows):
     """(the positions a batch of n rows moves, the objective's gradient there) (counts: {keyed weight: its keys'
     rows in all the data}; rows: all the data's)."""
     values, codes = kernel.values(columns, n, w)
-    layout, prog = kernel.layout, kernel.prog
+    layout, prog, l2 = kernel.layout, kernel.prog, 2 * penalty.l2
     at, g = [], []
     found = {}
     for name in layout.keyed:
@@ -63,17 +63,18 @@ def gradient(kernel, columns, n, w, penalty, counts, rows):
             share = np.bincount(inverse, minlength=len(keys)) / n * rows / counts[name][keys]
             at.append(where)
             g.append(np.bincount(inverse, weights=v, minlength=len(keys)) / n
-                     + 2 * penalty.l2 * penalty.mask[where] * w[where] * share)
+                     + l2 * penalty.scale[name] * w[where] * share)
         else:
             where = span.start + j
             at.append(np.array([where]))
-            g.append(np.array([np.sum(v) / n + 2 * penalty.l2 * penalty.mask[where] * w[where]]))
+            g.append(np.array([np.sum(v) / n + l2 * penalty.scale[name] * w[where]]))
     return np.concatenate(at), np.concatenate(g)
 
 
 def fit(kernel, table, w, layout, penalty, optimizer, rate, iterations, batch, rng, tolerance, clock):
-    """The descent.Fit of the sparse mini-batch optimizer from w: iterations epochs of batches of batch rows."""
-    w = np.array(w, dtype=np.float64)
+    """The descent.Fit of the sparse mini-batch optimizer from w (moved in place): iterations epochs of batches of
+    batch rows; penalty a keyed.Ridge."""
+    w = np.asarray(w, dtype=np.float64)
     rows = table.rows
     names = list(kernel.columns)
     counts = {n: np.bincount(table.columns[names.index(c)].astype(np.int64) - 1, minlength=k)
@@ -102,8 +103,10 @@ def fit(kernel, table, w, layout, penalty, optimizer, rate, iterations, batch, r
             stopped = 'tolerance'
             break
     sums = descent.evaluate(kernel, table, w, clock.interrupts)
-    g = penalty.gradient(sums[1:] / rows, w)
     f = sums[0] / rows + penalty.value(w)
+    g = sums[1:]
+    g /= rows
+    penalty.add_gradient(g, w)
     measure, converged = descent.judged(float(g @ g), f, descent.FLOOR * abs(start), rows)
     return descent.Fit(w, f, history or [f], len(history), clock.seconds(), converged, measure, stopped)
 
