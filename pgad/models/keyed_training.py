@@ -134,6 +134,9 @@ def train(name, model, loss, data, weights, given, config):
         if optimizer == 'block_newton':
             hint = (f"Train with iterations => {10 * options['iterations']} (sweeps), or leave iterations out: "
                     'L-BFGS then finishes what the sweeps leave.')
+        elif optimizer in sparse.RULES:
+            hint = (f"Train with iterations => {10 * options['iterations']} (epochs), a larger batch_size, or "
+                    "optimizer => 'block_newton' where a key's values are few enough (it converges).")
         clock.warning(message, hint)
     fitted = fit.weights
     stored = {**layout.nest(fitted),
