@@ -5,7 +5,7 @@
 # them.
 MODULE_big = pgad
 OBJS = extension/module.o extension/call.o extension/pack.o extension/element.o extension/aggregates.o \
-	extension/load.o extension/reads.o
+	extension/load.o extension/keys.o extension/reads.o
 PGAD_CACHE ?= /var/cache/pgad
 PG_CPPFLAGS = -DPGAD_CACHE_DIRECTORY='"$(PGAD_CACHE)"'
 MODULEDIR = extension

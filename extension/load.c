@@ -30,6 +30,15 @@
  * stops the load at the row that passes it, before anything grows, with pgad.pack's error (53200: PACK_COPIES times the
  * packed bytes, as pgad.pack counts them).
  *
+ * A key column (indexes[k] == PGAD_LOAD_KEY: a keyed weight's, pgad/keyed.py) is read as pg_catalog.text, and each
+ * row's text is looked up in the column's hash (keys.c): a key not seen before gets the next code, 1, 2, … in the
+ * order the rows show them, and the code is appended as the row's float8, as a number is; a NULL key skips the row. A
+ * row skipped for a NULL elsewhere adds no key, so every key has a row. The keys' text stays with the load (its keys
+ * context) for Python to read once the query is done (PgadLoad's keys), until pgad_load_done; their cost
+ * (pgad_keys_cost) counts against pgad.memory_limit with the rows', and a key past it stops the load with the keys'
+ * own error (53200), which names the column. So the keys are found in the same pass as the rows are loaded, at scan
+ * speed, with no query of their own and no literal of them all in the loader's query.
+ *
  * The aggregates' final function (aggregates.c) hands its state's rows to Python the same way: copied once into a load,
  * which a small bytea names (pgad_load_reference), rather than into a bytea that PL/Python copies again.
  */
@@ -68,15 +77,31 @@ typedef struct LoadReceiver
 	DestReceiver pub;
 	PgadLoad   *load;
 	const int  *attributes;		/* per column: the query's column it reads (0-based) */
-	const int  *indexes;		/* per column: 0 for a number, the element (1-based) of an array */
+	const int  *indexes;		/* per column: 0 for a number, the element (1-based) of an array, or PGAD_LOAD_KEY */
 	const int  *lengths;		/* per column: 0 for a number, the length of the array it is an element of */
 	int			natts;			/* the query's columns */
 	int		   *widths;			/* per query column: -1 when no column reads it, 0 a number, else arrays' length */
 	const char **names;			/* per query column: its name (an array column's, in the data) */
 	const float8 **elements;	/* per query column: one row's array elements */
+	PgadKeyHash **hashes;		/* per query column: a key column's hash of its keys, else NULL */
+	text	  **row_keys;		/* per query column: one row's key */
+	float8	   *codes;			/* per column: one row's code of its key */
 	int64		limit_rows;		/* the most rows pgad.memory_limit lets the load hold */
-	MemoryContext row_context;	/* a row's detoasted arrays, reset after each row */
+	int64		limit_bytes;	/* pgad.memory_limit */
+	int64		keys_charged;	/* what every key column's keys cost (pgad_keys_cost) */
+	MemoryContext row_context;	/* a row's detoasted arrays and keys, reset after each row */
+	MemoryContext keys_work;	/* the hashes' lookups (keys.c), freed with the query */
 } LoadReceiver;
+
+/* The load's keys, freed (once Python has read them, or when the load fails). */
+static void
+load_free_keys(PgadLoad *load)
+{
+	if (load->keys_context != NULL)
+		MemoryContextDelete(load->keys_context);
+	load->keys_context = NULL;
+	load->keys = NULL;
+}
 
 /* The load is freed once nothing refers to it: its strings and itself (its columns are freed one at a time). */
 static void
@@ -131,12 +156,13 @@ pgad_load_claim(PgadLoad *load)
 
 /*
  * Python is done reading the load: it wrapped its first wrapped columns (each freed later by its numpy arrays'
- * finaliser), and the others, if any, are freed now.
+ * finaliser), and the others, if any, are freed now, as are the keys (Python has its own copy of them).
  */
 void
 pgad_load_done(PgadLoad *load, int wrapped)
 {
 	load_free_columns(load, Max(wrapped, 0));
+	load_free_keys(load);
 	load_unref(load);
 }
 
@@ -189,8 +215,9 @@ load_misread(int column, const char *why)
 }
 
 /*
- * Before the first row: the query's columns that the load reads, of the types it reads them as (float8, or
- * float8[] for an array's elements), and each element within the one length its array column is read at.
+ * Before the first row: the query's columns that the load reads, of the types it reads them as (float8, float8[]
+ * for an array's elements, text for a key column), each element within the one length its array column is read at,
+ * and a key column read by one column of the load only; each key column gets its hash.
  */
 static void
 load_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
@@ -202,6 +229,9 @@ load_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
 	receiver->widths = palloc(sizeof(int) * Max(typeinfo->natts, 1));
 	receiver->names = palloc0(sizeof(char *) * Max(typeinfo->natts, 1));
 	receiver->elements = palloc0(sizeof(float8 *) * Max(typeinfo->natts, 1));
+	receiver->hashes = palloc0(sizeof(PgadKeyHash *) * Max(typeinfo->natts, 1));
+	receiver->row_keys = palloc0(sizeof(text *) * Max(typeinfo->natts, 1));
+	receiver->codes = palloc0(sizeof(float8) * Max(receiver->load->columns, 1));
 	for (k = 0; k < typeinfo->natts; k++)
 	{
 		receiver->widths[k] = -1;
@@ -211,8 +241,9 @@ load_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
 	{
 		int			a = receiver->attributes[k];
 		int			index = receiver->indexes[k];
+		bool		key = index == PGAD_LOAD_KEY;
 		int			width = index > 0 ? receiver->lengths[k] : 0;
-		Oid			expected = index > 0 ? FLOAT8ARRAYOID : FLOAT8OID;
+		Oid			expected = key ? TEXTOID : index > 0 ? FLOAT8ARRAYOID : FLOAT8OID;
 
 		if (a < 0 || a >= typeinfo->natts)
 			load_misread(k, psprintf("the query has %d columns, not %d", typeinfo->natts, a + 1));
@@ -221,9 +252,17 @@ load_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
 					 errmsg("column \"%s\" of pgad's load is of type %s, not %s", receiver->names[a],
 							format_type_be(TupleDescAttr(typeinfo, a)->atttypid), format_type_be(expected))));
+		if (key)
+		{
+			if (receiver->widths[a] >= 0 || receiver->load->keys_context == NULL)
+				load_misread(k, "a key column read twice, or with no room for its keys");
+			receiver->hashes[a] = pgad_keys_create(receiver->load->keys_context, receiver->keys_work);
+			receiver->widths[a] = 0;
+			continue;
+		}
 		if (index < 0 || index > width)
 			load_misread(k, psprintf("element %d of arrays of %d", index, width));
-		if (receiver->widths[a] >= 0 && receiver->widths[a] != width)
+		if (receiver->widths[a] >= 0 && (receiver->widths[a] != width || receiver->hashes[a] != NULL))
 			load_misread(k, "read as arrays of two lengths, or as a number and an array");
 		receiver->widths[a] = width;
 	}
@@ -266,9 +305,41 @@ load_grow(LoadReceiver *receiver)
 	load->mapped = mapped;
 }
 
+/* "2.5 MB", "640 MB", as pack.c's messages give bytes (and pgad/loader.py's megabytes). */
+static char *
+load_megabytes(double bytes)
+{
+	double		mb = bytes / (1024.0 * 1024.0);
+
+	return mb < 10 ? psprintf("%.1f MB", mb) : psprintf("%.0f MB", mb);
+}
+
 /*
- * One row: its values appended to the columns; a row with a NULL (a number, an array or an element) skipped and
- * counted; an array of another shape than the lambda reads, the error (pgad_odd_array).
+ * The error for a key column's new key that pgad.memory_limit has no room for: keys charged is what the keys of
+ * every key column cost with it, rows_bytes what the rows cost with this one.
+ */
+static void
+load_keys_over_limit(LoadReceiver *receiver, int a, int64 count, int64 rows_bytes, int64 keys_charged)
+{
+	PgadLoad   *load = receiver->load;
+
+	ereport(ERROR,
+			(errcode(ERRCODE_OUT_OF_MEMORY),
+			 errmsg("the keys of column \"%s\" need %s with the rows, more than pgad.memory_limit (%s)",
+					receiver->names[a], load_megabytes((double) rows_bytes + keys_charged),
+					load_megabytes(receiver->limit_bytes)),
+			 errdetail("Loading stopped at row " INT64_FORMAT ", the column's key " INT64_FORMAT ": the keys take %s "
+					   "(each key's text twice and %d bytes), the rows %s (%d columns, 8 bytes a value, held up to %d "
+					   "times over).", load->rows + load->skipped + 1, count, load_megabytes(keys_charged),
+					   PGAD_KEY_BYTES, load_megabytes(rows_bytes), load->columns, PACK_COPIES),
+			 errhint("Group rare keys into one in the data query, train on a sample of the data, or have a superuser "
+					 "raise pgad.memory_limit.")));
+}
+
+/*
+ * One row: its values appended to the columns, a key column's key as its code (a new key added to the column's hash
+ * first, within pgad.memory_limit); a row with a NULL (a number, a key, an array or an element) skipped and counted;
+ * an array of another shape than the lambda reads, the error (pgad_odd_array).
  */
 static bool
 load_receive(TupleTableSlot *slot, DestReceiver *self)
@@ -293,10 +364,15 @@ load_receive(TupleTableSlot *slot, DestReceiver *self)
 			load->skipped++;
 			goto done;
 		}
-		if (receiver->widths[a] == 0)
+		if (receiver->widths[a] == 0 && receiver->hashes[a] == NULL)
 			continue;
 		if (outer == NULL)
 			outer = MemoryContextSwitchTo(receiver->row_context);
+		if (receiver->hashes[a] != NULL)
+		{
+			receiver->row_keys[a] = DatumGetTextPP(slot->tts_values[a]);
+			continue;
+		}
 		array = DatumGetArrayTypeP(slot->tts_values[a]);
 		if (ARR_ELEMTYPE(array) != FLOAT8OID)
 			ereport(ERROR,
@@ -314,6 +390,33 @@ load_receive(TupleTableSlot *slot, DestReceiver *self)
 	}
 	if (row + 1 > receiver->limit_rows)
 		pgad_pack_over_limit(row + 1, load->columns);
+	for (k = 0; k < load->columns; k++)
+	{
+		const char *key;
+		int			len;
+		int64		code;
+
+		if (receiver->indexes[k] != PGAD_LOAD_KEY)
+			continue;
+		a = receiver->attributes[k];
+		key = VARDATA_ANY(receiver->row_keys[a]);
+		len = VARSIZE_ANY_EXHDR(receiver->row_keys[a]);
+		code = pgad_keys_find(receiver->hashes[a], key, len);
+		if (code == 0)
+		{
+			int64		rows_bytes = (row + 1) * load->columns * (int64) (sizeof(float8) * PACK_COPIES);
+			int64		charged = receiver->keys_charged + pgad_keys_cost(len);
+
+			if (rows_bytes + charged > receiver->limit_bytes)
+				load_keys_over_limit(receiver, a, pgad_keys_count(receiver->hashes[a]) + 1, rows_bytes, charged);
+			code = pgad_keys_add(receiver->hashes[a], key, len);
+			receiver->keys_charged = charged;
+		}
+		receiver->codes[k] = (float8) code;
+	}
+	if ((row + 1) * load->columns * (int64) (sizeof(float8) * PACK_COPIES) + receiver->keys_charged >
+		receiver->limit_bytes)
+		pgad_pack_over_limit(row + 1, load->columns);
 	if (row == (int64) (load->mapped / sizeof(float8)))
 		load_grow(receiver);
 	for (k = 0; k < load->columns; k++)
@@ -323,6 +426,8 @@ load_receive(TupleTableSlot *slot, DestReceiver *self)
 		a = receiver->attributes[k];
 		if (index == 0)
 			load->values[k][row] = DatumGetFloat8(slot->tts_values[a]);
+		else if (index == PGAD_LOAD_KEY)
+			load->values[k][row] = receiver->codes[k];
 		else
 			memcpy(&load->values[k][row], receiver->elements[a] + (index - 1), sizeof(float8));
 	}
@@ -405,7 +510,16 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 		SPIPlanPtr	plan;
 		int			result;
 		const char *text;
+		int			k;
 
+		/* The keys' text outlives the query, until Python is done with the load (pgad_load_done). */
+		for (k = 0; k < load->columns && load->keys_context == NULL; k++)
+			if (indexes[k] == PGAD_LOAD_KEY)
+			{
+				load->keys_context = AllocSetContextCreate(TopMemoryContext, "pgad load keys",
+														   ALLOCSET_DEFAULT_SIZES);
+				load->keys = MemoryContextAllocZero(load->keys_context, sizeof(PgadKeys) * load->columns);
+			}
 		/* From here to SPI_finish, allocations are in SPI's procedure context, which SPI_finish (or the abort) frees. */
 		if ((result = SPI_connect()) != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed: %s", SPI_result_code_string(result));
@@ -420,7 +534,9 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 		receiver.indexes = indexes;
 		receiver.lengths = lengths;
 		receiver.limit_rows = pgad_pack_limit_rows(load->columns);
+		receiver.limit_bytes = (int64) pgad_memory_limit_kb * 1024;
 		receiver.row_context = AllocSetContextCreate(CurrentMemoryContext, "pgad load row", ALLOCSET_SMALL_SIZES);
+		receiver.keys_work = AllocSetContextCreate(CurrentMemoryContext, "pgad load key hash", ALLOCSET_DEFAULT_SIZES);
 		/* The query's text is UTF-8, as Python encodes it; SPI takes the server's encoding. */
 		text = pg_any_to_server(query, strlen(query), PG_UTF8);
 		plan = SPI_prepare_cursor(text, 0, NULL, parallel ? CURSOR_OPT_PARALLEL_OK : 0);
@@ -435,6 +551,10 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 		options.dest = &receiver.pub;
 		if ((result = SPI_execute_plan_extended(plan, &options)) < 0)
 			elog(ERROR, "SPI_execute_plan_extended failed: %s", SPI_result_code_string(result));
+		/* Each key column's keys, kept for Python before their hash goes with SPI's context. */
+		for (k = 0; k < load->columns && receiver.hashes != NULL; k++)
+			if (indexes[k] == PGAD_LOAD_KEY)
+				pgad_keys_give(receiver.hashes[attributes[k]], &load->keys[k]);
 		if ((result = SPI_finish()) != SPI_OK_FINISH)
 			elog(ERROR, "SPI_finish failed: %s", SPI_result_code_string(result));
 		ReleaseCurrentSubTransaction();
@@ -452,6 +572,7 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 		MemoryContextSwitchTo(context);
 		CurrentResourceOwner = owner;
 		load_free_columns(load, 0);
+		load_free_keys(load);
 		load->rows = 0;
 		load->sqlerrcode = error->sqlerrcode != 0 ? error->sqlerrcode : ERRCODE_INTERNAL_ERROR;
 		load->message = load_strdup(error->message);
@@ -466,10 +587,10 @@ load_run(PgadLoad *load, const char *query, const int *attributes, const int *in
 /*
  * Runs query and loads columns columns of it: column k is the query's column attributes[k] (0-based), a float8,
  * or element indexes[k] (1-based) of it, a float8[] whose every array must have lengths[k] elements, when
- * indexes[k] > 0; parallel lets the planner choose
- * parallel workers. The load, with its columns or its error (sqlerrcode), or NULL when there is no memory even for
- * that. Python claims it at once (pgad_load_claim), reads it and says when it is done (pgad_load_done). Nothing
- * here throws across Python's frames.
+ * indexes[k] > 0, or a key column, text coded by its keys, when indexes[k] is PGAD_LOAD_KEY (its keys then in the
+ * load's keys[k]); parallel lets the planner choose parallel workers. The load, with its columns or its error
+ * (sqlerrcode), or NULL when there is no memory even for that. Python claims it at once (pgad_load_claim), reads
+ * it and says when it is done (pgad_load_done). Nothing here throws across Python's frames.
  */
 PgadLoad *
 pgad_load(const char *query, int columns, const int *attributes, const int *indexes, const int *lengths,

@@ -11,6 +11,7 @@
  *   element.c     pgad._element, which pgad.pack's queries read an array column's elements with
  *   aggregates.c  the aggregates pgad.loss_agg, pgad.gradient_agg and pgad.gradient_descent_agg
  *   load.c        the native load (pgad_load), which the loader runs the functions' data query with
+ *   keys.c        a key column's keys, found in the native load's pass: a hash of each key's text to its code
  *   reads.c       the relations a training read (pgad_reads), which its model's read_from records
  *
  * Each file's own header says what it does and why. What one file alone uses is static there; what the others use
@@ -108,7 +109,21 @@ extern void pgad_odd_array(const char *name, int64 row, ArrayType *array, int wi
 
 /* load.c: the native load */
 
-/* What a load gives Python; pgad/loader.py's LoadResult mirrors the fields up to values. */
+/*
+ * A key column's keys, as Python reads them (pgad/loader.py's KeysResult): codes 1 … count, each key's text UTF-8
+ * and followed by a NUL, in code order.
+ */
+typedef struct PgadKeys
+{
+	int64		count;			/* keys */
+	int64		bytes;			/* bytes of text */
+	char	   *text;			/* NULL for a column that is no key column */
+} PgadKeys;
+
+/* indexes[k] of a key column (pgad_load): its text looked up in its hash (keys.c), the code appended */
+#define PGAD_LOAD_KEY (-1)
+
+/* What a load gives Python; pgad/loader.py's LoadResult mirrors the fields up to keys. */
 typedef struct PgadLoad
 {
 	int64		rows;			/* rows loaded */
@@ -120,7 +135,9 @@ typedef struct PgadLoad
 	char	   *hint;
 	char	   *context;
 	float8	  **values;			/* each column's rows; NULL once freed */
+	PgadKeys   *keys;			/* per column, its keys; NULL where no column is a key column, and once done */
 	/* Not seen by Python: */
+	MemoryContext keys_context; /* keys and their text (keys.c), freed by pgad_load_done or a failed load */
 	Size		mapped;			/* bytes each column's mapping has */
 	int			references;		/* Python's reader, and each column not yet freed */
 	uint64		id;				/* how pgad_load_reference's bytea names it */
@@ -137,6 +154,24 @@ extern PGDLLEXPORT void pgad_load_free_column(PgadLoad *load, int column);
 extern PGDLLEXPORT void pgad_load_done(PgadLoad *load, int wrapped);
 extern PGDLLEXPORT int pgad_load_unclaimed(void);
 extern PGDLLEXPORT PgadLoad *pgad_load_take(uint64 id);
+
+/* keys.c: a key column's keys, found in the load's pass */
+
+/*
+ * What a key costs against pgad.memory_limit beside its text, which counts twice (pgad_keys_cost: the buffer
+ * grows by doubling): its end in the buffer and its code's slots in the hash (at most half full, so up to four
+ * slots a key after a doubling), with room to grow.
+ */
+#define PGAD_KEY_BYTES	64
+
+typedef struct PgadKeyHash PgadKeyHash;
+
+extern PgadKeyHash *pgad_keys_create(MemoryContext keep, MemoryContext work);
+extern int64 pgad_keys_cost(int len);
+extern int64 pgad_keys_count(const PgadKeyHash *keys);
+extern int64 pgad_keys_find(const PgadKeyHash *keys, const char *text, int len);
+extern int64 pgad_keys_add(PgadKeyHash *keys, const char *text, int len);
+extern void pgad_keys_give(PgadKeyHash *keys, PgadKeys *into);
 
 /* reads.c: the relations a training read */
 

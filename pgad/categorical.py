@@ -33,8 +33,7 @@ BASE = ("WITH RECURSIVE up AS (SELECT t.oid AS id, t.typbasetype AS base, 0 AS d
         "pg_catalog.quote_ident(t.typname) AS name, t.typcategory AS category FROM up JOIN pg_catalog.pg_type AS t "
         "ON t.oid OPERATOR(pg_catalog.=) up.id JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) "
         "t.typnamespace WHERE up.base OPERATOR(pg_catalog.=) 0 ORDER BY up.depth DESC LIMIT 1")
-LEVELS = ('SELECT pgad_data.{c}::pg_catalog.text AS v FROM ({query}\n) AS pgad_data WHERE pgad_data.{c} IS NOT NULL '
-          'GROUP BY pgad_data.{c} ORDER BY pgad_data.{c} LIMIT {limit}')
+LEVELS = loader.LEVELS  # a column's distinct values but NULL, in its type's order, as text
 
 
 @dataclass

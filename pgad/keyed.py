@@ -15,6 +15,14 @@ loss is alternating least squares.
 The weight vector the optimizers see (Layout) is the global weights' elements, then each keyed weight as a K×size
 table, row-major: a key's value is one row. Kernel is descent.fit's kernel over it, so every dense optimizer runs on
 a keyed model unchanged; sparse.py's mini-batch optimizers touch only a batch's keys.
+
+The keys are found in the load's own pass (load): pgad.so's native load reads each key column as text and codes it by
+a hash of its keys in C (extension/keys.c), in the order the rows first show them; then each column's keys are sorted
+(as Python orders text; an integer column's numerically) and its codes renumbered through a lookup array, so that the
+codes, and every value drawn per key, are the same whatever order the rows came in (a type that holds keys of
+different texts equal, citext, has them grouped by one query over the keys: equal_keys). One query reads the data. Where
+the load is not native (outside the server), the keys are read first, one query a column (read_keys), in the type's
+order.
 """
 import math
 import re
@@ -38,6 +46,7 @@ INIT = re.compile(rf'(\w+)\s*(?:\(((?:{NUMBER},)*{NUMBER})\))?\s*$', re.ASCII)
 DEFAULT_INIT = 'normal(0, 0.1)'  # a vector's: at 0 a bilinear form's gradient is 0 (a saddle), so none starts there
 MOST_DIMENSIONS = 4096           # the most numbers one key's value may hold
 KEY_BYTES = 64                   # what one key costs beside its values: its text, its code, its place in the hash
+INTEGERS = ('pg_catalog.int2', 'pg_catalog.int4', 'pg_catalog.int8')  # key types sorted as numbers
 COPIES = 6  # the values' copies a fit holds at once: the weights, the gradient or a step, a trial, a sweep's start, two
 #            moments (L-BFGS's pairs are counted apart: keyed_training.POLISH_COPIES)
 SPEC = ('shape', 'init', 'seed')
@@ -62,7 +71,7 @@ class Keyed:
     """The keyed weights of one model: each one's spec, its column, and (once the data is read) its keys."""
     specs: dict                                 # weight → Spec
     column: dict                                # weight → the column that indexes it
-    keys: dict = field(default_factory=dict)    # column → its keys as text, in the column type's order (codes 1 … K)
+    keys: dict = field(default_factory=dict)    # column → its keys as text, sorted (key_order; codes 1 … K)
     types: dict = field(default_factory=dict)   # column → its (base) type's schema-qualified name
 
     def count(self, weight):
@@ -145,17 +154,120 @@ def cost(keyed, counts):
         KEY_BYTES * sum(counts.values())
 
 
-def read_keys(keyed, query, memory_limit):
-    """Find each keyed column's keys in the data (its distinct values but NULL, in the type's order), one query a
-    column, refusing past pgad.memory_limit: a column's keys are read only up to the most that the limit leaves
-    room for (with every other column at one key), and one more says there are too many."""
+def check(keyed, query):
+    """Each key column in the data, of a type a key may have (its base type in keyed.types): before the load."""
     names, types = loader.check_columns(query, [], categorical=set(keyed.column.values()))
-    columns = list(dict.fromkeys(keyed.column.values()))
-    counts, rooms = {}, {}
-    for column in columns:
+    for column in dict.fromkeys(keyed.column.values()):
         if column not in names:
             raise loader.missing(column, names)
         keyed.types[column] = categorical.base_type(column, types[names.index(column)])
+    return keyed
+
+
+def load(keyed, data, columns, memory_limit):
+    """The Table of columns of the data, each key column among them its keys' codes 1 … K by keyed.keys, which this
+    fills: one native load, which finds the keys as it reads the rows (keys.c), their codes then made the sorted keys'
+    (coded); outside the server, the keys read first (read_keys), then the load. The keys' values must fit
+    pgad.memory_limit (too_many_keys), checked before any is drawn; a key column whose every row is NULL is the
+    error it was."""
+    query = loader.as_query(data)
+    if not all(c in keyed.types for c in keyed.column.values()):
+        check(keyed, query)
+    key_columns = list(dict.fromkeys(keyed.column.values()))
+    if loader.native_loader() is None:
+        read_keys(keyed, query, memory_limit)
+        return loader.load(data, columns, memory_limit=memory_limit, categories=dict(keyed.keys))
+    table = loader.load(data, columns, memory_limit=memory_limit, keys=key_columns)
+    for column in key_columns:
+        at, found, kind = columns.index(column), table.keys[column], keyed.types[column]
+        table.columns[at], keyed.keys[column] = coded(table.columns[at], found, kind, equal_keys(found, kind))
+    table.keys = dict(keyed.keys)
+    counts = {c: len(keyed.keys[c]) for c in key_columns}
+    too_many_keys(keyed, counts, memory_limit)
+    for column in key_columns:
+        if not counts[column] and not server.query(ANY_KEY.format(c=printer.quote_ident(column), query=query)):
+            raise all_null(column)
+    return table
+
+
+# A row of the data whose key is not NULL (asked only where the load found no key: were they all NULL?)
+ANY_KEY = 'SELECT 1 AS found FROM ({query}\n) AS pgad_data WHERE pgad_data.{c} IS NOT NULL LIMIT 1'
+
+
+# The types whose values are equal exactly where their texts are: the keys as the load found them (by their text's
+# bytes) are the type's distinct values. Another (citext, whose 'Ann' is 'ann'; an enum, a domain's base) has its keys
+# grouped by the type's own equality, one query over the keys, not the data (equal_keys).
+AS_TEXT = INTEGERS + ('pg_catalog.text', 'pg_catalog.varchar', 'pg_catalog.bpchar', 'pg_catalog.name',
+                      'pg_catalog.bool', 'pg_catalog."char"')
+# The keys (texts, $1) grouped by the type's equality: each group's places in the keys, 1-based
+EQUAL = ('SELECT pg_catalog.array_agg(pgad_keys.n) AS places FROM pg_catalog.unnest($1::pg_catalog.text[]) '
+         'WITH ORDINALITY AS pgad_keys(k, n) GROUP BY pgad_keys.k::{kind} '
+         'HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 1')
+
+
+def equal_keys(keys, kind):
+    """For each of keys (texts of a column of type kind), the place of the key it stands for: itself, or where the
+    type holds keys of different texts equal (citext), the one of them first in text order; None where every key
+    stands for itself (a type in AS_TEXT, or no two equal)."""
+    if kind in AS_TEXT or len(keys) < 2:
+        return None
+    groups = [row['places'] for row in server.query(EQUAL.format(kind=kind), [keys], ['pg_catalog.text[]'])]
+    if not groups:
+        return None
+    same = np.arange(len(keys))
+    for places in groups:
+        first = min((p - 1 for p in places), key=keys.__getitem__)
+        same[[p - 1 for p in places]] = first
+    return same
+
+
+def key_order(keys, kind):
+    """The places in keys (texts of a column of type kind) in sorted order: an integer type's as numbers, any other's
+    as Python orders text (by code point)."""
+    if kind in INTEGERS:
+        return np.argsort(np.fromiter(map(int, keys), np.int64, len(keys)), kind='stable')
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+
+
+def coded(codes, keys, kind, same=None):
+    """(the codes, 1 … K by keys in the order the load found them, as the sorted keys' codes; the sorted keys): one
+    lookup array, indexed by the codes, vectorised. same (equal_keys'): each key's place of the key it stands for,
+    whose code it takes; the keys that stand for others are the keys."""
+    kept = np.arange(len(keys)) if same is None else np.flatnonzero(same == np.arange(len(keys)))
+    order = kept[key_order([keys[k] for k in kept], kind)]
+    if same is None and np.array_equal(order, kept):  # found in sorted order already (the data sorted by key)
+        return codes, list(keys)
+    lookup = np.zeros(len(keys) + 1)
+    lookup[order + 1] = np.arange(1, len(order) + 1)
+    if same is not None:
+        lookup[1:] = lookup[same + 1]
+    return lookup[codes.astype(np.intp)], [keys[k] for k in order]
+
+
+def too_many_keys(keyed, counts, memory_limit):
+    """The error where the keyed weights' values at counts ({column: keys}) need more than memory_limit."""
+    need = cost(keyed, counts)
+    if memory_limit is not None and need > memory_limit:
+        raise PgadError(loader.OUT_OF_MEMORY, f'the keyed weights need {loader.megabytes(need)}, more than '
+                                              f'pgad.memory_limit ({loader.megabytes(memory_limit)})',
+                        detail='Keys: ' + ', '.join(f'{c} {n}' for c, n in counts.items()) +
+                               f'; {COPIES} copies of every value while the fit runs.',
+                        hint='Use a smaller shape, group rare keys into one in the data query, or have a superuser '
+                             'raise pgad.memory_limit.')
+
+
+def all_null(column):
+    return PgadError('22000', f'every row of the data has NULL in column "{column}", which the lambda reads',
+                     hint='data must have at least one row to average the loss over.')
+
+
+def read_keys(keyed, query, memory_limit):
+    """Find each keyed column's keys in the data (its distinct values but NULL, in the type's order), one query a
+    column, refusing past pgad.memory_limit: a column's keys are read only up to the most that the limit leaves
+    room for (with every other column at one key), and one more says there are too many. Where the load is not
+    native (load), after check."""
+    columns = list(dict.fromkeys(keyed.column.values()))
+    counts, rooms = {}, {}
     for column in columns:
         room = None
         if memory_limit is not None:
@@ -176,8 +288,7 @@ def read_keys(keyed, query, memory_limit):
                              'raise pgad.memory_limit.')
     for column in counts:
         if not keyed.keys[column]:
-            raise PgadError('22000', f'every row of the data has NULL in column "{column}", which the lambda reads',
-                            hint='data must have at least one row to average the loss over.')
+            raise all_null(column)
     return keyed
 
 
@@ -338,16 +449,32 @@ def _targets(elements, layout):
 
 def build(lam, keyed, shapes, limits, mode='reverse'):
     """(the local program, its Layout, the local lambda's text) of an objective lambda lam: shapes {global weight:
-    its shape}."""
+    its shape}. The keys must be known (keyed.keys); local_program builds the program without them."""
+    prog, text, names = local_program(lam, keyed, shapes, limits, mode)
+    return prog, layout(names, keyed, shapes), text
+
+
+def local_program(lam, keyed, shapes, limits, mode='reverse'):
+    """(the local program, the local lambda's text, its weights' names) of an objective lambda lam, which need not
+    know the keys: the columns to load are the program's and the key columns."""
     local = localised(lam, keyed.column)
-    per_key = {n: s.shape for n, s in keyed.specs.items()}
-    every = {**{n: shapes.get(n, ()) for n in local.weights if n not in keyed.specs}, **per_key}
-    names = tuple(n for n in local.weights)
+    names = tuple(local.weights)
+    every = _shapes(names, keyed, shapes)
     dims = vectors.Shapes(tuple((n, every[n]) for n in names if every[n]))
     text = text_of(local, printer.budget(limits))
-    prog = program.build(text, names, mode, True, limits, dims)
+    return program.build(text, names, mode, True, limits, dims), text, names
+
+
+def layout(names, keyed, shapes):
+    """The Layout of the local program's weights (names: local_program's) once the keys are known."""
     counts = {n: (keyed.column[n], keyed.count(n)) for n in keyed.specs if n in names}
-    return prog, Layout.of(names, every, counts), text
+    return Layout.of(names, _shapes(names, keyed, shapes), counts)
+
+
+def _shapes(names, keyed, shapes):
+    """{weight: its shape, a keyed one's per key} of the local lambda's weights (names)."""
+    return {**{n: shapes.get(n, ()) for n in names if n not in keyed.specs},
+            **{n: s.shape for n, s in keyed.specs.items()}}
 
 
 def too_large(need, memory_limit, what):

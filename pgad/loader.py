@@ -23,6 +23,12 @@ is loaded as 1 (true) or 0 (false), flag::int4::float8; a column the lambda read
 the label of loss 'logistic' (objective.Label), which may be boolean and is then loaded as one is. A named loss's
 label that is no number (objective.NumberLabel) gets a label's error and hint, not a feature's.
 
+A key column (keys: a keyed weight's, keyed.py) is read natively as pgad_data.user::pg_catalog.text, and pgad.so
+looks each row's text up in a hash of the column's keys (extension/keys.c), a new key getting the next code 1, 2, …
+in the order the rows show it: the keys are found in the load's own pass, and the Table's keys give each key column's
+keys in code order (a key only in rows skipped for a NULL elsewhere is none). Where the load is not native, they are
+read first, one query a column (LEVELS, in the type's order), and coded as a categorical column is.
+
 A float8[] column (or an array of any numeric type) that the lambda reads is a vector: lengths() reads its length
 from the data first (every row's must be the same, and a row that differs is an error that names it), and the
 load reads its elements as columns of their own: the native load takes them from pgad_data.pixels::float8[] in C,
@@ -91,34 +97,45 @@ NUMBERED = ('SELECT *, (pg_catalog.row_number() OVER () OPERATOR(pg_catalog.-) 1
 
 @dataclass
 class Table:
-    columns: list   # one contiguous float64 array per column, in the order asked for
-    rows: int       # rows loaded (rows with NULL in a read column are not)
-    skipped: int    # rows skipped for NULL
+    columns: list       # one contiguous float64 array per column, in the order asked for
+    rows: int           # rows loaded (rows with NULL in a read column are not)
+    skipped: int        # rows skipped for NULL
+    keys: dict = None   # a load with keys: {key column: its keys (str), code k's at k - 1}
 
 
 def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False, packed=False,
-         missing=()):
+         missing=(), keys=()):
     """Load `columns` (names, exactly as the data spells them) of the data into a Table: natively where pgad.so is
     there (load_natively), else, or with packed (the tests compare the two), with pgad.pack; chunk_rows, when not
     0, packs it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
     elements maps the name of an array column's element ('pixels[3]', a Program's columns_of) to (column, index);
     categories a categorical column to its categories, loaded as each row's code 1 … K (category_code; a value
     not among them skips the row, or with unseen, is code 0); a column in missing (imputed: models/preprocess.py)
-    is loaded with −NaN (NaN with its sign bit set) for NULL, its rows not skipped; a NaN of the data's as NaN."""
+    is loaded with −NaN (NaN with its sign bit set) for NULL, its rows not skipped; a NaN of the data's as NaN. keys
+    names key columns among columns, of any type (the caller checks theirs, as it bounds their count where the load
+    is not native): each loaded as its keys' codes, 1 … K, the keys in the Table's keys."""
     query = as_query(data)
     elements = elements or {}
     categories = categories or {}
-    names, types = check_columns(query, _read(columns, elements), {c for c, _ in elements.values()}, set(categories))
+    keys = list(dict.fromkeys(keys))
+    for column in keys:
+        if column not in columns or column in categories or column in elements or column in missing:
+            raise ValueError(f'key column {column!r}: not a plain column of the load')
+    names, types = check_columns(query, _read(columns, elements), {c for c, _ in elements.values()},
+                                 set(categories) | set(keys))
     columns = typed(columns, names, types)
     if not columns:
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
     library = None if chunk_rows or packed else native_loader()
+    if library is None and keys:  # the keys first, by a query a column, then coded as categories are
+        categories = {**categories, **{c: [r['v'] for r in server.cursor(LEVELS.format(
+            c=quote_ident(c), query=query, limit='ALL'), KEYS_FETCHED)] for c in keys}}
     if library is not None:
         try:
-            table = load_natively(library, query, columns, elements, categories, unseen, missing)
+            table = load_natively(library, query, columns, elements, categories, unseen, missing, keys)
         except server.SPIError as e:
-            if e.sqlstate == OUT_OF_MEMORY:
+            if e.sqlstate == OUT_OF_MEMORY and not str(e.args[0] if e.args else '').startswith(KEYS_OVER_LIMIT):
                 check_memory(memory_limit, query, columns, elements)
             raise
         server.debug(f'pgad: loaded {table.rows} rows of {len(columns)} columns in 1 part')
@@ -145,22 +162,36 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     rows, skipped = sum(part[1] for part in loaded), sum(part[2] for part in loaded)
     server.debug(f'pgad: loaded {rows} rows of {len(columns)} columns in {len(parts)} part{"s" * (len(parts) != 1)}')
     kept = [c for c in columns if c not in missing]  # the columns whose NULL skips a row
+    found = {c: categories[c] for c in keys} if keys else None
     if len(loaded) == 1:
-        return skipping(Table(loaded[0][0], rows, skipped), kept, query, elements)
+        return skipping(Table(loaded[0][0], rows, skipped, found), kept, query, elements)
     return skipping(Table([np.concatenate([np.empty(0)] + [part[0][k] for part in loaded])
-                           for k in range(len(columns))], rows, skipped), kept, query, elements)
+                           for k in range(len(columns))], rows, skipped, found), kept, query, elements)
 
 
 PARALLEL = 0  # the native load's plan: serial, where parallel workers lose (measured: docs/design.md)
+KEY = -1      # a key column's index in pgad_load's indexes (extension/pgad.h's PGAD_LOAD_KEY)
+KEYS_OVER_LIMIT = 'the keys of column '  # how the native load's error for keys past pgad.memory_limit starts
+KEYS_FETCHED = 10_000  # keys fetched at once where they are read by a query
+# A column's distinct values but NULL, in its type's order, as text: its keys, where the load is not native
+LEVELS = ('SELECT pgad_data.{c}::pg_catalog.text AS v FROM ({query}\n) AS pgad_data WHERE pgad_data.{c} IS NOT NULL '
+          'GROUP BY pgad_data.{c} ORDER BY pgad_data.{c} LIMIT {limit}')
+
+
+class KeysResult(ctypes.Structure):
+    """A key column's keys in a load (extension/pgad.h's PgadKeys): count keys, their text UTF-8, each followed by a
+    NUL, in code order, bytes long."""
+    _fields_ = [('count', ctypes.c_int64), ('bytes', ctypes.c_int64), ('text', ctypes.c_void_p)]
 
 
 class LoadResult(ctypes.Structure):
     """What pgad_load gives (extension/pgad.h's PgadLoad, its public fields): the rows loaded and skipped, or the
-    error that stopped the load (sqlerrcode, PostgreSQL's packed SQLSTATE), and each column's values."""
+    error that stopped the load (sqlerrcode, PostgreSQL's packed SQLSTATE), each column's values, and each column's
+    keys (NULL unless a column is a key column)."""
     _fields_ = [('rows', ctypes.c_int64), ('skipped', ctypes.c_int64), ('columns', ctypes.c_int32),
                 ('sqlerrcode', ctypes.c_int32), ('message', ctypes.c_char_p),
                 ('detail', ctypes.c_char_p), ('hint', ctypes.c_char_p), ('context', ctypes.c_char_p),
-                ('values', ctypes.POINTER(ctypes.c_void_p))]
+                ('values', ctypes.POINTER(ctypes.c_void_p)), ('keys', ctypes.POINTER(KeysResult))]
 
 
 _loader = []
@@ -200,17 +231,22 @@ class Mapped:
         weakref.finalize(self, library.pgad_load_free_column, load, column)
 
 
-def load_natively(library, query, columns, elements, categories, unseen, missing=()):
+def load_natively(library, query, columns, elements, categories, unseen, missing=(), keys=()):
     """A Table of the columns (typed) of the data query, loaded by pgad.so's pgad_load: each column is one native
     float8 array that numpy wraps without a copy. An array column is read once, as pg_catalog.float8[] under its own
     name (which pgad.so's errors give), and its elements become columns in pgad.so, which checks every row's array
     against the length the lambda reads (the highest element in elements: a Program's columns_of names them all):
-    the query may give other rows than lengths() measured. The server's error, if any, is raised as plpy.execute
-    raises it (a server.SPIError)."""
+    the query may give other rows than lengths() measured. A key column (in keys) is read as pg_catalog.text under
+    its own name, coded by pgad.so, its keys in the Table's keys. The server's error, if any, is raised as
+    plpy.execute raises it (a server.SPIError)."""
     select, attributes, indexes, arrays = [], [], [], {}
     widths = array_lengths(elements)
     for c in columns:
-        if c in elements and c not in categories:
+        if c in keys:
+            attributes.append(len(select))
+            indexes.append(KEY)
+            select.append(f'pgad_data.{quote_ident(c)}::pg_catalog.text AS {quote_ident(c)}')
+        elif c in elements and c not in categories:
             name, index = elements[c]
             if name not in arrays:
                 arrays[name] = len(select)
@@ -221,7 +257,7 @@ def load_natively(library, query, columns, elements, categories, unseen, missing
             attributes.append(len(select))
             indexes.append(0)
             select.append(VALUE.format(value(c, elements, categories, unseen, missing=missing), len(select)))
-    lengths = [widths[elements[c][0]] if index else 0 for c, index in zip(columns, indexes)]
+    lengths = [widths[elements[c][0]] if index > 0 else 0 for c, index in zip(columns, indexes)]
     n = len(columns)
     load = library.pgad_load(ROWS.format(', '.join(select), query).encode(), n, (ctypes.c_int * n)(*attributes),
                              (ctypes.c_int * n)(*indexes), (ctypes.c_int * n)(*lengths), PARALLEL)
@@ -232,24 +268,44 @@ def load_natively(library, query, columns, elements, categories, unseen, missing
     def failed(result):
         text = [(f or b'').decode(errors='replace') or None for f in (result.message, result.detail, result.hint)]
         return server.spi_error(result.sqlerrcode, *text)
-    return wrapped(library, load, failed)
+    table = wrapped(library, load, failed, [k for k, index in enumerate(indexes) if index == KEY])
+    if table.keys:
+        table.keys = {columns[k]: found for k, found in table.keys.items()}
+    return table
 
 
-def wrapped(library, load, failed):
-    """A Table of a load that Python has claimed, each column wrapped by numpy in place; the exception that
-    failed(its LoadResult) gives when it holds an error. The load's columns not wrapped are freed on the way out."""
+def wrapped(library, load, failed, keyed=()):
+    """A Table of a load that Python has claimed, each column wrapped by numpy in place, and the keys of its key
+    columns (keyed: their places) read; the exception that failed(its LoadResult) gives when it holds an error. The
+    load's columns not wrapped are freed on the way out, and its keys."""
     count = 0
     try:
         result = load.contents
         if result.sqlerrcode:
             raise failed(result)
+        found = {k: keys_of(result, k) for k in keyed}
         values = []
         for k in range(result.columns):
             values.append(np.asarray(Mapped(library, load, k, result.rows, result.values[k])))
             count += 1
-        return Table(values, result.rows, result.skipped)
+        return Table(values, result.rows, result.skipped, found or None)
     finally:
         library.pgad_load_done(load, count)
+
+
+def keys_of(result, k):
+    """Column k's keys in a load (a LoadResult), in code order: its text decoded once and split at the NULs."""
+    found = result.keys[k] if result.keys else KeysResult()
+    if found.count == 0:
+        return []
+    try:
+        keys = ctypes.string_at(found.text, found.bytes).decode('utf-8').split('\0')
+    except UnicodeDecodeError as e:  # a database in SQL_ASCII holding bytes that are not UTF-8
+        raise PgadError('22021', 'a key is not valid UTF-8', detail=str(e)) from None
+    if len(keys) != found.count + 1 or keys.pop() != '':
+        raise PgadError('XX000', 'pgad_load returned malformed keys',
+                        detail=f'{found.count} keys, {found.bytes} bytes, {len(keys)} parts.')
+    return keys
 
 
 def value(column, elements, categories=None, unseen=False, widths=None, missing=()):

@@ -88,10 +88,14 @@ CALLS = {
         call(KEYED_TRAIN[:-1] + ", optimizer => 'newton')", KEYED, '{"p": {"shape": [2]}}'),
     'backend "llvm" does not train a keyed model':
         call(KEYED_TRAIN[:-1] + ", backend => 'llvm')", KEYED, '{"p": {"shape": [2]}}'),
+    'the keys of column "k" need … MB with the rows, more than pgad.memory_limit (1.0 MB)':
+        call("SET pgad.memory_limit = '1MB'") + call(KEYED_TRAIN.replace(
+            "'keyed_rows'", "'SELECT md5(x::text) AS k, 0.0::float8 AS y FROM generate_series(1, 100000) AS x'"),
+            KEYED, '{"p": {"shape": [1]}}'),
     'the keyed weights need … MB, more than pgad.memory_limit (1.0 MB)':
         call("SET pgad.memory_limit = '1MB'") + call(KEYED_TRAIN.replace(
-            "'keyed_rows'", "'SELECT x::text AS k, 0.0::float8 AS y FROM generate_series(1, 10000) AS x'"), KEYED,
-            '{"p": {"shape": [8]}}'),
+            "'keyed_rows'", "'SELECT x::text AS k, 0.0::float8 AS y FROM generate_series(1, 2000) AS x'"), KEYED,
+            '{"p": {"shape": [64]}}'),
     'model "m" has no keyed weight':
         VM[:1] + call("SELECT pgad.train('m', 'λ(d, w) w.a*d.x', 'squared', 'points', '{{\"a\": 0}}', "
                       "iterations => 1)")

@@ -8,7 +8,10 @@ Against a real server: a matrix factorisation with biases by pgad.train against 
 reference of the same objective, its scoring function against the stored tables (unseen keys, NULL keys),
 pgad.recommend against a brute force over the stored weights, pgad.embeddings' pgvector text, the tables through
 versions, keep_versions, drop and pg_dump, who may read them, pgad.memory_limit before anything is allocated, a
-cancel within a second, and the messages of what a keyed model does not take.
+cancel within a second, and the messages of what a keyed model does not take. The keys, found in the load's own pass
+(keyed.load, extension/keys.c): one query over the data, their codes the sorted keys' whatever order the rows come in
+(integers as numbers, text as Python orders it, non-ASCII and empty keys among them), NULL keys skipped, 200,000 keys
+against numpy, pgad.memory_limit in C (53200 naming the column) and a cancel within a second.
 """
 import json
 import subprocess
@@ -22,7 +25,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from conftest import error_of, new_database, settings
+from conftest import error_of, heard, new_database, settings
 from pgad import keyed, program, python_backend
 from pgad.limits import DEFAULT
 from pgad.models import blocks, descent, objective, sparse
@@ -103,6 +106,21 @@ def test_a_key_vector_feeds_a_network_in_either_mode(mode):
     f.backward()
     assert sums[0] == pytest.approx(f.item(), rel=1e-13)
     np.testing.assert_allclose(sums[1:], t.grad.numpy(), rtol=1e-11, atol=1e-12)
+
+
+def test_keys_sort_as_numbers_or_as_python_orders_text_and_their_codes_follow():
+    keys = ['10', '-3', '2', '0', '9007199254740993', '9007199254740992']
+    assert [keys[k] for k in keyed.key_order(keys, 'pg_catalog.int8')] == \
+        ['-3', '0', '2', '10', '9007199254740992', '9007199254740993']
+    text = ['b', 'é', '', 'B', '日本', 'a']
+    assert [text[k] for k in keyed.key_order(text, 'pg_catalog.text')] == sorted(text)
+    rng = np.random.default_rng(0)
+    codes = rng.integers(1, len(text) + 1, 1000).astype(float)
+    recoded, ordered = keyed.coded(codes, text, 'pg_catalog.text')
+    assert ordered == sorted(text)
+    np.testing.assert_array_equal(recoded, [ordered.index(text[int(c) - 1]) + 1 for c in codes])
+    same, ordered = keyed.coded(codes, sorted(text), 'pg_catalog.text')  # sorted already: the codes as they are
+    assert same is codes and ordered == sorted(text)
 
 
 def test_a_keys_derivative_is_the_central_difference():
@@ -230,6 +248,29 @@ WEIGHTS = json.dumps({'mu': 0, 'bu': {}, 'bi': {}, 'p': {'shape': [RANK], 'seed'
 REGULARIZE = '["bu", "bi", "p", "q"]'
 
 
+# keyed.load of the data's columns, each key column of the weights ({weight: column}) coded by its sorted keys
+KEYED_LOAD = """
+CREATE FUNCTION keyed_load(data text, columns text[], weights jsonb, memory_limit bigint DEFAULT NULL,
+                           fallback boolean DEFAULT false)
+RETURNS jsonb LANGUAGE plpython3u AS $$
+import json
+plpy.execute("SELECT pgad.derivatives('λ(d, w) w.a')")  # pgad's Python on sys.path
+from pgad import keyed, loader
+by = json.loads(weights)
+found = keyed.Keyed({w: keyed.Spec((1,), 'zeros', 0) for w in by}, by)
+native = loader.native_loader
+if fallback:  # as outside the server: the keys by a query a column, then the load by pgad.pack
+    loader.native_loader = lambda: None
+try:
+    table = keyed.load(found, data, columns, memory_limit)
+finally:
+    loader.native_loader = native
+return json.dumps({'keys': found.keys, 'types': found.types, 'rows': table.rows, 'skipped': table.skipped,
+                   'columns': [c.tolist() for c in table.columns]})
+$$;
+"""
+
+
 @pytest.fixture(scope='module', autouse=True)
 def data(cluster, dbname):
     with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
@@ -238,6 +279,7 @@ def data(cluster, dbname):
             for row in zip(USER_KEYS, ITEM_KEYS, R):
                 copy.write_row(row)
         db.execute('GRANT SELECT ON ratings TO PUBLIC')
+        db.execute(KEYED_LOAD)
 
 
 def train(db, name, data='ratings', **options):
@@ -423,7 +465,7 @@ def test_a_role_that_may_not_read_the_data_reads_no_weight(cluster, dbname, db):
         db.execute('DROP ROLE keyed_outsider')
 
 
-def test_the_memory_limit_refuses_the_keys_before_they_are_read(db):
+def test_the_memory_limit_refuses_the_keyed_weights_before_any_value_is_drawn(db):
     with settings(db, {'pgad.memory_limit': '1MB'}):  # its least
         d = error_of(db, "SELECT * FROM pgad.train('mf_big', %s, 'squared', 'ratings', %s, label => 'rating')",
                      [MODEL, WEIGHTS.replace(f'[{RANK}]', '[512]')])  # 6 copies of 160 keys × 512: 3.9 MB
@@ -444,6 +486,147 @@ def test_a_training_is_cancelled_within_a_second(cluster, dbname, db):
                           "iterations => 1000)", [MODEL, WEIGHTS.replace(f'[{RANK}]', '[16]')])
         assert time.monotonic() - started < 3.0 + 1.0
         timer.join()
+
+
+def keyed_load(db, data, columns, weights, memory_limit=None, fallback=False):
+    return db.execute('SELECT keyed_load(%s, %s, %s, %s, %s)', (data, columns, json.dumps(weights), memory_limit,
+                                                                fallback)).fetchone()[0]
+
+
+def test_the_codes_are_the_sorted_keys_whatever_order_the_rows_come_in(db):
+    """Each row's code is its key's place among the sorted keys, in either order of the rows; the keys' values are
+    drawn in code order, so a table read in two orders trains the same model (two sweeps: not yet at the optimum,
+    where the start would no longer show)."""
+    users, items = sorted(set(USER_KEYS)), sorted(set(ITEM_KEYS))
+    for order in ('user_id, item_id', 'item_id DESC, user_id DESC', 'rating'):
+        data = f'SELECT * FROM ratings ORDER BY {order}'
+        rows = db.execute(data).fetchall()
+        got = keyed_load(db, data, ['rating', 'user_id', 'item_id'], {'p': 'user_id', 'q': 'item_id'})
+        assert got['keys'] == {'user_id': users, 'item_id': items}
+        assert got['types'] == {'user_id': 'pg_catalog.text', 'item_id': 'pg_catalog.text'}
+        assert got['columns'][1] == [users.index(u) + 1 for u, _, _ in rows]
+        assert got['columns'][2] == [items.index(i) + 1 for _, i, _ in rows]
+    models = []
+    for k, order in enumerate(('user_id, item_id', 'item_id DESC, user_id DESC')):
+        _, final, converged, _ = train(db, f'mf_order{k}', data=f'SELECT * FROM ratings ORDER BY {order}',
+                                       iterations=2)
+        assert not converged
+        models.append((final, stored(db, f'mf_order{k}')))
+    (first, (g1, t1)), (second, (g2, t2)) = models
+    assert second == pytest.approx(first, rel=1e-9) and g2['mu'] == pytest.approx(g1['mu'], rel=1e-9)
+    for weight in ('bu', 'bi', 'p', 'q'):
+        assert t1[weight].keys() == t2[weight].keys()
+        for key in t1[weight]:
+            np.testing.assert_allclose(t2[weight][key], t1[weight][key], rtol=1e-9, atol=1e-12)
+
+
+def test_integer_keys_sort_as_numbers(db):
+    data = ('SELECT (g % 25 - 12)::int2 AS s, (g * 37 % 101)::int4 AS i, (g % 7)::int8 * 1000000000000 AS b, '
+            'g::float8 AS y FROM generate_series(1, 500) AS g ORDER BY pg_catalog.md5(g::text)')
+    got = keyed_load(db, data, ['y', 's', 'i', 'b'], {'ws': 's', 'wi': 'i', 'wb': 'b'})
+    assert got['keys'] == {'s': [str(v) for v in range(-12, 13)], 'i': [str(v) for v in range(101)],
+                           'b': [str(v * 10 ** 12) for v in range(7)]}
+    assert got['types'] == {'s': 'pg_catalog.int2', 'i': 'pg_catalog.int4', 'b': 'pg_catalog.int8'}
+    rows = db.execute(f'SELECT s, i, b FROM ({data}) AS d').fetchall()
+    assert got['columns'][1:] == [[s + 13 for s, _, _ in rows], [i + 1 for _, i, _ in rows],
+                                  [b // 10 ** 12 + 1 for _, _, b in rows]]
+
+
+def test_null_keys_skip_their_rows_and_text_keys_sort_as_python_orders_them(db):
+    """Non-ASCII and empty keys are keys; a NULL key skips its row (a NOTICE says so); a key whose rows are all
+    skipped for another NULL is no key ('ghost')."""
+    data = ("SELECT * FROM (VALUES ('b', 1.0), ('é', 2), (NULL, 3), ('', 4), ('日本', 5), ('B', 6), ('b', 7), "
+            "(NULL, 8), ('ghost', NULL), ('é', 9)) AS v(k, y)")
+    with heard(db) as said:
+        got = keyed_load(db, data, ['y', 'k'], {'p': 'k'})
+    assert got['keys'] == {'k': sorted(['b', 'é', '', '日本', 'B'])} == {'k': ['', 'B', 'b', 'é', '日本']}
+    assert (got['rows'], got['skipped']) == (7, 3)
+    assert got['columns'] == [[1, 2, 4, 5, 6, 7, 9], [3, 4, 1, 5, 2, 3, 4]]
+    assert said == ['skipped 3 of 10 rows with NULL in "y" (1 row), "k" (2 rows)']
+    d = error_of(db, "SELECT * FROM pgad.train('nulls', 'λ(d, w) w.p[d.k]', 'squared', %s, "
+                     "'{\"p\": {\"shape\": []}}', label => 'y')", ["SELECT NULL::text AS k, 1.0::float8 AS y"])
+    assert (d.sqlstate, d.message_primary) == ('22000', 'every row of the data has NULL in column "k", which the '
+                                                        'lambda reads')
+    d = error_of(db, "SELECT * FROM pgad.train('nulls', 'λ(d, w) w.p[d.k]', 'squared', %s, "
+                     "'{\"p\": {\"shape\": []}}', label => 'y')", ["SELECT 'a'::text AS k, NULL::float8 AS y"])
+    assert (d.sqlstate, d.message_primary) == ('22000', 'model "nulls": no rows without NULL in the columns it reads')
+
+
+def test_keys_their_type_holds_equal_are_one_key(db):
+    """citext's 'Ann' is 'ann': the keys the load tells apart by their text are grouped by the type's equality (one
+    query over the keys), the first in text order standing for its group, and the training stores one value each."""
+    db.execute('CREATE EXTENSION IF NOT EXISTS citext')
+    data = ("SELECT k::citext AS k, y FROM (VALUES ('Ann', 1.0), ('bob', 2.0), ('ann', 3.0), ('ANN', 4.0), "
+            "('Bob', 5.0), ('cy', 6.0)) AS v(k, y)")
+    got = keyed_load(db, data, ['y', 'k'], {'p': 'k'})
+    assert got['keys'] == {'k': ['ANN', 'Bob', 'cy']} and got['types'] == {'k': 'public.citext'}
+    assert got['columns'][1] == [1, 2, 1, 1, 2, 3]
+    db.execute("SELECT * FROM pgad.train('by_name', 'λ(d, w) w.p[d.k]', 'squared', %s, "
+               "'{\"p\": {\"shape\": []}}', label => 'y')", [data])
+    _, t = stored(db, 'by_name')
+    assert {k: v[0] for k, v in t['p'].items()} == pytest.approx({'ANN': 8 / 3, 'Bob': 3.5, 'cy': 6.0}, rel=1e-9)
+
+
+def test_200000_keys_are_coded_as_numpy_codes_them(db):
+    data = ('SELECT pg_catalog.md5((g % 200000)::text) AS k, (g % 5)::float8 AS y FROM generate_series(1, 400000) '
+            'AS g ORDER BY pg_catalog.hashint4(g), g')
+    rows = np.array([k for k, in db.execute(f'SELECT k FROM ({data}) AS d').fetchall()])
+    got = keyed_load(db, data, ['y', 'k'], {'p': 'k'})
+    keys, codes = np.unique(rows, return_inverse=True)
+    assert got['keys']['k'] == keys.tolist() and got['rows'] == 400000
+    np.testing.assert_array_equal(got['columns'][1], codes + 1)
+
+
+def test_without_the_native_load_the_keys_query_codes_the_same_keys(db):
+    """Outside the server the keys are read first, a query a column, in the type's order, and the load codes them:
+    each row's key is the same as the native load's."""
+    data = "SELECT * FROM ratings UNION ALL SELECT 'é' || user_id, '', 1.0 FROM ratings WHERE rating > 4"
+    native = keyed_load(db, data, ['rating', 'user_id', 'item_id'], {'p': 'user_id', 'q': 'item_id'})
+    query = keyed_load(db, data, ['rating', 'user_id', 'item_id'], {'p': 'user_id', 'q': 'item_id'}, fallback=True)
+    assert native['rows'] == query['rows'] and native['columns'][0] == query['columns'][0]
+    for k, column in ((1, 'user_id'), (2, 'item_id')):
+        assert sorted(native['keys'][column]) == sorted(query['keys'][column])
+        assert [native['keys'][column][int(c) - 1] for c in native['columns'][k]] == \
+            [query['keys'][column][int(c) - 1] for c in query['columns'][k]]
+
+
+def test_one_query_reads_the_data_of_a_keyed_training(db):
+    """Each row of the data advances a sequence once: the keys are found in the load's own pass."""
+    db.execute('CREATE SEQUENCE IF NOT EXISTS scans')
+    db.execute("SELECT setval('scans', 1, false)")
+    train(db, 'mf_once', data="SELECT *, nextval('scans') AS n FROM ratings")
+    assert db.execute('SELECT last_value, is_called FROM scans').fetchone() == (len(R), True)
+
+
+def test_keys_past_the_memory_limit_stop_the_load_in_c(db):
+    db.execute('CREATE TABLE IF NOT EXISTS crowd AS SELECT pg_catalog.md5(g::text) AS user_id, '
+               '(g % 40)::text AS item_id, (g % 5)::float8 AS rating FROM generate_series(1, 100000) AS g')
+    with settings(db, {'pgad.memory_limit': '1MB'}):
+        d = error_of(db, "SELECT * FROM pgad.train('mf_crowd', %s, 'squared', 'crowd', %s, label => 'rating')",
+                     [MODEL, WEIGHTS])
+    assert d.sqlstate == '53200'
+    assert d.message_primary.startswith('the keys of column "user_id" need ')
+    assert d.message_primary.endswith(' with the rows, more than pgad.memory_limit (1.0 MB)')
+    assert d.message_detail.startswith('Loading stopped at row ') and 'Group rare keys' in d.message_hint
+    assert tables(db, 'mf_crowd') == []
+
+
+def test_a_cancel_stops_a_keyed_trainings_load_within_a_second(cluster, dbname, db):
+    """Nine million rows of distinct keys, streamed by a nested loop: cancelled while they load."""
+    data = ('SELECT pg_catalog.md5((a * 3000 + b)::text) AS user_id, (b % 50)::text AS item_id, '
+            '(a % 5)::float8 AS rating FROM generate_series(1, 3000) AS a, generate_series(1, 3000) AS b')
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as other:
+        pid = other.execute('SELECT pg_backend_pid()').fetchone()[0]
+        other.execute("SELECT pgad.derivatives('λ(d, w) w.a')")
+        timer = threading.Timer(1.5, lambda: db.execute('SELECT pg_cancel_backend(%s)', [pid]))
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            other.execute("SELECT * FROM pgad.train('mf_cancel_load', %s, 'squared', %s, %s, label => 'rating')",
+                          [MODEL, data, WEIGHTS])
+        assert time.monotonic() - started < 1.5 + 1.0
+        timer.join()
+        assert other.execute('SELECT 1').fetchone() == (1,)
 
 
 @pytest.mark.parametrize('start, options, sqlstate, words', [

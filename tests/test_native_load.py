@@ -4,17 +4,20 @@ The functions load their data with pgad_load: the loader's query through SPI int
 row's float8 values to one mapped array per column, which numpy wraps without a copy. These tests hold it to what
 the packing aggregate gives (bit for bit, for every column type the loader accepts), to its edges (NULLs, zero rows,
 an error halfway, a cancel, pgad.memory_limit, a role's privileges) and to its memory (returned, nothing left
-unclaimed).
+unclaimed). A key column (extension/keys.c) is coded in the load's own pass, in the order the rows first show its
+keys, against numpy and against the keys' query of a load that is not native (200,000 keys, non-ASCII and empty
+ones, NULL), within pgad.memory_limit (53200 naming the column), and cancelled within a second.
 """
 import json
 import struct
 import threading
 import time
 
+import numpy as np
 import psycopg
 import pytest
 
-from conftest import error_of
+from conftest import error_of, heard, settings
 
 ROLE = 'pgad_native_load_user'
 HINT = ('Train on a sample of the data (TABLESAMPLE, WHERE or LIMIT in its query), or have a superuser raise '
@@ -54,6 +57,22 @@ try:
     loader.load_natively(loader.native_loader(), data, ['v[1]', 'v[2]'], {'v[1]': ('v', 1), 'v[2]': ('v', 2)}, {}, False)
 except plpy.SPIError as e:
     return [e.sqlstate, e.args[0], e.spidata[1]]
+$$;
+CREATE FUNCTION load_keys(data text, columns text[], keys text[], packed boolean DEFAULT false)
+RETURNS jsonb LANGUAGE plpython3u AS $$
+import json
+from pgad import loader
+t = loader.load(data, columns, keys=keys, packed=packed)
+return json.dumps({'rows': t.rows, 'skipped': t.skipped, 'keys': t.keys, 'native': type(t.columns[0].base).__name__,
+                   'columns': [c.tolist() for c in t.columns]})
+$$;
+CREATE FUNCTION keys_error(data text, columns text[], keys text[]) RETURNS text[] LANGUAGE plpython3u AS $$
+import plpy
+from pgad import loader
+try:
+    loader.load_natively(loader.native_loader(), data, columns, {}, {}, False, keys=keys)
+except plpy.SPIError as e:
+    return [e.sqlstate, e.args[0], e.spidata[1], e.spidata[2]]
 $$;
 CREATE FUNCTION native_error(data text, columns text[]) RETURNS text[] LANGUAGE plpython3u AS $$
 import plpy
@@ -337,4 +356,131 @@ def test_a_bytea_naming_no_load_is_refused(py):
     diag = error_of(py, "SELECT pgad._loss_agg(%s, ARRAY['x'], 'λ(d, w) w.a*d.x', '{\"a\": 1}', NULL)", (forged,))
     assert diag.sqlstate == 'XX000'  # called directly, not through pgad_call: PL/Python's own form of the error
     assert diag.message_primary == 'plpy.Error: pgad.pack returned a malformed result'
+    assert py.execute('SELECT unclaimed()').fetchone()[0] == 0
+
+
+# --- key columns (extension/keys.c) -------------------------------------------------------------------------------
+ODD_KEYS = ("SELECT * FROM (VALUES ('b', 1.0), ('a', 2), (NULL, 3), ('b', 4), ('é', NULL), ('日本', 5), ('', 6), "
+            "('é', 7), ('a', 8)) AS v(k, x)")
+
+
+def load_keys(db, data, columns, keys, packed=False):
+    return db.execute('SELECT load_keys(%s, %s, %s, %s)', (data, list(columns), list(keys), packed)).fetchone()[0]
+
+
+def test_a_key_column_is_coded_in_the_order_its_keys_first_come(py):
+    """Codes 1, 2, … as the rows first show each key; a NULL key skips the row, and a row skipped for a NULL
+    elsewhere adds no key ('é' first comes in row 5, whose x is NULL): non-ASCII and empty keys are keys."""
+    got = load_keys(py, ODD_KEYS, ['x', 'k'], ['k'])
+    assert got['native'] == 'Mapped'
+    assert got['keys'] == {'k': ['b', 'a', '日本', '', 'é']}
+    assert got['columns'] == [[1, 2, 4, 5, 6, 7, 8], [1, 2, 1, 3, 4, 5, 2]]
+    assert (got['rows'], got['skipped']) == (7, 2)
+    assert py.execute('SELECT unclaimed()').fetchone()[0] == 0
+
+
+def test_a_key_column_loads_as_the_keys_query_codes_it(py):
+    """Each row's key by its code is the same natively and where the keys are read first by a query (pgad.pack's
+    path): whatever numbers the codes are, the keys behind them agree; integers and booleans are keys as their text."""
+    data = ('SELECT g::float8 AS x, (g * 7919 % 1000)::text AS t, g % 37 - 18 AS i, g % 3 = 0 AS flag '
+            'FROM generate_series(1, 5000) AS g')
+    for column in ('t', 'i', 'flag'):
+        native = load_keys(py, data, ['x', column], [column])
+        packed = load_keys(py, data, ['x', column], [column], packed=True)
+        assert native['native'] == 'Mapped' and packed['native'] != 'Mapped'
+        assert native['columns'][0] == packed['columns'][0]
+        assert sorted(native['keys'][column]) == sorted(packed['keys'][column])
+        assert [native['keys'][column][int(c) - 1] for c in native['columns'][1]] == \
+            [packed['keys'][column][int(c) - 1] for c in packed['columns'][1]]
+
+
+def test_200000_keys_load_in_one_pass_and_their_codes_are_numpys(py):
+    data = ('SELECT pg_catalog.md5((g % 200000)::text) AS k, g::float8 AS x '
+            'FROM generate_series(1, 300000) AS g ORDER BY pg_catalog.hashint4(g), g')
+    rows = [k for k, in py.execute(f'SELECT k FROM ({data}) AS d').fetchall()]
+    got = load_keys(py, data, ['k', 'x'], ['k'])
+    keys, codes = np.array(got['keys']['k']), np.array(got['columns'][0], dtype=np.int64)
+    assert got['rows'] == 300000 and len(keys) == 200000
+    np.testing.assert_array_equal(keys[codes - 1], np.array(rows))
+    _, first = np.unique(np.array(rows), return_index=True)  # the keys in the order the rows first show them
+    np.testing.assert_array_equal(keys, np.array(rows)[np.sort(first)])
+
+
+def test_keys_past_pgad_memory_limit_stop_the_load_naming_the_column(py):
+    """100,000 keys of 32 bytes: 130 bytes each (their text twice and 64 bytes) and 64 a row (2 columns, 4 copies)
+    against 1 MB: the load stops at the key that passes it, row 5,406, and frees what it had."""
+    with settings(py, {'pgad.memory_limit': '1MB'}):
+        found = py.execute('SELECT keys_error(%s, %s, %s)', (
+            'SELECT pg_catalog.md5(g::text) AS user_id, g::float8 AS x FROM generate_series(1, 100000) AS g',
+            ['x', 'user_id'], ['user_id'])).fetchone()[0]
+    assert found[0] == '53200'
+    assert found[1] == 'the keys of column "user_id" need 1.0 MB with the rows, more than pgad.memory_limit (1.0 MB)'
+    assert found[2].startswith('Loading stopped at row 5406, the column\'s key 5406: the keys take 0.7 MB')
+    assert 'Group rare keys into one' in found[3]
+    assert py.execute('SELECT unclaimed()').fetchone()[0] == 0
+
+
+def test_a_cancel_stops_a_keyed_load_within_a_second(cluster, dbname, py):
+    """Nine million distinct keys streamed by a nested loop (tens of seconds to load, the hash growing to 16M
+    slots): cancelled after 1.5 s."""
+    data = ('SELECT pg_catalog.md5((a * 3000 + b)::text) AS k, a::float8 AS x FROM generate_series(1, 3000) AS a, '
+            'generate_series(1, 3000) AS b')
+    pid = py.execute('SELECT pg_backend_pid()').fetchone()[0]
+    thread, cancelled = cancel_after(cluster, dbname, pid, 1.5)
+    found = py.execute('SELECT keys_error(%s, %s, %s)', (data, ['x', 'k'], ['k'])).fetchone()[0]
+    stopped = time.monotonic()
+    thread.join()
+    assert found == ['57014', 'canceling statement due to user request', None, None]
+    assert stopped - cancelled[0] < 2.0
+    assert py.execute('SELECT unclaimed()').fetchone()[0] == 0
+
+
+def test_the_keys_memory_is_returned(py):
+    """20 loads of 100,000 keys, and 20 stopped by the limit: the backend's resident memory does not grow by them."""
+    pid = py.execute('SELECT pg_backend_pid()').fetchone()[0]
+    data = 'SELECT pg_catalog.md5(g::text) AS k, g::float8 AS x FROM generate_series(1, 100000) AS g'
+    py.execute('SELECT load_keys(%s, %s, %s) IS NULL', (data, ['x', 'k'], ['k']))
+    start = resident_kb(pid)
+    for _ in range(20):
+        py.execute('SELECT load_keys(%s, %s, %s) IS NULL', (data, ['x', 'k'], ['k']))
+        with settings(py, {'pgad.memory_limit': '2MB'}):
+            assert py.execute('SELECT keys_error(%s, %s, %s)', (data, ['x', 'k'], ['k'])).fetchone()[0][0] == '53200'
+    grown = resident_kb(pid) - start
+    assert grown < 16 * 1024, f'{grown} kB'
+    assert py.execute('SELECT unclaimed()').fetchone()[0] == 0
+
+
+RAW_LOAD = """
+import ctypes
+from pgad import loader
+lib = loader.native_loader()
+n = len(attributes)
+load = lib.pgad_load(query.encode(), n, (ctypes.c_int * n)(*attributes), (ctypes.c_int * n)(*indexes),
+                     (ctypes.c_int * n)(*[0] * n), 0)
+lib.pgad_load_claim(load)
+try:
+    result = load.contents
+    sqlstate = ''.join(chr(((result.sqlerrcode >> 6 * k) & 0x3F) + ord('0')) for k in range(5))
+    return [sqlstate, (result.message or b'').decode(), str(bool(result.keys))]
+finally:
+    lib.pgad_load_done(load, 0)
+"""
+
+
+@pytest.mark.parametrize('query, attributes, indexes, expected', [
+    ('SELECT 1.0::float8 AS k', [0], [-1], ['42804', "column \"k\" of pgad's load is of type double precision, "
+                                                    'not text']),
+    ('SELECT 1.0::float8 AS k', [0], [-2], ['22023', "pgad's load cannot read its column 0: element -2 of arrays "
+                                                    'of 0']),
+    ("SELECT 'a'::text AS k", [0, 0], [-1, -1],
+     ['22023', "pgad's load cannot read its column 1: a key column read twice, or with no room for its keys"]),
+    ("SELECT 'a'::text AS k, 1.0::float8 AS x", [0, 1], [-1, 0], ['00000', '']),
+])
+def test_the_load_checks_a_key_column_in_c(py, query, attributes, indexes, expected):
+    """pgad_load trusts no key column Python names: it must be text in the plan, read by one column of the load."""
+    py.execute('CREATE OR REPLACE FUNCTION raw_load(query text, attributes int[], indexes int[]) RETURNS text[] '
+               f'LANGUAGE plpython3u AS $${RAW_LOAD}$$')
+    found = py.execute('SELECT raw_load(%s, %s, %s)', (query, attributes, indexes)).fetchone()[0]
+    assert found[:2] == expected
+    assert found[2] == str(expected[0] == '00000')  # the keys are there only for a load that did not fail
     assert py.execute('SELECT unclaimed()').fetchone()[0] == 0

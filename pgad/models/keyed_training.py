@@ -1,7 +1,7 @@
-"""pgad.train of a keyed model (keyed.py: a vector per key, w.p[d.user] with {"shape": [8]}): the keys read, the rows
-loaded once with each key column as its code, the fit by block Newton (blocks.py), L-BFGS or a sparse mini-batch
-optimizer (sparse.py), and the version stored with its keyed weights in tables (weight_tables.py) and a scoring
-function that looks them up (KeyedScoring).
+"""pgad.train of a keyed model (keyed.py: a vector per key, w.p[d.user] with {"shape": [8]}): the rows loaded once,
+the keys found in the same pass, each key column as its code (keyed.load), the fit by block Newton (blocks.py), L-BFGS
+or a sparse mini-batch optimizer (sparse.py), and the version stored with its keyed weights in tables
+(weight_tables.py) and a scoring function that looks them up (KeyedScoring).
 
 The options a keyed model takes: optimizer ('block_newton', the default up to BLOCK_MOST values a key; 'lbfgs',
 'gd'; 'sgd', 'adagrad', 'adam', mini-batches that touch only a batch's keys), iterations (sweeps, iterations or
@@ -87,10 +87,18 @@ def train(name, model, loss, data, weights, given, config):
     globals_ = {n: arguments.weight(n, v) for n, v in w.items() if n not in keyed.specs}
     options['regularize'] = arguments.regularize(given.get('regularize'), list(w), config.memory_limit)
     catalog.check_can_store(name, loss)
-    query = loader.as_query(data)
-    keyed_weights.read_keys(keyed, query, config.memory_limit)
+    keyed_weights.check(keyed, loader.as_query(data))
     shapes = {n: np.shape(v) for n, v in globals_.items()}
-    prog, layout, text = keyed_weights.build(lam, keyed, shapes, config.limits, options['mode'])
+    prog, text, names = keyed_weights.local_program(lam, keyed, shapes, config.limits, options['mode'])
+    columns = [*prog.columns, *dict.fromkeys(keyed.column.values())]
+    try:
+        table = keyed_weights.load(keyed, data, columns, config.memory_limit)
+    except PgadError as e:
+        raise objective.without_label(e, goal, loss) from None
+    if table.rows == 0:
+        raise PgadError('22000', f'model "{name}": no rows without NULL in the columns it reads',
+                        hint='data must have at least one row to average the loss over.')
+    layout = keyed_weights.layout(names, keyed, shapes)
     lbfgs_fits = config.memory_limit is None or POLISH_COPIES * 8 * layout.size <= config.memory_limit
     if given.get('optimizer') is None and max(_block_sizes(layout)) > BLOCK_MOST:
         # a key's block too large to solve a row at a time; L-BFGS where its pairs fit, else sparse Adam
@@ -102,14 +110,6 @@ def train(name, model, loss, data, weights, given, config):
                         detail=f'It keeps {POLISH_COPIES} copies of the weights: its curvature pairs and steps.',
                         hint="Use optimizer 'block_newton' or 'adam', which keep fewer, or have a superuser raise "
                              'pgad.memory_limit.')
-    columns = [*prog.columns, *dict.fromkeys(keyed.column.values())]
-    try:
-        table = loader.load(data, columns, memory_limit=config.memory_limit, categories=dict(keyed.keys))
-    except PgadError as e:
-        raise objective.without_label(e, goal, loss) from None
-    if table.rows == 0:
-        raise PgadError('22000', f'model "{name}": no rows without NULL in the columns it reads',
-                        hint='data must have at least one row to average the loss over.')
     label = [str(c) for c in prog.columns]
     if options['label'] in label:
         objective.check_labels(loss, options['label'], table.columns[label.index(options['label'])])
