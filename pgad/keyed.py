@@ -355,6 +355,25 @@ class Layout:
         """A keyed weight's K×size view of w."""
         return w[self.spans[name]].reshape(self.keyed[name][1], math.prod(self.shapes[name]))
 
+    def name(self, k, keys=None):
+        """The name of element k of the vector, as messages give it: 'mu', 'p[1]', 'p[u42][3]' (keys: {column: its
+        keys}, else the key's code)."""
+        for n, s in self.spans.items():
+            if s.start <= k < s.stop:
+                shape, at = self.shapes[n], k - s.start
+                size = math.prod(shape)
+                if n in self.keyed:
+                    column = self.keyed[n][0]
+                    key = keys[column][at // size] if keys else str(at // size + 1)
+                    return f'{n}[{key}]' + (f'[{at % size + 1}]' if shape else '')
+                return vectors.elements(n, shape)[at] if shape else n
+        raise IndexError(k)
+
+    def element_names(self, keys=None):
+        """The elements' names, made one at a time where a message asks (a list of millions would be a copy of
+        the weights many times over)."""
+        return Named(self, keys)
+
     def nest(self, w):
         """{global weight: number or list} of w."""
         return {n: float(w[s][0]) if not self.shapes[n] else w[s].reshape(self.shapes[n]).tolist()
@@ -392,6 +411,19 @@ class Ridge:
 
 
 CHUNK = 1 << 20
+class Named:
+    """A sequence of a Layout's element names, each made when indexed."""
+
+    def __init__(self, layout, keys):
+        self.layout, self.keys = layout, keys
+
+    def __len__(self):
+        return self.layout.size
+
+    def __getitem__(self, k):
+        return self.layout.name(int(k), self.keys)
+
+
 BLOCK_ROWS = 1 << 16  # rows evaluated at once: the local program's arrays alive stay small
 
 

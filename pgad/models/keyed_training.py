@@ -26,7 +26,9 @@ BUDGET, BUDGET_LEAST = 64 << 20, 8 << 20  # block Newton's blocks at once: an ei
 BLOCK_MOST = 33         # the most values of one block (a key's) that block Newton is the default for (rank 32 and a
 #                         bias): a row's Hessian entries, each a pass of numpy over the rows, grow with its square
 ITERATIONS = {'lbfgs': 2000, 'gd': 1000, 'sgd': 50, 'adagrad': 50, 'adam': 50}
-POLISH_COPIES = 2 * descent.MEMORY + 4  # the vectors L-BFGS keeps: it polishes only where they fit pgad.memory_limit
+POLISH_COPIES = 2 * descent.MEMORY + 14  # the vectors L-BFGS keeps (its pairs, its iterate, gradient, direction and
+#                                          scale, a line search's trial, the kernel's sums): only where they fit
+UNSCALED = []  # descent.fit's blocks: none, so no curvature pass and no index array a weight (millions of them)
 UNTAKEN = {  # pgad.train's arguments a keyed model does not take, and their defaults
     'group_by': None, 'validation': None, 'standardize': None, 'bounds': None, 'impute': None,
     'early_stopping': None, 'likelihood': None, 'order_by': None, 'state': None, 'frequency': None,
@@ -128,7 +130,7 @@ def train(name, model, loss, data, weights, given, config):
     holder = [start]  # the fit moves the start in place, and holds the only reference to it
     del start
     fit = _fit(prog, text, kernel, table, holder, layout, penalty, dict(options, until=iterations is None), clock,
-               config)
+               config, keyed.keys)
     if not fit.converged:
         message, hint = descent.unconverged(optimizer, fit, options['iterations'], penalty, objective.base(loss))
         if optimizer == 'block_newton':
@@ -165,7 +167,7 @@ def _block_sizes(layout):
     return sizes.values()
 
 
-def _fit(prog, text, kernel, table, holder, layout, penalty, options, clock, config):
+def _fit(prog, text, kernel, table, holder, layout, penalty, options, clock, config, keys):
     """The descent.Fit of options' optimizer from start; text: the local lambda's (keyed.build). Block Newton that
     has not converged in its sweeps hands over to L-BFGS where iterations was left out (options['until']) and its
     vectors fit pgad.memory_limit: where the blocks are tightly coupled the sweeps gain little (ALS's linear rate),
@@ -173,13 +175,14 @@ def _fit(prog, text, kernel, table, holder, layout, penalty, options, clock, con
     slow case."""
     optimizer, iterations = options['optimizer'], options['iterations']
     start = holder.pop()
-    names = [str(k) for k in range(layout.size)]
+    names = layout.element_names(keys)
     if optimizer in sparse.RULES:
         return sparse.fit(kernel, table, start, layout, penalty, optimizer, options['learning_rate'], iterations,
                           options['batch_size'], np.random.default_rng(options['seed']), options['tolerance'], clock)
     if optimizer != 'block_newton':
         return descent.fit(kernel, table, start, names, optimizer, options['learning_rate'], iterations,
-                           penalty=penalty.dense(layout.size), tolerance=options['tolerance'], clock=clock)
+                           penalty=penalty.dense(layout.size), tolerance=options['tolerance'], clock=clock,
+                           blocks=UNSCALED)
     groups = [blocks.Group(text, [n for n in layout.names if n not in layout.keyed], layout, config.limits, prog.dims)]
     groups = groups if groups[0].m else []
     for column in dict.fromkeys(c for c, _ in layout.keyed.values()):
@@ -204,7 +207,8 @@ def _fit(prog, text, kernel, table, holder, layout, penalty, options, clock, con
         return fit
     clock.iterations = ITERATIONS['lbfgs']
     polish = descent.fit(kernel, table, fit.weights, names, 'lbfgs', iterations=ITERATIONS['lbfgs'],
-                         penalty=penalty.dense(layout.size), tolerance=options['tolerance'], clock=clock)
+                         penalty=penalty.dense(layout.size), tolerance=options['tolerance'], clock=clock,
+                         blocks=UNSCALED)
     return replace(polish, history=fit.history + polish.history, iterations=fit.iterations + polish.iterations,
                    seconds=clock.seconds())
 
