@@ -12,7 +12,8 @@ runs outside it; pgad's includes its load. Printed, never asserted:
 - PyTorch: sparse embeddings (nn.Embedding(sparse=True)) and SparseAdam on the same objective (each batch's penalty
   its keys' unbiased share, as pgad's sparse optimizers), epochs until its held-out RMSE is within 1 % of pgad's;
 - scikit-surprise's SVD (biased, its own SGD and defaults at this rank): time and held-out RMSE;
-- the implicit library's ALS on the same pairs as implicit feedback: its time per sweep, against pgad's per sweep.
+- the implicit library's ALS on the same pairs as implicit feedback: its time per sweep, against pgad's per sweep;
+- pgad.recommend's top 10 for 200 users over every item: item scores a second (its weights' read included).
 """
 import argparse
 import io
@@ -110,6 +111,13 @@ def pgad_fit(cluster, dbname, n, lam, rank):
         seconds = time.perf_counter() - started
         peak = int(open(f'/proc/{pid}/status').read().split('VmHWM:')[1].split()[0]) * 1024
         error = db.execute('SELECT sqrt(avg((pgad_models.mf(user_id, item_id) - rating)^2)) FROM mf_test').fetchone()[0]
+        started = time.perf_counter()
+        users, items = db.execute("SELECT count(DISTINCT user_key), count(*) FROM pgad.recommend('mf', "
+                                  "ARRAY(SELECT DISTINCT user_id::text FROM mf_train ORDER BY 1 LIMIT 200), 10)"
+                                  ).fetchone()
+        scored = users * db.execute('SELECT count(DISTINCT item_id) FROM mf_train').fetchone()[0]
+        print(f'pgad.recommend: {users} users × all items, top 10: {time.perf_counter() - started:.2f} s, '
+              f'{scored / (time.perf_counter() - started) / 1e6:.2f} M item scores a second')
     return seconds, sweeps, converged, final * n, error, peak
 
 
