@@ -62,12 +62,12 @@ def recommend(name, keys, k=10, seen=None, version=None):
     values = {}
     for w in [w for w in by if by[w] == item]:
         found = server.query(f'SELECT t.key::pg_catalog.text AS key, t.value FROM {tables[w]} AS t ORDER BY t.key')
-        if items is None:
+        if items is None:  # the items: the first item weight's keys; every other's table holds the same keys
             items = [r['key'] for r in found]
-        at = {key: n for n, key in enumerate(r['key'] for r in found)}
+            at = {key: n for n, key in enumerate(items)}
         table = np.zeros((len(items), int(np.prod(described[w]['shape'], dtype=np.int64)) or 1))
         for r in found:
-            if r['key'] in at and at[r['key']] < len(items):
+            if r['key'] in at:
                 table[at[r['key']]] = r['value']
         values[w] = table
         server.check_interrupts()
