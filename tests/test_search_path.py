@@ -115,6 +115,17 @@ CALLS = [
      "'{\"r\": {}, \"a\": 0}', iterations => 5, group_by => 'part')", ()),
     ("SELECT pgad_models.cat(part, region, x) FROM shops", ()),
     ("SELECT pgad.drop_model('cat')", ()),
+    # a keyed model (issue 48): its keys, its tables and their policy, its scoring function, its recommendations
+    ("SELECT * FROM pgad.train('keyed', 'λ(d, w) w.b[d.region] + dot(w.p[d.region], w.q[d.part])', 'squared', "
+     "'keyed_rows', '{\"b\": {}, \"p\": {\"shape\": [2]}, "
+     "\"q\": {\"shape\": [2]}}', iterations => 3)", ()),
+    ("SELECT pgad_models.keyed(region, part) FROM keyed_rows", ()),
+    ("SELECT * FROM pgad.recommend('keyed', '1', 1, seen => 'keyed_rows')", ()),
+    ("SELECT * FROM pgad.embeddings('keyed', 'q')", ()),
+    ("SELECT * FROM pgad.train('keyed', 'λ(d, w) w.b[d.mood]', 'squared', "
+     "'keyed_rows', '{\"b\": {\"shape\": []}}', iterations => 1)",
+     ()),
+    ("SELECT pgad.drop_model('keyed')", ()),
 ]
 FAILING = [  # the error paths, whose queries must be safe too
     ("SELECT pgad.loss('λ(d, w) d.t', 'labels', '{}')", ()),
@@ -149,6 +160,9 @@ def dbname(server):
                    'UNION ALL SELECT NULL, true, true')  # a boolean label, and a row it skips
         db.execute("CREATE TABLE shops AS SELECT (x::int % 3)::text AS region, x::int % 2 AS part, x, y FROM points")
         db.execute('CREATE TABLE vecs AS SELECT ARRAY[x, 1]::float8[] AS v FROM points')
+        db.execute("CREATE TYPE moods AS ENUM ('calm', 'glad', 'sad')")  # an enum's keys: grouped by its equality
+        db.execute("CREATE TABLE keyed_rows AS SELECT region, part::text AS part, y, "
+                   "(ARRAY['sad', 'glad', 'calm'])[x::int % 3 + 1]::moods AS mood FROM shops")
         db.execute('CREATE ROLE mallory LOGIN')
         db.execute('CREATE SCHEMA mallory AUTHORIZATION mallory')
         db.execute('GRANT CREATE ON SCHEMA public TO mallory')  # as every database made before PostgreSQL 15
