@@ -200,9 +200,8 @@ ANY_KEY = 'SELECT 1 AS found FROM ({query}\n) AS pgad_data WHERE pgad_data.{c} I
 AS_TEXT = INTEGERS + ('pg_catalog.text', 'pg_catalog.varchar', 'pg_catalog.bpchar', 'pg_catalog.name',
                       'pg_catalog.bool', 'pg_catalog."char"')
 # The keys (texts, $1) grouped by the type's equality: each group's places in the keys, 1-based
-EQUAL = ('SELECT pg_catalog.array_agg(pgad_keys.ordinality) AS places '
-         'FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[])) WITH ORDINALITY AS pgad_keys '
-         'GROUP BY pgad_keys.unnest::{kind} HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 1')
+EQUAL = ('SELECT pg_catalog.array_agg(k) AS places FROM pg_catalog.generate_subscripts($1::pg_catalog.text[], 1) AS k '
+         'GROUP BY ($1::pg_catalog.text[])[k]::{kind} HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 1')
 
 
 def equal_keys(keys, kind):
