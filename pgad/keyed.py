@@ -409,7 +409,9 @@ class Ridge:
         return descent.Penalty(0.0, self.l2, mask)
 
 
-CHUNK = 1 << 20
+CHUNK = 1 << 20  # the elements Ridge.add_gradient adds at once
+
+
 class Named:
     """A sequence of a Layout's element names, each made when indexed."""
 
