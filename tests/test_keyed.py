@@ -354,6 +354,9 @@ def test_every_optimizer_reaches_the_same_optimum(db):
     _, final, converged, _ = train(db, 'mf_opt', optimizer='adam', learning_rate=0.02, iterations=60,
                                    batch_size=64, seed=3)
     assert final == pytest.approx(best, rel=0.05) and not converged  # stopped short: said so
+    train(db, 'mf_opt', optimizer='gd', learning_rate=0.003, iterations=1)
+    assert db.execute("SELECT options->>'learning_rate', options->>'optimizer' FROM pgad.models "
+                      "WHERE name = 'mf_opt'").fetchone() == ('0.003', 'gd')  # the rate given, not a default
 
 
 def test_the_scoring_function_reads_the_stored_tables(db):

@@ -21,6 +21,7 @@ from ..lang import printer, sql, vectors
 from . import blocks, catalog, descent, objective, sparse, weight_tables
 
 OPTIMIZERS = ('block_newton', 'lbfgs', 'gd', 'sgd', 'adagrad', 'adam')
+DENSE_RATE = 0.05       # 'gd''s learning_rate where none is given, as pgad.train's
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
 BUDGET, BUDGET_LEAST = 64 << 20, 8 << 20  # block Newton's blocks at once: an eighth of pgad.memory_limit, 8 MB at least
 BLOCK_MOST = 33         # the most values of one block (a key's) that block Newton is the default for (rank 32 and a
@@ -65,8 +66,9 @@ def train(name, model, loss, data, weights, given, config):
     options = dict(optimizer=optimizer, mode=arguments.mode(given.get('mode') or 'reverse'), backend='python',
                    iterations=arguments.iterations(iterations if iterations is not None else
                                                    SWEEPS if optimizer == 'block_newton' else ITERATIONS[optimizer]),
-                   learning_rate=arguments.learning_rate(given.get('learning_rate') or sparse.DEFAULT_RATE[optimizer]
-                                                         if optimizer in sparse.DEFAULT_RATE else 0.05),
+                   learning_rate=arguments.learning_rate(sparse.DEFAULT_RATE.get(optimizer, DENSE_RATE)
+                                                         if given.get('learning_rate') is None else
+                                                         given['learning_rate']),
                    batch_size=arguments.positive('batch_size', given.get('batch_size', 256)),
                    seed=None if given.get('seed') is None else arguments.non_negative('seed', given['seed']),
                    tolerance=arguments.non_negative('tolerance', given.get('tolerance') or 0.0),
