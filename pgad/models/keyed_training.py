@@ -21,7 +21,7 @@ from ..lang import printer, sql, vectors
 from . import blocks, catalog, descent, objective, sparse, weight_tables
 
 OPTIMIZERS = ('block_newton', 'lbfgs', 'gd', 'sgd', 'adagrad', 'adam')
-DENSE_RATE = 0.05       # 'gd''s learning_rate where none is given, as pgad.train's
+DENSE_RATE = 0.05       # gd's learning_rate where none is given, as pgad.train's
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
 BUDGET, BUDGET_LEAST = 64 << 20, 8 << 20  # block Newton's blocks at once: an eighth of pgad.memory_limit, 8 MB at least
 BLOCK_MOST = 33         # the most values of one block (a key's) that block Newton is the default for (rank 32 and a
