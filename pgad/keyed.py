@@ -33,7 +33,6 @@ import numpy as np
 from . import categorical, loader, program, python_backend, server
 from .errors import PgadError
 from .lang import printer, vectors
-from .lang.dag import Graph
 from .lang.parser import Lambda
 
 INITS = {  # name → (its parameters' count, the draw of n values from a numpy Generator)
@@ -298,21 +297,14 @@ def localised(lam, columns, as_columns=None):
     """lam with each read of a keyed weight, w.p[d.c] (columns: {weight: column}), made a weight p of the key's
     shape (the local lambda whose derivatives a row's key takes); as_columns (a prefix): made a column named the
     prefix and p, the key's value as a scoring function reads it. The keyed columns themselves are no longer read."""
-    old, graph, values = lam.graph.nodes, Graph(lam.graph.max_nodes), {}
-    graph.exact = True
-    for i in lam.graph.ancestors([lam.root]):
-        node = old[i]
-        if node.op == 'index' and old[node.args[0]].op == 'weight' and old[node.args[0]].value in columns:
-            name = old[node.args[0]].value
-            values[i] = graph.weight(name) if as_columns is None else graph.column(as_columns + name)
-        elif node.op == 'const':
-            values[i] = graph.const(node.value)
-        elif node.op == 'column':
-            values[i] = graph.column(node.value)
-        elif node.op == 'weight':
-            values[i] = graph.weight(node.value)
-        else:
-            values[i] = graph.apply(node.op, *[values[a] for a in node.args])
+    old = lam.graph.nodes
+
+    def keyed_read(node, graph):
+        if node.op != 'index' or old[node.args[0]].op != 'weight' or old[node.args[0]].value not in columns:
+            return None
+        name = old[node.args[0]].value
+        return graph.weight(name) if as_columns is None else graph.column(as_columns + name)
+    graph, values = lam.graph.rebuilt([lam.root], keyed_read)
     root = values[lam.root].id
     reads = graph.ancestors([root])
     given = {str(c): c for c in lam.columns}  # a boolean column stays one (parser.Column)
@@ -508,10 +500,3 @@ def _shapes(names, keyed, shapes):
     """{weight: its shape, a keyed one's per key} of the local lambda's weights (names)."""
     return {**{n: shapes.get(n, ()) for n in names if n not in keyed.specs},
             **{n: s.shape for n, s in keyed.specs.items()}}
-
-
-def too_large(need, memory_limit, what):
-    if memory_limit is not None and need > memory_limit:
-        raise PgadError(loader.OUT_OF_MEMORY, f'{what} need {loader.megabytes(need)}, more than pgad.memory_limit '
-                                              f'({loader.megabytes(memory_limit)})',
-                        hint='Have a superuser raise pgad.memory_limit.')

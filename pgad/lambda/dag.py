@@ -111,15 +111,15 @@ class Graph:
             flags.append(node.op == 'column' or any(flags[a] for a in node.args))
         return flags
 
-    def rebuilt(self, roots, leaf):
-        """(a new graph of roots' ancestors, {old id: its Expr there}), each column or weight node for which
-        leaf(node, new graph) gives an Expr replaced by it (a state read made a column, a label made a weight). The
-        new graph is exact, as the parser's: it folds nothing that would hide a NaN."""
+    def rebuilt(self, roots, replace):
+        """(a new graph of roots' ancestors, {old id: its Expr there}), each node for which replace(node, new graph)
+        gives an Expr replaced by it (a state read made a column, a label made a weight, a keyed weight's read
+        w.p[d.c] made a weight p). The new graph is exact, as the parser's: it folds nothing that would hide a NaN."""
         graph, values = Graph(self.max_nodes), {}
         graph.exact = True
         for i in self.ancestors(roots):
             node = self.nodes[i]
-            found = leaf(node, graph) if node.op in ('column', 'weight') else None
+            found = replace(node, graph)
             if found is not None:
                 values[i] = found
             elif node.op == 'const':
