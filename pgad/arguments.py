@@ -21,13 +21,13 @@ NUMBER_BYTES = 320
 KEY_BYTES = 384
 
 
-def weights(text, lam, memory_limit=None, by_class=False):
+def weights(text, lam, memory_limit=None, by_class=False, value=None):
     """The weights jsonb as {name: float, or a float64 array}: a weight is a number, a vector (an array of numbers)
     or a matrix (an array of rows, each an array of numbers, all of one length, row-major); every weight the lambda
     reads must be there (by_class: under loss 'softmax', where a missing weight's hint starts it at {}, sized by the
     classes). memory_limit (bytes, pgad.memory_limit; None: none) bounds what they may cost, checked
-    before anything is parsed (parsed)."""
-    value = weights_json(text, memory_limit)
+    before anything is parsed (parsed); value: the text as weights_json parsed it already, where the caller did."""
+    value = weights_json(text, memory_limit) if value is None else value
     if not isinstance(value, dict):
         raise PgadError('22023', 'weights must be a JSON object of numbers',
                         detail=f'The weights are {text}.', hint=EXAMPLE)

@@ -37,8 +37,8 @@ UNTAKEN = {  # pgad.train's arguments a keyed model does not take, and their def
 COLUMN = '\x00'  # starts the name of a keyed weight read as a column of the scoring lambda: no data column has it
 
 
-def train(name, model, loss, data, weights, given, config):
-    """pgad.train of a keyed model: the stored version's rows."""
+def train(name, model, loss, data, weights, w, given, config):
+    """pgad.train of a keyed model: the stored version's rows (weights: the jsonb's text, w: as parsed)."""
     for argument, default in UNTAKEN.items():
         if given.get(argument) is not None and given.get(argument) != default and \
                 not (argument == 'impute' and not json.loads(given[argument])):
@@ -78,7 +78,6 @@ def train(name, model, loss, data, weights, given, config):
     loss = objective.canonical(loss)
     goal = objective.build(model, loss, options['label'], config.limits)
     lam = program.parsed(goal.text, config.limits)
-    w = arguments.weights_json(weights, config.memory_limit)
     if not isinstance(w, dict):
         raise PgadError('22023', 'weights must be a JSON object', detail=f'The weights are {weights}.',
                         hint=keyed_weights.EXAMPLE)

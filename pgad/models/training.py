@@ -53,8 +53,9 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     name = arguments.model_name(name)
     config = calls.settings()
     given['deploy'] = deploy = arguments.deploy(deploy, validation)
-    if keyed.wanted(arguments.weights_json(weights, config.memory_limit)):  # a vector per key (keyed_training.py)
-        return keyed_training.train(name, model, loss, data, weights, given, config)
+    parsed = arguments.weights_json(weights, config.memory_limit)  # once, for every path below that reads it
+    if keyed.wanted(parsed):  # a vector per key (keyed_training.py)
+        return keyed_training.train(name, model, loss, data, weights, parsed, given, config)
     if order_by is not None or state is not None or families.named(model):  # a sequence model (sequence.py)
         if impute is not None and json.loads(impute):
             raise PgadError('0A000', 'pgad.train takes no impute for a sequence model',
@@ -67,7 +68,7 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     loss = objective.canonical(loss)  # 'huber' stored as 'huber(1.0)'
     goal = objective.build(model, loss, label, config.limits)
     w, unread = arguments.unread(arguments.weights(weights, goal.model, config.memory_limit,
-                                                   objective.base(loss) == 'softmax'),
+                                                   objective.base(loss) == 'softmax', parsed),
                                  program.parsed(goal.text, config.limits))
     names = list(w)
     limits = arguments.bounds(bounds, [*names, *unread], config.memory_limit)  # {weight: (lower, upper)}, or None
