@@ -7,6 +7,7 @@ driver's /dev/nvidiactl) the same tests run on it."""
 import contextlib
 import json
 import os
+import subprocess
 import tracemalloc
 import uuid
 
@@ -164,6 +165,24 @@ def new_database(cluster, prefix='pgad'):
     with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE {name}')
     return name
+
+
+@contextlib.contextmanager
+def restored(cluster, dbname):
+    """A connection to a new database of cluster where database dbname's pg_dump was restored by psql (stopping at
+    its first error); the database is dropped after."""
+    target = new_database(cluster, 'restored')
+    port = str(cluster.settings['port'])
+    dump = subprocess.run(['pg_dump', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', dbname],
+                          capture_output=True, text=True, check=True).stdout
+    try:
+        subprocess.run(['psql', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', target, '-v', 'ON_ERROR_STOP=1',
+                        '-q'], input=dump, capture_output=True, text=True, check=True)
+        with psycopg.connect(cluster.conninfo(target), autocommit=True) as copy:
+            yield copy
+    finally:
+        with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE {target} WITH (FORCE)')
 
 
 @pytest.fixture(scope='module')

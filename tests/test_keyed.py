@@ -25,7 +25,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from conftest import error_of, heard, new_database, settings
+from conftest import error_of, heard, new_database, restored, settings
 from pgad import keyed, program, python_backend
 from pgad.limits import DEFAULT
 from pgad.models import blocks, descent, objective, sparse
@@ -440,19 +440,9 @@ def test_versions_keep_their_tables_and_drop_them_with_their_functions(db):
 def test_a_keyed_model_survives_pg_dump_and_restore(cluster, dbname, db):
     train(db, 'mf_dump')
     before = db.execute("SELECT pgad_models.mf_dump('user001', 'item01')").fetchone()[0]
-    target = new_database(cluster, 'restored')
-    port = str(cluster.settings['port'])
-    dump = subprocess.run(['pg_dump', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', dbname],
-                          capture_output=True, text=True, check=True).stdout
-    try:
-        subprocess.run(['psql', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', target, '-v', 'ON_ERROR_STOP=1',
-                        '-q'], input=dump, capture_output=True, text=True, check=True)
-        with psycopg.connect(cluster.conninfo(target), autocommit=True) as restored:
-            assert restored.execute("SELECT pgad_models.mf_dump('user001', 'item01')").fetchone()[0] == before
-            assert len(restored.execute("SELECT * FROM pgad.recommend('mf_dump', 'user001', 5)").fetchall()) == 5
-    finally:
-        with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE {target} WITH (FORCE)')
+    with restored(cluster, dbname) as copy:
+        assert copy.execute("SELECT pgad_models.mf_dump('user001', 'item01')").fetchone()[0] == before
+        assert len(copy.execute("SELECT * FROM pgad.recommend('mf_dump', 'user001', 5)").fetchall()) == 5
 
 
 def test_a_role_that_may_not_read_the_data_reads_no_weight(cluster, dbname, db):

@@ -3,13 +3,12 @@ in pgad.model_versions with functions of its own (pgad_models."name@3"), the vie
 one, pgad.deploy points pgad_models."name" at another in the caller's transaction (views follow), and
 pgad.drop_model drops one version or all (docs/sql.md, "Versions")."""
 import re
-import subprocess
 import threading
 
 import psycopg
 import pytest
 
-from conftest import error_of, heard, new_database
+from conftest import error_of, heard, new_database, restored
 
 LINE = 'λ(d, w) w.a*d.x + w.b'
 START = '{"a": 0, "b": 0}'
@@ -406,22 +405,12 @@ def test_another_role_may_not_deploy_or_drop_a_version(cluster, dbname, db):
 def test_a_model_with_versions_survives_pg_dump_and_restore(cluster, dbname, db):
     train(db, 'v_dump')
     train(db, 'v_dump', data='SELECT x, y FROM pts WHERE NOT first')
-    target = new_database(cluster, 'restored')
-    port = str(cluster.settings['port'])
-    dump = subprocess.run(['pg_dump', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', dbname],
-                          capture_output=True, text=True, check=True).stdout
-    try:
-        subprocess.run(['psql', '-h', '127.0.0.1', '-p', port, '-U', 'postgres', '-d', target, '-v', 'ON_ERROR_STOP=1',
-                        '-q'], input=dump, capture_output=True, text=True, check=True)
-        with psycopg.connect(cluster.conninfo(target), autocommit=True) as restored:
-            assert versions(restored, 'v_dump') == [(1, False), (2, True)]
-            assert score(restored, 'v_dump') == pytest.approx(30)
-            restored.execute("SELECT pgad.deploy('v_dump', 1)")
-            assert score(restored, 'v_dump') == pytest.approx(21)
-            assert train(restored, 'v_dump') == [(3, True)]
-    finally:
-        with psycopg.connect(cluster.conninfo('postgres'), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE {target} WITH (FORCE)')
+    with restored(cluster, dbname) as copy:
+        assert versions(copy, 'v_dump') == [(1, False), (2, True)]
+        assert score(copy, 'v_dump') == pytest.approx(30)
+        copy.execute("SELECT pgad.deploy('v_dump', 1)")
+        assert score(copy, 'v_dump') == pytest.approx(21)
+        assert train(copy, 'v_dump') == [(3, True)]
 
 
 # A logistic model as 0.16.0's pgad.train left it: its row, its scoring function and its probability function.
