@@ -422,14 +422,54 @@ BLOCK_ROWS = 1 << 16  # rows evaluated at once: the local program's arrays alive
 
 class Kernel:
     """descent.fit's kernel over a keyed model: kernel(columns, rows, w) → [Σ loss, Σ ∂loss/∂w for each element
-    of the Layout's vector]; columns are the local program's, then each keyed column's codes 1 … K."""
+    of the Layout's vector]; columns are the local program's, then each keyed column's codes 1 … K. On the llvm
+    backend each pass is a compiled gather-and-scatter kernel (jit/scatter.py: compiled), on the python backend the
+    local program's plan over BLOCK_ROWS rows at a time, each derivative added at its keys by np.bincount."""
 
-    def __init__(self, prog, layout, columns):
+    def __init__(self, prog, layout, columns, backend='python', cache=None):
+        """backend: 'python', 'llvm' (54001 where a pass is too large for it) or 'auto' (llvm where a pass compiles,
+        python where not)."""
         self.prog, self.layout, self.columns = prog, layout, list(columns)
         self.plan = python_backend.named_plan(prog.graph, prog.outputs)
         self.targets = _targets(prog.weights, layout)
+        self.backend, self.cache, self.kernels = backend, cache, {}
+        self.code = {n: self.columns.index(c) for n, (c, _) in layout.keyed.items()}  # the loader's codes: the first
+        self.keys = {self.code[n]: k for n, (_, k) in layout.keyed.items()}  # code column → its K
+
+    def compiled(self, graph, outputs, targets, indexed=False):
+        """The llvm backend's compiled kernel (jit/scatter.Scatter) of graph's outputs added at targets ((column,
+        base, stride) each: scatter.Place), compiled once a Kernel; None on the python backend, and on 'auto' where
+        no tier compiles it."""
+        if self.backend == 'python':
+            return None
+        key = (id(graph), tuple(outputs), tuple(targets), indexed)
+        if key not in self.kernels:
+            from .jit import scatter
+            from .jit.cache import NONE
+            places = [scatter.Place(c, b, s if c is not None else 0) for c, b, s in targets]
+            made = scatter.compile(graph, outputs, self.reads(), places, [str(c) for c in self.columns], indexed,
+                                   self.cache or NONE)
+            if made is None and self.backend == 'llvm':
+                raise too_large_for_llvm(graph, outputs)
+            self.kernels[key] = made
+        return self.kernels[key]
+
+    def reads(self):
+        """{weight element: its scatter.Place}: a global weight's element at its place, a keyed one's at its place
+        in the key's row."""
+        from .jit.scatter import Place
+        places = {}
+        for name in self.layout.names:
+            size, span = math.prod(self.layout.shapes[name]), self.layout.spans[name]
+            for j, e in enumerate(vectors.elements(name, self.layout.shapes[name])):
+                column = self.code.get(name)
+                places[e] = Place(column, span.start + j, size if column is not None else 0)
+        return places
 
     def __call__(self, columns, rows, w):
+        compiled = self.compiled(self.prog.graph, self.prog.outputs, self.places())
+        if compiled is not None:
+            return compiled(columns, rows, w, np.zeros(1 + self.layout.size), self.keys)
         out = np.zeros(1 + self.layout.size)
         for start in range(0, rows, BLOCK_ROWS):
             block = [c[start:start + BLOCK_ROWS] for c in columns]
@@ -447,6 +487,27 @@ class Kernel:
                     out[1 + span.start + j] += np.sum(v)
         return out
 
+    def places(self):
+        """(column, base, stride) where the llvm kernel adds each output: the loss at 0, each derivative at 1 + its
+        element's place."""
+        return [(None, 0, 0)] + [(self.code.get(name), 1 + self.layout.spans[name].start + j,
+                                  math.prod(self.layout.shapes[name])) for name, j in self.targets]
+
+    def loss(self, columns, rows, w, poll=lambda: None):
+        """Σ loss over the rows (no derivative), poll() called between blocks of rows."""
+        compiled = self.compiled(self.prog.graph, self.prog.outputs[:1], [(None, 0, 0)])
+        if compiled is not None:
+            return float(compiled(columns, rows, w, np.zeros(1), self.keys)[0])
+        plan = self.loss_plan = getattr(self, 'loss_plan', None) or \
+            python_backend.named_plan(self.prog.graph, [self.prog.outputs[0]])
+        total = 0.0
+        for at in range(0, rows, BLOCK_ROWS):
+            n = min(BLOCK_ROWS, rows - at)
+            values, _ = self.values([c[at:at + n] for c in columns], n, w, plan)
+            total += float(np.sum(python_backend.as_rows(values[self.prog.outputs[0]], n)))
+            poll()
+        return total
+
     def values(self, block, rows, w, plan=None):
         """(the plan's values over these rows, {keyed weight: each row's 0-based key}): the global weights fed as
         numbers, each keyed one as its rows' keys' values."""
@@ -463,6 +524,19 @@ class Kernel:
                 for j, e in enumerate(vectors.elements(name, shape)):
                     feed[e] = w[self.layout.spans[name].start + j]
         return python_backend.evaluate(plan or self.plan, cols, feed), codes
+
+
+def too_large_for_llvm(graph, outputs):
+    nodes = len(graph.ancestors(outputs))
+    return PgadError('54001', f'keyed model is too large for the llvm backend: {nodes} nodes with its derivatives',
+                     detail='A keyed model\'s kernel compiles without vectorisation, at most '
+                            f'{max(t.max_nodes for t in _tiers())} nodes.',
+                     hint="Use backend => 'python', or 'auto', which picks it for models this large.")
+
+
+def _tiers():
+    from .jit.tiers import TIERS
+    return TIERS
 
 
 def _targets(elements, layout):

@@ -26,7 +26,7 @@ import torch
 from scipy.optimize import minimize
 
 from conftest import error_of, heard, new_database, restored, settings
-from pgad import keyed, program, python_backend
+from pgad import keyed, program
 from pgad.limits import DEFAULT
 from pgad.models import blocks, descent, objective, sparse
 
@@ -34,8 +34,9 @@ MF = 'λ(d, w) w.mu + w.bu[d.u] + w.bi[d.i] + dot(w.p[d.u], w.q[d.i])'
 START = {'mu': 0, 'bu': {}, 'bi': {}, 'p': {'shape': [3], 'seed': 1}, 'q': {'shape': [3], 'seed': 2}}
 
 
-def local(model, loss, start, users, items, label='y'):
-    """(kernel, layout, start vector, local text, Keyed) of a model over users × items keys (codes 1 … n)."""
+def local(model, loss, start, users, items, label='y', backend='python'):
+    """(kernel, layout, start vector, local text, Keyed) of a model over users × items keys (codes 1 … n), its kernel
+    on backend."""
     lam = program.parsed(objective.build(model, loss, label, DEFAULT).text, DEFAULT)
     found = keyed.found(start, lam)
     found.keys = {'u': [str(k) for k in range(1, users + 1)], 'i': [str(k) for k in range(1, items + 1)]}
@@ -43,7 +44,7 @@ def local(model, loss, start, users, items, label='y'):
     w = np.zeros(layout.size)
     for name in layout.keyed:
         w[layout.spans[name]] = keyed.start(found, name).ravel()
-    return keyed.Kernel(prog, layout, [*prog.columns, 'u', 'i']), layout, w, text, found
+    return keyed.Kernel(prog, layout, [*prog.columns, 'u', 'i'], backend), layout, w, text, found
 
 
 def ratings(n, users, items, seed=0):
@@ -65,11 +66,15 @@ def torch_objective(layout, t, u, i, y, loss='squared'):
     return ((pred - y) ** 2).sum() if loss == 'squared' else (torch.nn.functional.softplus(pred) - y * pred).sum()
 
 
+BACKENDS = ['python', 'llvm']  # the llvm backend's kernel: jit/scatter.py (tests/test_scatter.py)
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('loss', ['squared', 'logistic'])
-def test_the_scatter_derivative_is_torchs_embedding_gradient(loss):
+def test_the_scatter_derivative_is_torchs_embedding_gradient(loss, backend):
     u, i, y = ratings(500, 17, 11)
     y = y if loss == 'squared' else (y > 3).astype(float)
-    kernel, layout, w, _, _ = local(MF, loss, START, 17, 11)
+    kernel, layout, w, _, _ = local(MF, loss, START, 17, 11, backend=backend)
     w[layout.spans['mu']] = 0.3
     sums = kernel([y, u, i], len(y), w)
     t = torch.tensor(w, requires_grad=True)
@@ -79,8 +84,9 @@ def test_the_scatter_derivative_is_torchs_embedding_gradient(loss):
     np.testing.assert_allclose(sums[1:], t.grad.numpy(), rtol=1e-12, atol=1e-12)  # float64, the same sums
 
 
+@pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('mode', ['forward', 'reverse'])
-def test_a_key_vector_feeds_a_network_in_either_mode(mode):
+def test_a_key_vector_feeds_a_network_in_either_mode(mode, backend):
     """A user's vector as a small network's input (w.W @ …, tanh, dot), its derivatives against torch's."""
     u, i, y = ratings(300, 8, 5, seed=4)
     model = 'λ(d, w) dot(w.v, tanh(w.m @ w.p[d.u] + w.c)) + w.q[d.i]'
@@ -96,7 +102,7 @@ def test_a_key_vector_feeds_a_network_in_either_mode(mode):
         w[layout.spans[name]] = np.ravel(start[name])
     w[layout.spans['p']] = keyed.start(found, 'p').ravel()
     w[layout.spans['q']] = np.linspace(-1, 1, 5)
-    sums = keyed.Kernel(prog, layout, [*prog.columns, 'u', 'i'])([y, u, i], len(y), w)
+    sums = keyed.Kernel(prog, layout, [*prog.columns, 'u', 'i'], backend)([y, u, i], len(y), w)
     t = torch.tensor(w, requires_grad=True)
     v, W, c = (t[layout.spans[n]].reshape(shapes[n]) for n in ('v', 'm', 'c'))
     P, q = t[layout.spans['p']].reshape(8, 3), t[layout.spans['q']]
@@ -123,9 +129,10 @@ def test_keys_sort_as_numbers_or_as_python_orders_text_and_their_codes_follow():
     assert same is codes and ordered == sorted(text)
 
 
-def test_a_keys_derivative_is_the_central_difference():
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_a_keys_derivative_is_the_central_difference(backend):
     u, i, y = ratings(300, 9, 7, seed=3)
-    kernel, layout, w, _, _ = local(MF, 'squared', START, 9, 7)
+    kernel, layout, w, _, _ = local(MF, 'squared', START, 9, 7, backend=backend)
     g = kernel([y, u, i], len(y), w)[1:]
     rng = np.random.default_rng(1)
     for k in rng.choice(layout.size, 12, replace=False):
@@ -170,7 +177,8 @@ def test_a_sparse_step_moves_only_the_keys_its_batch_reads(optimizer):
     assert len(moved) > 0
 
 
-def test_block_newton_reaches_scipys_minimum_of_a_convex_keyed_model():
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_block_newton_reaches_scipys_minimum_of_a_convex_keyed_model(backend):
     """A logistic model with an intercept per key and a global slope: convex, one minimum."""
     rng = np.random.default_rng(5)
     n, groups = 600, 15
@@ -182,19 +190,16 @@ def test_block_newton_reaches_scipys_minimum_of_a_convex_keyed_model():
     found = keyed.found({'a': 0, 'b': {}}, lam)
     found.keys = {'u': [str(k) for k in range(1, groups + 1)]}
     prog, layout, text = keyed.build(lam, found, {'a': ()}, DEFAULT)
-    kernel = keyed.Kernel(prog, layout, [*prog.columns, 'u'])
+    kernel = keyed.Kernel(prog, layout, [*prog.columns, 'u'], backend)
     table = SimpleNamespace(columns=[x, y, g] if list(prog.columns) == ['x', 'y'] else [y, x, g], rows=n)
     l2 = 0.01
     penalty = keyed.Ridge(l2, {n: 1.0 for n in layout.spans}, layout.spans)
     groups_ = [blocks.Group(text, ['a'], layout, DEFAULT, prog.dims),
                blocks.Group(text, ['b'], layout, DEFAULT, prog.dims, 'u')]
-    plan = python_backend.named_plan(prog.graph, [prog.outputs[0]])
 
-    def loss_only(w):
-        values, _ = kernel.values(table.columns, n, w, plan)
-        return float(np.sum(python_backend.as_rows(values[prog.outputs[0]], n)))
     fit, _ = blocks.fit(kernel, table, np.zeros(layout.size), groups_, penalty, 200, 0,
-                        descent.Clock(lambda: None, lambda m: None, 200), loss_only)
+                        descent.Clock(lambda: None, lambda m: None, 200),
+                        lambda w: kernel.loss(table.columns, table.rows, w))
     assert fit.converged
 
     def f(w):
@@ -205,9 +210,10 @@ def test_block_newton_reaches_scipys_minimum_of_a_convex_keyed_model():
     np.testing.assert_allclose(fit.weights, best.x, atol=1e-6)
 
 
-def test_a_keys_hessian_block_is_torchs():
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_a_keys_hessian_block_is_torchs(backend):
     u, i, y = ratings(200, 6, 5, seed=9)
-    kernel, layout, w, text, _ = local(MF, 'squared', START, 6, 5)
+    kernel, layout, w, text, _ = local(MF, 'squared', START, 6, 5, backend=backend)
     group = blocks.Group(text, ['bu', 'p'], layout, DEFAULT, kernel.prog.dims, 'u')
     table = SimpleNamespace(columns=[y, u, i], rows=len(y))
     g, h = group.sums(kernel, table, w, descent.Clock(lambda: None, lambda m: None, 1))
@@ -340,6 +346,10 @@ def test_a_factorisation_reaches_the_alternating_least_squares_optimum(db):
     version, final, converged, _ = train(db, 'mf')
     assert converged
     assert final * len(R) == pytest.approx(als(), rel=1e-9)
+    assert db.execute("SELECT options->>'backend' FROM pgad.models WHERE name = 'mf'").fetchone()[0] == 'auto'
+    for backend in BACKENDS:  # each backend's own passes: the same optimum
+        _, final, converged, _ = train(db, f'mf_{backend}', backend=backend)
+        assert converged and final * len(R) == pytest.approx(als(), rel=1e-9)
     g, t = stored(db, 'mf')
     assert len(t['p']) == len(set(USER_KEYS)) and len(t['q']) == len(set(ITEM_KEYS))
     assert db.execute("SELECT weights->'p' FROM pgad.models WHERE name = 'mf'").fetchone()[0] == \
@@ -640,7 +650,7 @@ def test_a_cancel_stops_a_keyed_trainings_load_within_a_second(cluster, dbname, 
     ({'p': {'shape': [2], 'scale': 1}}, '', '22023', 'unknown field "scale"'),
     ({}, ", group_by => 'user_id'", '0A000', 'no group_by for a keyed model'),
     ({}, ", optimizer => 'newton'", '0A000', 'optimizer "newton" cannot train a keyed model'),
-    ({}, ", backend => 'llvm'", '0A000', 'backend "llvm" does not train a keyed model'),
+    ({}, ", backend => 'cuda'", '0A000', 'backend "cuda" does not train a keyed model'),
     ({}, ', l1 => 0.1', '0A000', 'no l1 for a keyed model'),
 ])
 def test_what_a_keyed_model_does_not_take_is_refused_by_name(db, start, options, sqlstate, words):

@@ -41,6 +41,7 @@ class Group:
                                 for e in self.prog.weights], dtype=np.int64)
         self.element_weights = [where[e][0] for e in self.prog.weights]
         self.rows = None  # the rows in the order of their keys, and where each key's begin (sorted)
+        self.columns = None  # the table's columns in the order of its keys, where arrange made them so
 
     def at(self, v, k0, k1):
         """The group's elements of keys k0 … k1 − 1 in the vector v, a (k1 − k0)×m copy."""
@@ -73,23 +74,48 @@ class Group:
             self.rows = order, np.searchsorted(codes[order], np.arange(1, self.count + 2))
         return self.rows
 
+    def arrange(self, kernel, table, in_place):
+        """Its rows made contiguous in its key order (arrange): the table's own columns permuted where in_place,
+        else a copy of them."""
+        self.rows = None
+        order, begins = self.sorted(kernel, table)
+        if in_place:
+            for k, c in enumerate(table.columns):  # a column at a time: one column's copy alive beside the table
+                table.columns[k] = c[order]
+            self.columns, self.rows = list(table.columns), (None, begins)
+        else:
+            self.columns = [c[order] for c in table.columns]
+
     def sums(self, kernel, table, w, clock, k0=0, k1=None):
         """(the gradient sums (k1 − k0)×m, the Hessian sums (k1 − k0)×m×m) of keys k0 … k1 − 1 over their rows."""
         m, k1 = self.m, self.count if k1 is None else k1
         upper = second.upper(range(m))
-        g, h = np.zeros((k1 - k0, m)), np.zeros((k1 - k0, len(upper)))
-        if self.column is None:
-            rows = None
-            total = table.rows
-        else:
+        columns, rows, starts, total = table.columns, None, None, table.rows
+        if self.column is not None:
             order, begins = self.sorted(kernel, table)
-            rows = order[begins[k0]:begins[k1]]
-            total = len(rows)
+            starts, total = begins[k0:k1] - begins[k0], begins[k1] - begins[k0]
+            if self.columns is not None:  # arranged: the key's rows are a slice
+                columns = [c[begins[k0]:begins[k1]] for c in self.columns]
+            else:
+                rows = order[begins[k0]:begins[k1]]
+        width = m + len(upper)
+        code = None if self.column is None else kernel.columns.index(self.column)
+        compiled = kernel.compiled(self.prog.graph, self.prog.outputs[1:],
+                                   [(code, k, width) for k in range(width)], indexed=rows is not None)
+        if compiled is not None:  # one compiled pass: each row's derivatives added at its key's row of out
+            out = np.zeros((k1 - k0, width))
+            compiled(columns, total, w, out, kernel.keys, None if code is None else {code: (k0, k1 - k0)},
+                     index=rows, starts=starts)
+            clock.rows += total
+            clock.poll()
+            g, h = out[:, :m], out[:, m:]
+            return g, self.full(h)
+        g, h = np.zeros((k1 - k0, m)), np.zeros((k1 - k0, len(upper)))
         step = kernel_block(m)
         for start in range(0, total, step):
             n = min(step, total - start)
-            block = [c[start:start + n] for c in table.columns] if rows is None else \
-                [c[rows[start:start + n]] for c in table.columns]
+            block = [c[start:start + n] for c in columns] if rows is None else \
+                [c[rows[start:start + n]] for c in columns]
             values, codes = kernel.values(block, n, w, self.plan)
             outputs = [python_backend.as_rows(values[o], n) for o in self.prog.outputs]
             del values
@@ -104,11 +130,28 @@ class Group:
                     h[:, k] += np.bincount(at, weights=v, minlength=k1 - k0)
             clock.rows += n
             clock.poll()
-        full = np.zeros((k1 - k0, m, m))
-        i, j = np.triu_indices(m)
-        full[:, i, j] = h
-        full[:, j, i] = h
-        return g, full
+        return g, self.full(h)
+
+    def full(self, h):
+        """Each key's m×m Hessian of its upper half (h: keys × m(m+1)/2, row by row): one gather."""
+        at = np.zeros((self.m, self.m), dtype=np.intp)
+        i, j = np.triu_indices(self.m)
+        at[i, j] = at[j, i] = np.arange(len(i))
+        return h[:, at]
+
+
+def arrange(groups, kernel, table, spare=None):
+    """Each keyed group's rows made contiguous in its key order, so that its passes read the columns in order,
+    each key's rows together: the table itself permuted into the first group's order, and a copy of it in each other
+    group's while the copies fit spare bytes (None: no bound); a group past it reads its rows through its order."""
+    keyed = [g for g in groups if g.column is not None]
+    size = 8 * table.rows * len(table.columns)
+    for k, group in enumerate(keyed):
+        if k == 0 or spare is None or size <= spare:
+            group.arrange(kernel, table, in_place=k == 0)
+            spare = spare if spare is None or k == 0 else spare - size
+        else:
+            group.rows = None
 
 
 def kernel_block(m):
@@ -125,15 +168,17 @@ def solve(h, g):
         return np.einsum('kij,kj->ki', np.linalg.pinv(h, hermitian=True), g)
 
 
-def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_only, budget=64 << 20):
+def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_only, budget=64 << 20, spare=None):
     """The descent.Fit of block Newton from w (a keyed.Ridge's penalty) over the groups (Group), and the objective at
     the start.
     loss_only(w) gives Σ loss over the rows (a pass without derivatives, for the line search and the extrapolation).
     A group's keys are solved a chunk at a time, each chunk's blocks within budget bytes (Group.chunks), over its
-    rows alone (the rows sorted by key once). After each sweep its step is taken further, reach times again, where
-    that lowers the objective (over-relaxation, as CP-ALS's line search: reach grows while it pays and halves where it
-    does not), which shortens ALS's slow linear tail."""
+    rows alone: the table permuted into the first keyed group's key order, and copied into each other's while the
+    copies fit spare bytes (arrange), so that each pass reads the rows in order. After each sweep its step is taken
+    further, reach times again, where that lowers the objective (over-relaxation, as CP-ALS's line search: reach grows
+    while it pays and halves where it does not), which shortens ALS's slow linear tail."""
     rows = table.rows
+    arrange(groups, kernel, table, spare)
     w = np.asarray(w, dtype=np.float64)
     f = start = kernel_objective(loss_only, w, penalty, rows)
     history, stopped, decrement, reach = [], 'cap', math.inf, 1.0

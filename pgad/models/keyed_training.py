@@ -6,8 +6,10 @@ or a sparse mini-batch optimizer (sparse.py), and the version stored with its ke
 The options a keyed model takes: optimizer ('block_newton', the default up to BLOCK_MOST values a key; 'lbfgs',
 'gd'; 'sgd', 'adagrad', 'adam', mini-batches that touch only a batch's keys), iterations (sweeps, iterations or
 epochs), learning_rate, batch_size, seed (the keyed starts' where the spec gives none, and the batches'), tolerance,
-mode, l2 and regularize. What it does not take (group_by, validation, standardize, l1, bounds, impute,
-early_stopping, likelihood, another backend than the python one) is refused by name (0A000).
+mode, l2, regularize and backend ('auto', the default, and 'llvm' compile each pass over the rows as one gather and
+scatter loop, jit/scatter.py; 'python' runs the local program in numpy; a sparse optimizer's mini-batches run in
+numpy on either). What it does not take (group_by, validation, standardize, l1, bounds, impute, early_stopping,
+likelihood, the cuda backend) is refused by name (0A000).
 """
 import json
 import math
@@ -15,15 +17,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from .. import arguments, keyed as keyed_weights, loader, program, python_backend, server
+from .. import arguments, keyed as keyed_weights, loader, program, server
 from ..errors import PgadError
 from ..lang import printer, sql, vectors
 from . import blocks, catalog, descent, objective, sparse, weight_tables
 
 OPTIMIZERS = ('block_newton', 'lbfgs', 'gd', 'sgd', 'adagrad', 'adam')
+BACKENDS = ('auto', 'llvm', 'python')  # 'auto': llvm where a pass compiles (jit/scatter.py), python where not
 DENSE_RATE = 0.05       # gd's learning_rate where none is given, as pgad.train's
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
 BUDGET, BUDGET_LEAST = 64 << 20, 8 << 20  # block Newton's blocks at once: an eighth of pgad.memory_limit, 8 MB at least
+COPIES_SHARE = 4  # the table's copies in another group's key order (blocks.arrange) take a quarter of the limit at most
 BLOCK_MOST = 33         # the most values of one block (a key's) that block Newton is the default for (rank 32 and a
 #                         bias): a row's Hessian entries, each a pass of numpy over the rows, grow with its square
 ITERATIONS = {'lbfgs': 2000, 'gd': 1000, 'sgd': 50, 'adagrad': 50, 'adam': 50}
@@ -47,14 +51,16 @@ def train(name, model, loss, data, weights, w, given, config):
                                    '{"shape": [8]}).', hint=f'Leave {argument} out.')
     if given.get('dtype') not in (None, 'float64'):
         raise PgadError('0A000', f'pgad.train takes no dtype "{given["dtype"]}" for a keyed model',
-                        detail='The python backend, which trains a keyed model, computes in float64.',
+                        detail='The llvm and python backends, which train a keyed model, compute in float64.',
                         hint='Leave dtype out.')
     if given.get('l1'):
         raise PgadError('0A000', 'pgad.train takes no l1 for a keyed model', hint='Use l2.')
-    if given.get('backend') not in (None, 'auto', 'python'):
-        raise PgadError('0A000', f'backend "{given["backend"]}" does not train a keyed model',
-                        detail='Each row reads its keys\' values: the python backend gathers them and adds the '
-                               'derivatives at the keys.', hint="Leave backend out, or give 'python'.")
+    backend = arguments.backend(given.get('backend') or 'auto')
+    if backend not in BACKENDS:
+        raise PgadError('0A000', f'backend "{backend}" does not train a keyed model',
+                        detail='Each row reads its keys\' values and adds its derivatives at its keys: the llvm '
+                               'backend compiles that loop, the python backend runs it in numpy.',
+                        hint="Leave backend out, or give 'llvm' or 'python'.")
     optimizer = given.get('optimizer') or 'block_newton'
     if optimizer not in OPTIMIZERS:
         raise PgadError('0A000', f'optimizer "{optimizer}" cannot train a keyed model',
@@ -63,7 +69,7 @@ def train(name, model, loss, data, weights, w, given, config):
         raise PgadError('22023', f'optimizer "{optimizer}" takes no learning_rate',
                         hint="Leave learning_rate out, or use it with 'gd', 'sgd', 'adagrad' or 'adam'.")
     iterations = given.get('iterations')
-    options = dict(optimizer=optimizer, mode=arguments.mode(given.get('mode') or 'reverse'), backend='python',
+    options = dict(optimizer=optimizer, mode=arguments.mode(given.get('mode') or 'reverse'), backend=backend,
                    iterations=arguments.iterations(iterations if iterations is not None else
                                                    SWEEPS if optimizer == 'block_newton' else ITERATIONS[optimizer]),
                    learning_rate=arguments.learning_rate(sparse.DEFAULT_RATE.get(optimizer, DENSE_RATE)
@@ -123,7 +129,7 @@ def train(name, model, loss, data, weights, w, given, config):
         start[layout.spans[n]] = keyed_weights.start(keyed, n).ravel()
     penalty = keyed_weights.Ridge(options['l2'], {n: 1.0 if options['regularize'] is None or n in options['regularize']
                                                   else 0.0 for n in layout.spans}, dict(layout.spans))
-    kernel = keyed_weights.Kernel(prog, layout, columns)
+    kernel = keyed_weights.Kernel(prog, layout, columns, backend, config.cache)
     where = f'model "{name}"'
     clock = descent.Clock(server.check_interrupts, lambda message: server.notice(f'{where}: {message}'),
                           options['iterations'], every_iterations=options['progress_every'],
@@ -189,19 +195,13 @@ def _fit(prog, text, kernel, table, holder, layout, penalty, options, clock, con
     for column in dict.fromkeys(c for c, _ in layout.keyed.values()):
         groups.append(blocks.Group(text, [n for n, (c, _) in layout.keyed.items() if c == column], layout,
                                    config.limits, prog.dims, column))
-    loss_plan = python_backend.named_plan(prog.graph, [prog.outputs[0]])
 
     def loss_only(w):
-        total = 0.0
-        for at in range(0, table.rows, keyed_weights.BLOCK_ROWS):
-            n = min(keyed_weights.BLOCK_ROWS, table.rows - at)
-            values, _ = kernel.values([c[at:at + n] for c in table.columns], n, w, loss_plan)
-            total += float(np.sum(python_backend.as_rows(values[prog.outputs[0]], n)))
-            clock.poll()
-        return total
+        return kernel.loss(table.columns, table.rows, w, clock.poll)
     budget = BUDGET if config.memory_limit is None else max(BUDGET_LEAST, config.memory_limit // 8)
+    spare = None if config.memory_limit is None else config.memory_limit // COPIES_SHARE
     fit, _ = blocks.fit(kernel, table, start, groups, penalty, iterations, options['tolerance'], clock, loss_only,
-                        budget)
+                        budget, spare)
     if fit.converged or fit.stopped != 'cap' or not options['until']:
         return fit
     if config.memory_limit is not None and POLISH_COPIES * 8 * layout.size > config.memory_limit:

@@ -113,11 +113,5 @@ def fit(kernel, table, w, layout, penalty, optimizer, rate, iterations, batch, r
 
 def _objective(kernel, table, w, penalty, clock):
     """The objective at w: the mean loss over all the rows plus the penalty."""
-    plan = python_backend.named_plan(kernel.prog.graph, [kernel.prog.outputs[0]])
-    total = 0.0
-    for begin in range(0, table.rows, 1 << 16):
-        n = min(1 << 16, table.rows - begin)
-        values, _ = kernel.values([c[begin:begin + n] for c in table.columns], n, w, plan)
-        total += float(np.sum(python_backend.as_rows(values[kernel.prog.outputs[0]], n)))
-        clock.poll()
+    total = kernel.loss(table.columns, table.rows, w, clock.poll)
     return total / table.rows + penalty.value(w)
