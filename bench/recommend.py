@@ -6,13 +6,16 @@ One throwaway cluster, one run. Ratings of log-normal activity and popularity wi
 10 % held out. The objective is Σ(r − μ − b_u − b_i − p_u·q_i)² + λ(Σ|p|² + Σ|q|² + Σb²), μ unpenalised (pgad:
 l2 => λ/n, regularize all but mu). Each contender's time includes reading the rows out of PostgreSQL (COPY) where it
 runs outside it; pgad's includes its load. Printed, never asserted:
-- pgad.train (block Newton, to its convergence criterion): time, sweeps, the objective, held-out RMSE by its scoring
-  function, the backend's peak resident memory (VmHWM);
+- pgad.train (block Newton, to its convergence criterion) on each of --backends (by default 'auto', which compiles
+  its passes with LLVM, and 'python'): time, sweeps, the objective, held-out RMSE by its scoring function, the
+  backend's peak resident memory (VmHWM), the fit's time a sweep (training_time over the sweeps);
 - numpy's alternating least squares of the same objective (the reference), to the same objective or 100 sweeps;
 - PyTorch: sparse embeddings (nn.Embedding(sparse=True)) and SparseAdam on the same objective (each batch's penalty
   its keys' unbiased share, as pgad's sparse optimizers), epochs until its held-out RMSE is within 1 % of pgad's;
 - scikit-surprise's SVD (biased, its own SGD and defaults at this rank): time and held-out RMSE;
-- the implicit library's ALS on the same pairs as implicit feedback: its time per sweep, against pgad's per sweep;
+- the implicit library's ALS on the same pairs as implicit feedback: its time per sweep on one thread and on every
+  core, against pgad's per sweep (on its default threads: pgad.threads 0, the cores up to
+  max_parallel_workers_per_gather + 1);
 - pgad.recommend's top 10 for 200 users over every item: item scores a second (its weights' read included).
 """
 import argparse
@@ -98,16 +101,16 @@ def als(u, i, r, users, items, rank, lam, target=None, sweeps=100):
     return time.perf_counter() - started, sweep, f, (mu, bu, bi, P, Q)
 
 
-def pgad_fit(cluster, dbname, n, lam, rank):
+def pgad_fit(cluster, dbname, n, lam, rank, backend='auto'):
     with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
         pid = db.execute('SELECT pg_backend_pid()').fetchone()[0]
         started = time.perf_counter()
         weights = ('{"mu": 0, "bu": {}, "bi": {}, "p": {"shape": [%d], "seed": 1}, "q": {"shape": [%d], "seed": 2}}'
                    % (rank, rank))
-        final, sweeps, converged = db.execute(
-            "SELECT final_loss, iterations, converged FROM pgad.train('mf', %s, 'squared', 'mf_train', %s, "
-            "label => 'rating', l2 => %s, regularize => '[\"bu\", \"bi\", \"p\", \"q\"]')",
-            [MODEL, weights, lam / n]).fetchone()
+        final, sweeps, converged, fitting = db.execute(
+            "SELECT final_loss, iterations, converged, training_time FROM pgad.train('mf', %s, 'squared', "
+            "'mf_train', %s, label => 'rating', l2 => %s, regularize => '[\"bu\", \"bi\", \"p\", \"q\"]', "
+            "backend => %s)", [MODEL, weights, lam / n, backend]).fetchone()
         seconds = time.perf_counter() - started
         peak = int(open(f'/proc/{pid}/status').read().split('VmHWM:')[1].split()[0]) * 1024
         error = db.execute('SELECT sqrt(avg((pgad_models.mf(user_id, item_id) - rating)^2)) FROM mf_test').fetchone()[0]
@@ -118,7 +121,7 @@ def pgad_fit(cluster, dbname, n, lam, rank):
         scored = users * db.execute('SELECT count(DISTINCT item_id) FROM mf_train').fetchone()[0]
         print(f'pgad.recommend: {users} users × all items, top 10: {time.perf_counter() - started:.2f} s, '
               f'{scored / (time.perf_counter() - started) / 1e6:.2f} M item scores a second')
-    return seconds, sweeps, converged, final * n, error, peak
+    return seconds, sweeps, converged, final * n, error, peak, fitting.total_seconds() / sweeps
 
 
 def torch_fit(train, test, users, items, rank, lam, goal, epochs=40, batch=1024):
@@ -174,13 +177,15 @@ def surprise_fit(train, test, rank):
     return seconds, float(np.sqrt(np.mean((predicted - test[2]) ** 2)))
 
 
-def implicit_sweep(train, users, items, rank, lam, sweeps=5):
+def implicit_sweep(train, users, items, rank, lam, sweeps=5, threads=1):
     import scipy.sparse
+    import threadpoolctl
     from implicit.als import AlternatingLeastSquares
+    threadpoolctl.threadpool_limits(1, 'blas')  # as implicit asks: its threads, not BLAS's
     u, i, r = train
     matrix = scipy.sparse.csr_matrix((1 + r, (u, i)), shape=(users, items))
     model = AlternatingLeastSquares(factors=rank, regularization=lam, iterations=sweeps, random_state=1,
-                                    use_gpu=False, num_threads=1)
+                                    use_gpu=False, num_threads=threads)
     started = time.perf_counter()
     model.fit(matrix, show_progress=False)
     return (time.perf_counter() - started) / sweeps
@@ -193,6 +198,7 @@ def main():
     parser.add_argument('--ratings', type=int, default=540000)
     parser.add_argument('--rank', type=int, default=8)
     parser.add_argument('--lam', type=float, default=5.0)
+    parser.add_argument('--backends', nargs='+', default=['auto', 'python'], help="pgad.train's backends to time")
     args = parser.parse_args()
     u, i, r, held = generate(args.users, args.items, args.ratings, args.rank)
     with Cluster() as cluster:
@@ -206,9 +212,12 @@ def main():
         n = int((~held).sum())
         print(f'{n} ratings of {args.users} users × {args.items} items (10 % more held out), rank {args.rank}, '
               f'λ {args.lam}')
-        seconds, sweeps, converged, f, error, peak = pgad_fit(cluster, dbname, n, args.lam, args.rank)
-        print(f'pgad.train (block Newton)   {seconds:8.2f} s  {sweeps:4d} sweeps  converged {converged}  objective '
-              f'{f:.6f}  held-out RMSE {error:.4f}  peak {peak / 2 ** 20:.0f} MB  {seconds / sweeps:.3f} s a sweep')
+        for backend in args.backends:
+            seconds, sweeps, converged, f, error, peak, sweep_seconds = pgad_fit(cluster, dbname, n, args.lam,
+                                                                                 args.rank, backend)
+            print(f'pgad.train ({backend:6s})       {seconds:8.2f} s  {sweeps:4d} sweeps  converged {converged}  '
+                  f'objective {f:.6f}  held-out RMSE {error:.4f}  peak {peak / 2 ** 20:.0f} MB  '
+                  f'{sweep_seconds:.3f} s a sweep (the fit\'s time over its sweeps)')
         with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
             started = time.perf_counter()
             train, test = exported(db, 'mf_train'), exported(db, 'mf_test')
@@ -222,9 +231,10 @@ def main():
               f'{t_error:.4f} (to within 1 % of pgad\'s, or 40 epochs)')
         s_seconds, s_error = surprise_fit(train, test, args.rank)
         print(f'scikit-surprise SVD         {export + s_seconds:8.2f} s  20 epochs  held-out RMSE {s_error:.4f}')
-        sweep = implicit_sweep(train, args.users, args.items, args.rank, args.lam)
-        print(f'implicit ALS, one sweep     {sweep:8.3f} s  (pgad: {seconds / sweeps:.3f} s a sweep, '
-              f'{seconds / sweeps / sweep:.1f}×)')
+        for threads in (1, os.cpu_count()):
+            sweep = implicit_sweep(train, args.users, args.items, args.rank, args.lam, threads=threads)
+            print(f'implicit ALS, one sweep     {sweep:8.3f} s  on {threads} thread(s)  (pgad: {sweep_seconds:.3f} s a '
+                  f'sweep on its default threads, {sweep_seconds / sweep:.1f}×)')
 
 
 if __name__ == '__main__':

@@ -436,18 +436,19 @@ class Kernel:
         self.code = {n: self.columns.index(c) for n, (c, _) in layout.keyed.items()}  # the loader's codes: the first
         self.keys = {self.code[n]: k for n, (_, k) in layout.keyed.items()}  # code column → its K
 
-    def compiled(self, graph, outputs, targets, indexed=False):
+    def compiled(self, graph, outputs, targets, indexed=False, reads=()):
         """The llvm backend's compiled kernel (jit/scatter.Scatter) of graph's outputs added at targets ((column,
         base, stride) each: scatter.Place), compiled once a Kernel; None on the python backend, and on 'auto' where
-        no tier compiles it."""
+        no tier compiles it. reads: ((a leaf beside the weights, (column, base, stride)), …)."""
         if self.backend == 'python':
             return None
-        key = (id(graph), tuple(outputs), tuple(targets), indexed)
+        key = (id(graph), tuple(outputs), tuple(targets), indexed, tuple(reads))
         if key not in self.kernels:
             from .jit import scatter
             from .jit.cache import NONE
             places = [scatter.Place(c, b, s if c is not None else 0) for c, b, s in targets]
-            made = scatter.compile(graph, outputs, self.reads(), places, [str(c) for c in self.columns], indexed,
+            leaves = {**self.reads(), **{e: scatter.Place(c, b, s) for e, (c, b, s) in reads}}
+            made = scatter.compile(graph, outputs, leaves, places, [str(c) for c in self.columns], indexed,
                                    self.cache or NONE)
             if made is None and self.backend == 'llvm':
                 raise too_large_for_llvm(graph, outputs)
@@ -508,11 +509,11 @@ class Kernel:
             poll()
         return total
 
-    def values(self, block, rows, w, plan=None):
+    def values(self, block, rows, w, plan=None, feed=None):
         """(the plan's values over these rows, {keyed weight: each row's 0-based key}): the global weights fed as
-        numbers, each keyed one as its rows' keys' values."""
+        numbers, each keyed one as its rows' keys' values, and what feed(the rows' keys) gives ({leaf: values})."""
         cols = dict(zip(self.columns, block))
-        feed, codes = {}, {}
+        more, feed, codes = feed, {}, {}
         for name in self.layout.names:
             shape = self.layout.shapes[name]
             if name in self.layout.keyed:
@@ -523,6 +524,8 @@ class Kernel:
             else:
                 for j, e in enumerate(vectors.elements(name, shape)):
                     feed[e] = w[self.layout.spans[name].start + j]
+        if more is not None:
+            feed.update(more(codes))
         return python_backend.evaluate(plan or self.plan, cols, feed), codes
 
 

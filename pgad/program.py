@@ -101,6 +101,27 @@ def build(text, weights, mode='reverse', gradient=True, limits=DEFAULT, shapes=v
                    parsed_lam if loops else None, shapes)
 
 
+DIRECTION = '\x00d:'  # starts the names of a direction's components in build_hvp: no weight's name has it
+
+
+@bounded_cache(CACHED_NODES, weight=lambda program, args: len(program.graph))
+def build_hvp(text, weights, limits=DEFAULT, shapes=vectors.Shapes()):
+    """The Program for lambda `text` whose outputs are the loss, its reverse-mode gradient in `weights` (as
+    build()'s), then the Hessian in them times a direction: Σ_j ∂²loss/∂w_i∂w_j · v_j for each element w_i, v_j read
+    as the weight DIRECTION + w_j (forward.directional over the gradient's nodes: a node an element, where the
+    Hessian holds p(p+1)/2). Always the unrolled kernel."""
+    lam = parsed(text, limits)
+    weight_shape = dict(shapes.weights)
+    shaped = tuple((w, tuple(weight_shape.get(w, ()))) for w in weights)
+    flat = tuple(e for w, shape in shaped for e in vectors.elements(w, shape))
+    lam = vectors.unroll(lam, shapes, limits) if shapes or vectors.needed(lam) else lam.copy()
+    grad = lang.gradient(lam, flat, 'reverse')
+    seeds = {e: lam.graph.weight(DIRECTION + e) for e in flat}
+    product = lang.forward.directional(lam.graph, [grad[e] for e in flat], seeds)
+    return Program(lam, (lam.root, *(grad[e] for e in flat), *(product[grad[e]] for e in flat)), flat, shaped,
+                   'auto', None, shapes)
+
+
 @bounded_cache(CACHED_NODES, weight=lambda program, args: len(program.graph))
 def build_hessian(text, weights, limits=DEFAULT, shapes=vectors.Shapes()):
     """The Program for lambda `text` whose outputs are the loss, its reverse-mode gradient (as build()'s) and then

@@ -177,9 +177,12 @@ def test_a_sparse_step_moves_only_the_keys_its_batch_reads(optimizer):
     assert len(moved) > 0
 
 
+@pytest.mark.parametrize('conjugate', [False, True])
 @pytest.mark.parametrize('backend', BACKENDS)
-def test_block_newton_reaches_scipys_minimum_of_a_convex_keyed_model(backend):
-    """A logistic model with an intercept per key and a global slope: convex, one minimum."""
+def test_block_newton_reaches_scipys_minimum_of_a_convex_keyed_model(backend, conjugate, monkeypatch):
+    """A logistic model with an intercept per key and a global slope: convex, one minimum; each block solved from
+    its Hessian, or by conjugate gradients (every block, however small: blocks.CG_FROM)."""
+    monkeypatch.setattr(blocks, 'CG_FROM', 1 if conjugate else blocks.CG_FROM)
     rng = np.random.default_rng(5)
     n, groups = 600, 15
     g = rng.integers(1, groups + 1, n).astype(float)
@@ -231,6 +234,49 @@ def test_a_keys_hessian_block_is_torchs(backend):
     np.testing.assert_allclose(h[key], expected.numpy(), rtol=1e-12, atol=1e-10)
     grad = torch.autograd.functional.jacobian(of, t[at])
     np.testing.assert_allclose(g[key], grad.numpy(), rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_a_keys_hessian_times_a_vector_is_its_hessian_block_times_it(backend, monkeypatch):
+    """The Hessian-vector program (program.build_hvp, forward.directional over the gradient) against the Hessian
+    blocks (program.build_hessian) times a vector per key, and its gradient against theirs: rank 16 (17 values a
+    key, where block Newton takes conjugate gradients)."""
+    start = {**START, 'p': {'shape': [16], 'seed': 1}, 'q': {'shape': [16], 'seed': 2}}
+    u, i, y = ratings(400, 6, 5, seed=8)
+    kernel, layout, w, text, _ = local(MF, 'logistic', start, 6, 5, backend=backend)
+    y = (y > 3).astype(float)
+    table = SimpleNamespace(columns=[y, u, i], rows=len(y))
+    clock = descent.Clock(lambda: None, lambda m: None, 1)
+    for names, column in ((['bu', 'p'], 'u'), (['bi', 'q'], 'i')):
+        monkeypatch.setattr(blocks, 'CG_FROM', 10_000)
+        exact = blocks.Group(text, names, layout, DEFAULT, kernel.prog.dims, column)
+        monkeypatch.setattr(blocks, 'CG_FROM', 17)
+        products = blocks.Group(text, names, layout, DEFAULT, kernel.prog.dims, column)
+        assert products.conjugate and not exact.conjugate
+        g, h = exact.sums(kernel, table, w, clock)
+        v = np.random.default_rng(2).normal(size=(products.count, products.m))
+        got = products.products(kernel, table, np.concatenate([w, np.zeros(v.size)]), v, clock)
+        np.testing.assert_allclose(got, np.einsum('kij,kj->ki', h, v), rtol=1e-11, atol=1e-11)
+        np.testing.assert_allclose(products.gradients(kernel, table, w, clock), g, rtol=1e-12, atol=1e-12)
+
+
+def test_conjugate_gradients_solve_every_keys_block_at_once():
+    rng = np.random.default_rng(6)
+    a = rng.normal(size=(50, 12, 12))
+    h = a @ a.transpose(0, 2, 1) + 0.1 * np.eye(12)
+    g = rng.normal(size=(50, 12))
+    passes = []
+
+    def product(p):
+        passes.append(1)
+        return np.einsum('kij,kj->ki', h, p)
+    exact = blocks.conjugate_gradients(product, g, 60, residual=0.0)
+    np.testing.assert_allclose(exact, np.linalg.solve(h, g[..., None])[..., 0], rtol=1e-6, atol=1e-8)
+    passes.clear()
+    rough = blocks.conjugate_gradients(product, g, 12)
+    assert len(passes) <= 12
+    residual = np.linalg.norm(np.einsum('kij,kj->ki', h, rough) - g, axis=1)
+    assert np.all(residual <= blocks.CG_RESIDUAL * np.linalg.norm(g, axis=1) * (1 + 1e-9))
 
 
 # --- against a real server ------------------------------------------------------------------------------------------

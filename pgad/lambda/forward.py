@@ -72,3 +72,30 @@ def gradient(graph, root, weights):
 def _one(graph, p):
     node = graph.nodes[p.id]
     return node.op == 'const' and not isinstance(node.value, bool) and node.value == 1
+
+
+def directional(graph, roots, seeds):
+    """{root: node id of Σ_j ∂root/∂w_j · seeds[w_j]}, the derivative of each root along one direction (seeds:
+    {weight name: the Expr of its component}): one forward sweep whose tangent is a single node a node, not a
+    vector. Over the reverse-mode gradient's nodes it is a Hessian-vector product, a node a weight rather than the
+    Hessian's p² (models/blocks.py's conjugate gradients)."""
+    live = graph.depends_on_weights()
+    tangent = {}
+    for i in graph.ancestors(list(roots)):
+        limits.tick()
+        node = graph.nodes[i]
+        if not live[i]:
+            continue
+        if node.op == 'weight':
+            if node.value in seeds:
+                tangent[i] = seeds[node.value]
+            continue
+        total = None
+        for a, p in zip(node.args, rules.partials(graph, i)):
+            if p is None or a not in tangent:
+                continue
+            term = tangent[a] if _one(graph, p) else p * tangent[a]
+            total = term if total is None else total + term
+        if total is not None:
+            tangent[i] = total
+    return {r: (tangent[r] if r in tangent else graph.const(0)).id for r in roots}

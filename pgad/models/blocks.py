@@ -18,10 +18,13 @@ import math
 import numpy as np
 
 from .. import program, python_backend
-from ..lang import hessian as second, vectors
+from ..lang import vectors
 from . import descent
 
 HALVINGS = 30
+CG_FROM = 17       # the values a key from which a group's blocks are solved by conjugate gradients (a pass a step,
+#                    m products a row) rather than from the whole Hessian (a pass, m(m+3)/2 sums a row)
+CG_RESIDUAL = 0.1  # conjugate gradients stop where each key's residual is a tenth of its gradient (inexact Newton)
 GROW, MOST_REACH, LEAST_REACH = 1.5, 16.0, 0.25  # how far past a sweep its extrapolation reaches, and how that adapts
 
 
@@ -31,9 +34,12 @@ class Group:
 
     def __init__(self, text, names, layout, limits, dims, column=None):
         self.names, self.column = names, column
-        self.prog = program.build_hessian(text, tuple(names), limits, dims)
+        size = sum(math.prod(layout.shapes[n]) for n in names)
+        self.conjugate = size >= CG_FROM  # its blocks solved by conjugate gradients, not from the whole Hessian
+        self.products_program = program.build_hvp(text, tuple(names), limits, dims) if self.conjugate else None
+        self.prog = self.products_program or program.build_hessian(text, tuple(names), limits, dims)
         self.m = len(self.prog.weights)
-        self.plan = python_backend.named_plan(self.prog.graph, self.prog.outputs)
+        self.plans = {}  # the python backend's plan of each pass's outputs
         where = {e: (n, j) for n in names for j, e in enumerate(vectors.elements(n, layout.shapes[n]))}
         self.count = layout.keyed[names[0]][1] if column is not None else 1
         self.base = np.array([layout.spans[where[e][0]].start + where[e][1] for e in self.prog.weights], dtype=np.int64)
@@ -88,8 +94,35 @@ class Group:
 
     def sums(self, kernel, table, w, clock, k0=0, k1=None):
         """(the gradient sums (k1 − k0)×m, the Hessian sums (k1 − k0)×m×m) of keys k0 … k1 − 1 over their rows."""
-        m, k1 = self.m, self.count if k1 is None else k1
-        upper = second.upper(range(m))
+        out = self.added(kernel, table, w, clock, self.prog, self.prog.outputs[1:], k0, k1)
+        return out[:, :self.m], self.full(out[:, self.m:])
+
+    def gradients(self, kernel, table, w, clock):
+        """The gradient sums of every key, count×m (the Hessian-vector program's gradient: conjugate gradients)."""
+        return self.added(kernel, table, w, clock, self.products_program, self.products_program.outputs[1:1 + self.m])
+
+    def products(self, kernel, table, extended, v, clock):
+        """Each key's Hessian sum times its row of v (count×m), count×m: one pass of the Hessian-vector program, the
+        direction read as weights of its own (program.DIRECTION), a key's row of v gathered as its values are.
+        extended: the weights, then room for v, which is copied there (what the kernel reads)."""
+        m, prog = self.m, self.products_program
+        size = len(extended) - v.size
+        extended[size:] = np.ravel(v)
+        code = None if self.column is None else kernel.columns.index(self.column)
+        reads = tuple((program.DIRECTION + e, (code, size + j, m if code is not None else 0))
+                      for j, e in enumerate(prog.weights))
+
+        def feed(codes):  # the python backend's: each row's key's direction
+            return {program.DIRECTION + e: (v[codes[self.names[0]], j] if self.column is not None else v[0, j])
+                    for j, e in enumerate(prog.weights)}
+        return self.added(kernel, table, extended, clock, prog, prog.outputs[1 + m:], reads=reads, feed=feed)
+
+    def added(self, kernel, table, w, clock, prog, outputs, k0=0, k1=None, reads=(), feed=None):
+        """Each of prog's outputs summed over the rows of each of keys k0 … k1 − 1, (k1 − k0)×len(outputs): one
+        compiled pass on the llvm backend (each row's outputs added at its key's row), else the python plan over
+        blocks of rows and np.bincount. reads: ((a leaf beside the weights, (column, base, stride)), …) and
+        feed(codes) its values a block on python."""
+        k1 = self.count if k1 is None else k1
         columns, rows, starts, total = table.columns, None, None, table.rows
         if self.column is not None:
             order, begins = self.sorted(kernel, table)
@@ -98,39 +131,37 @@ class Group:
                 columns = [c[begins[k0]:begins[k1]] for c in self.columns]
             else:
                 rows = order[begins[k0]:begins[k1]]
-        width = m + len(upper)
+        width = len(outputs)
         code = None if self.column is None else kernel.columns.index(self.column)
-        compiled = kernel.compiled(self.prog.graph, self.prog.outputs[1:],
-                                   [(code, k, width) for k in range(width)], indexed=rows is not None)
-        if compiled is not None:  # one compiled pass: each row's derivatives added at its key's row of out
-            out = np.zeros((k1 - k0, width))
+        compiled = kernel.compiled(prog.graph, outputs, [(code, k, width) for k in range(width)],
+                                   indexed=rows is not None, reads=reads)
+        out = np.zeros((k1 - k0, width))
+        if compiled is not None:
             compiled(columns, total, w, out, kernel.keys, None if code is None else {code: (k0, k1 - k0)},
                      index=rows, starts=starts)
             clock.rows += total
             clock.poll()
-            g, h = out[:, :m], out[:, m:]
-            return g, self.full(h)
-        g, h = np.zeros((k1 - k0, m)), np.zeros((k1 - k0, len(upper)))
-        step = kernel_block(m)
+            return out
+        plan = self.plans.get((id(prog), tuple(outputs)))
+        if plan is None:
+            plan = self.plans[id(prog), tuple(outputs)] = python_backend.named_plan(prog.graph, outputs)
+        step = kernel_block(self.m)
         for start in range(0, total, step):
             n = min(step, total - start)
             block = [c[start:start + n] for c in columns] if rows is None else \
                 [c[rows[start:start + n]] for c in columns]
-            values, codes = kernel.values(block, n, w, self.plan)
-            outputs = [python_backend.as_rows(values[o], n) for o in self.prog.outputs]
-            del values
+            values, codes = kernel.values(block, n, w, plan, feed)
+            values = [python_backend.as_rows(values[o], n) for o in outputs]
             if self.column is None:
-                g[0] += [np.sum(v) for v in outputs[1:1 + m]]
-                h[0] += [np.sum(v) for v in outputs[1 + m:]]
+                out[0] += [np.sum(v) for v in values]
             else:
                 at = codes[self.names[0]] - k0
-                for k, v in enumerate(outputs[1:1 + m]):
-                    g[:, k] += np.bincount(at, weights=v, minlength=k1 - k0)
-                for k, v in enumerate(outputs[1 + m:]):
-                    h[:, k] += np.bincount(at, weights=v, minlength=k1 - k0)
+                for k, v in enumerate(values):
+                    out[:, k] += np.bincount(at, weights=v, minlength=k1 - k0)
+            del values
             clock.rows += n
             clock.poll()
-        return g, self.full(h)
+        return out
 
     def full(self, h):
         """Each key's m×m Hessian of its upper half (h: keys × m(m+1)/2, row by row): one gather."""
@@ -159,6 +190,31 @@ def kernel_block(m):
     return max(1024, (64 << 20) // (8 * (m * (m + 3) // 2 + 1) * 4))
 
 
+def conjugate_gradients(product, g, most, residual=CG_RESIDUAL):
+    """d with H_k·d_k ≈ g_k for each key k (a row of g), by conjugate gradients run on every key at once, each step
+    one product(p) (H_k·p_k of every key: a pass over the rows), until each key's residual is within `residual` of
+    its g's norm, or `most` steps. A key whose curvature along its direction is not positive stops there (its line
+    search then guards the objective)."""
+    d, r = np.zeros_like(g), g.copy()
+    p, rs = r.copy(), np.einsum('ki,ki->k', r, r)
+    goal = residual * residual * rs
+    for _ in range(most):
+        going = rs > goal
+        if not going.any():
+            break
+        p[~going] = 0.0
+        q = product(p)
+        curvature = np.einsum('ki,ki->k', p, q)
+        alpha = np.where(going & (curvature > 0), rs / np.where(curvature > 0, curvature, 1.0), 0.0)
+        d += alpha[:, None] * p
+        r -= alpha[:, None] * q
+        following = np.einsum('ki,ki->k', r, r)
+        beta = np.where(alpha > 0, following / np.where(rs > 0, rs, 1.0), 0.0)
+        p = r + beta[:, None] * p
+        rs = np.where(alpha > 0, following, 0.0)
+    return d
+
+
 def solve(h, g):
     """d with h·d = g for each key's block (batched), the pseudo-inverse's where a block is singular (a key no row
     reads, with no l2)."""
@@ -185,8 +241,18 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
     for it in range(1, iterations + 1):
         decrement, before = 0.0, w.copy()
         for group in groups:
-            d = np.zeros((group.count, group.m))
-            for k0, k1 in group.chunks(budget):
+            if group.conjugate:  # every key's step at once, by conjugate gradients on Hessian-vector products
+                here, weights = group.scale(penalty), group.at(w, 0, group.count)
+                g = group.gradients(kernel, table, w, clock) / rows + 2 * penalty.l2 * here * weights
+                extended = np.concatenate([w, np.zeros(group.count * group.m)])
+                d = conjugate_gradients(
+                    lambda p: group.products(kernel, table, extended, p, clock) / rows + 2 * penalty.l2 * here * p,
+                    g, group.m)
+                del extended
+                decrement += float(np.sum(g * d))
+            else:
+                d = np.zeros((group.count, group.m))
+            for k0, k1 in () if group.conjugate else group.chunks(budget):
                 g, h = group.sums(kernel, table, w, clock, k0, k1)
                 here, weights = group.scale(penalty), group.at(w, k0, k1)
                 g = g / rows + 2 * penalty.l2 * here * weights
