@@ -101,7 +101,7 @@ def als(u, i, r, users, items, rank, lam, target=None, sweeps=100):
     return time.perf_counter() - started, sweep, f, (mu, bu, bi, P, Q)
 
 
-def pgad_fit(cluster, dbname, n, lam, rank, backend='auto'):
+def pgad_fit(cluster, dbname, n, lam, rank, backend='auto', sweeps=None):
     with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
         pid = db.execute('SELECT pg_backend_pid()').fetchone()[0]
         started = time.perf_counter()
@@ -110,7 +110,7 @@ def pgad_fit(cluster, dbname, n, lam, rank, backend='auto'):
         final, sweeps, converged, fitting = db.execute(
             "SELECT final_loss, iterations, converged, training_time FROM pgad.train('mf', %s, 'squared', "
             "'mf_train', %s, label => 'rating', l2 => %s, regularize => '[\"bu\", \"bi\", \"p\", \"q\"]', "
-            "backend => %s)", [MODEL, weights, lam / n, backend]).fetchone()
+            "backend => %s, iterations => %s)", [MODEL, weights, lam / n, backend, sweeps]).fetchone()
         seconds = time.perf_counter() - started
         peak = int(open(f'/proc/{pid}/status').read().split('VmHWM:')[1].split()[0]) * 1024
         error = db.execute('SELECT sqrt(avg((pgad_models.mf(user_id, item_id) - rating)^2)) FROM mf_test').fetchone()[0]
@@ -199,6 +199,8 @@ def main():
     parser.add_argument('--rank', type=int, default=8)
     parser.add_argument('--lam', type=float, default=5.0)
     parser.add_argument('--backends', nargs='+', default=['auto', 'python'], help="pgad.train's backends to time")
+    parser.add_argument('--sweeps', type=int, default=None, help="pgad.train's iterations (default: to converge)")
+    parser.add_argument('--peers', nargs='+', default=['als', 'torch', 'surprise', 'implicit'])
     args = parser.parse_args()
     u, i, r, held = generate(args.users, args.items, args.ratings, args.rank)
     with Cluster() as cluster:
@@ -212,26 +214,32 @@ def main():
         n = int((~held).sum())
         print(f'{n} ratings of {args.users} users × {args.items} items (10 % more held out), rank {args.rank}, '
               f'λ {args.lam}')
+        first = None  # the first backend's (seconds a sweep, objective, RMSE): what the peers are set against
         for backend in args.backends:
             seconds, sweeps, converged, f, error, peak, sweep_seconds = pgad_fit(cluster, dbname, n, args.lam,
-                                                                                 args.rank, backend)
+                                                                                 args.rank, backend, args.sweeps)
+            first = first or (sweep_seconds, f, error)
             print(f'pgad.train ({backend:6s})       {seconds:8.2f} s  {sweeps:4d} sweeps  converged {converged}  '
                   f'objective {f:.6f}  held-out RMSE {error:.4f}  peak {peak / 2 ** 20:.0f} MB  '
                   f'{sweep_seconds:.3f} s a sweep (the fit\'s time over its sweeps)')
+        sweep_seconds, f, error = first
         with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
             started = time.perf_counter()
             train, test = exported(db, 'mf_train'), exported(db, 'mf_test')
             export = time.perf_counter() - started
-        als_seconds, als_sweeps, als_f, weights = als(*train, args.users, args.items, args.rank, args.lam, f)
-        print(f'numpy ALS (reference)       {export + als_seconds:8.2f} s  {als_sweeps:4d} sweeps  objective '
-              f'{als_f:.6f}  held-out RMSE {rmse(test, *weights):.4f}  (export {export:.2f} s)')
-        print(f'  pgad / reference objective: {f / als_f:.9f}')
-        t_seconds, epochs, t_error = torch_fit(train, test, args.users, args.items, args.rank, args.lam, error)
-        print(f'PyTorch SparseAdam          {export + t_seconds:8.2f} s  {epochs:4d} epochs  held-out RMSE '
-              f'{t_error:.4f} (to within 1 % of pgad\'s, or 40 epochs)')
-        s_seconds, s_error = surprise_fit(train, test, args.rank)
-        print(f'scikit-surprise SVD         {export + s_seconds:8.2f} s  20 epochs  held-out RMSE {s_error:.4f}')
-        for threads in (1, os.cpu_count()):
+        if 'als' in args.peers:
+            als_seconds, als_sweeps, als_f, weights = als(*train, args.users, args.items, args.rank, args.lam, f)
+            print(f'numpy ALS (reference)       {export + als_seconds:8.2f} s  {als_sweeps:4d} sweeps  objective '
+                  f'{als_f:.6f}  held-out RMSE {rmse(test, *weights):.4f}  (export {export:.2f} s)')
+            print(f'  pgad / reference objective: {f / als_f:.9f}')
+        if 'torch' in args.peers:
+            t_seconds, epochs, t_error = torch_fit(train, test, args.users, args.items, args.rank, args.lam, error)
+            print(f'PyTorch SparseAdam          {export + t_seconds:8.2f} s  {epochs:4d} epochs  held-out RMSE '
+                  f'{t_error:.4f} (to within 1 % of pgad\'s, or 40 epochs)')
+        if 'surprise' in args.peers:
+            s_seconds, s_error = surprise_fit(train, test, args.rank)
+            print(f'scikit-surprise SVD         {export + s_seconds:8.2f} s  20 epochs  held-out RMSE {s_error:.4f}')
+        for threads in (1, os.cpu_count()) if 'implicit' in args.peers else ():
             sweep = implicit_sweep(train, args.users, args.items, args.rank, args.lam, threads=threads)
             print(f'implicit ALS, one sweep     {sweep:8.3f} s  on {threads} thread(s)  (pgad: {sweep_seconds:.3f} s a '
                   f'sweep on its default threads, {sweep_seconds / sweep:.1f}×)')

@@ -439,7 +439,7 @@ class Kernel:
     def compiled(self, graph, outputs, targets, indexed=False, reads=()):
         """The llvm backend's compiled kernel (jit/scatter.Scatter) of graph's outputs added at targets ((column,
         base, stride) each: scatter.Place), compiled once a Kernel; None on the python backend, and on 'auto' where
-        no tier compiles it. reads: ((a leaf beside the weights, (column, base, stride)), …)."""
+        no tier compiles it. reads: ((a leaf read from the other array, (column, base, stride)), …)."""
         if self.backend == 'python':
             return None
         key = (id(graph), tuple(outputs), tuple(targets), indexed, tuple(reads))
@@ -447,7 +447,7 @@ class Kernel:
             from .jit import scatter
             from .jit.cache import NONE
             places = [scatter.Place(c, b, s if c is not None else 0) for c, b, s in targets]
-            leaves = {**self.reads(), **{e: scatter.Place(c, b, s) for e, (c, b, s) in reads}}
+            leaves = {**self.reads(), **{e: scatter.Place(c, b, s, True) for e, (c, b, s) in reads}}
             made = scatter.compile(graph, outputs, leaves, places, [str(c) for c in self.columns], indexed,
                                    self.cache or NONE)
             if made is None and self.backend == 'llvm':

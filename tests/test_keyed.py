@@ -255,7 +255,7 @@ def test_a_keys_hessian_times_a_vector_is_its_hessian_block_times_it(backend, mo
         assert products.conjugate and not exact.conjugate
         g, h = exact.sums(kernel, table, w, clock)
         v = np.random.default_rng(2).normal(size=(products.count, products.m))
-        got = products.products(kernel, table, np.concatenate([w, np.zeros(v.size)]), v, clock)
+        got = products.products(kernel, table, w, v, clock)
         np.testing.assert_allclose(got, np.einsum('kij,kj->ki', h, v), rtol=1e-11, atol=1e-11)
         np.testing.assert_allclose(products.gradients(kernel, table, w, clock), g, rtol=1e-12, atol=1e-12)
 
@@ -270,10 +270,11 @@ def test_conjugate_gradients_solve_every_keys_block_at_once():
     def product(p):
         passes.append(1)
         return np.einsum('kij,kj->ki', h, p)
-    exact = blocks.conjugate_gradients(product, g, 60, residual=0.0)
+    exact, measure = blocks.conjugate_gradients(product, g.copy(), 60, residual=0.0)
     np.testing.assert_allclose(exact, np.linalg.solve(h, g[..., None])[..., 0], rtol=1e-6, atol=1e-8)
+    assert measure == pytest.approx(float(np.sum(g * exact)), rel=1e-9)  # gᵀd, without g
     passes.clear()
-    rough = blocks.conjugate_gradients(product, g, 12)
+    rough, _ = blocks.conjugate_gradients(product, g.copy(), 12)
     assert len(passes) <= 12
     residual = np.linalg.norm(np.einsum('kij,kj->ki', h, rough) - g, axis=1)
     assert np.all(residual <= blocks.CG_RESIDUAL * np.linalg.norm(g, axis=1) * (1 + 1e-9))
@@ -531,6 +532,11 @@ def test_the_memory_limit_refuses_the_keyed_weights_before_any_value_is_drawn(db
                      [MODEL, WEIGHTS.replace(f'[{RANK}]', '[512]')])  # 6 copies of 160 keys × 512: 3.9 MB
     assert d.sqlstate == '53200' and 'keyed weights need' in d.message_primary
     assert tables(db, 'mf_big') == []
+    with settings(db, {'pgad.memory_limit': '1MB'}):  # 6 copies of 160 × 121 fit, conjugate gradients' 7 do not
+        d = error_of(db, "SELECT * FROM pgad.train('mf_big', %s, 'squared', 'ratings', %s, label => 'rating', "
+                         "optimizer => 'block_newton')", [MODEL, WEIGHTS.replace(f'[{RANK}]', '[120]')])
+    assert d.sqlstate == '53200' and d.message_primary.startswith('optimizer "block_newton" needs 1.0 MB')
+    assert tables(db, 'mf_big') == []
 
 
 def test_a_training_is_cancelled_within_a_second(cluster, dbname, db):
@@ -625,6 +631,27 @@ def test_keys_their_type_holds_equal_are_one_key(db):
                "'{\"p\": {\"shape\": []}}', label => 'y')", [data])
     _, t = stored(db, 'by_name')
     assert {k: v[0] for k, v in t['p'].items()} == pytest.approx({'ANN': 8 / 3, 'Bob': 3.5, 'cy': 6.0}, rel=1e-9)
+    for key in ('ann', 'Ann', 'ANN'):  # the scoring function looks a key up by the type's equality, not its text
+        assert db.execute('SELECT pgad_models.by_name(%s::citext)', [key]).fetchone()[0] == pytest.approx(8 / 3)
+
+
+def test_recommend_matches_keys_and_seen_pairs_by_their_types_equality(db):
+    """A citext factorisation: pgad.recommend finds 'ann' as the stored 'ANN', echoes the key given, and leaves out
+    what seen pairs with it in another case."""
+    db.execute('CREATE EXTENSION IF NOT EXISTS citext')
+    db.execute('CREATE TABLE cased AS SELECT u::citext AS u, i::citext AS i, r::float8 AS r FROM (VALUES '
+               "('Ann', 'x', 5), ('ann', 'y', 1), ('bob', 'X', 4), ('bob', 'z', 2), ('Cy', 'y', 3), ('cy', 'z', 5)) "
+               'AS v(u, i, r)')
+    db.execute("SELECT * FROM pgad.train('cased', 'λ(d, w) dot(w.p[d.u], w.q[d.i])', 'squared', 'cased', "
+               "'{\"p\": {\"shape\": [2], \"seed\": 1}, \"q\": {\"shape\": [2], \"seed\": 2}}', label => 'r', "
+               "l2 => 0.01, iterations => 5)")
+    upper = db.execute("SELECT user_key, item, score FROM pgad.recommend('cased', 'ANN', 3)").fetchall()
+    lower = db.execute("SELECT user_key, item, score FROM pgad.recommend('cased', 'ann', 3)").fetchall()
+    assert [r[0] for r in lower] == ['ann'] * 3 and [r[1:] for r in lower] == [r[1:] for r in upper]
+    assert lower[0][2] != 0 or lower[1][2] != 0  # found, not scored as an unseen user
+    hidden = db.execute("SELECT item FROM pgad.recommend('cased', 'aNn', 3, seen => 'SELECT ''ANN''::citext AS u, "
+                        "''x''::citext AS i')").fetchall()
+    assert sorted(r[0] for r in hidden) == sorted(r[1] for r in upper if r[1].lower() != 'x')
 
 
 def test_200000_keys_are_coded_as_numpy_codes_them(db):

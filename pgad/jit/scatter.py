@@ -1,11 +1,12 @@
 """The llvm backend's kernel of a keyed model (keyed.py): a loop over the rows that gathers each row's keys' values
 out of the weights and adds each derivative at the row's key (Futhark's scatter), compiled as codegen.py's kernels.
 
-    void kernel(i64 rows, double *weights, double *out, i64 *index, i64 *bounds, double *column0, …)
+    void kernel(i64 rows, double *weights, double *other, double *out, i64 *index, i64 *bounds, double *column0, …)
 
 Row i reads row index[i] of every column where the kernel is `indexed` (block Newton's pass over a chunk of keys,
 its rows sorted by key), else row i. A code column holds each row's key, 1 … K, as a double. A weight element is
-read (Place) at weights[base + key·stride], key 0-based, or at weights[base] where it is global; an output is added
+read (Place) at weights[base + key·stride], key 0-based, or at weights[base] where it is global (or in other, an
+array beside the weights: a direction block Newton's conjugate gradients multiply the Hessian by); an output is added
 at out[base + (key − shift)·stride], or summed over the rows in a register and added at out[base] at the end.
 bounds holds each code column's K, then its shift, then its span. The kernel checks every key on the row it reads:
 a row whose key is not in 1 … K (NaN, 0, past K), or whose scattered key falls outside shift … shift + span − 1, is
@@ -40,10 +41,11 @@ I1 = ir.IntType(1)
 class Place:
     """Where a weight element is read or an output added: base + key·stride, key the row's of code column `column`
     (its place among the kernel's columns), less the column's shift for an output; base alone where column is
-    None."""
+    None. A read is of the weights, or of the other array where `other`."""
     column: int = None
     base: int = 0
     stride: int = 0
+    other: bool = False
 
 
 def kernel_ir(graph, outputs, reads, targets, columns, indexed, name):
@@ -53,9 +55,9 @@ def kernel_ir(graph, outputs, reads, targets, columns, indexed, name):
     module = ir.Module(name='pgad')
     module.triple = llvm.get_process_triple()
     pointer = DOUBLE.as_pointer()
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, pointer, pointer, I64.as_pointer(),
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, pointer, pointer, pointer, I64.as_pointer(),
                                                              I64.as_pointer()] + [pointer] * len(columns)), name)
-    rows, weights, out, index, bounds, *column_ptrs = fn.args
+    rows, weights, other, out, index, bounds, *column_ptrs = fn.args
     for arg in fn.args[1:]:
         arg.add_attribute('noalias')  # every array is its own
     entry, row, body, step, done = (fn.append_basic_block(n) for n in ('entry', 'row', 'body', 'step', 'done'))
@@ -66,7 +68,8 @@ def kernel_ir(graph, outputs, reads, targets, columns, indexed, name):
     bound = {c: [b.load(b.gep(bounds, [ir.Constant(I64, k + j * count)])) for j in range(3)]
              for k, c in enumerate(codes)}  # column → (K, shift, span)
     scattered = {p.column for p in targets if p.column is not None}
-    leaves = {e: b.load(b.gep(weights, [ir.Constant(I64, p.base)])) for e, p in reads.items() if p.column is None}
+    leaves = {e: b.load(b.gep(other if p.other else weights, [ir.Constant(I64, p.base)]))
+              for e, p in reads.items() if p.column is None}
     summed = [k for k, p in enumerate(targets) if p.column is None]
     b.cbranch(b.icmp_signed('>', rows, ir.Constant(I64, 0)), row, done)
 
@@ -88,7 +91,7 @@ def kernel_ir(graph, outputs, reads, targets, columns, indexed, name):
     b.position_at_end(body)  # gather, evaluate, scatter
     for e, p in reads.items():
         if p.column is not None:
-            leaves[e] = b.load(b.gep(weights, [_place(b, p, key[p.column])]))
+            leaves[e] = b.load(b.gep(other if p.other else weights, [_place(b, p, key[p.column])]))
     column_at = {n: k for k, n in reversed(list(enumerate(columns))) if n is not None}
     values = emit_nodes(_Emitter(b, module), graph, outputs,
                         lambda node: b.load(b.gep(column_ptrs[column_at[node.value]], [at])) if node.op == 'column'
@@ -166,7 +169,7 @@ def compile(graph, outputs, reads, targets, columns, indexed=False, cache=disk.N
         data, optimized = compiler.machine_code(None, ir_text, chosen, ms, here=here)
         frames.check(optimized)
         cache.put(key, data)
-    function = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * (4 + len(columns)))(
+    function = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * (5 + len(columns)))(
         compiler.address(data, name))
     units = len(outputs) + sum(cost.LIBM_UNITS if cost._dear(graph.nodes[n].op) else 1
                                for n in graph.ancestors(outputs))
@@ -181,15 +184,15 @@ def _source():
 
 
 class Scatter:
-    """A compiled kernel_ir: scatter(columns, rows, weights, out, keys, shifts=None, index=None) adds the rows'
-    outputs into out in place."""
+    """A compiled kernel_ir: scatter(columns, rows, weights, out, keys, …) adds the rows' outputs into out in
+    place."""
 
     def __init__(self, function, reads, targets, columns, indexed, row_ns):
         self.function, self.reads, self.targets, self.columns = function, reads, targets, columns
         self.indexed, self.row_ns = indexed, row_ns
         self.codes = sorted({p.column for p in [*reads.values(), *targets] if p.column is not None})
 
-    def __call__(self, columns, rows, weights, out, keys, spans=None, index=None, starts=None):
+    def __call__(self, columns, rows, weights, out, keys, spans=None, index=None, starts=None, other=None):
         """Adds to out (a C-contiguous float64 array) the outputs of `rows` rows: rows 0 … rows − 1 of the columns,
         or where the kernel is indexed, rows index[0 … rows − 1]. keys: {code column: its K}; spans: {scattered
         code column: (shift, span)}, by default (0, K). Checks that every place a key in range reaches is inside
@@ -203,6 +206,7 @@ class Scatter:
         if len(columns) != self.columns or not (out.dtype == np.float64 and out.flags.c_contiguous):
             raise ValueError('the kernel takes its columns and a contiguous float64 out')
         weights = np.ascontiguousarray(weights, dtype=np.float64)
+        other = np.ascontiguousarray(np.zeros(0) if other is None else other, dtype=np.float64)
         arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in columns]
         spans = {c: (0, keys[c]) for c in self.codes} | dict(spans or {})
         length = min((len(a) for a in arrays), default=0)
@@ -212,7 +216,8 @@ class Scatter:
                 raise ValueError('the index reads rows the columns do not have')
         elif rows > length:
             raise ValueError(f'a column has fewer than {rows} rows')
-        for places, size, count in ((self.reads.values(), weights.size, lambda c: keys[c]),
+        for places, size, count in (([p for p in self.reads.values() if not p.other], weights.size, lambda c: keys[c]),
+                                    ([p for p in self.reads.values() if p.other], other.size, lambda c: keys[c]),
                                     (self.targets, out.size, lambda c: spans[c][1])):
             for p in places:
                 last = p.base + (p.stride * (count(p.column) - 1) if p.column is not None else 0)
@@ -224,7 +229,8 @@ class Scatter:
         def piece(start, end, into):  # may run in a pool thread: numpy and the machine code only (threads.py)
             at = index.ctypes.data + 8 * start if self.indexed else None
             pointers = [a.ctypes.data + (0 if self.indexed else 8 * start) for a in arrays]
-            self.function(end - start, weights.ctypes.data, into.ctypes.data, at, bounds.ctypes.data, *pointers)
+            self.function(end - start, weights.ctypes.data, other.ctypes.data, into.ctypes.data, at,
+                          bounds.ctypes.data, *pointers)
             return into
         scattered = {p.column for p in self.targets}
         if scattered == {None}:

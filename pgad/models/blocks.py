@@ -25,6 +25,8 @@ HALVINGS = 30
 CG_FROM = 17       # the values a key from which a group's blocks are solved by conjugate gradients (a pass a step,
 #                    m products a row) rather than from the whole Hessian (a pass, m(m+3)/2 sums a row)
 CG_RESIDUAL = 0.1  # conjugate gradients stop where each key's residual is a tenth of its gradient (inexact Newton)
+CG_COPIES = 7      # the copies of the values a fit by conjugate gradients holds at once, at most: the weights, the
+#                    sweep's start, and of a group's the step, the residual, the direction, its product and a term
 GROW, MOST_REACH, LEAST_REACH = 1.5, 16.0, 0.25  # how far past a sweep its extrapolation reaches, and how that adapts
 
 
@@ -101,27 +103,25 @@ class Group:
         """The gradient sums of every key, count×m (the Hessian-vector program's gradient: conjugate gradients)."""
         return self.added(kernel, table, w, clock, self.products_program, self.products_program.outputs[1:1 + self.m])
 
-    def products(self, kernel, table, extended, v, clock):
-        """Each key's Hessian sum times its row of v (count×m), count×m: one pass of the Hessian-vector program, the
-        direction read as weights of its own (program.DIRECTION), a key's row of v gathered as its values are.
-        extended: the weights, then room for v, which is copied there (what the kernel reads)."""
+    def products(self, kernel, table, w, v, clock):
+        """Each key's Hessian sum times its row of v (count×m, C-contiguous), count×m: one pass of the Hessian-vector
+        program, the direction read as weights of its own (program.DIRECTION), a key's row of v gathered as its
+        values are (from the kernel's other array)."""
         m, prog = self.m, self.products_program
-        size = len(extended) - v.size
-        extended[size:] = np.ravel(v)
         code = None if self.column is None else kernel.columns.index(self.column)
-        reads = tuple((program.DIRECTION + e, (code, size + j, m if code is not None else 0))
+        reads = tuple((program.DIRECTION + e, (code, j, m if code is not None else 0))
                       for j, e in enumerate(prog.weights))
 
         def feed(codes):  # the python backend's: each row's key's direction
             return {program.DIRECTION + e: (v[codes[self.names[0]], j] if self.column is not None else v[0, j])
                     for j, e in enumerate(prog.weights)}
-        return self.added(kernel, table, extended, clock, prog, prog.outputs[1 + m:], reads=reads, feed=feed)
+        return self.added(kernel, table, w, clock, prog, prog.outputs[1 + m:], reads=reads, feed=feed, other=v)
 
-    def added(self, kernel, table, w, clock, prog, outputs, k0=0, k1=None, reads=(), feed=None):
+    def added(self, kernel, table, w, clock, prog, outputs, k0=0, k1=None, reads=(), feed=None, other=None):
         """Each of prog's outputs summed over the rows of each of keys k0 … k1 − 1, (k1 − k0)×len(outputs): one
         compiled pass on the llvm backend (each row's outputs added at its key's row), else the python plan over
-        blocks of rows and np.bincount. reads: ((a leaf beside the weights, (column, base, stride)), …) and
-        feed(codes) its values a block on python."""
+        blocks of rows and np.bincount. reads: ((a leaf read from other, (column, base, stride)), …), and feed(codes)
+        its values a block on python."""
         k1 = self.count if k1 is None else k1
         columns, rows, starts, total = table.columns, None, None, table.rows
         if self.column is not None:
@@ -138,7 +138,7 @@ class Group:
         out = np.zeros((k1 - k0, width))
         if compiled is not None:
             compiled(columns, total, w, out, kernel.keys, None if code is None else {code: (k0, k1 - k0)},
-                     index=rows, starts=starts)
+                     index=rows, starts=starts, other=other)
             clock.rows += total
             clock.poll()
             return out
@@ -190,12 +190,21 @@ def kernel_block(m):
     return max(1024, (64 << 20) // (8 * (m * (m + 3) // 2 + 1) * 4))
 
 
+def product(group, kernel, table, w, p, clock, rows, here, l2):
+    """The objective's Hessian block of each key times its row of p: the mean loss's (one pass) and the penalty's."""
+    q = group.products(kernel, table, w, p, clock)
+    q /= rows
+    q += (2 * l2 * here) * p
+    return q
+
+
 def conjugate_gradients(product, g, most, residual=CG_RESIDUAL):
-    """d with H_k·d_k ≈ g_k for each key k (a row of g), by conjugate gradients run on every key at once, each step
-    one product(p) (H_k·p_k of every key: a pass over the rows), until each key's residual is within `residual` of
-    its g's norm, or `most` steps. A key whose curvature along its direction is not positive stops there (its line
-    search then guards the objective)."""
-    d, r = np.zeros_like(g), g.copy()
+    """(d with H_k·d_k ≈ g_k for each key k (a row of g, which it takes over as its residual), gᵀd), by conjugate
+    gradients run on every key at once, each step one product(p) (H_k·p_k of every key: a pass over the rows),
+    until each key's residual is within `residual` of its g's norm, or `most` steps. A key whose curvature along its
+    direction is not positive stops there (its line search then guards the objective). gᵀd is Σ αᵢ·rᵢᵀrᵢ, each
+    step's (from d = 0, gᵀpᵢ = rᵢᵀrᵢ), so g need not be kept."""
+    d, r, measure = np.zeros_like(g), g, 0.0
     p, rs = r.copy(), np.einsum('ki,ki->k', r, r)
     goal = residual * residual * rs
     for _ in range(most):
@@ -206,13 +215,14 @@ def conjugate_gradients(product, g, most, residual=CG_RESIDUAL):
         q = product(p)
         curvature = np.einsum('ki,ki->k', p, q)
         alpha = np.where(going & (curvature > 0), rs / np.where(curvature > 0, curvature, 1.0), 0.0)
+        measure += float(alpha @ rs)
         d += alpha[:, None] * p
         r -= alpha[:, None] * q
         following = np.einsum('ki,ki->k', r, r)
         beta = np.where(alpha > 0, following / np.where(rs > 0, rs, 1.0), 0.0)
         p = r + beta[:, None] * p
         rs = np.where(alpha > 0, following, 0.0)
-    return d
+    return d, measure
 
 
 def solve(h, g):
@@ -243,13 +253,14 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
         for group in groups:
             if group.conjugate:  # every key's step at once, by conjugate gradients on Hessian-vector products
                 here, weights = group.scale(penalty), group.at(w, 0, group.count)
-                g = group.gradients(kernel, table, w, clock) / rows + 2 * penalty.l2 * here * weights
-                extended = np.concatenate([w, np.zeros(group.count * group.m)])
-                d = conjugate_gradients(
-                    lambda p: group.products(kernel, table, extended, p, clock) / rows + 2 * penalty.l2 * here * p,
-                    g, group.m)
-                del extended
-                decrement += float(np.sum(g * d))
+                g = group.gradients(kernel, table, w, clock)
+                g /= rows
+                g += (2 * penalty.l2 * here) * weights
+                del weights
+                d, measure = conjugate_gradients(lambda p: product(group, kernel, table, w, p, clock, rows, here,
+                                                                   penalty.l2), g, group.m)
+                del g
+                decrement += measure
             else:
                 d = np.zeros((group.count, group.m))
             for k0, k1 in () if group.conjugate else group.chunks(budget):

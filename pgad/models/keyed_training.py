@@ -119,6 +119,19 @@ def train(name, model, loss, data, weights, w, given, config):
                         detail=f'It keeps {POLISH_COPIES} copies of the weights: its curvature pairs and steps.',
                         hint="Use optimizer 'block_newton' or 'adam', which keep fewer, or have a superuser raise "
                              'pgad.memory_limit.')
+    conjugate = any(size >= blocks.CG_FROM for size in _block_sizes(layout))
+    if optimizer == 'block_newton' and conjugate and config.memory_limit is not None and \
+            blocks.CG_COPIES * 8 * layout.size > config.memory_limit:
+        if given.get('optimizer') is None:  # its conjugate gradients' vectors do not fit: sparse Adam, which fits
+            options['optimizer'] = optimizer = 'adam'
+        else:
+            need = loader.megabytes(blocks.CG_COPIES * 8 * layout.size)
+            raise PgadError(loader.OUT_OF_MEMORY, f'optimizer "block_newton" needs {need} for its {layout.size} '
+                                                  f'weights, more than pgad.memory_limit '
+                                                  f'({loader.megabytes(config.memory_limit)})',
+                            detail=f'Its conjugate gradients keep {blocks.CG_COPIES} copies of the weights at once.',
+                            hint="Use optimizer 'adam', which keeps fewer, or have a superuser raise "
+                                 'pgad.memory_limit.')
     label = [str(c) for c in prog.columns]
     if options['label'] in label:
         objective.check_labels(loss, options['label'], table.columns[label.index(options['label'])])
@@ -267,8 +280,9 @@ class KeyedScoring:
         joins, columns, zero = [], {}, "'0'::pg_catalog.float8"
         for k, weight in enumerate(self.layout.keyed):
             alias = f'pgad_k{k + 1}'
+            column = self.keyed.column[weight]
             joins.append(f'LEFT JOIN {weight_tables.qualified(own, weight)} AS {alias} ON {alias}.key '
-                         f'{weight_tables.EQ} ${self.at[self.keyed.column[weight]]}')
+                         f'{weight_tables.equality(self.keyed.types[column])} ${self.at[column]}')
             shape = self.layout.shapes[weight]
             for j in range(shape[0]) if shape else ():
                 columns[vectors.element(COLUMN + weight, (j + 1,))] = f'COALESCE({alias}.value[{j + 1}], {zero})'

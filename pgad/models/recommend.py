@@ -72,10 +72,10 @@ def recommend(name, keys, k=10, seen=None, version=None):
         values[w] = table
         server.check_interrupts()
     users = {}
-    for w in [w for w in by if by[w] == user]:
-        found = server.query(f'SELECT t.key::pg_catalog.text AS key, t.value FROM {tables[w]} AS t '
-                             f'WHERE t.key::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1)', [list(keys)],
-                             ['pg_catalog.text[]'])
+    for w in [w for w in by if by[w] == user]:  # each given key's value, found by the key type's equality
+        kind, eq = weight_tables.key_type(tables[w])
+        found = server.query(f'SELECT g AS key, t.value FROM pg_catalog.unnest($1::pg_catalog.text[]) AS g '
+                             f'JOIN {tables[w]} AS t ON t.key {eq} g::{kind}', [list(keys)], ['pg_catalog.text[]'])
         users[w] = {r['key']: np.atleast_1d(np.asarray(r['value'], dtype=np.float64)) for r in found}
     local = keyed.localised(model, by)
     shapes = vectors.Shapes(tuple((n, tuple(e['shape'])) for n, e in described.items() if e['shape']) +
@@ -88,7 +88,8 @@ def recommend(name, keys, k=10, seen=None, version=None):
     for w in values:
         for j, e in enumerate(vectors.elements(w, tuple(described[w]['shape']))):
             feed[e] = values[w][:, j]
-    hidden = _seen(seen, keys) if seen is not None else {}
+    first = {b: next(w for w in by if by[w] == b) for b in (user, item)}
+    hidden = _seen(seen, keys, tables[first[user]], tables[first[item]]) if seen is not None else {}
     position = {key: n for n, key in enumerate(items or [])}
     out = []
     for key in keys:
@@ -119,17 +120,20 @@ def _top(scores, k):
     return keep[order][:k]
 
 
-def _seen(query, keys):
-    """{user key: the items the seen query pairs with it}, as text."""
+def _seen(query, keys, users, items):
+    """{given user key: the items the seen query pairs with it, as the items' table holds them}, each key matched
+    by its type's equality (users, items: a user weight's table and an item weight's, whose key types these are)."""
     query = loader.as_query(query)
     names, _ = loader.check_columns(query, [])
     if len(names) < 2:
         raise PgadError('42601', 'seen must give two columns, the user\'s key and the item\'s',
                         detail=f'It gives {len(names)}.', hint="seen => 'SELECT user_id, item_id FROM ratings'")
     u, i = (printer.quote_ident(n) for n in names[:2])
+    (user_kind, user_eq), (item_kind, item_eq) = weight_tables.key_type(users), weight_tables.key_type(items)
     found = {}
-    for r in server.query(f'SELECT s.{u}::pg_catalog.text AS u, s.{i}::pg_catalog.text AS i FROM ({query}\n) AS s '
-                          f'WHERE s.{u}::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1)', [list(keys)],
+    for r in server.query(f'SELECT g AS u, t.key::pg_catalog.text AS i FROM ({query}\n) AS s '
+                          f'JOIN pg_catalog.unnest($1::pg_catalog.text[]) AS g ON s.{u}::{user_kind} {user_eq} '
+                          f'g::{user_kind} JOIN {items} AS t ON t.key {item_eq} s.{i}::{item_kind}', [list(keys)],
                           ['pg_catalog.text[]']):
         found.setdefault(r['u'], set()).add(r['i'])
     return found

@@ -30,6 +30,36 @@ NAMEDATALEN = 64
 CHUNK_KEYS = 10_000  # keys written by one INSERT
 
 
+# The schema of the equality operator of a type (oid $1): its default btree operator class's, so that a key is
+# looked up as the table's primary key tells keys apart (citext's 'ann' is 'ANN'). None for a type whose class is
+# polymorphic (an enum's, anyenum's: pg_catalog's =, which is the enum's).
+EQUALITY = (f"SELECT pg_catalog.quote_ident(n.nspname) AS schema FROM pg_catalog.pg_opclass AS c "
+            f"JOIN pg_catalog.pg_am AS m ON m.oid {EQ} c.opcmethod AND m.amname {EQ} 'btree' "
+            f"JOIN pg_catalog.pg_amop AS a ON a.amopfamily {EQ} c.opcfamily AND a.amoplefttype {EQ} c.opcintype "
+            f"AND a.amoprighttype {EQ} c.opcintype AND a.amopstrategy {EQ} 3 "
+            f"JOIN pg_catalog.pg_operator AS o ON o.oid {EQ} a.amopopr "
+            f"JOIN pg_catalog.pg_namespace AS n ON n.oid {EQ} o.oprnamespace "
+            f"WHERE c.opcdefault AND c.opcintype {EQ} $1")
+# A table's key column's type: its schema-qualified name and oid
+KEY_TYPE = ("SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) "
+            f"pg_catalog.quote_ident(t.typname) AS kind, t.oid AS oid FROM pg_catalog.pg_attribute AS a "
+            f"JOIN pg_catalog.pg_type AS t ON t.oid {EQ} a.atttypid "
+            f"JOIN pg_catalog.pg_namespace AS n ON n.oid {EQ} t.typnamespace "
+            f"WHERE a.attrelid {EQ} pg_catalog.to_regclass($1) AND a.attname {EQ} 'key'")
+
+
+def equality(kind):
+    """OPERATOR(schema.=), the equality of the type named kind (schema-qualified) that its btree index uses."""
+    found = server.query(EQUALITY, [kind], ['pg_catalog.regtype'])
+    return f'OPERATOR({found[0]["schema"]}.=)' if found else EQ
+
+
+def key_type(table):
+    """(the schema-qualified name of a weight table's key type, its equality: equality())."""
+    kind = server.query(KEY_TYPE, [table], ['pg_catalog.text'])[0]['kind']
+    return kind, equality(kind)
+
+
 def name(own, weight):
     """The table of a keyed weight of the version whose scoring function is own: "<own>.<weight>", or, past 63
     bytes, cut and told apart by a hash of the whole."""
