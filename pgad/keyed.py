@@ -452,8 +452,8 @@ class Kernel:
                                    self.cache or NONE)
             if made is None and self.backend == 'llvm':
                 raise too_large_for_llvm(graph, outputs)
-            self.kernels[key] = made
-        return self.kernels[key]
+            self.kernels[key] = graph, made  # the graph kept alive: its id is in the key
+        return self.kernels[key][1]
 
     def reads(self):
         """{weight element: its scatter.Place}: a global weight's element at its place, a keyed one's at its place
