@@ -267,7 +267,7 @@ def test_conjugate_gradients_solve_every_keys_block_at_once():
     g = rng.normal(size=(50, 12))
     passes = []
 
-    def product(p):
+    def product(p, scratch):
         passes.append(1)
         return np.einsum('kij,kj->ki', h, p)
     exact, measure = blocks.conjugate_gradients(product, g.copy(), 60, residual=0.0)

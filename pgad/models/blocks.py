@@ -25,6 +25,7 @@ HALVINGS = 30
 CG_FROM = 17       # the values a key from which a group's blocks are solved by conjugate gradients (a pass a step,
 #                    m products a row) rather than from the whole Hessian (a pass, m(m+3)/2 sums a row)
 CG_RESIDUAL = 0.1  # conjugate gradients stop where each key's residual is a tenth of its gradient (inexact Newton)
+CG_MOST = 25       # the most steps of conjugate gradients a group takes (its block's values, where fewer)
 CG_COPIES = 7      # the copies of the values a fit by conjugate gradients holds at once, at most: the weights, the
 #                    sweep's start, and of a group's the step, the residual, the direction, its product and a term
 GROW, MOST_REACH, LEAST_REACH = 1.5, 16.0, 0.25  # how far past a sweep its extrapolation reaches, and how that adapts
@@ -190,37 +191,42 @@ def kernel_block(m):
     return max(1024, (64 << 20) // (8 * (m * (m + 3) // 2 + 1) * 4))
 
 
-def product(group, kernel, table, w, p, clock, rows, here, l2):
-    """The objective's Hessian block of each key times its row of p: the mean loss's (one pass) and the penalty's."""
+def product(group, kernel, table, w, p, scratch, clock, rows, here, l2):
+    """The objective's Hessian block of each key times its row of p: the mean loss's (one pass) and the penalty's
+    (added through scratch, an array of p's shape, rather than a temporary)."""
     q = group.products(kernel, table, w, p, clock)
     q /= rows
-    q += (2 * l2 * here) * p
+    q += np.multiply(p, 2 * l2 * here, out=scratch)
     return q
 
 
 def conjugate_gradients(product, g, most, residual=CG_RESIDUAL):
     """(d with H_k·d_k ≈ g_k for each key k (a row of g, which it takes over as its residual), gᵀd), by conjugate
-    gradients run on every key at once, each step one product(p) (H_k·p_k of every key: a pass over the rows),
-    until each key's residual is within `residual` of its g's norm, or `most` steps. A key whose curvature along its
-    direction is not positive stops there (its line search then guards the objective). gᵀd is Σ αᵢ·rᵢᵀrᵢ, each
-    step's (from d = 0, gᵀpᵢ = rᵢᵀrᵢ), so g need not be kept."""
+    gradients run on every key at once, each step one product(p, scratch) (H_k·p_k of every key: a pass over the
+    rows; scratch an array it may use), until each key's residual is within `residual` of its g's norm, or `most`
+    steps. A key whose curvature along its direction is not positive stops there (its line search then guards the
+    objective). gᵀd is Σ αᵢ·rᵢᵀrᵢ, each step's (from d = 0, gᵀpᵢ = rᵢᵀrᵢ), so g need not be kept. It holds d, r,
+    p, the product and one scratch array at most (CG_COPIES counts them), each step's updates made in place."""
     d, r, measure = np.zeros_like(g), g, 0.0
     p, rs = r.copy(), np.einsum('ki,ki->k', r, r)
+    scratch = np.empty_like(g)
     goal = residual * residual * rs
     for _ in range(most):
         going = rs > goal
         if not going.any():
             break
         p[~going] = 0.0
-        q = product(p)
+        q = product(p, scratch)
         curvature = np.einsum('ki,ki->k', p, q)
         alpha = np.where(going & (curvature > 0), rs / np.where(curvature > 0, curvature, 1.0), 0.0)
         measure += float(alpha @ rs)
-        d += alpha[:, None] * p
-        r -= alpha[:, None] * q
+        d += np.multiply(p, alpha[:, None], out=scratch)
+        r -= np.multiply(q, alpha[:, None], out=scratch)
+        del q
         following = np.einsum('ki,ki->k', r, r)
         beta = np.where(alpha > 0, following / np.where(rs > 0, rs, 1.0), 0.0)
-        p = r + beta[:, None] * p
+        p *= beta[:, None]
+        p += r
         rs = np.where(alpha > 0, following, 0.0)
     return d, measure
 
@@ -257,8 +263,9 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
                 g /= rows
                 g += (2 * penalty.l2 * here) * weights
                 del weights
-                d, measure = conjugate_gradients(lambda p: product(group, kernel, table, w, p, clock, rows, here,
-                                                                   penalty.l2), g, group.m)
+                d, measure = conjugate_gradients(
+                    lambda p, scratch: product(group, kernel, table, w, p, scratch, clock, rows, here, penalty.l2), g,
+                    min(group.m, CG_MOST))
                 del g
                 decrement += measure
             else:

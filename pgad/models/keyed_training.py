@@ -3,7 +3,7 @@ the keys found in the same pass, each key column as its code (keyed.load), the f
 or a sparse mini-batch optimizer (sparse.py), and the version stored with its keyed weights in tables
 (weight_tables.py) and a scoring function that looks them up (KeyedScoring).
 
-The options a keyed model takes: optimizer ('block_newton', the default up to BLOCK_MOST values a key; 'lbfgs',
+The options a keyed model takes: optimizer ('block_newton', the default up to BLOCK_MOST global values; 'lbfgs',
 'gd'; 'sgd', 'adagrad', 'adam', mini-batches that touch only a batch's keys), iterations (sweeps, iterations or
 epochs), learning_rate, batch_size, seed (the keyed starts' where the spec gives none, and the batches'), tolerance,
 mode, l2, regularize and backend ('auto', the default, and 'llvm' compile each pass over the rows as one gather and
@@ -28,8 +28,9 @@ DENSE_RATE = 0.05       # gd's learning_rate where none is given, as pgad.train'
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
 BUDGET, BUDGET_LEAST = 64 << 20, 8 << 20  # block Newton's blocks at once: an eighth of pgad.memory_limit, 8 MB at least
 COPIES_SHARE = 4  # the table's copies in another group's key order (blocks.arrange) take a quarter of the limit at most
-BLOCK_MOST = 33         # the most values of one block (a key's) that block Newton is the default for (rank 32 and a
-#                         bias): a row's Hessian entries, each a pass of numpy over the rows, grow with its square
+BLOCK_MOST = 33         # the most values of the global weights' block that block Newton is the default for: past
+#                         it (a network's weights, whose blocks are not convex) L-BFGS; a key's block of any size is
+#                         solved by conjugate gradients (blocks.CG_FROM), where their copies fit
 ITERATIONS = {'lbfgs': 2000, 'gd': 1000, 'sgd': 50, 'adagrad': 50, 'adam': 50}
 POLISH_COPIES = 2 * descent.MEMORY + 14  # the vectors L-BFGS keeps (its pairs, its iterate, gradient, direction and
 #                                          scale, a line search's trial, the kernel's sums): only where they fit
@@ -109,8 +110,8 @@ def train(name, model, loss, data, weights, w, given, config):
                         hint='data must have at least one row to average the loss over.')
     layout = keyed_weights.layout(names, keyed, shapes)
     lbfgs_fits = config.memory_limit is None or POLISH_COPIES * 8 * layout.size <= config.memory_limit
-    if given.get('optimizer') is None and max(_block_sizes(layout)) > BLOCK_MOST:
-        # a key's block too large to solve a row at a time; L-BFGS where its pairs fit, else sparse Adam
+    if given.get('optimizer') is None and _block_sizes(layout)[None] > BLOCK_MOST:
+        # the global weights' block too large to solve as one; L-BFGS where its pairs fit, else sparse Adam
         options['optimizer'] = optimizer = 'lbfgs' if lbfgs_fits else 'adam'
     if optimizer == 'lbfgs' and not lbfgs_fits:
         need = loader.megabytes(POLISH_COPIES * 8 * layout.size)
@@ -119,7 +120,7 @@ def train(name, model, loss, data, weights, w, given, config):
                         detail=f'It keeps {POLISH_COPIES} copies of the weights: its curvature pairs and steps.',
                         hint="Use optimizer 'block_newton' or 'adam', which keep fewer, or have a superuser raise "
                              'pgad.memory_limit.')
-    conjugate = any(size >= blocks.CG_FROM for size in _block_sizes(layout))
+    conjugate = any(size >= blocks.CG_FROM for size in _block_sizes(layout).values())
     if optimizer == 'block_newton' and conjugate and config.memory_limit is not None and \
             blocks.CG_COPIES * 8 * layout.size > config.memory_limit:
         if given.get('optimizer') is None:  # its conjugate gradients' vectors do not fit: sparse Adam, which fits
@@ -184,7 +185,7 @@ def _block_sizes(layout):
     sizes = {None: sum(math.prod(layout.shapes[n]) for n in layout.names if n not in layout.keyed)}
     for n, (column, _) in layout.keyed.items():
         sizes[column] = sizes.get(column, 0) + math.prod(layout.shapes[n])
-    return sizes.values()
+    return sizes
 
 
 def _fit(prog, text, kernel, table, holder, layout, penalty, options, clock, config, keys):
