@@ -183,6 +183,7 @@ def test_block_newton_reaches_scipys_minimum_of_a_convex_keyed_model(backend, co
     """A logistic model with an intercept per key and a global slope: convex, one minimum; each block solved from
     its Hessian, or by conjugate gradients (every block, however small: blocks.CG_FROM)."""
     monkeypatch.setattr(blocks, 'CG_FROM', 1 if conjugate else blocks.CG_FROM)
+    monkeypatch.setattr(blocks, 'CG_RESIDUAL', 0.9)  # loose steps: converged is judged on tight ones all the same
     rng = np.random.default_rng(5)
     n, groups = 600, 15
     g = rng.integers(1, groups + 1, n).astype(float)
@@ -258,6 +259,32 @@ def test_a_keys_hessian_times_a_vector_is_its_hessian_block_times_it(backend, mo
         got = products.products(kernel, table, w, v, clock)
         np.testing.assert_allclose(got, np.einsum('kij,kj->ki', h, v), rtol=1e-11, atol=1e-11)
         np.testing.assert_allclose(products.gradients(kernel, table, w, clock), g, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_the_decrement_converged_is_judged_on_is_the_hessian_blocks(backend):
+    """Where the sweeps' loose conjugate gradients say converged, the fit judges gᵀH⁻¹g again with tight solves
+    (blocks.tight_decrement): against each key's Hessian block solved exactly, with the penalty's diagonal."""
+    start = {**START, 'p': {'shape': [16], 'seed': 1}, 'q': {'shape': [16], 'seed': 2}}
+    u, i, y = ratings(400, 6, 5, seed=8)
+    kernel, layout, w, text, _ = local(MF, 'squared', start, 6, 5, backend=backend)
+    table = SimpleNamespace(columns=[y, u, i], rows=len(y))
+    clock = descent.Clock(lambda: None, lambda m: None, 1)
+    penalty = keyed.Ridge(0.05, {n: 1.0 for n in layout.spans}, layout.spans)
+    exact = blocks.Group(text, ['bu', 'p'], layout, DEFAULT, kernel.prog.dims, 'u')
+    exact.conjugate = False
+    products = blocks.Group(text, ['bu', 'p'], layout, DEFAULT, kernel.prog.dims, 'u')
+    if not exact.conjugate and exact.prog is products.prog:  # a Hessian program of its own for the reference
+        exact.prog = program.build_hessian(text, ('bu', 'p'), DEFAULT, kernel.prog.dims)
+    g, h = exact.sums(kernel, table, w, clock)
+    here = exact.scale(penalty)
+    g = g / len(y) + 2 * penalty.l2 * here * exact.at(w, 0, exact.count)
+    h = h / len(y) + 2 * penalty.l2 * np.diag(here)
+    expected = float(np.sum(g * np.linalg.solve(h, g[..., None])[..., 0]))
+    got = blocks.tight_decrement(products, kernel, table, w, penalty, len(y), clock)
+    assert got == pytest.approx(expected, rel=1e-6)
+    loose = blocks.newton_step(products, kernel, table, w, penalty, len(y), clock, 0.9, 17)[1]
+    assert loose < got  # what a loose solve would have judged on
 
 
 def test_conjugate_gradients_solve_every_keys_block_at_once():

@@ -25,6 +25,7 @@ HALVINGS = 30
 CG_FROM = 17       # the values a key from which a group's blocks are solved by conjugate gradients (a pass a step,
 #                    m products a row) rather than from the whole Hessian (a pass, m(m+3)/2 sums a row)
 CG_RESIDUAL = 0.1  # conjugate gradients stop where each key's residual is a tenth of its gradient (inexact Newton)
+CG_TIGHT = 1e-4   # the residual conjugate gradients are solved to where the fit is judged converged
 CG_MOST = 25       # the most steps of conjugate gradients a group takes (its block's values, where fewer)
 CG_COPIES = 7      # the copies of the values a fit by conjugate gradients holds at once, at most: the weights, the
 #                    sweep's start, and of a group's the step, the residual, the direction, its product and a term
@@ -191,6 +192,24 @@ def kernel_block(m):
     return max(1024, (64 << 20) // (8 * (m * (m + 3) // 2 + 1) * 4))
 
 
+def newton_step(group, kernel, table, w, penalty, rows, clock, residual, most):
+    """(every key's Newton step of a conjugate group, by conjugate gradients to `residual`, gᵀd) at w."""
+    here, weights = group.scale(penalty), group.at(w, 0, group.count)
+    g = group.gradients(kernel, table, w, clock)
+    g /= rows
+    g += (2 * penalty.l2 * here) * weights
+    del weights
+    return conjugate_gradients(
+        lambda p, scratch: product(group, kernel, table, w, p, scratch, clock, rows, here, penalty.l2), g, most,
+        residual)
+
+
+def tight_decrement(group, kernel, table, w, penalty, rows, clock):
+    """gᵀH⁻¹g of a conjugate group at w, its blocks solved to CG_TIGHT (at most a step a value): what `converged`
+    is judged on where the sweeps' looser solves say it has."""
+    return newton_step(group, kernel, table, w, penalty, rows, clock, CG_TIGHT, group.m)[1]
+
+
 def product(group, kernel, table, w, p, scratch, clock, rows, here, l2):
     """The objective's Hessian block of each key times its row of p: the mean loss's (one pass) and the penalty's
     (added through scratch, an array of p's shape, rather than a temporary)."""
@@ -256,17 +275,11 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
     history, stopped, decrement, reach = [], 'cap', math.inf, 1.0
     for it in range(1, iterations + 1):
         decrement, before = 0.0, w.copy()
+        exact = 0.0  # the decrement of the groups solved from their whole Hessian blocks
         for group in groups:
             if group.conjugate:  # every key's step at once, by conjugate gradients on Hessian-vector products
-                here, weights = group.scale(penalty), group.at(w, 0, group.count)
-                g = group.gradients(kernel, table, w, clock)
-                g /= rows
-                g += (2 * penalty.l2 * here) * weights
-                del weights
-                d, measure = conjugate_gradients(
-                    lambda p, scratch: product(group, kernel, table, w, p, scratch, clock, rows, here, penalty.l2), g,
-                    min(group.m, CG_MOST))
-                del g
+                d, measure = newton_step(group, kernel, table, w, penalty, rows, clock, CG_RESIDUAL,
+                                         min(group.m, CG_MOST))
                 decrement += measure
             else:
                 d = np.zeros((group.count, group.m))
@@ -278,6 +291,7 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
                 step = solve(h, g)
                 d[k0:k1] = np.where(np.isfinite(step), step, 0.0)
                 decrement += float(np.sum(g * d[k0:k1]))
+                exact += float(np.sum(g * d[k0:k1]))
             t = 1.0
             for _ in range(HALVINGS):
                 trial = w.copy()
@@ -300,6 +314,11 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
         clock.validate(w, f)
         clock.iteration(it, f)
         measure, converged = descent.judged(max(decrement, 0.0), f, descent.FLOOR * abs(start), rows)
+        if converged and any(group.conjugate for group in groups):
+            # conjugate gradients stopped at CG_RESIDUAL give a gᵀd below gᵀH⁻¹g: judged again, on tight solves at w
+            decrement = exact + sum(tight_decrement(group, kernel, table, w, penalty, rows, clock)
+                                    for group in groups if group.conjugate)
+            measure, converged = descent.judged(max(decrement, 0.0), f, descent.FLOOR * abs(start), rows)
         if converged:
             stopped = 'optimum'
             break
