@@ -433,6 +433,7 @@ class Kernel:
         self.plan = python_backend.named_plan(prog.graph, prog.outputs)
         self.targets = _targets(prog.weights, layout)
         self.backend, self.cache, self.kernels = backend, cache, {}
+        self.loss_plan = None  # the python backend's plan of the loss alone, made at its first use
         self.code = {n: self.columns.index(c) for n, (c, _) in layout.keyed.items()}  # the loader's codes: the first
         self.keys = {self.code[n]: k for n, (_, k) in layout.keyed.items()}  # code column → its K
 
@@ -499,8 +500,9 @@ class Kernel:
         compiled = self.compiled(self.prog.graph, self.prog.outputs[:1], [(None, 0, 0)])
         if compiled is not None:
             return float(compiled(columns, rows, w, np.zeros(1), self.keys)[0])
-        plan = self.loss_plan = getattr(self, 'loss_plan', None) or \
-            python_backend.named_plan(self.prog.graph, [self.prog.outputs[0]])
+        if self.loss_plan is None:
+            self.loss_plan = python_backend.named_plan(self.prog.graph, [self.prog.outputs[0]])
+        plan = self.loss_plan
         total = 0.0
         for at in range(0, rows, BLOCK_ROWS):
             n = min(BLOCK_ROWS, rows - at)

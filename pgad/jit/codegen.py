@@ -232,22 +232,31 @@ def kernel_ir(program, name=NAME, polynomial=None):
                         lambda node: b.load(b.gep(column_ptrs[column_at[node.value]], [i])) if node.op == 'column'
                         else weight_values[weight_at[node.value]])
     new_sums = [b.fadd(s, values[o], flags=REDUCE) for s, o in zip(sums, program.outputs)]
-    next_i = b.add(i, ir.Constant(I64, 1))
-    b.cbranch(b.icmp_signed('<', next_i, rows), loop, done)
-    i.add_incoming(ir.Constant(I64, 0), entry)
-    i.add_incoming(next_i, loop)
-    for s, new in zip(sums, new_sums):
-        s.add_incoming(_const(0.0), entry)
-        s.add_incoming(new, loop)
-
-    b.position_at_end(done)
-    totals = [b.phi(DOUBLE, f'total{k}') for k in range(len(new_sums))]
-    for k, (total, new) in enumerate(zip(totals, new_sums)):
-        total.add_incoming(_const(0.0), entry)
-        total.add_incoming(new, loop)
+    totals = close_rows(b, i, sums, new_sums, rows, entry, loop, loop, done)
+    for k, total in enumerate(totals):
         b.store(total, b.gep(sums_ptr, [ir.Constant(I64, k)]))
     b.ret_void()
     return vectorised(str(module), vector_widths())
+
+
+def close_rows(b, i, sums, new_sums, rows, entry, latch, head, done):
+    """Close a loop over rows 0 … rows − 1 at the builder's block, latch: i + 1 goes back to head while below rows,
+    else to done; the row phi i and each accumulator's phi (sums) start at 0 from entry and take i + 1 and their
+    new_sums from latch. Returns each accumulator's total, a phi at the start of done (0 where no row ran), the
+    builder positioned there."""
+    next_i = b.add(i, ir.Constant(I64, 1))
+    b.cbranch(b.icmp_signed('<', next_i, rows), head, done)
+    i.add_incoming(ir.Constant(I64, 0), entry)
+    i.add_incoming(next_i, latch)
+    for s, new in zip(sums, new_sums):
+        s.add_incoming(_const(0.0), entry)
+        s.add_incoming(new, latch)
+    b.position_at_end(done)
+    totals = [b.phi(DOUBLE, f'total{k}') for k in range(len(new_sums))]
+    for total, new in zip(totals, new_sums):
+        total.add_incoming(_const(0.0), entry)
+        total.add_incoming(new, latch)
+    return totals
 
 
 def emit_nodes(emitter, graph, roots, leaf):

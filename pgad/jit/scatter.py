@@ -30,7 +30,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import cache as disk, compiler, cost, frames, threads, tiers
-from .codegen import DOUBLE, EMIT, I64, REDUCE, _const, _Emitter, emit_nodes
+from .codegen import DOUBLE, EMIT, I64, REDUCE, _const, _Emitter, close_rows, emit_nodes
 from .. import limits
 from ..lang import printer
 
@@ -97,7 +97,7 @@ def kernel_ir(graph, outputs, reads, targets, columns, indexed, name):
                         lambda node: b.load(b.gep(column_ptrs[column_at[node.value]], [at])) if node.op == 'column'
                         else leaves[node.value])
     added = []
-    for k, (o, p) in enumerate(zip(outputs, targets)):
+    for o, p in zip(outputs, targets):
         if p.column is None:
             added.append(b.fadd(sums[len(added)], values[o], flags=REDUCE))
         else:
@@ -106,23 +106,11 @@ def kernel_ir(graph, outputs, reads, targets, columns, indexed, name):
     b.branch(step)
 
     b.position_at_end(step)
-    kept = [b.phi(DOUBLE) for _ in summed]
+    kept = [b.phi(DOUBLE) for _ in summed]  # a skipped row's sums are the row before's
     for phi, old, new in zip(kept, sums, added):
         phi.add_incoming(old, row)
         phi.add_incoming(new, body)
-    following = b.add(i, ir.Constant(I64, 1))
-    b.cbranch(b.icmp_signed('<', following, rows), row, done)
-    i.add_incoming(ir.Constant(I64, 0), entry)
-    i.add_incoming(following, step)
-    for phi, new in zip(sums, kept):
-        phi.add_incoming(_const(0.0), entry)
-        phi.add_incoming(new, step)
-
-    b.position_at_end(done)
-    totals = [b.phi(DOUBLE) for _ in summed]
-    for k, total, new in zip(summed, totals, kept):
-        total.add_incoming(_const(0.0), entry)
-        total.add_incoming(new, step)
+    totals = close_rows(b, i, sums, kept, rows, entry, step, row, done)
     for k, total in zip(summed, totals):
         where = b.gep(out, [ir.Constant(I64, targets[k].base)])
         b.store(b.fadd(b.load(where), total), where)

@@ -290,8 +290,9 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
                 h = h / rows + 2 * penalty.l2 * np.diag(here)
                 step = solve(h, g)
                 d[k0:k1] = np.where(np.isfinite(step), step, 0.0)
-                decrement += float(np.sum(g * d[k0:k1]))
-                exact += float(np.sum(g * d[k0:k1]))
+                part = float(np.sum(g * d[k0:k1]))
+                decrement += part
+                exact += part
             t = 1.0
             for _ in range(HALVINGS):
                 trial = w.copy()

@@ -279,11 +279,12 @@ class KeyedScoring:
         """(SELECT CASE WHEN an argument is NULL THEN NULL ELSE <the model> END FROM (SELECT) LEFT JOIN <a keyed
         weight's table> ON key = $k …): each keyed weight's value looked up once, 0 for a key it does not hold."""
         joins, columns, zero = [], {}, "'0'::pg_catalog.float8"
+        equal = {c: weight_tables.equality(t) for c, t in self.keyed.types.items()}  # one query a key column
         for k, weight in enumerate(self.layout.keyed):
             alias = f'pgad_k{k + 1}'
             column = self.keyed.column[weight]
             joins.append(f'LEFT JOIN {weight_tables.qualified(own, weight)} AS {alias} ON {alias}.key '
-                         f'{weight_tables.equality(self.keyed.types[column])} ${self.at[column]}')
+                         f'{equal[column]} ${self.at[column]}')
             shape = self.layout.shapes[weight]
             for j in range(shape[0]) if shape else ():
                 columns[vectors.element(COLUMN + weight, (j + 1,))] = f'COALESCE({alias}.value[{j + 1}], {zero})'
