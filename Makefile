@@ -81,7 +81,7 @@ TARGETS := x86-64-v4 x86-64-v3 x86-64
 NOT_PER_TARGET := not sm_80 and not spills and not without_a_gpu
 EQUALITY_TESTS := tests/test_jit.py tests/test_gpu.py tests/test_optimizers.py tests/test_threads.py \
 	tests/test_sequence_llvm.py tests/test_sequence_lanes.py tests/test_vectors.py tests/test_hessian.py \
-	tests/test_scatter.py
+	tests/test_scatter.py tests/test_cg.py
 
 test: install $(DEV)/.done
 	$(DEV)/bin/python -m pytest $(PYTEST_ARGS)

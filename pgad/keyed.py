@@ -456,6 +456,23 @@ class Kernel:
             self.kernels[key] = graph, made  # the graph kept alive: its id is in the key
         return self.kernels[key][1]
 
+    def solver(self, graph, gradient, product, direction, own, indexed=False):
+        """The llvm backend's compiled Newton step of a keyed group (jit/cg.Solver): graph's gradient and product
+        outputs (its Hessian times the direction, whose leaves are named direction), own the group's code column;
+        None on the python backend, and on 'auto' where no tier compiles it."""
+        if self.backend == 'python':
+            return None
+        key = ('cg', id(graph), tuple(gradient), tuple(product), tuple(direction), own, indexed)
+        if key not in self.kernels:
+            from .jit import cg
+            from .jit.cache import NONE
+            made = cg.compile(graph, gradient, product, direction, self.reads(), own, [str(c) for c in self.columns],
+                              indexed, self.cache or NONE)
+            if made is None and self.backend == 'llvm':
+                raise too_large_for_llvm(graph, product)
+            self.kernels[key] = graph, made
+        return self.kernels[key][1]
+
     def reads(self):
         """{weight element: its scatter.Place}: a global weight's element at its place, a keyed one's at its place
         in the key's row."""

@@ -123,15 +123,17 @@ def _place(b, p, key):
 
 
 def tier(graph, outputs, targets):
-    """The tier that compiles the kernel, without vectorisation, or None: the first of tiers.TIERS whose bounds it
-    fits, counting as its accumulators the outputs summed in registers (an output added at a key is a store, which
-    adds nothing to the register allocator's work: a rank-32 block's 594 outputs compile at O3 in 0.5 s)."""
+    """The tier that compiles the kernel, or None: the first of tiers.TIERS whose bounds it fits, counting as its
+    accumulators the outputs summed in registers (an output added at a key is a store, which adds nothing to the
+    register allocator's work: a rank-32 block's 594 outputs compile at O3 in 0.5 s); without vectorisation where an
+    output is added at a key (the row's additions depend on the row before's)."""
     order = graph.ancestors(outputs)
     if any(graph.nodes[n].op not in EMIT and graph.nodes[n].op not in ('const', 'column', 'weight') for n in order):
         return None
     summed = sum(p.column is None for p in targets)
-    return next((replace(t, vectorise=False) for t in tiers.TIERS if len(order) <= t.max_nodes and
-                 summed <= t.max_outputs and len(order) * len(outputs) <= t.max_product), None)
+    chosen = next((t for t in tiers.TIERS if len(order) <= t.max_nodes and summed <= t.max_outputs and
+                   len(order) * len(outputs) <= t.max_product), None)
+    return chosen if chosen is None or summed == len(targets) else replace(chosen, vectorise=False)
 
 
 def compile(graph, outputs, reads, targets, columns, indexed=False, cache=disk.NONE):

@@ -29,6 +29,7 @@ CG_TIGHT = 1e-4   # the residual conjugate gradients are solved to where the fit
 CG_MOST = 25       # the most steps of conjugate gradients a group takes (its block's values, where fewer)
 CG_COPIES = 7      # the copies of the values a fit by conjugate gradients holds at once, at most: the weights, the
 #                    sweep's start, and of a group's the step, the residual, the direction, its product and a term
+MOVE_KEYS = 65_536  # the keys a step is taken at at once (its temporary's rows)
 GROW, MOST_REACH, LEAST_REACH = 1.5, 16.0, 0.25  # how far past a sweep its extrapolation reaches, and how that adapts
 
 
@@ -50,6 +51,11 @@ class Group:
         self.stride = np.array([math.prod(layout.shapes[where[e][0]]) if column is not None else 0
                                 for e in self.prog.weights], dtype=np.int64)
         self.element_weights = [where[e][0] for e in self.prog.weights]
+        self.quadratic = degree(self.prog.graph, self.prog.outputs[0], set(self.prog.weights)) <= 2
+        at = {e: k for k, e in enumerate(self.prog.weights)}  # each weight's elements' places among the group's
+        self.columns_of = [(layout.spans[n], math.prod(layout.shapes[n]),
+                            np.array([at[e] for e in vectors.elements(n, layout.shapes[n])]))
+                           for n in names]
         self.rows = None  # the rows in the order of their keys, and where each key's begin (sorted)
         self.columns = None  # the table's columns in the order of its keys, where arrange made them so
 
@@ -62,12 +68,13 @@ class Group:
         return np.array([penalty.scale[n] for n in self.element_weights])
 
     def move(self, v, d, t):
-        """v less t·d at every key's elements (d: count×m), in place."""
-        for k, (b, s) in enumerate(zip(self.base, self.stride)):
-            if s:
-                v[b:b + self.count * s:s] -= t * d[:, k]
-            else:
-                v[b] -= t * d[0, k]
+        """v less t·d at every key's elements (d: count×m), in place: a weight's table at once, MOVE_KEYS keys at a
+        time."""
+        for span, size, columns in self.columns_of:
+            table = v[span].reshape(self.count, size)
+            for k0 in range(0, self.count, MOVE_KEYS):
+                k1 = min(k0 + MOVE_KEYS, self.count)
+                table[k0:k1] -= t * d[k0:k1][:, columns]
 
     def chunks(self, budget):
         """Key ranges (k0, k1) whose blocks (gradient, Hessian's upper half and full, the solve's copy) fit budget
@@ -104,6 +111,25 @@ class Group:
     def gradients(self, kernel, table, w, clock):
         """The gradient sums of every key, count×m (the Hessian-vector program's gradient: conjugate gradients)."""
         return self.added(kernel, table, w, clock, self.products_program, self.products_program.outputs[1:1 + self.m])
+
+    def solved(self, kernel, table, w, rows, ridge, residual, most, clock):
+        """(every key's Newton step, gᵀd) of a keyed conjugate group in one compiled kernel (jit/cg.py: each key's
+        conjugate gradients over its rows, which lie together), as newton_step's numpy steps would give them; None
+        on the python backend, for the globals, and where no tier compiles it ('auto')."""
+        if self.column is None:
+            return None
+        m, prog = self.m, self.products_program
+        code = kernel.columns.index(self.column)
+        order, begins = self.sorted(kernel, table)
+        solver = kernel.solver(prog.graph, prog.outputs[1:1 + m], prog.outputs[1 + m:],
+                               [program.DIRECTION + e for e in prog.weights], code, self.columns is None)
+        if solver is None:
+            return None
+        steps, measures = solver(self.columns or table.columns, begins, w, kernel.keys, 1.0 / rows,
+                                 residual * residual, ridge, most, index=order)
+        clock.rows += int(np.diff(begins) @ (1 + measures[:, 1]))
+        clock.poll()
+        return steps, float(np.sum(measures[:, 0]))
 
     def products(self, kernel, table, w, v, clock):
         """Each key's Hessian sum times its row of v (count×m, C-contiguous), count×m: one pass of the Hessian-vector
@@ -173,6 +199,25 @@ class Group:
         return h[:, at]
 
 
+def degree(graph, root, elements):
+    """The degree of root as a polynomial in the weights named elements (the others, the columns and constants
+    fixed), math.inf where it is not one (a node past +, −, ×, ÷ by what they do not reach, and whole powers)."""
+    found = {}
+    for n in graph.ancestors([root]):
+        node = graph.nodes[n]
+        if node.op in ('const', 'column', 'weight'):
+            found[n] = 1 if node.op == 'weight' and node.value in elements else 0
+            continue
+        args = [found[a] for a in node.args]
+        power = graph.nodes[node.args[-1]]
+        found[n] = (0 if max(args) == 0 else max(args) if node.op in ('add', 'sub', 'neg') else
+                    sum(args) if node.op == 'mul' else args[0] if node.op == 'div' and args[1] == 0 else
+                    args[0] * int(power.value) if node.op == 'pow' and power.op == 'const' and
+                    isinstance(power.value, (int, float)) and float(power.value).is_integer() and
+                    0 <= power.value <= 2 else math.inf)
+    return found[root]
+
+
 def arrange(groups, kernel, table, spare=None):
     """Each keyed group's rows made contiguous in its key order, so that its passes read the columns in order,
     each key's rows together: the table itself permuted into the first group's order, and a copy of it in each other
@@ -194,7 +239,11 @@ def kernel_block(m):
 
 def newton_step(group, kernel, table, w, penalty, rows, clock, residual, most):
     """(every key's Newton step of a conjugate group, by conjugate gradients to `residual`, gᵀd) at w."""
-    here, weights = group.scale(penalty), group.at(w, 0, group.count)
+    here = group.scale(penalty)
+    solved = group.solved(kernel, table, w, rows, 2 * penalty.l2 * here, residual, most, clock)
+    if solved is not None:
+        return solved
+    weights = group.at(w, 0, group.count)
     g = group.gradients(kernel, table, w, clock)
     g /= rows
     g += (2 * penalty.l2 * here) * weights
@@ -270,9 +319,10 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
     while it pays and halves where it does not), which shortens ALS's slow linear tail."""
     rows = table.rows
     arrange(groups, kernel, table, spare)
-    w = np.asarray(w, dtype=np.float64)
+    w = np.array(w, dtype=np.float64)  # its own: a quadratic group's step is taken in place
     f = start = kernel_objective(loss_only, w, penalty, rows)
     history, stopped, decrement, reach = [], 'cap', math.inf, 1.0
+    known = True  # f measured by a pass, not predicted from a quadratic group's step
     for it in range(1, iterations + 1):
         decrement, before = 0.0, w.copy()
         exact = 0.0  # the decrement of the groups solved from their whole Hessian blocks
@@ -281,8 +331,9 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
                 d, measure = newton_step(group, kernel, table, w, penalty, rows, clock, CG_RESIDUAL,
                                          min(group.m, CG_MOST))
                 decrement += measure
+                drop = measure / 2  # CG from 0: dᵀHd = Σ αᵢ²·pᵢᵀHpᵢ = Σ αᵢ·rᵢᵀrᵢ = gᵀd
             else:
-                d = np.zeros((group.count, group.m))
+                d, drop = np.zeros((group.count, group.m)), 0.0
             for k0, k1 in () if group.conjugate else group.chunks(budget):
                 g, h = group.sums(kernel, table, w, clock, k0, k1)
                 here, weights = group.scale(penalty), group.at(w, k0, k1)
@@ -293,13 +344,20 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
                 part = float(np.sum(g * d[k0:k1]))
                 decrement += part
                 exact += part
+                drop += part - float(np.einsum('ki,kij,kj->', d[k0:k1], h, d[k0:k1])) / 2
+            if group.quadratic and math.isfinite(drop) and drop >= 0:
+                # the objective quadratic in the group's values: the full step's value is f − (gᵀd − ½dᵀHd), known
+                # without a pass, and no higher than f
+                group.move(w, d, 1.0)
+                f, known = f - drop, False
+                continue
             t = 1.0
             for _ in range(HALVINGS):
                 trial = w.copy()
                 group.move(trial, d, t)
                 value = kernel_objective(loss_only, trial, penalty, rows)
                 if value <= f:
-                    w, f = trial, value
+                    w, f, known = trial, value, True
                     break
                 t /= 2
         if it > 1:  # the sweep's step, taken further where that lowers the objective more (over-relaxation)
@@ -308,7 +366,7 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
             trial += w
             value = kernel_objective(loss_only, trial, penalty, rows)
             if value < f:
-                w, f, reach = trial, value, min(reach * GROW, MOST_REACH)
+                w, f, known, reach = trial, value, True, min(reach * GROW, MOST_REACH)
             else:
                 reach = max(reach / 2, LEAST_REACH)
         history.append(f)
@@ -326,6 +384,10 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
         if descent.stalled(history, tolerance):
             stopped = 'tolerance'
             break
+    if not known:  # the objective the fit reports is measured
+        f = kernel_objective(loss_only, w, penalty, rows)
+        if history:
+            history[-1] = f
     measure, converged = descent.judged(max(decrement, 0.0), f, descent.FLOOR * abs(start), rows)
     return descent.Fit(w, f, history, len(history), clock.seconds(), converged, measure, stopped), start
 
