@@ -171,7 +171,7 @@ def _index(v, i):
 
 
 def _matmul(a, b):
-    """a @ b, each element the sum of its products left to right."""
+    """a @ b, each element the sum of its products (_sum's tree)."""
     rows, cols = (a if a.ndim == 2 else a[None, :]), (b if b.ndim == 2 else b[:, None])
     out = np.empty((rows.shape[0], cols.shape[1]), dtype=object)
     for i, j in np.ndindex(*out.shape):
