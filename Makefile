@@ -101,8 +101,9 @@ test: install $(DEV)/.done
 # scoring functions (issue 47).
 # bench/recommend.py: a factorisation with biases by pgad.train against numpy's ALS, PyTorch's sparse embeddings,
 # scikit-surprise and implicit (docs/performance.md, "Weights at scale", issue 48); RECOMMEND_SCALE_ARGS its run at
-# scale, by default the issue's 20M ratings of 1M users × 100,000 items at rank 32 (hours on 2 cores; the figures in
-# docs/performance.md are from a tenth of it, RECOMMEND_SCALE_ARGS='--users 100000 --items 10000 --ratings 2000000').
+# scale, by default the issue's 20M ratings of 1M users × 100,000 items at rank 32 (hours on 2 cores, PyTorch's the
+# most of them; docs/performance.md has it without PyTorch, and a tenth of it with,
+# RECOMMEND_SCALE_ARGS='--users 100000 --items 10000 --ratings 2000000').
 # bench/latency.py: a new session's first pgad call (connect, one statement, disconnect) against SELECT 1's
 # (docs/performance.md, "The first call").
 RECOMMEND_SCALE_ARGS ?= --users 1000000 --items 100000 --ratings 20000000

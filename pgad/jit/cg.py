@@ -10,8 +10,9 @@ lambda over them, g = Σ∇/rows + ridge∘x (x the key's values; params holds 1
 each element's ridge, 2·l2·its share), and runs conjugate gradients from d = 0 on (H + diag ridge)·d = g, each step
 one more pass over the key's rows for H·p (the Hessian-vector program, its direction p read from registers), until
 the residual's square is within the ratio of g's or `most` steps, or the curvature along p is not positive. It
-writes d at steps[k·m …], and gᵀd = Σ αᵢ·rᵢᵀrᵢ and the steps it took at measures[2k], measures[2k + 1]: what blocks.conjugate_gradients computes for every key
-at once in numpy, here without a pass over the whole table a step, the key's rows read again while in cache.
+writes d at steps[k·m …], and gᵀd = Σ αᵢ·rᵢᵀrᵢ and the steps it took at measures[2k], measures[2k + 1]: what
+blocks.conjugate_gradients computes for every key at once in numpy, here without a pass over the whole table a
+step, the key's rows read again while in cache.
 
 A row is read only where its own key is k + 1 and every other key in 1 … K (else skipped), so whatever the columns
 hold no read leaves the arrays; Solver checks the arrays' sizes and starts' order before each call. A key's sums
@@ -262,9 +263,9 @@ class Solver:
         self.codes = sorted({p.column for p in reads.values() if p.column is not None} | {own})
 
     def __call__(self, columns, starts, weights, keys, inv_rows, ratio, ridge, most, index=None):
-        """(every key's step of the own column's K = keys[own] keys, K×m; each one's gᵀd and steps, K×2): starts (K + 1 offsets, in
-        order) where each key's rows begin among the columns' rows (or index's, where the kernel is indexed). keys:
-        {code column: its K}. Checks the arrays against the places, starts and index before anything runs
+        """(every key's step of the own column's K = keys[own] keys, K×m; each one's gᵀd and steps, K×2): starts
+        (K + 1 offsets, in order) where each key's rows begin among the columns' rows (or index's, where the kernel is
+        indexed). keys: {code column: its K}. Checks the arrays against the places, starts and index before anything runs
         (ValueError)."""
         if len(columns) != self.columns or len(ridge) != self.m:
             raise ValueError('the kernel takes its columns and a ridge an element')

@@ -8,7 +8,12 @@ group's weights (program.build_hessian, forward over reverse), each row's values
 Every key then takes its Newton step, (H_k + 2·l2·I)·d_k = g_k, solved batched, and a line search over the group
 (the full step first, halved while the objective does not fall) keeps the objective from rising where a block is
 not convex. For the bilinear squared loss a group's objective is quadratic, the full step its exact minimum:
-alternating least squares; for the logistic and poisson losses each step is one Newton step of a convex block.
+alternating least squares; for the logistic and poisson losses each step is one Newton step of a convex block. Where
+the local lambda is a polynomial of degree 2 in the group's values (degree(), read off its DAG) the step needs no
+search: its objective is f − (gᵀd − ½dᵀHd), known without a pass (the fit's last objective is measured).
+A group of CG_FROM values a key or more is solved by conjugate gradients instead (newton_step): on the llvm backend
+every key's in one compiled kernel (jit/cg.py, Group.solved), else by numpy over passes of the Hessian-vector
+product (conjugate_gradients).
 
 A sweep steps every group once. The fit converges, as every fit does (descent.judged), where the sweep's Newton
 decrement, Σ over the groups of gᵀH⁻¹g measured before each step, is below the criterion relative to the objective.
