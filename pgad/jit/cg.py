@@ -265,8 +265,8 @@ class Solver:
     def __call__(self, columns, starts, weights, keys, inv_rows, ratio, ridge, most, index=None):
         """(every key's step of the own column's K = keys[own] keys, K×m; each one's gᵀd and steps, K×2): starts
         (K + 1 offsets, in order) where each key's rows begin among the columns' rows (or index's, where the kernel is
-        indexed). keys: {code column: its K}. Checks the arrays against the places, starts and index before anything runs
-        (ValueError)."""
+        indexed). keys: {code column: its K}. Checks the arrays against the places, starts and index before anything
+        runs (ValueError)."""
         if len(columns) != self.columns or len(ridge) != self.m:
             raise ValueError('the kernel takes its columns and a ridge an element')
         count = keys[self.own]
