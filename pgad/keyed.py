@@ -441,36 +441,37 @@ class Kernel:
         """The llvm backend's compiled kernel (jit/scatter.Scatter) of graph's outputs added at targets ((column,
         base, stride) each: scatter.Place), compiled once a Kernel; None on the python backend, and on 'auto' where
         no tier compiles it. reads: ((a leaf read from the other array, (column, base, stride)), …)."""
-        if self.backend == 'python':
-            return None
         key = (id(graph), tuple(outputs), tuple(targets), indexed, tuple(reads))
-        if key not in self.kernels:
+
+        def make(cache):
             from .jit import scatter
-            from .jit.cache import NONE
             places = [scatter.Place(c, b, s if c is not None else 0) for c, b, s in targets]
             leaves = {**self.reads(), **{e: scatter.Place(c, b, s, True) for e, (c, b, s) in reads}}
-            made = scatter.compile(graph, outputs, leaves, places, [str(c) for c in self.columns], indexed,
-                                   self.cache or NONE)
-            if made is None and self.backend == 'llvm':
-                raise too_large_for_llvm(graph, outputs)
-            self.kernels[key] = graph, made  # the graph kept alive: its id is in the key
-        return self.kernels[key][1]
+            return scatter.compile(graph, outputs, leaves, places, [str(c) for c in self.columns], indexed, cache)
+        return self._made(key, graph, outputs, make)
 
     def solver(self, graph, gradient, product, direction, own, indexed=False):
         """The llvm backend's compiled Newton step of a keyed group (jit/cg.Solver): graph's gradient and product
         outputs (its Hessian times the direction, whose leaves are named direction), own the group's code column;
         None on the python backend, and on 'auto' where no tier compiles it."""
+        def make(cache):
+            from .jit import cg
+            return cg.compile(graph, gradient, product, direction, self.reads(), own, [str(c) for c in self.columns],
+                              indexed, cache)
+        key = ('cg', id(graph), tuple(gradient), tuple(product), tuple(direction), own, indexed)
+        return self._made(key, graph, product, make)
+
+    def _made(self, key, graph, outputs, make):
+        """The kernel make(disk cache) compiles, once a Kernel (kept by key), or None: on the python backend, and on
+        'auto' where make gives None; 'llvm' raises 54001 there."""
         if self.backend == 'python':
             return None
-        key = ('cg', id(graph), tuple(gradient), tuple(product), tuple(direction), own, indexed)
         if key not in self.kernels:
-            from .jit import cg
             from .jit.cache import NONE
-            made = cg.compile(graph, gradient, product, direction, self.reads(), own, [str(c) for c in self.columns],
-                              indexed, self.cache or NONE)
+            made = make(self.cache or NONE)
             if made is None and self.backend == 'llvm':
-                raise too_large_for_llvm(graph, product)
-            self.kernels[key] = graph, made
+                raise too_large_for_llvm(graph, outputs)
+            self.kernels[key] = graph, made  # the graph kept alive: its id is in the key
         return self.kernels[key][1]
 
     def reads(self):

@@ -15,31 +15,23 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pgad import keyed, limits, program
+from pgad import keyed, program
 from pgad.jit import scatter, threads
 from pgad.limits import DEFAULT
 from pgad.models import blocks, descent
-from test_scatter import groups_of, kernels, ratings
+from test_scatter import groups_of, interrupt_checks, kernels, ratings
 
 CLOCK = descent.Clock(lambda: None, lambda m: None, 1)
 L2 = 0.3
+RANK = 20  # the vectors' values: a key's block of 21, solved by conjugate gradients (blocks.CG_FROM)
 
 
-def solver_of(kernel, group, indexed):
-    prog = group.products_program
-    return kernel.solver(prog.graph, prog.outputs[1:1 + group.m], prog.outputs[1 + group.m:],
-                         [program.DIRECTION + e for e in prog.weights], kernel.columns.index(group.column), indexed)
-
-
-def conjugate(rank=20, loss='squared'):
-    """kernels(loss) with vectors of `rank` values: its keyed groups solved by conjugate gradients."""
-    import test_scatter
-    start = dict(test_scatter.START, p={'shape': [rank], 'seed': 1}, q={'shape': [rank], 'seed': 2})
-    original, test_scatter.START = test_scatter.START, start
-    try:
-        return kernels(loss)
-    finally:
-        test_scatter.START = original
+def by_user(rows, seed, count):
+    """(ratings(rows) in the users' order, where each of the `count` users' rows begin, the order)."""
+    y, u, i = ratings(rows, seed=seed)
+    order = np.argsort(u, kind='stable')
+    columns = [y[order], u[order], i[order]]
+    return columns, np.searchsorted(columns[1], np.arange(1, count + 2)), order
 
 
 def ridge(group, layout):
@@ -50,7 +42,7 @@ def ridge(group, layout):
 @pytest.mark.parametrize('arranged', [True, False])
 @pytest.mark.parametrize('loss', ['squared', 'logistic'])
 def test_each_keys_step_is_numpys_conjugate_gradients(loss, arranged):
-    python, llvm, layout, w, text = conjugate(loss=loss)
+    python, llvm, layout, w, text = kernels(loss, rank=RANK)
     columns = ratings(6000, loss, seed=5)
     for k in (1, 2):
         table = SimpleNamespace(columns=list(columns), rows=6000)
@@ -69,7 +61,7 @@ def test_each_keys_step_is_numpys_conjugate_gradients(loss, arranged):
 
 
 def test_a_tight_step_is_each_keys_block_solved():
-    python, llvm, layout, w, text = conjugate(17)
+    python, llvm, layout, w, text = kernels(rank=17)
     table = SimpleNamespace(columns=ratings(3000, seed=6), rows=3000)
     group = groups_of(llvm, layout, text)[1]
     penalty, scale = ridge(group, layout)
@@ -92,7 +84,7 @@ def _hessian_group(text, layout, kernel):
 
 
 def test_a_keys_step_is_the_same_bits_on_any_thread_count():
-    _, llvm, layout, w, text = conjugate()
+    _, llvm, layout, w, text = kernels(rank=RANK)
     columns = ratings(3 * threads.LOOP_SHARE_ROWS + 7, seed=7)
     found = []
     for count in (1, 2, 3):
@@ -114,13 +106,10 @@ def test_a_keys_step_is_the_same_bits_on_any_thread_count():
 
 @pytest.mark.parametrize('bad', [0.0, 81.0, np.nan, np.inf, -3.0, 1e300])
 def test_a_row_of_another_key_or_an_item_out_of_range_is_skipped(bad):
-    _, llvm, layout, w, text = conjugate()
-    y, u, i = ratings(2000, seed=8)
-    order = np.argsort(u, kind='stable')
-    y, u, i = y[order], u[order], i[order]
+    _, llvm, layout, w, text = kernels(rank=RANK)
     group = groups_of(llvm, layout, text)[1]
-    starts = np.searchsorted(u, np.arange(1, group.count + 2))
-    solver = solver_of(llvm, group, False)
+    (y, u, i), starts, _ = by_user(2000, 8, group.count)
+    solver = group.solver(llvm, False)
     _, scale = ridge(group, layout)
     clean = solver([y, u, i], starts, w, llvm.keys, 1 / 2000, 0.01, scale, 20)
     keep = np.ones(2000, dtype=bool)
@@ -138,13 +127,11 @@ def test_a_row_of_another_key_or_an_item_out_of_range_is_skipped(bad):
 
 
 def test_arrays_that_do_not_fit_are_refused_before_it_runs():
-    _, llvm, layout, w, text = conjugate()
-    y, u, i = ratings(500, seed=9)
-    order = np.argsort(u, kind='stable')
-    columns = [y[order], u[order], i[order]]
+    _, llvm, layout, w, text = kernels(rank=RANK)
     group = groups_of(llvm, layout, text)[1]
-    starts = np.searchsorted(columns[1], np.arange(1, group.count + 2))
-    solver = solver_of(llvm, group, False)
+    columns, starts, order = by_user(500, 9, group.count)
+    y, u, i = ratings(500, seed=9)
+    solver = group.solver(llvm, False)
     _, scale = ridge(group, layout)
     args = (llvm.keys, 1 / 500, 0.01, scale, 20)
     with pytest.raises(ValueError, match='offset a key'):
@@ -159,38 +146,25 @@ def test_arrays_that_do_not_fit_are_refused_before_it_runs():
         solver(columns, starts, w[:-1], *args)
     with pytest.raises(ValueError, match='ridge'):
         solver(columns, starts, w, llvm.keys, 1 / 500, 0.01, scale[:-1], 20)
-    indexed = solver_of(llvm, group, True)
+    indexed = group.solver(llvm, True)
     for index in (np.append(order[:-1], 500), np.append(order[:-1], -1), order[:-1]):
         with pytest.raises(ValueError, match='rows the columns do not have'):
             indexed([y, u, i], starts, w, *args, index=index)
 
 
 def test_a_call_over_many_rows_runs_in_pieces_and_a_cancel_stops_it():
-    _, llvm, layout, w, text = conjugate()
+    _, llvm, layout, w, text = kernels(rank=RANK)
     group = groups_of(llvm, layout, text)[1]
-    solver = solver_of(llvm, group, False)
+    solver = group.solver(llvm, False)
     rows = 4 * int(threads.PIECE_NS / (solver.row_ns * 21)) + 1000  # four pieces' worth at 20 steps
-    y, u, i = ratings(rows, seed=10)
-    order = np.argsort(u, kind='stable')
-    columns = [y[order], u[order], i[order]]
-    starts = np.searchsorted(columns[1], np.arange(1, group.count + 2))
+    columns, starts, _ = by_user(rows, 10, group.count)
     _, scale = ridge(group, layout)
-    checks = []
-
-    def cancel():
-        checks.append(1)
-        raise KeyboardInterrupt
-    outer = limits.on_interrupts(cancel)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            solver(columns, starts, w, llvm.keys, 1 / rows, 0.0, scale, 20)
-    finally:
-        limits.on_interrupts(outer)
-    assert checks == [1]  # stopped after its first piece
+    checks = interrupt_checks(lambda: solver(columns, starts, w, llvm.keys, 1 / rows, 0.0, scale, 20))
+    assert checks == 1  # stopped after its first piece
 
 
 def test_no_tier_is_54001_on_llvm_and_numpys_steps_on_auto(monkeypatch):
-    _, llvm, layout, w, text = conjugate()
+    _, llvm, layout, w, text = kernels(rank=RANK)
     auto = keyed.Kernel(llvm.prog, layout, llvm.columns, 'auto')
     table = SimpleNamespace(columns=ratings(300, seed=11), rows=300)
     group = groups_of(auto, layout, text)[1]
@@ -198,7 +172,7 @@ def test_no_tier_is_54001_on_llvm_and_numpys_steps_on_auto(monkeypatch):
     expected = blocks.newton_step(group, auto, table, w, penalty, 300, CLOCK, 0.1, 20)
     monkeypatch.setattr(scatter, 'tier', lambda *args: None)
     with pytest.raises(Exception) as caught:
-        solver_of(llvm, group, False)
+        group.solver(llvm, False)
     assert getattr(caught.value, 'sqlstate', None) == '54001'
     auto = keyed.Kernel(llvm.prog, layout, llvm.columns, 'auto')
     got = blocks.newton_step(groups_of(auto, layout, text)[1], auto, table, w, penalty, 300, CLOCK, 0.1, 20)
@@ -225,7 +199,7 @@ def test_a_groups_objective_is_quadratic_only_where_it_is_a_polynomial_of_degree
 
 @pytest.mark.parametrize('backend', ['python', 'llvm'])
 def test_a_quadratic_fit_reports_the_objective_it_measures(backend):
-    python, llvm, layout, w, text = conjugate()
+    python, llvm, layout, w, text = kernels(rank=RANK)
     kernel = llvm if backend == 'llvm' else python
     columns = ratings(4000, seed=12)
     table = SimpleNamespace(columns=list(columns), rows=4000)

@@ -25,10 +25,10 @@ USERS, ITEMS = 300, 80
 CLOCK = descent.Clock(lambda: None, lambda m: None, 1)
 
 
-def kernels(loss='squared', users=USERS, items=ITEMS):
-    """(python Kernel, llvm Kernel, layout, w, local text) of the factorisation."""
+def kernels(loss='squared', users=USERS, items=ITEMS, rank=4):
+    """(python Kernel, llvm Kernel, layout, w, local text) of the factorisation, its vectors of `rank` values."""
     lam = program.parsed(objective.build(MF, loss, 'y', DEFAULT).text, DEFAULT)
-    found = keyed.found(START, lam)
+    found = keyed.found(dict(START, p={'shape': [rank], 'seed': 1}, q={'shape': [rank], 'seed': 2}), lam)
     found.keys = {'u': [str(k) for k in range(1, users + 1)], 'i': [str(k) for k in range(1, items + 1)]}
     prog, layout, text = keyed.build(lam, found, {'mu': ()}, DEFAULT)
     w = np.zeros(layout.size)
@@ -156,6 +156,11 @@ def test_a_call_over_many_rows_runs_in_pieces_and_a_cancel_stops_it():
     compiled = llvm.compiled(llvm.prog.graph, llvm.prog.outputs, llvm.places())
     rows = 4 * int(threads.PIECE_NS / compiled.row_ns)  # four pieces' worth
     columns = ratings(rows, seed=4)
+    assert interrupt_checks(lambda: llvm(columns, rows, w)) == 1  # stopped after its first piece
+
+
+def interrupt_checks(call):
+    """How often call() checked for interrupts, each check a cancel: it raises at the first."""
     checks = []
 
     def cancel():
@@ -164,10 +169,10 @@ def test_a_call_over_many_rows_runs_in_pieces_and_a_cancel_stops_it():
     outer = limits.on_interrupts(cancel)
     try:
         with pytest.raises(KeyboardInterrupt):
-            llvm(columns, rows, w)
+            call()
     finally:
         limits.on_interrupts(outer)
-    assert checks == [1]  # stopped after its first piece
+    return len(checks)
 
 
 def test_a_kernel_no_tier_compiles_is_54001_on_llvm_and_python_on_auto(monkeypatch):

@@ -22,13 +22,12 @@ pool's threads at key boundaries, in pieces of about threads.PIECE_NS by cost.py
 import ctypes
 import functools
 import hashlib
-import time
 
 import numpy as np
 from llvmlite import ir
 import llvmlite.binding as llvm
 
-from . import cache as disk, compiler, cost, frames, scatter, threads, tiers
+from . import cache as disk, compiler, scatter, threads, tiers
 from .codegen import DOUBLE, I64, REDUCE, _const, _Emitter, emit_nodes
 from .. import limits
 from ..lang import printer
@@ -223,28 +222,14 @@ def compile(graph, gradient, product, direction, reads, own, columns, indexed=Fa
         return None
     gradient_leaves(reads, own, direction)
     listing = printer.to_listing(graph, gradient + product)
-    what = '\n'.join(['cg', listing, repr(gradient), repr(product), repr(direction), repr(sorted(reads.items())),
-                      repr(own), repr(columns), repr(indexed), _source(), compiler._toolchain()])
-    key = hashlib.sha256(what.encode()).hexdigest()
-    name = f'pgad_cg_{key[:24]}'
-    data = cache.get(key)
-    if data is None:
-        ms = {}
-        started = time.perf_counter()
-        ir_text = kernel_ir(graph, gradient, product, direction, reads, own, columns, indexed, name)
-        ms['IR generation'] = (time.perf_counter() - started) * 1e3
-        nodes = len(graph.ancestors(product))
-        here = not compiler.in_backend() and nodes <= compiler.IN_PROCESS_NODES and \
-            nodes * len(product) <= compiler.IN_PROCESS_PRODUCT
-        data, optimized = compiler.machine_code(None, ir_text, chosen, ms, here=here)
-        frames.check(optimized)
-        cache.put(key, data)
+    data, name = scatter.machine_code(
+        cache, 'cg', [listing, repr(gradient), repr(product), repr(direction), repr(sorted(reads.items())), repr(own),
+                      repr(columns), repr(indexed), _source()],
+        lambda name: kernel_ir(graph, gradient, product, direction, reads, own, columns, indexed, name),
+        graph, product, chosen)
     function = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                 *[ctypes.c_void_p] * (7 + len(columns)))(compiler.address(data, name))
-    units = len(product) + sum(cost.LIBM_UNITS if cost._dear(graph.nodes[n].op) else 1
-                               for n in graph.ancestors(product))
-    return Solver(function, reads, own, len(gradient), len(columns), indexed,
-                  (cost.SCALAR_NS if chosen.speed_level else cost.O0_NS) * units)
+    return Solver(function, reads, own, len(gradient), len(columns), indexed, scatter.row_ns(graph, product, chosen))
 
 
 @functools.lru_cache(maxsize=None)

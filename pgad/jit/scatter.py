@@ -143,15 +143,27 @@ def compile(graph, outputs, reads, targets, columns, indexed=False, cache=disk.N
     if chosen is None:
         return None
     listing = printer.to_listing(graph, outputs)
-    what = '\n'.join(['scatter', listing, repr(outputs), repr(sorted(reads.items())), repr(targets), repr(columns),
-                      repr(indexed), _source(), compiler._toolchain()])
-    key = hashlib.sha256(what.encode()).hexdigest()
-    name = f'pgad_scatter_{key[:24]}'
+    data, name = machine_code(cache, 'scatter', [listing, repr(outputs), repr(sorted(reads.items())), repr(targets),
+                                                 repr(columns), repr(indexed), _source()],
+                              lambda name: kernel_ir(graph, outputs, reads, targets, columns, indexed, name),
+                              graph, outputs, chosen)
+    function = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * (5 + len(columns)))(
+        compiler.address(data, name))
+    return Scatter(function, reads, targets, len(columns), indexed, row_ns(graph, outputs, chosen))
+
+
+def machine_code(cache, kind, what, make_ir, graph, outputs, chosen):
+    """(object code, its function's name) of the kernel make_ir(name) writes, `what` (strings) saying which kernel it
+    is: from the disk cache where it is there, else compiled at the tier chosen — in this process where it is small
+    (compiler.IN_PROCESS_NODES and IN_PROCESS_PRODUCT, counted over graph's outputs) and not in a backend, else in
+    the compiler process — and kept there. Both keyed kernels (this one, cg.py's) are made so."""
+    key = hashlib.sha256('\n'.join([kind, *what, compiler._toolchain()]).encode()).hexdigest()
+    name = f'pgad_{kind}_{key[:24]}'
     data = cache.get(key)
     if data is None:
         ms = {}
         started = time.perf_counter()
-        ir_text = kernel_ir(graph, outputs, reads, targets, columns, indexed, name)
+        ir_text = make_ir(name)
         ms['IR generation'] = (time.perf_counter() - started) * 1e3
         nodes = len(graph.ancestors(outputs))
         here = not compiler.in_backend() and nodes <= compiler.IN_PROCESS_NODES and \
@@ -159,12 +171,14 @@ def compile(graph, outputs, reads, targets, columns, indexed=False, cache=disk.N
         data, optimized = compiler.machine_code(None, ir_text, chosen, ms, here=here)
         frames.check(optimized)
         cache.put(key, data)
-    function = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * (5 + len(columns)))(
-        compiler.address(data, name))
+    return data, name
+
+
+def row_ns(graph, outputs, chosen):
+    """cost.py's estimate of a row of graph's outputs at the tier chosen, in nanoseconds."""
     units = len(outputs) + sum(cost.LIBM_UNITS if cost._dear(graph.nodes[n].op) else 1
                                for n in graph.ancestors(outputs))
-    return Scatter(function, reads, targets, len(columns), indexed,
-                   (cost.SCALAR_NS if chosen.speed_level else cost.O0_NS) * units)
+    return (cost.SCALAR_NS if chosen.speed_level else cost.O0_NS) * units
 
 
 @functools.lru_cache(maxsize=None)

@@ -123,11 +123,8 @@ class Group:
         on the python backend, for the globals, and where no tier compiles it ('auto')."""
         if self.column is None:
             return None
-        m, prog = self.m, self.products_program
-        code = kernel.columns.index(self.column)
         order, begins = self.sorted(kernel, table)
-        solver = kernel.solver(prog.graph, prog.outputs[1:1 + m], prog.outputs[1 + m:],
-                               [program.DIRECTION + e for e in prog.weights], code, self.columns is None)
+        solver = self.solver(kernel, indexed=self.columns is None)
         if solver is None:
             return None
         steps, measures = solver(self.columns or table.columns, begins, w, kernel.keys, 1.0 / rows,
@@ -135,6 +132,13 @@ class Group:
         clock.rows += int(np.diff(begins) @ (1 + measures[:, 1]))
         clock.poll()
         return steps, float(np.sum(measures[:, 0]))
+
+    def solver(self, kernel, indexed):
+        """The kernel's compiled Newton step of this keyed conjugate group (keyed.Kernel.solver), its rows read
+        through their order where indexed; None where the kernel compiles none."""
+        m, prog = self.m, self.products_program
+        return kernel.solver(prog.graph, prog.outputs[1:1 + m], prog.outputs[1 + m:],
+                             [program.DIRECTION + e for e in prog.weights], kernel.columns.index(self.column), indexed)
 
     def products(self, kernel, table, w, v, clock):
         """Each key's Hessian sum times its row of v (count×m, C-contiguous), count×m: one pass of the Hessian-vector
@@ -349,7 +353,8 @@ def fit(kernel, table, w, groups, penalty, iterations, tolerance, clock, loss_on
                 part = float(np.sum(g * d[k0:k1]))
                 decrement += part
                 exact += part
-                drop += part - float(np.einsum('ki,kij,kj->', d[k0:k1], h, d[k0:k1])) / 2
+                if group.quadratic:  # what the step lowers the objective by, where no line search measures it
+                    drop += part - float(np.einsum('ki,kij,kj->', d[k0:k1], h, d[k0:k1])) / 2
             if group.quadratic and math.isfinite(drop) and drop >= 0:
                 # the objective quadratic in the group's values: the full step's value is f − (gᵀd − ½dᵀHd), known
                 # without a pass, and no higher than f
