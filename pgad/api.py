@@ -49,13 +49,12 @@ def _hessian_at(loss, data, weights, backend='auto'):
     w, unread = arguments.unread(arguments.weights(weights, lam, config.memory_limit), lam)
     backend = arguments.backend(backend)
     load = calls.loading(data, spread=False)
-    w, cats = categorical.expand(w, lam, load.data, config.limits, config.memory_limit)
-    prog = program.build_hessian(lam.text, tuple(w), config.limits,
-                                 calls.shapes_of(w, load.lengths(lam, cats.codes), cats))
+    w, cats, lengths, loaded = calls.categorized(w, lam, load, config)
+    prog = program.build_hessian(lam.text, tuple(w), config.limits, calls.shapes_of(w, lengths, cats))
     calls.compiled(prog, backend, 'float64', config)
     vector = calls.vector_of(w)
-    with load(prog, config, shards.Job(lam.text, tuple(w), 'reverse', backend, 'float64'), vector, cats.codes) \
-            as (table, kernel):
+    with load(prog, config, shards.Job(lam.text, tuple(w), 'reverse', backend, 'float64'), vector, cats.codes,
+              table=loaded) as (table, kernel):
         sums = calls.second_sums(calls.Call(prog, table, kernel, vector, unread, cats))
     p = len(prog.weights)
     return second.full(sums[1 + p:] / table.rows, p), categorical.element_names(prog, cats, lam)

@@ -67,10 +67,14 @@ def loading(data, spread=True):
     is where a sharded load's first round counts the rows. load.lengths(lam) gives the lengths of the array columns
     the lambda reads (loader.lengths). A lambda with vectors pulls a sharded table's rows."""
     @contextmanager
-    def load(prog, config, job, start, categories=None, missing=(), once=False):
+    def load(prog, config, job, start, categories=None, missing=(), once=False, table=None):
+        if table is not None:  # loaded already, with the keys (categorical.preload)
+            table = loader.some_rows(in_order(table, prog.columns))
+            yield table, compiled(prog, job.backend, job.dtype, config, table.rows, once)
+            return
         layout = shards.layout(data, prog.columns) if spread and not prog.shaped else None
         if layout is None:
-            table = some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit,
+            table = loader.some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit,
                                            dict(prog.columns_of), categories, missing=missing))
             yield table, compiled(prog, job.backend, job.dtype, config, table.rows, once)
             return
@@ -80,24 +84,26 @@ def loading(data, spread=True):
             kernel = shards.Sharded(compiled(prog, job.backend, job.dtype, config, here.rows), here, remote,
                                     len(prog.outputs), server.check_interrupts)
             rows = int(kernel.round(start)[0])
-            yield some_rows(loader.Table(here.columns, rows, here.skipped)), kernel
+            yield loader.some_rows(loader.Table(here.columns, rows, here.skipped)), kernel
     load.lengths = lambda lam, categorical=(): loader.lengths(data, lam.columns, categorical)
     load.data = data
     return load
 
 
-def some_rows(table):
-    if table.rows == 0:
-        raise PgadError('22000', 'the data has no rows' if not table.skipped else
-                        f'every row of the data has NULL in a column the lambda reads ({table.skipped} rows)',
-                        hint='data must have at least one row to average the loss over.')
-    return table
+def in_order(table, columns):
+    """A preload's table (categorical.preload: its names) with the columns (a Program's) in their order."""
+    at = {name: k for k, name in enumerate(table.names)}
+    missing = [str(c) for c in columns if str(c) not in at]
+    if missing:
+        raise PgadError('XX000', f'pgad loaded no column "{missing[0]}", which the program reads',
+                        detail='Loaded: ' + ', '.join(table.names) + '.')
+    return loader.Table([table.columns[at[str(c)]] for c in columns], table.rows, table.skipped, table.keys)
 
 
 def unpacking(packed, names):
     """How an aggregate loads its columns: from the rows its transition function packed. No row gives None."""
     @contextmanager
-    def load(prog, config, job, start, categories=None, once=False):
+    def load(prog, config, job, start, categories=None, once=False, table=None):
         table = loader.packed(packed, names, list(prog.columns))
         yield (table, compiled(prog, job.backend, job.dtype, config, table.rows, once)) if table.rows else (None, None)
     load.lengths = lambda lam, categorical=(): ()  # the aggregates pack numbers: lambda_columns refuses an array column
@@ -121,16 +127,28 @@ def prepared(loss, weights, load, mode='reverse', backend='auto', dtype='float64
     mode, backend = arguments.mode(mode), arguments.backend(backend)
     precision = arguments.dtype(dtype, backend)
     tape = arguments.tape(tape, mode, backend)
-    w, cats = categorical.expand(w, lam, load.data, config.limits, config.memory_limit)
-    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits,
-                         shapes_of(w, load.lengths(lam, cats.codes), cats), tape)
+    w, cats, lengths, loaded = categorized(w, lam, load, config)
+    prog = program.build(lam.text, tuple(w), mode, gradient, config.limits, shapes_of(w, lengths, cats), tape)
     once = once and backend == 'auto' and tape == 'auto'
     if not once:
         compiled(prog, backend, precision, config)  # a backend's errors (no GPU, too large) before the load
     vector = vector_of(w)
     with load(prog, config, shards.Job(lam.text, tuple(w), mode, backend, precision), vector, cats.codes,
-              once=once) as (table, kernel):
+              once=once, table=loaded) as (table, kernel):
         yield None if table is None else Call(prog, table, kernel, vector, unread, cats)
+
+
+def categorized(w, lam, load, config):
+    """(the weights w with each categorical weight a vector of its categories, Categories, the array columns'
+    lengths, the Table loaded already or None) of a call on load's data: where a weight is categorical, its rows
+    loaded first and the categories found in the same pass (categorical.preload), else found by a query of their
+    own (outside the server) and the rows loaded once the program is built."""
+    found = categorical.indexed(w, lam)
+    lengths = load.lengths(lam, tuple(found.values()))
+    loaded = categorical.preload(load.data, lam, found, lengths, config) if found and load.data is not None \
+        else None
+    w, cats = categorical.expand(w, lam, load.data, config.limits, config.memory_limit, loaded)
+    return w, cats, lengths, loaded
 
 
 def shapes_of(w, columns=(), cats=None):

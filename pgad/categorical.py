@@ -36,6 +36,71 @@ BASE = ("WITH RECURSIVE up AS (SELECT t.oid AS id, t.typbasetype AS base, 0 AS d
 LEVELS = loader.LEVELS  # a column's distinct values but NULL, in its type's order, as text
 
 
+# Keys found by a load (extension/keys.c), coded in the order the rows show them, made the codes of the keys in order.
+KEY_INTEGERS = ('pg_catalog.int2', 'pg_catalog.int4', 'pg_catalog.int8')  # key types sorted as numbers
+# The types whose values are equal exactly where their texts are: the keys as the load found them (by their text's
+# bytes) are the type's distinct values. Another (citext, whose 'Ann' is 'ann'; an enum, a domain's base) has its keys
+# grouped by the type's own equality, one query over the keys, not the data (equal_keys).
+AS_TEXT = KEY_INTEGERS + ('pg_catalog.text', 'pg_catalog.varchar', 'pg_catalog.bpchar', 'pg_catalog.name',
+                          'pg_catalog.bool', 'pg_catalog."char"')
+# The keys (texts, $1) grouped by the type's equality: each group's places in the keys, 1-based
+EQUAL = ('SELECT pg_catalog.array_agg(k) AS places FROM pg_catalog.generate_subscripts($1::pg_catalog.text[], 1) AS k '
+         'GROUP BY ($1::pg_catalog.text[])[k]::{kind} HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 1')
+# The places (1-based) of the keys (texts, $1) in the order of their type (kind): what ORDER BY the column gives
+IN_ORDER = ('SELECT pg_catalog.array_agg(u.n ORDER BY u.k::{kind}, u.n) AS places '
+            'FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS u(k, n)')
+
+
+def equal_keys(keys, kind):
+    """For each of keys (texts of a column of type kind), the place of the key it stands for: itself, or where the
+    type holds keys of different texts equal (citext), the one of them first in text order; None where every key
+    stands for itself (a type in AS_TEXT, or no two equal)."""
+    if kind in AS_TEXT or len(keys) < 2:
+        return None
+    groups = [row['places'] for row in server.query(EQUAL.format(kind=kind), [keys], ['pg_catalog.text[]'])]
+    if not groups:
+        return None
+    same = np.arange(len(keys))
+    for places in groups:
+        first = min((p - 1 for p in places), key=keys.__getitem__)
+        same[[p - 1 for p in places]] = first
+    return same
+
+
+def key_order(keys, kind):
+    """The places in keys (texts of a column of type kind) in sorted order: an integer type's as numbers, any other's
+    as Python orders text (by code point). A keyed weight's millions of keys are sorted so."""
+    if kind in KEY_INTEGERS:
+        return np.argsort(np.fromiter(map(int, keys), np.int64, len(keys)), kind='stable')
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+
+
+def type_order(keys, kind):
+    """The places in keys (texts of a column of type kind) in the type's own order (an enum's, a text's collation):
+    the order LEVELS gives a categorical weight's categories, by one query over the keys, not the data; an integer
+    type's as key_order's."""
+    if kind in KEY_INTEGERS or len(keys) < 2:
+        return key_order(keys, kind)
+    places = server.query(IN_ORDER.format(kind=kind), [list(keys)], ['pg_catalog.text[]'])[0]['places']
+    return np.array(places, dtype=np.int64) - 1
+
+
+def coded(codes, keys, kind, same=None, order=key_order):
+    """(the codes, 1 … K by keys in the order the load found them, as the ordered keys' codes; the ordered keys): one
+    lookup array, indexed by the codes, vectorised; order (key_order, type_order) gives the keys' order. same
+    (equal_keys'): each key's place of the key it stands for, whose code it takes; the keys that stand for others are
+    the keys."""
+    kept = np.arange(len(keys)) if same is None else np.flatnonzero(same == np.arange(len(keys)))
+    order = kept[order([keys[k] for k in kept], kind)]
+    if same is None and np.array_equal(order, kept):  # found in order already (the data sorted by key)
+        return codes, list(keys)
+    lookup = np.zeros(len(keys) + 1)
+    lookup[order + 1] = np.arange(1, len(order) + 1)
+    if same is not None:
+        lookup[1:] = lookup[same + 1]
+    return lookup[codes.astype(np.intp)], [keys[k] for k in order]
+
+
 @dataclass
 class Categories:
     """The categorical weights of one call."""
@@ -121,9 +186,61 @@ def _misread(message):
                                             'category at 0) is read as w.region[d.region]; its column only so.')
 
 
-def expand(w, lam, data, limits, memory_limit=None):
+def preload(data, lam, found, lengths, config, missing=(), label=None):
+    """The Table of the columns lam reads (lengths: its array columns', as loader.lengths gives them) of the data,
+    loaded once with each categorical weight's column (found: {weight: column}) and the label of classes (label, or
+    None) coded by the load itself as it finds their keys (extension/keys.c; the Table's keys, in the order the rows
+    show them, which expand and classes.find put in the type's order): no query of their own over the data before
+    the load. The Table's names are its columns' (calls.loading reorders them to a Program's). None where the load
+    is not native (outside the server, or with pgad.load_chunk_rows set) or a key column is imputed (missing): then
+    expand and classes.find read the keys first, one query a column (LEVELS), as the loader does."""
+    keys = list(dict.fromkeys([*found.values(), *([label] if label is not None else [])]))
+    if not keys or config.chunk_rows or loader.native_loader() is None or set(keys) & set(map(str, missing)):
+        return None
+    query = loader.as_query(data)
+    names, types = loader.check_columns(query, [c for c in lam.columns if c not in keys], arrays=set(lam.columns),
+                                        categorical=set(keys))
+    for column in found.values():  # each one's type, before the load reads it as text
+        if column not in names:
+            raise loader.missing(column, names)
+        base_type(column, types[names.index(column)])
+    arrays = dict(lengths)
+    elements = {e: (c, k + 1) for c, n in arrays.items() for k, e in enumerate(vectors.elements(c, (n,)))}
+    columns = [e for c in lam.columns for e in ([e for e, (a, _) in elements.items() if a == c] if c in arrays
+                                                  else [c])]
+    table = loader.load(data, columns, 0, config.memory_limit, elements, missing=missing, keys=keys)
+    table.names = [str(c) for c in columns]
+    return table
+
+
+def ordered(table, column, kind):
+    """The keys of column in table (a preload's), in the type's order (type_order; equal keys of a type such as
+    citext as one), its codes renumbered to match: once per column."""
+    if column not in table.ordered:
+        at = table.names.index(column)
+        found = table.keys[column]
+        table.columns[at], table.keys[column] = coded(table.columns[at], found, kind, equal_keys(found, kind),
+                                                      type_order)
+        table.ordered.add(column)
+    return table.keys[column]
+
+
+def preloaded_keys(table, column, kind, most, too_many):
+    """The categories of column as a preload (table) found them, in the type's order: too_many() where they are more
+    than most (checked before they are ordered)."""
+    if len(table.keys[column]) > most:
+        raise too_many()
+    return ordered(table, column, kind)
+
+
+# A row of the data whose value in a column is not NULL (asked only where the load found no key: were they all NULL?)
+ANY_VALUE = 'SELECT 1 AS found FROM ({query}\n) AS pgad_data WHERE pgad_data.{c} IS NOT NULL LIMIT 1'
+
+
+def expand(w, lam, data, limits, memory_limit=None, table=None):
     """(the weights w with each categorical weight a vector of its categories' values, Categories) for a call on
-    the data (a query or relation name; None for an aggregate, which refuses categories)."""
+    the data (a query or relation name; None for an aggregate, which refuses categories): the categories as the
+    load found them where it was a preload (table), else read first, one query a column (LEVELS)."""
     found = indexed(w, lam)
     cats = Categories()
     if not found:
@@ -139,25 +256,31 @@ def expand(w, lam, data, limits, memory_limit=None):
         if column not in names:
             raise loader.missing(column, names)
         cats.types[column] = base = base_type(column, types[names.index(column)])
-        seen = [r['v'] for r in server.query(LEVELS.format(c=quote_ident(column), query=query, limit=most + 1))]
-        given = w[weight]
-        keys = seen + [k for k in given if k not in set(seen)]
+
+        def too_many(column=column):
+            return PgadError(TOO_MANY, f'column "{column}" has more than {most} categories, the most a categorical '
+                                       'weight takes',
+                             detail=f'The limit is pgad.max_lambda_nodes / {NODES_PER_CATEGORY}.',
+                             hint='Group rare values into one category in the data query, or have a superuser raise '
+                                  'pgad.max_lambda_nodes.')
+        seen = preloaded_keys(table, column, base, most, too_many) if table is not None else \
+            [r['v'] for r in server.query(LEVELS.format(c=quote_ident(column), query=query, limit=most + 1))]
+        given, known = w[weight], set(seen)
+        keys = seen + [k for k in given if k not in known]
         if len(keys) > most:
-            raise PgadError(TOO_MANY, f'column "{column}" has more than {most} categories, the most a categorical '
-                                      'weight takes',
-                            detail=f'The limit is pgad.max_lambda_nodes / {NODES_PER_CATEGORY}.',
-                            hint='Group rare values into one category in the data query, or have a superuser raise '
-                                 'pgad.max_lambda_nodes.')
+            raise too_many()
         if memory_limit is not None and len(keys) * 1024 > memory_limit:
             raise PgadError(loader.OUT_OF_MEMORY, f'the categories of column "{column}" need '
                                                   f'{loader.megabytes(len(keys) * 1024)}, more than pgad.memory_limit '
                                                   f'({loader.megabytes(memory_limit)})',
                             hint='Group rare values into one category in the data query, or have a superuser raise '
                                  'pgad.memory_limit.')
+        if not keys and table is not None and server.query(ANY_VALUE.format(c=quote_ident(column), query=query)):
+            raise loader.no_rows(table)  # the rows that have one are skipped for a NULL in another column
         if not keys:
             raise PgadError('22000', f'every row of the data has NULL in column "{column}", which the lambda reads',
                             hint='data must have at least one row to average the loss over.')
-        extra = [k for k in given if k not in set(seen)]
+        extra = keys[len(seen):]
         if extra:  # a listed value must be one of the column's type: PostgreSQL's own error otherwise
             server.query(f'SELECT $1::{base}[] AS listed', [extra], ['pg_catalog.text[]'])
         out[weight] = _entries(given, keys)

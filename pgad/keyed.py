@@ -20,9 +20,9 @@ The keys are found in the load's own pass (load): pgad.so's native load reads ea
 a hash of its keys in C (extension/keys.c), in the order the rows first show them; then each column's keys are sorted
 (as Python orders text; an integer column's numerically) and its codes renumbered through a lookup array, so that the
 codes, and every value drawn per key, are the same whatever order the rows came in (a type that holds keys of
-different texts equal, citext, has them grouped by one query over the keys: equal_keys). One query reads the data. Where
-the load is not native (outside the server), the keys are read first, one query a column (read_keys), in the type's
-order.
+different texts equal, citext, has them grouped by one query over the keys: categorical.equal_keys). One query reads
+the data. Where the load is not native (outside the server), the keys are read first, one query a column (read_keys),
+in the type's order.
 """
 import math
 import re
@@ -45,7 +45,6 @@ INIT = re.compile(rf'(\w+)\s*(?:\(((?:{NUMBER},)*{NUMBER})\))?\s*$', re.ASCII)
 DEFAULT_INIT = 'normal(0, 0.1)'  # a vector's: at 0 a bilinear form's gradient is 0 (a saddle), so none starts there
 MOST_DIMENSIONS = 4096           # the most numbers one key's value may hold
 KEY_BYTES = 64                   # what one key costs beside its values: its text, its code, its place in the hash
-INTEGERS = ('pg_catalog.int2', 'pg_catalog.int4', 'pg_catalog.int8')  # key types sorted as numbers
 COPIES = 6  # the values' copies a fit holds at once: the weights, the gradient or a step, a trial, a sweep's start, two
 #            moments (L-BFGS's pairs are counted apart: keyed_training.POLISH_COPIES)
 SPEC = ('shape', 'init', 'seed')
@@ -70,7 +69,7 @@ class Keyed:
     """The keyed weights of one model: each one's spec, its column, and (once the data is read) its keys."""
     specs: dict                                 # weight → Spec
     column: dict                                # weight → the column that indexes it
-    keys: dict = field(default_factory=dict)    # column → its keys as text, sorted (key_order; codes 1 … K)
+    keys: dict = field(default_factory=dict)    # column → its keys as text, sorted (categorical.key_order; codes 1 … K)
     types: dict = field(default_factory=dict)   # column → its (base) type's schema-qualified name
 
     def count(self, weight):
@@ -179,7 +178,8 @@ def load(keyed, data, columns, memory_limit):
     table = loader.load(data, columns, memory_limit=memory_limit, keys=key_columns)
     for column in key_columns:
         at, found, kind = columns.index(column), table.keys[column], keyed.types[column]
-        table.columns[at], keyed.keys[column] = coded(table.columns[at], found, kind, equal_keys(found, kind))
+        same = categorical.equal_keys(found, kind)
+        table.columns[at], keyed.keys[column] = categorical.coded(table.columns[at], found, kind, same)
     table.keys = dict(keyed.keys)
     counts = {c: len(keyed.keys[c]) for c in key_columns}
     too_many_keys(keyed, counts, memory_limit)
@@ -191,55 +191,6 @@ def load(keyed, data, columns, memory_limit):
 
 # A row of the data whose key is not NULL (asked only where the load found no key: were they all NULL?)
 ANY_KEY = 'SELECT 1 AS found FROM ({query}\n) AS pgad_data WHERE pgad_data.{c} IS NOT NULL LIMIT 1'
-
-
-# The types whose values are equal exactly where their texts are: the keys as the load found them (by their text's
-# bytes) are the type's distinct values. Another (citext, whose 'Ann' is 'ann'; an enum, a domain's base) has its keys
-# grouped by the type's own equality, one query over the keys, not the data (equal_keys).
-AS_TEXT = INTEGERS + ('pg_catalog.text', 'pg_catalog.varchar', 'pg_catalog.bpchar', 'pg_catalog.name',
-                      'pg_catalog.bool', 'pg_catalog."char"')
-# The keys (texts, $1) grouped by the type's equality: each group's places in the keys, 1-based
-EQUAL = ('SELECT pg_catalog.array_agg(k) AS places FROM pg_catalog.generate_subscripts($1::pg_catalog.text[], 1) AS k '
-         'GROUP BY ($1::pg_catalog.text[])[k]::{kind} HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 1')
-
-
-def equal_keys(keys, kind):
-    """For each of keys (texts of a column of type kind), the place of the key it stands for: itself, or where the
-    type holds keys of different texts equal (citext), the one of them first in text order; None where every key
-    stands for itself (a type in AS_TEXT, or no two equal)."""
-    if kind in AS_TEXT or len(keys) < 2:
-        return None
-    groups = [row['places'] for row in server.query(EQUAL.format(kind=kind), [keys], ['pg_catalog.text[]'])]
-    if not groups:
-        return None
-    same = np.arange(len(keys))
-    for places in groups:
-        first = min((p - 1 for p in places), key=keys.__getitem__)
-        same[[p - 1 for p in places]] = first
-    return same
-
-
-def key_order(keys, kind):
-    """The places in keys (texts of a column of type kind) in sorted order: an integer type's as numbers, any other's
-    as Python orders text (by code point)."""
-    if kind in INTEGERS:
-        return np.argsort(np.fromiter(map(int, keys), np.int64, len(keys)), kind='stable')
-    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
-
-
-def coded(codes, keys, kind, same=None):
-    """(the codes, 1 … K by keys in the order the load found them, as the sorted keys' codes; the sorted keys): one
-    lookup array, indexed by the codes, vectorised. same (equal_keys'): each key's place of the key it stands for,
-    whose code it takes; the keys that stand for others are the keys."""
-    kept = np.arange(len(keys)) if same is None else np.flatnonzero(same == np.arange(len(keys)))
-    order = kept[key_order([keys[k] for k in kept], kind)]
-    if same is None and np.array_equal(order, kept):  # found in sorted order already (the data sorted by key)
-        return codes, list(keys)
-    lookup = np.zeros(len(keys) + 1)
-    lookup[order + 1] = np.arange(1, len(order) + 1)
-    if same is not None:
-        lookup[1:] = lookup[same + 1]
-    return lookup[codes.astype(np.intp)], [keys[k] for k in order]
 
 
 def too_many_keys(keyed, counts, memory_limit):

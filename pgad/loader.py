@@ -51,7 +51,7 @@ import re
 import string
 import struct
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -101,6 +101,21 @@ class Table:
     rows: int           # rows loaded (rows with NULL in a read column are not)
     skipped: int        # rows skipped for NULL
     keys: dict = None   # a load with keys: {key column: its keys (str), code k's at k - 1}
+    names: list = None  # the columns' names, where a caller keeps them (categorical.preload)
+    ordered: set = field(default_factory=set)  # the key columns whose codes are their keys' in order (categorical)
+
+
+def some_rows(table):
+    """table, unless it has no row: then the error (none at all, or every one skipped for a NULL)."""
+    if table.rows == 0:
+        raise no_rows(table)
+    return table
+
+
+def no_rows(table):
+    return PgadError('22000', 'the data has no rows' if not table.skipped else
+                     f'every row of the data has NULL in a column the lambda reads ({table.skipped} rows)',
+                     hint='data must have at least one row to average the loss over.')
 
 
 def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False, packed=False,

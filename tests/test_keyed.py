@@ -26,7 +26,7 @@ import torch
 from scipy.optimize import minimize
 
 from conftest import error_of, heard, new_database, restored, settings
-from pgad import keyed, program
+from pgad import categorical, keyed, program
 from pgad.limits import DEFAULT
 from pgad.models import blocks, descent, objective, sparse
 
@@ -116,16 +116,16 @@ def test_a_key_vector_feeds_a_network_in_either_mode(mode, backend):
 
 def test_keys_sort_as_numbers_or_as_python_orders_text_and_their_codes_follow():
     keys = ['10', '-3', '2', '0', '9007199254740993', '9007199254740992']
-    assert [keys[k] for k in keyed.key_order(keys, 'pg_catalog.int8')] == \
+    assert [keys[k] for k in categorical.key_order(keys, 'pg_catalog.int8')] == \
         ['-3', '0', '2', '10', '9007199254740992', '9007199254740993']
     text = ['b', 'é', '', 'B', '日本', 'a']
-    assert [text[k] for k in keyed.key_order(text, 'pg_catalog.text')] == sorted(text)
+    assert [text[k] for k in categorical.key_order(text, 'pg_catalog.text')] == sorted(text)
     rng = np.random.default_rng(0)
     codes = rng.integers(1, len(text) + 1, 1000).astype(float)
-    recoded, ordered = keyed.coded(codes, text, 'pg_catalog.text')
+    recoded, ordered = categorical.coded(codes, text, 'pg_catalog.text')
     assert ordered == sorted(text)
     np.testing.assert_array_equal(recoded, [ordered.index(text[int(c) - 1]) + 1 for c in codes])
-    same, ordered = keyed.coded(codes, sorted(text), 'pg_catalog.text')  # sorted already: the codes as they are
+    same, ordered = categorical.coded(codes, sorted(text), 'pg_catalog.text')  # sorted already: the codes as they are
     assert same is codes and ordered == sorted(text)
 
 

@@ -45,9 +45,10 @@ class Classes:
         return {self.label: self.keys}
 
 
-def find(loss, label, data, limits, memory_limit=None):
-    """The Classes of the label column of a 'softmax' or 'logistic' model on the data; None for a 'logistic' label
-    that is boolean or a number (read as today: 0/1)."""
+def label_type(loss, label, data):
+    """(the label's type oid, its base type's schema-qualified name) where the label column of a 'softmax' or
+    'logistic' model on the data may be a label of classes; None for a 'logistic' label that is boolean or a number
+    (read as today: 0/1). Its type is checked, by the data query's description, not its rows."""
     if loss not in LOSSES:
         return None
     query = loader.as_query(data)
@@ -65,14 +66,30 @@ def find(loss, label, data, limits, memory_limit=None):
                              f'cast it in the data query ({shown}::text AS {shown})'
                              + (", or use loss 'squared' for a number." if loss == 'softmax' else '.'))
     kind, = catalog.group_types([label], [base['name']], 'the label')
+    return oid, kind
+
+
+def find(loss, label, data, limits, memory_limit=None, table=None):
+    """The Classes of the label column of a 'softmax' or 'logistic' model on the data; None for a 'logistic' label
+    that is boolean or a number (read as today: 0/1). The classes are those the load found (table: a
+    categorical.preload that coded the label, which a 'logistic' label of 0 and 1 then holds as numbers again), or
+    where there is none, read first by a query of their own (LEVELS)."""
+    typed = label_type(loss, label, data)
+    if typed is None:
+        return None
+    oid, kind = typed
+    query = loader.as_query(data)
     most = max(2, limits.lambda_nodes // CLASSES_PER_NODES)
-    keys = [r['v'] for r in server.query(categorical.LEVELS.format(c=quote_ident(label), query=query,
-                                                                    limit=most + 1))]
+
+    def too_many():
+        return PgadError(TOO_MANY, f'the label column "{label}" has more than {most} classes, the most a model takes',
+                         detail=f'The limit is pgad.max_lambda_nodes / {CLASSES_PER_NODES}.',
+                         hint='Group rare classes into one in the data query, or have a superuser raise '
+                              'pgad.max_lambda_nodes.')
+    keys = categorical.preloaded_keys(table, label, kind, most, too_many) if table is not None else \
+        [r['v'] for r in server.query(categorical.LEVELS.format(c=quote_ident(label), query=query, limit=most + 1))]
     if len(keys) > most:
-        raise PgadError(TOO_MANY, f'the label column "{label}" has more than {most} classes, the most a model takes',
-                        detail=f'The limit is pgad.max_lambda_nodes / {CLASSES_PER_NODES}.',
-                        hint='Group rare classes into one in the data query, or have a superuser raise '
-                             'pgad.max_lambda_nodes.')
+        raise too_many()
     if memory_limit is not None and len(keys) * 1024 > memory_limit:
         raise PgadError(loader.OUT_OF_MEMORY, f'the classes of the label column "{label}" need '
                                               f'{loader.megabytes(len(keys) * 1024)}, more than pgad.memory_limit '
@@ -81,6 +98,9 @@ def find(loss, label, data, limits, memory_limit=None):
                              'pgad.memory_limit.')
     if loss == 'logistic':
         if oid in categorical.INTEGERS and set(keys) <= {'0', '1'}:
+            if table is not None:  # the codes back to the numbers they stand for
+                at = table.names.index(label)
+                table.columns[at] = np.array([np.nan] + [float(k) for k in keys])[table.columns[at].astype(np.intp)]
             return None  # 0/1: read as a number, as before
         if len(keys) != 2:
             raise PgadError('22023', f'loss "logistic" takes a label of two classes, but column "{label}" has '

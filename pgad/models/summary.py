@@ -144,7 +144,7 @@ def coefficients(name, unconverged='error'):
         tables = {json.dumps(json.loads(part.key), sort_keys=True): part.table for part in parts}
     else:
         imputed = preprocess.of(options)  # NULLs replaced as training replaced them
-        tables = {None: calls.some_rows(preprocess.fill(loader.load(
+        tables = {None: loader.some_rows(preprocess.fill(loader.load(
             first['data'], list(prog.columns), config.chunk_rows, config.memory_limit, dict(prog.columns_of), codes,
             missing=set(imputed)), list(map(str, prog.columns)), imputed, cats.codes))}
     out = []

@@ -4,7 +4,7 @@ standardised columns with standardize (standardize.py), watched on held-out rows
 catalog.py stores the fits and writes the scoring function.
 """
 import json
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -108,36 +108,38 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
             raise PgadError('0A000', f'standardize => true changes column "{column}", which the loss reads too',
                             hint='Train without standardize, or give the loss a column of its own.')
     catalog.check_can_store(name, loss)
-    try:
-        found = classes.find(objective.base(loss), label, data, config.limits, config.memory_limit)
-    except PgadError as e:
-        if generated is not None and e.message.startswith('loss "logistic" takes a label of two classes'):
-            raise PgadError(e.sqlstate, e.message, detail=e.detail,
-                            hint=f"Use model 'softmax' for many classes: pgad.train('{name}', 'softmax', data, "
-                                 f"label => '{label}').") from None
-        raise objective.without_label(e, goal, loss) from None
+    with _label_errors(generated, name, label, goal, loss):
+        candidate = classes.label_type(objective.base(loss), label, data) is not None  # a label of classes, maybe
+    sized = classes.class_sized(w, goal.model) if objective.base(loss) == 'softmax' else []
+    # the columns the objective reads, a label of classes as the keys it holds
+    read = objective.labelled(program.parsed(goal.text, config.limits), goal, None if candidate else loss)
+    features = replace(read, columns=[c for c in read.columns if not candidate or c != label])
+    indexed = categorical.indexed({n: v for n, v in w.items() if n not in sized}, features)
+    keys = {*indexed.values(), *([label] if candidate else [])}  # the columns read as keys: categories, classes
+    impute = preprocess.parse(impute, goal.model.columns, keys)
+    if impute and options['group_by']:
+        raise PgadError('0A000', 'pgad.train takes no impute with group_by',
+                        detail='The statistic would be taken per group, and the scoring function has one per column.',
+                        hint='Replace the NULLs in the data query (coalesce), or train one model per group.')
+    with _label_errors(None, name, label, goal, loss):
+        lengths = loader.lengths(data, read.columns, keys)
+        # the rows loaded once, the keys found in the same pass (a model per group: by load_groups, later)
+        loaded = None if options['group_by'] else categorical.preload(
+            data, read, indexed, lengths, config, set(impute), label if candidate else None)
+    with _label_errors(generated, name, label, goal, loss):
+        found = classes.find(objective.base(loss), label, data, config.limits, config.memory_limit, loaded)
     if found is not None:  # a label of classes: 'softmax', or 'logistic' with a text, enum or integer label
         _check_class_label(goal, label, loss)
         goal = objective.build(model, loss, label, config.limits, coded=True)
         options.update(classes.options(found))
     checked_loss = loss if found is None else None  # a label of classes is coded: no check of its values
     read = objective.labelled(program.parsed(goal.text, config.limits), goal, checked_loss)  # a boolean label too
-    sized = classes.class_sized(w, goal.model) if objective.base(loss) == 'softmax' else []
     w = classes.placeholders(w, sized, len(found.keys)) if sized else w
     w, cats = categorical.expand(w, read if found is None else replace(read, columns=[
-        c for c in read.columns if c != label]), data, config.limits, config.memory_limit)
+        c for c in read.columns if c != label]), data, config.limits, config.memory_limit, loaded)
     if found is not None:
         cats.labels.update(found.codes)
     kinds = catalog.group_types(list(cats.types), list(cats.types.values()), 'a categorical weight')
-    impute = preprocess.parse(impute, goal.model.columns, cats.codes)
-    if impute and options['group_by']:
-        raise PgadError('0A000', 'pgad.train takes no impute with group_by',
-                        detail='The statistic would be taken per group, and the scoring function has one per column.',
-                        hint='Replace the NULLs in the data query (coalesce), or train one model per group.')
-    try:
-        lengths = loader.lengths(data, read.columns, cats.codes)
-    except PgadError as e:
-        raise objective.without_label(e, goal, loss) from None
     shapes = calls.shapes_of(w, lengths, cats)
     for column, _ in lengths if impute else ():
         if column in impute:
@@ -208,7 +210,8 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
             spread = not standardize and validation is None and not impute and smooth is None and \
                 options['optimizer'] not in ('newton', 'interior_point')
             loading = calls.loading(data, spread=spread)
-            table, kernel = stack.enter_context(loading(prog, config, job, start, cats.codes, set(impute)))
+            table, kernel = stack.enter_context(loading(prog, config, job, start, cats.codes, set(impute),
+                                                        table=loaded))
             group_types, parts = [], [(loader.Group(None, None, table), kernel)]
         held_out = _held_out(options['validation'], prog, groups, config, cats.codes, set(impute))
         rows, fits = [], []
@@ -298,6 +301,21 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                               {c: (kind, cats.codes[c]) for c, kind in zip(cats.types, kinds)}, found, explanation,
                               imputed)
     return catalog.store(scoring, rows, fits, deploy)
+
+
+@contextmanager
+def _label_errors(generated, name, label, goal, loss):
+    """The errors of the data's label as pgad.train gives them: a missing label named as the label
+    (objective.without_label), and a family's label of more than two classes under 'logistic' pointed to 'softmax'
+    (generated: the family's regression.Generated)."""
+    try:
+        yield
+    except PgadError as e:
+        if generated is not None and e.message.startswith('loss "logistic" takes a label of two classes'):
+            raise PgadError(e.sqlstate, e.message, detail=e.detail,
+                            hint=f"Use model 'softmax' for many classes: pgad.train('{name}', 'softmax', data, "
+                                 f"label => '{label}').") from None
+        raise objective.without_label(e, goal, loss) from None
 
 
 def _explainer(model, cats):
