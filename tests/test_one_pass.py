@@ -1,0 +1,154 @@
+"""The keys of categorical weights and a label's classes are found in the load's own pass (issue 48 §2): one query
+reads the data of every function that takes a categorical weight or a label of classes (categorical.preload), the
+categories and classes then put in the type's order by one query over the keys, not the data (categorical.type_order)
+— the order PostgreSQL's own ORDER BY gives them, whatever order the rows come in. Against a real server: a sequence
+that each row of the data advances counts the passes; the answers are those of the load by pgad.pack, whose keys are
+read by a query of their own first (pgad.load_chunk_rows set), and of numpy."""
+import json
+
+import numpy as np
+import psycopg
+import pytest
+
+from conftest import error_of, heard, settings
+
+N = 300
+MOODS = ('sad', 'ok', 'happy')  # the enum's order: not the text's
+
+
+@pytest.fixture(scope='module', autouse=True)
+def tables(cluster, dbname):
+    rng = np.random.default_rng(11)
+    with psycopg.connect(cluster.conninfo(dbname), autocommit=True) as db:
+        db.execute("CREATE TYPE feeling AS ENUM ('sad', 'ok', 'happy')")
+        db.execute('CREATE TABLE visits (id int, region text, mood feeling, floor int, x float8, y float8, '
+                   'bought int, kind text)')
+        with db.cursor().copy('COPY visits FROM STDIN') as copy:
+            for i in range(N):
+                region = ['b', 'B', 'a', 'é', 'A'][i % 5]
+                mood = MOODS[(i * 7) % 3]
+                floor = [10, 9, 2, -1][i % 4]
+                x = float(rng.normal())
+                y = {'a': 1.0, 'A': -1.0, 'b': 0.5, 'B': 2.0, 'é': -0.5}[region] + 0.3 * x + float(rng.normal()) * 0.2
+                bought = int(y + float(rng.normal()) > 0.8)
+                copy.write_row((i, region, mood, floor, x, y, bought, ['x', 'y', 'z'][(i * 5 + int(x > 0)) % 3]))
+        db.execute('CREATE SEQUENCE passes')
+
+
+def passes(db, sql, params=None):
+    """How many times the statement reads the rows of the data (DATA, which advances the sequence once a row)."""
+    db.execute("SELECT pg_catalog.setval('passes', 1, false)")
+    db.execute(sql, params)
+    last, called = db.execute('SELECT last_value, is_called FROM passes').fetchone()
+    return last / N if called else 0
+
+
+DATA = "SELECT *, pg_catalog.nextval('passes') AS n FROM visits"
+LOSS = 'λ(d, w) (w.r[d.region] + w.m[d.mood] + w.f[d.floor] + w.a*d.x - d.y)^2'
+START = json.dumps({'r': {}, 'm': {}, 'f': {}, 'a': 0.1})
+
+
+@pytest.mark.parametrize('sql', [
+    'SELECT pgad.loss(%(loss)s, %(data)s, %(start)s)',
+    'SELECT pgad.gradient(%(loss)s, %(data)s, %(start)s)',
+    "SELECT pgad.gradient(%(loss)s, %(data)s, %(start)s, 'forward', 'python')",
+    'SELECT pgad.hessian(%(loss)s, %(data)s, %(start)s)',
+    'SELECT pgad.gradient_descent(%(loss)s, %(data)s, %(start)s, 0.1, 3)',
+    "SELECT pgad.train('once_squared', 'λ(d, w) w.r[d.region] + w.m[d.mood] + w.f[d.floor] + w.a*d.x', 'squared', "
+    "%(data)s, %(start)s)",
+    "SELECT pgad.train('once_softmax', 'λ(d, w) w.w @ [d.x, d.y] + w.b', 'softmax', %(data)s, "
+    "'{\"w\": {}, \"b\": {}}', label => 'kind')",
+    "SELECT pgad.train('once_mood', 'λ(d, w) w.a * d.x + w.b', 'logistic', "
+    "'SELECT *, pg_catalog.nextval(''passes'') AS n, (CASE WHEN bought = 1 THEN ''happy'' ELSE ''sad'' END)::feeling "
+    "AS label FROM visits', '{\"a\": 0, \"b\": 0}', label => 'label')",
+    "SELECT pgad.train('once_bought', 'λ(d, w) w.r[d.region] + w.a * d.x', 'logistic', %(data)s, %(start2)s, "
+    "label => 'bought')",
+])
+def test_one_query_reads_the_data(db, sql):
+    """Every function that takes a categorical weight, or trains on a label of classes (text, an enum, an integer
+    of 0 and 1), reads the data once: the keys are found as it loads."""
+    assert passes(db, sql, dict(loss=LOSS, data=DATA, start=START, start2='{"r": {}, "a": 0}')) == 1
+
+
+def gradient(db, loss=LOSS, data='visits', start=START):
+    return json.loads(db.execute('SELECT pgad.gradient(%s, %s, %s)::text', (loss, data, start)).fetchone()[0])
+
+
+def test_the_load_by_pgad_pack_gives_the_same_gradient(db):
+    """pgad.pack's load (chunked), whose keys are read first by a query a column in the type's order, and the native
+    load, which finds them as it reads the rows and orders them after: the same categories, the same gradient."""
+    native = gradient(db)
+    with settings(db, {'pgad.load_chunk_rows': 7}):
+        packed = gradient(db)
+    assert set(native) == set(packed) == {'r', 'm', 'f', 'a'}
+    for name in ('r', 'm', 'f'):
+        assert set(native[name]) == set(packed[name])
+        for key, value in native[name].items():
+            assert value == pytest.approx(packed[name][key], rel=1e-12, abs=1e-15)
+    assert native['a'] == pytest.approx(packed['a'], rel=1e-12)
+
+
+def test_the_gradient_is_numpys_whatever_order_the_rows_come_in(db):
+    rows = db.execute('SELECT region, mood::text, floor, x, y FROM visits').fetchall()
+    w = {'r': {'a': 0.5, 'é': -1.0}, 'm': {'happy': 0.25}, 'f': {'10': 1.0}, 'a': 0.1}
+    residual = np.array([w['r'].get(r, 0.0) + w['m'].get(m, 0.0) + w['f'].get(str(f), 0.0) + 0.1 * x - y
+                         for r, m, f, x, y in rows])
+    for order in ('x', 'x DESC', 'region, mood DESC'):
+        got = gradient(db, data=f'SELECT * FROM visits ORDER BY {order}', start=json.dumps(w))
+        for name, column in (('r', 0), ('m', 1), ('f', 2)):
+            for key, value in got[name].items():
+                rows_of = np.array([str(row[column]) == key for row in rows])
+                assert value == pytest.approx(2 * residual[rows_of].sum() / N, rel=1e-11, abs=1e-14)
+        x = np.array([row[3] for row in rows])
+        assert got['a'] == pytest.approx(2 * residual @ x / N, rel=1e-11)
+
+
+@pytest.mark.parametrize('label, cast', [('floor', 'integer'), ('mood', 'feeling'), ('region', 'text')])
+def test_the_classes_are_in_the_order_of_order_by(db, label, cast):
+    """A label's classes, found by the load in the order the rows show them, are stored in the order ORDER BY gives
+    (an integer's as numbers, an enum's declared order, a text's collation), with rows in the opposite order."""
+    db.execute(f"SELECT pgad.train('order_{label}', 'λ(d, w) w.w @ [d.x] + w.b', 'softmax', "
+               f"'SELECT * FROM visits ORDER BY {label} DESC', '{{\"w\": {{}}, \"b\": {{}}}}', label => '{label}', "
+               "iterations => 2)")
+    stored = db.execute("SELECT options->'classes' FROM pgad.models WHERE name = %s", [f'order_{label}']).fetchone()[0]
+    expected = [str(v) for v, in db.execute(f'SELECT DISTINCT {label}::{cast} FROM visits ORDER BY 1')]
+    assert stored == expected
+
+
+def test_a_volatile_query_gives_its_categories_and_its_rows_from_one_run(db):
+    """The categories and the rows come from the same run of the data query: a query whose rows differ each run (a
+    random category) skips no row for a category the load did not know."""
+    data = ('SELECT (pg_catalog.random() * 40)::int::text AS c, 1.0::float8 AS y '
+            'FROM pg_catalog.generate_series(1, 2000)')
+    with heard(db) as said:
+        got = db.execute("SELECT pgad.loss('λ(d, w) (w.c[d.c] - d.y)^2', %s, '{\"c\": {}}')", [data]).fetchone()[0]
+    assert got == 1.0 and said == []
+
+
+def test_a_row_skipped_for_a_null_elsewhere_gives_no_category(db):
+    """A category whose every row has NULL in another column the lambda reads is no category of the call; where no
+    row is left, the error says a column the lambda reads is NULL in every row, not the categorical column."""
+    data = "SELECT region, CASE WHEN region = 'é' THEN NULL ELSE x END AS x, y FROM visits"
+    got = gradient(db, 'λ(d, w) (w.r[d.region] + w.a*d.x - d.y)^2', data, '{"r": {}, "a": 0}')
+    assert set(got['r']) == {'a', 'A', 'b', 'B'}
+    e = error_of(db, "SELECT pgad.gradient('λ(d, w) (w.r[d.region] + w.a*d.x - d.y)^2', "
+                     "'SELECT region, NULL::float8 AS x, y FROM visits', '{\"r\": {}, \"a\": 0}')")
+    assert (e.sqlstate, e.message_primary) == (
+        '22000', f'every row of the data has NULL in a column the lambda reads ({N} rows)')
+
+
+def test_a_category_listed_beside_the_datas_keeps_its_start(db):
+    """A category the weights list and the data lacks follows the data's: its value as given, its gradient 0."""
+    got = gradient(db, 'λ(d, w) (w.r[d.region] - d.y)^2', 'visits', '{"r": {"zz": 3.5, "a": 1}}')
+    assert got['r']['zz'] == 0.0 and set(got['r']) == {'a', 'A', 'b', 'B', 'é', 'zz'}
+
+
+def test_citext_categories_equal_by_the_type_are_one(db):
+    """citext's 'Ann' is 'ann': the load tells the keys apart by their text, one query over the keys groups them."""
+    db.execute('CREATE EXTENSION IF NOT EXISTS citext')
+    data = ("SELECT k::citext AS k, y FROM (VALUES ('Ann', 1.0), ('bob', 2.0), ('ann', 3.0), ('ANN', 4.0), "
+            "('Bob', 6.0)) AS v(k, y)")
+    got = gradient(db, 'λ(d, w) (w.c[d.k] - d.y)^2', data, '{"c": {}}')
+    assert len(got['c']) == 2
+    by_key = {k.lower(): v for k, v in got['c'].items()}
+    assert by_key == {'ann': pytest.approx(-2 * 8 / 5), 'bob': pytest.approx(-2 * 8 / 5)}
