@@ -186,20 +186,25 @@ def _misread(message):
                                             'category at 0) is read as w.region[d.region]; its column only so.')
 
 
-def preload(data, lam, found, lengths, config, missing=(), label=None):
+def preload(data, lam, found, lengths, config, missing=(), label=None, group_by=()):
     """The Table of the columns lam reads (lengths: its array columns', as loader.lengths gives them) of the data,
     loaded once with each categorical weight's column (found: {weight: column}) and the label of classes (label, or
     None) coded by the load itself as it finds their keys (extension/keys.c; the Table's keys, in the order the rows
     show them, which expand and classes.find put in the type's order): no query of their own over the data before
-    the load. The Table's names are its columns' (calls.loading reorders them to a Program's). None where the load
-    is not native (outside the server, or with pgad.load_chunk_rows set) or a key column is imputed (missing): then
-    expand and classes.find read the keys first, one query a column (LEVELS), as the loader does."""
+    the load. The Table's names are its columns' (calls.loading reorders them to a Program's). With group_by, the
+    group columns are key columns too, NULL among their keys (loader.NULLABLE_KEY), for grouped to split the rows by,
+    and the Table's groups their (type, base type) names. None where the load is not native (outside the server, or with
+    pgad.load_chunk_rows set), a key column is imputed (missing), or a group column is one the lambda reads: then
+    expand and classes.find read the keys first, one query a column (LEVELS), as the loader does, and
+    loader.load_groups loads the groups."""
     keys = list(dict.fromkeys([*found.values(), *([label] if label is not None else [])]))
-    if not keys or config.chunk_rows or loader.native_loader() is None or set(keys) & set(map(str, missing)):
+    if not keys or config.chunk_rows or loader.native_loader() is None or set(keys) & set(map(str, missing)) or \
+            set(group_by) & ({*map(str, lam.columns), *keys}):
         return None
     query = loader.as_query(data)
     names, types = loader.check_columns(query, [c for c in lam.columns if c not in keys], arrays=set(lam.columns),
                                         categorical=set(keys))
+    group_types = loader.group_column_types(group_by, names, types)
     for column in found.values():  # each one's type, before the load reads it as text
         if column not in names:
             raise loader.missing(column, names)
@@ -208,9 +213,101 @@ def preload(data, lam, found, lengths, config, missing=(), label=None):
     elements = {e: (c, k + 1) for c, n in arrays.items() for k, e in enumerate(vectors.elements(c, (n,)))}
     columns = [e for c in lam.columns for e in ([e for e, (a, _) in elements.items() if a == c] if c in arrays
                                                   else [c])]
-    table = loader.load(data, columns, 0, config.memory_limit, elements, missing=missing, keys=keys)
-    table.names = [str(c) for c in columns]
+    table = loader.load(data, [*columns, *group_by], 0, config.memory_limit, elements, missing=missing,
+                        keys=[*keys, *group_by], nullable=group_by, quiet=bool(group_by))
+    table.names = [str(c) for c in [*columns, *group_by]]
+    table.groups = [(kind, server.query(BASE, [types[names.index(g)]], ['pg_catalog.oid'])[0]['name'])
+                    for g, kind in zip(group_by, group_types)]
     return table
+
+
+# Each group's key, {"region": "north"} as jsonb text, and each group column's value as to_jsonb writes it, of the
+# groups' values as text ($n+1 …: one array a group column, NULL for NULL; $1 … $n the columns' names)
+GROUPS = ('SELECT {key} AS pgad_key, {values} FROM ROWS FROM ({arrays}) WITH ORDINALITY AS u({names}, pgad_n) '
+          'ORDER BY u.pgad_n')
+# Each group's rows and non-NULL values in the columns read, a group by the text of its values (GROUP BY would pick
+# one of numeric's equal 1.0 and 1.00 to show, which no key of the load's need be): a row of the groups whose every
+# row was skipped is the only one keyed by its own
+NULLS = ('SELECT {texts}, {key} AS pgad_key, pg_catalog.count(*) AS pgad_rows, {counts} FROM ({query}\n) AS pgad_data '
+         'GROUP BY {by}')
+
+
+def grouped(table, group_by, query, columns):
+    """(the group columns' type names, one loader.Group per distinct value of the group_by columns, in ORDER BY's
+    order, NULL last) of a preload's table, which loaded the group columns as nullable keys: each group's rows (in
+    the data's order) copied out of the table once, its columns those the table's names give but the group columns;
+    each group's key and values as loader.load_groups gives them, by one query over the groups, not the data. Where
+    a row was skipped for a NULL in columns, one more query counts each group's (as load_groups does), and NOTICEs
+    say so by group; a group whose every row was skipped comes last, with an empty table."""
+    n, bases = len(group_by), [base for _, base in table.groups]
+    codes, values, lookups = [], [], []
+    for g, base in zip(group_by, bases):
+        code, found, lookup = group_codes(table.columns[table.names.index(g)], table.keys[g], base)
+        codes.append(code)
+        values.append(found)
+        lookups.append(lookup)
+    combos, inverse = (np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True) if table.rows else
+                       (np.zeros((0, n)), np.zeros(0, dtype=np.intp)))
+    inverse = inverse.ravel()
+    order, counts = np.argsort(inverse, kind='stable'), np.bincount(inverse, minlength=len(combos))
+    texts = [[values[j][int(c) - 1] for c in combos[:, j]] for j in range(n)]
+    found = server.query(GROUPS.format(
+        key=loader.group_key([f'u.g{k}::{bases[k]}' for k in range(n)]),
+        values=', '.join(f'pg_catalog.to_jsonb(u.g{k}::{bases[k]})::pg_catalog.text AS g{k}' for k in range(n)),
+        arrays=', '.join(f'pg_catalog.unnest(${n + k + 1}::pg_catalog.text[])' for k in range(n)),
+        names=', '.join(f'g{k}' for k in range(n))), [*group_by, *texts], ['pg_catalog.text'] * n +
+        ['pg_catalog.text[]'] * n) if len(combos) else []
+    at_combo = {tuple(int(c) for c in combo): k for k, combo in enumerate(combos)}
+    totals, nulls, lost = counts.copy(), [[0] * len(columns) for _ in combos], []
+    if table.skipped:  # each group's NULLs, by one more query, as load_groups gives them
+        text_of = [f'pgad_data.{quote_ident(g)}::pg_catalog.text' for g in group_by]
+        for row in server.query(NULLS.format(
+                texts=', '.join(f'{t} AS t{k}' for k, t in enumerate(text_of)), query=query,
+                key=loader.group_key([f'({t})::{bases[k]}' for k, t in enumerate(text_of)]),
+                counts=', '.join(f'pg_catalog.count({loader.value(c, {})}) AS n{k}' for k, c in enumerate(columns)),
+                by=', '.join(text_of)), list(group_by), ['pg_catalog.text'] * n):
+            combo = tuple(lookups[k].get('' if row[f't{k}'] is None else 'v' + row[f't{k}'], 0) for k in range(n))
+            missed = [row['pgad_rows'] - row[f'n{k}'] for k in range(len(columns))]
+            if combo in at_combo:
+                totals[at_combo[combo]] += row['pgad_rows']
+                nulls[at_combo[combo]] = [a + b for a, b in zip(nulls[at_combo[combo]], missed)]
+            else:
+                lost.append((row['pgad_key'], row['pgad_rows'], missed))
+        totals -= counts  # each loaded group's rows, skipped ones too, counted twice above: its total
+    kept = [k for k, name in enumerate(table.names) if name not in group_by]
+    names = [table.names[k] for k in kept]
+
+    def group(key, values, columns_of, rows, total, missed):
+        part = loader.Table(columns_of, rows, total - rows, table.keys, names)
+        return loader.Group(key, values, loader.skipping(part, columns, group=key, nulls=[
+            (c, m) for c, m in zip(columns, missed) if m]))
+    groups, at = [], 0
+    for k, (row, count) in enumerate(zip(found, counts)):
+        rows = order[at:at + count]
+        at += count
+        groups.append(group(row['pgad_key'], [row[f'g{j}'] for j in range(n)],
+                            [np.ascontiguousarray(table.columns[c][rows]) for c in kept], int(count),
+                            int(totals[k]), nulls[k]))
+    for key, total, missed in lost:  # every row of the group skipped
+        groups.append(group(key, None, [np.empty(0) for _ in kept], 0, int(total), missed))
+    return [kind for kind, _ in table.groups], groups
+
+
+def group_codes(codes, keys, kind):
+    """(codes, of a group column's keys as NULLABLE_KEY wrote them, 'v' and the text or '' for NULL, as the codes of
+    their values in ORDER BY's order, NULL last; the values' texts, None for NULL; {key: its code}): equal values of
+    the type (numeric's 1.0 and 1.00) one code, as GROUP BY makes them one group."""
+    texts = [k[1:] for k in keys if k]
+    shift = np.zeros(len(keys) + 1)  # each key's place among texts (1-based), NULL's 0
+    shift[1 + np.flatnonzero([bool(k) for k in keys])] = np.arange(1, len(texts) + 1)
+    new, ordered_texts = coded(np.arange(len(texts) + 1, dtype=np.float64), texts, kind, equal_keys(texts, kind),
+                               type_order)  # each text's code, by its place (NULL's place 0: code 0)
+    new = np.array(new)
+    if '' in keys:
+        new[0] = len(ordered_texts) + 1
+        ordered_texts = [*ordered_texts, None]
+    lookup = new[shift.astype(np.intp)]  # each key's code, by the load's code
+    return lookup[codes.astype(np.intp)], ordered_texts, {key: int(lookup[1 + k]) for k, key in enumerate(keys)}
 
 
 def ordered(table, column, kind):

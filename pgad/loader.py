@@ -103,6 +103,7 @@ class Table:
     keys: dict = None   # a load with keys: {key column: its keys (str), code k's at k - 1}
     names: list = None  # the columns' names, where a caller keeps them (categorical.preload)
     ordered: set = field(default_factory=set)  # the key columns whose codes are their keys' in order (categorical)
+    groups: list = None  # a preload with group columns: each one's (type, base type) names (categorical.grouped)
 
 
 def some_rows(table):
@@ -119,7 +120,7 @@ def no_rows(table):
 
 
 def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categories=None, unseen=False, packed=False,
-         missing=(), keys=()):
+         missing=(), keys=(), nullable=(), quiet=False):
     """Load `columns` (names, exactly as the data spells them) of the data into a Table: natively where pgad.so is
     there (load_natively), else, or with packed (the tests compare the two), with pgad.pack; chunk_rows, when not
     0, packs it that many rows at a time (pgad.load_chunk_rows); memory_limit (bytes, pgad.memory_limit) bounds it.
@@ -128,7 +129,9 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     not among them skips the row, or with unseen, is code 0); a column in missing (imputed: models/preprocess.py)
     is loaded with −NaN (NaN with its sign bit set) for NULL, its rows not skipped; a NaN of the data's as NaN. keys
     names key columns among columns, of any type (the caller checks theirs, as it bounds their count where the load
-    is not native): each loaded as its keys' codes, 1 … K, the keys in the Table's keys."""
+    is not native): each loaded as its keys' codes, 1 … K, the keys in the Table's keys; a key column in nullable
+    (natively only: a group column, categorical.grouped) has its rows' text as NULLABLE_KEY writes it, '' for NULL,
+    and a NULL there skips no row. quiet: no NOTICE of the rows skipped for a NULL (the caller gives one a group)."""
     query = as_query(data)
     elements = elements or {}
     categories = categories or {}
@@ -136,6 +139,8 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
     for column in keys:
         if column not in columns or column in categories or column in elements or column in missing:
             raise ValueError(f'key column {column!r}: not a plain column of the load')
+    if set(nullable) - set(keys):
+        raise ValueError('a nullable key column is a key column')
     names, types = check_columns(query, _read(columns, elements), {c for c, _ in elements.values()},
                                  set(categories) | set(keys))
     columns = typed(columns, names, types)
@@ -143,18 +148,20 @@ def load(data, columns, chunk_rows=0, memory_limit=None, elements=None, categori
         rows = server.query(f'SELECT pg_catalog.count(*) AS rows FROM ({query}\n) AS pgad_data')[0]['rows']
         return Table([], rows, 0)
     library = None if chunk_rows or packed else native_loader()
+    if library is None and nullable:
+        raise ValueError('nullable key columns are read by the native load only')
     if library is None and keys:  # the keys first, by a query a column, then coded as categories are
         categories = {**categories, **{c: [r['v'] for r in server.cursor(LEVELS.format(
             c=quote_ident(c), query=query, limit='ALL'), KEYS_FETCHED)] for c in keys}}
     if library is not None:
         try:
-            table = load_natively(library, query, columns, elements, categories, unseen, missing, keys)
+            table = load_natively(library, query, columns, elements, categories, unseen, missing, keys, nullable)
         except server.SPIError as e:
             if e.sqlstate == OUT_OF_MEMORY and not str(e.args[0] if e.args else '').startswith(KEYS_OVER_LIMIT):
-                check_memory(memory_limit, query, columns, elements)
+                check_memory(memory_limit, query, [c for c in columns if c not in nullable], elements)
             raise
         server.debug(f'pgad: loaded {table.rows} rows of {len(columns)} columns in 1 part')
-        return skipping(table, [c for c in columns if c not in missing], query, elements)
+        return table if quiet else skipping(table, [c for c in columns if c not in missing], query, elements)
     if len(columns) > PACK_COLUMNS:
         check_memory(memory_limit, query, columns, elements)
     widths = array_lengths(elements)
@@ -188,6 +195,10 @@ PARALLEL = 0  # the native load's plan: serial, where parallel workers lose (mea
 KEY = -1      # a key column's index in pgad_load's indexes (extension/pgad.h's PGAD_LOAD_KEY)
 KEYS_OVER_LIMIT = 'the keys of column '  # how the native load's error for keys past pgad.memory_limit starts
 KEYS_FETCHED = 10_000  # keys fetched at once where they are read by a query
+KEY_TEXT = 'pgad_data.{c}::pg_catalog.text AS {c}'  # a key column as the native load reads it (NULL skips the row)
+# A nullable key column (a group column): 'v' and its text, '' for NULL, which is then a key like any other
+NULLABLE_KEY = ("CASE WHEN pgad_data.{c} IS NULL THEN ''::pg_catalog.text ELSE 'v'::pg_catalog.text "
+                'OPERATOR(pg_catalog.||) pgad_data.{c}::pg_catalog.text END AS {c}')
 # A column's distinct values but NULL, in its type's order, as text: its keys, where the load is not native
 LEVELS = ('SELECT pgad_data.{c}::pg_catalog.text AS v FROM ({query}\n) AS pgad_data WHERE pgad_data.{c} IS NOT NULL '
           'GROUP BY pgad_data.{c} ORDER BY pgad_data.{c} LIMIT {limit}')
@@ -246,7 +257,7 @@ class Mapped:
         weakref.finalize(self, library.pgad_load_free_column, load, column)
 
 
-def load_natively(library, query, columns, elements, categories, unseen, missing=(), keys=()):
+def load_natively(library, query, columns, elements, categories, unseen, missing=(), keys=(), nullable=()):
     """A Table of the columns (typed) of the data query, loaded by pgad.so's pgad_load: each column is one native
     float8 array that numpy wraps without a copy. An array column is read once, as pg_catalog.float8[] under its own
     name (which pgad.so's errors give), and its elements become columns in pgad.so, which checks every row's array
@@ -260,7 +271,7 @@ def load_natively(library, query, columns, elements, categories, unseen, missing
         if c in keys:
             attributes.append(len(select))
             indexes.append(KEY)
-            select.append(f'pgad_data.{quote_ident(c)}::pg_catalog.text AS {quote_ident(c)}')
+            select.append((NULLABLE_KEY if c in nullable else KEY_TEXT).format(c=quote_ident(c)))
         elif c in elements and c not in categories:
             name, index = elements[c]
             if name not in arrays:
@@ -451,16 +462,9 @@ TYPE = ('SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) \'.\' 
         'WHERE t.oid OPERATOR(pg_catalog.=) $1')
 
 
-def load_groups(data, columns, group_by, memory_limit=None, categories=None, unseen=False):
-    """(the group columns' type names, one Group per distinct value of the group_by columns, in their order): the
-    data loaded once, by one GROUP BY query whose every group packs its own rows with pgad.pack; memory_limit
-    (bytes) bounds all the groups together; categories and unseen as load() takes them."""
-    query = as_query(data)
-    categories = categories or {}
-    names, types = check_columns(query, columns, categorical=set(categories))
-    columns = typed(columns, names, types)
-    if len(columns) > PACK_COLUMNS:
-        check_memory(memory_limit, query, columns)
+def group_column_types(group_by, names, types):
+    """The schema-qualified type name of each group_by column of the data (names, type oids), or the error for one
+    the data lacks (42703) or that is not a scalar (0A000)."""
     group_types = []
     for name in group_by:
         if name not in names:
@@ -472,6 +476,20 @@ def load_groups(data, columns, group_by, memory_limit=None, categories=None, uns
                                      'scalar columns only', hint='Group by a column of a scalar type (text, an integer, '
                                                                  'a date, …), or cast it in the data query.')
         group_types.append(found['name'])
+    return group_types
+
+
+def load_groups(data, columns, group_by, memory_limit=None, categories=None, unseen=False):
+    """(the group columns' type names, one Group per distinct value of the group_by columns, in their order): the
+    data loaded once, by one GROUP BY query whose every group packs its own rows with pgad.pack; memory_limit
+    (bytes) bounds all the groups together; categories and unseen as load() takes them."""
+    query = as_query(data)
+    categories = categories or {}
+    names, types = check_columns(query, columns, categorical=set(categories))
+    columns = typed(columns, names, types)
+    if len(columns) > PACK_COLUMNS:
+        check_memory(memory_limit, query, columns)
+    group_types = group_column_types(group_by, names, types)
     sql = GROUPED.format(
         keys=group_key([f'pgad_rows.g{k}' for k in range(len(group_by))]),
         values=', '.join(f'pg_catalog.to_jsonb(pgad_rows.g{k})::pg_catalog.text AS g{k}' for k in range(len(group_by))),
@@ -555,6 +573,12 @@ def group_key(values):
 def null_counts(query, columns, elements, group_by=()):
     """{group key (None without group_by): [(column, rows with NULL in it)] of the columns that have a NULL}, by one
     query of the data."""
+    return {key: nulls for key, (_, nulls) in group_nulls(query, columns, elements, group_by).items()}
+
+
+def group_nulls(query, columns, elements, group_by=()):
+    """{group key (None without group_by): (its rows, [(column, rows with NULL in it)] of the columns that have a
+    NULL)}, by one query of the data."""
     widths = array_lengths(elements)
     counts = ', '.join(['pg_catalog.count(*) AS pgad_rows'] + [f'pg_catalog.count({value(c, elements, widths=widths)}) '
                                                                f'AS n{k}' for k, c in enumerate(columns)])
@@ -563,8 +587,8 @@ def null_counts(query, columns, elements, group_by=()):
     if group_by:
         sql += ' GROUP BY ' + ', '.join(f'pgad_data.{quote_ident(g)}' for g in group_by)
     rows = server.query(sql, list(group_by), ['pg_catalog.text'] * len(group_by)) if group_by else server.query(sql)
-    return {row['pgad_key']: [(c, row['pgad_rows'] - row[f'n{k}']) for k, c in enumerate(columns)
-                              if row[f'n{k}'] < row['pgad_rows']] for row in rows}
+    return {row['pgad_key']: (row['pgad_rows'], [(c, row['pgad_rows'] - row[f'n{k}']) for k, c in enumerate(columns)
+                                                 if row[f'n{k}'] < row['pgad_rows']]) for row in rows}
 
 
 def aggregate(count):

@@ -152,3 +152,53 @@ def test_citext_categories_equal_by_the_type_are_one(db):
     assert len(got['c']) == 2
     by_key = {k.lower(): v for k, v in got['c'].items()}
     assert by_key == {'ann': pytest.approx(-2 * 8 / 5), 'bob': pytest.approx(-2 * 8 / 5)}
+
+
+GROUPED_DATA = ("SELECT region, x, y, kind, nextval('passes') AS n, "
+                "CASE WHEN id %% 7 = 0 THEN NULL ELSE (ARRAY[1.0, 1.00, 2.5, 2.50, -0.0])[1 + id %% 5]::numeric END "
+                "AS g, CASE WHEN id %% 11 = 0 THEN NULL ELSE (ARRAY['p', 'P', 'q'])[1 + id %% 3] END AS h, "
+                "CASE WHEN id %% 3 = 0 AND id %% 5 = 4 THEN NULL ELSE x END AS xn FROM visits")
+
+
+def stored(db, name):
+    """{each group's (g, h): its weights} of a model: g as a number (which of numeric's equal 1.0 and 1.00 a GROUP BY
+    shows is its own choice)."""
+    return {(key['g'] if key['g'] is None else float(key['g']), key['h']): weights for key, weights in db.execute(
+        'SELECT group_key, weights FROM pgad.models WHERE name = %s', [name])}
+
+
+@pytest.mark.parametrize('model, loss, start, label', [
+    ('λ(d, w) w.r[d.region] + w.a*d.{x}', 'squared', '{"r": {}, "a": 0}', 'y'),
+    ('λ(d, w) w.w @ [d.{x}] + w.b', 'softmax', '{"w": {}, "b": {}}', 'kind'),
+])
+@pytest.mark.parametrize('x, reads', [('x', 1), ('xn', 2)])
+def test_a_model_per_group_reads_the_data_once_and_fits_as_group_by_query(db, model, loss, start, label, x, reads):
+    """group_by with a categorical weight or a label of classes: one query reads the data, the groups split out of
+    it (numeric's 1.0 and 1.00 one group, -0 and 0 one, NULL a group of its own, last), and one more counts each
+    group's NULLs where rows were skipped for one, for the NOTICEs (as before); each group's fit is the one pgad.pack's
+    GROUP BY load gives (pgad.load_chunk_rows set: the categories read first), to 1e-9, with the same NOTICEs."""
+    model = model.replace('{x}', x)
+    loss_name = f'{loss}_{x}'
+    sql = ('SELECT count(*) FROM pgad.train(%s, %s, %s, %s, %s, label => %s, group_by => \'g, h\', '
+           "optimizer => 'lbfgs', iterations => 200)")
+    with heard(db) as said:
+        assert passes(db, sql, [f'one_{loss_name}', model, loss, GROUPED_DATA.replace('%%', '%'), start, label]) == \
+            reads
+    with settings(db, {'pgad.load_chunk_rows': 50}), heard(db) as said_before:
+        db.execute(sql, [f'two_{loss_name}', model, loss, GROUPED_DATA.replace('%%', '%'), start, label])
+    one, two = stored(db, f'one_{loss_name}'), stored(db, f'two_{loss_name}')
+    assert set(one) == set(two) and (None, None) in one and (1.0, 'p') in one
+    models = db.execute('SELECT count(*) FROM pgad.models WHERE name = %s', [f'one_{loss_name}']).fetchone()[0]
+    assert models == len(one)  # 1.0 and 1.00 one group, -0.0 and 0 one
+    for key in one:
+        a, b = one[key], two[key]
+        assert a.keys() == b.keys()
+        for name in a:
+            got, want = (np.array(list(v.values()) if isinstance(v, dict) else v, dtype=float)
+                         for v in (a[name], b[name]))
+            if isinstance(a[name], dict):
+                assert list(a[name]) == list(b[name])
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    # the same NOTICEs (a group whose every row was skipped comes last)
+    assert sorted(m.replace('two_', 'one_') for m in said_before) == sorted(said)
+    assert (x == 'xn') == any('skipped' in m for m in said)

@@ -123,9 +123,9 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
                         hint='Replace the NULLs in the data query (coalesce), or train one model per group.')
     with _label_errors(None, name, label, goal, loss):
         lengths = loader.lengths(data, read.columns, keys)
-        # the rows loaded once, the keys found in the same pass (a model per group: by load_groups, later)
-        loaded = None if options['group_by'] else categorical.preload(
-            data, read, indexed, lengths, config, set(impute), label if candidate else None)
+        # the rows loaded once, the keys found in the same pass (with group_by, the groups' too)
+        loaded = categorical.preload(data, read, indexed, lengths, config, set(impute),
+                                     label if candidate else None, options['group_by'])
     with _label_errors(generated, name, label, goal, loss):
         found = classes.find(objective.base(loss), label, data, config.limits, config.memory_limit, loaded)
     if found is not None:  # a label of classes: 'softmax', or 'logistic' with a text, enum or integer label
@@ -199,7 +199,13 @@ def _train(name, model, loss, data, weights, learning_rate=None, iterations=None
     explainer, baselines = _explainer(unrolled or (goal.model, np.array(goal.model.graph.expr(goal.model.root),
                                                                         dtype=object)), cats), []
     with ExitStack() as stack:
-        if groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
+        if groups and loaded is not None:  # loaded already, the groups split out of it
+            group_types, parts = categorical.grouped(loaded, groups, loader.as_query(data), list(prog.columns))
+            parts = [loader.Group(p.key, p.values, calls.in_order(p.table, prog.columns)) for p in parts]
+            group_types = catalog.group_types(groups, group_types)
+            _check_groups(len(parts), config.memory_limit)
+            parts = [(part, None) for part in parts]
+        elif groups:  # each group's rows here: a sharded table's are pulled (docs/scaling.md)
             group_types, parts = loader.load_groups(data, list(prog.columns), groups, config.memory_limit,
                                                     cats.codes)
             group_types = catalog.group_types(groups, group_types)  # domains as their base types
