@@ -120,6 +120,20 @@ def test_an_enum_group_column_another_role_owns_is_refused(db):
     assert db.execute("SELECT pgad_models.by_color('red', 1) IS NOT NULL").fetchone()[0]
 
 
+def test_a_model_per_group_of_her_domains_runs_none_of_their_checks(db):
+    """group_by her domains with a categorical weight of her domain column: the load finds the groups and the
+    categories as text, and casts them back to their base types (text, int4) to order, key and name them, so her
+    CHECK never runs; the groups are GROUP BY's."""
+    before = ran(db)
+    db.execute("SELECT * FROM pgad.train('by_subregion_code', 'λ(d, w) w.c[d.code] + w.a*d.x', 'squared', "
+               "'mallory_s.shops', '{\"c\": {}, \"a\": 0}', optimizer => 'lbfgs', iterations => 20, "
+               "group_by => 'subregion, region')")
+    assert ran(db) == before
+    keys = [k for k, in db.execute("SELECT group_key::text FROM pgad.models WHERE name = 'by_subregion_code' "
+                                   'ORDER BY 1')]
+    assert keys == ['{"region": "north", "subregion": "north"}', '{"region": "south", "subregion": "south"}']
+
+
 def test_a_scoring_function_depends_on_nothing_of_another_role(db, cluster, dbname):
     """Every object a scoring function depends on (its argument types, the functions and operators of its body) is
     built in, a superuser's, or the trainer's."""

@@ -5,12 +5,15 @@ categories and classes then put in the type's order by one query over the keys, 
 that each row of the data advances counts the passes; the answers are those of the load by pgad.pack, whose keys are
 read by a query of their own first (pgad.load_chunk_rows set), and of numpy."""
 import json
+import sys
 
 import numpy as np
 import psycopg
 import pytest
 
 from conftest import error_of, heard, settings
+from pgad import categorical, server
+from plpy_client import Plpy
 
 N = 300
 MOODS = ('sad', 'ok', 'happy')  # the enum's order: not the text's
@@ -202,3 +205,45 @@ def test_a_model_per_group_reads_the_data_once_and_fits_as_group_by_query(db, mo
     # the same NOTICEs (a group whose every row was skipped comes last)
     assert sorted(m.replace('two_', 'one_') for m in said_before) == sorted(said)
     assert (x == 'xn') == any('skipped' in m for m in said)
+
+
+@pytest.fixture
+def plpy(cluster, dbname, monkeypatch):
+    """pgad's own code in the test process, its queries through plpy over psycopg (plpy_client)."""
+    p = Plpy(cluster.conninfo(dbname))
+    monkeypatch.setitem(sys.modules, 'plpy', p)
+    monkeypatch.setattr(server, '_check', None)
+    yield p
+    p.close()
+
+
+@pytest.mark.parametrize('kind, keys, expected', [
+    ('pg_catalog.int4', ['10', '9', '-1', '2'], ['-1', '2', '9', '10']),
+    ('public.feeling', ['happy', 'sad', 'ok'], ['sad', 'ok', 'happy']),
+    ('pg_catalog.bool', ['true', 'false'], ['false', 'true']),
+    ('pg_catalog.numeric', ['10.5', '9', '1e2'], ['9', '10.5', '1e2']),
+    ('pg_catalog.text', ['a'], ['a']),
+])
+def test_type_order_is_order_bys(plpy, kind, keys, expected):
+    """The keys in the type's order (numbers by value, an enum's declared order), as ORDER BY gives them."""
+    assert [keys[k] for k in categorical.type_order(keys, kind)] == expected
+
+
+def test_type_order_of_text_is_the_collations(plpy):
+    keys = ['b', 'B', 'a', 'é', 'A', '']
+    want = [r['k'] for r in server.query('SELECT k FROM pg_catalog.unnest($1::pg_catalog.text[]) AS k ORDER BY k',
+                                         [keys], ['pg_catalog.text[]'])]
+    assert [keys[k] for k in categorical.type_order(keys, 'pg_catalog.text')] == want
+
+
+def test_group_codes_order_the_values_null_last_and_equal_values_as_one(plpy):
+    """A group column's keys as the load wrote them ('v' and the text, '' for NULL), in the order the rows showed
+    them: the codes of ORDER BY's order, NULL last, numeric's equal values one code (the first in text order)."""
+    keys = ['v2.50', '', 'v1.0', 'v2.5', 'v-3', 'v1.00']
+    codes = np.array([1, 2, 3, 4, 5, 6, 3, 2, 1], dtype=float)
+    got, values, lookup = categorical.group_codes(codes, keys, 'pg_catalog.numeric')
+    assert values == ['-3', '1.0', '2.5', None]
+    assert got.tolist() == [3, 4, 2, 3, 1, 2, 2, 4, 3]
+    assert lookup == {'v2.50': 3, '': 4, 'v1.0': 2, 'v2.5': 3, 'v-3': 1, 'v1.00': 2}
+    got, values, lookup = categorical.group_codes(np.array([2.0, 1.0]), ['vb', 'va'], 'pg_catalog.text')
+    assert (got.tolist(), values, lookup) == ([1, 2], ['a', 'b'], {'vb': 2, 'va': 1})
