@@ -75,7 +75,7 @@ def loading(data, spread=True):
         layout = shards.layout(data, prog.columns) if spread and not prog.shaped else None
         if layout is None:
             table = loader.some_rows(loader.load(data, list(prog.columns), config.chunk_rows, config.memory_limit,
-                                           dict(prog.columns_of), categories, missing=missing))
+                                                 dict(prog.columns_of), categories, missing=missing))
             yield table, compiled(prog, job.backend, job.dtype, config, table.rows, once)
             return
         with shards.Shards(layout, job) as remote:

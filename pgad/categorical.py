@@ -211,8 +211,8 @@ def preload(data, lam, found, lengths, config, missing=(), label=None, group_by=
         base_type(column, types[names.index(column)])
     arrays = dict(lengths)
     elements = {e: (c, k + 1) for c, n in arrays.items() for k, e in enumerate(vectors.elements(c, (n,)))}
-    columns = [e for c in lam.columns for e in ([e for e, (a, _) in elements.items() if a == c] if c in arrays
-                                                  else [c])]
+    columns = [e for c in lam.columns
+               for e in ([e for e, (a, _) in elements.items() if a == c] if c in arrays else [c])]
     table = loader.load(data, [*columns, *group_by], 0, config.memory_limit, elements, missing=missing,
                         keys=[*keys, *group_by], nullable=group_by, quiet=bool(group_by))
     table.names = [str(c) for c in [*columns, *group_by]]

@@ -69,7 +69,7 @@ class Keyed:
     """The keyed weights of one model: each one's spec, its column, and (once the data is read) its keys."""
     specs: dict                                 # weight → Spec
     column: dict                                # weight → the column that indexes it
-    keys: dict = field(default_factory=dict)    # column → its keys as text, sorted (categorical.key_order; codes 1 … K)
+    keys: dict = field(default_factory=dict)    # column → its keys as text, sorted (categorical.key_order; 1 … K)
     types: dict = field(default_factory=dict)   # column → its (base) type's schema-qualified name
 
     def count(self, weight):
