@@ -378,8 +378,9 @@ class Kernel:
     local program's plan over BLOCK_ROWS rows at a time, each derivative added at its keys by np.bincount."""
 
     def __init__(self, prog, layout, columns, backend='python', cache=None):
-        """backend: 'python', 'llvm' (54001 where a pass is too large for it) or 'auto' (llvm where a pass compiles,
-        python where not)."""
+        """backend: 'python', 'llvm' (54001 where a pass is too large for it), 'cuda' (each pass a CUDA kernel:
+        gpu/scatter.py; 54001 past its bound, 58000 without a GPU) or 'auto' (llvm where a pass compiles, python
+        where not)."""
         self.prog, self.layout, self.columns = prog, layout, list(columns)
         self.plan = python_backend.named_plan(prog.graph, prog.outputs)
         self.targets = _targets(prog.weights, layout)
@@ -389,22 +390,29 @@ class Kernel:
         self.keys = {self.code[n]: k for n, (_, k) in layout.keyed.items()}  # code column → its K
 
     def compiled(self, graph, outputs, targets, indexed=False, reads=()):
-        """The llvm backend's compiled kernel (jit/scatter.Scatter) of graph's outputs added at targets ((column,
-        base, stride) each: scatter.Place), compiled once a Kernel; None on the python backend, and on 'auto' where
-        no tier compiles it. reads: ((a leaf read from the other array, (column, base, stride)), …)."""
+        """The llvm (jit/scatter.Scatter) or cuda (gpu/scatter.Scatter) backend's kernel of graph's outputs added at
+        targets ((column, base, stride) each: scatter.Place), compiled once a Kernel; None on the python backend, and
+        on 'auto' where no tier compiles it. reads: ((a leaf read from the other array, (column, base, stride)), …)."""
         key = (id(graph), tuple(outputs), tuple(targets), indexed, tuple(reads))
 
         def make(cache):
             from .jit import scatter
             places = [scatter.Place(c, b, s if c is not None else 0) for c, b, s in targets]
             leaves = {**self.reads(), **{e: scatter.Place(c, b, s, True) for e, (c, b, s) in reads}}
+            if self.backend == 'cuda':  # the same loop as a CUDA kernel (gpu/scatter.py)
+                from .gpu import scatter as on_gpu
+                return on_gpu.compile(graph, outputs, leaves, places, [str(c) for c in self.columns], indexed)
             return scatter.compile(graph, outputs, leaves, places, [str(c) for c in self.columns], indexed, cache)
         return self._made(key, graph, outputs, make)
 
     def solver(self, graph, gradient, product, direction, own, indexed=False):
         """The llvm backend's compiled Newton step of a keyed group (jit/cg.Solver): graph's gradient and product
         outputs (its Hessian times the direction, whose leaves are named direction), own the group's code column;
-        None on the python backend, and on 'auto' where no tier compiles it."""
+        None on the python and cuda backends (blocks.py's conjugate gradients then run in numpy over the cuda
+        kernel's passes), and on 'auto' where no tier compiles it."""
+        if self.backend == 'cuda':
+            return None
+
         def make(cache):
             from .jit import cg
             return cg.compile(graph, gradient, product, direction, self.reads(), own, [str(c) for c in self.columns],

@@ -750,7 +750,6 @@ def test_a_cancel_stops_a_keyed_trainings_load_within_a_second(cluster, dbname, 
     ({'p': {'shape': [2], 'scale': 1}}, '', '22023', 'unknown field "scale"'),
     ({}, ", group_by => 'user_id'", '0A000', 'no group_by for a keyed model'),
     ({}, ", optimizer => 'newton'", '0A000', 'optimizer "newton" cannot train a keyed model'),
-    ({}, ", backend => 'cuda'", '0A000', 'backend "cuda" does not train a keyed model'),
     ({}, ', l1 => 0.1', '0A000', 'no l1 for a keyed model'),
 ])
 def test_what_a_keyed_model_does_not_take_is_refused_by_name(db, start, options, sqlstate, words):

@@ -119,8 +119,10 @@ def kernel_source(program, threads, combine='atomic'):
 GROUP = 16  # outputs summed in shared memory at once: 16 × 256 threads × 8 bytes = 32 KB of the 48 KB a block has
 
 
-def _block_sum(outputs, weights, threads, combine):
-    """The block's tree sum of a0, a1, … in shared memory, GROUP outputs at a time, and thread 0's write of it."""
+def _block_sum(outputs, weights, threads, combine, at=None):
+    """The block's tree sum of a0, a1, … in shared memory, GROUP outputs at a time, and thread 0's write of it: an
+    atomic add at io[weights + k], or at io[at(k)] where at is given (gpu/scatter.py's summed outputs)."""
+    at = at or (lambda k: weights + k)
     group = min(GROUP, outputs)
     lines = ['    t = cuda.threadIdx.x',
              f'    shared = cuda.shared.array(shape=({group}, {threads}), dtype=float64)']
@@ -135,7 +137,7 @@ def _block_sum(outputs, weights, threads, combine):
                   '        cuda.syncthreads()',
                   '        half //= 2',
                   '    if t == 0:',
-                  *(f'        cuda.atomic.add(io, {weights + k}, shared[{k - first}, 0])' if combine == 'atomic' else
+                  *(f'        cuda.atomic.add(io, {at(k)}, shared[{k - first}, 0])' if combine == 'atomic' else
                     f'        partials[cuda.blockIdx.x, {k}] = shared[{k - first}, 0]' for k in part),
                   '    cuda.syncthreads()']
     return lines

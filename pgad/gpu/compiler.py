@@ -273,7 +273,12 @@ def ptx_here(request):
 def check_compile_time(program, cc, precision, combine):
     """SQLSTATE 54001 unless the kernel compiles (typing and NVVM, in the compiler process, where a cancel stops it)
     within IN_PROCESS_SECONDS: what numba then takes again in the backend, where nothing can stop it."""
-    _, seconds = _in_worker(program, cc, precision, combine)
+    check_request_time(ptx_request(program, cc, precision, combine))
+
+
+def check_request_time(request):
+    """check_compile_time's check of a ptx_request's kernel (gpu/scatter.py makes its own request)."""
+    _, seconds = worker.run(request, 'compiling the cuda kernel', entry=__package__ + '.ptx')
     if seconds['PTX'] > IN_PROCESS_SECONDS:
         raise PgadError('54001', f'lambda is too large for the cuda backend: its kernel took {seconds["PTX"]:.1f} s '
                                  'to compile',

@@ -152,6 +152,37 @@ def compile(graph, outputs, reads, targets, columns, indexed=False, cache=disk.N
     return Scatter(function, reads, targets, len(columns), indexed, row_ns(graph, outputs, chosen))
 
 
+def checked(kernel, columns, rows, weights, out, keys, spans=None, index=None, other=None):
+    """(weights, other, the columns, the index, bounds) as a keyed kernel (kernel: its .columns count, .codes, .reads,
+    .targets, .indexed; this Scatter or gpu/scatter.py's) takes them: contiguous float64 (the index int64), bounds
+    each code column's K, then its shift, then its span (spans: {scattered code column: (shift, span)}, by default
+    (0, K)). ValueError where a place a key in range reaches is outside weights, other or out, or a row read is
+    outside the columns: checked before anything runs."""
+    if len(columns) != kernel.columns or not (out.dtype == np.float64 and out.flags.c_contiguous):
+        raise ValueError('the kernel takes its columns and a contiguous float64 out')
+    weights = np.ascontiguousarray(weights, dtype=np.float64)
+    other = np.ascontiguousarray(np.zeros(0) if other is None else other, dtype=np.float64)
+    arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in columns]
+    spans = {c: (0, keys[c]) for c in kernel.codes} | dict(spans or {})
+    length = min((len(a) for a in arrays), default=0)
+    if kernel.indexed:
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        if len(index) < rows or rows and (index[:rows].min() < 0 or index[:rows].max() >= length):
+            raise ValueError('the index reads rows the columns do not have')
+    elif rows > length:
+        raise ValueError(f'a column has fewer than {rows} rows')
+    for places, size, count in (([p for p in kernel.reads.values() if not p.other], weights.size, lambda c: keys[c]),
+                                ([p for p in kernel.reads.values() if p.other], other.size, lambda c: keys[c]),
+                                (kernel.targets, out.size, lambda c: spans[c][1])):
+        for p in places:
+            last = p.base + (p.stride * (count(p.column) - 1) if p.column is not None else 0)
+            if p.base < 0 or p.column is not None and (count(p.column) < 0 or p.stride < 0) or last >= size:
+                raise ValueError('a place the kernel reads or adds at is outside its array')
+    bounds = np.array([keys[c] for c in kernel.codes] + [spans[c][0] for c in kernel.codes] +
+                      [spans[c][1] for c in kernel.codes], dtype=np.int64)
+    return weights, other, arrays, index, bounds
+
+
 def machine_code(cache, kind, what, make_ir, graph, outputs, chosen):
     """(object code, its function's name) of the kernel make_ir(name) writes, `what` (strings) saying which kernel it
     is: from the disk cache where it is there, else compiled at the tier chosen — in this process where it is small
@@ -207,28 +238,7 @@ class Scatter:
         starts gives the rows sorted by the one column every output is scattered at (the offsets where each key's
         rows begin: each piece is cut at a key's first row, so a key's rows are one piece's, added in row order
         whatever the thread count). Elsewhere (a gradient, its keys in any order) one thread takes the pieces."""
-        if len(columns) != self.columns or not (out.dtype == np.float64 and out.flags.c_contiguous):
-            raise ValueError('the kernel takes its columns and a contiguous float64 out')
-        weights = np.ascontiguousarray(weights, dtype=np.float64)
-        other = np.ascontiguousarray(np.zeros(0) if other is None else other, dtype=np.float64)
-        arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in columns]
-        spans = {c: (0, keys[c]) for c in self.codes} | dict(spans or {})
-        length = min((len(a) for a in arrays), default=0)
-        if self.indexed:
-            index = np.ascontiguousarray(index, dtype=np.int64)
-            if len(index) < rows or rows and (index[:rows].min() < 0 or index[:rows].max() >= length):
-                raise ValueError('the index reads rows the columns do not have')
-        elif rows > length:
-            raise ValueError(f'a column has fewer than {rows} rows')
-        for places, size, count in (([p for p in self.reads.values() if not p.other], weights.size, lambda c: keys[c]),
-                                    ([p for p in self.reads.values() if p.other], other.size, lambda c: keys[c]),
-                                    (self.targets, out.size, lambda c: spans[c][1])):
-            for p in places:
-                last = p.base + (p.stride * (count(p.column) - 1) if p.column is not None else 0)
-                if p.base < 0 or p.column is not None and (count(p.column) < 0 or p.stride < 0) or last >= size:
-                    raise ValueError('a place the kernel reads or adds at is outside its array')
-        bounds = np.array([keys[c] for c in self.codes] + [spans[c][0] for c in self.codes] +
-                          [spans[c][1] for c in self.codes], dtype=np.int64)
+        weights, other, arrays, index, bounds = checked(self, columns, rows, weights, out, keys, spans, index, other)
 
         def piece(start, end, into):  # may run in a pool thread: numpy and the machine code only (threads.py)
             at = index.ctypes.data + 8 * start if self.indexed else None

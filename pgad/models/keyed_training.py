@@ -7,9 +7,10 @@ The options a keyed model takes: optimizer ('block_newton', the default up to BL
 'gd'; 'sgd', 'adagrad', 'adam', mini-batches that touch only a batch's keys), iterations (sweeps, iterations or
 epochs), learning_rate, batch_size, seed (the keyed starts' where the spec gives none, and the batches'), tolerance,
 mode, l2, regularize and backend ('auto', the default, and 'llvm' compile each pass over the rows as one gather and
-scatter loop, jit/scatter.py; 'python' runs the local program in numpy; a sparse optimizer's mini-batches run in
-numpy on either). What it does not take (group_by, validation, standardize, l1, bounds, impute, early_stopping,
-likelihood, the cuda backend) is refused by name (0A000).
+scatter loop, jit/scatter.py; 'cuda' runs that loop as a CUDA kernel, gpu/scatter.py, with block Newton's conjugate
+gradients in numpy over its passes; 'python' runs the local program in numpy; a sparse optimizer's mini-batches run
+in numpy on any). What it does not take (group_by, validation, standardize, l1, bounds, impute, early_stopping,
+likelihood, dtype float32) is refused by name (0A000).
 """
 import json
 import math
@@ -23,7 +24,6 @@ from ..lang import printer, sql, vectors
 from . import blocks, catalog, descent, objective, sparse, weight_tables
 
 OPTIMIZERS = ('block_newton', 'lbfgs', 'gd', 'sgd', 'adagrad', 'adam')
-BACKENDS = ('auto', 'llvm', 'python')  # 'auto': llvm where a pass compiles (jit/scatter.py), python where not
 DENSE_RATE = 0.05       # gd's learning_rate where none is given, as pgad.train's
 SWEEPS = 100            # block Newton's sweeps where iterations is left out
 BUDGET, BUDGET_LEAST = 64 << 20, 8 << 20  # block Newton's blocks at once: an eighth of pgad.memory_limit, 8 MB at least
@@ -52,16 +52,11 @@ def train(name, model, loss, data, weights, w, given, config):
                                    '{"shape": [8]}).', hint=f'Leave {argument} out.')
     if given.get('dtype') not in (None, 'float64'):
         raise PgadError('0A000', f'pgad.train takes no dtype "{given["dtype"]}" for a keyed model',
-                        detail='The llvm and python backends, which train a keyed model, compute in float64.',
+                        detail='A keyed model is trained in float64 on every backend.',
                         hint='Leave dtype out.')
     if given.get('l1'):
         raise PgadError('0A000', 'pgad.train takes no l1 for a keyed model', hint='Use l2.')
     backend = arguments.backend(given.get('backend') or 'auto')
-    if backend not in BACKENDS:
-        raise PgadError('0A000', f'backend "{backend}" does not train a keyed model',
-                        detail='Each row reads its keys\' values and adds its derivatives at its keys: the llvm '
-                               'backend compiles that loop, the python backend runs it in numpy.',
-                        hint="Leave backend out, or give 'llvm' or 'python'.")
     optimizer = given.get('optimizer') or 'block_newton'
     if optimizer not in OPTIMIZERS:
         raise PgadError('0A000', f'optimizer "{optimizer}" cannot train a keyed model',
