@@ -3,7 +3,8 @@ tests' own process runs numba's CUDA simulator, which compiles nothing.
 
     python tests/ptx_report.py < jobs.json > report.json
 
-jobs: [{"text", "weights", "mode", "precision", "combine", "cc": [9, 0]}, …]. For each, the report gives what the
+jobs: [{"text", "weights", "mode", "precision", "combine", "cc": [9, 0]}, …], or a kernel's generated source as
+{"source", "constants", "types", "cc"} (tests/test_gpu_keyed.py's keyed kernels). For each, the report gives what the
 PTX shows (atomic adds in float64, local memory) and what ptxas, from the nvcc wheel numba-cuda brings, says of the
 machine code for that target: registers, spill stores and loads. The jobs run on every core.
 """
@@ -32,9 +33,14 @@ def ptxas():
 def report(job):
     from pgad import program
     from pgad.gpu import compiler
-    prog = program.build(job['text'], tuple(job['weights']), job['mode'])
     cc = tuple(job['cc'])
-    ptx, _ = compiler.ptx_here(compiler.ptx_request(prog, cc, job['precision'], job['combine']))  # in this process
+    if 'source' in job:
+        request = dict(job='ptx', source=job['source'], constants=job['constants'], precision='float64',
+                       cc=list(cc), types=job['types'])
+    else:
+        prog = program.build(job['text'], tuple(job['weights']), job['mode'])
+        request = compiler.ptx_request(prog, cc, job['precision'], job['combine'])
+    ptx, _ = compiler.ptx_here(request)  # in this process
     with tempfile.NamedTemporaryFile('w', suffix='.ptx') as f:
         f.write(ptx)
         f.flush()

@@ -6,6 +6,9 @@ conjugate gradients (a direction read from the other array); a key out of range 
 the places a key reaches are refused before the kernel runs. Through SQL, pgad.train of a keyed model with backend
 'cuda' reaches the llvm backend's fit. The atomic adds sum in any order: equal to rounding, never bit for bit."""
 import json
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -113,6 +116,36 @@ def test_the_kernel_source_names_nothing_of_the_users():
     for name in ('mu', 'bu', 'bi', 'p[', 'q['):
         assert name not in source.replace('cuda.', '')
     assert program.DIRECTION not in source
+
+
+def test_the_kernels_compile_for_sm_80_and_sm_90_with_float64_atomics():
+    """The gradient's kernel (its keyed outputs added by atomic adds, the loss summed over a block) and an indexed
+    Hessian pass of the items' blocks, compiled to PTX by numba's NVVM and ptxas for real targets, with no GPU
+    (tests/ptx_report.py, in a process of its own): each compiles, and adds float64 atomically."""
+    from pgad.gpu import scatter as on_gpu
+    python, _, layout, _, text = kernels()
+    cuda = cuda_of(python)
+    made = [cuda.compiled(cuda.prog.graph, cuda.prog.outputs, cuda.places())]
+    group = groups_of(cuda, layout, text)[2]
+    width = len(group.prog.outputs) - 1
+    code = cuda.columns.index(group.column)
+    made.append(cuda.compiled(group.prog.graph, group.prog.outputs[1:], [(code, k, width) for k in range(width)],
+                              indexed=True))
+    jobs = []
+    for compiled, indexed in zip(made, (False, True)):
+        graph = cuda.prog.graph if not indexed else group.prog.graph
+        outputs = cuda.prog.outputs if not indexed else group.prog.outputs[1:]
+        source, constants = on_gpu.kernel_source(graph, outputs, compiled.reads, compiled.targets,
+                                                 [str(c) for c in cuda.columns], indexed, 256)
+        jobs += [dict(source=source, constants=constants, cc=cc,
+                      types=f'({", ".join(on_gpu.arguments(len(cuda.columns)))})') for cc in ((8, 0), (9, 0))]
+    script = os.path.join(os.path.dirname(__file__), 'ptx_report.py')
+    result = subprocess.run([sys.executable, script], input=json.dumps(jobs), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for r in json.loads(result.stdout):
+        assert r['target'] == f'sm_{r["cc"][0]}{r["cc"][1]}' and r['ptxas'] == 0, r['ptxas_errors']
+        assert r['f64_atomics'] > 0
 
 
 MODEL = 'λ(d, w) w.mu + w.bu[d.u] + w.bi[d.i] + dot(w.p[d.u], w.q[d.i])'
