@@ -230,6 +230,7 @@ def unqualified(sql):
     text = re.sub(r'\b(SFUNC|STYPE|FINALFUNC|COMBINEFUNC|SERIALFUNC|DESERIALFUNC|PARALLEL)\s*=', ' ',
                   text)                                              # CREATE AGGREGATE's options
     text = re.sub(r'\$\d+', ' ', text)                               # parameters
+    text = re.sub(r'\bWITH\s+ORDINALITY\s+AS\s+\w+\s*\(', ' ', text)     # a FROM item's alias(columns): no call
     calls = [m.group(1) for m in re.finditer(r'(?<![\w.])([A-Za-z_]\w*)\s*\(', text)
              if m.group(1).upper() not in SQL_WORDS]
     casts = ['::' + m.group(1) for m in re.finditer(r'::\s*([A-Za-z_]\w*)\b(?!\s*\.)', text)]
@@ -241,6 +242,8 @@ def test_the_checker_finds_what_is_unqualified():
         ['format_type', '::float8', '||', '=']
     assert unqualified("SELECT pg_catalog.count(*) AS n, 'a = b(' AS s FROM \"f(\" WHERE x OPERATOR(pg_catalog.=) 1") \
         == []
+    assert unqualified('SELECT u.k FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(k, n), unnest($1) AS v(k)') == \
+        ['unnest', 'v']  # an alias's columns after WITH ORDINALITY are no call; elsewhere the checker stays strict
 
 
 def test_every_statement_pgad_ran_is_qualified(server, dbname):
