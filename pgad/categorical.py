@@ -4,11 +4,17 @@ A weight whose starting value is a JSON object ({} or {"north": 0.5, …}) is ca
 expand() meets the call's weights with the data: the categories are the column's distinct values in the data
 (NULL aside), in the column type's order, decided once per call, then the values the object lists that the data does
 not have; a value the data has that the object does not list starts at 0. The weight becomes a vector of K entries
-(vectors.Shapes), and the loader reads the column as each row's code, 1 … K (loader.category_code): w.region[d.region] is then an
-ordinary index of a vector by a column, which the unrolled program writes as masks and the loop kernel as a gather
-forward and a scatter-add over the categories backwards (jit/loops/structure.py's index: Futhark's histogram rule). A
-NULL category skips the row, as any NULL does. named() gives the fitted vector back as an object by category, and
-program.categorical_names names its entries region[north].
+(vectors.Shapes), and each row's category its code, 1 … K: w.region[d.region] is then an ordinary index of a vector
+by a column, which the unrolled program writes as masks and the loop kernel as a gather forward and a scatter-add over
+the categories backwards (jit/loops/structure.py's index: Futhark's histogram rule). A NULL category skips the row,
+as any NULL does. named() gives the fitted vector back as an object by category, and program.categorical_names names
+its entries region[north].
+
+The categories are found in the load's own pass (preload): the native load reads the column as text and codes it by
+a hash in C, in the order the rows show the values; type_order then puts them in the type's order by one query over
+the values, and coded renumbers the codes. A label of classes (models/classes.py) is found alike, and with group_by
+the groups too (grouped). Where the load is not native, the categories are read first by a query a column (LEVELS)
+and the loader codes each row by them (loader.category_code).
 """
 from dataclasses import dataclass, field
 

@@ -1,8 +1,9 @@
 """The classes of a classifier: a 'softmax' model's label, and a 'logistic' model's text, enum or integer label.
 
 A label of classes is read as a categorical column is (categorical.py): its classes are the column's distinct
-non-NULL values in the data, in its type's order (categorical.LEVELS), found once over all the data (with group_by,
-every group shares them: a group without rows of a class still has its logit), and the loader reads the column as
+non-NULL values in the data, in its type's order, found once over all the data by the load itself
+(categorical.preload; where the load is not native, by a query first, categorical.LEVELS) (with group_by, every
+group shares them: a group without rows of a class still has its logit), and the loader reads the column as
 each row's class code 1 … K (loader.category_code). Integer, text/varchar, enum and boolean labels; a domain as its
 base type; a type that another role owns is refused, as a group column's is (catalog.group_types: the functions
 that give the class compare and return it as its type). The model stores them in pgad.models.options:
