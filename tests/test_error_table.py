@@ -86,8 +86,8 @@ CALLS = {
         call(KEYED_TRAIN[:-1] + ", group_by => 'k')", KEYED, '{"p": {"shape": [2]}}'),
     'optimizer "newton" cannot train a keyed model':
         call(KEYED_TRAIN[:-1] + ", optimizer => 'newton')", KEYED, '{"p": {"shape": [2]}}'),
-    'backend "cuda" does not train a keyed model':
-        call(KEYED_TRAIN[:-1] + ", backend => 'cuda')", KEYED, '{"p": {"shape": [2]}}'),
+    'pgad.train takes no dtype "float32" for a keyed model':
+        call(KEYED_TRAIN[:-1] + ", dtype => 'float32')", KEYED, '{"p": {"shape": [2]}}'),
     'the keys of column "k" need … MB with the rows, more than pgad.memory_limit (1.0 MB)':
         call("SET pgad.memory_limit = '1MB'") + call(KEYED_TRAIN.replace(
             "'keyed_rows'", "'SELECT md5(x::text) AS k, 0.0::float8 AS y FROM generate_series(1, 100000) AS x'"),
