@@ -16,6 +16,7 @@ the values, and coded renumbers the codes. A label of classes (models/classes.py
 the groups too (grouped). Where the load is not native, the categories are read first by a query a column (LEVELS)
 and the loader codes each row by them (loader.category_code).
 """
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -252,10 +253,7 @@ def grouped(table, group_by, query, columns):
         codes.append(code)
         values.append(found)
         lookups.append(lookup)
-    combos, inverse = (np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True) if table.rows else
-                       (np.zeros((0, n)), np.zeros(0, dtype=np.intp)))
-    inverse = inverse.ravel()
-    order, counts = np.argsort(inverse, kind='stable'), np.bincount(inverse, minlength=len(combos))
+    combos, order, counts = group_rows(codes, [len(v) for v in values])
     texts = [[values[j][int(c) - 1] for c in combos[:, j]] for j in range(n)]
     found = server.query(GROUPS.format(
         key=loader.group_key([f'u.g{k}::{bases[k]}' for k in range(n)]),
@@ -297,6 +295,26 @@ def grouped(table, group_by, query, columns):
     for key, total, missed in lost:  # every row of the group skipped
         groups.append(group(key, None, [np.empty(0) for _ in kept], 0, int(total), missed))
     return [kind for kind, _ in table.groups], groups
+
+
+def group_rows(codes, sizes):
+    """(the distinct rows of codes, one array a group column whose codes are 1 … its size, in order, as a G × n
+    array; the rows in their groups' order, each group's in the data's; each group's count): one stable sort of each
+    row's group number, the codes in mixed radix (numpy's unique of the code rows where that passes 2⁶²)."""
+    rows = len(codes[0]) if codes else 0
+    if math.prod(sizes) < 1 << 62:
+        number = np.zeros(rows, dtype=np.int64)
+        for code, size in zip(codes, sizes):
+            number = number * size + (code.astype(np.int64) - 1)
+        order = np.argsort(number, kind='stable')
+        ordered = number[order]
+        first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if rows else np.zeros(0, dtype=np.intp)
+        counts = np.diff(np.r_[first, rows])
+        combos = np.stack([c[order[first]] for c in codes], axis=1) if rows else np.zeros((0, len(codes)))
+        return combos, order, counts
+    combos, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    return combos, np.argsort(inverse, kind='stable'), np.bincount(inverse, minlength=len(combos))
 
 
 def group_codes(codes, keys, kind):

@@ -247,3 +247,19 @@ def test_group_codes_order_the_values_null_last_and_equal_values_as_one(plpy):
     assert lookup == {'v2.50': 3, '': 4, 'v1.0': 2, 'v2.5': 3, 'v-3': 1, 'v1.00': 2}
     got, values, lookup = categorical.group_codes(np.array([2.0, 1.0]), ['vb', 'va'], 'pg_catalog.text')
     assert (got.tolist(), values, lookup) == ([1, 2], ['a', 'b'], {'vb': 2, 'va': 1})
+
+
+@pytest.mark.parametrize('sizes', [(3, 4), (1 << 40, 1 << 40)])  # in mixed radix; past 2⁶², by numpy's unique
+def test_group_rows_are_order_bys_groups_each_in_the_datas_order(sizes):
+    rng = np.random.default_rng(3)
+    codes = [rng.integers(1, 4, 500).astype(float), rng.integers(1, 5, 500).astype(float)]
+    combos, order, counts = categorical.group_rows(codes, list(sizes))
+    pairs = sorted({(a, b) for a, b in zip(*codes)})
+    assert [tuple(c) for c in combos] == pairs and counts.sum() == 500
+    at = 0
+    for (a, b), count in zip(pairs, counts):
+        rows = order[at:at + count]
+        at += count
+        assert rows.tolist() == [k for k in range(500) if (codes[0][k], codes[1][k]) == (a, b)]
+    empty = categorical.group_rows([np.zeros(0)], [2])
+    assert (empty[0].shape, len(empty[1]), len(empty[2])) == ((0, 1), 0, 0)
