@@ -573,12 +573,6 @@ def group_key(values):
 def null_counts(query, columns, elements, group_by=()):
     """{group key (None without group_by): [(column, rows with NULL in it)] of the columns that have a NULL}, by one
     query of the data."""
-    return {key: nulls for key, (_, nulls) in group_nulls(query, columns, elements, group_by).items()}
-
-
-def group_nulls(query, columns, elements, group_by=()):
-    """{group key (None without group_by): (its rows, [(column, rows with NULL in it)] of the columns that have a
-    NULL)}, by one query of the data."""
     widths = array_lengths(elements)
     counts = ', '.join(['pg_catalog.count(*) AS pgad_rows'] + [f'pg_catalog.count({value(c, elements, widths=widths)}) '
                                                                f'AS n{k}' for k, c in enumerate(columns)])
@@ -587,8 +581,8 @@ def group_nulls(query, columns, elements, group_by=()):
     if group_by:
         sql += ' GROUP BY ' + ', '.join(f'pgad_data.{quote_ident(g)}' for g in group_by)
     rows = server.query(sql, list(group_by), ['pg_catalog.text'] * len(group_by)) if group_by else server.query(sql)
-    return {row['pgad_key']: (row['pgad_rows'], [(c, row['pgad_rows'] - row[f'n{k}']) for k, c in enumerate(columns)
-                                                 if row[f'n{k}'] < row['pgad_rows']]) for row in rows}
+    return {row['pgad_key']: [(c, row['pgad_rows'] - row[f'n{k}']) for k, c in enumerate(columns)
+                              if row[f'n{k}'] < row['pgad_rows']] for row in rows}
 
 
 def aggregate(count):

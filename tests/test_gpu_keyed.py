@@ -16,8 +16,7 @@ import psycopg
 import pytest
 
 from pgad import keyed, program
-from pgad.models import blocks
-from test_scatter import CLOCK, ITEMS, USERS, groups_of, kernels, ratings
+from test_scatter import CLOCK, ITEMS, USERS, groups_of, kernels, ratings, same_hessian_sums
 
 ROWS = 600  # the simulator runs each GPU thread as a Python thread: a few hundred rows a pass
 
@@ -37,25 +36,9 @@ def test_the_loss_and_gradient_are_the_python_backends(loss):
 
 
 @pytest.mark.parametrize('loss', ['squared', 'logistic'])
-def test_the_hessian_sums_and_products_are_the_python_backends(loss):
+def test_the_hessian_sums_are_the_python_backends_indexed_arranged_and_by_chunks(loss):
     python, _, layout, w, text = kernels(loss)
-    cuda = cuda_of(python)
-    columns = ratings(ROWS, loss, seed=1)
-    table = SimpleNamespace(columns=list(columns), rows=ROWS)
-    for slow, fast in zip(groups_of(python, layout, text), groups_of(cuda, layout, text)):
-        g, h = slow.sums(python, table, w, CLOCK)
-        for k0, k1 in [(0, slow.count), (0, 1), (slow.count // 3, slow.count)]:
-            got = fast.sums(cuda, table, w, CLOCK, k0, k1)  # the rows read through their order
-            np.testing.assert_allclose(got[0], g[k0:k1], rtol=1e-12, atol=1e-9)
-            np.testing.assert_allclose(got[1], h[k0:k1], rtol=1e-12, atol=1e-9)
-    arranged = SimpleNamespace(columns=list(columns), rows=ROWS)
-    fast = groups_of(cuda, layout, text)
-    blocks.arrange(fast, cuda, arranged, spare=None)  # the table in the users' order, a copy in the items'
-    for slow, group in zip(groups_of(python, layout, text), fast):
-        g, h = slow.sums(python, table, w, CLOCK)
-        got = group.sums(cuda, arranged, w, CLOCK)
-        np.testing.assert_allclose(got[0], g, rtol=1e-12, atol=1e-9)
-        np.testing.assert_allclose(got[1], h, rtol=1e-12, atol=1e-9)
+    same_hessian_sums(python, cuda_of(python), layout, w, text, ratings(ROWS, loss, seed=1))
 
 
 def test_conjugate_gradients_run_in_numpy_over_the_cuda_kernels_products():

@@ -67,22 +67,28 @@ def groups_of(kernel, layout, text):
 @pytest.mark.parametrize('loss', ['squared', 'logistic'])
 def test_the_hessian_sums_are_the_python_backends_indexed_arranged_and_by_chunks(loss):
     python, llvm, layout, w, text = kernels(loss)
-    columns = ratings(20_000, loss, seed=1)
-    table = SimpleNamespace(columns=list(columns), rows=20_000)
-    for slow, fast in zip(groups_of(python, layout, text), groups_of(llvm, layout, text)):
+    same_hessian_sums(python, llvm, layout, w, text, ratings(20_000, loss, seed=1))
+
+
+def same_hessian_sums(python, kernel, layout, w, text, columns):
+    """Each group's Hessian sums by kernel (llvm's, or cuda's: tests/test_gpu_keyed.py) are the python backend's:
+    the rows read through their order, by chunks of keys, and arranged in key order."""
+    rows = len(columns[0])
+    table = SimpleNamespace(columns=list(columns), rows=rows)
+    for slow, fast in zip(groups_of(python, layout, text), groups_of(kernel, layout, text)):
         g, h = slow.sums(python, table, w, CLOCK)
         for k0, k1 in [(0, slow.count), (0, 1), (slow.count // 3, slow.count)]:
-            got = fast.sums(llvm, table, w, CLOCK, k0, k1)  # the rows read through their order
+            got = fast.sums(kernel, table, w, CLOCK, k0, k1)  # the rows read through their order
             np.testing.assert_allclose(got[0], g[k0:k1], rtol=1e-12, atol=1e-9)
             np.testing.assert_allclose(got[1], h[k0:k1], rtol=1e-12, atol=1e-9)
-    arranged = SimpleNamespace(columns=list(columns), rows=20_000)
-    fast = groups_of(llvm, layout, text)
-    blocks.arrange(fast, llvm, arranged, spare=None)  # the table in the users' order, a copy in the items'
+    arranged = SimpleNamespace(columns=list(columns), rows=rows)
+    fast = groups_of(kernel, layout, text)
+    blocks.arrange(fast, kernel, arranged, spare=None)  # the table in the users' order, a copy in the items'
     assert fast[1].columns is not None and fast[2].columns is not None
     np.testing.assert_array_equal(np.diff(arranged.columns[1]) >= 0, True)
     for slow, group in zip(groups_of(python, layout, text), fast):
         g, h = slow.sums(python, table, w, CLOCK)
-        got = group.sums(llvm, arranged, w, CLOCK)
+        got = group.sums(kernel, arranged, w, CLOCK)
         np.testing.assert_allclose(got[0], g, rtol=1e-12, atol=1e-9)
         np.testing.assert_allclose(got[1], h, rtol=1e-12, atol=1e-9)
 

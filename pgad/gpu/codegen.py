@@ -79,26 +79,13 @@ def kernel_source(program, threads, combine='atomic'):
     of each constant k<n> it names. Its io holds the weights then the sums; with combine 'partials' it writes each
     block's sums to partials[block, output] instead, and the source also defines COMBINE, which adds them up."""
     assert threads & (threads - 1) == 0 and combine in COMBINES
-    nodes, outputs = program.graph.nodes, program.outputs
+    outputs = program.outputs
     weights, columns = len(program.weights), len(program.columns)
     column_at = {name: k for k, name in enumerate(program.columns)}
     weight_at = {name: k for k, name in enumerate(program.weights)}
-    order = program.graph.ancestors(outputs)
-    per_row = program.graph.depends_on_data()
-    constants, names, before, body = {}, {}, [], []
-    for n in order:
-        limits.tick()
-        node = nodes[n]
-        if node.op == 'const':
-            names[n] = f'k{n}'
-            constants[names[n]] = node.value
-        elif node.op == 'weight':
-            names[n] = f'w{weight_at[node.value]}'
-        else:
-            names[n] = f'v{n}'
-            value = (f'c{column_at[node.value]}[i]' if node.op == 'column' else
-                     EMIT[node.op].format(*[names[a] for a in node.args]))
-            (body if per_row[n] else before).append(f'{names[n]} = {value}')
+    constants, names, before, body = node_lines(program.graph, outputs, lambda name: f'w{weight_at[name]}',
+                                                lambda name: f'c{column_at[name]}[i]',
+                                                program.graph.depends_on_data())
     parameters = ['rows', 'io', *(f'c{k}' for k in range(columns))] + (['partials'] if combine == 'partials' else [])
     lines = [f'def {KERNEL}({", ".join(parameters)}):',
              *(f'    w{k} = real(io[{k}])' for k in range(weights)),
@@ -114,6 +101,28 @@ def kernel_source(program, threads, combine='atomic'):
     if combine == 'partials':
         lines += _combine(len(outputs), weights)
     return '\n'.join(lines) + '\n', constants
+
+
+def node_lines(graph, outputs, weight, column, per_row=None):
+    """(constants, names, before, body) of the nodes outputs need, in order: each constant a k<n> of the kernel
+    (constants: its value), each weight leaf named weight(its name), each other node a line v<n> = its EMIT
+    expression (a column leaf's column(its name)), in before where per_row (graph.depends_on_data()) says it
+    reads no row, else in body (every one where per_row is None); names: each node's identifier."""
+    nodes = graph.nodes
+    constants, names, before, body = {}, {}, [], []
+    for n in graph.ancestors(outputs):
+        limits.tick()
+        node = nodes[n]
+        if node.op == 'const':
+            names[n] = f'k{n}'
+            constants[names[n]] = node.value
+        elif node.op == 'weight':
+            names[n] = weight(node.value)
+        else:
+            names[n] = f'v{n}'
+            value = column(node.value) if node.op == 'column' else EMIT[node.op].format(*[names[a] for a in node.args])
+            (body if per_row is None or per_row[n] else before).append(f'{names[n]} = {value}')
+    return constants, names, before, body
 
 
 GROUP = 16  # outputs summed in shared memory at once: 16 × 256 threads × 8 bytes = 32 KB of the 48 KB a block has

@@ -31,26 +31,15 @@ def kernel_source(graph, outputs, reads, targets, columns, indexed, threads):
     """(source, constants) of the kernel of graph's outputs added at targets (jit/scatter.Place each), its weight
     leaves read at reads ({element: Place}); columns: the column leaves' names in argument order (None: a code column
     the graph does not read)."""
-    nodes = graph.nodes
     codes = sorted({p.column for p in [*reads.values(), *targets] if p.column is not None})
     scattered = {p.column for p in targets if p.column is not None}
     summed = [k for k, p in enumerate(targets) if p.column is None]
     column_at = {n: k for k, n in reversed(list(enumerate(columns))) if n is not None}
     leaf = {e: f'w{k}' for k, e in enumerate(reads)}
     array = {e: 'other' if p.other else 'weights' for e, p in reads.items()}
-    constants, names, body = {}, {}, []
-    for n in graph.ancestors(outputs):
-        limits.tick()
-        node = nodes[n]
-        if node.op == 'const':
-            names[n] = f'k{n}'
-            constants[names[n]] = node.value
-        elif node.op == 'weight':
-            names[n] = leaf[node.value]
-        else:
-            names[n] = f'v{n}'
-            body.append(f'{names[n]} = ' + (f'c{column_at[node.value]}[r]' if node.op == 'column' else
-                                            codegen.EMIT[node.op].format(*[names[a] for a in node.args])))
+    # every node in the loop: a keyed weight's value is the row's
+    constants, names, _, body = codegen.node_lines(graph, outputs, leaf.__getitem__,
+                                                   lambda name: f'c{column_at[name]}[r]')
     count, j = len(codes), {c: j for j, c in enumerate(codes)}
     check = []
     for c in codes:

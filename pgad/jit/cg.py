@@ -258,16 +258,10 @@ class Solver:
         weights = np.ascontiguousarray(weights, dtype=np.float64)
         arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in columns]
         starts = np.ascontiguousarray(starts, dtype=np.int64)
-        length = min((len(a) for a in arrays), default=0)
         if len(starts) != count + 1 or count and (starts[0] < 0 or np.any(np.diff(starts) < 0)):
             raise ValueError('starts is not an offset a key, in order')
         rows = int(starts[-1]) if count else 0
-        if self.indexed:
-            index = np.ascontiguousarray(index, dtype=np.int64)
-            if len(index) < rows or rows and (index[:rows].min() < 0 or index[:rows].max() >= length):
-                raise ValueError('the index reads rows the columns do not have')
-        elif rows > length:
-            raise ValueError(f'a column has fewer than {rows} rows')
+        index = scatter.rows_read(arrays, rows, self.indexed, index)
         for p in self.reads.values():
             last = p.base + (p.stride * (keys[p.column] - 1) if p.column is not None else 0)
             if p.base < 0 or p.column is not None and (keys[p.column] < 0 or p.stride < 0) or last >= weights.size:

@@ -164,13 +164,7 @@ def checked(kernel, columns, rows, weights, out, keys, spans=None, index=None, o
     other = np.ascontiguousarray(np.zeros(0) if other is None else other, dtype=np.float64)
     arrays = [np.ascontiguousarray(c, dtype=np.float64) for c in columns]
     spans = {c: (0, keys[c]) for c in kernel.codes} | dict(spans or {})
-    length = min((len(a) for a in arrays), default=0)
-    if kernel.indexed:
-        index = np.ascontiguousarray(index, dtype=np.int64)
-        if len(index) < rows or rows and (index[:rows].min() < 0 or index[:rows].max() >= length):
-            raise ValueError('the index reads rows the columns do not have')
-    elif rows > length:
-        raise ValueError(f'a column has fewer than {rows} rows')
+    index = rows_read(arrays, rows, kernel.indexed, index)
     for places, size, count in (([p for p in kernel.reads.values() if not p.other], weights.size, lambda c: keys[c]),
                                 ([p for p in kernel.reads.values() if p.other], other.size, lambda c: keys[c]),
                                 (kernel.targets, out.size, lambda c: spans[c][1])):
@@ -181,6 +175,20 @@ def checked(kernel, columns, rows, weights, out, keys, spans=None, index=None, o
     bounds = np.array([keys[c] for c in kernel.codes] + [spans[c][0] for c in kernel.codes] +
                       [spans[c][1] for c in kernel.codes], dtype=np.int64)
     return weights, other, arrays, index, bounds
+
+
+def rows_read(arrays, rows, indexed, index=None):
+    """The index (int64, contiguous) of an indexed kernel, or None: ValueError where the rows it reads, rows
+    index[0 … rows − 1] (or rows 0 … rows − 1 where it is not indexed), are not all in every one of arrays."""
+    length = min((len(a) for a in arrays), default=0)
+    if indexed:
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        if len(index) < rows or rows and (index[:rows].min() < 0 or index[:rows].max() >= length):
+            raise ValueError('the index reads rows the columns do not have')
+        return index
+    if rows > length:
+        raise ValueError(f'a column has fewer than {rows} rows')
+    return None
 
 
 def machine_code(cache, kind, what, make_ir, graph, outputs, chosen):
